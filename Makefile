@@ -1,0 +1,35 @@
+# Everything a fresh machine needs: `make demo` and `make test` install what they use first.
+PY ?= python3
+PIP ?= $(PY) -m pip
+OUT ?= out
+
+.PHONY: install install-test install-browser demo test bench fuzz clean
+
+install:
+	$(PIP) install -q -e .
+
+# Tests also run pptl's CPU executor (torch, gloo) and open the HTML in a headless browser.
+install-test: install
+	$(PIP) install -q -e '.[test]'
+	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0 || echo "torch not installed: run tests will skip"
+	@$(MAKE) --no-print-directory install-browser
+
+install-browser:
+	@command -v chromium >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
+	  (apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1) \
+	  || echo "chromium not installed: the browser test will skip"; }
+
+demo: install
+	pptl demo --out $(OUT)
+
+test: install-test
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+bench: install
+	$(PY) bench/plan_scale.py
+
+fuzz: install-test
+	PPTL_FUZZ_EXAMPLES=5000 $(PY) -m pytest -q -p no:cacheprovider tests -k fuzz
+
+clean:
+	rm -rf $(OUT) build *.egg-info

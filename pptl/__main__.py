@@ -1,0 +1,3 @@
+from pptl.cli import main
+
+main()

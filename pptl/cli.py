@@ -1,0 +1,211 @@
+"""The command line: parse, call the library, print.
+
+Results go to stdout; progress and errors to stderr. Every :class:`pptl.errors.PptlError` becomes
+one line on stderr and its exit code (2 bad input or usage, 1 invalid schedule or failed run).
+"""
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from pptl import __version__
+from pptl.errors import InputError, PptlError
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="pptl",
+    help="Plan, check, draw and run pipeline-parallel training schedules.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def command(*args: Any, **kwargs: Any) -> Callable:
+    """``app.command`` that turns a PptlError into one line and its exit code (the one place)."""
+
+    def wrap(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def run(*a: Any, **kw: Any) -> Any:
+            try:
+                return fn(*a, **kw)
+            except PptlError as e:
+                err.print(f"error: {e}", markup=False)
+                raise typer.Exit(e.exit_code) from None
+            except KeyboardInterrupt:
+                err.print("interrupted")
+                raise typer.Exit(130) from None
+
+        return app.command(*args, **kwargs)(run)
+
+    return wrap
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"pptl {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """Plan, check, draw and run pipeline-parallel training schedules."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Shared options (declared once)
+
+OutputFmt = Annotated[str, typer.Option("--output", help="text or json.")]
+OutFile = Annotated[Optional[Path], typer.Option("-o", "--out", help="Write the result to this file.")]
+MemoryLimit = Annotated[Optional[float], typer.Option("--memory-limit", help="Peak activation per rank allowed.")]
+Microbatches = Annotated[Optional[int], typer.Option("--microbatches", "-m", help="Micro-batches per step.")]
+
+
+def _check_output(fmt: str, allowed: tuple[str, ...] = ("text", "json")) -> None:
+    if fmt not in allowed:
+        raise InputError(f"--output: got '{fmt}', expected one of {', '.join(allowed)}")
+
+
+# ----------------------------------------------------------------------------------------------
+# pptl plan
+
+
+@command("plan")
+def plan(
+    config: Annotated[Optional[Path], typer.Argument(help="Config file (YAML, TOML or JSON).", show_default=False)] = None,
+    schedule: Annotated[Optional[str], typer.Option("--schedule", "-s", help="Family name (see 'pptl schedules').")] = None,
+    pp: Annotated[Optional[int], typer.Option("--pp", help="Number of pipeline ranks.")] = None,
+    microbatches: Microbatches = None,
+    vpp: Annotated[Optional[int], typer.Option("--vpp", help="Chunks per rank.")] = None,
+    group_size: Annotated[Optional[int], typer.Option("--group-size", help="Megatron micro-batch group size.")] = None,
+    split_backward: Annotated[Optional[bool], typer.Option("--split-backward/--no-split-backward",
+                                                           help="Split B into I and W.")] = None,
+    cost: Annotated[Optional[list[str]], typer.Option("--cost", help="KIND=VALUE, repeatable or comma-separated.")] = None,
+    comm_latency: Annotated[Optional[float], typer.Option("--comm-latency", help="Latency of one P2P message.")] = None,
+    memory_limit: MemoryLimit = None,
+    costs_from: Annotated[Optional[Path], typer.Option("--costs-from", help="Measured timeline to calibrate costs from.")] = None,
+    output: OutputFmt = "text",
+    out_file: OutFile = None,
+) -> None:
+    """Plan a schedule from a config file or flags; print its metrics; write the plan with -o."""
+    from pptl import planning
+
+    _check_output(output)
+    if config is None and schedule is None:
+        raise InputError("give a config file or --schedule (e.g. pptl plan --schedule 1f1b --pp 4 --microbatches 8)")
+    flags = {"schedule": schedule, "pp": pp, "microbatches": microbatches, "vpp": vpp, "group_size": group_size,
+             "split_backward": split_backward, "memory_limit": memory_limit}
+    cfg = planning.make_config(config, flags, cost, comm_latency)
+    if costs_from is not None:
+        cfg = planning.calibrate_config(cfg, costs_from)
+    result = planning.plan(cfg)
+    if out_file is not None:
+        planning.write_plan(result, out_file)
+    if output == "json":
+        out.print_json(json.dumps(result.metrics))
+        return
+    _print_plan(result)
+    if out_file is not None:
+        err.print(f"wrote {out_file}")
+
+
+def _print_plan(result: Any) -> None:
+    m = result.metrics
+    cfg = result.schedule.config
+    out.print(f"{result.title}")
+    table = Table(show_edge=False, pad_edge=False)
+    for name in ("rank", "busy", "idle", "bubble", "peak act."):
+        table.add_column(name, justify="right")
+    for r in m["ranks"]:
+        table.add_row(str(r["rank"]), f"{r['busy']:g}", f"{r['idle']:g}", f"{100 * r['bubble_fraction']:.1f}%",
+                      f"{r['peak_activation']:g}")
+    out.print(table)
+    out.print(f"makespan {m['makespan']:g} · ops {m['ops']} · bubble {100 * m['bubble_fraction']:.1f}%")
+    fam = result.family
+    if fam is not None and cfg is not None:
+        textbook = m.get("textbook_bubble")
+        if textbook is not None:
+            out.print(f"textbook bubble per rank {fam.bubble_formula} = {textbook:g}; "
+                      f"simulated (max idle) {max(r['idle'] for r in m['ranks']):g}")
+
+
+# ----------------------------------------------------------------------------------------------
+# pptl check
+
+
+@command("check")
+def check(
+    files: Annotated[list[str], typer.Argument(help="Plans, configs or schedule files; globs are expanded.")],
+    microbatches: Microbatches = None,
+    memory_limit: MemoryLimit = None,
+    p2p: Annotated[str, typer.Option("--p2p", help="P2P semantics: nonblocking, nccl or blocking.")] = "nccl",
+    output: Annotated[str, typer.Option("--output", help="text, json or github.")] = "text",
+) -> None:
+    """Check schedules. Exit 0 when all are valid, 1 when any has a violation, 2 on bad input."""
+    from pptl import planning
+
+    _check_output(output, ("text", "json", "github"))
+    paths = planning.expand_paths(files)
+    reports = [planning.check_file(p, microbatches=microbatches, memory_limit=memory_limit, p2p=p2p) for p in paths]
+    if output == "json":
+        out.print_json(json.dumps({"files": [r.to_dict() for r in reports],
+                                   "valid": all(r.valid for r in reports)}))
+    elif output == "github":
+        for r in reports:
+            for line in r.github_lines():
+                out.print(line, markup=False)
+    else:
+        for r in reports:
+            for line in r.text_lines():
+                out.print(line, markup=False)
+    if not all(r.valid for r in reports):
+        raise typer.Exit(1)
+
+
+# ----------------------------------------------------------------------------------------------
+# pptl schedules
+
+
+@command("schedules")
+def schedules(output: OutputFmt = "text") -> None:
+    """List the schedule families with their constraints and textbook formulas."""
+    from pptl.schedules import FAMILIES
+
+    _check_output(output)
+    if output == "json":
+        out.print_json(json.dumps([
+            {"name": f.name, "summary": f.summary, "constraints": f.constraints, "bubble": f.bubble_formula,
+             "memory": f.memory_formula, "source": f.source, "aliases": list(f.aliases)} for f in FAMILIES.values()
+        ]))
+        return
+    table = Table(show_lines=False)
+    for col in ("name", "what", "constraints", "bubble (idle per rank)", "peak activation"):
+        table.add_column(col)
+    for f in FAMILIES.values():
+        table.add_row(f.name, f.summary, f.constraints, f.bubble_formula, f.memory_formula)
+    out.print(table)
+
+
+def main() -> None:
+    """Console entry point."""
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

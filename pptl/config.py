@@ -1,0 +1,457 @@
+"""Configs: what a user asks for (schedule family, sizes, costs), read from YAML, TOML, JSON or flags.
+
+Every validation error names the source, the field, the value and what was expected, on one line,
+and is raised as :class:`pptl.errors.InputError` (exit code 2).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from pptl.errors import InputError
+
+__all__ = [
+    "DEFAULT_COSTS",
+    "Costs",
+    "Workload",
+    "Config",
+    "load_config",
+    "config_from_mapping",
+    "parse_cost_flags",
+    "read_structured",
+    "MAX_FILE_BYTES",
+    "MAX_OPS",
+]
+
+#: Per-kind durations in one unit of time when a config names none: a backward costs two
+#: forwards and splits evenly into input and weight gradients, as in the zero-bubble paper.
+DEFAULT_COSTS: dict[str, float] = {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0}
+
+#: Inputs larger than this are refused before parsing (a plan of 400k ops is ~60 MB).
+MAX_FILE_BYTES = 512 * 2**20
+#: Plans larger than this are refused before building (bounded work on hostile input).
+MAX_OPS = 5_000_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class Costs:
+    """Durations of ops, in one unit of time (planned) or milliseconds (calibrated)."""
+
+    base: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_COSTS))
+    """Duration per cost key (usually the op kind: F, B, I, W, FB, or a family's key)."""
+    stages: Mapping[int, Mapping[str, float]] = field(default_factory=dict)
+    """Per-stage overrides: stage -> {key: duration}; the first and last stage are often heavier."""
+    comm_latency: float = 0.0
+    """Fixed time of one point-to-point message."""
+    comm_bandwidth: float = math.inf
+    """Bytes per unit of time of a point-to-point link (inf: payload is free)."""
+    comm_bytes: float = 0.0
+    """Bytes of one activation or gradient message between stages."""
+    copy_bandwidth: float = math.inf
+    """Bytes per unit of time of a host<->device copy (PCIe)."""
+
+    def lookup(self, key: str, stage: int = -1) -> float | None:
+        """The duration of ``key`` at ``stage``, or ``None`` if no value is known."""
+        if stage in self.stages and key in self.stages[stage]:
+            return self.stages[stage][key]
+        if key in self.base:
+            return self.base[key]
+        if key == "FB":
+            f, b = self.lookup("F", stage), self.lookup("B", stage)
+            return None if f is None or b is None else f + b
+        if key == "B":
+            i, w = self.lookup("I", stage), self.lookup("W", stage)
+            return None if i is None or w is None else i + w
+        return None
+
+    def comm_time(self, payload: float) -> float:
+        nbytes = payload or self.comm_bytes
+        return self.comm_latency + (nbytes / self.comm_bandwidth if nbytes else 0.0)
+
+    def with_defaults(self, defaults: Mapping[str, float]) -> "Costs":
+        """A copy where keys missing from ``base`` take ``defaults`` (families add their keys)."""
+        merged = dict(defaults)
+        merged.update(self.base)
+        return replace(self, base=merged)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = dict(self.base)
+        if self.stages:
+            out["stages"] = {str(k): dict(v) for k, v in self.stages.items()}
+        comm = {"latency": self.comm_latency, "bandwidth": self.comm_bandwidth,
+                "bytes": self.comm_bytes, "copy_bandwidth": self.copy_bandwidth}
+        comm = {k: v for k, v in comm.items() if v not in (0.0, math.inf)}
+        if comm:
+            out["comm"] = comm
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    """The synthetic model ``pptl run`` executes (same shape as bench/torch_pp_anchor.py)."""
+
+    hidden: int = 256
+    """Model width h; each layer is Linear(h, 4h), GELU, Linear(4h, h) with a residual."""
+    tokens: int = 64
+    """Rows of one micro-batch."""
+    layers_per_stage: int = 1
+    """MLP blocks per virtual stage."""
+    dtype: str = "float32"
+    """float32, bfloat16 or float16."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    """A request for one schedule. Sizes are validated here; family rules by the family."""
+
+    schedule: str
+    """Family name, e.g. ``1f1b`` (``pptl schedules`` lists them)."""
+    pp: int
+    """Number of pipeline ranks."""
+    microbatches: int
+    """Micro-batches per step (for DualPipe: both directions together)."""
+    vpp: int = 1
+    """Model chunks (virtual stages) per rank."""
+    group_size: int | None = None
+    """Megatron's micro-batch group size for interleaved schedules (default: pp)."""
+    split_backward: bool = False
+    """Split B into I (input gradient) and W (weight gradient) where the family allows."""
+    costs: Costs = field(default_factory=Costs)
+    """Op durations."""
+    activation: float = 1.0
+    """Activation memory of one micro-batch on one stage, in the unit memory is reported in."""
+    w_activation: float = 0.0
+    """Fraction of ``activation`` that I leaves held until W (the rest is freed by I)."""
+    memory_limit: float | None = None
+    """Peak activation per rank that ``check`` accepts (None: no limit)."""
+    workload: Workload = field(default_factory=Workload)
+    """What ``pptl run`` executes."""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """Family-specific options (each family parses and validates its own section)."""
+    source: str = "<flags>"
+    """Where the config came from, for messages."""
+
+    @property
+    def group(self) -> int:
+        return self.group_size if self.group_size is not None else self.pp
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "schedule": self.schedule, "pp": self.pp, "microbatches": self.microbatches,
+            "vpp": self.vpp, "split_backward": self.split_backward, "costs": self.costs.to_dict(),
+            "activation": self.activation, "w_activation": self.w_activation,
+            "workload": asdict(self.workload),
+        }
+        if self.group_size is not None:
+            out["group_size"] = self.group_size
+        if self.memory_limit is not None:
+            out["memory_limit"] = self.memory_limit
+        if self.options:
+            out["options"] = dict(self.options)
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# Reading
+
+
+def read_structured(path: str | Path) -> Any:
+    """Parse a YAML, TOML or JSON file by its suffix; raise InputError with the file and reason."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, expected a file")
+    if size > MAX_FILE_BYTES:
+        raise InputError(f"{path}: file is {size} bytes, larger than the {MAX_FILE_BYTES} accepted")
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
+    suffix = path.suffix.lower()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not UTF-8 text") from None
+    try:
+        if suffix == ".toml":
+            import tomllib
+
+            return tomllib.loads(text)
+        if suffix in (".yaml", ".yml"):
+            import yaml
+
+            return yaml.load(text, Loader=_UniqueKeyLoader)
+        if suffix == ".json":
+            return json.loads(text, object_pairs_hook=_unique_pairs, parse_constant=_no_constant)
+    except InputError as e:
+        raise InputError(f"{path}: {e}") from None
+    except RecursionError:
+        raise InputError(f"{path}: nested too deeply") from None
+    except Exception as e:  # each parser has its own error type; all mean "not valid"
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InputError(f"{path}: not valid {suffix[1:].upper()}: {first}") from None
+    raise InputError(f"{path}: unknown file type '{suffix}', expected .yaml, .yml, .toml or .json")
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise InputError(f"duplicate key '{k}'")
+        out[k] = v
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise InputError(f"'{name}' is not a number JSON allows")
+
+
+def _make_unique_loader() -> type:
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def construct_mapping(loader: Any, node: Any, deep: bool = False) -> dict:
+        loader.flatten_mapping(node)
+        out: dict = {}
+        for key_node, value_node in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            try:
+                hash(key)
+            except TypeError:
+                raise InputError(f"line {key_node.start_mark.line + 1}: a key must be a plain value") from None
+            if key in out:
+                raise InputError(f"line {key_node.start_mark.line + 1}: duplicate key '{key}'")
+            out[key] = loader.construct_object(value_node, deep=deep)
+        return out
+
+    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
+    return Loader
+
+
+class _LazyLoader:
+    _cls: type | None = None
+
+    def __call__(self, stream: Any) -> Any:
+        if _LazyLoader._cls is None:
+            _LazyLoader._cls = _make_unique_loader()
+        return _LazyLoader._cls(stream)
+
+
+_UniqueKeyLoader = _LazyLoader()
+
+
+def load_config(path: str | Path, **overrides: Any) -> Config:
+    """Read a config file; ``overrides`` (from flags) replace fields that are not None."""
+    data = read_structured(path)
+    if not isinstance(data, Mapping):
+        raise InputError(f"{path}: expected a mapping of fields at the top level, got {_typename(data)}")
+    data = dict(data)
+    for k, v in overrides.items():
+        if v is not None:
+            data[k] = v
+    return config_from_mapping(data, source=str(path))
+
+
+_TOP_FIELDS = {f.name for f in fields(Config)} - {"source"}
+_KNOWN_TOP = sorted(_TOP_FIELDS | {"name", "description", "comm"})
+
+
+def config_from_mapping(data: Mapping[str, Any], *, source: str = "<flags>") -> Config:
+    """Validate a mapping (from a file or flags) into a :class:`Config`."""
+    unknown = sorted(str(k) for k in data if k not in _KNOWN_TOP)
+    if unknown:
+        raise InputError(f"{source}: unknown field '{unknown[0]}'; known fields: {', '.join(_KNOWN_TOP)}")
+    if "schedule" not in data:
+        raise InputError(f"{source}: field 'schedule' is required. Example: schedule: 1f1b (see 'pptl schedules')")
+    schedule = data["schedule"]
+    if not isinstance(schedule, str) or not schedule:
+        raise InputError(f"{source}: field 'schedule': got {schedule!r}, expected a family name such as '1f1b'")
+    pp = _int(data, "pp", source, required=True, lo=1)
+    mbs = _int(data, "microbatches", source, required=True, lo=1)
+    vpp = _int(data, "vpp", source, default=1, lo=1)
+    group = _int(data, "group_size", source, default=None, lo=1)
+    limit = 1_000_000
+    for name, value in (("pp", pp), ("microbatches", mbs), ("vpp", vpp)):
+        if value > limit:
+            raise InputError(f"{source}: field '{name}': got {value}, expected at most {limit}")
+    costs_data = data.get("costs", {})
+    if "comm" in data:  # accepted at the top level too, as users write it
+        if not isinstance(costs_data, Mapping):
+            costs_data = {}
+        costs_data = {**costs_data, "comm": data["comm"]}
+    return Config(
+        schedule=schedule.strip().lower(),
+        pp=pp,
+        microbatches=mbs,
+        vpp=vpp,
+        group_size=group,
+        split_backward=_bool(data, "split_backward", source, False),
+        costs=costs_from_mapping(costs_data, source=source),
+        activation=_num(data, "activation", source, default=1.0, lo=0.0),
+        w_activation=_num(data, "w_activation", source, default=0.0, lo=0.0, hi=1.0),
+        memory_limit=_num(data, "memory_limit", source, default=None, lo=0.0),
+        workload=_workload(data.get("workload", {}), source),
+        options=_mapping(data, "options", source),
+        source=source,
+    )
+
+
+def costs_from_mapping(data: Any, *, source: str = "<flags>") -> Costs:
+    """Parse a ``costs`` section: ``{F: 1, B: 2, stages: {0: {F: 1.5}}, comm: {latency: ..}}``."""
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise InputError(f"{source}: field 'costs': got {_typename(data)}, expected a mapping such as {{F: 1, B: 2}}")
+    base = dict(DEFAULT_COSTS)
+    stages: dict[int, dict[str, float]] = {}
+    comm: Mapping[str, Any] = {}
+    for key, value in data.items():
+        if key == "stages":
+            if not isinstance(value, Mapping):
+                raise InputError(f"{source}: field 'costs.stages': expected a mapping stage -> {{kind: duration}}")
+            for s, overrides in value.items():
+                try:
+                    stage = int(s)
+                except (TypeError, ValueError):
+                    raise InputError(f"{source}: field 'costs.stages': stage {s!r} is not an integer") from None
+                if stage < 0:
+                    raise InputError(f"{source}: field 'costs.stages': stage {stage} is negative")
+                if not isinstance(overrides, Mapping):
+                    raise InputError(f"{source}: field 'costs.stages.{stage}': expected a mapping kind -> duration")
+                stages[stage] = {str(k): _duration(v, f"costs.stages.{stage}.{k}", source) for k, v in overrides.items()}
+        elif key == "comm":
+            if not isinstance(value, Mapping):
+                raise InputError(f"{source}: field 'comm': expected a mapping with latency, bandwidth, bytes")
+            comm = value
+        else:
+            base[str(key)] = _duration(value, f"costs.{key}", source)
+    if "B" not in data and ("I" in data or "W" in data):
+        base["B"] = base["I"] + base["W"]  # a user who sets I and W means B = I + W
+    known_comm = {"latency", "bandwidth", "bytes", "copy_bandwidth"}
+    for k in comm:
+        if k not in known_comm:
+            raise InputError(f"{source}: field 'comm.{k}' is unknown; known: {', '.join(sorted(known_comm))}")
+    return Costs(
+        base=base,
+        stages=stages,
+        comm_latency=_duration(comm.get("latency", 0.0), "comm.latency", source),
+        comm_bandwidth=_positive(comm.get("bandwidth", math.inf), "comm.bandwidth", source),
+        comm_bytes=_duration(comm.get("bytes", 0.0), "comm.bytes", source),
+        copy_bandwidth=_positive(comm.get("copy_bandwidth", math.inf), "comm.copy_bandwidth", source),
+    )
+
+
+def parse_cost_flags(values: list[str] | None) -> dict[str, float]:
+    """``["F=1", "B=2,I=1"]`` -> ``{"F": 1.0, "B": 2.0, "I": 1.0}``."""
+    out: dict[str, float] = {}
+    for value in values or []:
+        for item in value.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            key, sep, num = item.partition("=")
+            if not sep or not key.strip():
+                raise InputError(f"--cost: got '{item}', expected KIND=VALUE such as F=1")
+            out[key.strip()] = _duration(num.strip(), f"--cost {key.strip()}", "<flags>")
+    return out
+
+
+def _workload(data: Any, source: str) -> Workload:
+    if not isinstance(data, Mapping):
+        raise InputError(f"{source}: field 'workload': expected a mapping (hidden, tokens, layers_per_stage, dtype)")
+    known = {f.name for f in fields(Workload)}
+    for k in data:
+        if k not in known:
+            raise InputError(f"{source}: field 'workload.{k}' is unknown; known: {', '.join(sorted(known))}")
+    dtype = data.get("dtype", "float32")
+    if dtype not in ("float32", "bfloat16", "float16"):
+        raise InputError(f"{source}: field 'workload.dtype': got {dtype!r}, expected float32, bfloat16 or float16")
+    return Workload(
+        hidden=_int(data, "hidden", source, default=256, lo=1, prefix="workload."),
+        tokens=_int(data, "tokens", source, default=64, lo=1, prefix="workload."),
+        layers_per_stage=_int(data, "layers_per_stage", source, default=1, lo=1, prefix="workload."),
+        dtype=dtype,
+    )
+
+
+def _typename(v: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", type(None): "nothing"}.get(type(v), type(v).__name__)
+
+
+def _int(data: Mapping[str, Any], name: str, source: str, *, required: bool = False, default: Any = None,
+         lo: int | None = None, prefix: str = "") -> Any:
+    if name not in data or data[name] is None:
+        if required:
+            raise InputError(f"{source}: field '{prefix}{name}' is required. Example: {name}: 4")
+        return default
+    v = data[name]
+    if isinstance(v, bool) or not isinstance(v, int):
+        if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+            v = int(v)
+        elif isinstance(v, float) and v.is_integer():
+            v = int(v)
+        else:
+            raise InputError(f"{source}: field '{prefix}{name}': got {v!r}, expected an integer")
+    if lo is not None and v < lo:
+        raise InputError(f"{source}: field '{prefix}{name}': got {v}, expected an integer >= {lo}")
+    return v
+
+
+def _num(data: Mapping[str, Any], name: str, source: str, *, default: Any, lo: float | None = None,
+         hi: float | None = None) -> Any:
+    if name not in data or data[name] is None:
+        return default
+    v = _duration(data[name], name, source) if lo == 0.0 else _float(data[name], name, source)
+    if hi is not None and v > hi:
+        raise InputError(f"{source}: field '{name}': got {v}, expected at most {hi}")
+    return v
+
+
+def _float(v: Any, name: str, source: str) -> float:
+    if isinstance(v, bool):
+        raise InputError(f"{source}: field '{name}': got {v!r}, expected a number")
+    try:
+        f = float(v)
+    except (TypeError, ValueError, OverflowError):
+        raise InputError(f"{source}: field '{name}': got {v!r}, expected a number") from None
+    if math.isnan(f):
+        raise InputError(f"{source}: field '{name}': got NaN, expected a number")
+    return f
+
+
+def _duration(v: Any, name: str, source: str) -> float:
+    f = _float(v, name, source)
+    if f < 0 or math.isinf(f):
+        raise InputError(f"{source}: field '{name}': got {v!r}, expected a finite number >= 0")
+    return f
+
+
+def _positive(v: Any, name: str, source: str) -> float:
+    f = _float(v, name, source)
+    if f <= 0:
+        raise InputError(f"{source}: field '{name}': got {v!r}, expected a number > 0")
+    return f
+
+
+def _bool(data: Mapping[str, Any], name: str, source: str, default: bool) -> bool:
+    v = data.get(name, default)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise InputError(f"{source}: field '{name}': got {v!r}, expected true or false")
+    return v
+
+
+def _mapping(data: Mapping[str, Any], name: str, source: str) -> dict[str, Any]:
+    v = data.get(name) or {}
+    if not isinstance(v, Mapping):
+        raise InputError(f"{source}: field '{name}': got {_typename(v)}, expected a mapping")
+    return dict(v)

@@ -1,0 +1,1 @@
+"""Readers and writers of files: plans, timelines, and other tools' formats."""

@@ -1,0 +1,82 @@
+"""One entry point for "give me a schedule (and maybe a timeline) from this file".
+
+Accepts plan files (``pptl plan -o``), configs (YAML, TOML, JSON with a ``schedule`` field) and
+timelines; other tools' formats register a reader in ``_READERS`` by suffix.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from pptl.config import config_from_mapping, read_structured
+from pptl.errors import InputError
+from pptl.ir import Schedule
+from pptl.timeline import Timeline, timeline_from_dict
+
+__all__ = ["Loaded", "load_any", "register_reader"]
+
+
+@dataclass
+class Loaded:
+    path: str
+    schedule: Schedule | None
+    timeline: Timeline | None
+    kind: str
+    """"plan", "config", "timeline", or a reader's name such as "torch-csv"."""
+    notes: tuple[str, ...] = ()
+    """What a reader inferred (placement, micro-batch count...), to tell the user."""
+
+
+_READERS: dict[str, Callable[..., Loaded]] = {}
+
+
+def register_reader(suffix: str, reader: Callable[..., Loaded]) -> None:
+    """Readers take (path, **options) and return :class:`Loaded`."""
+    _READERS[suffix.lower()] = reader
+
+
+def load_any(path: str | Path, **options: Any) -> Loaded:
+    """Read a plan, config, timeline or registered format. Options go to the format's reader
+    (``microbatches``, ``placement``...) and override what a config file says."""
+    path = Path(path)
+    suffix = "".join(path.suffixes[-2:]).lower() if path.name.endswith(".json.gz") else path.suffix.lower()
+    if suffix in _READERS:
+        return _READERS[suffix](path, **options)
+    _ensure_plugins()
+    if suffix in _READERS:
+        return _READERS[suffix](path, **options)
+    data = read_structured(path)
+    return load_data(data, str(path), **options)
+
+
+def load_data(data: Any, source: str, **options: Any) -> Loaded:
+    if isinstance(data, Mapping) and data.get("format") == "pptl-plan":
+        from pptl.formats.plan import plan_from_dict
+
+        schedule, timeline = plan_from_dict(data, source=source)
+        return Loaded(source, schedule, timeline, "plan")
+    if isinstance(data, Mapping) and data.get("format") == "pptl-timeline":
+        return Loaded(source, None, timeline_from_dict(data, source=source), "timeline")
+    if isinstance(data, Mapping) and "schedule" in data:
+        from pptl.schedules import build_schedule
+
+        merged = dict(data)
+        for k, v in options.items():
+            if v is not None and k in ("microbatches", "memory_limit", "pp", "vpp"):
+                merged[k] = v
+        return Loaded(source, build_schedule(config_from_mapping(merged, source=source)), None, "config")
+    raise InputError(f"{source}: not a pptl plan, timeline or config (expected 'format': 'pptl-plan' or "
+                     "'pptl-timeline', or a 'schedule' field)")
+
+
+def _ensure_plugins() -> None:
+    """Import optional readers (they register themselves)."""
+    import importlib
+
+    for mod in ("pptl.formats.torch_csv",):
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as e:
+            if e.name != mod:
+                raise

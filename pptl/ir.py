@@ -1,0 +1,217 @@
+"""The schedule model: operations on lanes, in order, tied by dependencies.
+
+Vocabulary (used the same way everywhere in pptl):
+
+- **rank**: one device / process.
+- **lane**: one serial resource on one rank (``compute``, ``send``, ``recv``, ``comm``, ``d2h``,
+  ``h2d``, ...). Ops on a lane run in their listed order, one at a time; lanes of one rank run
+  concurrently.
+- **stage**: a virtual pipeline stage, numbered along the data flow of its *direction*. Stage ``s``
+  of direction ``d`` feeds stage ``s + 1`` of the same direction.
+- **chunk**: which of a rank's model chunks holds the stage (``0 .. vpp - 1``).
+- **mb**: the micro-batch index (within its direction).
+- **direction**: ``0`` for the usual flow; DualPipe runs a second flow (``1``) that enters at the
+  last rank. Stage numbers of direction 1 count along *its* flow.
+
+The order of ops on a lane is the *choice* a schedule makes; the dependencies are the *facts* of
+the model (see :mod:`pptl.deps`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Iterator
+
+__all__ = [
+    "COMPUTE_KINDS",
+    "COMM_KINDS",
+    "KINDS",
+    "Op",
+    "Schedule",
+    "ScheduleBuilder",
+    "register_kinds",
+]
+
+#: Kinds of the training families. ``FB`` is one op that runs F of one micro-batch and B of
+#: another at once; its ``pair`` names the B half.
+COMPUTE_KINDS = frozenset({"F", "B", "I", "W", "FB"})
+COMM_KINDS = frozenset({"SEND", "RECV"})
+
+_KINDS: set[str] = set(COMPUTE_KINDS | COMM_KINDS | {
+    "A2A_DISPATCH", "A2A_COMBINE", "OFFLOAD", "ONLOAD", "H2D", "BCAST", "RELOAD", "COPY",
+    "OPT", "REDUCE_GRAD", "ATTN", "MLP", "WGRAD", "PP",
+})
+
+
+def register_kinds(*kinds: str) -> None:
+    """Declare extra op kinds a family uses, so the checker does not flag them as unknown."""
+    _KINDS.update(kinds)
+
+
+class _KindsView:
+    def __contains__(self, kind: object) -> bool:
+        return kind in _KINDS
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(_KINDS))
+
+
+#: Every known op kind (families may add kinds with :func:`register_kinds`).
+KINDS = _KindsView()
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One unit of work on one lane of one rank.
+
+    Fields that do not apply to a kind keep their default (``-1`` or empty).
+    """
+
+    kind: str
+    """Op kind: F, B, I, W, FB, SEND, RECV, or a family kind (see :data:`KINDS`)."""
+    rank: int
+    """The rank that runs the op."""
+    lane: str
+    """The serial resource on that rank."""
+    stage: int = -1
+    """Virtual stage index along the op's direction (for FB: the F half's stage)."""
+    mb: int = -1
+    """Micro-batch index (for FB: the F half's micro-batch; for a weight update: the bucket)."""
+    direction: int = 0
+    """0, or 1 for the reverse flow of DualPipe."""
+    chunk: int = -1
+    """Which model chunk of the rank holds ``stage``."""
+    pair: tuple[int, int, int] | None = None
+    """FB only: (stage, mb, direction) of the B half."""
+    peer: int = -1
+    """SEND/RECV and broadcasts: the other rank (for BCAST, the source)."""
+    flow: str = ""
+    """SEND/RECV: what is carried, "F" (activations) or "B" (gradients)."""
+    sub: int = -1
+    """A family's sub-index: layer of a MoE step, bucket slot of a weight update."""
+    label: str = ""
+    """A family's display name for the op (``Attn``, ``EP-D``, ``Offload``...)."""
+    payload: float = 0.0
+    """Bytes moved, for communication and copies."""
+    cost: str = ""
+    """Cost key; empty means the kind."""
+
+    @property
+    def id(self) -> str:
+        """A stable, human-readable id, e.g. ``r0/compute/F s3 mb5``."""
+        parts = [f"r{self.rank}/{self.lane}/{self.kind}"]
+        if self.flow:
+            parts[0] += f"_{self.flow}"
+        if self.label:
+            parts.append(self.label)
+        if self.stage >= 0:
+            parts.append(f"s{self.stage}")
+        if self.mb >= 0:
+            parts.append(f"mb{self.mb}")
+        if self.direction:
+            parts.append(f"d{self.direction}")
+        if self.sub >= 0:
+            parts.append(f"#{self.sub}")
+        if self.pair is not None:
+            ps, pm, pd = self.pair
+            parts.append(f"+B s{ps} mb{pm}" + (f" d{pd}" if pd else ""))
+        if self.peer >= 0 and self.kind in COMM_KINDS:
+            parts.append(("->" if self.kind == "SEND" else "<-") + f"r{self.peer}")
+        return " ".join(parts)
+
+    @property
+    def cost_key(self) -> str:
+        return self.cost or self.kind
+
+    def to_dict(self) -> dict[str, Any]:
+        """Only the fields that differ from their defaults (keeps plan files small)."""
+        out: dict[str, Any] = {"kind": self.kind, "rank": self.rank, "lane": self.lane}
+        for name, default in _OPTIONAL_DEFAULTS.items():
+            value = getattr(self, name)
+            if value != default:
+                out[name] = list(value) if name == "pair" else value
+        return out
+
+
+_OPTIONAL_DEFAULTS: dict[str, Any] = {
+    "stage": -1, "mb": -1, "direction": 0, "chunk": -1, "pair": None, "peer": -1, "flow": "",
+    "sub": -1, "label": "", "payload": 0.0, "cost": "",
+}
+
+
+@dataclass
+class Schedule:
+    """A planned schedule: ops in order on each (rank, lane), plus dependencies.
+
+    ``ops`` is the flat list; ``lanes`` maps (rank, lane) to indices into ``ops`` in run order.
+    ``deps`` are (producer index, consumer index) pairs: the data facts, not the lane order.
+    """
+
+    family: str
+    pp: int
+    """Number of ranks."""
+    num_stages: int
+    """Stages per direction."""
+    microbatches: int
+    """Micro-batches per direction."""
+    ops: list[Op]
+    lanes: dict[tuple[int, str], list[int]]
+    deps: list[tuple[int, int]] = field(default_factory=list)
+    directions: int = 1
+    config: Any = None
+    """The :class:`pptl.config.Config` it came from (``None`` for imported schedules)."""
+    meta: dict[str, Any] = field(default_factory=dict)
+    """Family extras: placement, parameter copies, notes; plain JSON values only."""
+
+    def lane_ops(self, rank: int, lane: str) -> list[Op]:
+        return [self.ops[i] for i in self.lanes.get((rank, lane), [])]
+
+    def rank_lanes(self, rank: int) -> list[str]:
+        return [lane for (r, lane) in self.lanes if r == rank]
+
+    def index(self) -> dict[str, int]:
+        """Op id -> index (first occurrence; duplicates are the checker's business)."""
+        out: dict[str, int] = {}
+        for i, op in enumerate(self.ops):
+            out.setdefault(op.id, i)
+        return out
+
+    def with_lanes(self, lanes: dict[tuple[int, str], list[Op]]) -> "Schedule":
+        """A copy whose lane orders are replaced (used by tests and mutation)."""
+        return ScheduleBuilder.from_lanes(self, lanes)
+
+
+class ScheduleBuilder:
+    """Appends ops lane by lane and produces a :class:`Schedule`."""
+
+    def __init__(self) -> None:
+        self.ops: list[Op] = []
+        self.lanes: dict[tuple[int, str], list[int]] = {}
+
+    def add(self, op: Op) -> int:
+        idx = len(self.ops)
+        self.ops.append(op)
+        self.lanes.setdefault((op.rank, op.lane), []).append(idx)
+        return idx
+
+    def extend(self, ops: Iterable[Op]) -> None:
+        for op in ops:
+            self.add(op)
+
+    @staticmethod
+    def from_lanes(template: Schedule, lanes: dict[tuple[int, str], list[Op]]) -> Schedule:
+        b = ScheduleBuilder()
+        for key in sorted(lanes):
+            for op in lanes[key]:
+                b.add(op)
+        from pptl.deps import training_deps  # local: deps imports ir
+
+        # Keep the template's non-derived facts (family extras) for ops that survive; the
+        # training facts are derived again, since the point of a new order is to test them.
+        where = {op: i for i, op in enumerate(b.ops)}
+        kept = [
+            (where[template.ops[i]], where[template.ops[j]])
+            for i, j in template.deps
+            if template.ops[i] in where and template.ops[j] in where
+        ]
+        deps = sorted(set(training_deps(b.ops, template.num_stages)) | set(kept))
+        return replace(template, ops=b.ops, lanes=b.lanes, deps=deps)

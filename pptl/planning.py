@@ -1,0 +1,208 @@
+"""What the CLI's plan and check commands do, as library calls (no printing here).
+
+``make_config`` merges a file and flags; ``plan`` builds, simulates and measures a schedule;
+``check_file`` loads any supported file and runs the checker.
+"""
+from __future__ import annotations
+
+import glob
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from pptl.checks import Violation, run_checks
+from pptl.config import Config, config_from_mapping, load_config, parse_cost_flags
+from pptl.errors import InputError
+from pptl.fileio import atomic_write, check_writable
+from pptl.ir import Schedule
+from pptl.schedules import Family, build_schedule, get_family
+from pptl.simulate import Simulation, simulate
+from pptl.timeline import Timeline
+
+__all__ = ["PlanResult", "FileReport", "make_config", "plan", "write_plan", "check_file", "check_schedule",
+           "expand_paths", "calibrate_config", "costs_from_timeline", "title_of"]
+
+
+@dataclass
+class PlanResult:
+    schedule: Schedule
+    simulation: Simulation
+    family: Family | None
+    metrics: dict
+    title: str
+
+    @property
+    def timeline(self) -> Timeline:
+        return self.simulation.timeline()
+
+
+def make_config(path: Path | None, flags: Mapping[str, Any], cost_flags: list[str] | None,
+                comm_latency: float | None) -> Config:
+    """A config from a file (if given) with flags on top, or from flags alone."""
+    extra_costs = parse_cost_flags(cost_flags)
+    if path is not None:
+        cfg = load_config(path, **{k: v for k, v in flags.items() if v is not None})
+    else:
+        missing = [f"--{k}" for k in ("pp", "microbatches") if flags.get(k) is None]
+        if missing:
+            raise InputError(f"{' and '.join(missing)} required with --schedule "
+                             "(e.g. pptl plan --schedule 1f1b --pp 4 --microbatches 8)")
+        cfg = config_from_mapping({k: v for k, v in flags.items() if v is not None}, source="<flags>")
+    if extra_costs or comm_latency is not None:
+        base = dict(cfg.costs.base)
+        base.update(extra_costs)
+        if ("I" in extra_costs or "W" in extra_costs) and "B" not in extra_costs:
+            base["B"] = base["I"] + base["W"]
+        costs = replace(cfg.costs, base=base)
+        if comm_latency is not None:
+            if comm_latency < 0 or comm_latency != comm_latency:
+                raise InputError(f"--comm-latency: got {comm_latency}, expected a number >= 0")
+            costs = replace(costs, comm_latency=comm_latency)
+        cfg = replace(cfg, costs=costs)
+    get_family(cfg.schedule)  # unknown names fail here, listing the known ones
+    return cfg
+
+
+def title_of(schedule: Schedule, makespan: float, bubble: float) -> str:
+    cfg = schedule.config
+    vpp = f" vpp={cfg.vpp}" if cfg is not None and cfg.vpp > 1 else ""
+    return (f"{schedule.family}: pp={schedule.pp}{vpp} microbatches={schedule.microbatches * schedule.directions} "
+            f"makespan={makespan:g} bubble={100 * bubble:.1f}%")
+
+
+def plan(cfg: Config) -> PlanResult:
+    """Build, simulate and summarise. Raises InputError for configs the family refuses."""
+    schedule = build_schedule(cfg)
+    sim = simulate(schedule)
+    metrics = sim.metrics()
+    fam = get_family(cfg.schedule)
+    try:
+        textbook = fam.bubble(cfg)
+    except Exception:  # a formula undefined for this config (e.g. missing cost key)
+        textbook = None
+    metrics["textbook_bubble"] = textbook
+    metrics["schedule"] = fam.name
+    metrics["pp"] = cfg.pp
+    metrics["vpp"] = cfg.vpp
+    metrics["microbatches"] = cfg.microbatches
+    title = title_of(schedule, sim.makespan, metrics["bubble_fraction"])
+    schedule.meta.setdefault("title", title)
+    return PlanResult(schedule, sim, fam, metrics, title)
+
+
+def write_plan(result: PlanResult, path: Path) -> None:
+    from pptl.formats.plan import dumps, plan_to_dict
+
+    check_writable(path)
+    data = plan_to_dict(result.schedule, timeline=result.simulation.timeline(), metrics=result.metrics)
+    atomic_write(path, dumps(data))
+
+
+@dataclass
+class FileReport:
+    path: str
+    kind: str
+    ops: int
+    violations: list[Violation]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def valid(self) -> bool:
+        return not any(v.severity == "error" for v in self.violations)
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "kind": self.kind, "ops": self.ops, "valid": self.valid,
+                "notes": list(self.notes), "violations": [v.to_dict() for v in self.violations]}
+
+    def text_lines(self) -> list[str]:
+        lines = [f"{self.path}: note: {n}" for n in self.notes]
+        errors = sum(v.severity == "error" for v in self.violations)
+        for v in self.violations:
+            lines.append(f"{self.path}: {v.code} {v.severity}: {v.message}")
+        status = "ok" if self.valid else f"invalid ({errors} error{'s' if errors != 1 else ''})"
+        lines.append(f"{self.path}: {status}, {self.ops} ops checked")
+        return lines
+
+    def github_lines(self) -> list[str]:
+        def esc(s: str) -> str:
+            return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+        out = []
+        for v in self.violations:
+            level = "error" if v.severity == "error" else "warning"
+            line = getattr(v, "line", None) or 1
+            out.append(f"::{level} file={self.path},line={line},title={v.code}::{esc(v.message)}")
+        if not out:
+            out.append(f"{self.path}: ok, {self.ops} ops checked")
+        return out
+
+
+def check_schedule(schedule: Schedule, *, memory_limit: float | None = None, p2p: str = "nccl") -> list[Violation]:
+    return run_checks(schedule, memory_limit=memory_limit, p2p=p2p)
+
+
+def check_file(path: str, *, microbatches: int | None = None, memory_limit: float | None = None,
+               p2p: str = "nccl") -> FileReport:
+    from pptl.formats.loader import load_any
+
+    loaded = load_any(path, microbatches=microbatches, memory_limit=memory_limit)
+    if loaded.schedule is None:
+        raise InputError(f"{path}: is a {loaded.kind}, not a schedule; 'pptl check' takes plans, configs and schedules")
+    violations = run_checks(loaded.schedule, memory_limit=memory_limit, p2p=p2p)
+    return FileReport(path, loaded.kind, len(loaded.schedule.ops), violations, loaded.notes)
+
+
+def expand_paths(patterns: list[str]) -> list[str]:
+    """Expand globs (for shells and CI that pass them quoted); a pattern matching nothing is an error."""
+    paths: list[str] = []
+    for pat in patterns:
+        if any(ch in pat for ch in "*?["):
+            hits = sorted(glob.glob(pat, recursive=True))
+            if not hits:
+                raise InputError(f"{pat}: no file matches")
+            paths.extend(hits)
+        else:
+            if not Path(pat).exists():
+                raise InputError(f"{pat}: no such file")
+            paths.append(pat)
+    return paths
+
+
+def costs_from_timeline(timeline: Timeline) -> dict[str, Any]:
+    """Mean measured duration per op kind (base) and per (stage, kind) (overrides).
+
+    Only compute lanes calibrate F/B/I/W/FB; SEND times give the P2P latency.
+    """
+    sums: dict[tuple[int, str], list[float]] = {}
+    base: dict[str, list[float]] = {}
+    for e in timeline.events:
+        if e.lane == "compute":
+            key = e.kind
+            sums.setdefault((e.stage, key), []).append(e.duration)
+            base.setdefault(key, []).append(e.duration)
+    costs: dict[str, Any] = {k: sum(v) / len(v) for k, v in base.items()}
+    stages: dict[int, dict[str, float]] = {}
+    for (stage, key), vals in sums.items():
+        if stage >= 0:
+            stages.setdefault(stage, {})[key] = sum(vals) / len(vals)
+    if stages:
+        costs["stages"] = stages
+    sends = [e.duration for e in timeline.events if e.kind == "SEND"]
+    if sends:
+        sends.sort()
+        costs["comm"] = {"latency": sends[len(sends) // 2]}
+    return costs
+
+
+def calibrate_config(cfg: Config, measured: Path) -> Config:
+    """Replace the config's costs with the measured means of ``measured`` (a timeline or a plan)."""
+    from pptl.config import costs_from_mapping
+    from pptl.formats.loader import load_any
+
+    timeline = load_any(measured).timeline
+    if timeline is None or not timeline.events:
+        raise InputError(f"{measured}: has no events to calibrate from")
+    data = costs_from_timeline(timeline)
+    costs = costs_from_mapping(data, source=str(measured))
+    return replace(cfg, costs=costs)

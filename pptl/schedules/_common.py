@@ -1,0 +1,151 @@
+"""Pieces every family shares: the family record, stage placement, and turning per-rank compute
+orders into a full schedule with SEND/RECV ops and the derived dependencies.
+
+A family only decides the order of compute ops on each rank (its phase table); everything that
+follows from the model (communication, dependencies) is built here the same way for all.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from pptl.config import Config
+from pptl.deps import roles, training_deps
+from pptl.errors import InputError
+from pptl.ir import Op, Schedule, ScheduleBuilder
+
+__all__ = [
+    "Family",
+    "loop_rank",
+    "v_rank",
+    "compute_op",
+    "assemble",
+    "require",
+    "backward_ops",
+]
+
+
+@dataclass(frozen=True)
+class Family:
+    """What a schedule family registers. ``pptl schedules`` prints these."""
+
+    name: str
+    summary: str
+    constraints: str
+    """The rules ``validate`` enforces, in words."""
+    validate: Callable[[Config], None]
+    """Raises InputError with the field, the value and the fix when a config does not fit."""
+    build: Callable[[Config], Schedule]
+    bubble: Callable[[Config], float | None]
+    """Textbook idle time per rank with zero communication cost (None where none is published)."""
+    bubble_formula: str
+    memory: Callable[[Config], float | None]
+    """Textbook peak activation on the busiest rank, in activation units."""
+    memory_formula: str
+    source: str = ""
+    """Where the definition comes from (paper, repository)."""
+    style: str = "default"
+    """Figure style ``--style auto`` picks (default, dualpipe, moe, weight-update)."""
+    aliases: tuple[str, ...] = field(default_factory=tuple)
+
+
+def require(cond: bool, cfg: Config, field_name: str, value: object, expected: str) -> None:
+    """Raise the one-line config error every family uses."""
+    if not cond:
+        raise InputError(f"{cfg.source}: field '{field_name}': got {value}, {expected} for schedule '{cfg.schedule}'")
+
+
+def loop_rank(stage: int, pp: int) -> tuple[int, int]:
+    """Looped placement: stage s on rank s % pp, chunk s // pp (GPipe, 1F1B, interleaved)."""
+    return stage % pp, stage // pp
+
+
+def v_rank(stage: int, pp: int) -> tuple[int, int]:
+    """V placement: rank r holds stages r and 2pp-1-r (ZB-V, DualPipeV)."""
+    return (stage, 0) if stage < pp else (2 * pp - 1 - stage, 1)
+
+
+def compute_op(kind: str, rank: int, stage: int, mb: int, chunk: int = 0, direction: int = 0,
+               pair: tuple[int, int, int] | None = None) -> Op:
+    return Op(kind=kind, rank=rank, lane="compute", stage=stage, mb=mb, chunk=chunk, direction=direction, pair=pair)
+
+
+def backward_ops(cfg: Config, rank: int, stage: int, mb: int, chunk: int = 0, direction: int = 0) -> list[Op]:
+    """B, or I then W when the config splits the backward."""
+    if cfg.split_backward:
+        return [compute_op("I", rank, stage, mb, chunk, direction), compute_op("W", rank, stage, mb, chunk, direction)]
+    return [compute_op("B", rank, stage, mb, chunk, direction)]
+
+
+def assemble(cfg: Config, family: str, orders: dict[int, list[Op]], *, num_stages: int, microbatches: int,
+             directions: int = 1, meta: dict | None = None, comm: bool = True) -> Schedule:
+    """Build a :class:`Schedule` from each rank's compute order.
+
+    SENDs go on the producer's ``send`` lane in the order their data is produced; RECVs on the
+    consumer's ``recv`` lane in the order their data is needed. Stages on one rank pass data
+    locally (no SEND/RECV). With ``comm=False`` only compute lanes are built.
+    """
+    place: dict[tuple[int, int], int] = {}
+    for rank, ops in orders.items():
+        for op in ops:
+            for _, d, s, _ in roles(op):
+                place.setdefault((d, s), rank)
+    b = ScheduleBuilder()
+    for rank in sorted(orders):
+        b.extend(orders[rank])
+    if comm:
+        sends: dict[int, list[Op]] = {}
+        recvs: dict[int, list[tuple[int, int, Op]]] = {}
+        last = num_stages - 1
+        for rank in sorted(orders):
+            for pos, op in enumerate(orders[rank]):
+                for role, d, s, mb in roles(op):
+                    if role == "F" and s < last:
+                        peer_stage, flow = s + 1, "F"
+                    elif role == "G" and s > 0:
+                        peer_stage, flow = s - 1, "B"
+                    else:
+                        continue
+                    peer = place.get((d, peer_stage))
+                    if peer is None or peer == rank:
+                        continue
+                    sends.setdefault(rank, []).append(
+                        Op(kind="SEND", rank=rank, lane="send", stage=s, mb=mb, direction=d, peer=peer, flow=flow))
+                    recvs.setdefault(peer, []).append((0, 0, Op(kind="RECV", rank=peer, lane="recv", stage=peer_stage,
+                                                                  mb=mb, direction=d, peer=rank, flow=flow)))
+        # A RECV sits just before the op that needs it, in that rank's compute order.
+        need_pos = _need_positions(orders)
+        for rank, items in recvs.items():
+            keyed = []
+            for _, _, op in items:
+                role = "F" if op.flow == "F" else "G"
+                keyed.append((need_pos.get((rank, role, op.direction, op.stage, op.mb), 1 << 60), op.flow != "F", op))
+            keyed.sort(key=lambda t: (t[0], t[1]))
+            b.extend(op for _, _, op in keyed)
+        for rank in sorted(sends):
+            b.extend(sends[rank])
+    return Schedule(family=family, pp=cfg.pp, num_stages=num_stages, microbatches=microbatches, ops=b.ops,
+                    lanes=b.lanes, deps=training_deps(b.ops, num_stages), directions=directions, config=cfg,
+                    meta=dict(meta or {}))
+
+
+def _need_positions(orders: dict[int, list[Op]]) -> dict[tuple[int, str, int, int, int], int]:
+    """(rank, role needed, direction, stage of the receiver, mb) -> position of the first op needing it.
+
+    role "F": the F at that stage needs activations; role "G": the op producing G at that stage
+    needs the gradient from the next stage.
+    """
+    out: dict[tuple[int, str, int, int, int], int] = {}
+    for rank, ops in orders.items():
+        for pos, op in enumerate(ops):
+            for role, d, s, mb in roles(op):
+                if role in ("F", "G"):
+                    out.setdefault((rank, role, d, s, mb), pos)
+    return out
+
+
+def chain(*parts: Iterable[Op]) -> list[Op]:
+    out: list[Op] = []
+    for p in parts:
+        out.extend(p)
+    return out

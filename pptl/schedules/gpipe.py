@@ -1,0 +1,48 @@
+"""GPipe: every forward, then every backward (Huang et al., 2019, "GPipe").
+
+Assumptions: looped placement, one stage per rank; backward runs in micro-batch order, as
+torch.distributed.pipelining's ScheduleGPipe does. Works with fewer micro-batches than stages.
+"""
+from __future__ import annotations
+
+from pptl.config import Config
+from pptl.ir import Op, Schedule
+from pptl.schedules._common import Family, assemble, backward_ops, compute_op, require
+
+__all__ = ["FAMILY", "build", "validate"]
+
+
+def validate(cfg: Config) -> None:
+    require(cfg.vpp == 1, cfg, "vpp", cfg.vpp, "expected 1 (use interleaved-1f1b for several chunks per rank)")
+
+
+def build(cfg: Config) -> Schedule:
+    validate(cfg)
+    p, m = cfg.pp, cfg.microbatches
+    orders: dict[int, list[Op]] = {}
+    for r in range(p):
+        # Phase 1: F_0 .. F_{m-1}.  Phase 2: B_0 .. B_{m-1}.
+        order = [compute_op("F", r, r, mb) for mb in range(m)]
+        for mb in range(m):
+            order += backward_ops(cfg, r, r, mb)
+        orders[r] = order
+    return assemble(cfg, "gpipe", orders, num_stages=p, microbatches=m)
+
+
+def bubble(cfg: Config) -> float:
+    c = cfg.costs
+    return (cfg.pp - 1) * (c.lookup("F") + c.lookup("B"))
+
+
+FAMILY = Family(
+    name="gpipe",
+    summary="all forwards, then all backwards",
+    constraints="vpp = 1; any pp >= 1 and microbatches >= 1 (fewer micro-batches than stages is fine)",
+    validate=validate,
+    build=build,
+    bubble=bubble,
+    bubble_formula="(p-1)(F+B)",
+    memory=lambda cfg: float(cfg.microbatches) * cfg.activation,
+    memory_formula="m",
+    source="Huang et al. 2019, GPipe",
+)
