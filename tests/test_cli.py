@@ -1,0 +1,127 @@
+"""The command line: exit codes, one-line errors, JSON contract."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pptl.cli import app
+
+runner = CliRunner()
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def test_plan_flags_prints_metrics_table() -> None:
+    result = runner.invoke(app, ["plan", "--schedule", "1f1b", "--pp", "4", "--microbatches", "8"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == "1f1b: pp=4 microbatches=8 makespan=33 bubble=27.3%"
+    assert "makespan 33 · ops 160 · bubble 27.3%" in result.stdout
+    assert "textbook bubble per rank (p-1)(F+B) = 9; simulated (max idle) 9" in result.stdout
+
+
+def test_plan_json_contract() -> None:
+    result = runner.invoke(app, ["plan", "--schedule", "1f1b", "--pp", "4", "--microbatches", "8",
+                                 "--cost", "F=1,B=3", "--output", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["makespan"] == 8 * 4 + 3 * 4
+    assert [r["rank"] for r in data["ranks"]] == [0, 1, 2, 3]
+    assert set(data["ranks"][0]) >= {"rank", "busy", "idle", "bubble_fraction", "peak_activation"}
+
+
+def test_plan_config_file_and_output_file(tmp_path: Path) -> None:
+    out = tmp_path / "plan.json"
+    result = runner.invoke(app, ["plan", str(FIXTURES / "interleaved.yaml"), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["format"] == "pptl-plan"
+    check = runner.invoke(app, ["check", str(out)])
+    assert check.exit_code == 0, check.output
+    assert check.stdout.strip().endswith("ok, 352 ops checked")
+
+
+def test_plan_fewer_microbatches_than_stages() -> None:
+    result = runner.invoke(app, ["plan", str(FIXTURES / "1f1b_few_microbatches.toml"), "--output", "json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["makespan"] == (3 + 7) * 3
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["plan", "--schedule", "warp", "--pp", "2", "--microbatches", "2"],
+         "error: unknown schedule 'warp'; known schedules: gpipe, 1f1b, interleaved-1f1b"),
+        (["plan", "--schedule", "1f1b", "--pp", "2"], "error: --microbatches required with --schedule"),
+        (["plan"], "error: give a config file or --schedule"),
+        (["plan", "--schedule", "1f1b", "--pp", "2", "--microbatches", "2", "--cost", "F"],
+         "error: --cost: got 'F', expected KIND=VALUE such as F=1"),
+        (["plan", "--schedule", "1f1b", "--pp", "2", "--microbatches", "2", "--output", "xml"],
+         "error: --output: got 'xml', expected one of text, json"),
+        (["plan", "--schedule", "interleaved-1f1b", "--pp", "2", "--microbatches", "4"],
+         "error: <flags>: field 'vpp': got 1, expected at least 2 chunks per rank"),
+        (["plan", str(FIXTURES / "bad" / "negative_pp.yaml")], "field 'pp': got -2, expected an integer >= 1"),
+        (["check", str(FIXTURES / "bad" / "newer_plan.json")], "plan format version 99 is newer"),
+        (["check", "no/such/file.json"], "error: no/such/file.json: no such file"),
+        (["check", "fixtures/none-*.json"], "error: fixtures/none-*.json: no file matches"),
+    ],
+    ids=["unknown-schedule", "missing-mb", "nothing", "bad-cost", "bad-output", "family-rule", "bad-config",
+         "newer-plan", "missing-file", "empty-glob"],
+)
+def test_bad_input_is_one_line_exit_2(args: list[str], line: str) -> None:
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    err = result.stderr.strip().splitlines()
+    assert len(err) == 1 and line in err[0], err
+    assert "Traceback" not in result.output
+
+
+def test_unknown_option_is_usage_error() -> None:
+    result = runner.invoke(app, ["plan", "--bogus"])
+    assert result.exit_code == 2
+
+
+def test_check_invalid_exits_1_and_names_violation() -> None:
+    result = runner.invoke(app, ["check", str(FIXTURES / "invalid" / "deadlock_two_ranks.json")])
+    assert result.exit_code == 1, result.output
+    assert "PP007 error: deadlock across ranks 0, 1:" in result.stdout
+
+
+def test_check_many_files_json() -> None:
+    result = runner.invoke(app, ["check", str(FIXTURES / "1f1b.yaml"), str(FIXTURES / "invalid" / "missing.json"),
+                                 "--output", "json"])
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.stdout)
+    assert [f["valid"] for f in data["files"]] == [True, False]
+    assert data["files"][1]["violations"][0]["code"] == "PP003"
+    assert data["valid"] is False
+
+
+def test_check_memory_limit_flag() -> None:
+    ok = runner.invoke(app, ["check", str(FIXTURES / "1f1b.yaml"), "--memory-limit", "4"])
+    bad = runner.invoke(app, ["check", str(FIXTURES / "1f1b.yaml"), "--memory-limit", "3"])
+    assert ok.exit_code == 0 and bad.exit_code == 1
+    assert "PP009 error: rank 0 holds 4 activation units" in bad.stdout
+
+
+def test_schedules_json_lists_families() -> None:
+    result = runner.invoke(app, ["schedules", "--output", "json"])
+    assert result.exit_code == 0
+    names = [f["name"] for f in json.loads(result.stdout)]
+    assert names[:3] == ["gpipe", "1f1b", "interleaved-1f1b"]
+
+
+def test_version() -> None:
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.stdout.startswith("pptl 0.1.0")
+
+
+def test_python_m_pptl_help() -> None:
+    proc = subprocess.run([sys.executable, "-m", "pptl", "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0
+    assert "plan" in proc.stdout and "check" in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "pptl", "-h"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0

@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from pptl.config import Config, load_config, config_from_mapping, parse_cost_flags
+from pptl.errors import InputError
+
+
+def test_load_yaml_fixture(fixtures: Path) -> None:
+    cfg = load_config(fixtures / "interleaved.yaml")
+    assert (cfg.schedule, cfg.pp, cfg.vpp, cfg.microbatches) == ("interleaved-1f1b", 4, 2, 8)
+    assert cfg.costs.lookup("F") == 1.0 and cfg.costs.lookup("B") == 2.0
+    assert cfg.group == 4
+
+
+def test_load_toml_fixture(fixtures: Path) -> None:
+    cfg = load_config(fixtures / "1f1b_few_microbatches.toml")
+    assert (cfg.pp, cfg.microbatches) == (8, 3)
+
+
+def test_json_and_overrides(tmp_path: Path) -> None:
+    p = tmp_path / "c.json"
+    p.write_text('{"schedule": "gpipe", "pp": 2, "microbatches": 4}')
+    cfg = load_config(p, microbatches=6)
+    assert cfg.microbatches == 6 and cfg.source == str(p)
+
+
+def test_costs_stage_overrides_and_fb_default() -> None:
+    cfg = config_from_mapping({"schedule": "1f1b", "pp": 2, "microbatches": 2,
+                               "costs": {"F": 1, "B": 3, "stages": {1: {"F": 2}}},
+                               "comm": {"latency": 0.5, "bandwidth": 100, "bytes": 50}})
+    c = cfg.costs
+    assert c.lookup("F", 1) == 2 and c.lookup("F", 0) == 1
+    assert c.lookup("FB", 1) == 5  # F+B at that stage
+    assert c.comm_time(0) == pytest.approx(1.0)
+
+
+def test_i_and_w_imply_b() -> None:
+    cfg = config_from_mapping({"schedule": "1f1b", "pp": 2, "microbatches": 2, "costs": {"I": 1.5, "W": 0.5}})
+    assert cfg.costs.lookup("B") == 2.0
+
+
+def test_parse_cost_flags() -> None:
+    assert parse_cost_flags(["F=1", "B=2,I=1"]) == {"F": 1.0, "B": 2.0, "I": 1.0}
+
+
+@pytest.mark.parametrize(
+    "data, match",
+    [
+        ({"pp": 4, "microbatches": 2}, r"field 'schedule' is required. Example"),
+        ({"schedule": "1f1b", "microbatches": 2}, r"field 'pp' is required"),
+        ({"schedule": "1f1b", "pp": 0, "microbatches": 2}, r"field 'pp': got 0, expected an integer >= 1"),
+        ({"schedule": "1f1b", "pp": "four", "microbatches": 2}, r"field 'pp': got 'four', expected an integer"),
+        ({"schedule": "1f1b", "pp": True, "microbatches": 2}, r"field 'pp': got True"),
+        ({"schedule": "1f1b", "pp": 2, "microbatches": 10**9}, r"expected at most 1000000"),
+        ({"schedule": "1f1b", "pp": 2, "microbatches": 2, "costs": {"F": -1}}, r"costs.F': got -1, expected a finite number >= 0"),
+        ({"schedule": "1f1b", "pp": 2, "microbatches": 2, "costs": {"F": float("nan")}}, r"got NaN"),
+        ({"schedule": "1f1b", "pp": 2, "microbatches": 2, "costs": [1, 2]}, r"field 'costs': got a list"),
+        ({"schedule": "1f1b", "pp": 2, "microbatches": 2, "comm": {"bandwidth": 0}}, r"comm.bandwidth': got 0, expected a number > 0"),
+        ({"schedule": "1f1b", "pp": 2, "microbatches": 2, "comm": {"speed": 1}}, r"field 'comm.speed' is unknown"),
+        ({"schedule": "1f1b", "pp": 2, "microbatches": 2, "colour": "red"}, r"unknown field 'colour'; known fields:"),
+        ({"schedule": "1f1b", "pp": 2, "microbatches": 2, "workload": {"dtype": "int8"}}, r"workload.dtype': got 'int8'"),
+        ({"schedule": "1f1b", "pp": 2, "microbatches": 2, "w_activation": 2}, r"expected at most 1.0"),
+    ],
+    ids=["no-schedule", "no-pp", "zero-pp", "text-pp", "bool-pp", "huge-mb", "negative-cost", "nan-cost",
+         "costs-list", "zero-bandwidth", "unknown-comm", "unknown-field", "bad-dtype", "w-activation"],
+)
+def test_bad_configs(data: dict, match: str) -> None:
+    with pytest.raises(InputError, match=match):
+        config_from_mapping(data, source="c.yaml")
+
+
+@pytest.mark.parametrize(
+    "name, text, match",
+    [
+        ("c.yaml", "schedule: 1f1b\npp: [4\n", r"c.yaml: not valid YAML"),
+        ("c.yaml", "schedule: 1f1b\npp: 2\npp: 3\nmicrobatches: 1\n", r"duplicate key 'pp'"),
+        ("c.json", '{"schedule": "1f1b", "pp": 2, "pp": 3}', r"duplicate key 'pp'"),
+        ("c.json", '{"schedule": "1f1b", "pp": NaN}', r"'NaN' is not a number JSON allows"),
+        ("c.toml", "schedule = ", r"not valid TOML"),
+        ("c.yaml", "- 1\n- 2\n", r"expected a mapping of fields at the top level, got a list"),
+        ("c.ini", "x", r"unknown file type '.ini'"),
+        ("c.yaml", "", r"expected a mapping of fields at the top level, got nothing"),
+    ],
+    ids=["broken-yaml", "dup-yaml", "dup-json", "nan-json", "broken-toml", "list-top", "unknown-suffix", "empty"],
+)
+def test_bad_files(tmp_path: Path, name: str, text: str, match: str) -> None:
+    p = tmp_path / name
+    p.write_text(text)
+    with pytest.raises(InputError, match=match):
+        load_config(p)
+
+
+def test_binary_file(tmp_path: Path) -> None:
+    p = tmp_path / "c.yaml"
+    p.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(InputError, match="not UTF-8 text"):
+        load_config(p)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="cannot read"):
+        load_config(tmp_path / "nope.yaml")
