@@ -6,6 +6,7 @@ one line on stderr and its exit code (2 bad input or usage, 1 invalid schedule o
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import sys
 from pathlib import Path
@@ -66,6 +67,8 @@ def _main(
                                           help="Print the version and exit.")] = False,
 ) -> None:
     """Plan, check, draw and run pipeline-parallel training schedules."""
+    # Plans reach 400k ops; the default collector thresholds rescan that heap thousands of times.
+    gc.set_threshold(200_000, 20, 100)
 
 
 # ----------------------------------------------------------------------------------------------

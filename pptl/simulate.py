@@ -109,7 +109,8 @@ def durations(schedule: Schedule, costs: Costs) -> list[float]:
 
 
 def simulate(schedule: Schedule, costs: Costs | None = None, *, dag: nx.DiGraph | None = None,
-             activation: float | None = None, w_activation: float | None = None) -> Simulation:
+             order: list[int] | None = None, activation: float | None = None,
+             w_activation: float | None = None) -> Simulation:
     """Time every op of ``schedule`` and compute its metrics.
 
     Raises:
@@ -133,7 +134,8 @@ def simulate(schedule: Schedule, costs: Costs | None = None, *, dag: nx.DiGraph 
     via = [-1] * n
     pred = g.pred
     try:
-        order = list(nx.topological_sort(g))
+        if order is None:
+            order = list(nx.topological_sort(g))
     except nx.NetworkXUnfeasible:
         raise InvalidScheduleError("the schedule deadlocks (its DAG has a cycle); run 'pptl check' to see the cycle") from None
     for v in order:

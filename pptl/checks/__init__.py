@@ -58,7 +58,7 @@ class Context:
     def simulation(self):
         from pptl.simulate import simulate
 
-        return simulate(self.schedule, dag=self.dag)
+        return simulate(self.schedule, dag=self.dag, order=self.order)
 
     @cached_property
     def ids(self) -> list[str]:

@@ -45,13 +45,13 @@ def duplicate_ops(ctx: Context) -> list[Violation]:
     """
     s = ctx.schedule
     out: list[Violation] = []
-    seen: dict[object, str] = {}
+    seen: set = set()
     work: dict[tuple, str] = {}
     for op in s.ops:
         if op in seen:
             out.append(Violation("PP002", f"duplicate op {op.id}", (op.id,)))
             continue
-        seen[op] = op.id
+        seen.add(op)
         for key in roles(op):
             if key in work:
                 role, d, st, mb = key
