@@ -122,10 +122,12 @@ def plan(
         planning.write_plan(result, out_file)
     if output == "json":
         out.print_json(json.dumps(result.metrics))
-        return
-    _print_plan(result)
-    if out_file is not None:
-        err.print(f"wrote {out_file}")
+    else:
+        _print_plan(result)
+        if out_file is not None:
+            err.print(f"wrote {out_file}")
+    if not result.valid:
+        raise typer.Exit(1)
 
 
 def _print_plan(result: Any) -> None:
@@ -146,6 +148,10 @@ def _print_plan(result: Any) -> None:
         if textbook is not None:
             out.print(f"textbook bubble per rank {fam.bubble_formula} = {textbook:g}; "
                       f"simulated (max idle) {max(r['idle'] for r in m['ranks']):g}")
+    for v in result.violations:
+        out.print(f"{v.code} {v.severity}: {v.message}", markup=False)
+    for line in m.get("report", ()):
+        out.print(line, markup=False)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 from pptl.checks import Violation, run_checks
 from pptl.config import Config, config_from_mapping, load_config, parse_cost_flags
-from pptl.errors import InputError
+from pptl.errors import InputError, InvalidScheduleError
 from pptl.fileio import atomic_write, check_writable
 from pptl.ir import Schedule
 from pptl.schedules import Family, build_schedule, get_family
@@ -27,10 +27,15 @@ __all__ = ["PlanResult", "FileReport", "make_config", "plan", "write_plan", "che
 @dataclass
 class PlanResult:
     schedule: Schedule
-    simulation: Simulation
+    simulation: Simulation | None
     family: Family | None
     metrics: dict
     title: str
+    violations: list[Violation] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        return not any(v.severity == "error" for v in self.violations)
 
     @property
     def timeline(self) -> Timeline:
@@ -71,10 +76,27 @@ def title_of(schedule: Schedule, makespan: float, bubble: float) -> str:
             f"makespan={makespan:g} bubble={100 * bubble:.1f}%")
 
 
-def plan(cfg: Config) -> PlanResult:
-    """Build, simulate and summarise. Raises InputError for configs the family refuses."""
+def plan(cfg: Config, *, check: bool = True) -> PlanResult:
+    """Build, check (every rule), simulate and summarise.
+
+    Raises:
+        InputError: the family refuses the config.
+        InvalidScheduleError: the generated order deadlocks (the violations name the cycle).
+    """
+    from pptl.checks import Context, rule_table
+
     schedule = build_schedule(cfg)
-    sim = simulate(schedule)
+    ctx = Context(schedule, memory_limit=cfg.memory_limit)
+    violations: list[Violation] = []
+    if check:
+        for rule in rule_table():
+            if not (rule.needs_acyclic and ctx.order is None):
+                violations.extend(rule.fn(ctx))
+        violations.sort(key=lambda v: (v.severity != "error", v.code))
+    if ctx.order is None:
+        cycle = next((v.message for v in violations if v.code == "PP007"), "its DAG has a cycle")
+        raise InvalidScheduleError(f"{cfg.schedule} with this config cannot run: {cycle}")
+    sim = simulate(schedule, dag=ctx.dag, order=ctx.order)
     metrics = sim.metrics()
     fam = get_family(cfg.schedule)
     try:
@@ -86,9 +108,12 @@ def plan(cfg: Config) -> PlanResult:
     metrics["pp"] = cfg.pp
     metrics["vpp"] = cfg.vpp
     metrics["microbatches"] = cfg.microbatches
+    if fam.extra_metrics is not None:
+        metrics.update(fam.extra_metrics(schedule, sim))
     title = title_of(schedule, sim.makespan, metrics["bubble_fraction"])
     schedule.meta.setdefault("title", title)
-    return PlanResult(schedule, sim, fam, metrics, title)
+    metrics["violations"] = [v.to_dict() for v in violations]
+    return PlanResult(schedule, sim, fam, metrics, title, violations)
 
 
 def write_plan(result: PlanResult, path: Path) -> None:

@@ -125,3 +125,17 @@ def test_python_m_pptl_help() -> None:
     assert "plan" in proc.stdout and "check" in proc.stdout
     proc = subprocess.run([sys.executable, "-m", "pptl", "-h"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0
+
+
+def test_plan_runs_checks_and_exits_1_when_invalid() -> None:
+    result = runner.invoke(app, ["plan", str(FIXTURES / "invalid" / "over_memory.yaml")])
+    assert result.exit_code == 1, result.output
+    assert "PP009 error: rank 0 holds 5 activation units at t=4" in result.stdout
+
+
+def test_plan_of_a_deadlocking_order_is_one_line_exit_1() -> None:
+    result = runner.invoke(app, ["plan", "--schedule", "interleaved-1f1b", "--pp", "4", "--vpp", "3",
+                                 "--microbatches", "9"])
+    assert result.exit_code == 1, result.output
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("error: interleaved-1f1b with this config cannot run: deadlock across ranks 0, 3:")
