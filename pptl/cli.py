@@ -211,6 +211,73 @@ def schedules(output: OutputFmt = "text") -> None:
     out.print(table)
 
 
+# ----------------------------------------------------------------------------------------------
+# pptl render, pptl demo (drawing lives in pptl/render/, the demo's loop in pptl/demo.py)
+
+
+@command("render")
+def render(
+    file: Annotated[Path, typer.Argument(help="Plan, timeline, or config (planned on the fly).", show_default=False)],
+    style: Annotated[str, typer.Option("--style", help="auto, default, dualpipe, moe or weight-update.")] = "auto",
+    html: Annotated[bool, typer.Option("--html", help="Write interactive HTML (to FILE's name + .html unless -o).")] = False,
+    out_file: Annotated[Optional[Path], typer.Option("-o", "--out", help="Draw to .png, .svg, .pdf or .html.")] = None,
+    width: Annotated[Optional[int], typer.Option("--width", help="Terminal width in columns.")] = None,
+) -> None:
+    """Draw a timeline: in the terminal by default, or to PNG/SVG/PDF/HTML with -o (or --html)."""
+    from pptl.render import load_timeline, output_format, write_file
+    from pptl.render.styles import STYLE_NAMES
+
+    if style not in STYLE_NAMES:
+        raise InputError(f"--style: got '{style}', expected one of {', '.join(STYLE_NAMES)}")
+    if width is not None and width < 40:
+        raise InputError(f"--width: got {width}, expected at least 40 columns")
+    if html and out_file is not None and output_format(out_file) != "html":
+        raise InputError(f"--html writes HTML but -o {out_file} is not .html; drop --html or name a .html file")
+    if html and out_file is None:
+        out_file = Path(file.stem + ".html")
+    if out_file is not None:
+        output_format(out_file)  # a bad suffix fails before any planning
+    tl = load_timeline(file)
+    if out_file is not None:
+        for warning in write_file(tl, out_file, style=style):
+            err.print(f"warning: {warning}", markup=False)
+        err.print(f"wrote {out_file}", markup=False)
+        return
+    from pptl.render.terminal import TerminalOptions, TimelineView
+
+    console = Console(width=width, highlight=False) if width else out
+    console.print(TimelineView(tl, TerminalOptions(style=style)))
+
+
+@command("demo")
+def demo(
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder for the figures.")] = Path("out"),
+    fixtures: Annotated[Optional[Path], typer.Option("--fixtures", help="Folder of example configs.")] = None,
+) -> None:
+    """Plan and draw every example config in fixtures/ (PNG + HTML each); print what was written."""
+    from pptl.demo import run_demo
+
+    with err.status("drawing examples") as status:
+        items = run_demo(out_dir, fixtures=fixtures, progress=lambda name: status.update(f"drawing {name}"))
+    table = Table(show_edge=False, pad_edge=False)
+    for col in ("example", "family", "style", "ops", "makespan", "bubble", "wrote"):
+        table.add_column(col, justify="right" if col in ("ops", "makespan", "bubble") else "left")
+    for it in items:
+        if it.ok:
+            table.add_row(it.fixture, it.family, it.style, str(it.ops), f"{it.makespan:g}",
+                          f"{100 * it.bubble:.1f}%", " ".join(it.files))
+        else:
+            table.add_row(it.fixture, "", "", "", "", "", f"error: {it.error}")
+    out.print(table)
+    for it in items:
+        for w in it.warnings:
+            err.print(f"warning: {it.fixture}: {w}", markup=False)
+    failed = sum(not it.ok for it in items)
+    out.print(f"{len(items) - failed} of {len(items)} examples drawn into {out_dir}")
+    if failed:
+        raise typer.Exit(1)
+
+
 def main() -> None:
     """Console entry point."""
     app()

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from pptl.config import config_from_mapping, read_structured
+from pptl.config import MAX_OPS, config_from_mapping, read_structured
 from pptl.deps import training_deps
 from pptl.errors import InputError
 from pptl.ir import Op, Schedule, ScheduleBuilder
@@ -90,6 +90,10 @@ def plan_from_dict(data: Any, *, source: str = "<plan>") -> tuple[Schedule, Time
         if not isinstance(v, int) or isinstance(v, bool) or v < lo or v > 10_000_000:
             raise InputError(f"{source}: field 'schedule.{name}': got {v!r}, expected an integer >= {lo}")
         sizes[name] = v
+    work = sizes["num_stages"] * sizes["microbatches"] * sizes["directions"]
+    if work > MAX_OPS:
+        raise InputError(f"{source}: schedule of {sizes['num_stages']} stages x {sizes['microbatches']} micro-batches "
+                         f"x {sizes['directions']} directions is more than the {MAX_OPS:,} units of work pptl checks")
     meta = head.get("meta", {})
     if not isinstance(meta, Mapping):
         raise InputError(f"{source}: field 'schedule.meta': expected an object")

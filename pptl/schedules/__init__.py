@@ -1,10 +1,11 @@
 """Schedule families. Adding one is one module plus one line in ``_FAMILIES`` below."""
 from __future__ import annotations
 
-from pptl.config import Config
+from pptl.config import MAX_OPS, Config
 from pptl.errors import InputError
 from pptl.ir import Schedule
-from pptl.schedules import gpipe, interleaved, one_f_one_b
+from pptl.schedules import dualpipe, dualpipev, gpipe, interleaved, one_f_one_b, zbv, zero_bubble
+from pptl.schedules import weight_update
 from pptl.schedules._common import Family
 
 __all__ = ["Family", "FAMILIES", "get_family", "build_schedule", "names"]
@@ -13,6 +14,12 @@ _FAMILIES: tuple[Family, ...] = (
     gpipe.FAMILY,
     one_f_one_b.FAMILY,
     interleaved.FAMILY,
+    zero_bubble.FAMILY_H1,
+    zero_bubble.FAMILY_H2,
+    zbv.FAMILY,
+    dualpipe.FAMILY,
+    dualpipev.FAMILY,
+    weight_update.FAMILY,
 )
 
 FAMILIES: dict[str, Family] = {f.name: f for f in _FAMILIES}
@@ -41,4 +48,9 @@ def build_schedule(cfg: Config) -> Schedule:
             raise
         raise InputError(f"{cfg.source}: field 'schedule': {e}") from None
     fam.validate(cfg)
+    # Bound the work before building: compute ops plus their SEND/RECV, about 6 per stage and micro-batch.
+    estimate = 6 * cfg.pp * cfg.vpp * cfg.microbatches
+    if estimate > MAX_OPS:
+        raise InputError(f"{cfg.source}: pp={cfg.pp} x vpp={cfg.vpp} x microbatches={cfg.microbatches} would plan "
+                         f"about {estimate:,} ops, more than the {MAX_OPS:,} pptl accepts; reduce microbatches")
     return fam.build(cfg)
