@@ -1,0 +1,197 @@
+"""Interactive HTML with plotly: one self-contained file that works offline (plotly.js embedded).
+
+One horizontal bar trace per category (so a legend click toggles a kind), with numeric bases on a
+numeric time axis (no date axes, no layout shapes: those do not scale). Hover names the op's id,
+kind, stage, chunk, micro-batch, start, end, duration and what it waits on. Zoom acts on the time
+axis only. plotly is imported inside the functions, so the rest of pptl never pays for it.
+
+Big timelines: above :data:`HTML_WARN_BLOCKS` blocks a browser gets slow (each bar is an SVG
+path), and above :data:`HTML_MAX_BLOCKS` we refuse and point to the Chrome-trace export, which
+Perfetto opens at any size.
+"""
+from __future__ import annotations
+
+import html as _html
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pptl.errors import InputError
+from pptl.render.layout import Grid, Layout, build_layout
+from pptl.render.styles import colour, text_colour
+from pptl.timeline import Timeline
+
+__all__ = ["HtmlOptions", "HTML_WARN_BLOCKS", "HTML_MAX_BLOCKS", "size_warning", "figure_dict", "html_document"]
+
+HTML_WARN_BLOCKS = 20_000
+HTML_MAX_BLOCKS = 250_000
+_CHROME_HINT = "write a Chrome trace with 'pptl export' and open it in Perfetto (ui.perfetto.dev), or draw a PNG with -o"
+
+
+@dataclass(frozen=True)
+class HtmlOptions:
+    style: str = "auto"
+    max_blocks: int = HTML_MAX_BLOCKS
+    max_waits: int = 4
+    """Dependencies listed per op in the hover text (the rest are counted)."""
+
+
+def size_warning(lay: Layout) -> str | None:
+    """A one-line warning for a timeline big enough to make a browser slow, else None."""
+    n = len(lay.blocks)
+    if n <= HTML_WARN_BLOCKS:
+        return None
+    return f"{n} blocks: the HTML will be slow in a browser (above {HTML_WARN_BLOCKS}); to browse it, {_CHROME_HINT}"
+
+
+def html_document(tl: Timeline, options: HtmlOptions = HtmlOptions(), *, layout: Layout | None = None) -> str:
+    """The whole HTML page as a string.
+
+    Raises:
+        InputError: more blocks than ``options.max_blocks`` (the message points to the Chrome trace).
+    """
+    import plotly.io as pio
+
+    lay = layout if layout is not None else build_layout(tl, options.style)
+    fig = figure_dict(tl, options, layout=lay)
+    page = pio.to_html(fig, validate=False, include_plotlyjs=True, full_html=True,
+                       config={"displaylogo": False, "scrollZoom": True, "responsive": True})
+    title = f"<title>{_html.escape(lay.title)}</title>"
+    return page.replace("<head>", "<head>" + title, 1)
+
+
+def figure_dict(tl: Timeline, options: HtmlOptions = HtmlOptions(), *, layout: Layout | None = None) -> dict:
+    """The plotly figure as a plain dict (no validation pass: it is built to the schema here)."""
+    lay = layout if layout is not None else build_layout(tl, options.style)
+    n = len(lay.blocks)
+    if n > options.max_blocks:
+        raise InputError(f"{n} blocks is above the HTML limit of {options.max_blocks}; {_CHROME_HINT}")
+    row_w = np.array([1.0 + 0.55 * (r.tracks - 1) for r in lay.rows] or [1.0])
+    tops = np.concatenate([[0.0], np.cumsum(row_w)[:-1]])
+    centers = tops + row_w / 2
+    traces = _idle_trace(lay, tops, row_w, centers) + _block_traces(tl, lay, tops, row_w, centers, options)
+    ticktext = [r.spec.label if r.bubble is None else f"{r.spec.label} ({100 * r.bubble:.0f}% idle)"
+                for r in lay.rows]
+    groups = [f"<b>{r.spec.group}</b> · {t}" if r.spec.group and (i == 0 or lay.rows[i - 1].spec.group != r.spec.group)
+              else t for i, (r, t) in enumerate(zip(lay.rows, ticktext))]
+    unit = "" if lay.units in ("", "unit") else f" ({lay.units})"
+    main_h = max(260, int(row_w.sum() * 30) + 170)
+    grid_h = 60 + 26 * len(lay.grid.rows) if lay.grid else 0
+    layout: dict[str, Any] = {
+        "title": {"text": _html.escape(lay.title), "x": 0.01, "font": {"size": 15}},
+        "barmode": "overlay",
+        "hovermode": "closest",
+        "dragmode": "zoom",
+        "height": main_h + grid_h,
+        "plot_bgcolor": "#FFFFFF",
+        "margin": {"l": 10, "r": 20, "t": 95, "b": 50},
+        # Above the plot, under the title: below it would collide with the axis title and grid.
+        "legend": {"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom",
+                   "itemclick": "toggle", "itemdoubleclick": "toggleothers"},
+        "uniformtext": {"mode": "hide", "minsize": 8},
+        "xaxis": {"title": {"text": "Time →" if lay.style.time_arrow else f"time{unit}"},
+                  "range": [lay.t0, lay.t1 if lay.t1 > lay.t0 else lay.t0 + 1], "zeroline": False,
+                  "showgrid": True, "gridcolor": "#EEEEEE", "showticklabels": not lay.style.time_arrow},
+        "yaxis": {"tickvals": centers.tolist(), "ticktext": groups, "autorange": False,
+                  "range": [float(row_w.sum()), 0.0], "fixedrange": True, "automargin": True},
+    }
+    if grid_h:
+        frac = grid_h / (main_h + grid_h)
+        layout["yaxis"]["domain"] = [frac + 0.04, 1.0]
+        layout["xaxis"]["anchor"] = "y"
+        traces += _grid_traces(lay.grid)
+        layout["xaxis2"] = {"domain": [0, 1], "anchor": "y2", "showticklabels": False, "showgrid": False,
+                            "zeroline": False, "fixedrange": True}
+        layout["yaxis2"] = {"domain": [0, max(frac - 0.04, 0.02)], "anchor": "x2", "autorange": "reversed",
+                            "fixedrange": True, "tickvals": list(range(len(lay.grid.rows))),
+                            "ticktext": [name for name, _ in lay.grid.rows], "automargin": True,
+                            "title": {"text": lay.grid.title}}
+    return {"data": traces, "layout": layout}
+
+
+def _idle_trace(lay: Layout, tops: np.ndarray, row_w: np.ndarray, centers: np.ndarray) -> list[dict]:
+    rows = [i for i, r in enumerate(lay.rows) if r.bubble is not None and lay.style.idle_band]
+    if not rows:
+        return []
+    span = lay.span if lay.span > 0 else 1.0
+    return [{
+        "type": "bar", "orientation": "h", "name": "Idle (bubble)", "legendrank": 2000,
+        "x": [span] * len(rows), "base": [lay.t0] * len(rows), "y": centers[rows].tolist(),
+        "width": (row_w[rows] * 0.8).tolist(), "marker": {"color": colour("idle"), "line": {"width": 0}},
+        "hoverinfo": "skip",
+    }]
+
+
+def _block_traces(tl: Timeline, lay: Layout, tops: np.ndarray, row_w: np.ndarray, centers: np.ndarray,
+                  options: HtmlOptions) -> list[dict]:
+    b = lay.blocks
+    events = tl.events
+    many = len(b) > 5000
+    traces = []
+    for k, cat in enumerate(lay.categories):
+        idx = np.nonzero(b.cat == k)[0]
+        if idx.size == 0:
+            continue
+        rows = b.row[idx]
+        y_top = tops[rows] + row_w[rows] * (0.1 + 0.8 * b.y0[idx])
+        height = row_w[rows] * 0.8 * (b.y1[idx] - b.y0[idx])
+        cols = [colour(b.colour[i]) for i in idx.tolist()]
+        uniform = len(set(cols)) == 1
+        edge_w = 0.8 if cat.edge else (0.0 if many else 0.5)
+        custom = [_hover_row(events[e], options.max_waits) for e in b.event[idx].tolist()]
+        traces.append({
+            "type": "bar", "orientation": "h", "name": cat.label, "legendgroup": cat.key,
+            "x": (b.end[idx] - b.start[idx]).tolist(), "base": b.start[idx].tolist(),
+            "y": centers[rows].tolist(), "offset": (y_top - centers[rows]).tolist(), "width": height.tolist(),
+            "marker": {"color": cols[0] if uniform else cols,
+                       "line": {"width": edge_w, "color": colour(cat.edge or "edge")}},
+            "text": [b.texts[i][0] if b.texts[i] else "" for i in idx.tolist()],
+            "textposition": "inside", "insidetextanchor": "middle", "textangle": 0, "constraintext": "inside",
+            "textfont": {"color": colour(text_colour(cat.colours[0])), "size": 11},
+            "customdata": custom,
+            "hovertemplate": _HOVER,
+        })
+    return traces
+
+
+_HOVER = ("<b>%{customdata[0]}</b><br>kind %{customdata[1]} · stage %{customdata[2]} · chunk %{customdata[3]}"
+          " · mb %{customdata[4]}<br>start %{customdata[5]} · end %{customdata[6]} · duration %{customdata[7]}"
+          "<br>waits on: %{customdata[8]}<extra></extra>")
+
+
+def _hover_row(e: Any, max_waits: int) -> list:
+    w = list(e.waits_on)
+    waits = "<br>  ".join(_html.escape(x) for x in w[:max_waits]) if w else "nothing"
+    if len(w) > max_waits:
+        waits += f"<br>  (+{len(w) - max_waits} more)"
+    mb = str(e.mb) if e.mb >= 0 else "-"
+    if e.pair is not None:
+        mb += f" (+B mb {e.pair[1]})"
+    if e.direction:
+        mb += f" dir {e.direction}"
+    return [_html.escape(e.op), e.kind, e.stage if e.stage >= 0 else "-", e.chunk if e.chunk >= 0 else "-", mb,
+            f"{e.start:g}", f"{e.end:g}", f"{e.duration:g}", waits]
+
+
+def _grid_traces(grid: Grid) -> list[dict]:
+    ys, xs, offs, widths, cols, texts, inks = [], [], [], [], [], [], []
+    for r, (_, cells) in enumerate(grid.rows):
+        for c, cell in enumerate(cells):
+            k = len(cell.colours)
+            for j, col in enumerate(cell.colours):
+                ys.append(r)
+                xs.append(c)
+                offs.append(-0.4 + 0.8 * j / k)
+                widths.append(0.8 / k)
+                cols.append(colour(col))
+                inks.append(colour(text_colour(col)))
+                texts.append(cell.texts[j] if j < len(cell.texts) else "")
+    if not ys:
+        return []
+    return [{
+        "type": "bar", "orientation": "h", "name": grid.title, "showlegend": False, "xaxis": "x2", "yaxis": "y2",
+        "x": [0.94] * len(ys), "base": xs, "y": ys, "offset": offs, "width": widths,
+        "marker": {"color": cols, "line": {"width": 0}}, "text": texts, "textposition": "inside",
+        "insidetextanchor": "middle", "textangle": 0, "textfont": {"size": 10, "color": inks}, "hoverinfo": "skip",
+    }]

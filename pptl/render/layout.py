@@ -1,0 +1,184 @@
+"""What every renderer draws, computed once: rows, blocks (as flat arrays), legend, title, grid.
+
+A :class:`Layout` is independent of the drawing library; matplotlib, plotly and the terminal each
+turn it into their own picture. Blocks are kept as parallel numpy arrays because plans reach
+hundreds of thousands of ops and the renderers draw them as one collection.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pptl.render.styles import Category, RowSpec, Style, resolve_style
+from pptl.timeline import Timeline
+
+__all__ = ["Row", "Blocks", "GridCell", "Grid", "Layout", "build_layout", "title_line", "overall_bubble"]
+
+
+@dataclass(frozen=True)
+class Row:
+    spec: RowSpec
+    tracks: int
+    """Stacked tracks (1 unless the row is packed and its ops overlap)."""
+    bubble: float | None
+    """Idle fraction of the rank's compute lane, where the row shows it."""
+
+
+@dataclass
+class Blocks:
+    """Parallel arrays, one entry per drawn part (an FB op gives two)."""
+
+    row: np.ndarray
+    """Row index."""
+    y0: np.ndarray
+    y1: np.ndarray
+    """Vertical extent inside the row, 0 = top, 1 = bottom (tracks folded in)."""
+    start: np.ndarray
+    end: np.ndarray
+    cat: np.ndarray
+    """Index into :attr:`Layout.categories`."""
+    colour: list[str]
+    """Semantic colour name of each block."""
+    texts: list[tuple[str, ...]]
+    event: np.ndarray
+    """Index into the timeline's events."""
+    track: np.ndarray
+    """Track inside the row (terminal lines)."""
+
+    def __len__(self) -> int:
+        return len(self.row)
+
+
+@dataclass(frozen=True)
+class GridCell:
+    colours: tuple[str, ...]
+    """One colour, or two for an overlapped (split) cell: top, bottom."""
+    texts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A panel of equal-width cells per row: the order of work, not its timing (seeds 000-002)."""
+
+    title: str
+    rows: list[tuple[str, list[GridCell]]]
+    legend: list[Category] = field(default_factory=list)
+
+
+@dataclass
+class Layout:
+    style: Style
+    title: str
+    rows: list[Row]
+    blocks: Blocks
+    categories: list[Category]
+    t0: float
+    t1: float
+    units: str
+    grid: Grid | None
+    events: int
+    """Events in the timeline (some may not be drawn by the style)."""
+
+    @property
+    def span(self) -> float:
+        return self.t1 - self.t0
+
+
+def overall_bubble(tl: Timeline) -> float:
+    """Mean idle fraction of the ranks' compute lanes (what ``pptl plan`` reports)."""
+    stats = tl.rank_stats()
+    return sum(s.bubble_fraction for s in stats) / len(stats) if stats else 0.0
+
+
+def title_line(tl: Timeline) -> str:
+    """"<family>: pp=.. vpp=.. micro-batches=.. makespan=.. bubble=..%", with the source if measured."""
+    m = tl.meta
+    directions = max((e.direction for e in tl.events), default=0) + 1
+    pp = m.pp or len(tl.ranks())
+    mbs = m.microbatches * directions if m.microbatches else len({(e.direction, e.mb) for e in tl.events if e.mb >= 0})
+    units = "" if m.units in ("", "unit") else f" {m.units}"
+    head = m.family or "timeline"
+    if m.source == "measured":
+        head += " (measured)"
+    return (f"{head}: pp={pp} vpp={m.vpp} micro-batches={mbs} makespan={tl.makespan:g}{units} "
+            f"bubble={100 * overall_bubble(tl):.1f}%")
+
+
+def build_layout(tl: Timeline, style: Style | str = "auto") -> Layout:
+    """Place every event of ``tl`` on the style's rows.
+
+    Notes:
+        O(events log events) (packing sorts each packed row by start).
+    """
+    st = resolve_style(style, tl) if isinstance(style, str) else style
+    specs = st.rows(tl)
+    row_index = {s.key: i for i, s in enumerate(specs)}
+    bubbles = {s.rank: s.bubble_fraction for s in tl.rank_stats()}
+
+    # Collect parts per row; packed rows get their tracks after sorting by start.
+    raw: list[tuple[int, int, float, float, object]] = []  # (row, event, start, end, parts)
+    for i, e in enumerate(tl.events):
+        key = st.row_of(e)
+        r = row_index.get(key) if key is not None else None
+        if r is None:
+            continue
+        raw.append((r, i, e.start, e.end, st.parts(e)))
+    tracks_of = [1] * len(specs)
+    track = [0] * len(raw)
+    packed = [i for i, s in enumerate(specs) if s.pack]
+    if packed:
+        by_row: dict[int, list[int]] = {}
+        for j, item in enumerate(raw):
+            if specs[item[0]].pack:
+                by_row.setdefault(item[0], []).append(j)
+        for r, js in by_row.items():
+            js.sort(key=lambda j: (raw[j][2], raw[j][3]))
+            ends: list[float] = []
+            for j in js:
+                s, e = raw[j][2], raw[j][3]
+                for t, last in enumerate(ends):
+                    if last <= s + 1e-12:
+                        ends[t] = max(e, s)
+                        track[j] = t
+                        break
+                else:
+                    track[j] = len(ends)
+                    ends.append(max(e, s))
+            tracks_of[r] = max(1, len(ends))
+
+    keys_used: dict[str, None] = {}
+    rows_a, y0, y1, start, end, cat_keys, colours, texts, ev, trk = [], [], [], [], [], [], [], [], [], []
+    for j, (r, i, s, e, parts) in enumerate(raw):
+        n = tracks_of[r]
+        t = track[j]
+        for p in parts:
+            keys_used.setdefault(p.cat)
+            rows_a.append(r)
+            y0.append((t + p.lo) / n)
+            y1.append((t + p.hi) / n)
+            start.append(s)
+            end.append(e)
+            cat_keys.append(p.cat)
+            colours.append(p.colour)
+            texts.append(p.texts)
+            ev.append(i)
+            trk.append(t)
+    cats = st.categories(tl, set(keys_used))
+    cat_pos = {c.key: k for k, c in enumerate(cats)}
+    missing = [k for k in keys_used if k not in cat_pos]
+    for k in missing:  # a style that forgot a key still gets a legend entry
+        cat_pos[k] = len(cats)
+        cats.append(Category(k, k, ("other",)))
+    cat_idx = np.fromiter((cat_pos[k] for k in cat_keys), dtype=np.int32, count=len(cat_keys))
+    colours = [c or cats[ci].colours[0] for c, ci in zip(colours, cat_idx.tolist())]
+    blocks = Blocks(
+        row=np.asarray(rows_a, dtype=np.int32), y0=np.asarray(y0, dtype=float), y1=np.asarray(y1, dtype=float),
+        start=np.asarray(start, dtype=float), end=np.asarray(end, dtype=float), cat=cat_idx, colour=colours,
+        texts=texts, event=np.asarray(ev, dtype=np.int64), track=np.asarray(trk, dtype=np.int32),
+    )
+    rows = [Row(s, tracks_of[i], bubbles.get(s.rank) if (s.bubble and st.show_bubble) else None)
+            for i, s in enumerate(specs)]
+    t0 = tl.start
+    t1 = t0 + tl.makespan
+    return Layout(st, title_line(tl), rows, blocks, cats, t0, t1, tl.meta.units, st.grid(tl), len(tl.events))

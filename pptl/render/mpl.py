@@ -1,0 +1,309 @@
+"""Static figures with matplotlib (PNG, SVG, PDF).
+
+All blocks of a figure (and the idle bands behind busy rows) are ONE ``PolyCollection``, so a
+100k-op plan draws in seconds; labels are drawn only where the text fits inside its block, and
+the figure size is bounded (:class:`FigureOptions`). In vector formats, a collection of more than
+``rasterize_above`` blocks is embedded as an image (text stays vector) so files stay openable.
+
+The layout is computed in inches up front (no ``tight_layout``), which makes label fitting exact
+and keeps drawing time independent of the number of ticks and texts.
+"""
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+import numpy as np
+
+from pptl.render.layout import Grid, Layout, build_layout
+from pptl.render.styles import Category, colour, text_colour
+from pptl.timeline import Timeline
+
+__all__ = ["FigureOptions", "figure", "figure_from_layout", "image_bytes", "IMAGE_FORMATS"]
+
+IMAGE_FORMATS = ("png", "svg", "pdf")
+
+
+@dataclass(frozen=True)
+class FigureOptions:
+    style: str = "auto"
+    dpi: int = 100
+    max_width_in: float = 24.0
+    max_height_in: float = 30.0
+    max_labels: int = 2500
+    """Above this many fitting labels, only the widest blocks are labelled (text is slow to draw)."""
+    rasterize_above: int = 20000
+    row_in: float = 0.34
+    """Preferred height of one row, inches (shrinks to keep the figure bounded)."""
+
+
+@dataclass(frozen=True)
+class _Box:
+    """Axes rectangle in inches from the figure's bottom-left."""
+
+    left: float
+    bottom: float
+    width: float
+    height: float
+
+
+def figure(tl: Timeline, options: FigureOptions = FigureOptions()):
+    """A matplotlib ``Figure`` of ``tl`` in the chosen style (nothing is shown or saved)."""
+    return figure_from_layout(build_layout(tl, options.style), options)
+
+
+def figure_from_layout(lay: Layout, options: FigureOptions = FigureOptions()):
+    from matplotlib.figure import Figure
+
+    opt = options
+    row_w = np.array([_row_weight(r.tracks) for r in lay.rows] or [1.0])
+    label_chars = max([len(r.spec.label) for r in lay.rows] + [4])
+    group_chars = max([len(r.spec.group) for r in lay.rows] + [0])
+    left = 0.25 + 0.075 * label_chars + (0.085 * group_chars + 0.15 if group_chars else 0.0)
+    right = 0.95 if any(r.bubble is not None for r in lay.rows) else 0.3
+    width = _figure_width(lay, left + right, opt)
+    ncat = len(lay.categories)
+    legend_cols = max(1, min(ncat, int((width - 0.6) // 2.3)))
+    legend_h = 0.3 * -(-ncat // legend_cols) + 0.05 if ncat else 0.0
+    top_band = 0.55 + (legend_h if lay.style.legend_at == "top right" else 0.0)
+    axis_band = 0.45 if lay.style.time_arrow else 0.55
+    bottom_band = (legend_h if lay.style.legend_at != "top right" else 0.0) + 0.1
+    grid_rows = len(lay.grid.rows) if lay.grid else 0
+    grid_band = (0.55 + 0.3 * grid_rows + 0.2) if grid_rows else 0.0
+    fixed = top_band + axis_band + bottom_band + grid_band
+    row_in = opt.row_in
+    if fixed + row_w.sum() * row_in > opt.max_height_in:
+        row_in = max((opt.max_height_in - fixed) / row_w.sum(), 0.004)
+    main_h = row_w.sum() * row_in
+    height = min(fixed + main_h, opt.max_height_in)
+
+    fig = Figure(figsize=(width, height), dpi=opt.dpi)
+    main = _Box(left, bottom_band + grid_band + axis_band, width - left - right, main_h)
+    ax = fig.add_axes(_frac(main, width, height))
+    tops = np.concatenate([[0.0], np.cumsum(row_w)[:-1]])
+    _draw_blocks(ax, lay, tops, row_w, main, opt)
+    _draw_rows(ax, lay, tops, row_w, main)
+    _draw_time_axis(ax, lay)
+    fig.text(0.2 / width, 1 - 0.38 / height, lay.title, fontsize=11, fontweight="bold", va="center")
+    _draw_legend(fig, lay.categories, lay.style.legend_at, legend_cols, width, height, bottom_band)
+    if lay.grid is not None and grid_rows:
+        gbox = _Box(left, bottom_band + 0.2, width - left - right, 0.3 * grid_rows)
+        _draw_grid(fig.add_axes(_frac(gbox, width, height)), lay.grid, gbox, opt)
+    return fig
+
+
+def image_bytes(fig, fmt: str) -> bytes:
+    """Encode ``fig`` as png, svg or pdf (no timestamps, so equal figures give equal files)."""
+    fmt = fmt.lower()
+    if fmt not in IMAGE_FORMATS:
+        raise ValueError(f"format {fmt!r}: expected one of {IMAGE_FORMATS}")
+    meta = {"png": {"Software": "pptl"}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}[fmt]
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt, dpi=fig.dpi, metadata=meta)
+    return buf.getvalue()
+
+
+# -- sizing -------------------------------------------------------------------------------------
+
+
+def _row_weight(tracks: int) -> float:
+    # A packed row with k tracks grows, but less than k-fold, so one busy row cannot eat the figure.
+    return 1.0 + 0.55 * (tracks - 1)
+
+
+def _frac(b: _Box, w: float, h: float) -> list[float]:
+    return [b.left / w, b.bottom / h, b.width / w, b.height / h]
+
+
+def _figure_width(lay: Layout, margins: float, opt: FigureOptions) -> float:
+    """Wide enough that a typical block is ~18 px (room for a 2-digit number), within bounds."""
+    dur = lay.blocks.end - lay.blocks.start
+    dur = dur[dur > 0]
+    if lay.span <= 0 or dur.size == 0:
+        return 10.0
+    typical = float(np.median(dur))
+    want_px = lay.span / typical * 18.0
+    return float(min(max(want_px / opt.dpi + margins, 10.0), opt.max_width_in))
+
+
+# -- drawing ------------------------------------------------------------------------------------
+
+
+def _rgba(names: list[str]) -> np.ndarray:
+    from matplotlib.colors import to_rgba_array
+
+    uniq = sorted(set(names))
+    table = to_rgba_array([colour(n) for n in uniq])
+    pos = {n: i for i, n in enumerate(uniq)}
+    return table[np.fromiter((pos[n] for n in names), dtype=np.int64, count=len(names))]
+
+
+def _draw_blocks(ax, lay: Layout, tops: np.ndarray, row_w: np.ndarray, box: _Box, opt: FigureOptions) -> None:
+    from matplotlib.collections import PolyCollection
+
+    b = lay.blocks
+    n = len(b)
+    t0, t1 = lay.t0, lay.t1 if lay.t1 > lay.t0 else lay.t0 + 1.0
+    # Idle bands first: they sit below the blocks in the same collection.
+    bands = [i for i, r in enumerate(lay.rows) if r.bubble is not None and lay.style.idle_band]
+    y_top = tops[b.row] + row_w[b.row] * (0.1 + 0.8 * b.y0)
+    y_bot = tops[b.row] + row_w[b.row] * (0.1 + 0.8 * b.y1)
+    xs0 = np.concatenate([np.full(len(bands), t0), b.start])
+    xs1 = np.concatenate([np.full(len(bands), t1), b.end])
+    ys0 = np.concatenate([tops[bands] + row_w[bands] * 0.1, y_top]) if bands else y_top
+    ys1 = np.concatenate([tops[bands] + row_w[bands] * 0.9, y_bot]) if bands else y_bot
+    verts = np.empty((len(xs0), 4, 2))
+    verts[:, 0, 0] = verts[:, 3, 0] = xs0
+    verts[:, 1, 0] = verts[:, 2, 0] = xs1
+    verts[:, 0, 1] = verts[:, 1, 1] = ys0
+    verts[:, 2, 1] = verts[:, 3, 1] = ys1
+    face = _rgba(["idle"] * len(bands) + b.colour)
+    px_per_t = box.width * opt.dpi / (t1 - t0)
+    width_px = np.concatenate([np.zeros(len(bands)), (b.end - b.start) * px_per_t])
+    must_edge = np.array([bool(c.edge) for c in lay.categories] or [False])
+    edged = np.concatenate([np.zeros(len(bands), bool), must_edge[b.cat] if n else np.zeros(0, bool)])
+    # Outlines only where a block is wide enough to show fill inside them (and always for white ones).
+    lw = np.where((width_px >= 4.0) | edged, 0.5, 0.0)
+    coll = PolyCollection(verts, facecolors=face, edgecolors=colour("edge"), linewidths=lw, antialiaseds=False)
+    if n > opt.rasterize_above:
+        coll.set_rasterized(True)
+    ax.add_collection(coll)
+    ax.set_xlim(t0, t1)
+    ax.set_ylim(float(row_w.sum()), 0.0)
+    _draw_labels(ax, lay, y_top, y_bot, px_per_t, box.height * opt.dpi / max(row_w.sum(), 1e-9), opt)
+
+
+def _draw_labels(ax, lay: Layout, y_top: np.ndarray, y_bot: np.ndarray, px_per_t: float, px_per_y: float,
+                 opt: FigureOptions) -> None:
+    b = lay.blocks
+    if not len(b):
+        return
+    h_px = (y_bot - y_top) * px_per_y
+    fs = float(np.clip(np.median(h_px) * 0.5 * 72 / opt.dpi, 5.0, 9.0))
+    char_px = fs * opt.dpi / 72 * 0.62
+    w_px = (b.end - b.start) * px_per_t
+    ok = (h_px >= fs * opt.dpi / 72 * 1.05) & (w_px >= char_px + 2)
+    picks: list[tuple[float, int, str]] = []
+    for i in np.nonzero(ok)[0].tolist():
+        for t in b.texts[i]:
+            if t and len(t) * char_px + 3 <= w_px[i]:
+                picks.append((w_px[i], i, t))
+                break
+    if len(picks) > opt.max_labels:
+        picks.sort(reverse=True)
+        picks = picks[: opt.max_labels]
+    for _, i, t in picks:
+        ax.text((b.start[i] + b.end[i]) / 2, (y_top[i] + y_bot[i]) / 2, t, ha="center", va="center",
+                fontsize=fs, color=colour(text_colour(b.colour[i])), clip_on=True)
+
+
+def _draw_rows(ax, lay: Layout, tops: np.ndarray, row_w: np.ndarray, box: _Box) -> None:
+    import matplotlib.transforms as mtransforms
+
+    centers = tops + row_w / 2
+    ax.set_yticks(centers, [r.spec.label for r in lay.rows], fontsize=9)
+    ax.tick_params(axis="y", length=0)
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    blend = mtransforms.blended_transform_factory(ax.transAxes, ax.transData)
+    groups: dict[str, list[int]] = {}
+    for i, r in enumerate(lay.rows):
+        if r.spec.group:
+            groups.setdefault(r.spec.group, []).append(i)
+        if r.spec.separator:
+            ax.axhline(tops[i], color=colour("muted"), lw=0.8, ls="--")
+        if r.bubble is not None:
+            ax.text(1.005, centers[i], f"bubble {100 * r.bubble:.1f}%", transform=blend, fontsize=7,
+                    color=colour("muted"), va="center", ha="left")
+    label_w = max([len(r.spec.label) for r in lay.rows] + [4]) * 0.075 + 0.15
+    for name, idx in groups.items():
+        y = (tops[idx[0]] + tops[idx[-1]] + row_w[idx[-1]]) / 2
+        ax.text(-(label_w + 0.1) / box.width, y, name, transform=blend, fontsize=9, fontweight="bold",
+                va="center", ha="right")
+
+
+def _draw_time_axis(ax, lay: Layout) -> None:
+    if lay.style.time_arrow:
+        ax.set_xticks([])
+        ax.spines["bottom"].set_visible(False)
+        ax.annotate("", xy=(1.0, -0.03), xytext=(0.0, -0.03), xycoords="axes fraction",
+                    arrowprops={"arrowstyle": "-|>", "color": colour("text.dark"), "lw": 1.2})
+        ax.text(0.5, -0.045, "Time", transform=ax.transAxes, ha="center", va="top", fontsize=10)
+        return
+    unit = "" if lay.units in ("", "unit") else f" ({lay.units})"
+    ax.set_xlabel(f"time{unit}", fontsize=9)
+    ax.tick_params(axis="x", labelsize=8)
+
+
+def _draw_legend(fig, cats: list[Category], where: str, ncol: int, width: float, height: float,
+                 bottom_band: float) -> None:
+    if not cats:
+        return
+    from matplotlib.patches import Patch
+
+    handles = [Patch(facecolor=colour(c.colours[0]), edgecolor=colour("edge"), linewidth=0.6, label=c.label)
+               for c in cats]
+    handler_map = {h: _SplitHandler(c) for h, c in zip(handles, cats) if len(c.colours) > 1}
+    if where == "top right":
+        fig.legend(handles=handles, handler_map=handler_map, loc="upper right", ncol=ncol, fontsize=9,
+                   frameon=False, bbox_to_anchor=(1 - 0.2 / width, 1 - 0.55 / height))
+    else:
+        fig.legend(handles=handles, handler_map=handler_map, loc="lower center", ncol=ncol, fontsize=9,
+                   frameon=False, bbox_to_anchor=(0.5, 0.05 / height))
+
+
+class _SplitHandler:
+    """Legend swatch of a split block: first colour on top, second below (seed 004)."""
+
+    def __init__(self, cat: Category) -> None:
+        self.cat = cat
+
+    def legend_artist(self, legend, orig_handle, fontsize, handlebox):
+        from matplotlib.patches import Rectangle
+
+        x, y = handlebox.xdescent, handlebox.ydescent
+        w, h = handlebox.width, handlebox.height
+        top = Rectangle((x, y + h / 2), w, h / 2, facecolor=colour(self.cat.colours[0]), edgecolor="none",
+                        transform=handlebox.get_transform())
+        bot = Rectangle((x, y), w, h / 2, facecolor=colour(self.cat.colours[1]), edgecolor="none",
+                        transform=handlebox.get_transform())
+        frame = Rectangle((x, y), w, h, facecolor="none", edgecolor=colour("edge"), lw=0.6,
+                          transform=handlebox.get_transform())
+        for p in (top, bot, frame):
+            handlebox.add_artist(p)
+        return frame
+
+
+def _draw_grid(ax, grid: Grid, box: _Box, opt: FigureOptions) -> None:
+    """The order panel: equal-width cells, a split cell for an overlapped step."""
+    from matplotlib.collections import PolyCollection
+
+    ncols = max((len(cells) for _, cells in grid.rows), default=1) or 1
+    verts, faces, texts = [], [], []
+    for r, (_, cells) in enumerate(grid.rows):
+        for c, cell in enumerate(cells):
+            k = len(cell.colours)
+            for j, col in enumerate(cell.colours):
+                y0 = r + 0.1 + 0.8 * j / k
+                y1 = r + 0.1 + 0.8 * (j + 1) / k
+                verts.append([(c, y0), (c + 1, y0), (c + 1, y1), (c, y1)])
+                faces.append(col)
+                if j < len(cell.texts):
+                    texts.append((c + 0.5, (y0 + y1) / 2, cell.texts[j], col, k))
+    if verts:
+        ax.add_collection(PolyCollection(np.array(verts, dtype=float), facecolors=_rgba(faces),
+                                         edgecolors=colour("text.light"), linewidths=0.8))
+    ax.set_xlim(0, ncols)
+    ax.set_ylim(len(grid.rows), 0)
+    ax.set_yticks([r + 0.5 for r in range(len(grid.rows))], [name for name, _ in grid.rows], fontsize=8)
+    ax.set_xticks([])
+    ax.tick_params(axis="y", length=0)
+    for s in ax.spines.values():
+        s.set_visible(False)
+    ax.set_title(grid.title, loc="left", fontsize=10, fontweight="bold")
+    cell_px = box.width * opt.dpi / ncols
+    row_px = box.height * opt.dpi / max(len(grid.rows), 1)
+    for x, y, t, col, k in texts:
+        fs = min(8.0, row_px * 0.8 / k * 0.6 * 72 / opt.dpi)
+        if fs >= 4.5 and len(t) * fs * opt.dpi / 72 * 0.62 + 2 <= cell_px:
+            ax.text(x, y, t, ha="center", va="center", fontsize=fs, color=colour(text_colour(col)))
