@@ -73,7 +73,7 @@ class Simulation:
             Event(op=ids[i], rank=op.rank, lane=op.lane, start=self.start[i], end=self.end[i], kind=op.kind,
                   stage=op.stage, mb=op.mb, direction=op.direction, chunk=op.chunk, pair=op.pair,
                   label=op.label, sub=op.sub, peer=op.peer,
-                  waits_on=tuple(ids[u] for u in waits.get(i, ())))
+                  waits_on=tuple(ids[u] for u in waits.get(i, ())), flow=op.flow)
             for i, op in enumerate(s.ops)
         ]
         cfg = s.config

@@ -33,6 +33,8 @@ class Event:
     peer: int = -1
     waits_on: tuple[str, ...] = ()
     """Ids of the ops this one depends on (data facts), for hover text."""
+    flow: str = ""
+    """"F" or "B": the pass a P2P transfer or a family's sub-op belongs to (MoE figures colour by it)."""
 
     @property
     def duration(self) -> float:
@@ -41,7 +43,7 @@ class Event:
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"op": self.op, "rank": self.rank, "lane": self.lane,
                                "start": self.start, "end": self.end, "kind": self.kind}
-        for f in ("stage", "mb", "direction", "chunk", "pair", "label", "sub", "peer", "waits_on"):
+        for f in ("stage", "mb", "direction", "chunk", "pair", "label", "sub", "peer", "waits_on", "flow"):
             v = getattr(self, f)
             default = _EVENT_DEFAULTS[f]
             if v != default:
@@ -183,10 +185,11 @@ def _event(e: Any, i: int, source: str) -> Event:
             if not isinstance(v, int) or isinstance(v, bool):
                 raise InputError(f"{where}.{name}: got {v!r}, expected an integer")
             kw[name] = v
-    if "label" in e:
-        if not isinstance(e["label"], str):
-            raise InputError(f"{where}.label: expected a string")
-        kw["label"] = e["label"]
+    for name in ("label", "flow"):
+        if name in e:
+            if not isinstance(e[name], str):
+                raise InputError(f"{where}.{name}: expected a string")
+            kw[name] = e[name]
     if "pair" in e and e["pair"] is not None:
         p = e["pair"]
         if not (isinstance(p, list) and len(p) == 3 and all(isinstance(x, int) and not isinstance(x, bool) for x in p)):

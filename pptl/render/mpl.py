@@ -63,7 +63,7 @@ def figure_from_layout(lay: Layout, options: FigureOptions = FigureOptions()):
     right = 0.95 if any(r.bubble is not None for r in lay.rows) else 0.3
     width = _figure_width(lay, left + right, opt)
     ncat = len(lay.categories)
-    legend_cols = max(1, min(ncat, int((width - 0.6) // 2.3)))
+    legend_cols = _legend_columns(lay.categories, width - 0.6)
     legend_h = 0.3 * -(-ncat // legend_cols) + 0.05 if ncat else 0.0
     top_band = 0.55 + (legend_h if lay.style.legend_at == "top right" else 0.0)
     axis_band = 0.45 if lay.style.time_arrow else 0.55
@@ -109,6 +109,22 @@ def image_bytes(fig, fmt: str) -> bytes:
 def _row_weight(tracks: int) -> float:
     # A packed row with k tracks grows, but less than k-fold, so one busy row cannot eat the figure.
     return 1.0 + 0.55 * (tracks - 1)
+
+
+def _legend_columns(cats: list[Category], avail_in: float) -> int:
+    """As many columns as fit side by side (entries sized by their text)."""
+    widths = [0.6 + 0.068 * len(c.label) for c in cats]
+    for ncol in range(len(widths), 1, -1):
+        if sum(max(widths[c::ncol]) for c in range(ncol)) <= avail_in:
+            return ncol
+    return 1
+
+
+def _row_major(items: list, ncol: int) -> list:
+    """Reorder so matplotlib's column-first legend reads left to right, row by row."""
+    nrow = -(-len(items) // ncol)
+    grid = [items[r * ncol:(r + 1) * ncol] for r in range(nrow)]
+    return [grid[r][c] for c in range(ncol) for r in range(nrow) if c < len(grid[r])]
 
 
 def _frac(b: _Box, w: float, h: float) -> list[float]:
@@ -244,6 +260,7 @@ def _draw_legend(fig, cats: list[Category], where: str, ncol: int, width: float,
     handles = [Patch(facecolor=colour(c.colours[0]), edgecolor=colour("edge"), linewidth=0.6, label=c.label)
                for c in cats]
     handler_map = {h: _SplitHandler(c) for h, c in zip(handles, cats) if len(c.colours) > 1}
+    handles = _row_major(handles, ncol)
     if where == "top right":
         fig.legend(handles=handles, handler_map=handler_map, loc="upper right", ncol=ncol, fontsize=9,
                    frameon=False, bbox_to_anchor=(1 - 0.2 / width, 1 - 0.55 / height))

@@ -139,7 +139,8 @@ def _run_text(lay: Layout, blocks: list[int], w: int, plain: bool) -> Text:
     parts = [b.texts[i][0] if b.texts[i] else "" for i in blocks]
     cands: list[str] = []
     if len(blocks) > 1:
-        joined = "/".join(p for p in parts)
+        # An omitted id (DualPipe's reverse direction) shows as "-" so the other id keeps its side.
+        joined = "/".join(p or "-" for p in parts)
         cands.append(f"{cat.tag}{joined}" if plain and cat.tag else joined)
     for t in b.texts[blocks[0]]:
         cands.append(_tagged(cat, t) if plain else t)
@@ -165,9 +166,12 @@ def _painted(body: str, cols: list[str]) -> Text:
 
 
 def _tagged(cat: Category, t: str) -> str:
+    """``t`` with the category's tag, unless ``t`` already names the category ("H2D b3")."""
     if not cat.tag:
         return t
-    return f"{cat.tag}{t}" if t.isdigit() else f"{cat.tag}:{t}"
+    if t.isdigit():
+        return f"{cat.tag}{t}"
+    return t if t.split()[0] == cat.label.split()[0] else f"{cat.tag}:{t}"
 
 
 def _axis_line(lay: Layout, label_w: int, cells: int) -> Text:
