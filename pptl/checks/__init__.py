@@ -87,6 +87,17 @@ def _rules() -> list[Rule]:
         Rule("PP007", "deadlock", order.deadlock),
         Rule("PP008", "unmatched-p2p", comm.unmatched_p2p),
         Rule("PP009", "memory-over-limit", memory.memory_over_limit, needs_acyclic=True),
+        *_overlap_rules(),
+    ]
+
+
+def _overlap_rules() -> list[Rule]:
+    from pptl.checks import overlap
+
+    return [
+        Rule("PP020", "fb-self-dependency", overlap.fb_self_dependency),
+        Rule("PP021", "w-fifo-order", overlap.w_fifo_order),
+        Rule("PP022", "formula-assumption", overlap.formula_assumptions, needs_acyclic=True),
     ]
 
 

@@ -7,7 +7,7 @@ follows from the model (communication, dependencies) is built here the same way 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from pptl.config import Config
 from pptl.deps import roles, training_deps
@@ -22,6 +22,9 @@ __all__ = [
     "assemble",
     "require",
     "backward_ops",
+    "uniform_cost_assumptions",
+    "span_idle",
+    "overlap_metrics",
 ]
 
 
@@ -47,6 +50,12 @@ class Family:
     style: str = "default"
     """Figure style ``--style auto`` picks (default, dualpipe, moe, weight-update)."""
     aliases: tuple[str, ...] = field(default_factory=tuple)
+    assumptions: Callable[[Config], list[str]] | None = None
+    """Why ``bubble``'s formula does not hold for a config, one reason a line (empty: it holds).
+    The checker turns each reason into a warning."""
+    extra_metrics: Callable[[Schedule, Any], dict] | None = None
+    """Family metrics merged into ``pptl plan``'s (schedule, simulation) -> JSON-ready dict; its
+    optional ``report`` key holds lines the text output prints."""
 
 
 def require(cond: bool, cfg: Config, field_name: str, value: object, expected: str) -> None:
@@ -149,3 +158,65 @@ def chain(*parts: Iterable[Op]) -> list[Op]:
     for p in parts:
         out.extend(p)
     return out
+
+
+def uniform_cost_assumptions(cfg: Config, keys: Iterable[str]) -> list[str]:
+    """Reasons a textbook bubble formula over cost ``keys`` does not hold for ``cfg``.
+
+    Every published bubble formula assumes zero communication time, one duration per key for
+    every stage, and B = I + W; families add their own conditions on top.
+    """
+    c = cfg.costs
+    keys = tuple(keys)
+    out: list[str] = []
+    if c.comm_time(0.0) > 0:
+        out.append(f"communication takes {c.comm_time(0.0):g} per message (the formula assumes zero)")
+    varied = sorted({k for per in c.stages.values() for k in per if k in keys})
+    if varied:
+        out.append(f"per-stage costs for {', '.join(varied)} (the formula assumes one value per kind)")
+    b, i, w = (c.lookup(k) for k in ("B", "I", "W"))
+    if "B" in keys and None not in (b, i, w) and abs(b - (i + w)) > 1e-9:
+        out.append(f"B={b:g} is not I+W={i + w:g}")
+    return out
+
+
+def span_idle(schedule: Schedule, start: list[float], end: list[float], lane: str = "compute") -> dict[int, float]:
+    """Per rank: idle time on ``lane`` between the rank's own first start and last end.
+
+    This is the zero-bubble paper's per-stage measure (first F to last W); the simulator's
+    ``RankMetrics.idle`` counts idle time against the whole makespan instead, which adds the
+    stagger of a rank's start and end. Notes: O(ops).
+    """
+    first: dict[int, float] = {}
+    last: dict[int, float] = {}
+    busy: dict[int, float] = {}
+    for i, op in enumerate(schedule.ops):
+        if op.lane != lane:
+            continue
+        r = op.rank
+        first[r] = min(first.get(r, start[i]), start[i])
+        last[r] = max(last.get(r, end[i]), end[i])
+        busy[r] = busy.get(r, 0.0) + (end[i] - start[i])
+    return {r: last[r] - first[r] - busy[r] for r in sorted(busy)}
+
+
+def overlap_metrics(schedule: Schedule, sim: Any) -> dict[str, Any]:
+    """Family metrics of the zero-bubble and DualPipe families (``Family.extra_metrics``): idle time
+    within each rank's span, the model copies the pipeline holds (DualPipe: 2) and the stages
+    (weights) each rank holds."""
+    spans = span_idle(schedule, sim.start, sim.end)
+    copies = int(schedule.meta.get("parameter_copies", 1))
+    held: dict[int, set[tuple[int, int]]] = {}
+    for op in schedule.ops:
+        if op.lane == "compute" and op.kind in ("F", "FB"):
+            held.setdefault(op.rank, set()).add((op.direction, op.stage))
+    per_rank = max((len(v) for v in held.values()), default=0)
+    return {
+        "span_idle": [spans.get(r, 0.0) for r in range(schedule.pp)],
+        "parameter_copies": copies,
+        "stages_per_rank": per_rank,
+        "report": [
+            f"idle within each rank's own span (first op to last op): max {max(spans.values(), default=0.0):g}",
+            f"parameters: {copies} cop{'ies' if copies != 1 else 'y'} of the model, {per_rank} stage(s) per rank",
+        ],
+    }

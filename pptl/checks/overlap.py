@@ -1,0 +1,113 @@
+"""Rules of the overlapped and split-backward families (zero bubble, DualPipe): F&B pairing, the
+weight-gradient FIFO, and warnings where a textbook bubble formula's assumption fails."""
+from __future__ import annotations
+
+from collections import deque
+
+from pptl.checks import Context, Violation
+
+__all__ = ["fb_self_dependency", "w_fifo_order", "formula_assumptions"]
+
+
+def fb_self_dependency(ctx: Context) -> list[Violation]:
+    """PP020: an FB op whose F half and B half depend on each other.
+
+    The B half of (stage s', mb, direction d) needs the loss of that micro-batch, hence every
+    forward of (mb, d) at every stage; so an F half of the same micro-batch and direction
+    (at any stage) is a dependency of its own partner. (A forward never needs a gradient, so
+    the other way round cannot happen.) The op could never start: the dependency graph drops
+    the self-edge when both halves sit on one stage, so this rule names it. Fixture:
+    fixtures/invalid/dualpipe_fb_self_dependency.json. Notes: O(ops).
+    """
+    out: list[Violation] = []
+    for op in ctx.schedule.ops:
+        if op.kind != "FB" or op.pair is None:
+            continue
+        ps, pm, pd = op.pair
+        if pm == op.mb and pd == op.direction:
+            how = "needs it directly" if ps == op.stage else "needs it through the loss"
+            out.append(Violation(
+                "PP020", f"{op.id} overlaps F of stage {op.stage} mb {op.mb} with B of stage {ps} of the same "
+                f"micro-batch; that backward {how}, so the pair can never start", (op.id,)))
+    return out
+
+
+def w_fifo_order(ctx: Context) -> list[Violation]:
+    """PP021: W ops that do not pop the weight-gradient FIFO in the order their I ran.
+
+    A split backward pushes the weight-gradient work of each I onto a FIFO and each W pops the
+    oldest (DualPipe's ``WeightGradStore``; the zero-bubble runtime). The FIFO is one per rank
+    when ``schedule.meta['weight_grad_store'] == 'rank'`` (DualPipe, DualPipeV: both chunks
+    share it) and one per (rank, direction, stage) otherwise. A W whose I is missing or comes
+    later is left to PP003/PP006. Reports the first out-of-order W per FIFO. Fixture:
+    fixtures/invalid/zb_w_fifo.json. Notes: O(ops) (each FIFO scanned once; a W found behind
+    the head costs a scan of the pending queue).
+    """
+    s = ctx.schedule
+    per_rank = s.meta.get("weight_grad_store") == "rank"
+    out: list[Violation] = []
+    for (rank, lane), order in s.lanes.items():
+        queues: dict[tuple, deque] = {}
+        reported: set[tuple] = set()
+        for i in order:
+            op = s.ops[i]
+            if op.kind not in ("I", "W"):
+                continue
+            key = (op.direction, op.stage, op.mb)
+            fifo = () if per_rank else (op.direction, op.stage)
+            q = queues.setdefault(fifo, deque())
+            if op.kind == "I":
+                q.append((key, op.id))
+                continue
+            pos = next((k for k, (item, _) in enumerate(q) if item == key), None)
+            if pos is None:
+                continue  # no earlier I: PP003 or PP006 says so
+            if pos > 0 and fifo not in reported:
+                reported.add(fifo)
+                where = f"rank {rank}" if per_rank else f"rank {rank}, stage {op.stage}{_dir(op.direction)}"
+                head = q[0][1]
+                out.append(Violation(
+                    "PP021", f"{op.id} pops the weight-gradient FIFO of {where} before {head.replace('/I ', '/W ', 1)}: "
+                    f"its I ran after {head}, and W drains in the order of its I", (op.id, head)))
+            del q[pos]
+    return out
+
+
+def formula_assumptions(ctx: Context) -> list[Violation]:
+    """PP022 (warning): the family's textbook bubble formula does not hold for this config.
+
+    Asks the family (``Family.assumptions``) which of its formula's assumptions fail: zero
+    communication, one cost per kind, B = I + W, and the family's own conditions (ZB-H1:
+    W <= min(F, I); DualPipe: I = F >= W, F&B = F+B; ZB-H2 and ZB-V: F = I = W). Each warning
+    names the formula, its value, the failed assumption and the simulated idle time. Schedules
+    without a config or family (imported plans) get no warning. Notes: O(1) plus the simulation
+    the checker already ran.
+    """
+    s = ctx.schedule
+    cfg = s.config
+    if cfg is None:
+        return []
+    from pptl.schedules import get_family
+
+    try:
+        fam = get_family(s.family)
+    except Exception:  # an imported plan of a family this build does not know
+        return []
+    if fam.assumptions is None:
+        return []
+    reasons = fam.assumptions(cfg)
+    if not reasons:
+        return []
+    try:
+        value = fam.bubble(cfg)
+    except Exception:
+        value = None
+    idle = [r.idle for r in ctx.simulation.ranks]
+    seen = f"{min(idle):g}" if idle and min(idle) == max(idle) else (f"{min(idle):g}..{max(idle):g}" if idle else "?")
+    stated = fam.bubble_formula.split(" ", 1)[0].rstrip(",;") + (f" = {value:g}" if value is not None else "")
+    return [Violation("PP022", f"{fam.name}: the textbook bubble {stated} does not apply: {why}; "
+                      f"simulated idle per rank {seen}", (), severity="warning") for why in reasons]
+
+
+def _dir(d: int) -> str:
+    return f" (direction {d})" if d else ""
