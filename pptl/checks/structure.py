@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pptl.checks import Context, Violation
 from pptl.deps import roles
-from pptl.ir import COMPUTE_KINDS, KINDS
+from pptl.ir import COMM_KINDS, COMPUTE_KINDS, KINDS
 
 __all__ = ["malformed_ops", "duplicate_ops", "missing_work", "index_out_of_range", "stage_on_two_ranks"]
 
@@ -66,9 +66,14 @@ def duplicate_ops(ctx: Context) -> list[Violation]:
 def missing_work(ctx: Context) -> list[Violation]:
     """PP003: a stage and micro-batch without its F, its input gradient or its weight gradient.
 
+    A schedule whose ops are all of other kinds (a weight update: H2D, BCAST, RELOAD...) is not a
+    training schedule and has no F/B/W to cover; its family's own rules check its completeness.
+
     Notes: O(directions x stages x microbatches).
     """
     s = ctx.schedule
+    if s.ops and not any(op.kind in COMPUTE_KINDS or op.kind in COMM_KINDS for op in s.ops):
+        return []
     have: set[tuple] = set()
     for op in s.ops:
         have.update(roles(op))
