@@ -88,6 +88,21 @@ def _rules() -> list[Rule]:
         Rule("PP008", "unmatched-p2p", comm.unmatched_p2p),
         Rule("PP009", "memory-over-limit", memory.memory_over_limit, needs_acyclic=True),
         *_overlap_rules(),
+        *_weight_update_rules(),
+    ]
+
+
+def _weight_update_rules() -> list[Rule]:
+    from pptl.checks import weight_update as wu
+
+    return [
+        Rule("PP050", "ipc-reuse-before-release", wu.ipc_reuse_before_release, needs_acyclic=True),
+        Rule("PP051", "bucket-over-buffer", wu.bucket_over_buffer),
+        Rule("PP052", "tensor-over-bucket", wu.tensor_over_bucket),
+        Rule("PP053", "broadcast-order", wu.broadcast_order),
+        Rule("PP054", "h2d-buffer-reuse", wu.h2d_buffer_reuse, needs_acyclic=True),
+        Rule("PP055", "incomplete-update", wu.incomplete_update),
+        Rule("PP056", "buffers-over-memory", wu.buffers_over_memory),
     ]
 
 
