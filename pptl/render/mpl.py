@@ -69,7 +69,7 @@ def figure_from_layout(lay: Layout, options: FigureOptions = FigureOptions()):
     axis_band = 0.45 if lay.style.time_arrow else 0.55
     bottom_band = (legend_h if lay.style.legend_at != "top right" else 0.0) + 0.1
     grid_rows = len(lay.grid.rows) if lay.grid else 0
-    grid_band = (0.55 + 0.3 * grid_rows + 0.2) if grid_rows else 0.0
+    grid_band = (0.45 + 0.3 * grid_rows + 0.1) if grid_rows else 0.0
     fixed = top_band + axis_band + bottom_band + grid_band
     row_in = opt.row_in
     if fixed + row_w.sum() * row_in > opt.max_height_in:
@@ -87,7 +87,9 @@ def figure_from_layout(lay: Layout, options: FigureOptions = FigureOptions()):
     fig.text(0.2 / width, 1 - 0.38 / height, lay.title, fontsize=11, fontweight="bold", va="center")
     _draw_legend(fig, lay.categories, lay.style.legend_at, legend_cols, width, height, bottom_band)
     if lay.grid is not None and grid_rows:
-        gbox = _Box(left, bottom_band + 0.2, width - left - right, 0.3 * grid_rows)
+        ncells = max((len(cells) for _, cells in lay.grid.rows), default=1)
+        # Cells are steps, not time: keep them square-ish like the seeds' grid, not stretched.
+        gbox = _Box(left, bottom_band + 0.1, min(width - left - right, 0.34 * max(ncells, 1)), 0.3 * grid_rows)
         _draw_grid(fig.add_axes(_frac(gbox, width, height)), lay.grid, gbox, opt)
     return fig
 
@@ -132,13 +134,17 @@ def _frac(b: _Box, w: float, h: float) -> list[float]:
 
 
 def _figure_width(lay: Layout, margins: float, opt: FigureOptions) -> float:
-    """Wide enough that a typical block is ~18 px (room for a 2-digit number), within bounds."""
-    dur = lay.blocks.end - lay.blocks.start
-    dur = dur[dur > 0]
-    if lay.span <= 0 or dur.size == 0:
+    """Wide enough that a typical block holds its typical label (a 2-digit number: ~18 px),
+    within bounds."""
+    b = lay.blocks
+    dur = b.end - b.start
+    keep = dur > 0
+    if lay.span <= 0 or not keep.any():
         return 10.0
-    typical = float(np.median(dur))
-    want_px = lay.span / typical * 18.0
+    typical = float(np.percentile(dur[keep], 25))  # the shorter blocks matter: they lose labels first
+    sample = [len(t[0]) if t else 0 for t in b.texts[:: max(1, len(b.texts) // 2000)]]
+    label_px = max(18.0, float(np.median(sample)) * 6.2 + 8.0) if sample else 18.0
+    want_px = lay.span / typical * label_px
     return float(min(max(want_px / opt.dpi + margins, 10.0), opt.max_width_in))
 
 

@@ -229,7 +229,7 @@ class Style:
         extra = sorted(k for k in keys if k.startswith("kind:"))
         for i, key in enumerate(extra):
             kind = key[5:]
-            out.append(Category(key, kind, (f"extra.{i % len(_EXTRA_CYCLE)}",), kind[:1]))
+            out.append(Category(key, kind, (f"extra.{i % len(_EXTRA_CYCLE)}",)))  # no tag: labels name them
         return out
 
     def grid(self, tl: "Timeline") -> "Grid | None":

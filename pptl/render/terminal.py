@@ -193,7 +193,7 @@ def _legend(cats: list[Category], width: int, plain: bool) -> RenderResult:
     for c in cats:
         entry = Text()
         if plain:
-            entry.append(f"{c.tag or '?'}={c.label}")
+            entry.append(f"{c.tag}={c.label}" if c.tag else c.label)
         else:
             for col in c.colours:
                 entry.append("█" * (2 // len(c.colours) or 1), style=RichStyle(color=colour(col)))
