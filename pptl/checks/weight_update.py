@@ -15,6 +15,7 @@ from collections import Counter
 
 from pptl.checks import Context, Violation
 from pptl.ir import Op
+from pptl.schedules.weight_update import USABLE_FRACTION, human_bytes
 
 __all__ = [
     "ipc_reuse_before_release",
@@ -37,10 +38,6 @@ def _is_update(ctx: Context) -> bool:
 def _meta(ctx: Context) -> dict:
     m = ctx.schedule.meta.get("weight_update")
     return m if isinstance(m, dict) else {}
-
-
-def _gib(nbytes: float) -> str:
-    return f"{nbytes / 2**30:.3g} GiB"
 
 
 def _writes_half(op: Op) -> bool:
@@ -138,8 +135,9 @@ def bucket_over_buffer(ctx: Context) -> list[Violation]:
     for op in ctx.schedule.ops:
         if op.kind in ("H2D", "COPY", "BCAST") and op.payload > limit and op.mb not in worst:
             worst[op.mb] = op
-    return [Violation("PP051", f"bucket {b} is {_gib(op.payload)} ({op.payload:.0f} bytes), larger than the "
-                      f"{_gib(limit)} buffer ({limit:.0f} bytes) it is copied and broadcast through ({op.id})", (op.id,))
+    return [Violation("PP051", f"bucket {b} is {human_bytes(op.payload)} ({op.payload:.0f} bytes), larger than the "
+                      f"{human_bytes(limit)} buffer ({limit:.0f} bytes) it is copied and broadcast through ({op.id})",
+                      (op.id,))
             for b, op in sorted(worst.items())]
 
 
@@ -157,9 +155,9 @@ def tensor_over_bucket(ctx: Context) -> list[Violation]:
         largest = info.get("largest", 0) if isinstance(info, dict) else 0
         if largest > limit:
             out.append(Violation(
-                "PP052", f"bucket {b} (owner rank {info.get('owner')}) holds a tensor of {_gib(largest)} ({largest} "
-                f"bytes), larger than the bucket size {_gib(limit)} ({limit} bytes); raise options.bucket_size or "
-                "options.free_memory, or use h2d_buffer: false to leave room for bigger buckets"))
+                "PP052", f"bucket {b} (owner rank {info.get('owner')}) holds a tensor of {human_bytes(largest)} "
+                f"({largest} bytes), larger than the bucket size {human_bytes(limit)} ({limit} bytes); raise "
+                "options.bucket_size (with bucket_size: auto, options.free_memory), or use h2d_buffer: false"))
     return out
 
 
@@ -253,12 +251,12 @@ def buffers_over_memory(ctx: Context) -> list[Violation]:
     size, free, n = meta.get("bucket_size"), meta.get("free_memory"), meta.get("buffers")
     if not _is_update(ctx) or not all(isinstance(x, (int, float)) for x in (size, free, n)):
         return []
-    usable = int(free * 0.9)
+    usable = int(free * USABLE_FRACTION)
     if n * size <= usable:
         return []
-    return [Violation("PP056", f"{n} buffers of {_gib(size)} need {_gib(n * size)} of GPU memory, more than the "
-                      f"{_gib(usable)} usable (90% of free_memory {_gib(free)}); lower options.bucket_size or use "
-                      "h2d_buffer: false")]
+    return [Violation("PP056", f"{n} buffers of {human_bytes(size)} need {human_bytes(n * size)} of GPU memory, more "
+                      f"than the {human_bytes(usable)} usable (90% of free_memory {human_bytes(free)}); lower "
+                      "options.bucket_size or use h2d_buffer: false")]
 
 
 def _ranks(ranks: list[int]) -> str:

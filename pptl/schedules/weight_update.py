@@ -71,6 +71,7 @@ __all__ = [
     "fast_update_time",
     "update_metrics",
     "estimate_grid",
+    "human_bytes",
     "estimate_markdown",
     "ESTIMATE_RANKS",
     "ESTIMATE_PARAMS",
@@ -507,7 +508,8 @@ def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> floa
 def update_metrics(schedule: Schedule, sim: Any) -> dict[str, Any]:
     """Total update time, per-stage busy time, and how much H2D / copy / reload hides behind broadcasts.
 
-    ``hidden`` is the fraction of a stage's time that overlaps the same rank's broadcasts;
+    ``hidden`` is the fraction of a stage's time that overlaps the same rank's broadcasts (stages
+    with no ops, such as the IPC copy without an H2D buffer, are left out);
     ``exposed`` is the update time minus the broadcast time (what the pipeline failed to hide).
     Notes: O(ops log ops).
     """
@@ -528,27 +530,31 @@ def update_metrics(schedule: Schedule, sim: Any) -> dict[str, Any]:
         stages[lane] = {"total": total, "max_rank": max(per_rank.values(), default=0.0)}
         if kind != "BCAST":
             covered = sum(_overlap(v, spans.get((r, "BCAST"), [])) for (r, k), v in spans.items() if k == kind)
-            hidden[lane] = covered / total if total > 0 else 1.0
+            if total > 0:  # no COPY ops without an H2D buffer: nothing to hide
+                hidden[lane] = covered / total
     bcast = stages["comm"]["max_rank"]
     meta = schedule.meta.get("weight_update", {})
     out = {"update_time": sim.makespan, "stages": stages, "hidden": hidden, "exposed": sim.makespan - bcast,
            "buckets": len(meta.get("buckets", ())), "bucket_size": meta.get("bucket_size"),
            "h2d_buffer": meta.get("h2d_buffer"), "ipc_halves": meta.get("ipc_halves")}
     unit = schedule.meta.get("units", "unit")
-    mode = "H2D buffer" if meta.get("h2d_buffer") else "no H2D buffer (H2D serialised per owner)"
+    mode = "H2D buffer" if meta.get("h2d_buffer") else "no H2D buffer: H2D serialised per owner"
     report = [
-        f"weight update: {out['buckets']} buckets of at most {_human(meta.get('bucket_size', 0))} "
+        f"weight update: {out['buckets']} buckets of at most {human_bytes(meta.get('bucket_size', 0))} "
         f"({mode}, {meta.get('ipc_halves')} IPC halves) · update time {sim.makespan:.4g} {unit}",
         "stage busy on the busiest rank: " + " · ".join(
             f"{name} {stages[lane]['max_rank']:.4g}" for name, lane in
             (("H2D", "h2d"), ("IPC copy", "ipc"), ("broadcast", "comm"), ("reload", "compute"))) + f" {unit}",
-        f"hidden behind broadcast: H2D {100 * hidden['h2d']:.0f}% · IPC copy {100 * hidden['ipc']:.0f}% · "
-        f"reload {100 * hidden['compute']:.0f}% · exposed {out['exposed']:.4g} {unit}",
+        "hidden behind broadcast: " + " · ".join(
+            f"{name} {100 * hidden[lane]:.0f}%" for name, lane in (("H2D", "h2d"), ("IPC copy", "ipc"),
+                                                                  ("reload", "compute")) if lane in hidden)
+        + f" · exposed {out['exposed']:.4g} {unit}",
     ]
     return {"weight_update": out, "report": report}
 
 
-def _human(nbytes: float) -> str:
+def human_bytes(nbytes: float) -> str:
+    """``8589934592`` -> ``"8 GiB"`` (three significant digits, binary units)."""
     for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if nbytes >= scale:
             return f"{nbytes / scale:.3g} {unit}"

@@ -136,6 +136,16 @@ def test_default_bucket_size_follows_checkpoint_engine() -> None:
     assert all(op.sub in (0, 1) for op in s.ops if op.kind == "H2D")  # H2D writes the IPC half
 
 
+def test_fallback_fixture_has_no_h2d_buffer() -> None:
+    result = plan(load_config(ROOT / "fixtures/weight_update_no_h2d_buffer.yaml"))
+    s = result.schedule
+    assert s.meta["weight_update"]["h2d_buffer"] is False
+    assert s.meta["weight_update"]["bucket_size"] == 10 * GiB  # half of 90% of 32 GiB allows the 10 GiB tensor
+    assert not any(op.kind == "COPY" for op in s.ops) and result.violations == []
+    assert set(result.metrics["weight_update"]["hidden"]) == {"h2d", "compute"}
+    assert "(no H2D buffer: H2D serialised per owner, 2 IPC halves)" in result.metrics["report"][0]
+
+
 def test_buckets_pack_per_owner_and_go_round_by_round() -> None:
     cfg = _cfg(2, bucket_size="4MiB", tensors=[["3MiB", "1MiB", "2MiB"], ["1MiB"]])
     got = [(b.owner, b.round, b.nbytes // MiB, b.half) for b in plan_buckets(spec_from_config(cfg))]
@@ -196,8 +206,10 @@ def test_tensor_larger_than_bucket_is_caught() -> None:
     s = build_schedule(_cfg(2, bucket_size="1MiB", tensors=[["2MiB"], ["1MiB"]]))
     v = run_checks(s)
     assert [x.code for x in v] == ["PP051", "PP052"]
-    assert v[1].message.startswith("bucket 0 (owner rank 0) holds a tensor of 0.00195 GiB (2097152 bytes), larger than "
-                                   "the bucket size")
+    assert v[0].message == ("bucket 0 is 2 MiB (2097152 bytes), larger than the 1 MiB buffer (1048576 bytes) it is "
+                            "copied and broadcast through (r0/h2d/H2D H2D mb0)")
+    assert v[1].message.startswith("bucket 0 (owner rank 0) holds a tensor of 2 MiB (2097152 bytes), larger than the "
+                                   "bucket size 1 MiB (1048576 bytes); raise options.bucket_size")
 
 
 def test_buffers_over_free_memory_are_caught() -> None:
