@@ -1,0 +1,380 @@
+"""Run one rank's program for one step: real forward/backward, P2P, and a timestamp pair per op.
+
+On CUDA every lane is a stream. An op first makes its stream wait on the end events of the ops it
+needs from other lanes of this rank (never a global synchronize), then records its start event,
+runs, and records its end event. SEND/RECV are ``batch_isend_irecv`` calls made with their channel's
+stream current, on the channel's own two-rank process group (see :mod:`pptl.run.program`), so the
+i-th SEND of a channel always meets its i-th RECV (NCCL matches in order). The
+host enqueues a whole step without blocking, then polls the events; a step with no progress for
+the timeout raises :class:`OpFailure` naming the op the GPU is stuck at.
+
+On CPU (gloo) compute runs on the host; SEND/RECV are posted asynchronously and a consumer waits
+for its RECV; times come from the host clock.
+
+Every tensor that crosses streams or ranks stays referenced until the step has finished, so the
+caching allocator can never hand its memory to another stream while a transfer still uses it.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from pptl.config import Workload
+from pptl.run.model import (DTYPES, Activation, backward_full, backward_input, backward_weight, forward, make_chunk,
+                            make_input, make_target)
+from pptl.run.program import Program, workload_of
+
+__all__ = ["OpFailure", "Executor", "Fault"]
+
+
+class OpFailure(Exception):
+    """A step failed at one op (the message names it)."""
+
+    def __init__(self, rank: int, op_id: str, step: int, cause: str) -> None:
+        super().__init__(f"rank {rank} failed at op {op_id} (step {step}): {cause}")
+        self.rank, self.op_id, self.step, self.cause = rank, op_id, step, cause
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A deliberate failure for tests: ``PPTL_RUN_FAULT=raise|kill|hang:RANK:OP ID``."""
+
+    kind: str
+    rank: int
+    op: str
+
+    @staticmethod
+    def from_env() -> "Fault | None":
+        raw = os.environ.get("PPTL_RUN_FAULT", "")
+        if not raw:
+            return None
+        kind, rank, op = raw.split(":", 2)
+        return Fault(kind, int(rank), op)
+
+    def fire(self) -> None:
+        if self.kind == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.kind == "hang":
+            time.sleep(10 ** 6)
+        raise RuntimeError("injected fault (PPTL_RUN_FAULT)")
+
+
+@dataclass
+class _Step:
+    """What one step keeps between ops."""
+
+    acts: dict[tuple[int, int, int], Activation] = field(default_factory=dict)
+    grads: dict[tuple[int, int, int], torch.Tensor] = field(default_factory=dict)
+    """Input gradient of (d, s, mb), waiting for stage s-1 (local) or its SEND."""
+    recvd: dict[tuple[str, int, int, int], torch.Tensor] = field(default_factory=dict)
+    works: dict[int, list[Any]] = field(default_factory=dict)
+    """CPU: op index -> pending gloo works."""
+    keep: list[torch.Tensor] = field(default_factory=list)
+    loss: torch.Tensor | None = None
+    times: dict[int, list[float | None]] = field(default_factory=dict)
+    """CPU: op index -> [start, end] host times (end None while pending)."""
+
+
+class Executor:
+    """One rank's program, ready to run steps."""
+
+    def __init__(self, program: Program, rank: int, device: torch.device, channels: dict[Any, Any], *,
+                 timeout: float, post: Callable[[int, int], None] | None = None, fault: Fault | None = None) -> None:
+        s = program.schedule
+        self.program, self.rank, self.device = program, rank, device
+        self.rp = program.ranks[rank]
+        self.ops = s.ops
+        self.ids = [op.id for op in s.ops]
+        self.cuda = device.type == "cuda"
+        self.workload: Workload = workload_of(s)
+        self.last = s.num_stages - 1
+        self.scale = 1.0 / (s.microbatches * s.directions)
+        self.channels = channels
+        self.timeout = timeout
+        self.post = post or (lambda step, op: None)
+        self.fault = fault if fault is not None and fault.rank == rank else None
+        self._fault_index = next((i for i in self.rp.issue if self.ids[i] == self.fault.op), None) if self.fault else None
+        self.local = {k for k, r in program.placement.items() if r == rank}
+        self.chunks = {(d, st): make_chunk(self.workload, st, device) for d, st in self.rp.stages}
+        m = s.microbatches
+        self.inputs = {(d, mb): make_input(self.workload, d, mb, device)
+                       for d, st in self.rp.stages if st == 0 for mb in range(m)}
+        self.targets = {(d, mb): make_target(self.workload, d, mb, device)
+                        for d, st in self.rp.stages if st == self.last for mb in range(m)}
+        self.split = {(op.direction, op.stage, op.mb) for op in self.ops if op.rank == rank and op.kind == "I"}
+        self.shape = (self.workload.tokens, self.workload.hidden)
+        self.dtype = DTYPES[self.workload.dtype]
+        self.actions = {i: self._action(i) for i in self.rp.issue}
+        if self.cuda:
+            lanes = {self.ops[i].lane for i in self.rp.issue if i not in self.rp.channels} | {"compute"}
+            self.streams: dict[Any, torch.cuda.Stream] = {lane: torch.cuda.Stream(device) for lane in sorted(lanes)}
+            self.streams.update({ch: torch.cuda.Stream(device) for ch in sorted(set(self.rp.channels.values()))})
+            self.compute = self.streams["compute"]
+            self.stream_of = {i: self.streams[self.rp.channels.get(i, self.ops[i].lane)] for i in self.rp.issue}
+            self.start_ev = {i: torch.cuda.Event(enable_timing=True) for i in self.rp.issue}
+            self.end_ev = {i: torch.cuda.Event(enable_timing=True) for i in self.rp.issue}
+            self.sync_ev = {i: torch.cuda.Event() for i in self.rp.waited}
+            self.lane_done = {lane: torch.cuda.Event(enable_timing=True) for lane in self.streams}
+            self.anchor = torch.cuda.Event(enable_timing=True)
+            self.flag = torch.zeros(1, device=device)
+        self.current = -1
+
+    # ------------------------------------------------------------------------------------------
+    # One step
+
+    def step(self, k: int, *, timed: bool) -> dict[str, Any]:
+        """Run every op once; return the record (times in ms after the anchor)."""
+        st = _Step()
+        self._zero_grads()
+        self.current = -1
+        self.post(k, -1)
+        try:
+            if self.cuda:
+                return self._step_cuda(k, st, timed)
+            return self._step_cpu(k, st, timed)
+        except OpFailure:
+            raise
+        except Exception as e:  # any error inside an op: name the rank and the op
+            op = self.ids[self.current] if self.current >= 0 else "(step start)"
+            raise OpFailure(self.rank, op, k, f"{type(e).__name__}: {_first_line(e)}") from e
+        finally:
+            self._last = st
+
+    def partial_events(self) -> list[list[float]]:
+        """Events of the interrupted step that completed (best effort, for the failure record)."""
+        st = getattr(self, "_last", None)
+        out: list[list[float]] = []
+        if st is None:
+            return out
+        if not self.cuda:
+            return [[i, t[0], t[1]] for i, t in st.times.items() if t[1] is not None]
+        try:
+            for i in self.rp.issue:
+                s, e = self.start_ev[i], self.end_ev[i]
+                if s.query() and e.query():
+                    out.append([i, self.anchor.elapsed_time(s), self.anchor.elapsed_time(e)])
+        except Exception:  # the context may be unusable after a fault
+            pass
+        return out
+
+    def _zero_grads(self) -> None:
+        with torch.no_grad():
+            for c in self.chunks.values():
+                for p in c.params:
+                    p.grad.zero_()
+
+    def _step_cuda(self, k: int, st: _Step, timed: bool) -> dict[str, Any]:
+        comp = self.compute
+        with torch.cuda.stream(comp):
+            st.loss = torch.zeros((), device=self.device, dtype=torch.float32)
+            dist.all_reduce(self.flag)  # every rank's clock anchor follows the same collective
+            self.anchor.record(comp)
+        for s in self.streams.values():
+            if s is not comp:
+                s.wait_event(self.anchor)
+        nvtx = torch.cuda.nvtx if timed else None
+        ends = self.end_ev if timed else self.sync_ev
+        for i in self.rp.issue:
+            self.current = i
+            self.post(k, i)
+            stream = self.stream_of[i]
+            with torch.cuda.stream(stream):
+                for u in self.rp.waits.get(i, ()):
+                    stream.wait_event(ends[u])
+                if timed:
+                    self.start_ev[i].record(stream)
+                    nvtx.range_push(self.ids[i])
+                if i == self._fault_index:
+                    self.fault.fire()
+                self.actions[i](st)
+                if timed:
+                    nvtx.range_pop()
+                    self.end_ev[i].record(stream)
+                elif i in self.sync_ev:
+                    self.sync_ev[i].record(stream)
+        for lane, s in self.streams.items():
+            self.lane_done[lane].record(s)
+        pending = ([(i, self.end_ev[i]) for i in self.rp.issue] if timed else []) + \
+                  [(-1, ev) for ev in self.lane_done.values()]
+        self._poll(k, pending)
+        step_ms = max(self.anchor.elapsed_time(ev) for ev in self.lane_done.values())
+        events = ([[i, self.anchor.elapsed_time(self.start_ev[i]), self.anchor.elapsed_time(self.end_ev[i])]
+                   for i in self.rp.issue] if timed else [])
+        loss = float(st.loss) if self._has_loss() else None
+        return {"step": k, "timed": timed, "step_ms": step_ms, "loss": loss, "events": events}
+
+    def _poll(self, k: int, pending: list[tuple[int, Any]]) -> None:
+        """Wait for the step's events without blocking in CUDA, so a stuck op can be named."""
+        last = time.monotonic()
+        j = 0
+        while j < len(pending):
+            i, ev = pending[j]
+            if ev.query():
+                j += 1
+                last = time.monotonic()
+                continue
+            if i >= 0 and i != self.current:
+                self.current = i
+                self.post(k, i)
+            if time.monotonic() - last > self.timeout:
+                op = self.ids[i] if i >= 0 else "(end of step)"
+                raise OpFailure(self.rank, op, k, f"no progress for {self.timeout:g} s (a peer may have failed)")
+            time.sleep(0.0002)
+
+    def _step_cpu(self, k: int, st: _Step, timed: bool) -> dict[str, Any]:
+        st.loss = torch.zeros((), dtype=torch.float32)
+        dist.barrier()
+        t0 = time.perf_counter()
+
+        def now() -> float:
+            return (time.perf_counter() - t0) * 1e3
+
+        for i in self.rp.issue:
+            self.current = i
+            self.post(k, i)
+            for u in self.rp.waits.get(i, ()):
+                self._cpu_wait(u, st, now)
+            if i == self._fault_index:
+                self.fault.fire()
+            start = now()
+            self.actions[i](st)
+            st.times[i] = [start, None if i in st.works else now()]
+            self._cpu_reap(st, now)
+        for i in list(st.works):
+            self.current = i
+            self._cpu_wait(i, st, now)
+        step_ms = max((t[1] for t in st.times.values()), default=0.0)
+        events = [[i, t[0], t[1]] for i, t in st.times.items()] if timed else []
+        loss = float(st.loss) if self._has_loss() else None
+        return {"step": k, "timed": timed, "step_ms": step_ms, "loss": loss, "events": events}
+
+    def _cpu_wait(self, u: int, st: _Step, now: Callable[[], float]) -> None:
+        works = st.works.pop(u, None)
+        if works is None:
+            return
+        saved, self.current = self.current, u  # a failed wait is the RECV's (or SEND's) failure
+        for w in works:
+            w.wait()
+        self.current = saved
+        st.times[u][1] = now()
+
+    def _cpu_reap(self, st: _Step, now: Callable[[], float]) -> None:
+        for u in [u for u, ws in st.works.items() if all(w.is_completed() for w in ws)]:
+            for w in st.works.pop(u):
+                w.wait()  # surfaces an error a completed work carries
+            st.times[u][1] = now()
+
+    def _has_loss(self) -> bool:
+        return bool(self.targets)
+
+    # ------------------------------------------------------------------------------------------
+    # What each op does (closures built once per plan)
+
+    def _action(self, i: int) -> Callable[[_Step], None]:
+        op = self.ops[i]
+        k = op.kind
+        if k == "F":
+            return lambda st: self._forward(st, op.direction, op.stage, op.mb)
+        if k in ("B", "I"):
+            full = k == "B"
+            return lambda st: self._backward(st, op.direction, op.stage, op.mb, full)
+        if k == "W":
+            key = (op.direction, op.stage, op.mb)
+            return lambda st: backward_weight(self.chunks[key[:2]], st.acts.pop(key))
+        if k == "FB":
+            ps, pm, pd = op.pair  # type: ignore[misc]
+
+            def fb(st: _Step) -> None:
+                self._forward(st, op.direction, op.stage, op.mb)
+                self._backward(st, pd, ps, pm, True)
+            return fb
+        if k == "SEND":
+            return self._send_action(i)
+        return self._recv_action(i)
+
+    def _forward(self, st: _Step, d: int, s: int, mb: int) -> None:
+        if s == 0:
+            x = self.inputs[(d, mb)]
+        elif (d, s - 1) in self.local:
+            x = st.acts[(d, s - 1, mb)].y
+        else:
+            x = st.recvd.pop(("F", d, s, mb))
+        last = s == self.last
+        act = forward(self.chunks[(d, s)], x, needs_input_grad=s > 0, keep_linears=(d, s, mb) in self.split,
+                      target=self.targets[(d, mb)] if last else None, scale=self.scale)
+        if last:
+            st.loss += act.y.detach()
+        st.acts[(d, s, mb)] = act
+
+    def _backward(self, st: _Step, d: int, s: int, mb: int, full: bool) -> None:
+        if s == self.last:
+            dy = None
+        elif (d, s + 1) in self.local:
+            dy = st.grads.pop((d, s + 1, mb))
+        else:
+            dy = st.recvd.pop(("B", d, s, mb))
+        key = (d, s, mb)
+        chunk = self.chunks[(d, s)]
+        if full:
+            act = st.acts.pop(key)
+            dx = backward_full(chunk, act, dy)
+        else:
+            act = st.acts[key]
+            dx = backward_input(chunk, act, dy)
+            act.linear_out = []  # their gradients are taken; W needs only the inputs
+        if dx is not None:
+            st.grads[key] = dx
+
+    def _send_action(self, i: int) -> Callable[[_Step], None]:
+        op = self.ops[i]
+        key = (op.direction, op.stage, op.mb)
+        group = self.channels[self.rp.channels[i]]
+        peer = op.peer
+
+        def send(st: _Step) -> None:
+            if op.flow == "F":
+                t = st.acts[key].y.detach()
+            else:
+                t = st.grads.pop(key)
+            t = t.contiguous()
+            st.keep.append(t)
+            works = dist.batch_isend_irecv([dist.P2POp(dist.isend, t, peer, group=group)])
+            if self.cuda:
+                for w in works:
+                    w.wait()  # the lane's stream waits for the transfer; the host does not
+            else:
+                st.works[i] = works
+        return send
+
+    def _recv_action(self, i: int) -> Callable[[_Step], None]:
+        op = self.ops[i]
+        key = (op.flow, op.direction, op.stage, op.mb)
+        group = self.channels[self.rp.channels[i]]
+        peer = op.peer
+
+        def recv(st: _Step) -> None:
+            buf = torch.empty(self.shape, dtype=self.dtype, device=self.device)  # on the lane's stream
+            st.keep.append(buf)
+            works = dist.batch_isend_irecv([dist.P2POp(dist.irecv, buf, peer, group=group)])
+            if self.cuda:
+                for w in works:
+                    w.wait()
+            else:
+                st.works[i] = works
+            st.recvd[key] = buf
+        return recv
+
+    def grads(self) -> dict[str, list[torch.Tensor]]:
+        """"d,s" -> this rank's gradient of that copy (CPU, fp32), for --verify."""
+        return {f"{d},{s}": [p.grad.detach().float().cpu() for p in c.params] for (d, s), c in self.chunks.items()}
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:300] if text else ""

@@ -1,0 +1,220 @@
+"""Start one process per rank on this machine, watch them, and collect the measured timelines.
+
+Each rank is a fresh ``python -m pptl.run --job FILE`` process (gloo on CPU, NCCL on CUDA) that
+joins the others through a file store in a private run folder. The launcher watches two things:
+exit codes, and a progress board where every rank posts the op it is at. When a rank fails, the
+others get a short grace to stop on their own and are then terminated; when no rank makes progress
+for ``--timeout`` seconds, all are stopped. Either way the error names the rank and the op, and the
+records the ranks kept (each completed step, plus the interrupted step's finished ops) are merged
+into the measured timeline, which is still written.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from pptl.errors import InputError, RunError
+from pptl.ir import Schedule
+from pptl.run.options import Job, PlanJob
+from pptl.timeline import Timeline, timeline_from_dict
+
+__all__ = ["check_device", "launch"]
+
+#: Seconds the other ranks get to stop by themselves after one failed.
+_GRACE = 5.0
+
+
+def check_device(device: str | None, gpus: int) -> str:
+    """Resolve ``--device`` (None: cuda when available) and refuse what this machine cannot do."""
+    try:
+        import torch
+    except ImportError:
+        raise InputError("pptl run needs torch: pip install 'pptl[run]' (torch>=2.4)") from None
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cuda", "cpu"):
+        raise InputError(f"--device: got '{device}', expected cuda or cpu")
+    if gpus < 1:
+        raise InputError(f"--gpus: got {gpus}, expected at least 1")
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise InputError(f"--device cuda: no CUDA device is available here (torch {torch.__version__}); "
+                             "use --device cpu")
+        n = torch.cuda.device_count()
+        if gpus > n:
+            raise InputError(f"--gpus {gpus}: only {n} CUDA device{'s' if n != 1 else ''} visible here")
+    return device
+
+
+def launch(job: Job, schedules: list[Schedule], world: int) -> list[Timeline]:
+    """Run ``job`` (its plans are ``schedules``, already loaded) on ``world`` local processes.
+
+    Returns:
+        The measured timeline of each plan, in order.
+
+    Raises:
+        RunError: a rank failed, was lost, or stopped making progress (what was measured is written).
+        InputError: a rank refused its input.
+    """
+    for pj, s in zip(job.plans, schedules):
+        if s.pp != world:
+            raise InputError(f"{pj.plan}: the plan has pp={s.pp} ranks; run it with --gpus {s.pp}")
+    from pptl.formats.plan import dumps, plan_to_dict
+
+    rundir = tempfile.mkdtemp(prefix="pptl-run-")
+    plans = []
+    for k, (p, s) in enumerate(zip(job.plans, schedules)):
+        copy = Path(rundir) / f"plan{k}.json"  # every rank reads exactly the schedule checked here
+        copy.write_text(dumps(plan_to_dict(s)))
+        plans.append(PlanJob(str(copy), p.out or str(Path(rundir) / f"measured{k}.json"), p.label or p.plan))
+    plans = tuple(plans)
+    job = replace(job, plans=plans, rundir=rundir,
+                  threads=job.threads or (max(1, (os.cpu_count() or 1) // world) if job.device == "cpu" else None))
+    job_file = Path(rundir) / "job.json"
+    job_file.write_text(job.to_json())
+    from pptl.run.progress import Board
+
+    board = Board(Path(rundir) / "progress.bin", world, create=True)
+    procs = _spawn(job_file, rundir, world)
+    try:
+        verdict = _watch(procs, board, job.timeout)
+    except KeyboardInterrupt:
+        _stop(procs)
+        raise
+    finally:
+        board_posts = [board.read(r) for r in range(world)]
+        board.close()
+    if verdict is None:
+        timelines = [timeline_from_dict(json.loads(Path(p.out).read_text()), source=p.out) for p in plans]
+        if not os.environ.get("PPTL_RUN_KEEP"):
+            shutil.rmtree(rundir, ignore_errors=True)
+        return timelines
+    message, plan_index, code = _diagnose(verdict, rundir, world, board_posts, schedules)
+    written = _write_partial(schedules, plans, plan_index, rundir, world, message)
+    where = f"; measured so far written to {written}" if written else ""
+    full = f"{message}{where} (logs in {rundir})"
+    if code == 2:
+        raise InputError(full)
+    raise RunError(full)
+
+
+def _spawn(job_file: Path, rundir: str, world: int) -> list[subprocess.Popen]:
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONUNBUFFERED"] = "1"
+    procs = []
+    for r in range(world):
+        renv = dict(env, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world))
+        log = open(Path(rundir) / f"rank{r}.log", "wb")
+        cmd = [sys.executable, "-m", "pptl.run", "--job", str(job_file), "--init", f"file://{rundir}/store"]
+        procs.append(subprocess.Popen(cmd, env=renv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        log.close()
+    return procs
+
+
+def _watch(procs: list[subprocess.Popen], board: Any, timeout: float) -> dict[str, Any] | None:
+    """None when every rank exited 0; otherwise what went wrong."""
+    lost_at: dict[int, float] = {}
+    stop_at = None
+    while True:
+        codes = [p.poll() for p in procs]
+        now = time.time()
+        for r, c in enumerate(codes):
+            if c not in (None, 0) and r not in lost_at:
+                lost_at[r] = now
+        if all(c == 0 for c in codes):
+            return None
+        if all(c is not None for c in codes):
+            return {"codes": codes, "lost_at": lost_at}
+        if lost_at and stop_at is None:
+            stop_at = time.monotonic() + min(_GRACE, timeout)
+        if stop_at is not None and time.monotonic() > stop_at:
+            _stop(procs)
+            return {"codes": codes, "lost_at": lost_at}
+        if not lost_at:
+            newest = max(board.read(r).time for r in range(len(procs)))
+            if now - newest > timeout:
+                _stop(procs)
+                return {"codes": codes, "lost_at": lost_at, "hung": True}
+        time.sleep(0.05)
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 2.0
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def _diagnose(verdict: dict[str, Any], rundir: str, world: int, posts: list[Any],
+              schedules: list[Schedule]) -> tuple[str, int, int]:
+    """(message, plan index, exit code) for the failure that came first."""
+
+    def op_name(plan: int, op: int) -> str:
+        if 0 <= plan < len(schedules) and 0 <= op < len(schedules[plan].ops):
+            return schedules[plan].ops[op].id
+        return "(setup, before any op)"
+
+    if verdict.get("hung"):
+        r = min(range(world), key=lambda i: posts[i].time)
+        p = posts[r]
+        return (f"run stopped: no rank made progress for the --timeout; rank {r} stopped first, at op "
+                f"{op_name(p.plan, p.op)} (step {p.step})", max(p.plan, 0), 1)
+    records = []
+    for r in range(world):
+        path = Path(rundir) / f"failure.rank{r}.json"
+        if path.exists():
+            try:
+                records.append(json.loads(path.read_text()))
+            except ValueError:
+                pass
+    lost = [r for r, t in verdict["lost_at"].items() if not any(rec["rank"] == r for rec in records)]
+    codes = verdict["codes"]
+    # A rank killed by a signal (no failure record) makes its peers fail, not the other way round.
+    lost = [r for r in lost if codes[r] is not None and codes[r] < 0] or lost
+    if lost:
+        r = min(lost, key=lambda i: verdict["lost_at"][i])
+        p = posts[r]
+        code = codes[r]
+        how = f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
+        return f"rank {r} was lost ({how}) at op {op_name(p.plan, p.op)} (step {p.step})", max(p.plan, 0), 1
+    if records:
+        rec = min(records, key=lambda x: x["time"])
+        return rec["message"], max(int(rec.get("plan", 0)), 0), int(rec.get("exit_code", 1))
+    return "the run failed without a message", 0, 1
+
+
+def _write_partial(schedules: list[Schedule], plans: tuple[PlanJob, ...], k: int, rundir: str, world: int,
+                   message: str) -> str | None:
+    from pptl.fileio import atomic_write
+    from pptl.run.results import build_timeline
+
+    if not 0 <= k < len(plans) or not plans[k].out:
+        return None
+    payloads = []
+    for r in range(world):
+        path = Path(rundir) / f"plan{k}.rank{r}.json"
+        if path.exists():
+            try:
+                payloads.append(json.loads(path.read_text()))
+            except ValueError:
+                pass
+    timeline = build_timeline(schedules[k], payloads, extra={"failed": message, "plan": plans[k].label})
+    atomic_write(plans[k].out, json.dumps(timeline.to_dict(), separators=(",", ":"), allow_nan=False))
+    return plans[k].out

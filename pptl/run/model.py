@@ -1,0 +1,153 @@
+"""The synthetic workload ``pptl run`` executes: one chunk of MLP blocks per (direction, stage).
+
+Same block as bench/torch_pp_anchor.py: ``x + Linear(4h, h)(GELU(Linear(h, 4h)(x)))``, written
+functionally so the backward can be split the way zero-bubble runtimes split it:
+
+- **I** (input gradient): one ``torch.autograd.grad`` call for the chunk's input *and* the output
+  of every Linear. Autograd then runs only the activation-gradient kernels; no weight-gradient
+  matmul runs, and the graph is freed.
+- **W** (weight gradient): ``dW += dU^T X`` and ``db += dU.sum(0)`` per Linear, from the saved
+  Linear inputs X and the output gradients dU that I kept.
+- **B** runs both at once through autograd (accumulating into ``.grad``).
+
+Weights, inputs and targets come from generators seeded by the *logical* stage (the stage index
+along the data flow) and (direction, micro-batch), so every copy of a stage (DualPipe holds two)
+and the single-process reference in :mod:`pptl.run.verify` start from the same numbers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from pptl.config import Workload
+
+__all__ = ["DTYPES", "Chunk", "Activation", "make_chunk", "make_input", "make_target", "loss_of",
+           "forward", "apply_chunk", "backward_full", "backward_input", "backward_weight"]
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_SEED = 20_240_611
+
+
+@dataclass
+class Chunk:
+    """The weights of one (direction, stage) copy: per layer (W_up, b_up, W_down, b_down)."""
+
+    stage: int
+    params: list[torch.Tensor]
+
+    def layers(self) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
+        p = self.params
+        return [tuple(p[k:k + 4]) for k in range(0, len(p), 4)]  # type: ignore[misc]
+
+
+@dataclass
+class Activation:
+    """What one forward of one (direction, stage, mb) keeps for its backward."""
+
+    x: torch.Tensor | None
+    """The chunk's input as a leaf with ``requires_grad`` (None on stage 0: no input gradient)."""
+    y: torch.Tensor
+    """The chunk's output (on the last stage: the scaled loss)."""
+    linear_in: list[torch.Tensor] = field(default_factory=list)
+    """The input of every Linear, in parameter order (for W)."""
+    linear_out: list[torch.Tensor] = field(default_factory=list)
+    """The output of every Linear (I asks autograd for their gradients)."""
+    linear_grad: list[torch.Tensor] | None = None
+    """Set by I: the gradient of every Linear's output, consumed by W."""
+
+
+def _gen(device: torch.device, *key: int) -> torch.Generator:
+    g = torch.Generator(device=device)
+    seed = _SEED
+    for k in key:
+        seed = (seed * 1_000_003 + k + 7) % (2**61 - 1)
+    g.manual_seed(seed)
+    return g
+
+
+def make_chunk(workload: Workload, stage: int, device: torch.device) -> Chunk:
+    """Weights of logical ``stage`` (identical for every copy), with zeroed gradient buffers."""
+    h, dtype = workload.hidden, DTYPES[workload.dtype]
+    params: list[torch.Tensor] = []
+    for layer in range(workload.layers_per_stage):
+        g = _gen(device, 1, stage, layer)
+        for out_f, in_f in ((4 * h, h), (h, 4 * h)):
+            w = torch.randn(out_f, in_f, generator=g, device=device) * in_f ** -0.5
+            b = torch.randn(out_f, generator=g, device=device) * 0.02
+            params += [w.to(dtype), b.to(dtype)]
+    for p in params:
+        p.requires_grad_(True)
+        p.grad = torch.zeros_like(p)
+    return Chunk(stage, params)
+
+
+def make_input(workload: Workload, direction: int, mb: int, device: torch.device) -> torch.Tensor:
+    g = _gen(device, 2, direction, mb)
+    return torch.randn(workload.tokens, workload.hidden, generator=g, device=device).to(DTYPES[workload.dtype])
+
+
+def make_target(workload: Workload, direction: int, mb: int, device: torch.device) -> torch.Tensor:
+    g = _gen(device, 3, direction, mb)
+    return torch.randn(workload.tokens, workload.hidden, generator=g, device=device).to(DTYPES[workload.dtype])
+
+
+def loss_of(y: torch.Tensor, target: torch.Tensor, scale: float) -> torch.Tensor:
+    """Mean squared error in fp32, scaled by 1/(micro-batches in the step) so the step's loss is a mean."""
+    return (y.float() - target.float()).pow(2).mean() * scale
+
+
+def forward(chunk: Chunk, x: torch.Tensor, *, needs_input_grad: bool, keep_linears: bool,
+            target: torch.Tensor | None = None, scale: float = 1.0) -> Activation:
+    """Run the chunk on ``x`` (detached here); on the last stage pass ``target`` to get the loss."""
+    leaf = x.detach().requires_grad_(needs_input_grad)
+    ins: list[torch.Tensor] = []
+    outs: list[torch.Tensor] = []
+    h = apply_chunk(chunk, leaf, ins if keep_linears else None, outs if keep_linears else None)
+    y = loss_of(h, target, scale) if target is not None else h
+    return Activation(leaf if needs_input_grad else None, y, ins, outs)
+
+
+def apply_chunk(chunk: Chunk, h: torch.Tensor, ins: list[torch.Tensor] | None = None,
+                outs: list[torch.Tensor] | None = None) -> torch.Tensor:
+    """The chunk's math; appends every Linear's input and output to ``ins``/``outs`` if given."""
+    for w_up, b_up, w_down, b_down in chunk.layers():
+        u = F.linear(h, w_up, b_up)
+        a = F.gelu(u)
+        d = F.linear(a, w_down, b_down)
+        if ins is not None and outs is not None:
+            ins += [h, a]
+            outs += [u, d]
+        h = h + d
+    return h
+
+
+def backward_full(chunk: Chunk, act: Activation, dy: torch.Tensor | None) -> torch.Tensor | None:
+    """B: input and weight gradients at once (weights accumulate into ``.grad``). Returns dx."""
+    inputs = list(chunk.params) + ([act.x] if act.x is not None else [])
+    torch.autograd.backward(act.y, grad_tensors=dy, inputs=inputs)
+    return act.x.grad if act.x is not None else None
+
+
+def backward_input(chunk: Chunk, act: Activation, dy: torch.Tensor | None) -> torch.Tensor | None:
+    """I: gradients of the input and of every Linear's output; frees the graph. Returns dx."""
+    wanted = ([act.x] if act.x is not None else []) + act.linear_out
+    grads = torch.autograd.grad(act.y, wanted, grad_outputs=dy)
+    if act.x is not None:
+        act.linear_grad = list(grads[1:])
+        return grads[0]
+    act.linear_grad = list(grads)
+    return None
+
+
+def backward_weight(chunk: Chunk, act: Activation) -> None:
+    """W: accumulate dW = dU^T X and db = sum(dU) for every Linear from what I kept."""
+    assert act.linear_grad is not None, "W before I"  # the program order guarantees it
+    with torch.no_grad():
+        for k, (du, x) in enumerate(zip(act.linear_grad, act.linear_in)):
+            w, b = chunk.params[2 * k], chunk.params[2 * k + 1]
+            w.grad.addmm_(du.t(), x)
+            b.grad.add_(du.sum(0))
+    act.linear_grad = None
+    act.linear_in = []

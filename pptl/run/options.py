@@ -1,0 +1,77 @@
+"""What a run is asked to do, shared by the launcher and every worker (plain data, no torch).
+
+The launcher writes a :class:`Job` as JSON for the workers it spawns; under ``torchrun`` each
+worker builds the same :class:`Job` from its own command line.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from pptl.errors import InputError
+
+__all__ = ["PlanJob", "Job", "job_from_dict", "read_job", "DEFAULT_TIMEOUT"]
+
+#: Seconds a rank may wait without progress before the run is stopped (minutes, not hours).
+DEFAULT_TIMEOUT = 300.0
+
+
+@dataclass(frozen=True)
+class PlanJob:
+    plan: str
+    """A plan file (JSON) every rank reads."""
+    out: str | None = None
+    """Where rank 0 writes the measured timeline (None: nowhere)."""
+    label: str | None = None
+    """The user's name for the plan (the launcher hands ranks a copy in its run folder)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    plans: tuple[PlanJob, ...]
+    """Plans run one after the other by the same processes (start-up is paid once)."""
+    device: str = "cpu"
+    """"cuda" (NCCL) or "cpu" (gloo)."""
+    steps: int = 3
+    """Timed steps; as many untimed steps run interleaved to measure the instrumentation overhead."""
+    warmup: int = 1
+    """Steps run first and discarded."""
+    verify: bool = False
+    timeout: float = DEFAULT_TIMEOUT
+    rundir: str | None = None
+    """Launcher mode: a folder where each rank keeps its records and its failure, if any."""
+    threads: int | None = None
+    """CPU threads per rank (gloo runs); None keeps torch's default."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        d["plans"] = [asdict(p) for p in self.plans]
+        return json.dumps(d)
+
+    def validate(self) -> "Job":
+        if self.device not in ("cuda", "cpu"):
+            raise InputError(f"--device: got '{self.device}', expected cuda or cpu")
+        if self.steps < 1:
+            raise InputError(f"--steps: got {self.steps}, expected at least 1")
+        if self.warmup < 0:
+            raise InputError(f"--warmup: got {self.warmup}, expected 0 or more")
+        if not self.timeout > 0:
+            raise InputError(f"--timeout: got {self.timeout}, expected a number of seconds > 0")
+        if not self.plans:
+            raise InputError("give a plan to run")
+        return self
+
+    def with_rundir(self, rundir: str) -> "Job":
+        return replace(self, rundir=rundir)
+
+
+def job_from_dict(d: dict[str, Any]) -> Job:
+    plans = tuple(PlanJob(**p) for p in d.pop("plans"))
+    return Job(plans=plans, **d).validate()
+
+
+def read_job(path: str | Path) -> Job:
+    return job_from_dict(json.loads(Path(path).read_text()))

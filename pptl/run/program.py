@@ -1,0 +1,226 @@
+"""What each rank executes: its ops, the waits between its lanes, and the order its host issues them.
+
+Pure (no torch): the launcher, every worker and the tests build the same :class:`Program` from the
+same plan, so all ranks agree on placement, message pairs and issue order without talking.
+
+Streams: compute ops run on one stream per lane. A SEND or RECV runs on its *channel*, the stream
+of messages from one stage to the next for one flow and direction (a two-rank communicator and a
+CUDA stream at each end), not on its lane: the plan's ``send``/``recv`` lanes model one stream
+per direction, but the order in which one rank produces messages for a peer (production order)
+need not be the order the peer needs them in (ZB-V mixes activations and gradients on one pair of
+ranks), and NCCL matches messages in order and lets a send finish only with its receive; serial
+lanes would then deadlock. Within a channel both orders are the stage's micro-batch order.
+
+Vocabulary: an op's *producers* are the ops whose data it needs (the plan's dependencies);
+*waits* are the producers on the same rank but another stream (a CUDA event wait; on one stream
+the stream order already holds). The *issue order* is the order the host enqueues a rank's ops: the
+rank's ops sorted by their planned start, ties broken by a topological order of the whole plan.
+That order is a linear extension of the plan's DAG on every rank at once, so (a) on CUDA every
+event a stream waits on is recorded before the wait is enqueued, and (b) on CPU, where a compute
+op blocks its host until its data has arrived, the ranks can never wait on each other in a cycle.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from pptl.config import Workload
+from pptl.errors import InputError, InvalidScheduleError
+from pptl.ir import Op, Schedule
+
+__all__ = ["RUN_KINDS", "COMPUTE", "Channel", "RankProgram", "Program", "build_program", "channel_of", "message_key",
+           "workload_of"]
+
+#: The op kinds ``pptl run`` executes.
+COMPUTE = frozenset({"F", "B", "I", "W", "FB"})
+RUN_KINDS = COMPUTE | {"SEND", "RECV"}
+
+#: (sender, receiver, flow, direction, sender's stage): one stream of messages, in micro-batch
+#: order, carried by its own two-rank communicator and its own CUDA stream on both ends.
+Channel = tuple[int, int, str, int, int]
+
+
+@dataclass(frozen=True)
+class RankProgram:
+    """One rank's share of a plan."""
+
+    rank: int
+    issue: tuple[int, ...]
+    """Op indices (into ``Schedule.ops``) in the order the host enqueues them."""
+    waits: Mapping[int, tuple[int, ...]]
+    """Op index -> producers on this rank but another stream (cross-stream event waits)."""
+    waited: frozenset[int]
+    """Ops some other stream waits on (they need an end event even in untimed steps)."""
+    lanes: Mapping[str, tuple[int, ...]]
+    """Lane -> op indices in plan order."""
+    stages: tuple[tuple[int, int], ...]
+    """(direction, stage) model copies this rank holds, sorted."""
+    channels: Mapping[int, "Channel"]
+    """SEND/RECV op index -> its channel."""
+
+
+@dataclass(frozen=True)
+class Program:
+    """Every rank's share of a plan, plus what all ranks must agree on."""
+
+    schedule: Schedule
+    ranks: tuple[RankProgram, ...]
+    placement: Mapping[tuple[int, int], int]
+    """(direction, stage) -> rank that runs it."""
+    channels: tuple["Channel", ...]
+    """Every channel of the plan, sorted: all ranks open them in this order."""
+
+    @property
+    def world(self) -> int:
+        return self.schedule.pp
+
+    def op_id(self, index: int) -> str:
+        return self.schedule.ops[index].id
+
+
+def workload_of(schedule: Schedule) -> Workload:
+    """The plan's workload section (defaults for plans without a config)."""
+    return schedule.config.workload if schedule.config is not None else Workload()
+
+
+def channel_of(op: Op) -> Channel:
+    """(sender, receiver, flow, direction, sender's stage) of a SEND or RECV."""
+    flow, d, stage, _ = message_key(op)
+    sender, receiver = (op.rank, op.peer) if op.kind == "SEND" else (op.peer, op.rank)
+    return (sender, receiver, flow, d, stage)
+
+
+def message_key(op: Op) -> tuple[str, int, int, int]:
+    """(flow, direction, sender's stage, mb): the same for a SEND and the RECV that matches it."""
+    if op.kind == "SEND":
+        return (op.flow, op.direction, op.stage, op.mb)
+    sender_stage = op.stage - 1 if op.flow == "F" else op.stage + 1
+    return (op.flow, op.direction, sender_stage, op.mb)
+
+
+def build_program(schedule: Schedule, *, source: str = "plan") -> Program:
+    """Split a validated schedule into per-rank programs.
+
+    Raises:
+        InputError: an op kind ``pptl run`` does not execute.
+        InvalidScheduleError: data crosses ranks without SEND/RECV, a stage runs on two ranks,
+            or two ranks disagree on the order of their messages (NCCL matches them in order).
+
+    Notes:
+        O(ops log ops + deps), dominated by the sort and the plan's topological order.
+    """
+    ops = schedule.ops
+    for op in ops:
+        if op.kind not in RUN_KINDS:
+            raise InputError(f"{source}: op {op.id} has kind {op.kind}; pptl run executes training plans "
+                             f"(kinds {', '.join(sorted(RUN_KINDS))})")
+        if op.kind in ("SEND", "RECV") and op.flow not in ("F", "B"):
+            raise InvalidScheduleError(f"{source}: op {op.id} has flow {op.flow!r}, expected F or B")
+        if not 0 <= op.rank < schedule.pp:
+            raise InvalidScheduleError(f"{source}: op {op.id} is on rank {op.rank}, outside 0..{schedule.pp - 1}")
+    placement = _placement(schedule, source)
+    _check_crossings(schedule, source)
+    channel = _channels(schedule, source)
+    key = _issue_key(schedule)
+    by_rank: dict[int, list[int]] = {r: [] for r in range(schedule.pp)}
+    for i, op in enumerate(ops):
+        by_rank[op.rank].append(i)
+    waits: dict[int, dict[int, tuple[int, ...]]] = {r: {} for r in range(schedule.pp)}
+    local: dict[int, list[int]] = {}
+
+    def stream(i: int) -> tuple:
+        return ("channel", channel[i]) if i in channel else ("lane", ops[i].lane)
+
+    for u, v in schedule.deps:
+        if ops[u].rank == ops[v].rank and stream(u) != stream(v):
+            local.setdefault(v, []).append(u)
+    for v, us in local.items():
+        waits[ops[v].rank][v] = tuple(sorted(set(us)))
+    ranks = []
+    for r in range(schedule.pp):
+        issue = tuple(sorted(by_rank[r], key=key.__getitem__))
+        lanes = {lane: tuple(order) for (rr, lane), order in sorted(schedule.lanes.items()) if rr == r}
+        waited = frozenset(u for us in waits[r].values() for u in us)
+        stages = tuple(sorted(k for k, rank in placement.items() if rank == r))
+        mine = {i: channel[i] for i in by_rank[r] if i in channel}
+        ranks.append(RankProgram(r, issue, waits[r], waited, lanes, stages, mine))
+    return Program(schedule, tuple(ranks), placement, tuple(sorted(set(channel.values()))))
+
+
+def _placement(schedule: Schedule, source: str) -> dict[tuple[int, int], int]:
+    from pptl.deps import roles
+
+    where: dict[tuple[int, int], int] = {}
+    for op in schedule.ops:
+        for _, d, s, _ in roles(op):
+            if not (0 <= s < schedule.num_stages and 0 <= d < schedule.directions):
+                raise InvalidScheduleError(f"{source}: op {op.id} names stage {s} direction {d}, outside the plan's "
+                                           f"{schedule.num_stages} stages and {schedule.directions} directions")
+            rank = where.setdefault((d, s), op.rank)
+            if rank != op.rank:
+                raise InvalidScheduleError(f"{source}: stage {s} (direction {d}) runs on ranks {rank} and {op.rank}; "
+                                           "pptl run keeps one copy of each stage's weights on one rank")
+    return where
+
+
+def _check_crossings(schedule: Schedule, source: str) -> None:
+    ops = schedule.ops
+    for u, v in schedule.deps:
+        a, b = ops[u], ops[v]
+        if a.rank != b.rank and not (a.kind == "SEND" and b.kind == "RECV"):
+            raise InvalidScheduleError(f"{source}: {a.id} -> {b.id} crosses ranks without a SEND/RECV; pptl run "
+                                       "needs the communication ops (plan it with pptl plan)")
+
+
+def _channels(schedule: Schedule, source: str) -> dict[int, Channel]:
+    """Op index -> channel of every SEND and RECV, after checking that both ends of each channel
+    list its messages in the same order (NCCL matches the messages of a communicator in order)."""
+    sent: dict[Channel, list[int]] = {}
+    recv: dict[Channel, list[int]] = {}
+    for (rank, _lane), order in sorted(schedule.lanes.items()):
+        for i in order:
+            op = schedule.ops[i]
+            if op.kind == "SEND":
+                sent.setdefault(channel_of(op), []).append(i)
+            elif op.kind == "RECV":
+                recv.setdefault(channel_of(op), []).append(i)
+    out: dict[int, Channel] = {}
+    ops = schedule.ops
+    for ch in sorted(set(sent) | set(recv)):
+        a, b = sent.get(ch, []), recv.get(ch, [])
+        for k, (x, y) in enumerate(zip(a, b)):
+            if message_key(ops[x]) != message_key(ops[y]):
+                raise InvalidScheduleError(
+                    f"{source}: rank {ch[0]} sends {ops[x].id} as message #{k} of its channel to rank {ch[1]}, "
+                    f"which expects {ops[y].id} there; stage {ch[4]} and its receiver must exchange micro-batches "
+                    "in one order (NCCL matches them in order)")
+        if len(a) != len(b):
+            longer = a if len(a) > len(b) else b
+            extra = ops[longer[min(len(a), len(b))]]
+            raise InvalidScheduleError(f"{source}: {extra.id} has no matching {'RECV' if extra.kind == 'SEND' else 'SEND'} "
+                                       "(run 'pptl check')")
+        for i in a + b:
+            out[i] = ch
+    return out
+
+
+def _issue_key(schedule: Schedule) -> list[tuple[float, int]]:
+    """(planned start, topological position) per op: a linear extension of the plan's DAG."""
+    import networkx as nx
+
+    from pptl.dag import build_dag
+    from pptl.simulate import simulate
+
+    dag = build_dag(schedule)
+    try:
+        topo = list(nx.topological_sort(dag))
+    except nx.NetworkXUnfeasible:
+        raise InvalidScheduleError("the plan deadlocks (its DAG has a cycle); run 'pptl check' to see it") from None
+    pos = [0] * len(schedule.ops)
+    for k, v in enumerate(topo):
+        pos[v] = k
+    try:
+        start = simulate(schedule, dag=dag).start
+    except Exception:  # a plan without usable costs: the topological order alone is still valid
+        start = [0.0] * len(schedule.ops)
+    return [(start[i], pos[i]) for i in range(len(schedule.ops))]

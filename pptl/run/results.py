@@ -1,0 +1,119 @@
+"""Turn what the ranks recorded into a measured :class:`~pptl.timeline.Timeline` (pure, no torch).
+
+Every rank sends rank 0 one *payload* (a JSON-ready dict) per plan::
+
+    {"rank": r, "issue": [op index, ...],
+     "steps": [{"step": k, "timed": bool, "step_ms": float, "loss": float | None,
+                "events": [[op index, start_ms, end_ms], ...]}, ...],
+     "partial": {"step": k, "events": [...]} | absent,   # the step a failure interrupted
+     "info": {"device": ..., "torch": ...}}
+
+Times are milliseconds after the step's clock anchor (the end of a collective every rank joined).
+The timeline holds the timed step whose step time is the median, with the plan's op ids, so
+``pptl render`` and ``pptl compare`` read it like a planned one.
+"""
+from __future__ import annotations
+
+import statistics
+from typing import Any, Iterable, Mapping
+
+from pptl.ir import Schedule
+from pptl.timeline import Event, Timeline, TimelineMeta
+
+__all__ = ["CLOCK", "step_times", "build_timeline", "executed_order"]
+
+CLOCK = ("per step: every rank joins a collective, then stamps an anchor (a CUDA event on the compute "
+         "stream, or the host clock on CPU); times are ms after each rank's anchor")
+
+
+def step_times(payloads: list[Mapping[str, Any]], *, timed: bool) -> dict[int, float]:
+    """Step index -> step time (the slowest rank's), over steps every rank completed."""
+    per: dict[int, list[float]] = {}
+    for p in payloads:
+        for st in p.get("steps", []):
+            if bool(st["timed"]) == timed:
+                per.setdefault(st["step"], []).append(float(st["step_ms"]))
+    return {k: max(v) for k, v in sorted(per.items()) if len(v) == len(payloads)}
+
+
+def executed_order(schedule: Schedule, payloads: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, list[str]]]:
+    """Per rank and lane: op ids in the order the rank issued them."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for p in payloads:
+        lanes: dict[str, list[str]] = {}
+        for i in p.get("issue", []):
+            op = schedule.ops[i]
+            lanes.setdefault(op.lane, []).append(op.id)
+        out[str(p["rank"])] = lanes
+    return out
+
+
+def build_timeline(schedule: Schedule, payloads: list[Mapping[str, Any]], *,
+                   extra: Mapping[str, Any] | None = None) -> Timeline:
+    """The measured timeline of the median timed step (or of an interrupted step's partial events)."""
+    payloads = sorted(payloads, key=lambda p: p["rank"])
+    timed = step_times(payloads, timed=True)
+    bare = step_times(payloads, timed=False)
+    meta_extra: dict[str, Any] = {}
+    partial = False
+    if timed:
+        ordered = sorted(timed, key=lambda k: (timed[k], k))
+        chosen = ordered[(len(ordered) - 1) // 2]
+        rows = [ev for p in payloads for st in p["steps"] if st["step"] == chosen for ev in st["events"]]
+        meta_extra["step"] = chosen
+    else:
+        partial = True
+        rows = [ev for p in payloads for ev in (p.get("partial") or {}).get("events", [])]
+        if not rows:  # no complete step either: fall back to the last complete step any rank has
+            rows = [ev for p in payloads for st in p.get("steps", [])[-1:] for ev in st["events"]]
+    waits: dict[int, list[int]] = {}
+    for u, v in schedule.deps:
+        waits.setdefault(v, []).append(u)
+    ids = [op.id for op in schedule.ops]
+    events = []
+    for i, start, end in sorted(rows, key=lambda r: (r[1], r[0])):
+        op = schedule.ops[i]
+        events.append(Event(op=ids[i], rank=op.rank, lane=op.lane, start=float(start), end=float(max(end, start)),
+                            kind=op.kind, stage=op.stage, mb=op.mb, direction=op.direction, chunk=op.chunk,
+                            pair=op.pair, label=op.label, sub=op.sub, peer=op.peer,
+                            waits_on=tuple(ids[u] for u in waits.get(i, ()))))
+    timed_ms = list(timed.values())
+    bare_ms = list(bare.values())
+    meta_extra.update({
+        "step_ms": timed_ms,
+        "median_step_ms": statistics.median(timed_ms) if timed_ms else None,
+        "untimed_step_ms": bare_ms,
+        "median_untimed_step_ms": statistics.median(bare_ms) if bare_ms else None,
+        "overhead": (statistics.median(timed_ms) / statistics.median(bare_ms) - 1.0
+                     if timed_ms and bare_ms and statistics.median(bare_ms) > 0 else None),
+        "executed": executed_order(schedule, payloads),
+    })
+    losses = [st.get("loss") for p in payloads for st in p.get("steps", []) if st.get("loss") is not None]
+    if losses:
+        meta_extra["loss"] = _last_step_loss(payloads)
+    info = payloads[0].get("info", {}) if payloads else {}
+    meta_extra.update(info)
+    if partial:
+        meta_extra["partial"] = True
+    meta_extra.update(extra or {})
+    cfg = schedule.config
+    device = info.get("device", "?")
+    span = (max(e.end for e in events) - min(e.start for e in events)) if events else 0.0
+    title = f"{schedule.family}: measured on {device}, pp={schedule.pp} makespan={span:.3f} ms"
+    meta = TimelineMeta(source="measured", units="ms", family=schedule.family, pp=schedule.pp,
+                        vpp=getattr(cfg, "vpp", 1) if cfg is not None else 1,
+                        microbatches=schedule.microbatches, title=title, clock=CLOCK, extra=meta_extra)
+    return Timeline(events, meta)
+
+
+def _last_step_loss(payloads: list[Mapping[str, Any]]) -> float | None:
+    """The step loss of the last step every rank completed: the sum over the ranks holding a loss."""
+    last = min((p["steps"][-1]["step"] for p in payloads if p.get("steps")), default=None)
+    if last is None:
+        return None
+    total = 0.0
+    for p in payloads:
+        for st in p["steps"]:
+            if st["step"] == last and st.get("loss") is not None:
+                total += float(st["loss"])
+    return total

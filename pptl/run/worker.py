@@ -1,0 +1,213 @@
+"""One process of a run (one rank): join the process group, run each plan of the job, hand rank 0
+the records, and have rank 0 write the measured timeline (and check ``--verify``).
+
+Started by :mod:`pptl.run.launcher` (one process per rank, ``--job FILE``) or by ``torchrun``
+(``python -m pptl.run PLAN``; rank and world come from the environment). On an error the rank
+writes what it measured and a one-line failure (naming itself and the op) to the run folder,
+prints that line, and exits 1 without waiting for its peers; the launcher (or torchrun) stops
+the others.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from pptl.errors import InputError, PptlError
+from pptl.fileio import atomic_write
+from pptl.run.executor import Executor, Fault, OpFailure
+from pptl.run.options import Job, PlanJob
+from pptl.run.program import Program, build_program, workload_of
+from pptl.run.results import build_timeline
+
+__all__ = ["run_worker", "failure_path", "records_path"]
+
+#: Launcher mode gives the launcher this long to diagnose a hang before a rank's own timeout fires.
+_LAUNCHER_MARGIN = 15.0
+
+
+def records_path(rundir: str, plan: int, rank: int) -> Path:
+    return Path(rundir) / f"plan{plan}.rank{rank}.json"
+
+
+def failure_path(rundir: str, rank: int) -> Path:
+    return Path(rundir) / f"failure.rank{rank}.json"
+
+
+def run_worker(job: Job, *, rank: int, world: int, local_rank: int, init_method: str = "env://") -> int:
+    """Run every plan of ``job`` as ``rank``; return the process exit code."""
+    cuda = job.device == "cuda"
+    margin = _LAUNCHER_MARGIN if job.rundir else 0.0
+    board = None
+    if job.rundir:
+        from pptl.run.progress import Board
+
+        board = Board(Path(job.rundir) / "progress.bin", world)
+    state: dict[str, Any] = {"plan": -1, "executor": None, "payload": None}
+    try:
+        if cuda:
+            device = torch.device("cuda", local_rank)
+            torch.cuda.set_device(device)
+            dist.init_process_group("nccl", init_method=init_method, rank=rank, world_size=world,
+                                    timeout=timedelta(seconds=job.timeout + margin), device_id=device)
+        else:
+            device = torch.device("cpu")
+            if job.threads:
+                torch.set_num_threads(job.threads)
+            dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
+                                    timeout=timedelta(seconds=job.timeout + margin))
+        channels: dict[Any, Any] = {}
+        fault = Fault.from_env()
+        for k, pj in enumerate(job.plans):
+            state["plan"] = k
+            _run_plan(job, k, pj, rank, world, device, channels, board, fault, state, margin)
+        dist.barrier()
+        dist.destroy_process_group()
+        return 0
+    except BaseException as e:  # report once, keep what was measured, do not wait for peers
+        _fail(job, rank, e, state)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+
+
+def _run_plan(job: Job, k: int, pj: PlanJob, rank: int, world: int, device: torch.device,
+              channels: dict[Any, Any], board: Any, fault: Fault | None, state: dict[str, Any],
+              margin: float) -> None:
+    from pptl.formats.loader import load_any
+
+    plan_path, out = pj.plan, pj.out
+    schedule = load_any(plan_path).schedule
+    if schedule is None:
+        raise InputError(f"{plan_path}: is a timeline, not a plan")
+    program = build_program(schedule, source=plan_path)
+    if program.world != world:
+        raise InputError(f"{plan_path}: the plan has pp={program.world} ranks but the run has {world} processes")
+    _open_channels(program, rank, device, channels)
+
+    def post(step: int, op: int) -> None:
+        if board is not None:
+            board.post(rank, k, step, op)
+
+    post(-1, -1)
+    ex = Executor(program, rank, device, channels, timeout=job.timeout + margin, post=post, fault=fault)
+    info = _info(device, world)
+    payload: dict[str, Any] = {"rank": rank, "issue": list(program.ranks[rank].issue), "steps": [], "info": info}
+    state["executor"], state["payload"] = ex, payload
+    total = job.warmup + 2 * job.steps
+    for step in range(total):
+        # After the warmup, timed and untimed steps alternate, so drift hits both alike.
+        timed = step < job.warmup or (step - job.warmup) % 2 == 0
+        rec = ex.step(step, timed=timed)
+        if step >= job.warmup:
+            payload["steps"].append(rec)
+        if job.rundir:
+            _write_json(records_path(job.rundir, k, rank), payload)
+    post(total, -1)
+    if job.verify:
+        payload["grads"] = ex.grads()
+    gathered: list[Any] | None = [None] * world if rank == 0 else None
+    dist.gather_object(payload, gathered, dst=0)
+    state["executor"] = None
+    if rank != 0:
+        return
+    extra: dict[str, Any] = {"plan": pj.label or plan_path, "warmup": job.warmup, "workload": _workload_dict(schedule)}
+    if job.verify:
+        extra["verify"] = _verify(program, gathered, device).to_dict()  # type: ignore[arg-type]
+    for p in gathered:  # type: ignore[union-attr]
+        p.pop("grads", None)
+    timeline = build_timeline(schedule, gathered, extra=extra)  # type: ignore[arg-type]
+    if out:
+        atomic_write(out, json.dumps(timeline.to_dict(), separators=(",", ":"), allow_nan=False))
+
+
+def _open_channels(program: Program, rank: int, device: torch.device, channels: dict[Any, Any]) -> None:
+    """One process group per channel, created and warmed in one global order on every rank, so no
+    first-use connection setup can wait on another in a cycle. Channels are kept across plans."""
+    for ch in program.channels:
+        if ch in channels:
+            continue
+        a, b = ch[0], ch[1]
+        channels[ch] = dist.new_group([a, b])
+        if rank in (a, b):
+            t = torch.zeros(1, device=device)
+            op = dist.isend if rank == a else dist.irecv
+            for w in dist.batch_isend_irecv([dist.P2POp(op, t, b if rank == a else a, group=channels[ch])]):
+                w.wait()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _verify(program: Program, gathered: list[dict[str, Any]], device: torch.device) -> Any:
+    from pptl.run.verify import compare_gradients, reference_step
+
+    s = program.schedule
+    workload = workload_of(s)
+    loss_ref, grads_ref = reference_step(workload, num_stages=s.num_stages, directions=s.directions,
+                                         microbatches=s.microbatches, device=device)
+    summed: list[list[torch.Tensor] | None] = [None] * s.num_stages
+    for p in gathered:
+        for key, grads in p["grads"].items():
+            stage = int(key.split(",")[1])
+            cur = summed[stage]
+            summed[stage] = grads if cur is None else [a + b for a, b in zip(cur, grads)]
+    missing = [i for i, g in enumerate(summed) if g is None]
+    if missing:
+        raise InputError(f"--verify: no rank holds stage {missing[0]}")
+    last = min(p["steps"][-1]["step"] for p in gathered)
+    loss = sum(float(st["loss"]) for p in gathered for st in p["steps"]
+               if st["step"] == last and st.get("loss") is not None)
+    return compare_gradients(workload, loss, loss_ref, summed, grads_ref)  # type: ignore[arg-type]
+
+
+def _fail(job: Job, rank: int, e: BaseException, state: dict[str, Any]) -> None:
+    if isinstance(e, OpFailure):
+        line = str(e)
+    elif isinstance(e, PptlError):
+        line = f"rank {rank}: {e}"
+    elif isinstance(e, KeyboardInterrupt):
+        line = f"rank {rank}: interrupted"
+    else:
+        text = str(e).strip().splitlines()
+        line = f"rank {rank} failed: {type(e).__name__}: {text[0][:300] if text else ''}"
+    ex, payload = state.get("executor"), state.get("payload")
+    if ex is not None and payload is not None:
+        payload = dict(payload)
+        payload["partial"] = {"step": getattr(ex, "current", -1), "events": ex.partial_events()}
+        plan = job.plans[state["plan"]] if 0 <= state["plan"] < len(job.plans) else None
+        # Under torchrun there is no run folder: each failing rank keeps its records beside -o.
+        path = (records_path(job.rundir, state["plan"], rank) if job.rundir
+                else Path(f"{plan.out}.rank{rank}.json") if plan is not None and plan.out else None)
+        if path is not None:
+            try:
+                _write_json(path, payload)
+            except Exception:
+                pass
+    if job.rundir:
+        _write_json(failure_path(job.rundir, rank), {
+            "rank": rank, "plan": state["plan"], "message": line, "time": time.time(),
+            "exit_code": e.exit_code if isinstance(e, PptlError) else 1,
+            "op": e.op_id if isinstance(e, OpFailure) else None})
+    print(f"error: {line}", file=sys.stderr)
+
+
+def _write_json(path: Path, data: Any) -> None:
+    atomic_write(path, json.dumps(data, separators=(",", ":")))
+
+
+def _info(device: torch.device, world: int) -> dict[str, Any]:
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    return {"device": name, "backend": "nccl" if device.type == "cuda" else "gloo", "world": world,
+            "torch": torch.__version__}
+
+
+def _workload_dict(schedule: Any) -> dict[str, Any]:
+    w = workload_of(schedule)
+    return {"hidden": w.hidden, "tokens": w.tokens, "layers_per_stage": w.layers_per_stage, "dtype": w.dtype}
