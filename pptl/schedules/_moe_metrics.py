@@ -1,0 +1,136 @@
+"""Metrics of ``moe-1f1b-overlap`` plans (``Family.extra_metrics``), usable on measured timelines too.
+
+- **Exposed time** of a class of ops (EP all-to-alls; offload/onload copies) on a rank: the time
+  one of them runs while the rank's compute lane is idle, i.e. the length of (union of their
+  intervals) minus (its overlap with the union of compute intervals). This is what a profiler
+  calls exposed communication, so planned and measured runs compare directly.
+- **Peak activation with and without offloading**: the simulator's memory model (F allocates at
+  start, I/W free at end, Offload frees its bytes at its end, Onload brings them back at its end)
+  counted once with and once without the copies.
+
+Notes:
+    O(ops log ops): intervals sorted per rank.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from pptl.ir import Schedule
+from pptl.simulate import memory_events
+
+__all__ = ["EP_KINDS", "COPY_KINDS", "exposed_time", "exposed_in_timeline", "peak_without", "moe_metrics"]
+
+EP_KINDS = frozenset({"A2A_DISPATCH", "A2A_COMBINE"})
+COPY_KINDS = frozenset({"OFFLOAD", "ONLOAD"})
+
+_Interval = tuple[int, str, str, float, float]  # rank, lane, kind, start, end
+
+
+def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(spans):
+        if b <= a:
+            continue
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _overlap(xs: list[tuple[float, float]], ys: list[tuple[float, float]]) -> float:
+    i = j = 0
+    total = 0.0
+    while i < len(xs) and j < len(ys):
+        a, b = max(xs[i][0], ys[j][0]), min(xs[i][1], ys[j][1])
+        if b > a:
+            total += b - a
+        if xs[i][1] < ys[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def exposed_time(intervals: Iterable[_Interval], kinds: frozenset[str], *,
+                 compute_lane: str = "compute") -> tuple[dict[int, float], dict[int, float]]:
+    """Per rank: (time ops of ``kinds`` run, the part of it with the compute lane idle)."""
+    busy: dict[int, list[tuple[float, float]]] = {}
+    comp: dict[int, list[tuple[float, float]]] = {}
+    for rank, lane, kind, a, b in intervals:
+        if kind in kinds:
+            busy.setdefault(rank, []).append((a, b))
+        elif lane == compute_lane:
+            comp.setdefault(rank, []).append((a, b))
+    total: dict[int, float] = {}
+    exposed: dict[int, float] = {}
+    for rank, spans in busy.items():
+        u = _union(spans)
+        t = sum(b - a for a, b in u)
+        total[rank] = t
+        exposed[rank] = max(0.0, t - _overlap(u, _union(comp.get(rank, []))))
+    return total, exposed
+
+
+def exposed_in_timeline(timeline: Any, kinds: frozenset[str]) -> tuple[dict[int, float], dict[int, float]]:
+    """:func:`exposed_time` over a :class:`pptl.timeline.Timeline` (planned or measured)."""
+    return exposed_time(((e.rank, e.lane, e.kind, e.start, e.end) for e in timeline.events), kinds)
+
+
+def peak_without(schedule: Schedule, start: list[float], end: list[float], skip: frozenset[str]) -> dict[int, float]:
+    """Peak activation per rank under the simulator's memory model, ignoring ops of kinds ``skip``."""
+    cfg = schedule.config
+    act = cfg.activation if cfg is not None else 1.0
+    wact = cfg.w_activation if cfg is not None else 0.0
+    per_rank: dict[int, list[tuple[float, int, float]]] = {}
+    for i, op in enumerate(schedule.ops):
+        if op.kind in skip:
+            continue
+        alloc, free = memory_events(op, act, wact)
+        if alloc:
+            per_rank.setdefault(op.rank, []).append((start[i], 1, alloc))
+        if free:
+            per_rank.setdefault(op.rank, []).append((end[i], 0, -free))
+    peaks: dict[int, float] = {}
+    for r, evs in per_rank.items():
+        cur = best = 0.0
+        for _, _, delta in sorted(evs):
+            cur += delta
+            best = max(best, cur)
+        peaks[r] = best
+    return peaks
+
+
+def moe_metrics(schedule: Schedule, sim: Any) -> dict[str, Any]:
+    """``metrics['moe']``: exposed EP and copy time, peak activation with and without offloading,
+    per rank and their maximum; plus ``report`` lines for ``pptl plan``."""
+    ivs = [(op.rank, op.lane, op.kind, sim.start[i], sim.end[i]) for i, op in enumerate(schedule.ops)]
+    ranks = range(schedule.pp)
+    ep_total, ep_exposed = exposed_time(ivs, EP_KINDS)
+    cp_total, cp_exposed = exposed_time(ivs, COPY_KINDS)
+    with_off = peak_without(schedule, sim.start, sim.end, frozenset())
+    without = peak_without(schedule, sim.start, sim.end, COPY_KINDS)
+    moved = {r: 0.0 for r in ranks}
+    for op in schedule.ops:
+        if op.kind == "OFFLOAD":
+            moved[op.rank] += op.payload
+    per = lambda d: [round(d.get(r, 0.0), 9) for r in ranks]  # noqa: E731
+    out = {
+        "ep_time": max(ep_total.values(), default=0.0),
+        "exposed_ep": max(ep_exposed.values(), default=0.0),
+        "copy_time": max(cp_total.values(), default=0.0),
+        "exposed_copy": max(cp_exposed.values(), default=0.0),
+        "peak_activation": max(with_off.values(), default=0.0),
+        "peak_activation_no_offload": max(without.values(), default=0.0),
+        "offloaded": max(moved.values(), default=0.0),
+        "per_rank": {"ep_time": per(ep_total), "exposed_ep": per(ep_exposed), "copy_time": per(cp_total),
+                     "exposed_copy": per(cp_exposed), "peak_activation": per(with_off),
+                     "peak_activation_no_offload": per(without), "offloaded": per(moved)},
+    }
+    report = [f"EP all-to-all: {out['ep_time']:g} per rank, {out['exposed_ep']:g} exposed (compute idle) "
+              f"on the worst rank"]
+    if out["copy_time"] > 0:
+        report.append(f"offload/onload: {out['copy_time']:g} per rank, {out['exposed_copy']:g} exposed; "
+                      f"peak activation {out['peak_activation']:g} with offloading, "
+                      f"{out['peak_activation_no_offload']:g} without")
+    return {"moe": out, "report": report}

@@ -1,0 +1,295 @@
+"""Megatron-Core combined 1F1B with expert-parallel overlap and fine-grained activation offloading.
+
+Source: Megatron-LM ``megatron/core/pipeline_parallel/combined_1f1b.py`` (``--overlap-moe-expert-parallel-comm
+--delay-wgrad-compute``), ``schedule_layer_1f1b`` / ``schedule_chunk_1f1b`` in
+``megatron/core/models/common/model_chunk_schedule_plan.py``, ``get_pp_rank_microbatches`` in
+``schedules.py`` and ``fine_grained_activation_offload.py``; seed figures 000-002.
+
+Phase table of pipeline rank r (interleaved 1F1B's table, :func:`interleaved.schedule_table`,
+entries k = 0 .. mV-1 of (micro-batch, chunk); B_k runs entry k with chunk V-1-c):
+
+    warmup    F_k                  k < w,   w = min(interleaved warmup(r) + 1, mV)   "VPP + 1 warmup"
+    steady    (F_{w+k} | B_k)      one paired step: F of one virtual micro-batch with B of an earlier one
+    cooldown  B_k                  k >= mV - w
+
+The +1: on the last rank interleaved 1F1B's first steady pair is F and B of the *same* virtual
+micro-batch (stage pV-1, mb 0); run as one overlapped step, its backward would need its own
+forward. Megatron schedules one more warmup forward so every pair is independent. With
+``extra_warmup: 0`` the family builds that broken order on purpose (``pptl check`` names it,
+PP043). pp = 1 is Megatron's no-pipelining variant: F_0 alone, then pairs, then the last B.
+
+One paired layer issues, in Megatron's order, on the compute lane and the communication lane:
+
+    F.attn  B.combine  F.dispatch  B.mlp  B.dispatch  F.mlp  F.combine  B.attn  WGrad(B)
+
+so each all-to-all of one micro-batch runs while the other micro-batch computes. Layer i of the
+forward pairs with layer L-1-i of the backward. Weight gradients are delayed to the end of each
+backward layer (``--delay-wgrad-compute``). PP transfers run on the communication lane too (Megatron
+issues them on its communication stream): received before the step, sent after it.
+
+Activation offloading (``offload: true``): after each layer's forward MLP, that layer's saved
+inputs are copied to host on the ``d2h`` lane; in backward they come back on ``h2d`` in reverse
+layer order, one layer ahead: the onload of layer l is issued when layer l+1's backward attention
+ends, the onload of a chunk's last layer when the previous backward chunk on the rank ends. As in
+Megatron, a chunk's last layer is not offloaded when the next backward on the rank is its own.
+
+How the sub-ops and the generic checks fit together (the design choice): the layer sub-ops (ATTN,
+MLP, WGRAD, A2A_*, OFFLOAD, ONLOAD, SEND/RECV) carry no training roles; each pass also gets
+zero-time *markers* on a ``pass`` lane that carry them (:func:`pptl.deps.roles`): ``F`` where a
+forward starts (its ``pair`` names the backward it overlaps in a paired step), ``I`` where the
+backward's input gradient is complete (after layer 0's backward attention) and ``W`` where its
+delayed weight gradients are (after layer 0's WGrad). So missing/duplicate work (PP002/PP003),
+placement (PP004/PP005), local order (PP006), P2P pairing (PP008) and the memory model (F
+allocates at the forward's start, I/W free at the backward's end, as for every family) keep their
+meaning unchanged, and the renderer's "VPP + 1 warmup" grid groups the sub-ops themselves (the
+markers sit on their own lane and take no time, so no figure row shows them). The data facts
+between sub-ops are built here explicitly (``Schedule.deps``) and kept by plan files; the
+deadlock check (PP007) sees any order that contradicts them. The MoE rules PP040-PP049 live in
+:mod:`pptl.checks.moe`.
+
+Expert parallelism: with ``ep`` > 1 the ranks form a pp x ep grid (rank = r * ep + e); EP member
+e runs its own copy of the pipeline as direction e (its own micro-batches), and
+``meta['ep_groups']`` lists the ranks of each EP group, whose all-to-alls must come in one order
+(PP042). With ``ep`` = 1 one member per pipeline rank is modelled and the all-to-alls still cost
+their time.
+
+Assumptions: looped placement (stage c*pp + r on rank r); every chunk holds ``layers_per_chunk``
+identical MoE layers; an all-to-all takes ``dispatch``/``combine`` (or latency + bytes /
+bandwidth) whatever the other members do; offloaded bytes are off the GPU from the end of their
+Offload to the end of their Onload; memory is counted in ``Config.activation`` units (one chunk's
+activations for one micro-batch), so ``offload_bytes`` uses that unit too.
+
+NOTE: Megatron also recomputes or keeps some groups on the GPU by fraction and balances offload
+bytes across PP ranks; we offload every layer except the one about to be used.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+from pptl.config import Config
+from pptl.errors import InputError
+from pptl.ir import Schedule
+from pptl.schedules import interleaved
+from pptl.schedules._common import Family, require
+from pptl.schedules._moe_layers import Costs as LayerCosts, build_ops
+from pptl.schedules._moe_metrics import moe_metrics
+
+__all__ = ["FAMILY", "NAME", "MoEOptions", "parse_options", "validate", "build", "steps", "warmup",
+           "bubble", "memory", "COST_KEYS"]
+
+NAME = "moe-1f1b-overlap"
+
+#: Keys of ``options.costs`` (per layer, in time units; bytes and bandwidths in memory units).
+COST_KEYS = ("attn", "mlp", "attn_b", "mlp_b", "wgrad", "dispatch", "combine", "a2a_bytes", "ep_bandwidth",
+             "ep_latency", "offload_bytes", "offload_bandwidth", "onload_bandwidth")
+_OPTION_KEYS = ("layers_per_chunk", "ep", "overlap", "offload", "extra_warmup", "costs")
+
+Step = tuple[tuple[int, int] | None, tuple[int, int] | None]
+"""(forward (mb, chunk) or None, backward (mb, chunk) or None) of one step on one rank."""
+
+
+@dataclass(frozen=True)
+class MoEOptions:
+    """The family's ``options`` section, validated, with defaults filled in."""
+
+    layers: int = 2
+    """MoE layers per model chunk (``layers_per_chunk``)."""
+    ep: int = 1
+    """EP members modelled as ranks per pipeline rank (ranks = pp x ep)."""
+    overlap: bool = True
+    """Pair F and B in steady steps (combined 1F1B); false gives interleaved 1F1B of the same layers."""
+    offload: bool = False
+    """Fine-grained activation offloading on the d2h/h2d lanes."""
+    extra_warmup: int = 1
+    """Megatron's "+1" warmup micro-batch (0 reproduces the self-dependent pair; for study)."""
+    costs: LayerCosts = LayerCosts()
+
+
+def _num(value: Any, where: str, cfg: Config, *, positive: bool = False) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (value > 0 if positive else value >= 0)
+    if not ok:
+        raise InputError(f"{cfg.source}: field '{where}': got {value!r}, expected a finite number "
+                         f"{'> 0' if positive else '>= 0'} for schedule '{NAME}'")
+    return float(value)
+
+
+def _int(value: Any, where: str, cfg: Config, lo: int, hi: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo or (hi is not None and value > hi):
+        span = f">= {lo}" if hi is None else f"in {lo}..{hi}"
+        raise InputError(f"{cfg.source}: field '{where}': got {value!r}, expected an integer {span} "
+                         f"for schedule '{NAME}'")
+    return value
+
+
+def _bool(value: Any, where: str, cfg: Config) -> bool:
+    if not isinstance(value, bool):
+        raise InputError(f"{cfg.source}: field '{where}': got {value!r}, expected true or false for schedule '{NAME}'")
+    return value
+
+
+def _unknown(data: Mapping[str, Any], known: tuple[str, ...], where: str, cfg: Config) -> None:
+    extra = sorted(str(k) for k in data if k not in known)
+    if extra:
+        raise InputError(f"{cfg.source}: field '{where}.{extra[0]}' is unknown for schedule '{NAME}'; "
+                         f"known: {', '.join(known)}")
+
+
+def parse_options(cfg: Config) -> MoEOptions:
+    """Validate ``cfg.options`` (one-line errors naming ``options.<field>``) and fill in defaults.
+
+    Example::
+
+        options: {layers_per_chunk: 2, ep: 2, offload: true,
+                  costs: {attn: 1, mlp: 1.5, dispatch: 0.6, combine: 0.6, offload_bytes: 0.2}}
+    """
+    data = cfg.options or {}
+    _unknown(data, _OPTION_KEYS, "options", cfg)
+    layers = _int(data.get("layers_per_chunk", 2), "options.layers_per_chunk", cfg, 1, 1024)
+    ep = _int(data.get("ep", 1), "options.ep", cfg, 1, 1024)
+    overlap = _bool(data.get("overlap", True), "options.overlap", cfg)
+    offload = _bool(data.get("offload", False), "options.offload", cfg)
+    extra = _int(data.get("extra_warmup", 1), "options.extra_warmup", cfg, 0, 1)
+    raw = data.get("costs", {}) or {}
+    if not isinstance(raw, Mapping):
+        raise InputError(f"{cfg.source}: field 'options.costs': got {type(raw).__name__}, expected a mapping such "
+                         f"as {{attn: 1, mlp: 1, dispatch: 0.5}} for schedule '{NAME}'")
+    _unknown(raw, COST_KEYS, "options.costs", cfg)
+    c = {k: _num(v, f"options.costs.{k}", cfg, positive=k.endswith("bandwidth")) for k, v in raw.items()}
+    attn, mlp = c.get("attn", 1.0), c.get("mlp", 1.0)
+    a2a = {"dispatch": c.get("dispatch"), "combine": c.get("combine")}
+    if "a2a_bytes" in c:
+        if "ep_bandwidth" not in c:
+            raise InputError(f"{cfg.source}: field 'options.costs.ep_bandwidth' is required with a2a_bytes "
+                             f"for schedule '{NAME}'. Example: costs: {{a2a_bytes: 4, ep_bandwidth: 8}}")
+        t = c.get("ep_latency", 0.0) + c["a2a_bytes"] / c["ep_bandwidth"]
+        a2a = {k: (t if v is None else v) for k, v in a2a.items()}
+    off_bytes = c.get("offload_bytes", cfg.activation / (2 * layers))
+    if off_bytes * layers > cfg.activation + 1e-12:
+        raise InputError(f"{cfg.source}: field 'options.costs.offload_bytes': got {off_bytes:g}, expected at most "
+                         f"activation / layers_per_chunk = {cfg.activation / layers:g} (a layer cannot offload "
+                         f"more than it holds) for schedule '{NAME}'")
+    off_bw = c.get("offload_bandwidth", 1.0)
+    costs = LayerCosts(
+        attn=attn, mlp=mlp, attn_b=c.get("attn_b", attn), mlp_b=c.get("mlp_b", mlp),
+        wgrad=c.get("wgrad", attn + mlp),
+        dispatch=0.5 if a2a["dispatch"] is None else a2a["dispatch"],
+        combine=0.5 if a2a["combine"] is None else a2a["combine"],
+        offload_bytes=off_bytes, offload=off_bytes / off_bw, onload=off_bytes / c.get("onload_bandwidth", off_bw))
+    return MoEOptions(layers=layers, ep=ep, overlap=overlap, offload=offload, extra_warmup=extra, costs=costs)
+
+
+def validate(cfg: Config) -> None:
+    """The family's rules, each a one-line error naming the field."""
+    opts = parse_options(cfg)
+    if cfg.pp > 1:
+        require(cfg.vpp >= 2, cfg, "vpp", cfg.vpp,
+                "expected at least 2 when pp > 1 (Megatron overlaps EP communication across micro-batches only "
+                "under interleaving; set vpp: 2, or pp: 1)")
+        interleaved.validate(cfg)  # group size within pp..microbatches, as interleaved 1F1B
+    else:
+        require(cfg.vpp == 1, cfg, "vpp", cfg.vpp, "expected 1 when pp = 1 (no pipeline to interleave)")
+    require(cfg.microbatches * opts.ep * cfg.pp * cfg.vpp * opts.layers * 12 <= 5_000_000, cfg, "microbatches",
+            cfg.microbatches, "expected a plan under 5M ops (fewer micro-batches, layers or EP members)")
+
+
+def warmup(cfg: Config, rank: int, opts: MoEOptions) -> int:
+    """Forwards before the first steady step on pipeline rank ``rank``: interleaved 1F1B's, plus
+    Megatron's one extra micro-batch when steps are paired."""
+    total = cfg.microbatches * cfg.vpp
+    plus = opts.extra_warmup if opts.overlap else 0
+    return min(interleaved.warmup_count(cfg, rank) + plus, total)
+
+
+def steps(cfg: Config, rank: int, opts: MoEOptions) -> list[Step]:
+    """The step sequence of pipeline rank ``rank`` (its phase table)."""
+    v = cfg.vpp
+    table = interleaved.schedule_table(cfg.microbatches, v, cfg.group)
+    total = len(table)
+    w = warmup(cfg, rank, opts)
+
+    def fwd(k: int) -> tuple[int, int]:
+        return table[k]
+
+    def bwd(k: int) -> tuple[int, int]:
+        mb, c = table[k]
+        return (mb, v - 1 - c)
+
+    out: list[Step] = []
+    # Phase 1 (warmup, "VPP + 1"): F_0 .. F_{w-1}
+    out += [(fwd(k), None) for k in range(w)]
+    # Phase 2 (steady): (F_{w+k} | B_k) paired, or F then B without overlap
+    for k in range(total - w):
+        out += [(fwd(w + k), bwd(k))] if opts.overlap else [(fwd(w + k), None), (None, bwd(k))]
+    # Phase 3 (cooldown): B_{total-w} .. B_{total-1}
+    out += [(None, bwd(k)) for k in range(total - w, total)]
+    return out
+
+
+def build(cfg: Config) -> Schedule:
+    validate(cfg)
+    opts = parse_options(cfg)
+    per_rank = {r: steps(cfg, r, opts) for r in range(cfg.pp)}
+    cfg = replace(cfg, costs=cfg.costs.with_defaults(opts.costs.table()))
+    meta = {
+        "layers_per_chunk": opts.layers, "ep": opts.ep, "overlap": opts.overlap, "offload": opts.offload,
+        "extra_warmup": opts.extra_warmup if opts.overlap else 0,
+        "ep_groups": [[r * opts.ep + e for e in range(opts.ep)] for r in range(cfg.pp)],
+        "warmup": [warmup(cfg, r, opts) for r in range(cfg.pp)],
+    }
+    return build_ops(cfg, NAME, per_rank, layers=opts.layers, ep=opts.ep, offload=opts.offload,
+                     offload_bytes=opts.costs.offload_bytes, delay_wgrad=opts.overlap, meta=meta)
+
+
+def _chunk_costs(cfg: Config) -> tuple[float, float, float]:
+    """(F, B, all-to-all) time of one chunk for one micro-batch."""
+    c, layers = parse_options(cfg).costs, parse_options(cfg).layers
+    return (layers * (c.attn + c.mlp), layers * (c.attn_b + c.mlp_b + c.wgrad), layers * (c.dispatch + c.combine))
+
+
+def bubble(cfg: Config) -> float:
+    """Interleaved 1F1B's (p-1)(F+B) per rank, with F and B of one chunk; the all-to-alls add to
+    F and B only without overlap (combined 1F1B hides them behind the other micro-batch)."""
+    f, b, a2a = _chunk_costs(cfg)
+    extra = 0.0 if parse_options(cfg).overlap else 2 * a2a
+    return (cfg.pp - 1) * (f + b + extra)
+
+
+def memory(cfg: Config) -> float:
+    """Peak chunk activations on rank 0 without offloading: the warmup forwards plus the one a
+    steady step starts before its backward frees."""
+    opts = parse_options(cfg)
+    return float(min(warmup(cfg, 0, opts) + 1, cfg.microbatches * cfg.vpp)) * cfg.activation
+
+
+def _assumptions(cfg: Config) -> list[str]:
+    out: list[str] = []
+    opts = parse_options(cfg)
+    if opts.overlap and cfg.pp > 1 and opts.costs.dispatch + opts.costs.combine > 0:
+        out.append("all-to-alls take time (the formula assumes they are hidden behind the paired micro-batch)")
+    if cfg.costs.comm_time(0.0) > 0:
+        out.append(f"PP transfers take {cfg.costs.comm_time(0.0):g} each (the formula assumes zero)")
+    return out
+
+
+FAMILY = Family(
+    name=NAME,
+    summary="Megatron-Core combined 1F1B: interleaved 1F1B whose steady steps overlap F of one micro-batch "
+            "with B of another, EP all-to-all on a comm lane, delayed wgrad, optional activation offloading",
+    constraints="pp > 1 needs vpp >= 2 and pp <= group_size <= microbatches; pp = 1 needs vpp = 1; options: "
+                "layers_per_chunk, ep, overlap, offload, extra_warmup (0|1), costs {" + ", ".join(COST_KEYS) + "}",
+    validate=validate,
+    build=build,
+    bubble=bubble,
+    bubble_formula="(p-1)(F+B) with F, B of one chunk (all-to-alls hidden)",
+    memory=memory,
+    memory_formula="min(2(p-1) + (V-1)G + 2, mV) chunk activations on rank 0 (one more than interleaved 1F1B)",
+    source="Megatron-LM combined_1f1b.py, schedule_layer_1f1b, get_pp_rank_microbatches, "
+           "fine_grained_activation_offload.py",
+    style="moe",
+    aliases=("moe-overlap", "combined-1f1b", "moe"),
+    assumptions=_assumptions,
+    extra_metrics=moe_metrics,
+)
