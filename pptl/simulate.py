@@ -169,7 +169,8 @@ def simulate(schedule: Schedule, costs: Costs | None = None, *, dag: nx.DiGraph 
 
 
 def memory_events(op: Op, activation: float, w_activation: float) -> tuple[float, float]:
-    """(allocated at start, freed at end) by one op, in activation units."""
+    """(allocated at start, freed at end) by one op, in activation units (a negative free is an
+    allocation at the end: an ONLOAD's data is on the GPU once the copy ends)."""
     k = op.kind
     if k == "F":
         return activation, 0.0
@@ -181,6 +182,12 @@ def memory_events(op: Op, activation: float, w_activation: float) -> tuple[float
         return 0.0, activation * w_activation
     if k == "FB":
         return activation, activation
+    # Offloaded activations are off the GPU from the end of their OFFLOAD to the end of their
+    # ONLOAD; for these two kinds ``payload`` is in the unit of ``activation``.
+    if k == "OFFLOAD":
+        return 0.0, op.payload
+    if k == "ONLOAD":
+        return 0.0, -op.payload
     return 0.0, 0.0
 
 
@@ -189,8 +196,8 @@ def peak_memory(schedule: Schedule, start: list[float], end: list[float], activa
     """Peak activation per rank and when it is first reached.
 
     At equal times frees come before allocations (an op that ends as the next begins has freed).
-    Families with memory effects of their own (offload) supply ``schedule.meta['memory_deltas']``
-    handled by their own modules; this counts the training kinds.
+    Counts the training kinds and activation offloading (OFFLOAD frees its payload at its end,
+    ONLOAD brings it back at its end; see :func:`memory_events`).
     """
     per_rank: dict[int, list[tuple[float, int, float]]] = {}
     for i, op in enumerate(schedule.ops):

@@ -89,6 +89,19 @@ def _rules() -> list[Rule]:
         Rule("PP009", "memory-over-limit", memory.memory_over_limit, needs_acyclic=True),
         *_overlap_rules(),
         *_weight_update_rules(),
+        *_moe_rules(),
+    ]
+
+
+def _moe_rules() -> list[Rule]:
+    from pptl.checks import moe
+
+    return [
+        Rule("PP040", "backward-before-onload", moe.backward_before_onload, needs_acyclic=True),
+        Rule("PP041", "onload-without-offload", moe.onload_without_offload),
+        Rule("PP042", "ep-a2a-order", moe.ep_a2a_order),
+        Rule("PP043", "paired-self-dependency", moe.paired_self_dependency),
+        Rule("PP044", "incomplete-moe-layer", moe.incomplete_layers),
     ]
 
 

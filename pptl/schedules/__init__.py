@@ -6,6 +6,7 @@ from pptl.errors import InputError
 from pptl.ir import Schedule
 from pptl.schedules import dualpipe, dualpipev, gpipe, interleaved, one_f_one_b, zbv, zero_bubble
 from pptl.schedules import weight_update
+from pptl.schedules import moe_overlap
 from pptl.schedules._common import Family
 
 __all__ = ["Family", "FAMILIES", "get_family", "build_schedule", "names"]
@@ -20,6 +21,7 @@ _FAMILIES: tuple[Family, ...] = (
     dualpipe.FAMILY,
     dualpipev.FAMILY,
     weight_update.FAMILY,
+    moe_overlap.FAMILY,
 )
 
 FAMILIES: dict[str, Family] = {f.name: f for f in _FAMILIES}
