@@ -230,7 +230,7 @@ FAMILY = Family(
     validate=validate,
     build=build,
     bubble=bubble,
-    bubble_formula="(p/2-1)(F&B+B-3W) idle on every rank (zero comm, F&B = F+B, B = I+W, I = F >= W)",
+    bubble_formula="(p/2-1)(F&B+B-3W) on every rank when I = F >= W and F&B = F+B",
     memory=memory,
     memory_formula="p+1 activations per rank (FB allocates before it frees); 2 parameter copies",
     source="deepseek-ai/DualPipe dualpipe.py step(); DeepSeek-V3 report (arXiv 2412.19437)",

@@ -64,7 +64,7 @@ FAMILY = Family(
     validate=validate,
     build=build,
     bubble=bubble,
-    bubble_formula="(PP/2-1)(F&B+B-3W), PP = 2p stages: (p-1)(F&B+B-3W) idle on every rank (zero comm, F&B = F+B, I = F >= W)",
+    bubble_formula="(p-1)(F&B+B-3W) (PP/2-1 with PP = 2p stages) on every rank when I = F >= W and F&B = F+B",
     memory=memory,
     memory_formula="2p+1 stage activations per rank (PP+1 with PP = 2p stages)",
     source="torch.distributed.pipelining ScheduleDualPipeV; deepseek-ai/DualPipe dualpipev.py",

@@ -107,7 +107,7 @@ FAMILY = Family(
     validate=validate,
     build=build,
     bubble=bubble,
-    bubble_formula="0 idle within each rank's span when F = I = W and m >= 2p-1 (zero comm); (p-1)F against the makespan",
+    bubble_formula="0 within each rank's span when F = I = W and m >= 2p-1",
     memory=lambda cfg: float(2 * cfg.pp) * cfg.activation,
     memory_formula="2p stage activations on rank 0",
     source="Qi et al. 2024 (ZB-V); torch ScheduleZBVZeroBubble",
