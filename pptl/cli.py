@@ -78,6 +78,8 @@ OutputFmt = Annotated[str, typer.Option("--output", help="text or json.")]
 OutFile = Annotated[Optional[Path], typer.Option("-o", "--out", help="Write the result to this file.")]
 MemoryLimit = Annotated[Optional[float], typer.Option("--memory-limit", help="Peak activation per rank allowed.")]
 Microbatches = Annotated[Optional[int], typer.Option("--microbatches", "-m", help="Micro-batches per step.")]
+Placement = Annotated[Optional[str], typer.Option("--placement", help="torch CSV: stage placement, loop or v "
+                                                  "(default: inferred from the file).")]
 
 
 def _check_output(fmt: str, allowed: tuple[str, ...] = ("text", "json")) -> None:
@@ -103,6 +105,8 @@ def plan(
     comm_latency: Annotated[Optional[float], typer.Option("--comm-latency", help="Latency of one P2P message.")] = None,
     memory_limit: MemoryLimit = None,
     costs_from: Annotated[Optional[Path], typer.Option("--costs-from", help="Measured timeline to calibrate costs from.")] = None,
+    from_: Annotated[Optional[Path], typer.Option("--from", help="Plan an existing schedule (torch CSV, plan file) "
+                                                  "instead of a family.")] = None,
     output: OutputFmt = "text",
     out_file: OutFile = None,
 ) -> None:
@@ -110,14 +114,24 @@ def plan(
     from pptl import planning
 
     _check_output(output)
-    if config is None and schedule is None:
+    if from_ is not None:
+        if config is not None or schedule is not None or costs_from is not None:
+            raise InputError("--from takes the schedule from its file; drop the config, --schedule and --costs-from")
+        from pptl.export import plan_from_file
+
+        result = plan_from_file(from_, microbatches=microbatches, cost_flags=cost, comm_latency=comm_latency,
+                                memory_limit=memory_limit)
+        for note in result.metrics.get("notes", ()):
+            err.print(f"note: {note}", markup=False)
+    elif config is None and schedule is None:
         raise InputError("give a config file or --schedule (e.g. pptl plan --schedule 1f1b --pp 4 --microbatches 8)")
-    flags = {"schedule": schedule, "pp": pp, "microbatches": microbatches, "vpp": vpp, "group_size": group_size,
-             "split_backward": split_backward, "memory_limit": memory_limit}
-    cfg = planning.make_config(config, flags, cost, comm_latency)
-    if costs_from is not None:
-        cfg = planning.calibrate_config(cfg, costs_from)
-    result = planning.plan(cfg)
+    else:
+        flags = {"schedule": schedule, "pp": pp, "microbatches": microbatches, "vpp": vpp, "group_size": group_size,
+                 "split_backward": split_backward, "memory_limit": memory_limit}
+        cfg = planning.make_config(config, flags, cost, comm_latency)
+        if costs_from is not None:
+            cfg = planning.calibrate_config(cfg, costs_from)
+        result = planning.plan(cfg)
     if out_file is not None:
         planning.write_plan(result, out_file)
     if output == "json":
@@ -165,26 +179,74 @@ def check(
     memory_limit: MemoryLimit = None,
     p2p: Annotated[str, typer.Option("--p2p", help="P2P semantics: nonblocking, nccl or blocking.")] = "nccl",
     output: Annotated[str, typer.Option("--output", help="text, json or github.")] = "text",
+    placement: Placement = None,
 ) -> None:
     """Check schedules. Exit 0 when all are valid, 1 when any has a violation, 2 on bad input."""
     from pptl import planning
 
     _check_output(output, ("text", "json", "github"))
     paths = planning.expand_paths(files)
-    reports = [planning.check_file(p, microbatches=microbatches, memory_limit=memory_limit, p2p=p2p) for p in paths]
+    reports = []
+    unreadable: list[tuple[str, InputError]] = []  # github: annotate every bad file, then exit 2
+    for p in paths:
+        try:
+            reports.append(planning.check_file(p, microbatches=microbatches, memory_limit=memory_limit, p2p=p2p,
+                                               placement=placement))
+        except InputError as e:
+            if output != "github":
+                raise
+            unreadable.append((p, e))
     if output == "json":
         out.print_json(json.dumps({"files": [r.to_dict() for r in reports],
                                    "valid": all(r.valid for r in reports)}))
     elif output == "github":
+        for p, e in unreadable:
+            out.print(planning.github_input_error(p, e), markup=False)
         for r in reports:
             for line in r.github_lines():
                 out.print(line, markup=False)
+        if unreadable:
+            raise typer.Exit(2)
     else:
         for r in reports:
             for line in r.text_lines():
                 out.print(line, markup=False)
     if not all(r.valid for r in reports):
         raise typer.Exit(1)
+
+
+# ----------------------------------------------------------------------------------------------
+# pptl export
+
+
+@command("export")
+def export(
+    source: Annotated[Path, typer.Argument(help="Plan, config, torch CSV, timeline, or profiler traces (a folder).",
+                                           show_default=False)],
+    to: Annotated[str, typer.Option("--to", help="torch-csv or chrome (Perfetto).")],
+    comms: Annotated[bool, typer.Option("--comms", help="torch-csv: write compute_comms (with SEND/RECV).")] = False,
+    out_file: OutFile = None,
+    microbatches: Microbatches = None,
+    placement: Placement = None,
+) -> None:
+    """Write a schedule or timeline in another tool's format (to stdout without -o; .gz gzips)."""
+    from pptl.export import export_file
+    from pptl.fileio import atomic_write, check_writable
+
+    gz = out_file is not None and out_file.name.endswith(".gz")
+    if gz and to != "chrome":
+        raise InputError(f"-o {out_file}: .gz output is for --to chrome")
+    if out_file is not None:
+        check_writable(out_file)
+    result = export_file(source, to=to, comms=comms, gzip_output=gz, microbatches=microbatches, placement=placement)
+    for note in result.notes:
+        err.print(f"note: {note}", markup=False)
+    if out_file is None:
+        sys.stdout.write(result.data.decode("utf-8"))
+        sys.stdout.flush()
+        return
+    atomic_write(out_file, result.data)
+    err.print(f"wrote {out_file}")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from pptl.simulate import Simulation, simulate
 from pptl.timeline import Timeline
 
 __all__ = ["PlanResult", "FileReport", "make_config", "plan", "write_plan", "check_file", "check_schedule",
-           "expand_paths", "calibrate_config", "costs_from_timeline", "title_of"]
+           "expand_paths", "calibrate_config", "costs_from_timeline", "title_of", "github_input_error"]
 
 
 @dataclass
@@ -144,7 +144,8 @@ class FileReport:
         lines = [f"{self.path}: note: {n}" for n in self.notes]
         errors = sum(v.severity == "error" for v in self.violations)
         for v in self.violations:
-            lines.append(f"{self.path}: {v.code} {v.severity}: {v.message}")
+            where = f"{self.path}:{v.line}" if getattr(v, "line", None) else self.path
+            lines.append(f"{where}: {v.code} {v.severity}: {v.message}")
         status = "ok" if self.valid else f"invalid ({errors} error{'s' if errors != 1 else ''})"
         lines.append(f"{self.path}: {status}, {self.ops} ops checked")
         return lines
@@ -157,7 +158,7 @@ class FileReport:
         for v in self.violations:
             level = "error" if v.severity == "error" else "warning"
             line = getattr(v, "line", None) or 1
-            out.append(f"::{level} file={self.path},line={line},title={v.code}::{esc(v.message)}")
+            out.append(f"::{level} file={_gh_prop(self.path)},line={line},title={v.code}::{esc(v.message)}")
         if not out:
             out.append(f"{self.path}: ok, {self.ops} ops checked")
         return out
@@ -168,14 +169,47 @@ def check_schedule(schedule: Schedule, *, memory_limit: float | None = None, p2p
 
 
 def check_file(path: str, *, microbatches: int | None = None, memory_limit: float | None = None,
-               p2p: str = "nccl") -> FileReport:
+               p2p: str = "nccl", **reader_options: Any) -> FileReport:
+    """Load and check one file. ``reader_options`` go to the format's reader (``placement``...).
+
+    Readers that know lines (torch CSV) report problems in the file itself as violations and
+    say which line holds each op; violations then carry the line of their first op.
+    """
     from pptl.formats.loader import load_any
 
-    loaded = load_any(path, microbatches=microbatches, memory_limit=memory_limit)
+    opts = {k: v for k, v in reader_options.items() if v is not None}
+    loaded = load_any(path, microbatches=microbatches, memory_limit=memory_limit, report_problems=True, **opts)
     if loaded.schedule is None:
         raise InputError(f"{path}: is a {loaded.kind}, not a schedule; 'pptl check' takes plans, configs and schedules")
-    violations = run_checks(loaded.schedule, memory_limit=memory_limit, p2p=p2p)
+    violations = list(getattr(loaded, "problems", ())) + run_checks(loaded.schedule, memory_limit=memory_limit, p2p=p2p)
+    locate = getattr(loaded, "locate", None)
+    if locate is not None:
+        violations = [replace(v, line=locate(v.ops[0])) if v.line is None and v.ops else v for v in violations]
+    violations.sort(key=lambda v: (v.severity != "error", v.code))
     return FileReport(path, loaded.kind, len(loaded.schedule.ops), violations, loaded.notes)
+
+
+def github_input_error(path: str, error: Exception) -> str:
+    """A GitHub Actions error annotation for a file pptl could not read (line from "path:N: ...")."""
+    text = str(error)
+    line = 1
+    head = f"{path}:"
+    if text.startswith(head):
+        rest = text[len(head):]
+        num = rest.split(":", 1)[0]
+        if num.isdigit():
+            line, text = int(num), rest.split(":", 1)[1].strip()
+        else:
+            text = rest.strip()
+    return f"::error file={_gh_prop(path)},line={line},title=input::{_gh_msg(text)}"
+
+
+def _gh_msg(s: str) -> str:
+    return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _gh_prop(s: str) -> str:
+    return _gh_msg(s).replace(":", "%3A").replace(",", "%2C")
 
 
 def expand_paths(patterns: list[str]) -> list[str]:

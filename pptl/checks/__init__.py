@@ -28,9 +28,14 @@ class Violation:
     ops: tuple[str, ...] = ()
     severity: str = "error"
     """"error" (the schedule is invalid) or "warning" (a formula's assumption fails, etc.)."""
+    line: int | None = None
+    """Line of the source file the violation points at (set by readers that know it, e.g. CSV)."""
 
     def to_dict(self) -> dict:
-        return {"code": self.code, "severity": self.severity, "message": self.message, "ops": list(self.ops)}
+        out = {"code": self.code, "severity": self.severity, "message": self.message, "ops": list(self.ops)}
+        if self.line is not None:
+            out["line"] = self.line
+        return out
 
 
 @dataclass
@@ -89,6 +94,7 @@ def _rules() -> list[Rule]:
         Rule("PP009", "memory-over-limit", memory.memory_over_limit, needs_acyclic=True),
         *_overlap_rules(),
         *_weight_update_rules(),
+        *_p2p_rules(),
         *_moe_rules(),
     ]
 
@@ -105,6 +111,27 @@ def _moe_rules() -> list[Rule]:
     ]
 
 
+def _p2p_rules() -> list[Rule]:
+    from pptl.checks import p2p
+
+    return [
+        Rule("PP030", "p2p-fifo-order", p2p.fifo_order),
+        Rule("PP031", "p2p-deadlock", p2p.p2p_deadlock),
+        Rule("PP032", "send-before-data", p2p.send_before_data),
+        Rule("PP033", "recv-after-use", p2p.recv_after_use),
+    ]
+
+
+def _overlap_rules() -> list[Rule]:
+    from pptl.checks import overlap
+
+    return [
+        Rule("PP020", "fb-self-dependency", overlap.fb_self_dependency),
+        Rule("PP021", "w-fifo-order", overlap.w_fifo_order),
+        Rule("PP022", "formula-assumption", overlap.formula_assumptions, needs_acyclic=True),
+    ]
+
+
 def _weight_update_rules() -> list[Rule]:
     from pptl.checks import weight_update as wu
 
@@ -116,16 +143,6 @@ def _weight_update_rules() -> list[Rule]:
         Rule("PP054", "h2d-buffer-reuse", wu.h2d_buffer_reuse, needs_acyclic=True),
         Rule("PP055", "incomplete-update", wu.incomplete_update),
         Rule("PP056", "buffers-over-memory", wu.buffers_over_memory),
-    ]
-
-
-def _overlap_rules() -> list[Rule]:
-    from pptl.checks import overlap
-
-    return [
-        Rule("PP020", "fb-self-dependency", overlap.fb_self_dependency),
-        Rule("PP021", "w-fifo-order", overlap.w_fifo_order),
-        Rule("PP022", "formula-assumption", overlap.formula_assumptions, needs_acyclic=True),
     ]
 
 

@@ -26,6 +26,11 @@ class Loaded:
     """"plan", "config", "timeline", or a reader's name such as "torch-csv"."""
     notes: tuple[str, ...] = ()
     """What a reader inferred (placement, micro-batch count...), to tell the user."""
+    problems: tuple[Any, ...] = ()
+    """Violations a reader found in the file itself (unreadable cells...), with their lines;
+    readers collect them only when called with ``report_problems=True`` (``pptl check``)."""
+    locate: Callable[[str], int | None] | None = None
+    """Op id -> line of the source file that holds it, for annotations (None: unknown)."""
 
 
 _READERS: dict[str, Callable[..., Loaded]] = {}
@@ -74,7 +79,7 @@ def _ensure_plugins() -> None:
     """Import optional readers (they register themselves)."""
     import importlib
 
-    for mod in ("pptl.formats.torch_csv",):
+    for mod in ("pptl.formats.torch_csv", "pptl.formats.profiler"):
         try:
             importlib.import_module(mod)
         except ModuleNotFoundError as e:

@@ -1,0 +1,356 @@
+"""P2P semantics: how a RECV finds its SEND, and when waiting on each other hangs.
+
+``pptl check --p2p MODE`` picks one of three models (``Context.p2p``; default ``nccl``):
+
+- **nonblocking**: a SEND is posted and never waits for its RECV (buffered, like an eager
+  ``isend``); a RECV matches the SEND of the same data (by identity, as tags would); a rank posts
+  a SEND or RECV once the compute before it in its issue order has run.
+- **nccl**: NCCL has no tags. Between two ranks, the k-th RECV a rank posts from a peer takes the
+  k-th SEND that peer posts to it, whatever data it carries, so a reordered pair is an error even
+  when nothing hangs (PP030). A send completes only together with its receive (NCCL's documented
+  rule: ungrouped send/recv pairs that wait on each other deadlock), P2P ops towards one peer run
+  in issue order on one stream, and each waits for the compute issued before it (the stream
+  sync ProcessGroupNCCL does when it posts). This is torch's runtime on NCCL with one P2P
+  communicator per pair of ranks; it is conservative for messages small enough to be buffered.
+- **blocking**: every op of a rank, SEND and RECV included, waits for the one before it, and a
+  SEND and its RECV meet (rendezvous): two ranks that both send to each other first deadlock.
+
+The issue order is the rank's *program*: the order of a torch ``compute_comms`` CSV row (kept in
+``schedule.meta["program_order"]`` by :mod:`pptl.formats.torch_csv`, and in plan files made from
+it). These rules examine given issue orders only. A schedule without one (pptl's plans, whose
+``send``/``recv`` lanes model streams, not an NCCL issue order) always has a safe one whenever its
+DAG is acyclic: :func:`program` derives it, and ``pptl export --to torch-csv --comms`` writes it.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+import networkx as nx
+
+from pptl.checks import Context, Violation
+from pptl.deps import roles
+from pptl.ir import Schedule
+
+__all__ = [
+    "program",
+    "given_program",
+    "transfer_key",
+    "fifo_order",
+    "p2p_deadlock",
+    "send_before_data",
+    "recv_after_use",
+]
+
+_COMM = ("SEND", "RECV")
+_ORDINAL = {1: "1st", 2: "2nd", 3: "3rd"}
+
+
+# ----------------------------------------------------------------------------------------------
+# Programs (issue order per rank)
+
+
+def given_program(schedule: Schedule) -> dict[int, list[int]] | None:
+    """Each rank's issue order from ``meta["program_order"]``, or None when the schedule has none
+    or its lanes no longer fit it (a copy whose lanes were reordered)."""
+    letters = schedule.meta.get("program_order")
+    if not isinstance(letters, list) or len(letters) != schedule.pp:
+        return None
+    lane_of = {"c": "compute", "s": "send", "r": "recv"}
+    out: dict[int, list[int]] = {}
+    for rank, text in enumerate(letters):
+        if not isinstance(text, str):
+            return None
+        pos = {lane: 0 for lane in lane_of.values()}
+        seq: list[int] = []
+        for ch in text:
+            lane = lane_of.get(ch)
+            if lane is None:
+                return None
+            order = schedule.lanes.get((rank, lane), [])
+            if pos[lane] >= len(order):
+                return None
+            seq.append(order[pos[lane]])
+            pos[lane] += 1
+        if any(pos[lane] != len(schedule.lanes.get((rank, lane), [])) for lane in pos):
+            return None
+        out[rank] = seq
+    if sum(len(v) for v in out.values()) != len(schedule.ops):
+        return None
+    return out
+
+
+def program(schedule: Schedule, *, dag: nx.DiGraph | None = None, order: list[int] | None = None,
+            start: list[float] | None = None) -> dict[int, list[int]]:
+    """Each rank's issue order: the given one (:func:`given_program`), else derived.
+
+    Derived: all ops sorted by (simulated start, position in a topological order) — a linear
+    extension of the DAG — and each RECV moved to the position of its SEND. Every pair of ranks
+    then sees its transfers in one global order, a SEND follows the op that produces its data, and
+    a RECV precedes the op that needs it, so the result passes all three P2P models.
+
+    Raises:
+        InvalidScheduleError: the schedule deadlocks or lacks a cost (from the simulator).
+    """
+    given = given_program(schedule)
+    if given is not None:
+        return given
+    from pptl.dag import build_dag
+    from pptl.errors import InvalidScheduleError
+    from pptl.simulate import simulate
+
+    if dag is None:
+        dag = build_dag(schedule)
+    if order is None:
+        try:
+            order = list(nx.topological_sort(dag))
+        except nx.NetworkXUnfeasible:
+            raise InvalidScheduleError("the schedule deadlocks (its DAG has a cycle); run 'pptl check' "
+                                       "to see the cycle") from None
+    if start is None:
+        start = simulate(schedule, dag=dag, order=order).start
+    topo = [0] * len(schedule.ops)
+    for k, v in enumerate(order):
+        topo[v] = k
+    key: list[tuple[float, int]] = [(start[i], topo[i]) for i in range(len(schedule.ops))]
+    sends = _by_identity(schedule, "SEND")
+    for j, op in enumerate(schedule.ops):
+        if op.kind == "RECV":
+            i = sends.get(transfer_key(op))
+            if i is not None:
+                key[j] = key[i]  # keys are unique (topological position), so no ties remain
+    out: dict[int, list[int]] = {}
+    for i, op in enumerate(schedule.ops):
+        out.setdefault(op.rank, []).append(i)
+    for r in out:
+        out[r].sort(key=key.__getitem__)
+    return out
+
+
+def transfer_key(op) -> tuple[str, int, int, int]:
+    """(flow, direction, sending stage, mb): the same for a SEND and the RECV of its data."""
+    if op.kind == "SEND":
+        return (op.flow, op.direction, op.stage, op.mb)
+    src = op.stage - 1 if op.flow == "F" else op.stage + 1
+    return (op.flow, op.direction, src, op.mb)
+
+
+def _by_identity(schedule: Schedule, kind: str) -> dict[tuple, int]:
+    out: dict[tuple, int] = {}
+    for i, op in enumerate(schedule.ops):
+        if op.kind == kind:
+            out.setdefault(transfer_key(op), i)
+    return out
+
+
+def _channels(schedule: Schedule) -> tuple[dict[tuple[int, int], list[int]], dict[tuple[int, int], list[int]]]:
+    """Per (src, dst): SEND indices in src's lane order and RECV indices in dst's lane order."""
+    sends: dict[tuple[int, int], list[int]] = {}
+    recvs: dict[tuple[int, int], list[int]] = {}
+    for (rank, _lane), order in schedule.lanes.items():
+        for i in order:
+            op = schedule.ops[i]
+            if op.kind == "SEND":
+                sends.setdefault((rank, op.peer), []).append(i)
+            elif op.kind == "RECV":
+                recvs.setdefault((op.peer, rank), []).append(i)
+    return sends, recvs
+
+
+# ----------------------------------------------------------------------------------------------
+# Rules
+
+
+def fifo_order(ctx: Context) -> list[Violation]:
+    """PP030: under NCCL (or blocking) matching, the k-th RECV a rank posts from a peer is not
+    the data of the k-th SEND that peer posts to it.
+
+    NCCL has no tags: the transfer succeeds with the wrong micro-batch (or hangs on a size
+    mismatch), so this is an error even when no cycle forms. One violation per pair of ranks (the
+    first mismatch; later ones follow from it). Skipped under ``--p2p nonblocking``.
+    Fixture: fixtures/invalid/p2p_nccl_reordered.csv. Notes: O(P2P ops).
+    """
+    if ctx.p2p == "nonblocking" or given_program(ctx.schedule) is None:
+        return []
+    s = ctx.schedule
+    sends, recvs = _channels(s)
+    out: list[Violation] = []
+    for pair in sorted(set(sends) & set(recvs)):
+        src, dst = pair
+        for k, (i, j) in enumerate(zip(sends[pair], recvs[pair])):
+            if transfer_key(s.ops[i]) != transfer_key(s.ops[j]):
+                nth = _ORDINAL.get(k + 1, f"{k + 1}th")
+                out.append(Violation(
+                    "PP030", f"{ctx.p2p} matches P2P in order per pair of ranks: rank {src}'s {nth} send to "
+                    f"rank {dst} is {_short(s.ops[i])} but rank {dst}'s {nth} receive from rank {src} is "
+                    f"{_short(s.ops[j])}; the data would land in the wrong place (reorder one side)",
+                    (s.ops[i].id, s.ops[j].id)))
+                break
+    return out
+
+
+def send_before_data(ctx: Context) -> list[Violation]:
+    """PP032: in a rank's issue order, a SEND comes before the op that produces its data.
+
+    The runtime would send a tensor that does not exist yet (torch raises, or sends stale memory).
+    Only schedules with an issue order (torch compute_comms CSVs) are checked.
+    Fixture: fixtures/invalid/p2p_send_before_data.csv. Notes: O(ops).
+    """
+    return _issue_position_rule(ctx, "SEND")
+
+
+def recv_after_use(ctx: Context) -> list[Violation]:
+    """PP033: in a rank's issue order, a RECV comes after the op that needs its data.
+
+    torch's runtime waits for a posted receive before that op and fails when there is none.
+    Only schedules with an issue order (torch compute_comms CSVs) are checked.
+    Fixture: fixtures/invalid/p2p_recv_after_use.csv. Notes: O(ops).
+    """
+    return _issue_position_rule(ctx, "RECV")
+
+
+def _issue_position_rule(ctx: Context, kind: str) -> list[Violation]:
+    s = ctx.schedule
+    prog = given_program(s)
+    if prog is None:
+        return []
+    out: list[Violation] = []
+    for rank, seq in prog.items():
+        made: dict[tuple, int] = {}  # (role, d, stage, mb) -> position on this rank
+        for pos, i in enumerate(seq):
+            if s.ops[i].lane == "compute":
+                for key in roles(s.ops[i]):
+                    made.setdefault(key, pos)
+        for pos, i in enumerate(seq):
+            op = s.ops[i]
+            if op.kind != kind or op.flow not in ("F", "B"):
+                continue
+            # A SEND carries what its stage made; a RECV feeds the op making F (or G) at its stage.
+            at = made.get(("F" if op.flow == "F" else "G", op.direction, op.stage, op.mb))
+            if at is None:
+                continue
+            other = s.ops[seq[at]]
+            if kind == "SEND" and at > pos:
+                out.append(Violation("PP032", f"rank {rank} issues {_short(op)} at step {pos}, before {other.id} "
+                                     f"(step {at}) produces its data", (op.id, other.id)))
+            elif kind == "RECV" and at < pos:
+                out.append(Violation("PP033", f"rank {rank} issues {_short(op)} at step {pos}, after {other.id} "
+                                     f"(step {at}) needed its data", (op.id, other.id)))
+    return out
+
+
+def p2p_deadlock(ctx: Context) -> list[Violation]:
+    """PP031: the schedule hangs under the chosen P2P model although its data order is fine.
+
+    Builds the wait-for graph of the model (module docstring): compute order, issue or lane
+    order, channel order per peer (nccl), rendezvous of each SEND with the RECV it matches
+    (nccl, blocking), and the data needs; a cycle is a hang, printed op by op. Orderings such as a
+    RECV deferred to just before its use on both sides of a pair pass torch's
+    ``_simulate_comms_compute`` yet hang here under nccl.
+    Fixtures: fixtures/invalid/p2p_nccl_hang.csv, p2p_blocking_send_first.csv, p2p_blocking_ring.csv.
+
+    Notes: O(ops + edges) (Kahn's algorithm; ``nx.find_cycle`` only on what is left of a cycle).
+    """
+    s = ctx.schedule
+    mode = ctx.p2p
+    prog = given_program(s)
+    if prog is None or not any(op.kind in _COMM for op in s.ops):
+        return []
+    rep = _rendezvous(s) if mode != "nonblocking" else {}
+    n = len(s.ops)
+
+    def edges() -> Iterator[tuple[int, int, str]]:
+        yield from _edges(s, mode, prog, rep)
+
+    indeg = [0] * n
+    succ: list[list[int]] = [[] for _ in range(n)]
+    for u, v, _ in edges():
+        u, v = rep.get(u, u), rep.get(v, v)
+        if u != v:
+            succ[u].append(v)
+            indeg[v] += 1
+    nodes = [i for i in range(n) if rep.get(i, i) == i]
+    ready = [i for i in nodes if indeg[i] == 0]
+    seen = 0
+    while ready:
+        u = ready.pop()
+        seen += 1
+        for v in succ[u]:
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                ready.append(v)
+    if seen == len(nodes):
+        return []
+    left = {i for i in nodes if indeg[i] > 0}
+    g = nx.DiGraph()
+    how: dict[tuple[int, int], str] = {}
+    for u, v, kind in edges():
+        u, v = rep.get(u, u), rep.get(v, v)
+        if u != v and u in left and v in left:
+            g.add_edge(u, v)
+            how.setdefault((u, v), kind)
+    cycle = nx.find_cycle(g)
+    merged = {v: k for k, v in rep.items()}
+    steps = []
+    for u, v in cycle:
+        steps.append(f"{_node_name(s, u, merged)} -> ({how[u, v]})")
+    ranks = sorted({s.ops[u].rank for u, _ in cycle} | {s.ops[merged[u]].rank for u, _ in cycle if u in merged})
+    text = " ".join(steps) + f" {_node_name(s, cycle[0][0], merged)}"
+    model = {"nccl": "NCCL P2P (a send completes with its receive; per-peer order)",
+             "blocking": "blocking P2P (send and receive meet; one op at a time per rank)",
+             "nonblocking": "non-blocking P2P"}[mode]
+    ids = tuple(s.ops[u].id for u, _ in cycle)
+    return [Violation("PP031", f"hangs under {model} across ranks {', '.join(map(str, ranks))}: {text}", ids)]
+
+
+def _node_name(s: Schedule, u: int, merged: dict[int, int]) -> str:
+    if u in merged:
+        return f"[{s.ops[u].id} = {s.ops[merged[u]].id}]"
+    return s.ops[u].id
+
+
+def _rendezvous(s: Schedule) -> dict[int, int]:
+    """RECV index -> the SEND index it meets under positional (per-pair FIFO) matching."""
+    sends, recvs = _channels(s)
+    rep: dict[int, int] = {}
+    for pair, ss in sends.items():
+        for i, j in zip(ss, recvs.get(pair, [])):
+            rep[j] = i
+    return rep
+
+
+def _edges(s: Schedule, mode: str, prog: dict[int, list[int]],
+           rep: dict[int, int]) -> Iterator[tuple[int, int, str]]:
+    ops = s.ops
+    for u, v in s.deps:
+        # Under positional matching the RECV meets whichever SEND is its match, not its data's.
+        if rep and ops[u].kind == "SEND" and ops[v].kind == "RECV":
+            continue
+        yield u, v, "needed by"
+    for rank, seq in prog.items():
+        if mode == "blocking":
+            for a, b in zip(seq, seq[1:]):
+                yield a, b, f"next on rank {rank}"
+            continue
+        last_compute = -1
+        last_to: dict[int, int] = {}
+        for i in seq:
+            op = ops[i]
+            if op.kind in _COMM:
+                if last_compute >= 0:
+                    yield last_compute, i, "posted after"
+                if mode == "nccl":
+                    prev = last_to.get(op.peer)
+                    if prev is not None:
+                        yield prev, i, f"next P2P between ranks {rank} and {op.peer}"
+                    last_to[op.peer] = i
+            else:
+                if last_compute >= 0:
+                    yield last_compute, i, f"next on rank {rank}"
+                last_compute = i
+
+
+def _short(op) -> str:
+    if op.kind in _COMM:
+        return f"{op.kind}_{op.flow} stage {op.stage} mb {op.mb}"
+    return op.id
+

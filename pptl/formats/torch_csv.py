@@ -1,0 +1,512 @@
+"""torch.distributed.pipelining's schedule CSV: read both forms, write both forms.
+
+The format (``_PipelineScheduleRuntime._load_csv`` / ``_dump_csv`` in
+``torch/distributed/pipelining/schedules.py``): one row per rank, one action per cell, an empty
+cell is an idle step. An action is ``[stage][type][micro-batch]``: ``0F0``, ``3I5``, ``3W5``,
+``2B0``, ``1SEND_F1``, ``2RECV_B0``; FSDP and gradient actions have no micro-batch (``0UNSHARD``,
+``0RESHARD``, ``0REDUCE_GRAD``); an overlapped forward and backward is
+``(0F7;7B3)OVERLAP_F_B``. ``compute_only`` files hold compute actions and torch adds the
+communication; ``compute_comms`` files list every SEND/RECV in the order a rank issues them.
+
+Mapping to pptl: direction 0, pptl stage = torch stage index, rank = row, chunk from the
+placement; F/I/B/W are compute ops, ``OVERLAP_F_B`` is pptl's FB (F half = the op's stage and
+micro-batch, B half = ``pair``); SEND_F/SEND_B/RECV_F/RECV_B are SEND/RECV ops on the ``send`` and
+``recv`` lanes with flow F or B; UNSHARD, RESHARD and REDUCE_GRAD stay on the compute lane (cost 0
+unless a cost is given). A compute_comms file also keeps each rank's issue order (which lane each
+action came from, ``meta["program_order"]``) so that P2P checks and the writer can use it.
+
+Stricter than torch: torch's parser matches a prefix, so ``2BW0`` reads as ``2B`` with no
+micro-batch; here it is an error naming the cell. torch's validator counts distinct
+micro-batches, so a stage that runs {0, 1, 2, 7} passes for 4 micro-batches; here the count is
+inferred from the file and index 7 is out of range (PP004) while 3 is missing (PP003).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import re
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Iterable
+
+from pptl.config import DEFAULT_COSTS, Config, Costs
+from pptl.deps import roles, training_deps
+from pptl.errors import InputError
+from pptl.ir import Op, Schedule, ScheduleBuilder, register_kinds
+
+__all__ = [
+    "Action",
+    "FSDP_KINDS",
+    "PLACEMENTS",
+    "parse_action",
+    "torch_reading",
+    "read_csv",
+    "load_csv_text",
+    "schedule_from_rows",
+    "action_of",
+    "to_rows",
+    "dumps_rows",
+    "export_csv",
+]
+
+#: Actions torch's runtime runs that pptl keeps as zero-cost ops on the compute lane.
+FSDP_KINDS = ("UNSHARD", "RESHARD", "REDUCE_GRAD")
+PLACEMENTS = ("loop", "v")
+register_kinds(*FSDP_KINDS)
+
+_COMPUTE = ("F", "I", "B", "W")
+_COMM = ("SEND_F", "RECV_F", "SEND_B", "RECV_B")
+_STRICT = re.compile(r"(\d+)(SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD|F|I|B|W)(\d*)")
+# torch's own pattern (alternatives in its order, matched as a prefix) to say what torch reads.
+_TORCH = re.compile(r"(\d+)(F|I|B|W|UNSHARD|RESHARD|REDUCE_GRAD|SEND_F|RECV_F|SEND_B|RECV_B)(\d*)")
+_OVERLAP = re.compile(r"\((.*)\)OVERLAP_F_B")
+_EXAMPLE = "[stage][F|I|B|W|SEND_F|RECV_F|SEND_B|RECV_B][micro-batch] such as 2F0, or (0F7;7B3)OVERLAP_F_B"
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One cell of a torch schedule CSV."""
+
+    stage: int
+    kind: str
+    """F, I, B, W, SEND_F, RECV_F, SEND_B, RECV_B, UNSHARD, RESHARD, REDUCE_GRAD or OVERLAP_F_B."""
+    mb: int | None = None
+    subs: tuple["Action", ...] = ()
+    """OVERLAP_F_B only: its F and B, in the file's order."""
+
+    def __str__(self) -> str:
+        if self.kind == "OVERLAP_F_B":
+            return "(" + ";".join(str(a) for a in self.subs) + ")OVERLAP_F_B"
+        return f"{self.stage}{self.kind}{'' if self.mb is None else self.mb}"
+
+
+def torch_reading(text: str) -> str | None:
+    """What torch's prefix parser makes of ``text`` (None when torch rejects it too)."""
+    m = _TORCH.match(text.strip())
+    if not m:
+        return None
+    return f"{m.group(1)}{m.group(2)}{m.group(3)}"
+
+
+def parse_action(text: str) -> Action | None:
+    """Parse one cell strictly (the whole cell must be one action). Empty means idle (None).
+
+    Raises:
+        ValueError: the cell is not an action; the message says what torch would read instead.
+    """
+    cell = text.strip()
+    if not cell:
+        return None
+    if cell.startswith("("):
+        m = _OVERLAP.fullmatch(cell)
+        if not m:
+            raise ValueError(f"'{cell}' is not an overlapped action; expected (F;B)OVERLAP_F_B such as (0F7;7B3)OVERLAP_F_B")
+        subs = tuple(parse_action(s) for s in m.group(1).split(";"))
+        kinds = sorted(a.kind for a in subs if a is not None)
+        if len(subs) != 2 or None in subs or kinds != ["B", "F"]:
+            raise ValueError(f"'{cell}': OVERLAP_F_B must overlap one F and one B (pptl's FB op), such as (0F7;7B3)OVERLAP_F_B")
+        return Action(-1, "OVERLAP_F_B", None, subs)  # type: ignore[arg-type]
+    m = _STRICT.fullmatch(cell)
+    if not m:
+        torch_says = torch_reading(cell)
+        hint = f" (torch reads it as '{torch_says}' and drops the rest)" if torch_says else ""
+        raise ValueError(f"'{cell}' is not an action{hint}; expected {_EXAMPLE}")
+    stage, kind, mb = int(m.group(1)), m.group(2), m.group(3)
+    if kind in FSDP_KINDS:
+        if mb:
+            raise ValueError(f"'{cell}': {kind} takes no micro-batch; expected {stage}{kind}")
+        return Action(stage, kind)
+    if not mb:
+        raise ValueError(f"'{cell}': {kind} needs a micro-batch index, such as {stage}{kind}0")
+    return Action(stage, kind, int(mb))
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading
+
+
+@dataclass(frozen=True, slots=True)
+class _Cell:
+    action: Action
+    rank: int
+    col: int
+
+
+def read_csv(path: str | Path, *, microbatches: int | None = None, placement: str | None = None,
+             report_problems: bool = False, **_: Any) -> Any:
+    """The reader ``load_any`` calls for ``.csv`` files; returns a :class:`~pptl.formats.loader.Loaded`.
+
+    Args:
+        path: the CSV file.
+        microbatches: micro-batch count (default: inferred from the file).
+        placement: ``loop`` or ``v`` to assert a stage placement (default: inferred).
+        report_problems: collect unreadable cells and placement mismatches as violations (for
+            ``pptl check``) instead of raising on the first.
+
+    Raises:
+        InputError: unreadable file, or (without ``report_problems``) a bad cell.
+    """
+    from pptl.config import MAX_FILE_BYTES
+    from pptl.formats.loader import Loaded
+
+    p = Path(path)
+    try:
+        if p.stat().st_size > MAX_FILE_BYTES:
+            raise InputError(f"{p}: file is larger than the {MAX_FILE_BYTES} bytes accepted")
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{p}: not UTF-8 text") from None
+    except OSError as e:
+        raise InputError(f"{p}: cannot read: {e.strerror or e}") from None
+    schedule, notes, problems, lines = load_csv_text(text, source=str(p), microbatches=microbatches,
+                                                     placement=placement, report_problems=report_problems)
+
+    def locate(op_id: str) -> int | None:
+        rank = _rank_of_id(op_id)
+        return lines[rank] if rank is not None and 0 <= rank < len(lines) else None
+
+    loaded = Loaded(str(p), schedule, None, "torch-csv", tuple(notes))
+    # Optional fields of Loaded (older loaders lack them; set only where they exist).
+    for name, value in (("problems", tuple(problems)), ("locate", locate)):
+        if hasattr(loaded, name):
+            setattr(loaded, name, value)
+    return loaded
+
+
+def load_csv_text(text: str, *, source: str = "<csv>", microbatches: int | None = None,
+                  placement: str | None = None, report_problems: bool = False
+                  ) -> tuple[Schedule, list[str], list[Any], list[int]]:
+    """Parse CSV text into (schedule, notes, problems, line of each rank's row)."""
+    from pptl.checks import Violation
+
+    if placement is not None and placement not in PLACEMENTS:
+        raise InputError(f"--placement: got '{placement}', expected one of {', '.join(PLACEMENTS)}")
+    if microbatches is not None and microbatches < 1:
+        raise InputError(f"--microbatches: got {microbatches}, expected an integer >= 1")
+    rows: list[list[_Cell]] = []
+    lines: list[int] = []
+    problems: list[Violation] = []
+    reader = csv.reader(io.StringIO(text))
+    line = 1
+    try:
+        for raw in reader:
+            rank = len(rows)
+            cells: list[_Cell] = []
+            for col, value in enumerate(raw):
+                try:
+                    action = parse_action(value)
+                except ValueError as e:
+                    msg = f"rank {rank}, step {col}: {e}"
+                    if not report_problems:
+                        raise InputError(f"{source}:{line}: {msg}") from None
+                    problems.append(Violation("PP001", f"malformed op: {msg}", (), "error", line))
+                    continue
+                if action is not None:
+                    cells.append(_Cell(action, rank, col))
+            rows.append(cells)
+            lines.append(line)
+            line = reader.line_num + 1
+    except csv.Error as e:
+        raise InputError(f"{source}:{reader.line_num}: not valid CSV: {e}") from None
+    while rows and not rows[-1]:  # trailing blank lines are not ranks
+        rows.pop()
+        lines.pop()
+    if not rows:
+        raise InputError(f"{source}: no actions; expected one row per rank with cells such as 0F0")
+    schedule, notes, more = schedule_from_rows(
+        [[c.action for c in r] for r in rows], source=source, microbatches=microbatches, placement=placement,
+        lines=lines)
+    if more and not report_problems:
+        raise InputError(f"{source}:{more[0].line}: {more[0].message}")
+    problems.extend(more)
+    return schedule, notes, problems, lines
+
+
+def schedule_from_rows(rows: list[list[Action]], *, source: str = "<csv>", microbatches: int | None = None,
+                       placement: str | None = None, lines: list[int] | None = None, family: str = "torch-csv",
+                       ) -> tuple[Schedule, list[str], list[Any]]:
+    """Build a pptl schedule from each rank's actions (in file order).
+
+    Returns the schedule, notes saying what was inferred, and placement problems (violations
+    with code PP036, when ``placement`` is given and the file disagrees).
+    """
+    from pptl.checks import Violation
+
+    pp = len(rows)
+    lines = lines or [r + 1 for r in range(pp)]
+    observed: dict[int, int] = {}
+    for rank, actions in enumerate(rows):
+        for a in actions:
+            for s in _stages_of(a):
+                observed.setdefault(s, rank)
+    if not observed:
+        raise InputError(f"{source}: no actions; expected one row per rank with cells such as 0F0")
+    detected = _classify(observed, pp)
+    use = placement or detected
+    problems: list[Violation] = []
+    if placement is not None:
+        place = _placer(placement, pp)
+        for s, r in sorted(observed.items()):
+            want = place(s)
+            if want is not None and want != r:
+                problems.append(Violation(
+                    "PP036", f"stage {s} runs on rank {r}, but {placement} placement puts it on rank {want}",
+                    (), "error", lines[r]))
+    max_stage = max(observed)
+    if use == "loop":
+        spr = max_stage // pp + 1
+        num_stages = pp * spr
+    elif use == "v":
+        spr, num_stages = 2, 2 * pp
+        if max_stage >= num_stages:
+            num_stages = max_stage + 1
+    else:
+        num_stages = max_stage + 1
+        spr = max(Counter(observed.values()).values())
+    rank_of = _rank_map(use, pp, observed)
+    chunk_of = _chunk_map(use, pp, observed)
+
+    # Micro-batches: the number of distinct forwards most stages run (torch's count), so that
+    # {0, 1, 2, 7} on a stage is read as 4 micro-batches with index 7 out of range.
+    fwd: dict[int, set[int]] = {}
+    for actions in rows:
+        for a in actions:
+            for sub in (a.subs or (a,)):
+                if sub.kind == "F" and sub.mb is not None:
+                    fwd.setdefault(sub.stage, set()).add(sub.mb)
+    counts = Counter(len(v) for v in fwd.values())
+    inferred = max(counts, key=lambda n: (counts[n], n)) if counts else 0
+    if microbatches is None and inferred < 1:
+        raise InputError(f"{source}: no forward actions to infer the micro-batch count from; pass --microbatches")
+    m = microbatches if microbatches is not None else inferred
+
+    b = ScheduleBuilder()
+    program: list[str] = []
+    has_comm = False
+    for rank, actions in enumerate(rows):
+        letters = []
+        for a in actions:
+            op = _to_op(a, rank, rank_of, chunk_of)
+            b.add(op)
+            letters.append(_LETTER[op.lane])
+            has_comm = has_comm or op.lane != "compute"
+        program.append("".join(letters))
+    form = "compute_comms" if has_comm else "compute_only"
+    cfg = Config(schedule=family, pp=pp, microbatches=m, vpp=spr,
+                 costs=Costs(base={**DEFAULT_COSTS, **{k: 0.0 for k in FSDP_KINDS}}), source=source)
+    meta: dict[str, Any] = {"source_format": "torch-csv", "csv_format": form, "placement": use}
+    if has_comm:
+        meta["program_order"] = program
+    schedule = Schedule(family=family, pp=pp, num_stages=num_stages, microbatches=m, ops=b.ops, lanes=b.lanes,
+                        deps=training_deps(b.ops, num_stages), directions=1, config=cfg, meta=meta)
+    notes = [f"torch CSV ({form}): {_n(pp, 'rank')}, {_n(len(b.ops), 'action')}"]
+    notes.append(_placement_note(use, detected, placement, pp, num_stages, spr))
+    notes.append(_microbatch_note(m, microbatches, inferred, fwd))
+    return schedule, notes, problems
+
+
+_LETTER = {"compute": "c", "send": "s", "recv": "r"}
+
+
+def _stages_of(a: Action) -> Iterable[int]:
+    if a.kind == "OVERLAP_F_B":
+        return [s.stage for s in a.subs]
+    return [a.stage]
+
+
+def _classify(observed: dict[int, int], pp: int) -> str:
+    if all(r == s % pp for s, r in observed.items()):
+        return "loop"
+    if max(observed) < 2 * pp and all(r == (s if s < pp else 2 * pp - 1 - s) for s, r in observed.items()):
+        return "v"
+    return "custom"
+
+
+def _placer(kind: str, pp: int):
+    if kind == "loop":
+        return lambda s: s % pp
+    return lambda s: (s if s < pp else 2 * pp - 1 - s) if s < 2 * pp else None
+
+
+def _rank_map(use: str, pp: int, observed: dict[int, int]):
+    place = _placer(use, pp) if use in PLACEMENTS else (lambda s: None)
+
+    def rank_of(s: int) -> int:
+        if s in observed:
+            return observed[s]
+        r = place(s)
+        return -1 if r is None else r
+
+    return rank_of
+
+
+def _chunk_map(use: str, pp: int, observed: dict[int, int]):
+    if use == "loop":
+        return lambda s: s // pp
+    if use == "v":
+        return lambda s: 0 if s < pp else 1
+    per_rank: dict[int, list[int]] = {}
+    for s, r in sorted(observed.items()):
+        per_rank.setdefault(r, []).append(s)
+    index = {s: i for ss in per_rank.values() for i, s in enumerate(ss)}
+    return lambda s: index.get(s, -1)
+
+
+def _to_op(a: Action, rank: int, rank_of, chunk_of) -> Op:
+    if a.kind == "OVERLAP_F_B":
+        f, bw = (a.subs if a.subs[0].kind == "F" else a.subs[::-1])
+        return Op(kind="FB", rank=rank, lane="compute", stage=f.stage, mb=f.mb, chunk=chunk_of(f.stage),
+                  pair=(bw.stage, bw.mb, 0))
+    if a.kind in _COMPUTE:
+        return Op(kind=a.kind, rank=rank, lane="compute", stage=a.stage, mb=a.mb, chunk=chunk_of(a.stage))
+    if a.kind in FSDP_KINDS:
+        return Op(kind=a.kind, rank=rank, lane="compute", stage=a.stage, chunk=chunk_of(a.stage))
+    kind, flow = a.kind.split("_")
+    # SEND_F goes to the next stage, SEND_B to the previous one; RECVs come from the other side.
+    step = {("SEND", "F"): 1, ("SEND", "B"): -1, ("RECV", "F"): -1, ("RECV", "B"): 1}[kind, flow]
+    return Op(kind=kind, rank=rank, lane="send" if kind == "SEND" else "recv", stage=a.stage, mb=a.mb,
+              chunk=chunk_of(a.stage), peer=rank_of(a.stage + step), flow=flow)
+
+
+def _placement_note(use: str, detected: str, asked: str | None, pp: int, n: int, spr: int) -> str:
+    what = {"loop": f"loop (stage s on rank s % {pp}, {spr} per rank)",
+            "v": f"V (rank r holds stages r and {2 * pp - 1}-r)",
+            "custom": f"custom ({spr} stages on the busiest rank)"}[use]
+    how = "from --placement" if asked else "inferred"
+    extra = f"; the file looks {detected}" if asked and detected != asked else ""
+    return f"placement: {what}, {_n(n, 'stage')} ({how}{extra})"
+
+
+def _n(k: int, word: str) -> str:
+    return f"{k} {word}{'' if k == 1 else 's'}"
+
+
+def _microbatch_note(m: int, asked: int | None, inferred: int, fwd: dict[int, set[int]]) -> str:
+    top = max((max(v) for v in fwd.values() if v), default=-1)
+    if asked is not None:
+        return f"micro-batches: {m} (from --microbatches; the file runs {inferred} distinct forwards per stage)"
+    text = f"micro-batches: {m} (inferred: the number of distinct forwards per stage; override with --microbatches)"
+    if top + 1 != m:
+        text += f"; indices go up to {top}, so some are outside 0..{m - 1}"
+    return text
+
+
+def _rank_of_id(op_id: str) -> int | None:
+    head = op_id.split("/", 1)[0]
+    if head.startswith("r") and head[1:].isdigit():
+        return int(head[1:])
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# Writing
+
+
+def action_of(op: Op) -> Action:
+    """The torch action for one pptl op.
+
+    Raises:
+        InputError: the op has no torch equivalent (direction 1, MoE sub-ops, weight updates...).
+    """
+    if op.direction != 0:
+        raise InputError(f"{op.id}: torch's CSV has one direction; this op is in direction {op.direction}")
+    k = op.kind
+    if k in _COMPUTE:
+        return Action(op.stage, k, op.mb)
+    if k == "FB" and op.pair is not None:
+        s, m, d = op.pair
+        if d != 0:
+            raise InputError(f"{op.id}: torch's CSV has one direction; the B half is in direction {d}")
+        return Action(-1, "OVERLAP_F_B", None, (Action(op.stage, "F", op.mb), Action(s, "B", m)))
+    if k in FSDP_KINDS:
+        return Action(op.stage, k)
+    if k in ("SEND", "RECV") and op.flow in ("F", "B"):
+        return Action(op.stage, f"{k}_{op.flow}", op.mb)
+    raise InputError(f"{op.id}: kind {k} has no torch CSV action (torch has F, I, B, W, OVERLAP_F_B, "
+                     "SEND/RECV, UNSHARD, RESHARD, REDUCE_GRAD)")
+
+
+def to_rows(schedule: Schedule, *, comms: bool = False) -> tuple[list[list[str]], list[str]]:
+    """Each rank's actions as CSV cells, and notes about what was changed.
+
+    ``comms=False`` writes compute_only: the compute lane's F/I/B/W/FB (torch's runtime refuses
+    other actions there and adds UNSHARD/RESHARD/REDUCE_GRAD itself). ``comms=True`` writes
+    compute_comms: every op in the order each rank issues it (see :func:`program`).
+
+    Raises:
+        InputError: the schedule has ops torch cannot express, or (comms) it cannot be simulated.
+    """
+    if schedule.directions != 1:
+        raise InputError(f"schedule '{schedule.family}' has {schedule.directions} directions; torch's CSV has one "
+                         "(export dualpipev rather than dualpipe)")
+    bad = sorted({op.lane for op in schedule.ops} - {"compute", "send", "recv"})
+    if bad:
+        raise InputError(f"schedule '{schedule.family}' uses lane '{bad[0]}'; torch's CSV has compute, send and recv only")
+    notes: list[str] = []
+    rows: list[list[str]] = []
+    if not comms:
+        dropped = Counter()
+        for r in range(schedule.pp):
+            row = []
+            for op in schedule.lane_ops(r, "compute"):
+                if op.kind in FSDP_KINDS:
+                    dropped[op.kind] += 1
+                    continue
+                row.append(str(action_of(op)))
+            rows.append(row)
+        if dropped:
+            notes.append("compute_only leaves out " + ", ".join(f"{n} {k}" for k, n in sorted(dropped.items()))
+                         + " (torch's runtime adds them when it lowers a compute_only schedule)")
+        return rows, notes
+    from pptl.checks.p2p import program
+
+    sched = with_comms(schedule)
+    if sched is not schedule:
+        notes.append("added SEND/RECV for every crossing between ranks")
+    order = program(sched)
+    for r in range(sched.pp):
+        rows.append([str(action_of(sched.ops[i])) for i in order.get(r, [])])
+    if "program_order" not in sched.meta or sched is not schedule:
+        notes.append("SEND right after the op that produces its data; RECV at the moment its data is sent "
+                     "(so every pair of ranks sees its transfers in one order: no NCCL hang)")
+    return rows, notes
+
+
+def with_comms(schedule: Schedule) -> Schedule:
+    """``schedule`` itself when it lists its SEND/RECV, else a copy with them added the way
+    pptl's families add them (:func:`pptl.schedules._common.assemble`)."""
+    if any(op.kind in ("SEND", "RECV") for op in schedule.ops):
+        return schedule
+    from pptl.schedules._common import assemble
+
+    cfg = schedule.config or Config(schedule=schedule.family, pp=schedule.pp, microbatches=schedule.microbatches)
+    orders = {r: schedule.lane_ops(r, "compute") for r in range(schedule.pp)}
+    meta = {k: v for k, v in schedule.meta.items() if k != "program_order"}
+    out = assemble(cfg, schedule.family, orders, num_stages=schedule.num_stages,
+                   microbatches=schedule.microbatches, directions=schedule.directions, meta=meta)
+    return replace(out, config=schedule.config)
+
+
+def dumps_rows(rows: list[list[str]]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    for row in rows:
+        w.writerow(row)
+    return buf.getvalue()
+
+
+def export_csv(schedule: Schedule, *, comms: bool = False) -> tuple[str, list[str]]:
+    """The CSV text torch's ``_load_csv(format="compute_comms" if comms else "compute_only")``
+    reads, and notes about what was changed."""
+    rows, notes = to_rows(schedule, comms=comms)
+    return dumps_rows(rows), notes
+
+
+def _register() -> None:
+    from pptl.formats.loader import register_reader
+
+    register_reader(".csv", read_csv)
+
+
+_register()
