@@ -297,3 +297,17 @@ def test_step6_splits_its_second_half(h: int, step6: str) -> None:
     tail = [f"{st.kind}{st.phase}" for st in table[main_end:] if st.kind != "W"]
     assert "".join(tail) == step6
     assert [st.kind for st in table[-(h + 1):]] == ["W"] * (h + 1)  # Step 8: nW
+
+
+@pytest.mark.parametrize("name, p, c", [("dualpipe", 2, 4), ("dualpipe", 4, 12), ("dualpipe", 6, 12), ("dualpipe", 8, 24),
+                                        ("dualpipev", 1, 2), ("dualpipev", 3, 9), ("dualpipev", 4, 10)],
+                         ids=lambda v: str(v))
+@pytest.mark.parametrize("f, i, w, fb", [(1, 1, 1, 3), (2, 0.5, 2, 3), (1, 3, 0.5, 4)], ids=lambda v: str(v))
+def test_peak_activation_is_pp_plus_one_on_every_rank(name: str, p: int, c: int, f: float, i: float, w: float,
+                                                      fb: float) -> None:
+    """PP+1 stage activations per rank whatever the costs (PP = p ranks for DualPipe, 2p stages for
+    DualPipeV), counting an F&B as allocating its F before its B frees."""
+    cfg = _cfg(name, p, c, f=f, i=i, w=w, fb=fb)
+    expected = p + 1 if name == "dualpipe" else 2 * p + 1
+    assert [r.peak_activation for r in simulate(build_schedule(cfg)).ranks] == [expected] * p
+    assert get_family(name).memory(cfg) == expected
