@@ -58,7 +58,7 @@ def html_document(tl: Timeline, options: HtmlOptions = HtmlOptions(), *, layout:
     page = pio.to_html(fig, validate=False, include_plotlyjs=True, full_html=True,
                        config={"displaylogo": False, "scrollZoom": True, "responsive": True})
     title = f"<title>{_html.escape(lay.title)}</title>"
-    return page.replace("<head>", "<head>" + title, 1)
+    return page.replace("</head>", title + "</head>", 1)
 
 
 def figure_dict(tl: Timeline, options: HtmlOptions = HtmlOptions(), *, layout: Layout | None = None) -> dict:
@@ -70,20 +70,21 @@ def figure_dict(tl: Timeline, options: HtmlOptions = HtmlOptions(), *, layout: L
     row_w = np.array([1.0 + 0.55 * (r.tracks - 1) for r in lay.rows] or [1.0])
     tops = np.concatenate([[0.0], np.cumsum(row_w)[:-1]])
     centers = tops + row_w / 2
-    traces = _idle_trace(lay, tops, row_w, centers) + _block_traces(tl, lay, tops, row_w, centers, options)
+    traces = _idle_trace(lay, tops, row_w, centers) + _block_traces(lay, tops, row_w, centers, options)
     ticktext = [r.spec.label if r.bubble is None else f"{r.spec.label} ({100 * r.bubble:.0f}% idle)"
                 for r in lay.rows]
     groups = [f"<b>{r.spec.group}</b> · {t}" if r.spec.group and (i == 0 or lay.rows[i - 1].spec.group != r.spec.group)
               else t for i, (r, t) in enumerate(zip(lay.rows, ticktext))]
     unit = "" if lay.units in ("", "unit") else f" ({lay.units})"
     main_h = max(260, int(row_w.sum() * 30) + 170)
-    grid_h = 60 + 26 * len(lay.grid.rows) if lay.grid else 0
+    grid_h = 48 * len(lay.grid.rows) if lay.grid else 0  # split cells need room for two numbers
+    gap = 90 if grid_h else 0  # room for the time axis title between the timeline and the grid
     layout: dict[str, Any] = {
         "title": {"text": _html.escape(lay.title), "x": 0.01, "font": {"size": 15}},
         "barmode": "overlay",
         "hovermode": "closest",
         "dragmode": "zoom",
-        "height": main_h + grid_h,
+        "height": main_h + gap + grid_h,
         "plot_bgcolor": "#FFFFFF",
         "margin": {"l": 10, "r": 20, "t": 95, "b": 50},
         # Above the plot, under the title: below it would collide with the axis title and grid.
@@ -97,16 +98,22 @@ def figure_dict(tl: Timeline, options: HtmlOptions = HtmlOptions(), *, layout: L
                   "range": [float(row_w.sum()), 0.0], "fixedrange": True, "automargin": True},
     }
     if grid_h:
-        frac = grid_h / (main_h + grid_h)
-        layout["yaxis"]["domain"] = [frac + 0.04, 1.0]
+        plot_h = main_h + gap + grid_h - 95 - 50  # minus the top and bottom margins
+        frac = grid_h / plot_h
+        layout["yaxis"]["domain"] = [(grid_h + gap) / plot_h, 1.0]
         layout["xaxis"]["anchor"] = "y"
         traces += _grid_traces(lay.grid)
         layout["xaxis2"] = {"domain": [0, 1], "anchor": "y2", "showticklabels": False, "showgrid": False,
                             "zeroline": False, "fixedrange": True}
-        layout["yaxis2"] = {"domain": [0, max(frac - 0.04, 0.02)], "anchor": "x2", "autorange": "reversed",
+        ncells = max((len(cells) for _, cells in lay.grid.rows), default=1)
+        # Cells are steps, not time: a fixed minimum range keeps a short grid from stretching.
+        layout["xaxis2"]["range"] = [-0.05, max(ncells, 24)]
+        layout["yaxis2"] = {"domain": [0, min(frac, 1.0)], "anchor": "x2", "autorange": "reversed",
                             "fixedrange": True, "tickvals": list(range(len(lay.grid.rows))),
-                            "ticktext": [name for name, _ in lay.grid.rows], "automargin": True,
-                            "title": {"text": lay.grid.title}}
+                            "ticktext": [name for name, _ in lay.grid.rows], "automargin": True}
+        layout["annotations"] = [{"text": f"<b>{_html.escape(lay.grid.title)}</b>", "xref": "paper", "yref": "paper",
+                                  "x": 0, "y": min(frac, 1.0), "xanchor": "left", "yanchor": "bottom",
+                                  "showarrow": False, "font": {"size": 13}}]
     return {"data": traces, "layout": layout}
 
 
@@ -123,10 +130,10 @@ def _idle_trace(lay: Layout, tops: np.ndarray, row_w: np.ndarray, centers: np.nd
     }]
 
 
-def _block_traces(tl: Timeline, lay: Layout, tops: np.ndarray, row_w: np.ndarray, centers: np.ndarray,
+def _block_traces(lay: Layout, tops: np.ndarray, row_w: np.ndarray, centers: np.ndarray,
                   options: HtmlOptions) -> list[dict]:
     b = lay.blocks
-    events = tl.events
+    events = lay.timeline.events
     many = len(b) > 5000
     traces = []
     for k, cat in enumerate(lay.categories):
@@ -193,5 +200,5 @@ def _grid_traces(grid: Grid) -> list[dict]:
         "type": "bar", "orientation": "h", "name": grid.title, "showlegend": False, "xaxis": "x2", "yaxis": "y2",
         "x": [0.94] * len(ys), "base": xs, "y": ys, "offset": offs, "width": widths,
         "marker": {"color": cols, "line": {"width": 0}}, "text": texts, "textposition": "inside",
-        "insidetextanchor": "middle", "textangle": 0, "textfont": {"size": 10, "color": inks}, "hoverinfo": "skip",
+        "insidetextanchor": "middle", "textangle": 0, "textfont": {"size": 9, "color": inks}, "hoverinfo": "skip",
     }]

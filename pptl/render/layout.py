@@ -77,8 +77,13 @@ class Layout:
     t1: float
     units: str
     grid: Grid | None
-    events: int
-    """Events in the timeline (some may not be drawn by the style)."""
+    timeline: Timeline
+    """What was laid out; ``blocks.event`` indexes its events."""
+
+    @property
+    def events(self) -> int:
+        """Events in the timeline (some may not be drawn by the style)."""
+        return len(self.timeline.events)
 
     @property
     def span(self) -> float:
@@ -181,4 +186,4 @@ def build_layout(tl: Timeline, style: Style | str = "auto") -> Layout:
             for i, s in enumerate(specs)]
     t0 = tl.start
     t1 = t0 + tl.makespan
-    return Layout(st, title_line(tl), rows, blocks, cats, t0, t1, tl.meta.units, st.grid(tl), len(tl.events))
+    return Layout(st, title_line(tl), rows, blocks, cats, t0, t1, tl.meta.units, st.grid(tl), tl)

@@ -223,7 +223,11 @@ def _draw_rows(ax, lay: Layout, tops: np.ndarray, row_w: np.ndarray, box: _Box) 
     import matplotlib.transforms as mtransforms
 
     centers = tops + row_w / 2
-    ax.set_yticks(centers, [r.spec.label for r in lay.rows], fontsize=9)
+    # Hundreds of ranks: label every k-th row so the labels stay legible instead of overprinting.
+    row_px = box.height * 72 / max(float(row_w.sum()), 1e-9) * float(row_w.min()) if len(row_w) else 12.0
+    step = max(1, int(np.ceil(10.0 / max(row_px, 1e-9))))
+    shown = list(range(0, len(lay.rows), step))
+    ax.set_yticks(centers[shown], [lay.rows[i].spec.label for i in shown], fontsize=9 if step == 1 else 7)
     ax.tick_params(axis="y", length=0)
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
@@ -234,7 +238,7 @@ def _draw_rows(ax, lay: Layout, tops: np.ndarray, row_w: np.ndarray, box: _Box) 
             groups.setdefault(r.spec.group, []).append(i)
         if r.spec.separator:
             ax.axhline(tops[i], color=colour("muted"), lw=0.8, ls="--")
-        if r.bubble is not None:
+        if r.bubble is not None and i % step == 0:
             ax.text(1.005, centers[i], f"bubble {100 * r.bubble:.1f}%", transform=blend, fontsize=7,
                     color=colour("muted"), va="center", ha="left")
     label_w = max([len(r.spec.label) for r in lay.rows] + [4]) * 0.075 + 0.15

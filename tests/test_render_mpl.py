@@ -1,0 +1,132 @@
+"""matplotlib figures: every example in every format, bounded sizes, one collection, fitting labels."""
+from __future__ import annotations
+
+import re
+import struct
+from pathlib import Path
+
+import pytest
+
+from pptl.demo import default_fixtures_dir, example_files
+from pptl.render import load_timeline, write_file
+from pptl.render.layout import build_layout
+from pptl.render.mpl import FigureOptions, figure, figure_from_layout, image_bytes
+from pptl.render.samples import dualpipe_sample, moe_sample, scaled, weight_update_sample
+
+EXAMPLES = example_files(default_fixtures_dir())
+MAX_W_IN, MAX_H_IN, DPI = FigureOptions().max_width_in, FigureOptions().max_height_in, FigureOptions().dpi
+SAMPLES = {"dualpipe": dualpipe_sample, "moe": moe_sample, "weight-update": weight_update_sample}
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+def svg_size_pt(data: bytes) -> tuple[float, float]:
+    head = data[:2000].decode()
+    w = re.search(r'<svg[^>]*\swidth="([\d.]+)pt"', head)
+    h = re.search(r'<svg[^>]*\sheight="([\d.]+)pt"', head)
+    assert w and h, head[:300]
+    return float(w.group(1)), float(h.group(1))
+
+
+def pdf_size_pt(data: bytes) -> tuple[float, float]:
+    m = re.search(rb"/MediaBox\s*\[\s*0 0 ([\d.]+) ([\d.]+)\s*\]", data)
+    assert m
+    return float(m.group(1)), float(m.group(2))
+
+
+def _check_all_formats(fig) -> None:
+    png = image_bytes(fig, "png")
+    w, h = png_size(png)
+    assert 0 < w <= MAX_W_IN * DPI and 0 < h <= MAX_H_IN * DPI
+    svg = image_bytes(fig, "svg")
+    sw, sh = svg_size_pt(svg)
+    assert 0 < sw <= MAX_W_IN * 72 and 0 < sh <= MAX_H_IN * 72
+    assert b"<path" in svg
+    pdf = image_bytes(fig, "pdf")
+    assert pdf.startswith(b"%PDF")
+    pw, ph = pdf_size_pt(pdf)
+    assert 0 < pw <= MAX_W_IN * 72 and 0 < ph <= MAX_H_IN * 72
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_every_example_in_png_svg_pdf(path: Path) -> None:
+    _check_all_formats(figure(load_timeline(path)))
+
+
+@pytest.mark.parametrize("style", sorted(SAMPLES), ids=str)
+def test_every_seed_style_in_png_svg_pdf(style: str) -> None:
+    _check_all_formats(figure(SAMPLES[style](), FigureOptions(style=style)))
+
+
+@pytest.mark.parametrize("suffix", [".png", ".svg", ".pdf"], ids=str)
+def test_write_file_writes_a_non_empty_file(tmp_path: Path, suffix: str) -> None:
+    out = tmp_path / f"fig{suffix}"
+    assert write_file(dualpipe_sample(), out) == []
+    assert out.stat().st_size > 1000
+
+
+def test_blocks_are_one_collection() -> None:
+    from matplotlib.collections import PolyCollection
+    from matplotlib.patches import Rectangle
+
+    tl = load_timeline(default_fixtures_dir() / "1f1b.yaml")
+    fig = figure(tl)
+    ax = fig.axes[0]
+    colls = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    assert len(colls) == 1
+    # every compute op plus one idle band per rank, all in that collection
+    assert len(colls[0].get_paths()) == 2 * 4 * 8 + 4
+    assert not [p for p in ax.patches if isinstance(p, Rectangle)]
+
+
+def test_labels_only_where_they_fit() -> None:
+    fig = figure(load_timeline(default_fixtures_dir() / "1f1b.yaml"))
+    texts = [t.get_text() for t in fig.axes[0].texts if not t.get_text().startswith("bubble")]
+    assert sorted(texts) == sorted(str(mb) for mb in range(8) for _ in range(8))  # every block has room
+
+    big = scaled(20_000, ranks=8)
+    fig = figure(big, FigureOptions(max_labels=300))
+    labels = [t for t in fig.axes[0].texts if not t.get_text().startswith("bubble")]
+    assert len(labels) <= 300  # 20k blocks at 2400 px: most are far too narrow
+
+
+def test_big_timeline_keeps_the_figure_bounded() -> None:
+    tl = scaled(3_000, ranks=150)  # 150 rows: far more than fit at the preferred row height
+    w, h = png_size(image_bytes(figure(tl), "png"))
+    assert w <= MAX_W_IN * DPI and h <= MAX_H_IN * DPI
+
+
+def test_vector_formats_rasterize_huge_collections() -> None:
+    tl = scaled(4_000, ranks=8)
+    lay = build_layout(tl)
+    small = image_bytes(figure_from_layout(lay, FigureOptions(rasterize_above=1000)), "svg")
+    full = image_bytes(figure_from_layout(lay, FigureOptions()), "svg")
+    assert b"<image" in small and b"<image" not in full
+    assert len(small) < len(full)
+
+
+def test_dualpipe_figure_has_time_arrow_and_no_time_ticks() -> None:
+    fig = figure(dualpipe_sample())
+    ax = fig.axes[0]
+    assert ax.get_xticks().size == 0
+    assert "Time" in [t.get_text() for t in ax.texts]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["Device 0", "Device 1"]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == ["Forward", "Backward", "Backward for input", "Backward for weights",
+                      "Overlapped forward & Backward"]
+
+
+def test_moe_figure_has_grid_panel() -> None:
+    fig = figure(moe_sample(), FigureOptions(style="moe"))
+    assert len(fig.axes) == 2
+    grid = fig.axes[1]
+    assert grid.get_title(loc="left") == "VPP + 1 warmup"
+    assert {t.get_text() for t in grid.texts} == {"1", "2", "3"}
+
+
+def test_image_bytes_rejects_unknown_format() -> None:
+    with pytest.raises(ValueError, match="format 'gif'"):
+        image_bytes(figure(dualpipe_sample()), "gif")
