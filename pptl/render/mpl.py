@@ -143,7 +143,7 @@ def _figure_width(lay: Layout, margins: float, opt: FigureOptions) -> float:
         return 10.0
     typical = float(np.percentile(dur[keep], 25))  # the shorter blocks matter: they lose labels first
     sample = [len(t[0]) if t else 0 for t in b.texts[:: max(1, len(b.texts) // 2000)]]
-    label_px = max(18.0, float(np.median(sample)) * 6.2 + 8.0) if sample else 18.0
+    label_px = max(18.0, float(np.median(sample)) * 7.5 + 10.0) if sample else 18.0
     want_px = lay.span / typical * label_px
     return float(min(max(want_px / opt.dpi + margins, 10.0), opt.max_width_in))
 
@@ -202,13 +202,13 @@ def _draw_labels(ax, lay: Layout, y_top: np.ndarray, y_bot: np.ndarray, px_per_t
         return
     h_px = (y_bot - y_top) * px_per_y
     fs = float(np.clip(np.median(h_px) * 0.5 * 72 / opt.dpi, 5.0, 9.0))
-    char_px = fs * opt.dpi / 72 * 0.62
+    width_of = _TextWidths(fs, opt.dpi)
     w_px = (b.end - b.start) * px_per_t
-    ok = (h_px >= fs * opt.dpi / 72 * 1.05) & (w_px >= char_px + 2)
+    ok = (h_px >= fs * opt.dpi / 72 * 1.05) & (w_px >= width_of("0") + 2)
     picks: list[tuple[float, int, str]] = []
     for i in np.nonzero(ok)[0].tolist():
         for t in b.texts[i]:
-            if t and len(t) * char_px + 3 <= w_px[i]:
+            if t and width_of(t) + 4 <= w_px[i]:
                 picks.append((w_px[i], i, t))
                 break
     if len(picks) > opt.max_labels:
@@ -217,6 +217,26 @@ def _draw_labels(ax, lay: Layout, y_top: np.ndarray, y_bot: np.ndarray, px_per_t
     for _, i, t in picks:
         ax.text((b.start[i] + b.end[i]) / 2, (y_top[i] + y_bot[i]) / 2, t, ha="center", va="center",
                 fontsize=fs, color=colour(text_colour(b.colour[i])), clip_on=True)
+
+
+class _TextWidths:
+    """Rendered width in pixels of a label at one font size; labels repeat, so each is measured once."""
+
+    def __init__(self, fontsize: float, dpi: int) -> None:
+        from matplotlib.font_manager import FontProperties
+        from matplotlib.textpath import TextToPath
+
+        self._prop = FontProperties(size=fontsize)
+        self._t2p = TextToPath()
+        self._scale = dpi / 72
+        self._cache: dict[str, float] = {}
+
+    def __call__(self, text: str) -> float:
+        w = self._cache.get(text)
+        if w is None:
+            w = self._t2p.get_text_width_height_descent(text, self._prop, ismath=False)[0] * self._scale
+            self._cache[text] = w
+        return w
 
 
 def _draw_rows(ax, lay: Layout, tops: np.ndarray, row_w: np.ndarray, box: _Box) -> None:
