@@ -327,10 +327,11 @@ def demo(
     for it in items:
         if it.ok:
             table.add_row(it.fixture, it.family, it.style, str(it.ops), f"{it.makespan:g}",
-                          f"{100 * it.bubble:.1f}%", " ".join(it.files))
+                          f"{100 * it.bubble:.1f}%", " ".join(Path(f).name for f in it.files))
         else:
             table.add_row(it.fixture, "", "", "", "", "", f"error: {it.error}")
-    out.print(table)
+    # Piped output has no width to respect: print the table whole rather than truncated at 80.
+    (out if out.is_terminal else Console(file=out.file, width=200, highlight=False)).print(table)
     for it in items:
         for w in it.warnings:
             err.print(f"warning: {it.fixture}: {w}", markup=False)
