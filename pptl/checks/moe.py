@@ -158,17 +158,20 @@ def paired_self_dependency(ctx: Context) -> list[Violation]:
     it the last rank's first steady step is exactly such a pair. (FB ops of other families are
     PP020's.) Fixture: fixtures/invalid/moe_no_extra_warmup.yaml. Notes: O(ops).
     """
-    out: list[Violation] = []
+    bad: dict[int, list[Op]] = {}
     for op in ctx.schedule.ops:
-        if op.kind != "F" or op.pair is None:
-            continue
-        ps, pm, pd = op.pair
-        if pm == op.mb and pd == op.direction:
-            how = "directly" if ps == op.stage else "through the loss"
-            out.append(Violation(
-                "PP043", f"rank {op.rank}: the paired step {op.id} overlaps F of stage {op.stage} mb {op.mb} with "
-                f"B of stage {ps} mb {pm}, which needs that forward {how}: the pair depends on itself "
-                "(combined 1F1B needs one more warmup micro-batch under VPP, 'VPP + 1 warmup')", (op.id,)))
+        if op.kind == "F" and op.pair is not None and op.pair[1] == op.mb and op.pair[2] == op.direction:
+            bad.setdefault(op.rank, []).append(op)
+    out: list[Violation] = []
+    for rank, ops in sorted(bad.items()):
+        op = ops[0]
+        ps, pm, _ = op.pair  # type: ignore[misc]
+        how = "directly" if ps == op.stage else "through the loss"
+        more = f" (and {len(ops) - 1} more such step{'s' if len(ops) > 2 else ''} on this rank)" if len(ops) > 1 else ""
+        out.append(Violation(
+            "PP043", f"rank {rank}: the paired step {op.id} overlaps F of stage {op.stage} mb {op.mb} with B of "
+            f"stage {ps} mb {pm}, which needs that forward {how}: the pair depends on itself{more}; combined "
+            "1F1B needs one more warmup micro-batch under VPP ('VPP + 1 warmup')", tuple(o.id for o in ops)))
     return out
 
 

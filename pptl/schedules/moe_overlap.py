@@ -245,16 +245,25 @@ def build(cfg: Config) -> Schedule:
 
 def _chunk_costs(cfg: Config) -> tuple[float, float, float]:
     """(F, B, all-to-all) time of one chunk for one micro-batch."""
-    c, layers = parse_options(cfg).costs, parse_options(cfg).layers
-    return (layers * (c.attn + c.mlp), layers * (c.attn_b + c.mlp_b + c.wgrad), layers * (c.dispatch + c.combine))
+    opts = parse_options(cfg)
+    c, n = opts.costs, opts.layers
+    return n * (c.attn + c.mlp), n * (c.attn_b + c.mlp_b + c.wgrad), n * (c.dispatch + c.combine)
 
 
 def bubble(cfg: Config) -> float:
-    """Interleaved 1F1B's (p-1)(F+B) per rank, with F and B of one chunk; the all-to-alls add to
-    F and B only without overlap (combined 1F1B hides them behind the other micro-batch)."""
-    f, b, a2a = _chunk_costs(cfg)
-    extra = 0.0 if parse_options(cfg).overlap else 2 * a2a
-    return (cfg.pp - 1) * (f + b + extra)
+    """Compute-lane idle per rank, with F, B one chunk's forward and backward compute, a its
+    all-to-alls per pass and w one layer's WGrad.
+
+    Combined 1F1B: (p-1)(F+B-w) when the all-to-alls are hidden: a rank sends each input gradient
+    before its last layer's (delayed) WGrad, so the drain is w shorter per stage than interleaved
+    1F1B's (p-1)(F+B). Without overlap, every all-to-all leaves the compute lane idle:
+    (p-1)(F+B+2a) + 2a*mV.
+    """
+    opts = parse_options(cfg)
+    f, b, a = _chunk_costs(cfg)
+    if opts.overlap:
+        return (cfg.pp - 1) * (f + b - opts.costs.wgrad)
+    return (cfg.pp - 1) * (f + b + 2 * a) + 2 * a * cfg.microbatches * cfg.vpp
 
 
 def memory(cfg: Config) -> float:
@@ -267,8 +276,9 @@ def memory(cfg: Config) -> float:
 def _assumptions(cfg: Config) -> list[str]:
     out: list[str] = []
     opts = parse_options(cfg)
-    if opts.overlap and cfg.pp > 1 and opts.costs.dispatch + opts.costs.combine > 0:
-        out.append("all-to-alls take time (the formula assumes they are hidden behind the paired micro-batch)")
+    if opts.overlap and opts.costs.dispatch + opts.costs.combine > 0:
+        out.append("all-to-alls take time (the formula assumes the paired micro-batch hides them all, "
+                   "but the warmup and cooldown steps have no partner)")
     if cfg.costs.comm_time(0.0) > 0:
         out.append(f"PP transfers take {cfg.costs.comm_time(0.0):g} each (the formula assumes zero)")
     return out
@@ -283,7 +293,7 @@ FAMILY = Family(
     validate=validate,
     build=build,
     bubble=bubble,
-    bubble_formula="(p-1)(F+B) with F, B of one chunk (all-to-alls hidden)",
+    bubble_formula="(p-1)(F+B-w); without overlap (p-1)(F+B+2a) + 2a*mV",
     memory=memory,
     memory_formula="min(2(p-1) + (V-1)G + 2, mV) chunk activations on rank 0 (one more than interleaved 1F1B)",
     source="Megatron-LM combined_1f1b.py, schedule_layer_1f1b, get_pp_rank_microbatches, "
