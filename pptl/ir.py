@@ -81,7 +81,8 @@ class Op:
     chunk: int = -1
     """Which model chunk of the rank holds ``stage``."""
     pair: tuple[int, int, int] | None = None
-    """FB only: (stage, mb, direction) of the B half."""
+    """FB: (stage, mb, direction) of the B half. On an F of a family that overlaps passes without
+    FB ops (moe-1f1b-overlap): the backward this forward runs alongside (no training fact)."""
     peer: int = -1
     """SEND/RECV and broadcasts: the other rank (for BCAST, the source)."""
     flow: str = ""
