@@ -68,7 +68,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from pptl.config import Config
+from pptl.config import MAX_OPS, Config
 from pptl.errors import InputError
 from pptl.ir import Schedule
 from pptl.schedules import interleaved
@@ -191,8 +191,11 @@ def validate(cfg: Config) -> None:
         interleaved.validate(cfg)  # group size within pp..microbatches, as interleaved 1F1B
     else:
         require(cfg.vpp == 1, cfg, "vpp", cfg.vpp, "expected 1 when pp = 1 (no pipeline to interleave)")
-    require(cfg.microbatches * opts.ep * cfg.pp * cfg.vpp * opts.layers * 12 <= 5_000_000, cfg, "microbatches",
-            cfg.microbatches, "expected a plan under 5M ops (fewer micro-batches, layers or EP members)")
+    # Each (stage, micro-batch) of each EP member: 9 sub-ops and 2 copies a layer, 3 markers, 4 PP ops.
+    estimate = (11 * opts.layers + 7) * cfg.pp * cfg.vpp * cfg.microbatches * opts.ep
+    require(estimate <= MAX_OPS, cfg, "microbatches", cfg.microbatches,
+            f"which would plan about {estimate:,} ops, more than the {MAX_OPS:,} pptl accepts (reduce microbatches, "
+            "options.layers_per_chunk or options.ep)")
 
 
 def warmup(cfg: Config, rank: int, opts: MoEOptions) -> int:

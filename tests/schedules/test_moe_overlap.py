@@ -260,8 +260,11 @@ def test_a2a_cost_from_bytes_and_bandwidth() -> None:
                   "\\(Megatron overlaps EP communication across micro-batches only under interleaving"),
     (dict(pp=1, vpp=2), "field 'vpp': got 2, expected 1 when pp = 1"),
     (dict(group_size=2), "field 'group_size': got 2, expected at least pp=4"),
+    (dict(pp=8, vpp=4, microbatches=4096, options={"layers_per_chunk": 4}),
+     "field 'microbatches': got 4096, which would plan about 6,684,672 ops, more than the 5,000,000 pptl accepts"),
 ], ids=["unknown", "layers", "ep", "overlap", "extra-warmup", "costs-type", "negative-cost", "zero-bandwidth",
-        "unknown-cost", "bytes-without-bandwidth", "offload-too-big", "pp-without-vpp", "vpp-without-pp", "group"])
+        "unknown-cost", "bytes-without-bandwidth", "offload-too-big", "pp-without-vpp", "vpp-without-pp", "group",
+        "too-big"])
 def test_bad_options_are_one_line_errors(kw: dict, message: str) -> None:
     cfg = replace(moe(**kw), source="m.yaml")
     with pytest.raises(InputError, match="^m.yaml: " + message):
