@@ -298,7 +298,8 @@ FAMILY = Family(
     bubble=bubble,
     bubble_formula="(p-1)(F+B-w); without overlap (p-1)(F+B+2a) + 2a*mV",
     memory=memory,
-    memory_formula="min(2(p-1) + (V-1)G + 2, mV) chunk activations on rank 0 (one more than interleaved 1F1B)",
+    memory_formula="min(2(p-1) + (V-1)G + 2, mV) chunk activations on rank 0 without offloading "
+                   "(one more than interleaved 1F1B; as interleaved without overlap)",
     source="Megatron-LM combined_1f1b.py, schedule_layer_1f1b, get_pp_rank_microbatches, "
            "fine_grained_activation_offload.py",
     style="moe",
