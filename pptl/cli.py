@@ -129,9 +129,12 @@ def plan(
         flags = {"schedule": schedule, "pp": pp, "microbatches": microbatches, "vpp": vpp, "group_size": group_size,
                  "split_backward": split_backward, "memory_limit": memory_limit}
         cfg = planning.make_config(config, flags, cost, comm_latency)
+        units = None
         if costs_from is not None:
-            cfg = planning.calibrate_config(cfg, costs_from)
+            cfg, units = planning.calibrate(cfg, costs_from)
         result = planning.plan(cfg)
+        if units is not None and units != "unit":  # calibrated durations are in the run's unit (ms)
+            result.schedule.meta["units"] = units
     if out_file is not None:
         planning.write_plan(result, out_file)
     if output == "json":
@@ -339,6 +342,94 @@ def demo(
     out.print(f"{len(items) - failed} of {len(items)} examples drawn into {out_dir}")
     if failed:
         raise typer.Exit(1)
+
+
+# ----------------------------------------------------------------------------------------------
+# pptl run, pptl compare
+
+
+@command("run")
+def run(
+    plan_file: Annotated[Path, typer.Argument(help="Plan (pptl plan -o) or config to execute.", show_default=False)],
+    gpus: Annotated[Optional[int], typer.Option("--gpus", "-g", help="Processes, one per rank (default: the "
+                                                "plan's pp).")] = None,
+    device: Annotated[Optional[str], typer.Option("--device", help="cuda (NCCL) or cpu (gloo); default: cuda "
+                                                  "when available.")] = None,
+    steps: Annotated[int, typer.Option("--steps", help="Timed steps (as many untimed ones measure the "
+                                       "instrumentation overhead).")] = 3,
+    warmup: Annotated[int, typer.Option("--warmup", help="Steps run first and discarded.")] = 1,
+    verify: Annotated[bool, typer.Option("--verify", help="Check loss and gradients against one process "
+                                         "without a pipeline.")] = False,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds without progress before every rank "
+                                           "is stopped.")] = 300.0,
+    out_file: Annotated[Optional[Path], typer.Option("-o", "--out", help="Measured timeline (default: "
+                                                     "PLAN.measured.json here).")] = None,
+    output: OutputFmt = "text",
+) -> None:
+    """Execute a plan with PyTorch, one process per rank; write the measured timeline."""
+    from pptl.errors import RunError
+    from pptl.fileio import check_writable
+    from pptl.formats.loader import load_any
+    from pptl.run import run_plans
+    from pptl.run.report import summary, summary_lines
+
+    _check_output(output)
+    loaded = load_any(plan_file)
+    if loaded.schedule is None:
+        raise InputError(f"{plan_file}: is a {loaded.kind}, not a plan; pptl run takes plans and configs")
+    target = out_file if out_file is not None else Path(f"{plan_file.name.split('.')[0]}.measured.json")
+    check_writable(target)
+    with err.status(f"running {loaded.schedule.family} on {gpus or loaded.schedule.pp} processes"):
+        tl = run_plans([(loaded.schedule, target)], gpus=gpus or loaded.schedule.pp, device=device, steps=steps,
+                       warmup=warmup, verify=verify, timeout=timeout)[0]
+    if output == "json":
+        out.print_json(json.dumps(summary(tl, str(target))))
+    else:
+        for line in summary_lines(tl):
+            out.print(line, markup=False)
+        err.print(f"wrote {target}", markup=False)
+    v = tl.meta.extra.get("verify")
+    if v and not v["ok"]:
+        raise RunError(f"--verify failed: max gradient rel err {v['max_grad_rel_err']:.2e} at {v['worst']}, loss rel "
+                       f"err {v['loss_rel_err']:.2e} (tolerance {v['tolerance']:g})")
+
+
+@command("compare")
+def compare(
+    plan_file: Annotated[Path, typer.Argument(help="The plan (or config) that was run.", show_default=False)],
+    measured: Annotated[Path, typer.Argument(help="The timeline pptl run wrote.", show_default=False)],
+    out_file: Annotated[Optional[Path], typer.Option("-o", "--out", help="Draw measured over planned: .png, .svg, "
+                                                     ".pdf or .html.")] = None,
+    top: Annotated[int, typer.Option("--top", help="Ops listed with the largest errors.")] = 10,
+    output: OutputFmt = "text",
+) -> None:
+    """Compare a plan with a measured run: makespan, bubble, per-kind and per-op errors."""
+    from pptl.compare import compare_timelines, comparison_lines, planned_timeline
+    from pptl.fileio import atomic_write, check_writable
+    from pptl.formats.loader import load_any
+
+    _check_output(output)
+    fmt = None
+    if out_file is not None:
+        fmt = out_file.suffix.lower().lstrip(".")
+        if fmt not in ("png", "svg", "pdf", "html"):
+            raise InputError(f"{out_file}: cannot draw to '.{fmt}', expected .png, .svg, .pdf or .html")
+        check_writable(out_file)
+    m = load_any(measured).timeline
+    if m is None:
+        raise InputError(f"{measured}: has no timeline (expected the output of pptl run)")
+    cmp = compare_timelines(planned_timeline(str(plan_file)), m)
+    if out_file is not None:
+        from pptl.compare_render import overlay_bytes, overlay_html
+
+        atomic_write(out_file, overlay_html(cmp, top) if fmt == "html" else overlay_bytes(cmp, fmt))
+    if output == "json":
+        out.print_json(json.dumps(cmp.to_dict()))
+    else:
+        for line in comparison_lines(cmp, top):
+            out.print(line, markup=False)
+        if out_file is not None:
+            err.print(f"wrote {out_file}", markup=False)
 
 
 def main() -> None:

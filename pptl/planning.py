@@ -21,7 +21,7 @@ from pptl.simulate import Simulation, simulate
 from pptl.timeline import Timeline
 
 __all__ = ["PlanResult", "FileReport", "make_config", "plan", "write_plan", "check_file", "check_schedule",
-           "expand_paths", "calibrate_config", "costs_from_timeline", "title_of", "github_input_error"]
+           "expand_paths", "calibrate_config", "calibrate", "costs_from_timeline", "title_of", "github_input_error"]
 
 
 @dataclass
@@ -240,22 +240,59 @@ def costs_from_timeline(timeline: Timeline) -> dict[str, Any]:
             key = e.kind
             sums.setdefault((e.stage, key), []).append(e.duration)
             base.setdefault(key, []).append(e.duration)
-    costs: dict[str, Any] = {k: sum(v) / len(v) for k, v in base.items()}
+    costs: dict[str, Any] = _fill_split({k: sum(v) / len(v) for k, v in base.items()})
     stages: dict[int, dict[str, float]] = {}
     for (stage, key), vals in sums.items():
         if stage >= 0:
             stages.setdefault(stage, {})[key] = sum(vals) / len(vals)
     if stages:
-        costs["stages"] = stages
-    sends = [e.duration for e in timeline.events if e.kind == "SEND"]
-    if sends:
-        sends.sort()
-        costs["comm"] = {"latency": sends[len(sends) // 2]}
+        costs["stages"] = {s: _fill_split(v) for s, v in sorted(stages.items())}
+    latency = _message_latency(timeline)
+    if latency is not None:
+        costs["comm"] = {"latency": latency}
     return costs
+
+
+def _message_latency(timeline: Timeline) -> float | None:
+    """Median time from a SEND's start to its RECV's end (the data is there), over all messages.
+
+    That is what the simulator's SEND duration stands for. A measured SEND alone can last much
+    longer (it ends when the transport reports it, e.g. at the end of a gloo step), so it is used
+    only for timelines without the RECV side.
+    """
+    recv_end: dict[tuple, float] = {}
+    for e in timeline.events:
+        if e.kind == "RECV":
+            sender_stage = e.stage - 1 if e.flow == "F" else e.stage + 1
+            recv_end[(e.flow, e.direction, sender_stage, e.mb)] = e.end
+    gaps = sorted(recv_end[k] - e.start for e in timeline.events if e.kind == "SEND"
+                  for k in [(e.flow, e.direction, e.stage, e.mb)] if k in recv_end)
+    if not gaps:
+        gaps = sorted(e.duration for e in timeline.events if e.kind == "SEND")
+    if not gaps:
+        return None
+    return max(0.0, gaps[len(gaps) // 2])
+
+
+def _fill_split(means: dict[str, float]) -> dict[str, float]:
+    """Complete B/I/W from what a run measured, so a plan of another family reads sane values:
+    a run with only full backwards gives I = W = B/2 (the default split); one with only I and W
+    gives B = I + W."""
+    out = dict(means)
+    if "B" in out and "I" not in out and "W" not in out:
+        out["I"] = out["W"] = out["B"] / 2
+    if "B" not in out and "I" in out and "W" in out:
+        out["B"] = out["I"] + out["W"]
+    return out
 
 
 def calibrate_config(cfg: Config, measured: Path) -> Config:
     """Replace the config's costs with the measured means of ``measured`` (a timeline or a plan)."""
+    return calibrate(cfg, measured)[0]
+
+
+def calibrate(cfg: Config, measured: Path) -> tuple[Config, str]:
+    """:func:`calibrate_config`, plus the unit the new costs are in (the timeline's, e.g. "ms")."""
     from pptl.config import costs_from_mapping
     from pptl.formats.loader import load_any
 
@@ -264,4 +301,4 @@ def calibrate_config(cfg: Config, measured: Path) -> Config:
         raise InputError(f"{measured}: has no events to calibrate from")
     data = costs_from_timeline(timeline)
     costs = costs_from_mapping(data, source=str(measured))
-    return replace(cfg, costs=costs)
+    return replace(cfg, costs=costs), timeline.meta.units

@@ -131,6 +131,8 @@ class Executor:
     def step(self, k: int, *, timed: bool) -> dict[str, Any]:
         """Run every op once; return the record (times in ms after the anchor)."""
         st = _Step()
+        self._last = st  # what partial_events reads if this step never finishes
+        self._step_index = k
         self._zero_grads()
         self.current = -1
         self.post(k, -1)
@@ -143,8 +145,6 @@ class Executor:
         except Exception as e:  # any error inside an op: name the rank and the op
             op = self.ids[self.current] if self.current >= 0 else "(step start)"
             raise OpFailure(self.rank, op, k, f"{type(e).__name__}: {_first_line(e)}") from e
-        finally:
-            self._last = st
 
     def partial_events(self) -> list[list[float]]:
         """Events of the interrupted step that completed (best effort, for the failure record)."""
@@ -259,6 +259,7 @@ class Executor:
         if works is None:
             return
         saved, self.current = self.current, u  # a failed wait is the RECV's (or SEND's) failure
+        self.post(self._step_index, u)
         for w in works:
             w.wait()
         self.current = saved

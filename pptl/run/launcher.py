@@ -1,7 +1,8 @@
 """Start one process per rank on this machine, watch them, and collect the measured timelines.
 
-Each rank is a fresh ``python -m pptl.run --job FILE`` process (gloo on CPU, NCCL on CUDA) that
-joins the others through a file store in a private run folder. The launcher watches two things:
+Each rank is a process forked by :mod:`pptl.run.spawner` after it imported torch (start-up is paid
+once); it runs what ``python -m pptl.run --job FILE`` runs (gloo on CPU, NCCL on CUDA) and joins
+the others through a file store in a private run folder. The launcher watches two things:
 exit codes, and a progress board where every rank posts the op it is at. When a rank fails, the
 others get a short grace to stop on their own and are then terminated; when no rank makes progress
 for ``--timeout`` seconds, all are stopped. Either way the error names the rank and the op, and the
@@ -35,10 +36,16 @@ _GRACE = 5.0
 
 def check_device(device: str | None, gpus: int) -> str:
     """Resolve ``--device`` (None: cuda when available) and refuse what this machine cannot do."""
-    try:
-        import torch
-    except ImportError:
-        raise InputError("pptl run needs torch: pip install 'pptl[run]' (torch>=2.4)") from None
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise InputError("pptl run needs torch: pip install 'pptl[run]' (torch>=2.4)")
+    if device == "cpu":  # no need to load torch here: the ranks do
+        if gpus < 1:
+            raise InputError(f"--gpus: got {gpus}, expected at least 1")
+        return device
+    import torch
+
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device not in ("cuda", "cpu"):
@@ -68,7 +75,7 @@ def launch(job: Job, schedules: list[Schedule], world: int) -> list[Timeline]:
     for pj, s in zip(job.plans, schedules):
         if s.pp != world:
             raise InputError(f"{pj.plan}: the plan has pp={s.pp} ranks; run it with --gpus {s.pp}")
-    from pptl.formats.plan import dumps, plan_to_dict
+    from pptl.formats.plan import dumps, load_plan, plan_to_dict
 
     rundir = tempfile.mkdtemp(prefix="pptl-run-")
     plans = []
@@ -77,6 +84,8 @@ def launch(job: Job, schedules: list[Schedule], world: int) -> list[Timeline]:
         copy.write_text(dumps(plan_to_dict(s)))
         plans.append(PlanJob(str(copy), p.out or str(Path(rundir) / f"measured{k}.json"), p.label or p.plan))
     plans = tuple(plans)
+    # Op indices in the ranks' records refer to the copies, whose op order is the file's.
+    schedules = [load_plan(p.plan)[0] for p in plans]
     job = replace(job, plans=plans, rundir=rundir,
                   threads=job.threads or (max(1, (os.cpu_count() or 1) // world) if job.device == "cpu" else None))
     job_file = Path(rundir) / "job.json"
@@ -84,11 +93,11 @@ def launch(job: Job, schedules: list[Schedule], world: int) -> list[Timeline]:
     from pptl.run.progress import Board
 
     board = Board(Path(rundir) / "progress.bin", world, create=True)
-    procs = _spawn(job_file, rundir, world)
+    ranks = _Ranks(job_file, rundir, world)
     try:
-        verdict = _watch(procs, board, job.timeout)
-    except KeyboardInterrupt:
-        _stop(procs)
+        verdict = _watch(ranks, board, job.timeout)
+    except BaseException:
+        ranks.stop()
         raise
     finally:
         board_posts = [board.read(r) for r in range(world)]
@@ -107,59 +116,72 @@ def launch(job: Job, schedules: list[Schedule], world: int) -> list[Timeline]:
     raise RunError(full)
 
 
-def _spawn(job_file: Path, rundir: str, world: int) -> list[subprocess.Popen]:
-    root = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ)
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env["PYTHONUNBUFFERED"] = "1"
-    procs = []
-    for r in range(world):
-        renv = dict(env, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world))
-        log = open(Path(rundir) / f"rank{r}.log", "wb")
-        cmd = [sys.executable, "-m", "pptl.run", "--job", str(job_file), "--init", f"file://{rundir}/store"]
-        procs.append(subprocess.Popen(cmd, env=renv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
-        log.close()
-    return procs
+class _Ranks:
+    """The rank processes, as the spawner reports them (exit codes in files)."""
+
+    def __init__(self, job_file: Path, rundir: str, world: int) -> None:
+        root = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env["PYTHONUNBUFFERED"] = "1"
+        self.rundir, self.world = Path(rundir), world
+        with open(self.rundir / "spawner.log", "wb") as log:
+            self.spawner = subprocess.Popen(
+                [sys.executable, "-m", "pptl.run.spawner", str(job_file), f"file://{rundir}/store", str(world), rundir],
+                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def codes(self) -> list[int | None]:
+        out: list[int | None] = []
+        for r in range(self.world):
+            try:
+                out.append(int((self.rundir / f"exit.rank{r}").read_text()))
+            except (OSError, ValueError):
+                out.append(None)
+        if self.spawner.poll() is not None:  # the spawner is gone: ranks it did not report are lost
+            out = [c if c is not None else -signal.SIGKILL for c in out]
+        return out
+
+    def stop(self) -> None:
+        """SIGTERM every rank (the whole session), then SIGKILL what is left after 2 s."""
+        for sig, wait in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(self.spawner.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                self.spawner.wait(timeout=wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
 
 
-def _watch(procs: list[subprocess.Popen], board: Any, timeout: float) -> dict[str, Any] | None:
+def _watch(ranks: _Ranks, board: Any, timeout: float) -> dict[str, Any] | None:
     """None when every rank exited 0; otherwise what went wrong."""
     lost_at: dict[int, float] = {}
     stop_at = None
     while True:
-        codes = [p.poll() for p in procs]
+        codes = ranks.codes()
         now = time.time()
         for r, c in enumerate(codes):
             if c not in (None, 0) and r not in lost_at:
                 lost_at[r] = now
         if all(c == 0 for c in codes):
+            ranks.spawner.wait()
             return None
         if all(c is not None for c in codes):
+            ranks.stop()
             return {"codes": codes, "lost_at": lost_at}
         if lost_at and stop_at is None:
             stop_at = time.monotonic() + min(_GRACE, timeout)
         if stop_at is not None and time.monotonic() > stop_at:
-            _stop(procs)
+            ranks.stop()
             return {"codes": codes, "lost_at": lost_at}
         if not lost_at:
-            newest = max(board.read(r).time for r in range(len(procs)))
+            newest = max(board.read(r).time for r in range(ranks.world))
             if now - newest > timeout:
-                _stop(procs)
+                ranks.stop()
                 return {"codes": codes, "lost_at": lost_at, "hung": True}
-        time.sleep(0.05)
-
-
-def _stop(procs: list[subprocess.Popen]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + 2.0
-    for p in procs:
-        try:
-            p.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+        time.sleep(0.02)
 
 
 def _diagnose(verdict: dict[str, Any], rundir: str, world: int, posts: list[Any],
@@ -172,9 +194,19 @@ def _diagnose(verdict: dict[str, Any], rundir: str, world: int, posts: list[Any]
         return "(setup, before any op)"
 
     if verdict.get("hung"):
+        # A rank at a SEND or RECV waits for its peer: follow those waits to the rank that is stuck.
         r = min(range(world), key=lambda i: posts[i].time)
+        seen: set[int] = set()
+        while r not in seen:
+            seen.add(r)
+            p = posts[r]
+            ops = schedules[p.plan].ops if 0 <= p.plan < len(schedules) else []
+            op = ops[p.op] if 0 <= p.op < len(ops) else None
+            if op is None or op.kind not in ("SEND", "RECV") or not 0 <= op.peer < world:
+                break
+            r = op.peer
         p = posts[r]
-        return (f"run stopped: no rank made progress for the --timeout; rank {r} stopped first, at op "
+        return (f"run stopped: no rank made progress for the --timeout; rank {r} is stuck at op "
                 f"{op_name(p.plan, p.op)} (step {p.step})", max(p.plan, 0), 1)
     records = []
     for r in range(world):

@@ -35,8 +35,9 @@ __all__ = ["RUN_KINDS", "COMPUTE", "Channel", "RankProgram", "Program", "build_p
 COMPUTE = frozenset({"F", "B", "I", "W", "FB"})
 RUN_KINDS = COMPUTE | {"SEND", "RECV"}
 
-#: (sender, receiver, flow, direction, sender's stage): one stream of messages, in micro-batch
-#: order, carried by its own two-rank communicator and its own CUDA stream on both ends.
+#: (sender, receiver, flow, direction, sender's stage), with "*"/-1 where a channel carries every
+#: flow, direction or stage of its pair: one ordered stream of messages, carried by its own
+#: two-rank communicator and its own CUDA stream on both ends.
 Channel = tuple[int, int, str, int, int]
 
 
@@ -173,35 +174,64 @@ def _check_crossings(schedule: Schedule, source: str) -> None:
 
 
 def _channels(schedule: Schedule, source: str) -> dict[int, Channel]:
-    """Op index -> channel of every SEND and RECV, after checking that both ends of each channel
-    list its messages in the same order (NCCL matches the messages of a communicator in order)."""
-    sent: dict[Channel, list[int]] = {}
-    recv: dict[Channel, list[int]] = {}
+    """Op index -> channel of every SEND and RECV.
+
+    Both ends of a channel must list its messages in the same order (NCCL matches the messages of
+    a communicator in order). Each pair of ranks gets one channel when its two orders agree; else
+    one per (flow, direction); else one per sending stage, where a schedule that runs the
+    micro-batches of a stage in one order on both sides always agrees. Fewer channels mean fewer
+    communicators and fewer receive kernels waiting on the GPU at once.
+    """
+    ops = schedule.ops
+    sent: dict[tuple[int, int], list[int]] = {}
+    recv: dict[tuple[int, int], list[int]] = {}
     for (rank, _lane), order in sorted(schedule.lanes.items()):
         for i in order:
-            op = schedule.ops[i]
-            if op.kind == "SEND":
-                sent.setdefault(channel_of(op), []).append(i)
-            elif op.kind == "RECV":
-                recv.setdefault(channel_of(op), []).append(i)
+            full = channel_of(ops[i])
+            if ops[i].kind == "SEND":
+                sent.setdefault(full[:2], []).append(i)
+            elif ops[i].kind == "RECV":
+                recv.setdefault(full[:2], []).append(i)
     out: dict[int, Channel] = {}
-    ops = schedule.ops
-    for ch in sorted(set(sent) | set(recv)):
-        a, b = sent.get(ch, []), recv.get(ch, [])
-        for k, (x, y) in enumerate(zip(a, b)):
-            if message_key(ops[x]) != message_key(ops[y]):
-                raise InvalidScheduleError(
-                    f"{source}: rank {ch[0]} sends {ops[x].id} as message #{k} of its channel to rank {ch[1]}, "
-                    f"which expects {ops[y].id} there; stage {ch[4]} and its receiver must exchange micro-batches "
-                    "in one order (NCCL matches them in order)")
-        if len(a) != len(b):
-            longer = a if len(a) > len(b) else b
-            extra = ops[longer[min(len(a), len(b))]]
-            raise InvalidScheduleError(f"{source}: {extra.id} has no matching {'RECV' if extra.kind == 'SEND' else 'SEND'} "
-                                       "(run 'pptl check')")
-        for i in a + b:
-            out[i] = ch
+    for pair in sorted(set(sent) | set(recv)):
+        a, b = sent.get(pair, []), recv.get(pair, [])
+        for depth in (2, 4, 5):
+            def key(i: int) -> Channel:
+                full = channel_of(ops[i])
+                return full[:depth] + (_ANY, -1, -1)[depth - 2:]  # type: ignore[return-value]
+
+            split_a: dict[Channel, list[int]] = {}
+            split_b: dict[Channel, list[int]] = {}
+            for i in a:
+                split_a.setdefault(key(i), []).append(i)
+            for i in b:
+                split_b.setdefault(key(i), []).append(i)
+            if all(_same_messages(ops, split_a.get(ch, []), split_b.get(ch, []))
+                   for ch in set(split_a) | set(split_b)) or depth == 5:
+                break
+        for ch in sorted(set(split_a) | set(split_b)):
+            x, y = split_a.get(ch, []), split_b.get(ch, [])
+            for k, (u, v) in enumerate(zip(x, y)):
+                if message_key(ops[u]) != message_key(ops[v]):
+                    raise InvalidScheduleError(
+                        f"{source}: rank {pair[0]} sends {ops[u].id} as message #{k} from stage {ops[u].stage} to "
+                        f"rank {pair[1]}, which expects {ops[v].id} there; a stage and its receiver must exchange "
+                        "micro-batches in one order (NCCL matches them in order)")
+            if len(x) != len(y):
+                longer = x if len(x) > len(y) else y
+                extra = ops[longer[min(len(x), len(y))]]
+                raise InvalidScheduleError(f"{source}: {extra.id} has no matching "
+                                           f"{'RECV' if extra.kind == 'SEND' else 'SEND'} (run 'pptl check')")
+            for i in x + y:
+                out[i] = ch
     return out
+
+
+_ANY = "*"
+
+
+def _same_messages(ops: list[Op], sends: list[int], recvs: list[int]) -> bool:
+    return len(sends) == len(recvs) and all(message_key(ops[u]) == message_key(ops[v]) for u, v in zip(sends, recvs))
 
 
 def _issue_key(schedule: Schedule) -> list[tuple[float, int]]:

@@ -51,6 +51,7 @@ def run_worker(job: Job, *, rank: int, world: int, local_rank: int, init_method:
 
         board = Board(Path(job.rundir) / "progress.bin", world)
     state: dict[str, Any] = {"plan": -1, "executor": None, "payload": None}
+    _dump_on_sigterm(job, rank, state)
     try:
         if cuda:
             device = torch.device("cuda", local_rank)
@@ -167,7 +168,36 @@ def _verify(program: Program, gathered: list[dict[str, Any]], device: torch.devi
     return compare_gradients(workload, loss, loss_ref, summed, grads_ref)  # type: ignore[arg-type]
 
 
-def _fail(job: Job, rank: int, e: BaseException, state: dict[str, Any]) -> None:
+def _dump_on_sigterm(job: Job, rank: int, state: dict[str, Any]) -> None:
+    """When the launcher stops this rank (SIGTERM), keep what it measured and exit.
+
+    The main thread may sit inside a blocking gloo or CUDA call, where a Python signal handler
+    would never run; the signal's wakeup byte reaches a helper thread instead, which writes the
+    records (it gets the GIL, since the blocked call released it) and ends the process.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+
+    def watch() -> None:
+        os.read(r, 1)
+        _fail(job, rank, _Stopped(f"rank {rank}: stopped by the launcher"), state, quiet=True)
+        os._exit(143)
+
+    threading.Thread(target=watch, name="pptl-sigterm", daemon=True).start()
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _fail(job: Job, rank: int, e: BaseException, state: dict[str, Any], *, quiet: bool = False) -> None:
     if isinstance(e, OpFailure):
         line = str(e)
     elif isinstance(e, PptlError):
@@ -190,12 +220,13 @@ def _fail(job: Job, rank: int, e: BaseException, state: dict[str, Any]) -> None:
                 _write_json(path, payload)
             except Exception:
                 pass
-    if job.rundir:
+    if job.rundir and not quiet:
         _write_json(failure_path(job.rundir, rank), {
             "rank": rank, "plan": state["plan"], "message": line, "time": time.time(),
             "exit_code": e.exit_code if isinstance(e, PptlError) else 1,
             "op": e.op_id if isinstance(e, OpFailure) else None})
-    print(f"error: {line}", file=sys.stderr)
+    if not quiet:
+        print(f"error: {line}", file=sys.stderr)
 
 
 def _write_json(path: Path, data: Any) -> None:

@@ -1,0 +1,189 @@
+"""``pptl compare``: a plan against what ``pptl run`` measured (pure: no drawing, no files).
+
+Both sides are :class:`~pptl.timeline.Timeline` objects matched by op id. Times are compared after
+moving each timeline to start at 0. When the units differ (a plan in cost-model units against a
+run in ms) the plan is scaled so its makespan equals the measured one, which compares shapes only;
+``pptl plan --costs-from MEASURED`` makes a plan in ms whose error is the model's real error.
+
+Bubble is the share of the makespan the compute lanes are idle, over all ranks (as ``pptl plan``
+reports it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pptl.errors import InputError
+from pptl.timeline import Event, Timeline
+
+__all__ = ["KindRow", "OpRow", "Comparison", "compare_timelines", "bubble_fraction", "planned_timeline",
+           "comparison_lines"]
+
+
+@dataclass(frozen=True)
+class KindRow:
+    kind: str
+    count: int
+    planned_mean: float
+    measured_mean: float
+
+    @property
+    def error(self) -> float | None:
+        """(planned - measured) / measured of the mean duration."""
+        return (self.planned_mean - self.measured_mean) / self.measured_mean if self.measured_mean > 0 else None
+
+
+@dataclass(frozen=True)
+class OpRow:
+    op: str
+    kind: str
+    rank: int
+    planned_start: float
+    planned_end: float
+    measured_start: float
+    measured_end: float
+
+    @property
+    def end_error(self) -> float:
+        """Planned end minus measured end (how far the plan's clock is off at this op)."""
+        return self.planned_end - self.measured_end
+
+    @property
+    def duration_error(self) -> float:
+        return (self.planned_end - self.planned_start) - (self.measured_end - self.measured_start)
+
+
+@dataclass
+class Comparison:
+    planned: Timeline
+    measured: Timeline
+    scale: float
+    """Factor applied to planned times (1 when both are in the same unit)."""
+    units: str
+    makespan_planned: float
+    makespan_measured: float
+    bubble_planned: float
+    bubble_measured: float
+    kinds: list[KindRow]
+    ops: list[OpRow]
+    missing: list[str] = field(default_factory=list)
+    """Planned ops the measurement lacks (a failed or partial run)."""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def makespan_error(self) -> float | None:
+        """(planned - measured) / measured."""
+        m = self.makespan_measured
+        return (self.makespan_planned - m) / m if m > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "units": self.units, "scale": self.scale,
+            "makespan": {"planned": self.makespan_planned, "measured": self.makespan_measured,
+                         "error": self.makespan_error},
+            "bubble": {"planned": self.bubble_planned, "measured": self.bubble_measured},
+            "kinds": [{"kind": k.kind, "count": k.count, "planned_mean": k.planned_mean,
+                       "measured_mean": k.measured_mean, "error": k.error} for k in self.kinds],
+            "ops": [{"op": o.op, "kind": o.kind, "rank": o.rank, "planned_start": o.planned_start,
+                     "planned_end": o.planned_end, "measured_start": o.measured_start,
+                     "measured_end": o.measured_end, "end_error": o.end_error} for o in self.ops],
+            "missing": self.missing, "notes": self.notes,
+        }
+
+    def worst_ops(self, n: int) -> list[OpRow]:
+        return sorted(self.ops, key=lambda o: (-abs(o.end_error), o.op))[:n]
+
+
+def bubble_fraction(tl: Timeline) -> float:
+    """Idle share of the compute lanes over all ranks and the whole makespan."""
+    stats = tl.rank_stats("compute")
+    span = tl.makespan
+    if not stats or span <= 0:
+        return 0.0
+    return sum(s.idle for s in stats) / (span * len(stats))
+
+
+def planned_timeline(path: str) -> Timeline:
+    """The planned timeline of a plan file (its stored one) or of a config (simulated now)."""
+    from pptl.formats.loader import load_any
+    from pptl.simulate import simulate
+
+    loaded = load_any(path)
+    if loaded.schedule is None:
+        if loaded.timeline is not None:
+            return loaded.timeline  # a timeline file can stand for a plan (e.g. an earlier run)
+        raise InputError(f"{path}: has no schedule or timeline to compare")
+    if loaded.timeline is not None and loaded.timeline.events:
+        return loaded.timeline
+    return simulate(loaded.schedule).timeline()
+
+
+def compare_timelines(planned: Timeline, measured: Timeline) -> Comparison:
+    """Match events by op id and measure how far the plan is from the run.
+
+    Raises:
+        InputError: the measured timeline has no event in common with the plan.
+    """
+    if not measured.events:
+        raise InputError("the measured timeline has no events")
+    p_by = {e.op: e for e in planned.events}
+    m_by = {e.op: e for e in measured.events}
+    common = [op for op in p_by if op in m_by]
+    if not common:
+        raise InputError("the plan and the measurement share no op id (were they made from the same plan?)")
+    notes: list[str] = []
+    span_p, span_m = planned.makespan, measured.makespan
+    units = measured.meta.units
+    scale = 1.0
+    if planned.meta.units != measured.meta.units:
+        scale = span_m / span_p if span_p > 0 else 1.0
+        notes.append(f"the plan is in '{planned.meta.units}' and the run in '{units}': plan times are scaled by "
+                     f"{scale:.4g} so the makespans match (shapes only); calibrate with 'pptl plan --costs-from'")
+    p0, m0 = planned.start, measured.start
+    ops = [_row(p_by[op], m_by[op], p0, m0, scale) for op in common]
+    kinds: dict[str, list[tuple[float, float]]] = {}
+    for op in common:
+        p, m = p_by[op], m_by[op]
+        kinds.setdefault(p.kind, []).append((p.duration * scale, m.duration))
+    rows = [KindRow(k, len(v), sum(a for a, _ in v) / len(v), sum(b for _, b in v) / len(v))
+            for k, v in sorted(kinds.items(), key=lambda kv: _kind_order(kv[0]))]
+    missing = [op for op in p_by if op not in m_by]
+    if missing:
+        notes.append(f"{len(missing)} planned ops were not measured (a failed or partial run?)")
+    if measured.meta.extra.get("failed"):
+        notes.append(f"the run failed: {measured.meta.extra['failed']}")
+    return Comparison(planned, measured, scale, units, span_p * scale, span_m, bubble_fraction(planned),
+                      bubble_fraction(measured), rows, ops, missing, notes)
+
+
+def _row(p: Event, m: Event, p0: float, m0: float, scale: float) -> OpRow:
+    return OpRow(p.op, p.kind, p.rank, (p.start - p0) * scale, (p.end - p0) * scale, m.start - m0, m.end - m0)
+
+
+_ORDER = {k: i for i, k in enumerate(("F", "B", "I", "W", "FB", "SEND", "RECV"))}
+
+
+def _kind_order(kind: str) -> tuple[int, str]:
+    return (_ORDER.get(kind, len(_ORDER)), kind)
+
+
+def comparison_lines(cmp: Comparison, top: int = 10) -> list[str]:
+    """The text report: makespan, bubble, per-kind table, the ``top`` ops the plan misses most."""
+    u = cmp.units
+    err = cmp.makespan_error
+    lines = [f"makespan: planned {cmp.makespan_planned:.4g} {u}, measured {cmp.makespan_measured:.4g} {u}"
+             + (f" (error {100 * err:+.1f}%)" if err is not None else ""),
+             f"bubble: planned {100 * cmp.bubble_planned:.1f}%, measured {100 * cmp.bubble_measured:.1f}%"]
+    lines += [f"note: {n}" for n in cmp.notes]
+    lines.append(f"{'kind':<6}{'ops':>6}{'planned':>12}{'measured':>12}{'error':>9}   (mean duration, {u})")
+    for k in cmp.kinds:
+        e = "" if k.error is None else f"{100 * k.error:+.1f}%"
+        lines.append(f"{k.kind:<6}{k.count:>6}{k.planned_mean:>12.4g}{k.measured_mean:>12.4g}{e:>9}")
+    worst = cmp.worst_ops(top)
+    if worst:
+        lines.append(f"largest end-time errors ({len(worst)} of {len(cmp.ops)} ops; planned - measured, {u}):")
+        width = max(len(o.op) for o in worst)
+        for o in worst:
+            lines.append(f"  {o.op:<{width}}  planned {o.planned_start:.4g}-{o.planned_end:.4g}  "
+                         f"measured {o.measured_start:.4g}-{o.measured_end:.4g}  {o.end_error:+.4g}")
+    return lines

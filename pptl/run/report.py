@@ -1,0 +1,45 @@
+"""What ``pptl run`` prints about a measured timeline (pure: no torch, no printing)."""
+from __future__ import annotations
+
+from typing import Any
+
+from pptl.timeline import Timeline
+
+__all__ = ["summary", "summary_lines"]
+
+
+def summary(tl: Timeline, out: str | None = None) -> dict[str, Any]:
+    """JSON-ready numbers of a measured run (the contract of ``pptl run --output json``)."""
+    from pptl.compare import bubble_fraction
+
+    x = tl.meta.extra
+    return {
+        "family": tl.meta.family, "pp": tl.meta.pp, "device": x.get("device"), "backend": x.get("backend"),
+        "median_step_ms": x.get("median_step_ms"), "median_untimed_step_ms": x.get("median_untimed_step_ms"),
+        "overhead": x.get("overhead"), "makespan_ms": tl.makespan, "bubble_fraction": bubble_fraction(tl),
+        "ranks": [{"rank": s.rank, "busy_ms": s.busy, "idle_ms": s.idle, "bubble_fraction": s.bubble_fraction}
+                  for s in tl.rank_stats("compute")],
+        "loss": x.get("loss"), "verify": x.get("verify"), "failed": x.get("failed"), "out": out,
+    }
+
+
+def summary_lines(tl: Timeline) -> list[str]:
+    """A few lines: what ran where, the step time and instrumentation overhead, per-rank bubble."""
+    s = summary(tl)
+    lines = [f"{s['family']}: {s['pp']} ranks on {s['device']} ({s['backend']})"]
+    if s["median_step_ms"] is not None:
+        over = s["overhead"]
+        lines.append(f"step {s['median_step_ms']:.3f} ms (median of {len(tl.meta.extra.get('step_ms', []))} timed); "
+                     f"untimed {s['median_untimed_step_ms']:.3f} ms"
+                     + (f"; instrumentation overhead {100 * over:+.1f}%" if over is not None else ""))
+    lines.append(f"measured step {tl.meta.extra.get('step', '-')}: makespan {s['makespan_ms']:.3f} ms, "
+                 f"bubble {100 * s['bubble_fraction']:.1f}%")
+    for r in s["ranks"]:
+        lines.append(f"  rank {r['rank']}: busy {r['busy_ms']:.3f} ms, idle {r['idle_ms']:.3f} ms "
+                     f"({100 * r['bubble_fraction']:.1f}%)")
+    v = s["verify"]
+    if v:
+        verdict = "ok" if v["ok"] else "FAILED"
+        lines.append(f"verify {verdict}: loss rel err {v['loss_rel_err']:.1e}, max gradient rel err "
+                     f"{v['max_grad_rel_err']:.1e} at {v['worst']} (tolerance {v['tolerance']:g})")
+    return lines

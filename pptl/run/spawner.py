@@ -1,0 +1,54 @@
+"""Fork one process per rank from a process that has imported torch once.
+
+``pptl run`` starts this module (``python -m pptl.run.spawner JOB INIT WORLD RUNDIR``) in its own
+session; it imports torch and the worker, then forks the ranks, so start-up is paid once rather
+than once per rank (on a 2-core CI machine that is most of a small run). It never touches CUDA
+or runs a torch op before forking, so each rank starts clean. It reaps the ranks and writes each
+exit code (negative: killed by that signal) to ``RUNDIR/exit.rankR`` for the launcher.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+__all__ = ["main"]
+
+
+def main(argv: list[str]) -> int:
+    job_file, init, world, rundir = argv[0], argv[1], int(argv[2]), argv[3]
+    import torch  # noqa: F401  (imported once, before forking)
+    import torch.distributed  # noqa: F401
+
+    from pptl.run.__main__ import main as rank_main
+
+    ranks: dict[int, int] = {}
+    for r in range(world):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.environ.update(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world))
+                fd = os.open(os.path.join(rundir, f"rank{r}.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.dup2(fd, 1)
+                os.dup2(fd, 2)
+                os.close(fd)
+                code = rank_main(["--job", job_file, "--init", init])
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        ranks[pid] = r
+    while ranks:
+        pid, status = os.waitpid(-1, 0)
+        r = ranks.pop(pid, None)
+        if r is None:
+            continue
+        tmp = os.path.join(rundir, f".exit.rank{r}")
+        with open(tmp, "w") as f:
+            f.write(str(os.waitstatus_to_exitcode(status)))
+        os.replace(tmp, os.path.join(rundir, f"exit.rank{r}"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
