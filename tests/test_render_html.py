@@ -42,7 +42,7 @@ def test_one_bar_trace_per_kind_with_numeric_bases() -> None:
     assert fwd["type"] == "bar" and fwd["orientation"] == "h"
     assert len(fwd["base"]) == 32 and all(isinstance(b, float) for b in fwd["base"])
     assert fig["layout"]["xaxis"].get("type") is None  # linear, not a date axis
-    assert "shapes" not in fig["layout"]
+    assert "shapes" not in fig["layout"]  # bars are traces, not layout shapes
     assert fig["layout"]["yaxis"]["fixedrange"] is True  # zoom acts on time only
     assert fig["layout"]["legend"]["itemclick"] == "toggle"
 

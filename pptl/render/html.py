@@ -76,7 +76,11 @@ def figure_dict(tl: Timeline, options: HtmlOptions = HtmlOptions(), *, layout: L
     groups = [f"<b>{r.spec.group}</b> · {t}" if r.spec.group and (i == 0 or lay.rows[i - 1].spec.group != r.spec.group)
               else t for i, (r, t) in enumerate(zip(lay.rows, ticktext))]
     unit = "" if lay.units in ("", "unit") else f" ({lay.units})"
-    main_h = max(260, int(row_w.sum() * 30) + 170)
+    used = set(lay.blocks.cat.tolist())
+    split = any(len(lay.categories[k].colours) > 1 for k in used)
+    # Split blocks put a number in each half: rows get taller so both halves can hold text.
+    row_px = 44 if split else 30
+    main_h = max(260, int(row_w.sum() * row_px) + 170)
     grid_h = 48 * len(lay.grid.rows) if lay.grid else 0  # split cells need room for two numbers
     gap = 90 if grid_h else 0  # room for the time axis title between the timeline and the grid
     layout: dict[str, Any] = {
@@ -90,7 +94,7 @@ def figure_dict(tl: Timeline, options: HtmlOptions = HtmlOptions(), *, layout: L
         # Above the plot, under the title: below it would collide with the axis title and grid.
         "legend": {"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom",
                    "itemclick": "toggle", "itemdoubleclick": "toggleothers"},
-        "uniformtext": {"mode": "hide", "minsize": 8},
+        "uniformtext": {"mode": "hide", "minsize": 7},
         "xaxis": {"title": {"text": "Time →" if lay.style.time_arrow else f"time{unit}"},
                   "range": [lay.t0, lay.t1 if lay.t1 > lay.t0 else lay.t0 + 1], "zeroline": False,
                   "showgrid": True, "gridcolor": "#EEEEEE", "showticklabels": not lay.style.time_arrow},
@@ -114,6 +118,10 @@ def figure_dict(tl: Timeline, options: HtmlOptions = HtmlOptions(), *, layout: L
         layout["annotations"] = [{"text": f"<b>{_html.escape(lay.grid.title)}</b>", "xref": "paper", "yref": "paper",
                                   "x": 0, "y": min(frac, 1.0), "xanchor": "left", "yanchor": "bottom",
                                   "showarrow": False, "font": {"size": 13}}]
+    seps = [float(tops[i]) for i, r in enumerate(lay.rows) if r.spec.separator]
+    if seps:  # a dashed rule between row groups (seed 003: buffers above, devices below)
+        layout["shapes"] = [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": y, "y1": y,
+                             "line": {"dash": "dash", "width": 1, "color": colour("muted")}} for y in seps]
     return {"data": traces, "layout": layout}
 
 
@@ -135,6 +143,7 @@ def _block_traces(lay: Layout, tops: np.ndarray, row_w: np.ndarray, centers: np.
     b = lay.blocks
     events = lay.timeline.events
     many = len(b) > 5000
+    px_per_t = 1100.0 / (lay.span if lay.span > 0 else 1.0)  # plot width at a typical window size
     traces = []
     for k, cat in enumerate(lay.categories):
         idx = np.nonzero(b.cat == k)[0]
@@ -153,13 +162,23 @@ def _block_traces(lay: Layout, tops: np.ndarray, row_w: np.ndarray, centers: np.
             "y": centers[rows].tolist(), "offset": (y_top - centers[rows]).tolist(), "width": height.tolist(),
             "marker": {"color": cols[0] if uniform else cols,
                        "line": {"width": edge_w, "color": colour(cat.edge or "edge")}},
-            "text": [b.texts[i][0] if b.texts[i] else "" for i in idx.tolist()],
+            "text": [_fitting(b.texts[i], (b.end[i] - b.start[i]) * px_per_t) for i in idx.tolist()],
             "textposition": "inside", "insidetextanchor": "middle", "textangle": 0, "constraintext": "inside",
-            "textfont": {"color": colour(text_colour(cat.colours[0])), "size": 11},
+            "textfont": {"color": (colour(text_colour(b.colour[int(idx[0])])) if uniform else
+                                   [colour(text_colour(b.colour[i])) for i in idx.tolist()]), "size": 11},
             "customdata": custom,
             "hovertemplate": _HOVER,
         })
     return traces
+
+
+def _fitting(texts: tuple[str, ...], width_px: float) -> str:
+    """The longest label candidate that fits the block at the first view, else the shortest
+    (plotly hides what does not fit, and shows it once the user zooms in)."""
+    for t in texts:
+        if len(t) * 7.0 + 6 <= width_px:
+            return t
+    return texts[-1] if texts else ""
 
 
 _HOVER = ("<b>%{customdata[0]}</b><br>kind %{customdata[1]} · stage %{customdata[2]} · chunk %{customdata[3]}"
