@@ -3,6 +3,7 @@ over (pp, vpp, microbatches, G, layers, ep, overlap, offload, costs); mutations 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import networkx as nx
@@ -167,7 +168,7 @@ def test_op_moved_before_its_dependency_is_caught(cfg: Config, rnd: random.Rando
 @_SETTINGS
 @given(moe_configs(small=True), st.randoms(use_true_random=False))
 def test_swapped_all_to_alls_of_one_ep_member_are_caught(cfg: Config, rnd: random.Random) -> None:
-    cfg = Config(**{**cfg.__dict__, "options": {**cfg.options, "ep": 2}})
+    cfg = replace(cfg, options={**cfg.options, "ep": 2})
     s = build_schedule(cfg)
     lanes = _lanes(s)
     rank = rnd.choice([g[1] for g in s.meta["ep_groups"]])
