@@ -287,9 +287,10 @@ def render(
     html: Annotated[bool, typer.Option("--html", help="Write interactive HTML (to FILE's name + .html unless -o).")] = False,
     out_file: Annotated[Optional[Path], typer.Option("-o", "--out", help="Draw to .png, .svg, .pdf or .html.")] = None,
     width: Annotated[Optional[int], typer.Option("--width", help="Terminal width in columns.")] = None,
+    time_window: Annotated[Optional[str], typer.Option("--time", help="Draw only START:END (e.g. 80:110).")] = None,
 ) -> None:
     """Draw a timeline: in the terminal by default, or to PNG/SVG/PDF/HTML with -o (or --html)."""
-    from pptl.render import load_timeline, output_format, write_file
+    from pptl.render import load_timeline, output_format, parse_window, write_file
     from pptl.render.styles import STYLE_NAMES
 
     if style not in STYLE_NAMES:
@@ -300,18 +301,20 @@ def render(
         raise InputError(f"--html writes HTML but -o {out_file} is not .html; drop --html or name a .html file")
     if html and out_file is None:
         out_file = Path(file.stem + ".html")
+    window = parse_window(time_window)
     if out_file is not None:
         output_format(out_file)  # a bad suffix fails before any planning
     tl = load_timeline(file)
     if out_file is not None:
-        for warning in write_file(tl, out_file, style=style):
+        for warning in write_file(tl, out_file, style=style, window=window):
             err.print(f"warning: {warning}", markup=False)
         err.print(f"wrote {out_file}", markup=False)
         return
+    from pptl.render.layout import build_layout
     from pptl.render.terminal import TerminalOptions, TimelineView
 
     console = Console(width=width, highlight=False) if width else out
-    console.print(TimelineView(tl, TerminalOptions(style=style)))
+    console.print(TimelineView(tl, TerminalOptions(style=style), layout=build_layout(tl, style, window=window)))
 
 
 @command("demo")

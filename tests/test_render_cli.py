@@ -89,3 +89,15 @@ def test_bad_config_is_one_line() -> None:
     result = runner.invoke(app, ["render", str(FIXTURES / "bad" / "unknown_schedule.yaml")])
     assert result.exit_code == 2
     assert result.stderr.startswith("error: ") and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_time_window(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["render", CONFIG, "--time", "10:20", "--width", "80"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].endswith("· window 10-20")
+    assert any(line.strip().startswith("10 ") and line.rstrip().endswith("20") for line in lines)
+    bad = runner.invoke(app, ["render", CONFIG, "--time", "20:10"])
+    assert bad.exit_code == 2
+    assert bad.stderr.strip() == ("error: --time: got '20:10', expected START:END with START < END "
+                                  "(e.g. --time 80:110)")

@@ -213,3 +213,16 @@ def test_packed_rows_stack_overlapping_ops() -> None:
     assert dev0.tracks == 2  # broadcast of bucket g+1 overlaps the reload of bucket g
     spans = [(y0, y1) for e, _, _, y0, y1 in _blocks(lay, rank=0) if e.lane in ("comm", "compute")]
     assert {s for s in spans} == {(0.0, 0.5), (0.5, 1.0)}
+
+
+# -- time window --------------------------------------------------------------------------------
+
+
+def test_window_clips_blocks_and_keeps_whole_schedule_stats() -> None:
+    tl = weight_update_sample()
+    whole = build_layout(tl, "weight-update")
+    lay = build_layout(tl, "weight-update", window=(3.0, 6.0))
+    assert (lay.t0, lay.t1) == (3.0, 6.0)
+    assert lay.blocks.start.min() >= 3.0 and lay.blocks.end.max() <= 6.0
+    assert 0 < len(lay.blocks) < len(whole.blocks)
+    assert lay.title == whole.title + " · window 3-6"

@@ -14,7 +14,7 @@ from pathlib import Path
 from pptl.errors import InputError
 from pptl.timeline import Timeline
 
-__all__ = ["OUTPUT_SUFFIXES", "load_timeline", "output_format", "write_file"]
+__all__ = ["OUTPUT_SUFFIXES", "load_timeline", "output_format", "parse_window", "write_file"]
 
 OUTPUT_SUFFIXES = (".png", ".svg", ".pdf", ".html")
 
@@ -28,6 +28,22 @@ def output_format(path: str | Path) -> str:
         raise InputError(f"{path}: cannot draw to '{suffix or 'no suffix'}', expected one of "
                          f"{', '.join(OUTPUT_SUFFIXES)}")
     return suffix[1:]
+
+
+def parse_window(text: str | None) -> tuple[float, float] | None:
+    """``"80:110"`` -> (80.0, 110.0); None passes through. InputError names the option and an example."""
+    if text is None:
+        return None
+    parts = text.split(":")
+    try:
+        if len(parts) != 2:
+            raise ValueError
+        lo, hi = float(parts[0]), float(parts[1])
+    except ValueError:
+        lo = hi = float("nan")
+    if not lo < hi:  # also false for NaN
+        raise InputError(f"--time: got '{text}', expected START:END with START < END (e.g. --time 80:110)")
+    return lo, hi
 
 
 def load_timeline(path: str | Path) -> Timeline:
@@ -44,7 +60,8 @@ def load_timeline(path: str | Path) -> Timeline:
     return simulate(loaded.schedule).timeline()
 
 
-def write_file(tl: Timeline, path: str | Path, *, style: str = "auto") -> list[str]:
+def write_file(tl: Timeline, path: str | Path, *, style: str = "auto",
+               window: tuple[float, float] | None = None) -> list[str]:
     """Draw ``tl`` into ``path`` (format from the suffix), atomically. Returns warnings to show.
 
     Raises:
@@ -55,7 +72,7 @@ def write_file(tl: Timeline, path: str | Path, *, style: str = "auto") -> list[s
 
     fmt = output_format(path)
     check_writable(path)
-    lay = build_layout(tl, style)
+    lay = build_layout(tl, style, window=window)
     warnings: list[str] = []
     if fmt == "html":
         from pptl.render.html import HtmlOptions, html_document, size_warning

@@ -110,8 +110,14 @@ def title_line(tl: Timeline) -> str:
             f"bubble={100 * overall_bubble(tl):.1f}%")
 
 
-def build_layout(tl: Timeline, style: Style | str = "auto") -> Layout:
+def build_layout(tl: Timeline, style: Style | str = "auto", *, window: tuple[float, float] | None = None) -> Layout:
     """Place every event of ``tl`` on the style's rows.
+
+    Args:
+        tl: a planned or measured timeline.
+        style: a style name (``auto`` asks the family) or a :class:`Style`.
+        window: draw only this time range (blocks are clipped to it), like the seed figures that show
+            one steady step; the title, bubbles and order grid still describe the whole timeline.
 
     Notes:
         O(events log events) (packing sorts each packed row by start).
@@ -123,12 +129,15 @@ def build_layout(tl: Timeline, style: Style | str = "auto") -> Layout:
 
     # Collect parts per row; packed rows get their tracks after sorting by start.
     raw: list[tuple[int, int, float, float, object]] = []  # (row, event, start, end, parts)
+    lo, hi = window if window is not None else (float("-inf"), float("inf"))
     for i, e in enumerate(tl.events):
+        if window is not None and not (e.end > lo and e.start < hi or lo <= e.start == e.end <= hi):
+            continue
         key = st.row_of(e)
         r = row_index.get(key) if key is not None else None
         if r is None:
             continue
-        raw.append((r, i, e.start, e.end, st.parts(e)))
+        raw.append((r, i, max(e.start, lo), min(e.end, hi), st.parts(e)))
     tracks_of = [1] * len(specs)
     track = [0] * len(raw)
     packed = [i for i, s in enumerate(specs) if s.pack]
@@ -184,6 +193,6 @@ def build_layout(tl: Timeline, style: Style | str = "auto") -> Layout:
     )
     rows = [Row(s, tracks_of[i], bubbles.get(s.rank) if (s.bubble and st.show_bubble) else None)
             for i, s in enumerate(specs)]
-    t0 = tl.start
-    t1 = t0 + tl.makespan
-    return Layout(st, title_line(tl), rows, blocks, cats, t0, t1, tl.meta.units, st.grid(tl), tl)
+    t0, t1 = (tl.start, tl.start + tl.makespan) if window is None else window
+    title = title_line(tl) if window is None else f"{title_line(tl)} · window {t0:g}-{t1:g}"
+    return Layout(st, title, rows, blocks, cats, t0, t1, tl.meta.units, st.grid(tl), tl)

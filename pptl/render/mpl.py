@@ -22,6 +22,7 @@ from pptl.timeline import Timeline
 __all__ = ["FigureOptions", "figure", "figure_from_layout", "image_bytes", "IMAGE_FORMATS"]
 
 IMAGE_FORMATS = ("png", "svg", "pdf")
+_GRID_ROW_IN = 0.4  # tall enough for the two numbers of a split (overlapped) cell
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ def figure_from_layout(lay: Layout, options: FigureOptions = FigureOptions()):
     axis_band = 0.45 if lay.style.time_arrow else 0.55
     bottom_band = (legend_h if lay.style.legend_at != "top right" else 0.0) + 0.1
     grid_rows = len(lay.grid.rows) if lay.grid else 0
-    grid_band = (0.45 + 0.3 * grid_rows + 0.1) if grid_rows else 0.0
+    grid_band = (0.45 + _GRID_ROW_IN * grid_rows + 0.1) if grid_rows else 0.0
     fixed = top_band + axis_band + bottom_band + grid_band
     row_in = opt.row_in
     if fixed + row_w.sum() * row_in > opt.max_height_in:
@@ -89,7 +90,8 @@ def figure_from_layout(lay: Layout, options: FigureOptions = FigureOptions()):
     if lay.grid is not None and grid_rows:
         ncells = max((len(cells) for _, cells in lay.grid.rows), default=1)
         # Cells are steps, not time: keep them square-ish like the seeds' grid, not stretched.
-        gbox = _Box(left, bottom_band + 0.1, min(width - left - right, 0.34 * max(ncells, 1)), 0.3 * grid_rows)
+        gbox = _Box(left, bottom_band + 0.1, min(width - left - right, 0.36 * max(ncells, 1)),
+                    _GRID_ROW_IN * grid_rows)
         _draw_grid(fig.add_axes(_frac(gbox, width, height)), lay.grid, gbox, opt)
     return fig
 

@@ -221,7 +221,9 @@ def _grid_lines(grid: Grid, width: int, plain: bool) -> RenderResult:
         for cell in shown:
             txt = "/".join(cell.texts)
             if plain:
-                flow = "".join("F" if "forward" in col else "B" for col in cell.colours)
+                # chunks >= 1 in lower case, as the timeline's tags do (f, b)
+                flow = "".join(("F" if "forward" in col else "B").lower() if ".c" in col else
+                               ("F" if "forward" in col else "B") for col in cell.colours)
                 txt = f"{flow}{txt}"
                 line.append(f"{txt:>{cell_w - 1}} ")
             else:
