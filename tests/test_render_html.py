@@ -75,7 +75,7 @@ def test_moe_page_has_the_order_grid() -> None:
 
 def test_size_limit_points_to_chrome_trace() -> None:
     with pytest.raises(InputError, match=r"10 blocks is above the HTML limit of 5; write a Chrome trace with "
-                                         r"'pptl export'"):
+                                         r"'pptl export FILE --to chrome -o trace.json'"):
         figure_dict(dualpipe_sample(), HtmlOptions(max_blocks=5))
 
 

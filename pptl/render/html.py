@@ -26,7 +26,8 @@ __all__ = ["HtmlOptions", "HTML_WARN_BLOCKS", "HTML_MAX_BLOCKS", "size_warning",
 
 HTML_WARN_BLOCKS = 20_000
 HTML_MAX_BLOCKS = 250_000
-_CHROME_HINT = "write a Chrome trace with 'pptl export' and open it in Perfetto (ui.perfetto.dev), or draw a PNG with -o"
+_CHROME_HINT = ("write a Chrome trace with 'pptl export FILE --to chrome -o trace.json' and open it in Perfetto "
+                "(ui.perfetto.dev), or draw a PNG with -o")
 
 
 @dataclass(frozen=True)
