@@ -30,6 +30,10 @@ def atomic_write(path: str | Path, data: bytes | str) -> Path:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(raw)
+        # mkstemp makes 0600 files; give the result the mode a plain open() would (0666 less umask).
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, p)
     except BaseException:
         try:
