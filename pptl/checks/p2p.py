@@ -160,6 +160,13 @@ def _channels(schedule: Schedule) -> tuple[dict[tuple[int, int], list[int]], dic
 # Rules
 
 
+def _given(ctx: Context) -> dict[int, list[int]] | None:
+    """:func:`given_program` once per check run (four rules read it)."""
+    if "p2p.program" not in ctx.options:
+        ctx.options["p2p.program"] = given_program(ctx.schedule)
+    return ctx.options["p2p.program"]
+
+
 def fifo_order(ctx: Context) -> list[Violation]:
     """PP030: under NCCL (or blocking) matching, the k-th RECV a rank posts from a peer is not
     the data of the k-th SEND that peer posts to it.
@@ -169,7 +176,7 @@ def fifo_order(ctx: Context) -> list[Violation]:
     first mismatch; later ones follow from it). Skipped under ``--p2p nonblocking``.
     Fixture: fixtures/invalid/p2p_nccl_reordered.csv. Notes: O(P2P ops).
     """
-    if ctx.p2p == "nonblocking" or given_program(ctx.schedule) is None:
+    if ctx.p2p == "nonblocking" or _given(ctx) is None:
         return []
     s = ctx.schedule
     sends, recvs = _channels(s)
@@ -195,7 +202,7 @@ def send_before_data(ctx: Context) -> list[Violation]:
     Only schedules with an issue order (torch compute_comms CSVs) are checked.
     Fixture: fixtures/invalid/p2p_send_before_data.csv. Notes: O(ops).
     """
-    return _issue_position_rule(ctx, "SEND")
+    return _issue_positions(ctx)["SEND"]
 
 
 def recv_after_use(ctx: Context) -> list[Violation]:
@@ -205,16 +212,17 @@ def recv_after_use(ctx: Context) -> list[Violation]:
     Only schedules with an issue order (torch compute_comms CSVs) are checked.
     Fixture: fixtures/invalid/p2p_recv_after_use.csv. Notes: O(ops).
     """
-    return _issue_position_rule(ctx, "RECV")
+    return _issue_positions(ctx)["RECV"]
 
 
-def _issue_position_rule(ctx: Context, kind: str) -> list[Violation]:
+def _issue_positions(ctx: Context) -> dict[str, list[Violation]]:
+    """PP032 and PP033 in one pass (cached on the context)."""
+    if "p2p.positions" in ctx.options:
+        return ctx.options["p2p.positions"]
     s = ctx.schedule
-    prog = given_program(s)
-    if prog is None:
-        return []
-    out: list[Violation] = []
-    for rank, seq in prog.items():
+    prog = _given(ctx)
+    out: dict[str, list[Violation]] = {"SEND": [], "RECV": []}
+    for rank, seq in (prog or {}).items():
         made: dict[tuple, int] = {}  # (role, d, stage, mb) -> position on this rank
         for pos, i in enumerate(seq):
             if s.ops[i].lane == "compute":
@@ -222,19 +230,22 @@ def _issue_position_rule(ctx: Context, kind: str) -> list[Violation]:
                     made.setdefault(key, pos)
         for pos, i in enumerate(seq):
             op = s.ops[i]
-            if op.kind != kind or op.flow not in ("F", "B"):
+            if op.lane == "compute" or op.flow not in ("F", "B"):
                 continue
             # A SEND carries what its stage made; a RECV feeds the op making F (or G) at its stage.
             at = made.get(("F" if op.flow == "F" else "G", op.direction, op.stage, op.mb))
             if at is None:
                 continue
             other = s.ops[seq[at]]
-            if kind == "SEND" and at > pos:
-                out.append(Violation("PP032", f"rank {rank} issues {_short(op)} at step {pos}, before {other.id} "
-                                     f"(step {at}) produces its data", (op.id, other.id)))
-            elif kind == "RECV" and at < pos:
-                out.append(Violation("PP033", f"rank {rank} issues {_short(op)} at step {pos}, after {other.id} "
-                                     f"(step {at}) needed its data", (op.id, other.id)))
+            if op.kind == "SEND" and at > pos:
+                out["SEND"].append(Violation(
+                    "PP032", f"rank {rank} issues {_short(op)} at step {pos}, before {other.id} (step {at}) "
+                    "produces its data", (op.id, other.id)))
+            elif op.kind == "RECV" and at < pos:
+                out["RECV"].append(Violation(
+                    "PP033", f"rank {rank} issues {_short(op)} at step {pos}, after {other.id} (step {at}) "
+                    "needed its data", (op.id, other.id)))
+    ctx.options["p2p.positions"] = out
     return out
 
 
@@ -252,23 +263,22 @@ def p2p_deadlock(ctx: Context) -> list[Violation]:
     """
     s = ctx.schedule
     mode = ctx.p2p
-    prog = given_program(s)
+    prog = _given(ctx)
     if prog is None or not any(op.kind in _COMM for op in s.ops):
         return []
     rep = _rendezvous(s) if mode != "nonblocking" else {}
     n = len(s.ops)
-
-    def edges() -> Iterator[tuple[int, int, str]]:
-        yield from _edges(s, mode, prog, rep)
-
+    node = list(range(n))
+    for j, i in rep.items():
+        node[j] = i
     indeg = [0] * n
     succ: list[list[int]] = [[] for _ in range(n)]
-    for u, v, _ in edges():
-        u, v = rep.get(u, u), rep.get(v, v)
+    for u, v in _edge_pairs(s, mode, prog, bool(rep)):
+        u, v = node[u], node[v]
         if u != v:
             succ[u].append(v)
             indeg[v] += 1
-    nodes = [i for i in range(n) if rep.get(i, i) == i]
+    nodes = [i for i in range(n) if node[i] == i]
     ready = [i for i in nodes if indeg[i] == 0]
     seen = 0
     while ready:
@@ -283,8 +293,8 @@ def p2p_deadlock(ctx: Context) -> list[Violation]:
     left = {i for i in nodes if indeg[i] > 0}
     g = nx.DiGraph()
     how: dict[tuple[int, int], str] = {}
-    for u, v, kind in edges():
-        u, v = rep.get(u, u), rep.get(v, v)
+    for u, v, kind in _edges(s, mode, prog, rep):
+        u, v = node[u], node[v]
         if u != v and u in left and v in left:
             g.add_edge(u, v)
             how.setdefault((u, v), kind)
@@ -318,8 +328,39 @@ def _rendezvous(s: Schedule) -> dict[int, int]:
     return rep
 
 
+def _edge_pairs(s: Schedule, mode: str, prog: dict[int, list[int]], positional: bool) -> list[tuple[int, int]]:
+    """The wait-for edges of ``mode`` (see :func:`_edges`), without labels: the fast path."""
+    ops = s.ops
+    if positional:
+        out = [(u, v) for u, v in s.deps if not (ops[u].kind == "SEND" and ops[v].kind == "RECV")]
+    else:
+        out = list(s.deps)
+    for seq in prog.values():
+        if mode == "blocking":
+            out.extend(zip(seq, seq[1:]))
+            continue
+        last_compute = -1
+        last_to: dict[int, int] = {}
+        for i in seq:
+            op = ops[i]
+            if op.lane != "compute":
+                if last_compute >= 0:
+                    out.append((last_compute, i))
+                if mode == "nccl":
+                    prev = last_to.get(op.peer)
+                    if prev is not None:
+                        out.append((prev, i))
+                    last_to[op.peer] = i
+            else:
+                if last_compute >= 0:
+                    out.append((last_compute, i))
+                last_compute = i
+    return out
+
+
 def _edges(s: Schedule, mode: str, prog: dict[int, list[int]],
            rep: dict[int, int]) -> Iterator[tuple[int, int, str]]:
+    """The wait-for edges of ``mode``, each with why it exists (for printing a cycle)."""
     ops = s.ops
     for u, v in s.deps:
         # Under positional matching the RECV meets whichever SEND is its match, not its data's.
@@ -335,7 +376,7 @@ def _edges(s: Schedule, mode: str, prog: dict[int, list[int]],
         last_to: dict[int, int] = {}
         for i in seq:
             op = ops[i]
-            if op.kind in _COMM:
+            if op.lane != "compute":
                 if last_compute >= 0:
                     yield last_compute, i, "posted after"
                 if mode == "nccl":

@@ -187,7 +187,7 @@ def load_csv_text(text: str, *, source: str = "<csv>", microbatches: int | None 
     rows: list[list[_Cell]] = []
     lines: list[int] = []
     problems: list[Violation] = []
-    reader = csv.reader(io.StringIO(text))
+    reader = csv.reader(io.StringIO(text), strict=True)
     line = 1
     try:
         for raw in reader:
