@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from contextlib import nullcontext as _nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -123,6 +124,7 @@ class Executor:
             self.lane_done = {lane: torch.cuda.Event(enable_timing=True) for lane in self.streams}
             self.anchor = torch.cuda.Event(enable_timing=True)
             self.flag = torch.zeros(1, device=device)
+            torch.cuda.synchronize(device)  # weights and inputs were made on the default stream
         self.current = -1
 
     # ------------------------------------------------------------------------------------------
@@ -164,13 +166,19 @@ class Executor:
         return out
 
     def _zero_grads(self) -> None:
-        with torch.no_grad():
+        # On the compute stream, where the gradients accumulate (the pool's streams do not wait on
+        # the default stream).
+        with torch.no_grad(), (torch.cuda.stream(self.compute) if self.cuda else _nullcontext()):
             for c in self.chunks.values():
                 for p in c.params:
                     p.grad.zero_()
 
     def _step_cuda(self, k: int, st: _Step, timed: bool) -> dict[str, Any]:
         comp = self.compute
+        # Wall time the way bench/torch_pp_anchor.py takes it: from an idle, joined start to the
+        # moment every rank is done (both barriers are outside the event-timed window).
+        dist.barrier()
+        wall0 = time.perf_counter()
         with torch.cuda.stream(comp):
             st.loss = torch.zeros((), device=self.device, dtype=torch.float32)
             dist.all_reduce(self.flag)  # every rank's clock anchor follows the same collective
@@ -203,11 +211,13 @@ class Executor:
         pending = ([(i, self.end_ev[i]) for i in self.rp.issue] if timed else []) + \
                   [(-1, ev) for ev in self.lane_done.values()]
         self._poll(k, pending)
+        dist.barrier()
+        wall_ms = (time.perf_counter() - wall0) * 1e3
         step_ms = max(self.anchor.elapsed_time(ev) for ev in self.lane_done.values())
         events = ([[i, self.anchor.elapsed_time(self.start_ev[i]), self.anchor.elapsed_time(self.end_ev[i])]
                    for i in self.rp.issue] if timed else [])
         loss = float(st.loss) if self._has_loss() else None
-        return {"step": k, "timed": timed, "step_ms": step_ms, "loss": loss, "events": events}
+        return {"step": k, "timed": timed, "step_ms": step_ms, "wall_ms": wall_ms, "loss": loss, "events": events}
 
     def _poll(self, k: int, pending: list[tuple[int, Any]]) -> None:
         """Wait for the step's events without blocking in CUDA, so a stuck op can be named."""
@@ -252,7 +262,7 @@ class Executor:
         step_ms = max((t[1] for t in st.times.values()), default=0.0)
         events = [[i, t[0], t[1]] for i, t in st.times.items()] if timed else []
         loss = float(st.loss) if self._has_loss() else None
-        return {"step": k, "timed": timed, "step_ms": step_ms, "loss": loss, "events": events}
+        return {"step": k, "timed": timed, "step_ms": step_ms, "wall_ms": now(), "loss": loss, "events": events}
 
     def _cpu_wait(self, u: int, st: _Step, now: Callable[[], float]) -> None:
         works = st.works.pop(u, None)
@@ -263,6 +273,8 @@ class Executor:
         for w in works:
             w.wait()
         self.current = saved
+        if saved >= 0:
+            self.post(self._step_index, saved)
         st.times[u][1] = now()
 
     def _cpu_reap(self, st: _Step, now: Callable[[], float]) -> None:

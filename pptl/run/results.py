@@ -3,7 +3,7 @@
 Every rank sends rank 0 one *payload* (a JSON-ready dict) per plan::
 
     {"rank": r, "issue": [op index, ...],
-     "steps": [{"step": k, "timed": bool, "step_ms": float, "loss": float | None,
+     "steps": [{"step": k, "timed": bool, "step_ms": float, "wall_ms": float, "loss": float | None,
                 "events": [[op index, start_ms, end_ms], ...]}, ...],
      "partial": {"step": k, "events": [...]} | absent,   # the step a failure interrupted
      "info": {"device": ..., "torch": ...}}
@@ -26,13 +26,17 @@ CLOCK = ("per step: every rank joins a collective, then stamps an anchor (a CUDA
          "stream, or the host clock on CPU); times are ms after each rank's anchor")
 
 
-def step_times(payloads: list[Mapping[str, Any]], *, timed: bool) -> dict[int, float]:
-    """Step index -> step time (the slowest rank's), over steps every rank completed."""
+def step_times(payloads: list[Mapping[str, Any]], *, timed: bool, key: str = "step_ms") -> dict[int, float]:
+    """Step index -> step time (the slowest rank's), over steps every rank completed.
+
+    ``key`` "step_ms" is the event clock (anchor to the last op's end); "wall_ms" the host clock
+    between barriers, as bench/torch_pp_anchor.py measures torch's schedules.
+    """
     per: dict[int, list[float]] = {}
     for p in payloads:
         for st in p.get("steps", []):
-            if bool(st["timed"]) == timed:
-                per.setdefault(st["step"], []).append(float(st["step_ms"]))
+            if bool(st["timed"]) == timed and key in st:
+                per.setdefault(st["step"], []).append(float(st[key]))
     return {k: max(v) for k, v in sorted(per.items()) if len(v) == len(payloads)}
 
 
@@ -79,7 +83,10 @@ def build_timeline(schedule: Schedule, payloads: list[Mapping[str, Any]], *,
                             waits_on=tuple(ids[u] for u in waits.get(i, ()))))
     timed_ms = list(timed.values())
     bare_ms = list(bare.values())
+    wall = list(step_times(payloads, timed=False, key="wall_ms").values())
     meta_extra.update({
+        "untimed_wall_ms": wall,
+        "median_untimed_wall_ms": statistics.median(wall) if wall else None,
         "step_ms": timed_ms,
         "median_step_ms": statistics.median(timed_ms) if timed_ms else None,
         "untimed_step_ms": bare_ms,

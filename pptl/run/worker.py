@@ -132,11 +132,17 @@ def _run_plan(job: Job, k: int, pj: PlanJob, rank: int, world: int, device: torc
 def _open_channels(program: Program, rank: int, device: torch.device, channels: dict[Any, Any]) -> None:
     """One process group per channel, created and warmed in one global order on every rank, so no
     first-use connection setup can wait on another in a cycle. Channels are kept across plans."""
+    options = None
+    if device.type == "cuda":
+        # NCCL's streams come from the high-priority pool: transfers are not starved by the compute
+        # queued ahead of them, and they can never be one of the executor's own (default pool)
+        # streams, which would serialize a spinning receive with compute.
+        options = dist.ProcessGroupNCCL.Options(is_high_priority_stream=True)
     for ch in program.channels:
         if ch in channels:
             continue
         a, b = ch[0], ch[1]
-        channels[ch] = dist.new_group([a, b])
+        channels[ch] = dist.new_group([a, b], pg_options=options)
         if rank in (a, b):
             t = torch.zeros(1, device=device)
             op = dist.isend if rank == a else dist.irecv

@@ -1,0 +1,263 @@
+"""GPU suite (issue 7): every training family through `pptl run` on N GPUs, calibration error, and the
+anchor comparison with torch.distributed.pipelining, in one command.
+
+    PYTHONPATH=. python3 bench/gpu_suite.py --out OUT [--gpus 4] [--mbs 8,16]
+
+Stages (each guarded: one failing stage does not hide the others):
+1. smoke   every family, a small bf16 workload, --verify (loss and gradients vs one process);
+2. anchor  every family on the anchor workload (hidden 4096, 2048 tokens, 4 layers per rank, bf16) for each
+           micro-batch count, one launch per count; then each run calibrates a re-plan
+           (`pptl plan --costs-from`) and `pptl compare` gives the remaining makespan error;
+3. torch   bench/torch_pp_anchor.py under torchrun on the same workload, same call;
+4. table   step time over the compute-only floor, schedule by schedule -> OUT/table.md, OUT/results.json.
+
+On CPU (`--device cpu --skip-torch --hidden 32 --tokens 8`) it runs end to end without a GPU, for testing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pptl import planning  # noqa: E402
+from pptl.compare import compare_timelines  # noqa: E402
+from pptl.config import config_from_mapping  # noqa: E402
+from pptl.schedules import FAMILIES, build_schedule  # noqa: E402
+
+#: torch.distributed.pipelining schedule -> the pptl family that runs the same schedule.
+TORCH_TO_PPTL = {"GPipe": "gpipe", "1F1B": "1f1b", "Interleaved1F1B": "interleaved-1f1b",
+                 "ZBVZeroBubble": "zbv", "DualPipeV": "dualpipev"}
+RUN_KINDS = {"F", "B", "I", "W", "FB", "SEND", "RECV"}
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def training_configs(pp: int, m: int, workload: dict, layers_per_rank: int | None) -> dict[str, dict]:
+    """Family -> config mapping that the family accepts at (pp, m), with layers spread so every rank does
+    ``layers_per_rank`` layers of work per micro-batch (None: the workload's layers_per_stage as given)."""
+    out = {}
+    for name in FAMILIES:
+        for vpp in (1, 2):
+            data = {"schedule": name, "pp": pp, "microbatches": m, "vpp": vpp, "workload": dict(workload)}
+            try:
+                s = build_schedule(config_from_mapping(data))
+            except Exception:
+                continue
+            if not {op.kind for op in s.ops} <= RUN_KINDS:
+                break
+            if layers_per_rank is not None:
+                per = layers_per_rank * pp / s.num_stages
+                if per != int(per) or per < 1:
+                    break
+                data["workload"]["layers_per_stage"] = int(per)
+            out[name] = data
+            break
+    return out
+
+
+def write_plans(configs: dict[str, dict], work: Path, tag: str) -> dict[str, tuple[Path, Path, Path]]:
+    """Family -> (config path, plan path, measured path)."""
+    paths = {}
+    for name, data in configs.items():
+        cfg_path = work / f"cfg_{name}_{tag}.json"
+        cfg_path.write_text(json.dumps(data, indent=1))
+        plan_path = work / f"plan_{name}_{tag}.json"
+        result = planning.plan(planning.make_config(cfg_path, {}, None, None))
+        planning.write_plan(result, plan_path)
+        paths[name] = (cfg_path, plan_path, work / f"measured_{name}_{tag}.json")
+    return paths
+
+
+def run_family_set(paths: dict, args: argparse.Namespace, *, steps: int, warmup: int, verify: bool) -> dict:
+    from pptl.run import run_plans
+
+    names = list(paths)
+    t = time.time()
+    tls = run_plans([(paths[n][1], paths[n][2]) for n in names], gpus=args.gpus, device=args.device, steps=steps,
+                    warmup=warmup, verify=verify, timeout=args.timeout)
+    log(f"  {len(names)} plans in one launch: {time.time() - t:.1f} s")
+    out = {}
+    for n, tl in zip(names, tls):
+        x = tl.meta.extra
+        out[n] = {"median_step_ms": x.get("median_step_ms"), "median_untimed_step_ms": x.get("median_untimed_step_ms"),
+                  "median_untimed_wall_ms": x.get("median_untimed_wall_ms"), "overhead": x.get("overhead"),
+                  "makespan_ms": tl.makespan, "verify": x.get("verify"), "device": x.get("device"),
+                  "busy_ms": [s.busy for s in tl.rank_stats("compute")]}
+        v = x.get("verify")
+        log(f"  {n:18s} step {x.get('median_step_ms') or 0:9.3f} ms  wall {x.get('median_untimed_wall_ms') or 0:9.3f} ms"
+            f"  overhead {100 * (x.get('overhead') or 0):+5.1f}%" + (f"  verify ok={v['ok']} grad err "
+                                                                  f"{v['max_grad_rel_err']:.1e}" if v else ""))
+    return out
+
+
+def calibrate(paths: dict) -> dict:
+    from pptl.formats.loader import load_any
+
+    out = {}
+    for n, (cfg_path, _plan, measured) in paths.items():
+        try:
+            cfg, units = planning.calibrate(planning.make_config(cfg_path, {}, None, None), measured)
+            result = planning.plan(cfg)
+            result.schedule.meta["units"] = units
+            cal_path = measured.with_name(measured.name.replace("measured_", "calibrated_"))
+            planning.write_plan(result, cal_path)
+            cmp = compare_timelines(load_any(cal_path).timeline, load_any(measured).timeline)
+            out[n] = {"predicted_ms": cmp.makespan_planned, "measured_ms": cmp.makespan_measured,
+                      "error": cmp.makespan_error, "bubble_planned": cmp.bubble_planned,
+                      "bubble_measured": cmp.bubble_measured,
+                      "kinds": {k.kind: [k.planned_mean, k.measured_mean] for k in cmp.kinds}}
+            log(f"  {n:18s} calibrated plan {cmp.makespan_planned:9.3f} ms vs measured {cmp.makespan_measured:9.3f} ms "
+                f"({100 * cmp.makespan_error:+.1f}%)")
+        except Exception as e:
+            out[n] = {"error": f"{type(e).__name__}: {e}"}
+            log(f"  {n}: calibration failed: {e}")
+    return out
+
+
+def run_torch(args: argparse.Namespace, m: int, work: Path) -> dict:
+    out_json = work / f"torch_m{m}.json"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.gpus}",
+           str(ROOT / "bench" / "torch_pp_anchor.py"), "--mb", str(m), "--hidden", str(args.hidden),
+           "--tokens", str(args.tokens), "--layers-per-rank", str(args.layers_per_rank), "--out", str(out_json)]
+    log("  " + " ".join(cmd[1:]))
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.torch_timeout)
+    for line in proc.stdout.splitlines():
+        if not line.startswith("{"):
+            log("  torch: " + line)
+    if proc.returncode != 0:
+        log("  torch stderr tail: " + proc.stderr[-1500:])
+    return json.loads(out_json.read_text()) if out_json.exists() else {}
+
+
+def table(results: dict, mbs: list[int]) -> list[str]:
+    lines = ["| micro-batches | schedule | torch step ms | pptl step ms | floor ms | torch / floor | pptl / floor | "
+             "pptl vs torch | calibrated plan error |", "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for m in mbs:
+        tr = results.get("torch", {}).get(str(m), {})
+        pr = results.get("anchor", {}).get(str(m), {})
+        cal = results.get("calibration", {}).get(str(m), {})
+        floors = [v["floor_ms"] for v in tr.values() if "floor_ms" in v]
+        base_floor = tr.get("1F1B", {}).get("floor_ms") or (sorted(floors)[len(floors) // 2] if floors else None)
+        seen = set()
+        rows = []
+        for tname, v in tr.items():
+            fam = TORCH_TO_PPTL.get(tname)
+            seen.add(fam)
+            rows.append((tname, fam, v))
+        for fam in pr:
+            if fam not in seen:
+                rows.append(("-", fam, {}))
+        for tname, fam, v in rows:
+            p = pr.get(fam, {}) if fam else {}
+            floor = v.get("floor_ms") or base_floor
+            ts, ps = v.get("step_ms"), p.get("median_untimed_wall_ms")
+            c = cal.get(fam, {}) if fam else {}
+
+            def f(x, fmt="{:.1f}"):
+                return fmt.format(x) if isinstance(x, (int, float)) else "-"
+            lines.append(f"| {m} | {tname} / {fam or '-'} | {f(ts)} | {f(ps)} | {f(floor)} | "
+                         f"{f(ts / floor if ts and floor else None, '{:.3f}')} | "
+                         f"{f(ps / floor if ps and floor else None, '{:.3f}')} | "
+                         f"{f((ps / ts - 1) * 100 if ps and ts else None, '{:+.1f}%')} | "
+                         f"{f(c['error'] * 100 if c.get('error') is not None else None, '{:+.1f}%')} |")
+    return lines
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--gpus", type=int, default=4)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--mbs", default="8,16")
+    ap.add_argument("--hidden", type=int, default=4096)
+    ap.add_argument("--tokens", type=int, default=2048)
+    ap.add_argument("--layers-per-rank", type=int, default=4)
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--smoke-hidden", type=int, default=1024)
+    ap.add_argument("--smoke-tokens", type=int, default=512)
+    ap.add_argument("--timeout", type=float, default=120)
+    ap.add_argument("--torch-timeout", type=float, default=240)
+    ap.add_argument("--skip-smoke", action="store_true")
+    ap.add_argument("--skip-torch", action="store_true")
+    ap.add_argument("--ab-env", default="", help="VAR=VALUE: rerun the last micro-batch count with it set")
+    args = ap.parse_args()
+    out = Path(args.out)
+    work = out / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    mbs = [int(x) for x in args.mbs.split(",")]
+    results: dict = {"args": vars(args), "env": {}}
+    try:
+        import torch
+        results["env"] = {"torch": torch.__version__, "python": sys.version.split()[0],
+                          "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]}
+    except Exception as e:
+        results["env"] = {"error": str(e)}
+    log(f"env {results['env']}")
+
+    def stage(name, fn):
+        t = time.time()
+        log(f"== {name}")
+        try:
+            return fn()
+        except Exception:
+            log(f"{name} FAILED:\n{traceback.format_exc()}")
+            results.setdefault("failures", {})[name] = traceback.format_exc()[-3000:]
+        finally:
+            log(f"== {name} done in {time.time() - t:.1f} s")
+            (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+
+    if not args.skip_smoke:
+        wl = {"hidden": args.smoke_hidden, "tokens": args.smoke_tokens, "layers_per_stage": 2, "dtype": args.dtype}
+        cfgs = training_configs(args.gpus, 2 * args.gpus, wl, None)
+        results["smoke"] = stage("smoke (verify)", lambda: run_family_set(write_plans(cfgs, work, "smoke"), args,
+                                                                          steps=1, warmup=1, verify=True))
+    results["anchor"], results["calibration"], results["torch"] = {}, {}, {}
+    for m in mbs:
+        wl = {"hidden": args.hidden, "tokens": args.tokens, "dtype": args.dtype}
+        cfgs = training_configs(args.gpus, m, wl, args.layers_per_rank)
+        paths = write_plans(cfgs, work, f"m{m}")
+        results["anchor"][str(m)] = stage(f"anchor m={m}", lambda: run_family_set(
+            paths, args, steps=args.steps, warmup=args.warmup, verify=False)) or {}
+        results["calibration"][str(m)] = stage(f"calibrate m={m}", lambda: calibrate(
+            {n: p for n, p in paths.items() if p[2].exists()})) or {}
+        if not args.skip_torch:
+            results["torch"][str(m)] = stage(f"torch m={m}", lambda: run_torch(args, m, work)) or {}
+    if args.ab_env:
+        # The last micro-batch count again with an environment change (e.g. fewer NCCL P2P channels,
+        # so receives waiting on the GPU hold fewer SMs), to choose defaults by measurement.
+        m = mbs[-1]
+        key, _, value = args.ab_env.partition("=")
+        old = os.environ.get(key)
+        os.environ[key] = value
+        wl = {"hidden": args.hidden, "tokens": args.tokens, "dtype": args.dtype}
+        paths = write_plans(training_configs(args.gpus, m, wl, args.layers_per_rank), work, f"m{m}_ab")
+        results["anchor_ab"] = {"env": args.ab_env, "m": m, "runs": stage(f"anchor m={m} with {args.ab_env}", lambda: (
+            run_family_set(paths, args, steps=args.steps, warmup=args.warmup, verify=False))) or {}}
+        if old is None:
+            os.environ.pop(key)
+        else:
+            os.environ[key] = old
+    lines = table(results, mbs)
+    (out / "table.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines), flush=True)
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    with tarfile.open(out / "work.tar.gz", "w:gz") as tar:
+        tar.add(work, arcname="work")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

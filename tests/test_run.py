@@ -1,0 +1,275 @@
+"""pptl run on CPU (gloo): every training family at 2 and 4 processes, the executed order, --verify,
+failures, and the command line. One launch runs all families of a size (start-up is paid once)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pptl.cli import app
+from pptl.config import config_from_mapping
+from pptl.errors import InputError, InvalidScheduleError, RunError
+from pptl.formats.plan import dumps, plan_to_dict
+from pptl.ir import Op
+from pptl.run.program import RUN_KINDS, build_program
+from pptl.schedules import FAMILIES, build_schedule
+
+torch = pytest.importorskip("torch")
+
+TINY = {"hidden": 32, "tokens": 8, "layers_per_stage": 1, "dtype": "float32"}
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _training_schedule(name: str, pp: int):
+    """The family's schedule at (pp, 2pp micro-batches) with the tiny workload, or None if it is not a
+    training family pptl run executes (e.g. a weight-update plan)."""
+    for vpp in (1, 2):
+        try:
+            s = build_schedule(config_from_mapping({"schedule": name, "pp": pp, "microbatches": 2 * pp, "vpp": vpp,
+                                                    "workload": TINY}))
+        except InputError:
+            continue
+        return s if {op.kind for op in s.ops} <= RUN_KINDS else None
+    return None
+
+
+TRAINING = [n for n in FAMILIES if _training_schedule(n, 2) is not None]
+GRID = [(pp, n) for pp in (2, 4) for n in TRAINING]
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """(pp, family) -> (schedule, measured timeline): one launch per process count, --verify on."""
+    from pptl.run import run_plans
+
+    out = {}
+    for pp in (2, 4):
+        schedules = {n: _training_schedule(n, pp) for n in TRAINING}
+        tls = run_plans([(s, None) for s in schedules.values()], gpus=pp, device="cpu", steps=1, warmup=0,
+                        verify=True, timeout=60)
+        for (n, s), tl in zip(schedules.items(), tls):
+            out[(pp, n)] = (s, tl)
+    return out
+
+
+def test_training_families_found():
+    assert {"gpipe", "1f1b", "interleaved-1f1b"} <= set(TRAINING)
+
+
+@pytest.mark.parametrize("pp,family", GRID, ids=[f"pp{pp}-{n}" for pp, n in GRID])
+def test_each_rank_runs_the_plans_order(runs, pp, family):
+    schedule, tl = runs[(pp, family)]
+    executed = tl.meta.extra["executed"]
+    for (rank, lane), order in schedule.lanes.items():
+        assert executed[str(rank)][lane] == [schedule.ops[i].id for i in order], (rank, lane)
+    # Every op measured once, and compute ops start in plan order (host clock, one at a time).
+    assert sorted(e.op for e in tl.events) == sorted(op.id for op in schedule.ops)
+    start = {e.op: e.start for e in tl.events}
+    for (rank, lane), order in schedule.lanes.items():
+        if lane == "compute":
+            starts = [start[schedule.ops[i].id] for i in order]
+            assert starts == sorted(starts), (rank, lane)
+
+
+@pytest.mark.parametrize("pp,family", GRID, ids=[f"pp{pp}-{n}" for pp, n in GRID])
+def test_verify_matches_single_process_reference(runs, pp, family):
+    _, tl = runs[(pp, family)]
+    v = tl.meta.extra["verify"]
+    assert v["ok"], v
+    assert v["max_grad_rel_err"] < 1e-5 and v["loss_rel_err"] < 1e-5
+    assert v["loss"] > 0
+
+
+def test_measured_timeline_is_a_timeline_in_ms(runs):
+    _, tl = runs[(2, "1f1b")]
+    assert tl.meta.source == "measured" and tl.meta.units == "ms" and tl.meta.family == "1f1b"
+    x = tl.meta.extra
+    assert x["device"] == "cpu" and x["backend"] == "gloo" and x["world"] == 2
+    assert x["median_step_ms"] > 0 and x["median_untimed_step_ms"] > 0 and x["overhead"] is not None
+    assert all(e.end >= e.start >= 0 for e in tl.events)
+
+
+# ----------------------------------------------------------------------------------------------
+# The program (pure)
+
+
+@pytest.mark.parametrize("family", TRAINING)
+def test_issue_order_is_a_linear_extension_of_the_plan(family):
+    s = _training_schedule(family, 4)
+    prog = build_program(s)
+    for rp in prog.ranks:
+        pos = {i: k for k, i in enumerate(rp.issue)}
+        assert sorted(pos) == sorted(i for i, op in enumerate(s.ops) if op.rank == rp.rank)
+        for u, v in s.deps:
+            if u in pos and v in pos:
+                assert pos[u] < pos[v], (s.ops[u].id, s.ops[v].id)
+        for order in rp.lanes.values():
+            assert [pos[i] for i in order] == sorted(pos[i] for i in order)
+
+
+def test_channels_pair_each_send_with_its_recv():
+    s = _training_schedule("1f1b", 4)
+    prog = build_program(s)
+    sends = {(op.stage, op.mb, op.flow): rp.channels[i] for rp in prog.ranks for i, op in enumerate(s.ops)
+             if i in rp.channels and op.kind == "SEND"}
+    for rp in prog.ranks:
+        for i, ch in rp.channels.items():
+            op = s.ops[i]
+            if op.kind == "RECV":
+                sender_stage = op.stage - 1 if op.flow == "F" else op.stage + 1
+                assert sends[(sender_stage, op.mb, op.flow)] == ch
+
+
+def test_refuses_kinds_it_cannot_execute():
+    s = _training_schedule("1f1b", 2)
+    bad = s.with_lanes({**{k: s.lane_ops(*k) for k in s.lanes},
+                        (0, "comm"): [Op(kind="A2A_DISPATCH", rank=0, lane="comm", stage=0, mb=0)]})
+    with pytest.raises(InputError, match=r"op r0/comm/A2A_DISPATCH s0 mb0 has kind A2A_DISPATCH; pptl run executes"):
+        build_program(bad, source="bad.json")
+
+
+def test_refuses_crossing_without_communication():
+    s = _training_schedule("1f1b", 2)
+    compute_only = s.with_lanes({k: s.lane_ops(*k) for k in s.lanes if k[1] == "compute"})
+    with pytest.raises(InvalidScheduleError, match=r"r0/compute/F s0 mb0 -> r1/compute/F s1 mb0 crosses ranks"):
+        build_program(compute_only, source="p.json")
+
+
+def test_refuses_messages_in_different_orders():
+    s = _training_schedule("1f1b", 2)
+    lanes = {k: s.lane_ops(*k) for k in s.lanes}
+    recv = lanes[(1, "recv")]
+    lanes[(1, "recv")] = [recv[1], recv[0]] + recv[2:]  # rank 1 expects mb1 before mb0
+    with pytest.raises(InvalidScheduleError, match=r"NCCL matches them in order"):
+        build_program(s.with_lanes(lanes), source="p.json")
+
+
+# ----------------------------------------------------------------------------------------------
+# Failures: one message naming the rank and the op; what was measured is written
+
+
+def _tiny_plan(tmp_path: Path, family: str = "1f1b", pp: int = 2) -> Path:
+    path = tmp_path / f"{family}.json"
+    path.write_text(dumps(plan_to_dict(_training_schedule(family, pp))))
+    return path
+
+
+@pytest.mark.parametrize("fault,message", [
+    ("raise:1:r1/compute/F s1 mb2", r"rank 1 failed at op r1/compute/F s1 mb2 \(step 0\): RuntimeError: injected"),
+    ("kill:0:r0/compute/B s0 mb1", r"rank 0 was lost \(killed by SIGKILL\) at op r0/compute/B s0 mb1 \(step 0\)"),
+    ("hang:1:r1/compute/B s1 mb0", r"no rank made progress for the --timeout; rank 1 is stuck at op "
+                                   r"r1/compute/B s1 mb0"),
+], ids=["exception", "lost-rank", "hang"])
+def test_failure_stops_every_rank_and_keeps_measurements(tmp_path, monkeypatch, fault, message):
+    from pptl.run import run_plans
+
+    monkeypatch.setenv("PPTL_RUN_FAULT", fault)
+    out = tmp_path / "m.json"
+    with pytest.raises(RunError, match=message):
+        run_plans([(_tiny_plan(tmp_path), out)], gpus=2, device="cpu", steps=2, warmup=0, timeout=3)
+    data = json.loads(out.read_text())
+    assert data["meta"]["extra"]["partial"] is True
+    assert re.search(message, data["meta"]["extra"]["failed"])
+    assert data["events"], "the ops that finished before the failure are kept"
+
+
+def test_more_processes_than_the_plan_has_ranks(tmp_path):
+    from pptl.run import run_plans
+
+    with pytest.raises(InputError, match=r"the plan has pp=2 ranks; run it with --gpus 2"):
+        run_plans([(_tiny_plan(tmp_path), None)], gpus=4, device="cpu")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_where_there_is_none():
+    from pptl.run.launcher import check_device
+
+    with pytest.raises(InputError, match=r"--device cuda: no CUDA device is available here .*use --device cpu"):
+        check_device("cuda", 2)
+
+
+def test_more_gpus_than_exist(monkeypatch):
+    from pptl.run.launcher import check_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    with pytest.raises(InputError, match=r"--gpus 8: only 4 CUDA devices visible here"):
+        check_device("cuda", 8)
+    assert check_device(None, 4) == "cuda"
+
+
+# ----------------------------------------------------------------------------------------------
+# Command line and torchrun
+
+
+def test_cli_run_verify_then_compare_then_calibrate(tmp_path):
+    plan = _tiny_plan(tmp_path, "zb-h1")
+    runner = CliRunner()
+    measured = tmp_path / "m.json"
+    r = runner.invoke(app, ["run", str(plan), "--gpus", "2", "--device", "cpu", "--steps", "1", "--warmup", "0",
+                            "--verify", "-o", str(measured)])
+    assert r.exit_code == 0, r.output
+    assert "zb-h1: 2 ranks on cpu (gloo)" in r.output
+    assert "verify ok: loss rel err" in r.output
+    assert "instrumentation overhead" in r.output
+    r = runner.invoke(app, ["render", str(measured), "-o", str(tmp_path / "m.png")])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["compare", str(plan), str(measured), "-o", str(tmp_path / "cmp.png")])
+    assert r.exit_code == 0, r.output
+    assert "makespan: planned" in r.output and "note: the plan is in 'unit' and the run in 'ms'" in r.output
+    assert (tmp_path / "cmp.png").read_bytes()[:4] == b"\x89PNG"
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps({"schedule": "zb-h1", "pp": 2, "microbatches": 4, "workload": TINY}))
+    r = runner.invoke(app, ["plan", str(cfg), "--costs-from", str(measured), "-o", str(tmp_path / "cal.json")])
+    assert r.exit_code == 0, r.output
+    cal = json.loads((tmp_path / "cal.json").read_text())
+    assert cal["timeline"]["meta"]["units"] == "ms"
+    costs = cal["config"]["costs"]
+    assert costs["B"] == pytest.approx(costs["I"] + costs["W"])  # zb-h1 measured I and W only
+    r = runner.invoke(app, ["compare", str(tmp_path / "cal.json"), str(measured), "--output", "json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["scale"] == 1.0
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--gpus", "3"], "the plan has pp=2 ranks; run it with --gpus 2"),
+    (["--device", "tpu"], "--device: got 'tpu', expected cuda or cpu"),
+    (["--steps", "0"], "--steps: got 0, expected at least 1"),
+], ids=["gpus", "device", "steps"])
+def test_cli_run_usage_errors_exit_2(tmp_path, args, message):
+    r = CliRunner().invoke(app, ["run", str(_tiny_plan(tmp_path)), *args, "-o", str(tmp_path / "m.json")])
+    assert r.exit_code == 2, r.output
+    assert message in r.output
+
+
+def test_cli_and_core_do_not_import_torch():
+    code = ("import sys; from typer.testing import CliRunner; from pptl.cli import app; "
+            "CliRunner().invoke(app, ['--help']); CliRunner().invoke(app, ['run', '--help']); "
+            "import pptl.run, pptl.compare, pptl.run.program, pptl.run.results; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_per_rank_entry_under_torchrun(tmp_path):
+    plan = _tiny_plan(tmp_path, "gpipe")
+    out = tmp_path / "m.json"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                        "-m", "pptl.run", str(plan), "--device", "cpu", "--steps", "1", "--warmup", "0", "-o",
+                        str(out)], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    data = json.loads(out.read_text())
+    assert data["meta"]["source"] == "measured" and len(data["events"]) == len(_training_schedule("gpipe", 2).ops)
+
+
+def test_per_rank_entry_needs_torchrun():
+    r = subprocess.run([sys.executable, "-m", "pptl.run", "plan.json"], capture_output=True, text=True, cwd=ROOT,
+                       env={k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")})
+    assert r.returncode == 2
+    assert "RANK and WORLD_SIZE not set: start this under torchrun, or use 'pptl run'" in r.stderr
