@@ -192,10 +192,12 @@ def main() -> int:
     ap.add_argument("--torch-timeout", type=float, default=240)
     ap.add_argument("--skip-smoke", action="store_true")
     ap.add_argument("--skip-torch", action="store_true")
+    ap.add_argument("--work", default="", help="folder for configs, plans, timelines (default OUT/work); "
+                    "OUT gets them as work.tar.gz either way")
     ap.add_argument("--ab-env", default="", help="VAR=VALUE: rerun the last micro-batch count with it set")
     args = ap.parse_args()
     out = Path(args.out)
-    work = out / "work"
+    work = Path(args.work) if args.work else out / "work"
     work.mkdir(parents=True, exist_ok=True)
     mbs = [int(x) for x in args.mbs.split(",")]
     results: dict = {"args": vars(args), "env": {}}
