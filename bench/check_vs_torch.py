@@ -186,22 +186,40 @@ def time_grid(grid: list[tuple[str, int, int]]) -> list[dict]:
 
 
 def fixture_table() -> list[dict]:
-    """Each invalid fixture torch can read (CSV): which tool rejects it, and how."""
+    """Every invalid fixture: which tool rejects it. torch reads CSVs as they are; other fixtures
+    (pptl plans, configs) are written as torch CSV by pptl first (compute_comms when they list
+    their P2P and can be simulated, else compute_only, which torch lowers itself)."""
+    from pptl.errors import PptlError
     from pptl.formats.loader import load_any
+    from pptl.formats.torch_csv import export_csv
+    from pptl.planning import check_file
 
     out = []
-    files = sorted(glob.glob(str(ROOT / "fixtures/invalid/*.csv")) + glob.glob(str(ROOT / "fixtures/csv/invalid/*.csv")))
-    for f in files:
-        rel = os.path.relpath(f, ROOT)
-        try:
-            s = load_any(f, report_problems=True).schedule
-            pp, n, m = s.pp, s.num_stages, s.microbatches
-        except Exception:  # unreadable even leniently: let torch guess the sizes from the rows
-            with open(f) as fh:
-                pp, n, m = sum(1 for _ in fh), 1, 1
-        torch_result = torch_check_file(f, pp, n, m)
-        pptl_result, _ = pptl_check_file(f)
-        out.append({"fixture": rel, "torch": torch_result, "pptl": pptl_result})
+    files = sorted(glob.glob(str(ROOT / "fixtures/invalid/*")) + glob.glob(str(ROOT / "fixtures/csv/invalid/*.csv")))
+    with tempfile.TemporaryDirectory() as tmp:
+        for f in files:
+            rel = os.path.relpath(f, ROOT)
+            row: dict[str, Any] = {"fixture": rel}
+            for mode in ("nonblocking", "nccl", "blocking"):
+                try:
+                    report = check_file(f, p2p=mode)
+                    row[mode] = sorted({v.code for v in report.violations if v.severity == "error"})
+                except PptlError as e:
+                    row[mode] = [f"input error: {e}"[:80]]
+            try:
+                s = load_any(f, report_problems=True).schedule
+                path = f
+                if not f.endswith(".csv"):
+                    path = os.path.join(tmp, os.path.basename(f) + ".csv")
+                    try:
+                        text, _ = export_csv(s, comms=any(op.kind in ("SEND", "RECV") for op in s.ops))
+                    except PptlError:
+                        text, _ = export_csv(s, comms=False)
+                    Path(path).write_text(text)
+                row["torch"] = torch_check_file(path, s.pp, s.num_stages, s.microbatches)
+            except PptlError as e:
+                row["torch"] = f"n/a: {str(e)[:70]}"
+            out.append(row)
     return out
 
 
@@ -211,11 +229,13 @@ def _markdown(rows: list[dict], fixtures: list[dict]) -> str:
     for r in rows:
         lines.append(f"| {r['schedule']} | {r['pp']} | {r['microbatches']} | {r['actions']} | {r['torch_s']:.2f} | "
                      f"{r['pptl_s']:.2f} | {r['ratio']:.2f} |")
-    lines += ["", "| fixture | torch (validate + simulate) | pptl check (--p2p nccl) |", "|---|---|---|"]
+    lines += ["", "| fixture | torch (_validate_schedule + _simulate_comms_compute) | pptl nonblocking | pptl nccl "
+              "| pptl blocking |", "|---|---|---|---|---|"]
     for f in fixtures:
-        def cell(v: str) -> str:
-            return "accepts" if v == "ok" else "rejects: " + v.replace("|", "/")[:90]
-        lines.append(f"| {f['fixture']} | {cell(f['torch'])} | {cell(f['pptl'])} |")
+        torch_cell = "accepts" if f["torch"] == "ok" else (
+            f["torch"] if f["torch"].startswith("n/a") else "rejects (" + f["torch"].replace("|", "/")[:70] + ")")
+        modes = [", ".join(f[m]) if f[m] else "accepts" for m in ("nonblocking", "nccl", "blocking")]
+        lines.append(f"| {f['fixture']} | {torch_cell} | " + " | ".join(modes) + " |")
     return "\n".join(lines)
 
 
@@ -246,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
         print(_markdown(rows, fixtures))
     else:
         for f in fixtures:
-            print(f"{f['fixture']}: torch {f['torch']} | pptl {f['pptl']}")
+            print(f"{f['fixture']}: torch {f['torch']} | pptl nonblocking {f['nonblocking']} nccl {f['nccl']} "
+                  f"blocking {f['blocking']}")
     return 0
 
 

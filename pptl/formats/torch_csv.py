@@ -264,8 +264,8 @@ def schedule_from_rows(rows: list[list[Action]], *, source: str = "<csv>", micro
     else:
         num_stages = max_stage + 1
         spr = max(Counter(observed.values()).values())
-    rank_of = _rank_map(use, pp, observed)
-    chunk_of = _chunk_map(use, pp, observed)
+    rank_of = _memo(_rank_map(use, pp, observed))
+    chunk_of = _memo(_chunk_map(use, pp, observed))
 
     # Micro-batches: the number of distinct forwards most stages run (torch's count), so that
     # {0, 1, 2, 7} on a stage is read as 4 micro-batches with index 7 out of range.
@@ -307,6 +307,19 @@ def schedule_from_rows(rows: list[list[Action]], *, source: str = "<csv>", micro
 
 
 _LETTER = {"compute": "c", "send": "s", "recv": "r"}
+
+
+def _memo(fn):
+    """Per-stage lookups are asked once per action; answer each stage once."""
+    table: dict[int, int] = {}
+
+    def get(s: int) -> int:
+        v = table.get(s)
+        if v is None:
+            v = table[s] = fn(s)
+        return v
+
+    return get
 
 
 def _stages_of(a: Action) -> Iterable[int]:
@@ -353,20 +366,24 @@ def _chunk_map(use: str, pp: int, observed: dict[int, int]):
     return lambda s: index.get(s, -1)
 
 
+# SEND_F goes to the next stage, SEND_B to the previous one; RECVs come from the other side.
+_COMM_OPS = {"SEND_F": ("SEND", "F", 1, "send"), "SEND_B": ("SEND", "B", -1, "send"),
+             "RECV_F": ("RECV", "F", -1, "recv"), "RECV_B": ("RECV", "B", 1, "recv")}
+
+
 def _to_op(a: Action, rank: int, rank_of, chunk_of) -> Op:
+    comm = _COMM_OPS.get(a.kind)
+    if comm is not None:
+        kind, flow, step, lane = comm
+        return Op(kind=kind, rank=rank, lane=lane, stage=a.stage, mb=a.mb, chunk=chunk_of(a.stage),
+                  peer=rank_of(a.stage + step), flow=flow)
+    if a.kind in _COMPUTE:
+        return Op(kind=a.kind, rank=rank, lane="compute", stage=a.stage, mb=a.mb, chunk=chunk_of(a.stage))
     if a.kind == "OVERLAP_F_B":
         f, bw = (a.subs if a.subs[0].kind == "F" else a.subs[::-1])
         return Op(kind="FB", rank=rank, lane="compute", stage=f.stage, mb=f.mb, chunk=chunk_of(f.stage),
                   pair=(bw.stage, bw.mb, 0))
-    if a.kind in _COMPUTE:
-        return Op(kind=a.kind, rank=rank, lane="compute", stage=a.stage, mb=a.mb, chunk=chunk_of(a.stage))
-    if a.kind in FSDP_KINDS:
-        return Op(kind=a.kind, rank=rank, lane="compute", stage=a.stage, chunk=chunk_of(a.stage))
-    kind, flow = a.kind.split("_")
-    # SEND_F goes to the next stage, SEND_B to the previous one; RECVs come from the other side.
-    step = {("SEND", "F"): 1, ("SEND", "B"): -1, ("RECV", "F"): -1, ("RECV", "B"): 1}[kind, flow]
-    return Op(kind=kind, rank=rank, lane="send" if kind == "SEND" else "recv", stage=a.stage, mb=a.mb,
-              chunk=chunk_of(a.stage), peer=rank_of(a.stage + step), flow=flow)
+    return Op(kind=a.kind, rank=rank, lane="compute", stage=a.stage, chunk=chunk_of(a.stage))  # FSDP kinds
 
 
 def _placement_note(use: str, detected: str, asked: str | None, pp: int, n: int, spr: int) -> str:
