@@ -144,3 +144,21 @@ def test_real_torch_profiler_trace(tmp_path: Path) -> None:
     assert [e.op for e in sorted(loaded.timeline.events, key=lambda e: e.start)] == [
         "r0/compute/F s0 mb0", "r0/compute/F s0 mb1", "r0/compute/B s0 mb0", "r0/compute/B s0 mb1"]
     assert loaded.timeline.events[0].start == 0.0
+
+
+def test_compare_and_check_read_trace_folders(tmp_path: Path, plan) -> None:
+    from typer.testing import CliRunner
+
+    from pptl.cli import app
+
+    runner = CliRunner()
+    folder = _traces(tmp_path, plan)
+    plan_file = tmp_path / "plan.json"
+    r = runner.invoke(app, ["plan", "--schedule", "1f1b", "--pp", "3", "--microbatches", "4", "-o", str(plan_file)])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["compare", str(plan_file), str(folder)])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.startswith("makespan: planned")
+    r = runner.invoke(app, ["check", str(folder)])  # what actually ran, as a schedule
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines()[-1] == f"{folder}: ok, {len(plan[0].ops)} ops checked"

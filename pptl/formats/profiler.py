@@ -131,8 +131,8 @@ def read_traces(files: list[Path], *, source: str, preread: dict[Path, Any] | No
     missing = [r for r in range(pp) if r not in per_rank]
     if missing:
         notes.append(f"no file for rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}")
-    schedule, timeline, more = timeline_from_rows([_place(per_rank.get(r, []), r, pp) for r in range(pp)], source=source,
-                                                  units=unit, microbatches=microbatches)
+    rows = [_place(per_rank.get(r, []), r, pp) for r in range(pp)]
+    schedule, timeline, more = timeline_from_rows(rows, source=source, units=unit, microbatches=microbatches)
     notes = [f"{'torch profiler traces' if kind == 'profiler' else 'event lists'}: {len(per_rank)} "
              f"file{'s' if len(per_rank) != 1 else ''}, {len(timeline.events)} events in {unit}"] + more + notes
     return Loaded(source, schedule, timeline, "profiler" if kind == "profiler" else "events", tuple(notes))

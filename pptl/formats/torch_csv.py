@@ -101,11 +101,13 @@ def parse_action(text: str) -> Action | None:
     if cell.startswith("("):
         m = _OVERLAP.fullmatch(cell)
         if not m:
-            raise ValueError(f"'{cell}' is not an overlapped action; expected (F;B)OVERLAP_F_B such as (0F7;7B3)OVERLAP_F_B")
+            raise ValueError(f"'{cell}' is not an overlapped action; expected (F;B)OVERLAP_F_B such as "
+                             "(0F7;7B3)OVERLAP_F_B")
         subs = tuple(parse_action(s) for s in m.group(1).split(";"))
         kinds = sorted(a.kind for a in subs if a is not None)
         if len(subs) != 2 or None in subs or kinds != ["B", "F"]:
-            raise ValueError(f"'{cell}': OVERLAP_F_B must overlap one F and one B (pptl's FB op), such as (0F7;7B3)OVERLAP_F_B")
+            raise ValueError(f"'{cell}': OVERLAP_F_B must overlap one F and one B (pptl's FB op), such as "
+                             "(0F7;7B3)OVERLAP_F_B")
         return Action(-1, "OVERLAP_F_B", None, subs)  # type: ignore[arg-type]
     m = _STRICT.fullmatch(cell)
     if not m:
@@ -166,12 +168,7 @@ def read_csv(path: str | Path, *, microbatches: int | None = None, placement: st
         rank = _rank_of_id(op_id)
         return lines[rank] if rank is not None and 0 <= rank < len(lines) else None
 
-    loaded = Loaded(str(p), schedule, None, "torch-csv", tuple(notes))
-    # Optional fields of Loaded (older loaders lack them; set only where they exist).
-    for name, value in (("problems", tuple(problems)), ("locate", locate)):
-        if hasattr(loaded, name):
-            setattr(loaded, name, value)
-    return loaded
+    return Loaded(str(p), schedule, None, "torch-csv", tuple(notes), problems=tuple(problems), locate=locate)
 
 
 def load_csv_text(text: str, *, source: str = "<csv>", microbatches: int | None = None,
@@ -459,7 +456,8 @@ def to_rows(schedule: Schedule, *, comms: bool = False) -> tuple[list[list[str]]
                          "(export dualpipev rather than dualpipe)")
     bad = sorted({op.lane for op in schedule.ops} - {"compute", "send", "recv"})
     if bad:
-        raise InputError(f"schedule '{schedule.family}' uses lane '{bad[0]}'; torch's CSV has compute, send and recv only")
+        raise InputError(f"schedule '{schedule.family}' uses lane '{bad[0]}'; torch's CSV has compute, send and "
+                         "recv only")
     notes: list[str] = []
     rows: list[list[str]] = []
     if not comms:
