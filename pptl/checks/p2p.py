@@ -257,7 +257,8 @@ def p2p_deadlock(ctx: Context) -> list[Violation]:
     (nccl, blocking), and the data needs; a cycle is a hang, printed op by op. Orderings such as a
     RECV deferred to just before its use on both sides of a pair pass torch's
     ``_simulate_comms_compute`` yet hang here under nccl.
-    Fixtures: fixtures/invalid/p2p_nccl_hang.csv, p2p_blocking_send_first.csv, p2p_blocking_ring.csv.
+    Fixtures: fixtures/invalid/p2p_nccl_hang.csv, p2p_nccl_defer_recv.csv (torch's own defer_pp_recv
+    lowering), p2p_blocking_send_first.csv, p2p_blocking_ring.csv (hangs only under blocking).
 
     Notes: O(ops + edges) (Kahn's algorithm; ``nx.find_cycle`` only on what is left of a cycle).
     """
