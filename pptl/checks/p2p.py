@@ -252,8 +252,8 @@ def _issue_positions(ctx: Context) -> dict[str, list[Violation]]:
 def p2p_deadlock(ctx: Context) -> list[Violation]:
     """PP031: the schedule hangs under the chosen P2P model although its data order is fine.
 
-    Builds the wait-for graph of the model (module docstring): compute order, issue or lane
-    order, channel order per peer (nccl), rendezvous of each SEND with the RECV it matches
+    Builds the wait-for graph of the model (module docstring) over the given issue order: compute
+    order, when each P2P op is posted, channel order per peer (nccl), rendezvous of each SEND with the RECV it matches
     (nccl, blocking), and the data needs; a cycle is a hang, printed op by op. Orderings such as a
     RECV deferred to just before its use on both sides of a pair pass torch's
     ``_simulate_comms_compute`` yet hang here under nccl.
