@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import glob
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping

@@ -6,7 +6,6 @@ the timed events: F allocates at its start, B (or I and W, by the declared split
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import networkx as nx

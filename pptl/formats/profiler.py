@@ -22,7 +22,6 @@ event lists are taken as they are. The timeline starts at the first event.
 from __future__ import annotations
 
 import glob
-import gzip
 import json
 import re
 from collections import defaultdict
@@ -165,15 +164,28 @@ def _read(p: Path) -> Any:
     except OSError as e:
         raise InputError(f"{p}: cannot read: {e.strerror or e}") from None
     if p.name.endswith(".gz"):
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as e:
-            raise InputError(f"{p}: not valid gzip: {e}") from None
+        raw = _gunzip(raw, p)
     try:
         return json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise InputError(f"{p}: nested too deeply") from None
     except (UnicodeDecodeError, ValueError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise InputError(f"{p}: not valid JSON: {first}") from None
+
+
+def _gunzip(raw: bytes, p: Path) -> bytes:
+    """Decompress with a bound, so a small file cannot expand into gigabytes (a gzip bomb)."""
+    import zlib
+
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        out = d.decompress(raw, _MAX_BYTES + 1)
+    except zlib.error as e:
+        raise InputError(f"{p}: not valid gzip: {e}") from None
+    if len(out) > _MAX_BYTES or d.unconsumed_tail:
+        raise InputError(f"{p}: decompresses to more than the {_MAX_BYTES} bytes accepted")
+    return out
 
 
 def _rank_from_name(p: Path, fallback: int) -> int:
