@@ -6,6 +6,7 @@ line in ``RULES``.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Callable
@@ -16,7 +17,7 @@ from pptl.dag import build_dag
 from pptl.errors import InputError
 from pptl.ir import Schedule
 
-__all__ = ["Violation", "Context", "Rule", "RULES", "P2P_MODES", "run_checks", "rule_table"]
+__all__ = ["Violation", "Context", "Rule", "P2P_MODES", "run_checks", "rule_table"]
 
 P2P_MODES = ("nonblocking", "nccl", "blocking")
 
@@ -79,10 +80,13 @@ class Rule:
     """Skip when the DAG has a cycle (the deadlock rule has reported it)."""
 
 
-def _rules() -> list[Rule]:
-    from pptl.checks import comm, memory, order, structure
+@functools.cache
+def rule_table() -> tuple[Rule, ...]:
+    """Every rule, by code. Adding a rule is one line here."""
+    from pptl.checks import comm, memory, moe, order, overlap, p2p, structure
+    from pptl.checks import weight_update as wu
 
-    return [
+    return (
         Rule("PP001", "malformed-op", structure.malformed_ops),
         Rule("PP002", "duplicate-op", structure.duplicate_ops),
         Rule("PP003", "missing-work", structure.missing_work),
@@ -92,50 +96,18 @@ def _rules() -> list[Rule]:
         Rule("PP007", "deadlock", order.deadlock),
         Rule("PP008", "unmatched-p2p", comm.unmatched_p2p),
         Rule("PP009", "memory-over-limit", memory.memory_over_limit, needs_acyclic=True),
-        *_overlap_rules(),
-        *_weight_update_rules(),
-        *_p2p_rules(),
-        *_moe_rules(),
-    ]
-
-
-def _moe_rules() -> list[Rule]:
-    from pptl.checks import moe
-
-    return [
+        Rule("PP020", "fb-self-dependency", overlap.fb_self_dependency),
+        Rule("PP021", "w-fifo-order", overlap.w_fifo_order),
+        Rule("PP022", "formula-assumption", overlap.formula_assumptions, needs_acyclic=True),
+        Rule("PP030", "p2p-fifo-order", p2p.fifo_order),
+        Rule("PP031", "p2p-deadlock", p2p.p2p_deadlock),
+        Rule("PP032", "send-before-data", p2p.send_before_data),
+        Rule("PP033", "recv-after-use", p2p.recv_after_use),
         Rule("PP040", "backward-before-onload", moe.backward_before_onload, needs_acyclic=True),
         Rule("PP041", "onload-without-offload", moe.onload_without_offload),
         Rule("PP042", "ep-a2a-order", moe.ep_a2a_order),
         Rule("PP043", "paired-self-dependency", moe.paired_self_dependency),
         Rule("PP044", "incomplete-moe-layer", moe.incomplete_layers),
-    ]
-
-
-def _p2p_rules() -> list[Rule]:
-    from pptl.checks import p2p
-
-    return [
-        Rule("PP030", "p2p-fifo-order", p2p.fifo_order),
-        Rule("PP031", "p2p-deadlock", p2p.p2p_deadlock),
-        Rule("PP032", "send-before-data", p2p.send_before_data),
-        Rule("PP033", "recv-after-use", p2p.recv_after_use),
-    ]
-
-
-def _overlap_rules() -> list[Rule]:
-    from pptl.checks import overlap
-
-    return [
-        Rule("PP020", "fb-self-dependency", overlap.fb_self_dependency),
-        Rule("PP021", "w-fifo-order", overlap.w_fifo_order),
-        Rule("PP022", "formula-assumption", overlap.formula_assumptions, needs_acyclic=True),
-    ]
-
-
-def _weight_update_rules() -> list[Rule]:
-    from pptl.checks import weight_update as wu
-
-    return [
         Rule("PP050", "ipc-reuse-before-release", wu.ipc_reuse_before_release, needs_acyclic=True),
         Rule("PP051", "bucket-over-buffer", wu.bucket_over_buffer),
         Rule("PP052", "tensor-over-bucket", wu.tensor_over_bucket),
@@ -143,16 +115,7 @@ def _weight_update_rules() -> list[Rule]:
         Rule("PP054", "h2d-buffer-reuse", wu.h2d_buffer_reuse, needs_acyclic=True),
         Rule("PP055", "incomplete-update", wu.incomplete_update),
         Rule("PP056", "buffers-over-memory", wu.buffers_over_memory),
-    ]
-
-
-RULES: list[Rule] = []
-
-
-def rule_table() -> list[Rule]:
-    if not RULES:
-        RULES.extend(_rules())
-    return RULES
+    )
 
 
 def run_checks(schedule: Schedule, *, memory_limit: float | None = None, p2p: str = "nccl",

@@ -16,6 +16,7 @@ from pptl.ir import Op, Schedule, ScheduleBuilder
 
 __all__ = [
     "Family",
+    "flush_bubble",
     "loop_rank",
     "v_rank",
     "compute_op",
@@ -62,6 +63,12 @@ def require(cond: bool, cfg: Config, field_name: str, value: object, expected: s
     """Raise the one-line config error every family uses."""
     if not cond:
         raise InputError(f"{cfg.source}: field '{field_name}': got {value}, {expected} for schedule '{cfg.schedule}'")
+
+
+def flush_bubble(cfg: Config) -> float:
+    """(p-1)(F+B): each rank idles while the first micro-batch fills and the last drains the pipeline."""
+    c = cfg.costs
+    return (cfg.pp - 1) * (c.lookup("F") + c.lookup("B"))
 
 
 def loop_rank(stage: int, pp: int) -> tuple[int, int]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pptl.config import Config
 from pptl.ir import Op, Schedule
-from pptl.schedules._common import Family, assemble, backward_ops, compute_op, require
+from pptl.schedules._common import Family, assemble, backward_ops, compute_op, flush_bubble, require
 
 __all__ = ["FAMILY", "build", "validate", "schedule_table", "warmup_count"]
 
@@ -76,8 +76,7 @@ def build(cfg: Config) -> Schedule:
 
 def bubble(cfg: Config) -> float:
     """Per rank idle with per-chunk costs F and B: (p-1)(F+B), i.e. (p-1)(F_rank+B_rank)/V."""
-    c = cfg.costs
-    return (cfg.pp - 1) * (c.lookup("F") + c.lookup("B"))
+    return flush_bubble(cfg)
 
 
 def memory(cfg: Config) -> float:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pptl.config import Config
 from pptl.ir import Op, Schedule
-from pptl.schedules._common import Family, assemble, backward_ops, compute_op, require
+from pptl.schedules._common import Family, assemble, backward_ops, compute_op, flush_bubble, require
 
 __all__ = ["FAMILY", "build", "validate"]
 
@@ -38,18 +38,13 @@ def build(cfg: Config) -> Schedule:
     return assemble(cfg, "1f1b", orders, num_stages=p, microbatches=m)
 
 
-def bubble(cfg: Config) -> float:
-    c = cfg.costs
-    return (cfg.pp - 1) * (c.lookup("F") + c.lookup("B"))
-
-
 FAMILY = Family(
     name="1f1b",
     summary="one forward, one backward after a warmup of p-1-r forwards",
     constraints="vpp = 1; any pp >= 1 and microbatches >= 1 (fewer micro-batches than stages is fine)",
     validate=validate,
     build=build,
-    bubble=bubble,
+    bubble=flush_bubble,
     bubble_formula="(p-1)(F+B)",
     memory=lambda cfg: float(min(cfg.pp, cfg.microbatches)) * cfg.activation,
     memory_formula="min(p, m) on rank 0",
