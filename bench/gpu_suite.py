@@ -93,10 +93,11 @@ def run_family_set(paths: dict, args: argparse.Namespace, *, steps: int, warmup:
         out[n] = {"median_step_ms": x.get("median_step_ms"), "median_untimed_step_ms": x.get("median_untimed_step_ms"),
                   "median_untimed_wall_ms": x.get("median_untimed_wall_ms"), "overhead": x.get("overhead"),
                   "makespan_ms": tl.makespan, "verify": x.get("verify"), "device": x.get("device"),
+                  "gated_receives": x.get("gated_receives"),
                   "busy_ms": [s.busy for s in tl.rank_stats("compute")]}
         v = x.get("verify")
         log(f"  {n:18s} step {x.get('median_step_ms') or 0:9.3f} ms  wall {x.get('median_untimed_wall_ms') or 0:9.3f} ms"
-            f"  overhead {100 * (x.get('overhead') or 0):+5.1f}%" + (f"  verify ok={v['ok']} grad err "
+            f"  overhead {100 * (x.get('overhead') or 0):+5.1f}%  gated {x.get('gated_receives')}" + (f"  verify ok={v['ok']} grad err "
                                                                   f"{v['max_grad_rel_err']:.1e}" if v else ""))
     return out
 
@@ -174,6 +175,30 @@ def table(results: dict, mbs: list[int]) -> list[str]:
     return lines
 
 
+class _env:
+    """Set "VAR=VALUE,VAR2=VALUE2" (or "default": nothing) for the duration of a with block."""
+
+    def __init__(self, spec: str) -> None:
+        self.pairs = [] if spec == "default" else [p.split("=", 1) for p in spec.split(",") if p]
+        self.old: dict = {}
+
+    def __enter__(self) -> None:
+        for k, v in self.pairs:
+            self.old[k] = os.environ.get(k)
+            os.environ[k] = v
+
+    def __exit__(self, *exc: object) -> None:
+        for k, v in self.old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _slug(spec: str) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in spec)[:40]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -194,7 +219,8 @@ def main() -> int:
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--work", default="", help="folder for configs, plans, timelines (default OUT/work); "
                     "OUT gets them as work.tar.gz either way")
-    ap.add_argument("--ab-env", default="", help="VAR=VALUE: rerun the last micro-batch count with it set")
+    ap.add_argument("--variants", default="default",
+                    help="';'-separated environments for pptl run, e.g. 'default;NCCL_MAX_P2P_NCHANNELS=1'")
     args = ap.parse_args()
     out = Path(args.out)
     work = Path(args.work) if args.work else out / "work"
@@ -226,32 +252,39 @@ def main() -> int:
         cfgs = training_configs(args.gpus, 2 * args.gpus, wl, None)
         results["smoke"] = stage("smoke (verify)", lambda: run_family_set(write_plans(cfgs, work, "smoke"), args,
                                                                           steps=1, warmup=1, verify=True))
-    results["anchor"], results["calibration"], results["torch"] = {}, {}, {}
+    results["anchor"], results["calibration"], results["torch"], results["variants"] = {}, {}, {}, {}
+    wl = {"hidden": args.hidden, "tokens": args.tokens, "dtype": args.dtype}
+    # Environment variants for pptl run, tried on the largest micro-batch count; the best (least total
+    # step time over the families) is then used for the other counts. Each is "VAR=VALUE,..." or "default".
+    variants = [v.strip() for v in args.variants.split(";") if v.strip()] or ["default"]
+    m_last = mbs[-1]
+    chosen_paths: dict = {}
+    for v in variants:
+        with _env(v):
+            paths = write_plans(training_configs(args.gpus, m_last, wl, args.layers_per_rank), work,
+                                f"m{m_last}_{_slug(v)}")
+            res = stage(f"anchor m={m_last} [{v}]", lambda: run_family_set(
+                paths, args, steps=args.steps, warmup=args.warmup, verify=False)) or {}
+        results["variants"][v] = res
+        chosen_paths[v] = paths
+    complete = [v for v in variants if len(results["variants"][v]) == len(chosen_paths[v])]
+    best = min(complete or variants, key=lambda v: sum(r.get("median_untimed_wall_ms") or 1e18
+                                                       for r in results["variants"][v].values()))
+    results["chosen_env"] = best
+    log(f"chosen environment for pptl run: {best}")
     for m in mbs:
-        wl = {"hidden": args.hidden, "tokens": args.tokens, "dtype": args.dtype}
-        cfgs = training_configs(args.gpus, m, wl, args.layers_per_rank)
-        paths = write_plans(cfgs, work, f"m{m}")
-        results["anchor"][str(m)] = stage(f"anchor m={m}", lambda: run_family_set(
-            paths, args, steps=args.steps, warmup=args.warmup, verify=False)) or {}
+        if m == m_last:
+            paths = chosen_paths[best]
+            results["anchor"][str(m)] = results["variants"][best]
+        else:
+            with _env(best):
+                paths = write_plans(training_configs(args.gpus, m, wl, args.layers_per_rank), work, f"m{m}")
+                results["anchor"][str(m)] = stage(f"anchor m={m} [{best}]", lambda: run_family_set(
+                    paths, args, steps=args.steps, warmup=args.warmup, verify=False)) or {}
         results["calibration"][str(m)] = stage(f"calibrate m={m}", lambda: calibrate(
             {n: p for n, p in paths.items() if p[2].exists()})) or {}
         if not args.skip_torch:
             results["torch"][str(m)] = stage(f"torch m={m}", lambda: run_torch(args, m, work)) or {}
-    if args.ab_env:
-        # The last micro-batch count again with an environment change (e.g. fewer NCCL P2P channels,
-        # so receives waiting on the GPU hold fewer SMs), to choose defaults by measurement.
-        m = mbs[-1]
-        key, _, value = args.ab_env.partition("=")
-        old = os.environ.get(key)
-        os.environ[key] = value
-        wl = {"hidden": args.hidden, "tokens": args.tokens, "dtype": args.dtype}
-        paths = write_plans(training_configs(args.gpus, m, wl, args.layers_per_rank), work, f"m{m}_ab")
-        results["anchor_ab"] = {"env": args.ab_env, "m": m, "runs": stage(f"anchor m={m} with {args.ab_env}", lambda: (
-            run_family_set(paths, args, steps=args.steps, warmup=args.warmup, verify=False))) or {}}
-        if old is None:
-            os.environ.pop(key)
-        else:
-            os.environ[key] = old
     lines = table(results, mbs)
     (out / "table.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines), flush=True)

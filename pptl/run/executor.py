@@ -86,7 +86,8 @@ class Executor:
     """One rank's program, ready to run steps."""
 
     def __init__(self, program: Program, rank: int, device: torch.device, channels: dict[Any, Any], *,
-                 timeout: float, post: Callable[[int, int], None] | None = None, fault: Fault | None = None) -> None:
+                 timeout: float, post: Callable[[int, int], None] | None = None, fault: Fault | None = None,
+                 gates: Any = None) -> None:
         s = program.schedule
         self.program, self.rank, self.device = program, rank, device
         self.rp = program.ranks[rank]
@@ -97,6 +98,8 @@ class Executor:
         self.last = s.num_stages - 1
         self.scale = 1.0 / (s.microbatches * s.directions)
         self.channels = channels
+        self.gates = gates
+        """A :class:`pptl.run.gates.Gates` (CUDA on one node) or None."""
         self.timeout = timeout
         self.post = post or (lambda step, op: None)
         self.fault = fault if fault is not None and fault.rank == rank else None
@@ -357,6 +360,8 @@ class Executor:
                 t = st.grads.pop(key)
             t = t.contiguous()
             st.keep.append(t)
+            if self.gates is not None:
+                self.gates.open(i, self._step_index, torch.cuda.current_stream())
             works = dist.batch_isend_irecv([dist.P2POp(dist.isend, t, peer, group=group)])
             if self.cuda:
                 for w in works:
@@ -372,8 +377,11 @@ class Executor:
         peer = op.peer
 
         def recv(st: _Step) -> None:
-            buf = torch.empty(self.shape, dtype=self.dtype, device=self.device)  # on the lane's stream
+            buf = torch.empty(self.shape, dtype=self.dtype, device=self.device)  # on the channel's stream
             st.keep.append(buf)
+            if self.gates is not None:
+                self.gates.wait(i, self._step_index, torch.cuda.current_stream(), timeout=self.timeout,
+                                on_timeout=lambda: self._stuck(i, "its sender never reached the matching SEND"))
             works = dist.batch_isend_irecv([dist.P2POp(dist.irecv, buf, peer, group=group)])
             if self.cuda:
                 for w in works:
@@ -382,6 +390,9 @@ class Executor:
                 st.works[i] = works
             st.recvd[key] = buf
         return recv
+
+    def _stuck(self, i: int, why: str) -> None:
+        raise OpFailure(self.rank, self.ids[i], self._step_index, f"no progress for {self.timeout:g} s: {why}")
 
     def grads(self) -> dict[str, list[torch.Tensor]]:
         """"d,s" -> this rank's gradient of that copy (CPU, fp32), for --verify."""

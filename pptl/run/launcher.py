@@ -142,10 +142,17 @@ class _Ranks:
         return out
 
     def stop(self) -> None:
-        """SIGTERM every rank (the whole session), then SIGKILL what is left after 2 s."""
-        for sig, wait in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
+        """SIGTERM every rank (the whole session), then SIGKILL what is left after 2 s.
+
+        The spawner outlives its ranks and reaps them (it ignores SIGTERM; on SIGUSR1 it SIGKILLs the
+        ranks left), so when this returns no rank is left running, and each one's records are saved.
+        """
+        for sig, wait in ((signal.SIGTERM, 2.0), (signal.SIGUSR1, 5.0), (signal.SIGKILL, 5.0)):
             try:
-                os.killpg(self.spawner.pid, sig)
+                if sig == signal.SIGUSR1:
+                    os.kill(self.spawner.pid, sig)
+                else:
+                    os.killpg(self.spawner.pid, sig)
             except ProcessLookupError:
                 return
             try:

@@ -9,6 +9,7 @@ exit code (negative: killed by that signal) to ``RUNDIR/exit.rankR`` for the lau
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 __all__ = ["main"]
@@ -22,11 +23,19 @@ def main(argv: list[str]) -> int:
     from pptl.run.__main__ import main as rank_main
 
     ranks: dict[int, int] = {}
+    # The launcher stops a run with SIGTERM to the whole group: the ranks save their records and exit,
+    # and this process must outlive them to reap them, or they linger as orphans after pptl returns.
+    # SIGUSR1 is the launcher's "now": SIGKILL the ranks still running (they are our unreaped
+    # children, so their pids cannot have been reused).
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR1, lambda *_: _kill(ranks))
     for r in range(world):
         pid = os.fork()
         if pid == 0:
             code = 1
             try:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                signal.signal(signal.SIGUSR1, signal.SIG_DFL)
                 os.environ.update(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world))
                 fd = os.open(os.path.join(rundir, f"rank{r}.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                 os.dup2(fd, 1)
@@ -48,6 +57,14 @@ def main(argv: list[str]) -> int:
             f.write(str(os.waitstatus_to_exitcode(status)))
         os.replace(tmp, os.path.join(rundir, f"exit.rank{r}"))
     return 0
+
+
+def _kill(ranks: dict[int, int]) -> None:
+    for pid in list(ranks):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 if __name__ == "__main__":

@@ -92,14 +92,17 @@ def _run_plan(job: Job, k: int, pj: PlanJob, rank: int, world: int, device: torc
     if program.world != world:
         raise InputError(f"{plan_path}: the plan has pp={program.world} ranks but the run has {world} processes")
     _open_channels(program, rank, device, channels)
+    gates = _gates(job, k, program, rank, world, device)
 
     def post(step: int, op: int) -> None:
         if board is not None:
             board.post(rank, k, step, op)
 
     post(-1, -1)
-    ex = Executor(program, rank, device, channels, timeout=job.timeout + margin, post=post, fault=fault)
+    ex = Executor(program, rank, device, channels, timeout=job.timeout + margin, post=post, fault=fault,
+                  gates=gates)
     info = _info(device, world)
+    info["gated_receives"] = gates is not None
     payload: dict[str, Any] = {"rank": rank, "issue": list(program.ranks[rank].issue), "steps": [], "info": info}
     state["executor"], state["payload"] = ex, payload
     total = job.warmup + 2 * job.steps
@@ -112,6 +115,8 @@ def _run_plan(job: Job, k: int, pj: PlanJob, rank: int, world: int, device: torc
         if job.rundir:
             _write_json(records_path(job.rundir, k, rank), payload)
     post(total, -1)
+    if gates is not None:
+        gates.close(rank)
     if job.verify:
         payload["grads"] = ex.grads()
     gathered: list[Any] | None = [None] * world if rank == 0 else None
@@ -129,9 +134,28 @@ def _run_plan(job: Job, k: int, pj: PlanJob, rank: int, world: int, device: torc
         atomic_write(out, json.dumps(timeline.to_dict(), separators=(",", ":"), allow_nan=False))
 
 
+def _gates(job: Job, k: int, program: Program, rank: int, world: int, device: torch.device) -> Any:
+    """Receive gates (see :mod:`pptl.run.gates`) when every rank is a CUDA process on this node."""
+    if device.type != "cuda" or world < 2 or os.environ.get("PPTL_RUN_GATE", "1") == "0":
+        return None
+    one_node = bool(job.rundir) or os.environ.get("LOCAL_WORLD_SIZE") == str(world)
+    if not one_node:
+        return None
+    from pptl.run.gates import Gates, gates_path
+
+    gates = Gates(program, rank, device, gates_path(job.rundir, k))
+    if gates.enabled:
+        return gates
+    print(f"warning: rank {rank}: receives not gated ({gates.error})", file=sys.stderr)
+    gates.close(rank)
+    return None
+
+
 def _open_channels(program: Program, rank: int, device: torch.device, channels: dict[Any, Any]) -> None:
-    """One process group per channel, created and warmed in one global order on every rank, so no
-    first-use connection setup can wait on another in a cycle. Channels are kept across plans."""
+    """One process group per channel, created in one global order on every rank. Each channel of the
+    plan is then warmed with a message of the plan's size, in the same order, so that NCCL sets up
+    every connection now: a setup blocks the host until the peer does the same, and in the middle
+    of a step two ranks could wait on each other's setups. Channels are kept across plans."""
     options = None
     if device.type == "cuda":
         # NCCL's streams come from the high-priority pool: transfers are not starved by the compute
@@ -141,13 +165,17 @@ def _open_channels(program: Program, rank: int, device: torch.device, channels: 
     for ch in program.channels:
         if ch in channels:
             continue
+        channels[ch] = dist.new_group([ch[0], ch[1]], pg_options=options)
+    w = workload_of(program.schedule)
+    from pptl.run.model import DTYPES
+
+    for ch in program.channels:
         a, b = ch[0], ch[1]
-        channels[ch] = dist.new_group([a, b], pg_options=options)
         if rank in (a, b):
-            t = torch.zeros(1, device=device)
+            t = torch.zeros(w.tokens, w.hidden, dtype=DTYPES[w.dtype], device=device)
             op = dist.isend if rank == a else dist.irecv
-            for w in dist.batch_isend_irecv([dist.P2POp(op, t, b if rank == a else a, group=channels[ch])]):
-                w.wait()
+            for work in dist.batch_isend_irecv([dist.P2POp(op, t, b if rank == a else a, group=channels[ch])]):
+                work.wait()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
