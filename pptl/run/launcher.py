@@ -201,17 +201,7 @@ def _diagnose(verdict: dict[str, Any], rundir: str, world: int, posts: list[Any]
         return "(setup, before any op)"
 
     if verdict.get("hung"):
-        # A rank at a SEND or RECV waits for its peer: follow those waits to the rank that is stuck.
-        r = min(range(world), key=lambda i: posts[i].time)
-        seen: set[int] = set()
-        while r not in seen:
-            seen.add(r)
-            p = posts[r]
-            ops = schedules[p.plan].ops if 0 <= p.plan < len(schedules) else []
-            op = ops[p.op] if 0 <= p.op < len(ops) else None
-            if op is None or op.kind not in ("SEND", "RECV") or not 0 <= op.peer < world:
-                break
-            r = op.peer
+        r = _stuck_rank(posts, schedules, world)
         p = posts[r]
         return (f"run stopped: no rank made progress for the --timeout; rank {r} is stuck at op "
                 f"{op_name(p.plan, p.op)} (step {p.step})", max(p.plan, 0), 1)
@@ -237,6 +227,49 @@ def _diagnose(verdict: dict[str, Any], rundir: str, world: int, posts: list[Any]
         rec = min(records, key=lambda x: x["time"])
         return rec["message"], max(int(rec.get("plan", 0)), 0), int(rec.get("exit_code", 1))
     return "the run failed without a message", 0, 1
+
+
+def _stuck_rank(posts: list[Any], schedules: list[Schedule], world: int) -> int:
+    """The rank a hang starts at.
+
+    A rank at a SEND or RECV waits for its peer: from the rank that posted least recently, follow
+    those waits to the rank that is stuck. A peer already past the matching op (later in its issue
+    order, or in a later step) is not what the rank waits for: then the rank itself is stuck there,
+    e.g. it stopped before posting its receive while its peer went on to wait for it.
+    """
+    from pptl.run.program import build_program, message_key
+
+    issue: dict[tuple[int, int], dict[int, int]] = {}
+
+    def position(plan: int, rank: int) -> dict[int, int]:
+        if (plan, rank) not in issue:
+            try:
+                order = build_program(schedules[plan]).ranks[rank].issue
+            except Exception:  # diagnosis is best effort; never hide the failure behind another
+                order = ()
+            issue[(plan, rank)] = {i: k for k, i in enumerate(order)}
+        return issue[(plan, rank)]
+
+    r = min(range(world), key=lambda i: posts[i].time)
+    seen: set[int] = set()
+    while r not in seen:
+        seen.add(r)
+        p = posts[r]
+        ops = schedules[p.plan].ops if 0 <= p.plan < len(schedules) else []
+        op = ops[p.op] if 0 <= p.op < len(ops) else None
+        if op is None or op.kind not in ("SEND", "RECV") or not 0 <= op.peer < world:
+            break
+        q, pq = op.peer, posts[op.peer]
+        if pq.plan == p.plan:
+            pos = position(p.plan, q)
+            want, key = ("RECV" if op.kind == "SEND" else "SEND"), message_key(op)
+            match = next((i for i in pos if ops[i].kind == want and message_key(ops[i]) == key), None)
+            if match is not None and (pq.step, pos.get(pq.op, -1)) > (p.step, pos[match]):
+                break
+        elif pq.plan > p.plan:
+            break
+        r = q
+    return r
 
 
 def _write_partial(schedules: list[Schedule], plans: tuple[PlanJob, ...], k: int, rundir: str, world: int,
