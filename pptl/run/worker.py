@@ -54,10 +54,6 @@ def run_worker(job: Job, *, rank: int, world: int, local_rank: int, init_method:
     _dump_on_sigterm(job, rank, state)
     try:
         if cuda:
-            # More hardware work queues than the default 8, before CUDA starts: with a stream per
-            # channel plus NCCL's, streams would otherwise share queues, and a stream waiting on
-            # another GPU would hold up unrelated work queued behind it (false dependencies).
-            os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
             device = torch.device("cuda", local_rank)
             torch.cuda.set_device(device)
             dist.init_process_group("nccl", init_method=init_method, rank=rank, world_size=world,
