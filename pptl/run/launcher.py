@@ -32,6 +32,8 @@ __all__ = ["check_device", "launch"]
 
 #: Seconds the other ranks get to stop by themselves after one failed.
 _GRACE = 5.0
+#: Seconds start-up and set-up may go without progress, whatever --timeout says.
+_SETUP = 60.0
 
 
 def check_device(device: str | None, gpus: int) -> str:
@@ -184,8 +186,12 @@ def _watch(ranks: _Ranks, board: Any, timeout: float) -> dict[str, Any] | None:
             ranks.stop()
             return {"codes": codes, "lost_at": lost_at}
         if not lost_at:
-            newest = max(board.read(r).time for r in range(ranks.world))
-            if now - newest > timeout:
+            posts = [board.read(r) for r in range(ranks.world)]
+            newest = max(p.time for p in posts)
+            # Start-up and set-up (importing torch, joining the group, NCCL communicators) get at
+            # least _SETUP seconds: the timeout is about ops that stop making progress.
+            in_steps = any(p.op >= 0 for p in posts)
+            if now - newest > (timeout if in_steps else max(timeout, _SETUP)):
                 ranks.stop()
                 return {"codes": codes, "lost_at": lost_at, "hung": True}
         time.sleep(0.02)

@@ -1,7 +1,8 @@
 """A tiny shared board where each rank posts what it is doing, so the launcher can name the op of
 a rank that died or hangs (no torch; one memory write per op).
 
-Layout: per rank one record ``(plan, step, op index, wall time)``; op index -1 means setup.
+Layout: per rank one record ``(plan, step, op index, wall time)``; op index -1 means setup (or
+between steps), plan :data:`NOT_STARTED` a rank that has not begun.
 """
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Board", "Post"]
+__all__ = ["Board", "Post", "NOT_STARTED"]
+
+#: ``plan`` of a rank that has not posted yet.
+NOT_STARTED = -2
 
 _REC = struct.Struct("<qqqd")
 
@@ -32,7 +36,7 @@ class Board:
         self.world = world
         size = _REC.size * world
         if create:
-            Path(path).write_bytes(_REC.pack(-1, -1, -1, time.time()) * world)
+            Path(path).write_bytes(_REC.pack(NOT_STARTED, -1, -1, time.time()) * world)
         self._fd = os.open(str(path), os.O_RDWR)
         self._map = mmap.mmap(self._fd, size)
 

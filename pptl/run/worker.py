@@ -50,6 +50,7 @@ def run_worker(job: Job, *, rank: int, world: int, local_rank: int, init_method:
         from pptl.run.progress import Board
 
         board = Board(Path(job.rundir) / "progress.bin", world)
+        board.post(rank, -1, -1, -1)  # started: joining the group and setting up count as setup
     state: dict[str, Any] = {"plan": -1, "executor": None, "payload": None}
     _dump_on_sigterm(job, rank, state)
     try:
