@@ -244,6 +244,13 @@ def costs_from_timeline(timeline: Timeline) -> dict[str, Any]:
     for (stage, key), vals in sums.items():
         if stage >= 0:
             stages.setdefault(stage, {})[key] = sum(vals) / len(vals)
+    # Families whose ops name cost keys other than their kinds (MoE sub-ops, weight-update copies):
+    # `pptl run` stores the measured mean per cost key with the timeline.
+    keyed = timeline.meta.extra.get("cost_means")
+    if isinstance(keyed, dict):
+        costs.update(keyed.get("base", {}))
+        for s, v in keyed.get("stages", {}).items():
+            stages.setdefault(int(s), {}).update(v)
     if stages:
         costs["stages"] = {s: _fill_split(v) for s, v in sorted(stages.items())}
     latency = _message_latency(timeline)

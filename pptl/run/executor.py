@@ -105,15 +105,9 @@ class Executor:
         self.fault = fault if fault is not None and fault.rank == rank else None
         self._fault_index = next((i for i in self.rp.issue if self.ids[i] == self.fault.op), None) if self.fault else None
         self.local = {k for k, r in program.placement.items() if r == rank}
-        self.chunks = {(d, st): make_chunk(self.workload, st, device) for d, st in self.rp.stages}
-        m = s.microbatches
-        self.inputs = {(d, mb): make_input(self.workload, d, mb, device)
-                       for d, st in self.rp.stages if st == 0 for mb in range(m)}
-        self.targets = {(d, mb): make_target(self.workload, d, mb, device)
-                        for d, st in self.rp.stages if st == self.last for mb in range(m)}
-        self.split = {(op.direction, op.stage, op.mb) for op in self.ops if op.rank == rank and op.kind == "I"}
         self.shape = (self.workload.tokens, self.workload.hidden)
         self.dtype = DTYPES[self.workload.dtype]
+        self._setup_model()
         self.actions = {i: self._action(i) for i in self.rp.issue}
         if self.cuda:
             lanes = {self.ops[i].lane for i in self.rp.issue if i not in self.rp.channels} | {"compute"}
@@ -129,6 +123,20 @@ class Executor:
             self.flag = torch.zeros(1, device=device)
             torch.cuda.synchronize(device)  # weights and inputs were made on the default stream
         self.current = -1
+
+    def _setup_model(self) -> None:
+        """Weights, inputs and targets of this rank (a family's executor builds its own model)."""
+        m, device = self.program.schedule.microbatches, self.device
+        self.chunks = {(d, st): make_chunk(self.workload, st, device) for d, st in self.rp.stages}
+        self.inputs = {(d, mb): make_input(self.workload, d, mb, device)
+                       for d, st in self.rp.stages if st == 0 for mb in range(m)}
+        self.targets = {(d, mb): make_target(self.workload, d, mb, device)
+                        for d, st in self.rp.stages if st == self.last for mb in range(m)}
+        self.split = {(op.direction, op.stage, op.mb) for op in self.ops if op.rank == self.rank and op.kind == "I"}
+
+    def report(self) -> dict[str, Any]:
+        """Family-specific numbers of this rank after its steps (JSON-ready; none for training plans)."""
+        return {}
 
     # ------------------------------------------------------------------------------------------
     # One step

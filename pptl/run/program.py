@@ -28,12 +28,19 @@ from pptl.config import Workload
 from pptl.errors import InputError, InvalidScheduleError
 from pptl.ir import Op, Schedule
 
-__all__ = ["RUN_KINDS", "COMPUTE", "Channel", "RankProgram", "Program", "build_program", "channel_of", "message_key",
-           "workload_of"]
+__all__ = ["RUN_KINDS", "FAMILY_KINDS", "COMPUTE", "Channel", "RankProgram", "Program", "build_program", "channel_of",
+           "message_key", "workload_of"]
 
 #: The op kinds ``pptl run`` executes.
 COMPUTE = frozenset({"F", "B", "I", "W", "FB"})
 RUN_KINDS = COMPUTE | {"SEND", "RECV"}
+#: More kinds for the families with an executor of their own (:mod:`pptl.run.families`).
+FAMILY_KINDS: Mapping[str, frozenset[str]] = {
+    "moe-1f1b-overlap": frozenset({"ATTN", "MLP", "WGRAD", "A2A_DISPATCH", "A2A_COMBINE", "OFFLOAD", "ONLOAD"}),
+    "weight-update": frozenset({"H2D", "COPY", "BCAST", "RELOAD"}),
+}
+#: Families whose data crosses ranks through collectives (a broadcast), not SEND/RECV.
+_COLLECTIVE_FAMILIES = frozenset({"weight-update"})
 
 #: (sender, receiver, flow, direction, sender's stage), with "*"/-1 where a channel carries every
 #: flow, direction or stage of its pair: one ordered stream of messages, carried by its own
@@ -111,16 +118,23 @@ def build_program(schedule: Schedule, *, source: str = "plan") -> Program:
         O(ops log ops + deps), dominated by the sort and the plan's topological order.
     """
     ops = schedule.ops
+    kinds = RUN_KINDS | FAMILY_KINDS.get(schedule.family, frozenset())
     for op in ops:
-        if op.kind not in RUN_KINDS:
+        if op.kind not in kinds:
             raise InputError(f"{source}: op {op.id} has kind {op.kind}; pptl run executes training plans "
-                             f"(kinds {', '.join(sorted(RUN_KINDS))})")
+                             f"(kinds {', '.join(sorted(RUN_KINDS))}) and the {', '.join(sorted(FAMILY_KINDS))} "
+                             "families")
         if op.kind in ("SEND", "RECV") and op.flow not in ("F", "B"):
             raise InvalidScheduleError(f"{source}: op {op.id} has flow {op.flow!r}, expected F or B")
         if not 0 <= op.rank < schedule.pp:
             raise InvalidScheduleError(f"{source}: op {op.id} is on rank {op.rank}, outside 0..{schedule.pp - 1}")
+    if schedule.family in FAMILY_KINDS:
+        from pptl.run.families import check_runnable
+
+        check_runnable(schedule, source)
     placement = _placement(schedule, source)
-    _check_crossings(schedule, source)
+    if schedule.family not in _COLLECTIVE_FAMILIES:
+        _check_crossings(schedule, source)
     channel = _channels(schedule, source)
     key = _issue_key(schedule)
     by_rank: dict[int, list[int]] = {r: [] for r in range(schedule.pp)}

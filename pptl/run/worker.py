@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from pptl.errors import InputError, PptlError
 from pptl.fileio import atomic_write
-from pptl.run.executor import Executor, Fault, OpFailure
+from pptl.run.executor import Fault, OpFailure
 from pptl.run.options import Job, PlanJob
 from pptl.run.program import Program, build_program, workload_of
 from pptl.run.results import build_timeline
@@ -100,8 +100,12 @@ def _run_plan(job: Job, k: int, pj: PlanJob, rank: int, world: int, device: torc
             board.post(rank, k, step, op)
 
     post(-1, -1)
-    ex = Executor(program, rank, device, channels, timeout=job.timeout + margin, post=post, fault=fault,
-                  gates=gates)
+    from pptl.run.families import executor_class
+
+    ex_cls = executor_class(schedule)
+    ex = ex_cls(program, rank, device, channels, timeout=job.timeout + margin, post=post, fault=fault,
+                gates=gates)
+    program = ex.program  # a family's executor may refine the issue order and the waits
     info = _info(device, world)
     info["gated_receives"] = gates is not None
     payload: dict[str, Any] = {"rank": rank, "issue": list(program.ranks[rank].issue), "steps": [], "info": info}
@@ -120,6 +124,7 @@ def _run_plan(job: Job, k: int, pj: PlanJob, rank: int, world: int, device: torc
         gates.close(rank)
     if job.verify:
         payload["grads"] = ex.grads()
+    payload["report"] = ex.report()
     gathered: list[Any] | None = [None] * world if rank == 0 else None
     dist.gather_object(payload, gathered, dst=0)
     state["executor"] = None
@@ -127,10 +132,17 @@ def _run_plan(job: Job, k: int, pj: PlanJob, rank: int, world: int, device: torc
         return
     extra: dict[str, Any] = {"plan": pj.label or plan_path, "warmup": job.warmup, "workload": _workload_dict(schedule)}
     if job.verify:
-        extra["verify"] = _verify(program, gathered, device).to_dict()  # type: ignore[arg-type]
+        check = getattr(ex_cls, "verify", None) or _verify
+        extra["verify"] = check(program, gathered, device).to_dict()  # type: ignore[arg-type]
+    reports = {str(p["rank"]): p.pop("report") for p in gathered if p.get("report")}  # type: ignore[union-attr]
+    if reports:
+        extra["reports"] = reports
     for p in gathered:  # type: ignore[union-attr]
         p.pop("grads", None)
     timeline = build_timeline(schedule, gathered, extra=extra)  # type: ignore[arg-type]
+    finish = getattr(ex_cls, "finish_timeline", None)
+    if finish is not None:  # family metrics of the measured timeline (exposed all-to-all, GB/s, ...)
+        timeline = finish(schedule, timeline)
     if out:
         atomic_write(out, json.dumps(timeline.to_dict(), separators=(",", ":"), allow_nan=False))
 

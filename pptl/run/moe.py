@@ -1,0 +1,379 @@
+"""Run ``moe-1f1b-overlap`` plans: a pp x ep grid of ranks, real all-to-alls, real offload copies.
+
+Ranks: ``meta['ep_groups']`` lists the EP groups (rank = r * ep + e); member e of pipeline rank r
+holds the attention-like part of its stages and expert e of each layer (see
+:mod:`pptl.run.moe_model`). Streams: one per plan lane, as in :mod:`pptl.run.executor` —
+``compute`` (Attn, MLP, WGrad), ``comm`` (EP-D, EP-C: ``all_to_all_single`` in the EP group's own
+communicator, issued with the comm stream current, which then waits for it), ``d2h`` (Offload:
+GPU -> pinned host memory), ``h2d`` (Onload: back) and ``pass`` (the plan's zero-time markers,
+which carry the training roles: they run nothing, keep their waits, and are recorded with zero
+length). PP transfers run on their channels, as for every plan. A paired F/B step is the plan's
+sub-ops issued in the plan's order, each on its stream after the events of the sub-ops it needs,
+so the dispatch and combine of one micro-batch run while the other micro-batch computes.
+
+Memory: no tensor is kept to the end of the step. A tensor used on a stream other than the one
+it was made on is marked with ``record_stream`` there, so the caching allocator reuses it only
+after that stream's work, and the memory each sub-op holds is what it holds in the plan (the
+offloaded expert inputs leave the GPU at their Offload and come back at their Onload). Each step
+reports ``torch.cuda.max_memory_allocated`` above the step's starting allocation.
+
+On CPU (gloo) the all-to-alls are blocking; every member of an EP group issues its ops in one
+order (:func:`pptl.run.families.symmetric_issue`), so that is deadlock-free, and "host memory"
+is a second CPU tensor.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from pptl.errors import InputError
+from pptl.run.executor import Executor
+from pptl.run.families import cost_means, refine, symmetric_issue
+from pptl.run.moe_model import (ATTN_WIDTH, EXPERT_WIDTH, LayerState, ffn_forward, ffn_input_grad, ffn_weight_grad,
+                                loss_grad, make_ffn, make_input, make_target, reference_step)
+from pptl.run.program import Program, workload_of
+
+__all__ = ["MoEExecutor"]
+
+_MiB = float(1 << 20)
+
+
+@dataclass
+class _StageParams:
+    """The weights of one (member, stage), in the order :meth:`Executor.grads` reports them."""
+
+    params: list[torch.Tensor]
+
+
+class MoEExecutor(Executor):
+    """One rank of a ``moe-1f1b-overlap`` plan."""
+
+    def __init__(self, program: Program, rank: int, device: torch.device, channels: dict[Any, Any],
+                 **kw: Any) -> None:
+        meta = program.schedule.meta
+        self.layers = int(meta.get("layers_per_chunk", 1))
+        self.ep = int(meta.get("ep", 1))
+        groups = [list(g) for g in meta.get("ep_groups", [[r] for r in range(program.world)])]
+        self.member = next(g.index(rank) for g in groups if rank in g)
+        self.ep_group = _ep_group(channels, groups, rank, device) if self.ep > 1 else None
+        program = refine(program, issue=symmetric_issue(program, groups))
+        self.markers = frozenset(i for i in program.ranks[rank].issue if program.schedule.ops[i].lane == "pass")
+        self.memory: list[dict[str, float]] = []
+        super().__init__(program, rank, device, channels, **kw)
+        if self.ep_group is not None:  # the communicator's set-up, outside any step
+            t = torch.zeros(self.shape, dtype=self.dtype, device=device)
+            self._a2a(t)
+            if self.cuda:
+                torch.cuda.synchronize(device)
+
+    # ------------------------------------------------------------------------------------------
+    # Model and step
+
+    def _setup_model(self) -> None:
+        w, dev, m = self.workload, self.device, self.program.schedule.microbatches
+        stages = sorted({s for _d, s in self.rp.stages})
+        self.attn = {(s, l): make_ffn(w, ATTN_WIDTH, dev, 1, s, l) for s in stages for l in range(self.layers)}
+        self.expert = {(s, l): make_ffn(w, EXPERT_WIDTH, dev, 2, s, l, self.member)
+                       for s in stages for l in range(self.layers)}
+        self.chunks = {(d, s): _StageParams([p for l in range(self.layers)
+                                             for f in (self.attn[(s, l)], self.expert[(s, l)]) for p in f.params])
+                       for d, s in self.rp.stages}
+        self.inputs = {(d, mb): make_input(w, d, mb, dev) for d, s in self.rp.stages if s == 0 for mb in range(m)}
+        self.targets = {(d, mb): make_target(w, d, mb, dev)
+                        for d, s in self.rp.stages if s == self.last for mb in range(m)}
+        pin = dev.type == "cuda"
+        rows, h = w.tokens, w.hidden
+        self.host = {(op.direction, op.stage, op.mb, op.sub): [
+            torch.empty(rows, h, dtype=self.dtype, pin_memory=pin),
+            torch.empty(rows, EXPERT_WIDTH * h, dtype=self.dtype, pin_memory=pin)]
+            for op in self.ops if op.rank == self.rank and op.kind == "OFFLOAD"}
+
+    def step(self, k: int, *, timed: bool) -> dict[str, Any]:
+        self._outs: dict[tuple, torch.Tensor] = {}
+        """Layer outputs (d, s, mb, layer) until the next layer, the SEND or the loss uses them."""
+        self._dx: dict[tuple, torch.Tensor] = {}
+        """Input gradients of layers > 0, until the layer below takes them."""
+        self._dloss: dict[tuple, torch.Tensor] = {}
+        base = 0
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats(self.device)
+            base = torch.cuda.memory_allocated(self.device)
+        rec = super().step(k, timed=timed)
+        if self.cuda:
+            mem = {"base_mib": base / _MiB, "peak_mib": torch.cuda.max_memory_allocated(self.device) / _MiB,
+                   "reserved_peak_mib": torch.cuda.max_memory_reserved(self.device) / _MiB}
+            mem["activation_peak_mib"] = mem["peak_mib"] - mem["base_mib"]
+            rec["memory"] = mem
+            self.memory.append(mem)
+        # The markers hold no work: recorded where they are reached, with zero length.
+        rec["events"] = [[i, a, a] if i in self.markers else [i, a, b] for i, a, b in rec["events"]]
+        return rec
+
+    def report(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"member": self.member, "offloaded_layers": len(self.host)}
+        if self.memory:
+            later = self.memory[1:] or self.memory  # the first step also sets up the allocator's pools
+            out["memory"] = {k: max(m[k] for m in later) for k in later[0]}
+        return out
+
+    # ------------------------------------------------------------------------------------------
+    # Sub-ops
+
+    def _action(self, i: int) -> Callable[[Any], None]:
+        op = self.ops[i]
+        if op.lane == "pass":
+            return lambda st: None
+        key = (op.direction, op.stage, op.mb, op.sub)
+        table: dict[tuple[str, str], Callable[[Any, tuple], None]] = {
+            ("ATTN", "F"): self._attn_f, ("A2A_DISPATCH", "F"): self._dispatch_f, ("MLP", "F"): self._mlp_f,
+            ("A2A_COMBINE", "F"): self._combine_f, ("A2A_COMBINE", "B"): self._combine_b, ("MLP", "B"): self._mlp_b,
+            ("A2A_DISPATCH", "B"): self._dispatch_b, ("ATTN", "B"): self._attn_b, ("WGRAD", "B"): self._wgrad,
+            ("OFFLOAD", "F"): self._offload, ("ONLOAD", "B"): self._onload,
+        }
+        if op.kind == "SEND":
+            return self._send(i)
+        if op.kind == "RECV":
+            return self._recv(i)
+        fn = table.get((op.kind, op.flow))
+        if fn is None:
+            raise InputError(f"op {op.id}: kind {op.kind} with flow {op.flow!r} is not a sub-op pptl run knows")
+        return lambda st: fn(st, key)
+
+    def _use(self, *tensors: torch.Tensor | None) -> None:
+        """Tensors made on another stream: the allocator must wait for this stream before reusing them."""
+        if self.cuda:
+            s = torch.cuda.current_stream()
+            for t in tensors:
+                if t is not None:
+                    t.record_stream(s)
+
+    def _a2a(self, t: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(t)
+        if self.ep_group is None:
+            out.copy_(t)  # one member: every token stays
+            return out
+        work = dist.all_to_all_single(out, t, group=self.ep_group, async_op=self.cuda)
+        if self.cuda:
+            work.wait()  # the comm stream waits; the host goes on
+        return out
+
+    def _layer_input(self, st: Any, d: int, s: int, mb: int, layer: int) -> torch.Tensor:
+        if layer > 0:
+            return self._outs.pop((d, s, mb, layer - 1))
+        if s == 0:
+            return self.inputs[(d, mb)]
+        if (d, s - 1) in self.local:
+            return self._outs.pop((d, s - 1, mb, self.layers - 1))
+        return st.recvd.pop(("F", d, s, mb))
+
+    def _output_grad(self, st: Any, d: int, s: int, mb: int, layer: int) -> torch.Tensor:
+        if layer < self.layers - 1:
+            return self._dx.pop((d, s, mb, layer + 1))
+        if s == self.last:
+            return self._dloss.pop((d, mb))
+        if (d, s + 1) in self.local:
+            return st.grads.pop((d, s + 1, mb))
+        return st.recvd.pop(("B", d, s, mb))
+
+    def _attn_f(self, st: Any, key: tuple) -> None:
+        d, s, mb, layer = key
+        x = self._layer_input(st, d, s, mb, layer)
+        self._use(x)
+        out, u = ffn_forward(self.attn[(s, layer)], x)
+        st.acts[key] = LayerState(x=x, u_a=u, h=x + out)
+
+    def _dispatch_f(self, st: Any, key: tuple) -> None:
+        ls = st.acts[key]
+        self._use(ls.h)
+        ls.r = self._a2a(ls.h)
+
+    def _mlp_f(self, st: Any, key: tuple) -> None:
+        ls = st.acts[key]
+        self._use(ls.r)
+        ls.m, ls.u_e = ffn_forward(self.expert[key[1], key[3]], ls.r)
+
+    def _combine_f(self, st: Any, key: tuple) -> None:
+        d, s, mb, layer = key
+        ls = st.acts[key]
+        self._use(ls.m, ls.h)
+        y = ls.h + self._a2a(ls.m)
+        ls.h = ls.m = None
+        if s == self.last and layer == self.layers - 1:
+            loss, dy = loss_grad(y, self.targets[(d, mb)], self.scale)
+            st.loss += loss
+            self._dloss[(d, mb)] = dy
+        else:
+            self._outs[key] = y
+
+    def _combine_b(self, st: Any, key: tuple) -> None:
+        ls = st.acts[key]
+        dy = self._output_grad(st, *key)
+        self._use(dy)
+        ls.dy = dy
+        ls.dm = self._a2a(dy)
+
+    def _mlp_b(self, st: Any, key: tuple) -> None:
+        ls = st.acts[key]
+        self._use(ls.dm, ls.r, ls.u_e)
+        ls.dr, ls.du_e = ffn_input_grad(self.expert[key[1], key[3]], ls.dm, ls.u_e)
+
+    def _dispatch_b(self, st: Any, key: tuple) -> None:
+        ls = st.acts[key]
+        self._use(ls.dr)
+        ls.dh_e = self._a2a(ls.dr)
+        ls.dr = None
+
+    def _attn_b(self, st: Any, key: tuple) -> None:
+        d, s, mb, layer = key
+        ls = st.acts[key]
+        self._use(ls.dh_e, ls.dy)
+        dh = ls.dy + ls.dh_e
+        ls.dy = ls.dh_e = None
+        dxa, ls.du_a = ffn_input_grad(self.attn[(s, layer)], dh, ls.u_a)
+        ls.dh = dh
+        if layer > 0:
+            self._dx[key] = dh + dxa
+        elif s > 0:
+            st.grads[(d, s, mb)] = dh + dxa
+
+    def _wgrad(self, st: Any, key: tuple) -> None:
+        ls = st.acts.pop(key)
+        self._use(ls.x, ls.u_a, ls.dh, ls.du_a, ls.r, ls.u_e, ls.dm, ls.du_e)
+        ffn_weight_grad(self.attn[key[1], key[3]], ls.x, ls.u_a, ls.dh, ls.du_a)
+        ffn_weight_grad(self.expert[key[1], key[3]], ls.r, ls.u_e, ls.dm, ls.du_e)
+
+    def _offload(self, st: Any, key: tuple) -> None:
+        ls = st.acts[key]
+        self._use(ls.r, ls.u_e)
+        host = self.host[key]
+        host[0].copy_(ls.r, non_blocking=True)
+        host[1].copy_(ls.u_e, non_blocking=True)
+        ls.r = ls.u_e = None  # off the GPU once the copy has read it (record_stream above)
+
+    def _onload(self, st: Any, key: tuple) -> None:
+        ls = st.acts[key]
+        back = [torch.empty(t.shape, dtype=t.dtype, device=self.device) for t in self.host[key]]
+        for dst, src in zip(back, self.host[key]):
+            dst.copy_(src, non_blocking=True)
+        ls.r, ls.u_e = back
+
+    # ------------------------------------------------------------------------------------------
+    # PP messages: as the training executor's, but nothing is kept to the end of the step on CUDA
+
+    def _send(self, i: int) -> Callable[[Any], None]:
+        op = self.ops[i]
+        group = self.channels[self.rp.channels[i]]
+
+        def send(st: Any) -> None:
+            if op.flow == "F":
+                t = self._outs.pop((op.direction, op.stage, op.mb, self.layers - 1))
+            else:
+                t = st.grads.pop((op.direction, op.stage, op.mb))
+            self._use(t)
+            if self.gates is not None:
+                self.gates.open(i, self._step_index, torch.cuda.current_stream())
+            works = dist.batch_isend_irecv([dist.P2POp(dist.isend, t.contiguous(), op.peer, group=group)])
+            if self.cuda:
+                for w in works:
+                    w.wait()
+            else:
+                st.keep.append(t)
+                st.works[i] = works
+        return send
+
+    def _recv(self, i: int) -> Callable[[Any], None]:
+        op = self.ops[i]
+        group = self.channels[self.rp.channels[i]]
+
+        def recv(st: Any) -> None:
+            buf = torch.empty(self.shape, dtype=self.dtype, device=self.device)
+            if self.gates is not None:
+                self.gates.wait(i, self._step_index, torch.cuda.current_stream(), timeout=self.timeout,
+                                on_timeout=lambda: self._stuck(i, "its sender never reached the matching SEND"))
+            works = dist.batch_isend_irecv([dist.P2POp(dist.irecv, buf, op.peer, group=group)])
+            if self.cuda:
+                for w in works:
+                    w.wait()
+            else:
+                st.works[i] = works
+            st.recvd[(op.flow, op.direction, op.stage, op.mb)] = buf
+        return recv
+
+    # ------------------------------------------------------------------------------------------
+    # After the run (rank 0)
+
+    @staticmethod
+    def verify(program: Program, gathered: list[dict[str, Any]], device: torch.device) -> Any:
+        """``--verify``: loss and every gradient against :func:`pptl.run.moe_model.reference_step`."""
+        from pptl.run.verify import TOLERANCE, VerifyResult
+
+        s = program.schedule
+        meta, w = s.meta, workload_of(s)
+        layers, ep = int(meta.get("layers_per_chunk", 1)), int(meta.get("ep", 1))
+        loss_ref, ref = reference_step(w, num_stages=s.num_stages, ep=ep, layers=layers,
+                                       microbatches=s.microbatches, device=device)
+        names = ("attn w1", "attn b1", "attn w2", "attn b2", "expert w1", "expert b1", "expert w2", "expert b2")
+        worst, worst_err = "-", 0.0
+        for p in gathered:
+            for key, grads in p["grads"].items():
+                d, st = (int(x) for x in key.split(","))
+                for k, (a, b) in enumerate(zip(grads, ref[(d, st)])):
+                    err = float((a - b).norm() / b.norm().clamp_min(1e-30))
+                    if err > worst_err or worst == "-":
+                        worst, worst_err = f"member {d} stage {st} layer {k // 8} {names[k % 8]}", err
+        last = min(p["steps"][-1]["step"] for p in gathered)
+        loss = sum(float(x["loss"]) for p in gathered for x in p["steps"]
+                   if x["step"] == last and x.get("loss") is not None)
+        tol = TOLERANCE[w.dtype]
+        loss_err = abs(loss - loss_ref) / max(abs(loss_ref), 1e-30)
+        return VerifyResult(loss_err <= tol and worst_err <= tol, loss, loss_ref, loss_err, worst_err, worst, tol)
+
+    @staticmethod
+    def finish_timeline(schedule: Any, timeline: Any) -> Any:
+        """Add the measured EP/copy exposure, memory and per-cost-key means (for calibration)."""
+        from pptl.schedules._moe_metrics import COPY_KINDS, EP_KINDS, exposed_in_timeline
+
+        x = timeline.meta.extra
+        x["cost_means"] = cost_means(schedule, timeline.events)
+        ep_total, ep_exposed = exposed_in_timeline(timeline, EP_KINDS)
+        cp_total, cp_exposed = exposed_in_timeline(timeline, COPY_KINDS)
+        ranks = range(schedule.pp)
+        per = lambda m: [m.get(r, 0.0) for r in ranks]  # noqa: E731
+        moe: dict[str, Any] = {
+            "ep_time": max(ep_total.values(), default=0.0), "exposed_ep": max(ep_exposed.values(), default=0.0),
+            "copy_time": max(cp_total.values(), default=0.0),
+            "exposed_copy": max(cp_exposed.values(), default=0.0),
+            "per_rank": {"ep_time": per(ep_total), "exposed_ep": per(ep_exposed), "copy_time": per(cp_total),
+                         "exposed_copy": per(cp_exposed)}}
+        reports = x.get("reports", {})
+        mems = [reports[str(r)]["memory"] for r in ranks if "memory" in reports.get(str(r), {})]
+        if mems:
+            moe["activation_peak_mib"] = max(m["activation_peak_mib"] for m in mems)
+            moe["peak_mib"] = max(m["peak_mib"] for m in mems)
+            moe["reserved_peak_mib"] = max(m["reserved_peak_mib"] for m in mems)
+            moe["per_rank"]["activation_peak_mib"] = [m["activation_peak_mib"] for m in mems]
+        steps = x.get("step_ms") or []
+        if steps:
+            moe["median_step_ms"] = statistics.median(steps)
+        x["moe"] = moe
+        return timeline
+
+
+def _ep_group(channels: dict[Any, Any], groups: list[list[int]], rank: int, device: torch.device) -> Any:
+    """This rank's EP communicator. Every rank creates every group, in one order (torch requires it);
+    groups are kept with the channels, so later plans of the same launch reuse them."""
+    options = None
+    if device.type == "cuda":
+        options = dist.ProcessGroupNCCL.Options(is_high_priority_stream=True)  # not starved by queued compute
+    mine = None
+    for g in groups:
+        key = ("ep", tuple(g))
+        if key not in channels:
+            channels[key] = dist.new_group(list(g), pg_options=options) if len(g) > 1 else None
+        if rank in g:
+            mine = channels[key]
+    return mine
