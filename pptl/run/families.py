@@ -30,7 +30,7 @@ handling) and change what is run and, through :func:`refine`, two things of the 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Hashable, Iterable, Mapping
 
 from pptl.ir import Schedule
 from pptl.run.program import Program
@@ -142,23 +142,32 @@ def remote_hop_waits(schedule: Schedule) -> dict[int, dict[int, tuple[int, ...]]
     return {r: {v: tuple(sorted(ws)) for v, ws in m.items()} for r, m in out.items()}
 
 
-def cost_means(schedule: Schedule, events: Iterable[Any]) -> dict[str, Any]:
+def cost_means(schedule: Schedule, events: Iterable[Any],
+               together: Callable[[Any], Hashable | None] | None = None) -> dict[str, Any]:
     """Measured mean duration per cost key ({"base": {key: ms}, "stages": {stage: {key: ms}}}).
 
     Messages (SEND/RECV) are left out: ``pptl plan --costs-from`` takes their latency from the
-    send-to-receive gaps.
+    send-to-receive gaps. ``together`` names the collective an op belongs to (None: not one): a
+    collective's copies on the ranks that join it count from the last one to arrive, since the
+    plan starts each copy when its own inputs are ready and models no wait for the others.
     """
     by_id = {op.id: op for op in schedule.ops}
+    rows = [(by_id[e.op], e) for e in events if e.op in by_id and by_id[e.op].kind not in ("SEND", "RECV")]
+    last_start: dict[Hashable, float] = {}
+    if together is not None:
+        for op, e in rows:
+            key = together(op)
+            if key is not None:
+                last_start[key] = max(last_start.get(key, e.start), e.start)
     base: dict[str, list[float]] = {}
     stages: dict[int, dict[str, list[float]]] = {}
-    for e in events:
-        op = by_id.get(e.op)
-        if op is None or op.kind in ("SEND", "RECV"):
-            continue
-        key = op.cost_key
-        base.setdefault(key, []).append(e.duration)
+    for op, e in rows:
+        key = together(op) if together is not None else None
+        duration = e.end - max(e.start, last_start[key]) if key is not None else e.duration
+        duration = max(duration, 0.0)
+        base.setdefault(op.cost_key, []).append(duration)
         if op.stage >= 0:
-            stages.setdefault(op.stage, {}).setdefault(key, []).append(e.duration)
+            stages.setdefault(op.stage, {}).setdefault(op.cost_key, []).append(duration)
     mean = lambda v: sum(v) / len(v)  # noqa: E731
     return {"base": {k: mean(v) for k, v in sorted(base.items())},
             "stages": {str(s): {k: mean(v) for k, v in sorted(d.items())} for s, d in sorted(stages.items())}}

@@ -338,7 +338,14 @@ class MoEExecutor(Executor):
         from pptl.schedules._moe_metrics import COPY_KINDS, EP_KINDS, exposed_in_timeline
 
         x = timeline.meta.extra
-        x["cost_means"] = cost_means(schedule, timeline.events)
+        group_of = {r: k for k, g in enumerate(schedule.meta.get("ep_groups", [])) for r in g}
+
+        def a2a(op: Any) -> Any:  # the copies of one all-to-all: the twins on one EP group's members
+            if op.kind not in EP_KINDS:
+                return None
+            return (group_of.get(op.rank, op.rank), op.kind, op.flow, op.stage, op.mb, op.sub)
+
+        x["cost_means"] = cost_means(schedule, timeline.events, a2a)
         ep_total, ep_exposed = exposed_in_timeline(timeline, EP_KINDS)
         cp_total, cp_exposed = exposed_in_timeline(timeline, COPY_KINDS)
         ranks = range(schedule.pp)

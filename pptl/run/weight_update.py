@@ -190,7 +190,8 @@ class WeightUpdateExecutor(Executor):
     def finish_timeline(schedule: Any, timeline: Any) -> Any:
         """Add GB/s per stage (bytes moved / measured time) and the per-cost-key means (calibration)."""
         x = timeline.meta.extra
-        x["cost_means"] = cost_means(schedule, timeline.events)
+        x["cost_means"] = cost_means(schedule, timeline.events,
+                                     lambda op: ("BCAST", op.mb) if op.kind == "BCAST" else None)
         by_id = {op.id: op for op in schedule.ops}
         rates: dict[str, list[float]] = {}
         totals: dict[str, list[float]] = {}
