@@ -282,7 +282,10 @@ def stacked(plan: Path, measured: Path, style: str, out: Path, *, window: float 
     for img in imgs:
         canvas.paste(img, (0, y))
         y += img.height + 20
-    canvas = canvas.quantize(colors=128, method=Image.Quantize.MEDIANCUT)
+    try:  # a palette keeps the PNG small; any Pillow without it saves RGB
+        canvas = canvas.quantize(colors=128, method=Image.Quantize.MEDIANCUT)
+    except Exception:
+        pass
     canvas.save(out, optimize=True)
 
 
