@@ -9,7 +9,7 @@ from typing import Any, Iterable, Mapping
 
 from pptl.errors import InputError
 
-__all__ = ["Event", "TimelineMeta", "Timeline", "timeline_from_dict", "RankStats"]
+__all__ = ["Event", "TimelineMeta", "Timeline", "timeline_from_dict", "RankStats", "MAX_INDEX"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +128,9 @@ class Timeline:
 
 
 TIMELINE_VERSION = 1
+#: Largest index (rank, stage, micro-batch, chunk...) a timeline file may hold, as in plan files:
+#: renderers size rows and labels by them.
+MAX_INDEX = 10_000_000
 
 
 def timeline_from_dict(data: Any, *, source: str = "<timeline>") -> Timeline:
@@ -173,6 +176,8 @@ def _event(e: Any, i: int, source: str) -> Event:
     for name, v, typ in (("op", op, str), ("lane", lane, str), ("kind", kind, str), ("rank", rank, int)):
         if not isinstance(v, typ) or isinstance(v, bool):
             raise InputError(f"{where}.{name}: got {v!r}, expected {typ.__name__}")
+    if not 0 <= rank <= MAX_INDEX:
+        raise InputError(f"{where}.rank: got {rank}, expected an integer in 0..{MAX_INDEX}")
     for name, v in (("start", start), ("end", end)):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (float("inf"), float("-inf")):
             raise InputError(f"{where}.{name}: got {v!r}, expected a finite number")
@@ -182,8 +187,8 @@ def _event(e: Any, i: int, source: str) -> Event:
     for name in ("stage", "mb", "direction", "chunk", "sub", "peer"):
         if name in e:
             v = e[name]
-            if not isinstance(v, int) or isinstance(v, bool):
-                raise InputError(f"{where}.{name}: got {v!r}, expected an integer")
+            if not isinstance(v, int) or isinstance(v, bool) or abs(v) > MAX_INDEX:
+                raise InputError(f"{where}.{name}: got {v!r}, expected an integer in -{MAX_INDEX}..{MAX_INDEX}")
             kw[name] = v
     for name in ("label", "flow"):
         if name in e:

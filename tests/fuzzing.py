@@ -5,9 +5,12 @@ A clean outcome is exit 0, 1 or 2, at most one line on stderr, and no exception 
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import random
+import traceback
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +28,48 @@ _NASTY: list[Any] = [
 ]
 
 
+#: stderr lines that report rather than fail (a reader's notes, a renderer's warnings, "wrote FILE").
+_INFO = ("note: ", "warning: ", "wrote ")
+
+
 def clean_run(args: list[str]) -> tuple[int, str]:
-    """Invoke the CLI; assert the outcome is clean; return (exit code, stderr)."""
+    """Invoke the CLI; assert the outcome is clean; return (exit code, stderr).
+
+    Clean: no exception, exit 0, 1 or 2, no traceback, and at most one line on stderr besides
+    notes, warnings and "wrote FILE" lines (an error is exactly one line).
+    """
     result = _runner.invoke(app, args)
     exc = result.exception
-    assert exc is None or isinstance(exc, SystemExit), f"{args}: {type(exc).__name__}: {exc}"
+    if exc is not None and not isinstance(exc, SystemExit):
+        where = "".join(traceback.format_exception(exc)[-6:])
+        raise AssertionError(f"{args}: {type(exc).__name__}: {exc}\n{where}")
     assert result.exit_code in (0, 1, 2), (args, result.exit_code, result.output)
-    err = [line for line in result.stderr.splitlines() if line.strip()]
+    err = [line for line in result.stderr.splitlines() if line.strip() and not line.startswith(_INFO)]
     assert len(err) <= 1, (args, err)
+    if result.exit_code == 2:  # says why: one line, or a GitHub annotation with --output github
+        assert (len(err) == 1 and err[0].startswith("error: ")) or "::error " in result.stdout, (args, result.stderr)
     assert "Traceback" not in result.output
+    _tally(result.exit_code)
     return result.exit_code, result.stderr
+
+
+#: (fuzz target, exit code) -> inputs run; written as JSON to $PPTL_FUZZ_STATS at exit (docs/reliability.md).
+STATS: Counter = Counter()
+
+
+def _tally(code: int) -> None:
+    test = os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0].split("::")[-1].split("[")[0]
+    STATS[(test, code)] += 1
+
+
+@atexit.register
+def _dump_stats() -> None:
+    path = os.environ.get("PPTL_FUZZ_STATS")
+    if path and STATS:
+        table: dict[str, dict[str, int]] = {}
+        for (test, code), n in sorted(STATS.items()):
+            table.setdefault(test, {})[str(code)] = n
+        Path(path).write_text(json.dumps(table, indent=1))
 
 
 def mutate_bytes(raw: bytes, rnd: random.Random) -> bytes:
@@ -83,3 +118,59 @@ def write_json(path: Path, data: Any) -> None:
     except (ValueError, RecursionError):
         text = "{}"
     path.write_text(text, encoding="utf-8", errors="surrogatepass")
+
+
+#: Cells a torch schedule CSV should survive: huge and negative indices, wrong kinds, malformed
+#: overlaps, unicode digits, quotes, whitespace and control characters.
+NASTY_CELLS = [
+    "", " ", "0F0", "0B0", "0I0", "0W0", "1F0", "99999999999F0", "0F99999999999", "0F-1", "-1F0", "0F", "F0", "0X0",
+    "0BW0", "0SEND_F0", "0RECV_B0", "0SEND_F", "0UNSHARD", "0UNSHARD5", "0RESHARD", "0REDUCE_GRAD",
+    "(0F0;1B0)OVERLAP_F_B", "(0F0;0F1)OVERLAP_F_B", "(0F0)OVERLAP_F_B", "((0F0;1B0))OVERLAP_F_B", "(;)OVERLAP_F_B",
+    "(0F0;1B0;2B0)OVERLAP_F_B", "\u0663F0", "0F\u0660", "\u00a0", "\x00", "\"0F0\"", "'0F0'", "0F0\r", "0f0",
+    "0F1e9", "0F" + "9" * 400, "9" * 5000 + "F0",
+]
+
+
+def mutate_cells(text: str, rnd: random.Random) -> str:
+    """Mutate a CSV at the cell level: replace, drop, duplicate or swap cells and rows."""
+    rows = [line.split(",") for line in text.splitlines()] or [[""]]
+    for _ in range(rnd.randint(1, 4)):
+        how = rnd.randrange(6)
+        r = rnd.randrange(len(rows))
+        row = rows[r]
+        if how == 0 and row:
+            row[rnd.randrange(len(row))] = rnd.choice(NASTY_CELLS)
+        elif how == 1 and row:
+            row.pop(rnd.randrange(len(row)))
+        elif how == 2:
+            row.insert(rnd.randrange(len(row) + 1), rnd.choice(row) if row and rnd.random() < 0.5
+                       else rnd.choice(NASTY_CELLS))
+        elif how == 3 and len(rows) > 1:
+            a, b = rnd.randrange(len(rows)), rnd.randrange(len(rows))
+            rows[a], rows[b] = rows[b], rows[a]
+        elif how == 4:
+            if rnd.random() < 0.5 and len(rows) > 1:
+                rows.pop(r)
+            else:
+                rows.insert(r, list(row))
+        elif row:
+            i, j = rnd.randrange(len(row)), rnd.randrange(len(row))
+            row[i], row[j] = row[j], row[i]
+    return "\n".join(",".join(row) for row in rows) + rnd.choice(["\n", "", "\n\n\n", "\r\n"])
+
+
+def gzip_bytes(raw: bytes) -> bytes:
+    import gzip
+
+    return gzip.compress(raw, compresslevel=1, mtime=0)
+
+
+def gzip_bomb(size: int) -> bytes:
+    """A small .gz that expands to ``size`` bytes of '[' (valid gzip, hostile content)."""
+    import zlib
+
+    c = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    chunk = b"[" * (1 << 20)
+    out = [c.compress(chunk) for _ in range(size >> 20)]
+    out.append(c.flush())
+    return b"".join(out)

@@ -28,16 +28,19 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Mapping
 
+from pptl.config import MAX_FILE_BYTES
 from pptl.errors import InputError
 from pptl.formats.torch_csv import Action, parse_action, schedule_from_rows
 from pptl.timeline import Event, Timeline, TimelineMeta
 
-__all__ = ["read_json", "read_dir", "read_traces", "timeline_from_rows", "sniff"]
+__all__ = ["MAX_RANKS", "read_json", "read_dir", "read_traces", "timeline_from_rows", "sniff"]
 
 _TYPES = {"f": "F", "forward": "F", "fwd": "F", "b": "B", "backward": "B", "bwd": "B", "i": "I",
           "backward_input": "I", "dgrad": "I", "w": "W", "backward_weight": "W", "wgrad": "W"}
 _UNITS = ("us", "ms", "s")
-_MAX_BYTES = 512 * 2**20
+_MAX_BYTES = MAX_FILE_BYTES
+#: Ranks a set of traces may name (every rank up to the highest one gets a row).
+MAX_RANKS = 65536
 
 
 def sniff(data: Any) -> str | None:
@@ -118,6 +121,10 @@ def read_traces(files: list[Path], *, source: str, preread: dict[Path, Any] | No
                 if file_units is not None and u != file_units and units is None:
                     raise InputError(f"{f}: units '{u}' differ from another file's '{file_units}'")
                 file_units = units or u
+        if isinstance(rank, bool) or not 0 <= rank < MAX_RANKS:
+            # Every rank up to the highest gets a row: a rank of 10**30 would allocate without end.
+            raise InputError(f"{f}: rank {rank!r}, expected an integer in 0..{MAX_RANKS - 1} (the rank comes from "
+                             "distributedInfo.rank, the field 'rank', or the last number in the file name)")
         if rank in per_rank:
             raise InputError(f"{f}: rank {rank} also comes from {origin[rank]}; expected one file per rank")
         per_rank[rank] = rows

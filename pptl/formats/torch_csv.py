@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable
 
-from pptl.config import DEFAULT_COSTS, Config, Costs
+from pptl.config import DEFAULT_COSTS, MAX_OPS, Config, Costs
 from pptl.deps import roles, training_deps
 from pptl.errors import InputError
 from pptl.ir import Op, Schedule, ScheduleBuilder, register_kinds
@@ -277,6 +277,11 @@ def schedule_from_rows(rows: list[list[Action]], *, source: str = "<csv>", micro
     if microbatches is None and inferred < 1:
         raise InputError(f"{source}: no forward actions to infer the micro-batch count from; pass --microbatches")
     m = microbatches if microbatches is not None else inferred
+    # Checks and the simulator walk every (stage, micro-batch): bound that before building, so a
+    # cell such as 99999999999F0 or --microbatches 1000000000 is refused at once, not after hours.
+    if num_stages * m > MAX_OPS:
+        raise InputError(f"{source}: {num_stages} stages (highest stage index {max_stage}) x {m} micro-batches is "
+                         f"more than the {MAX_OPS:,} units of work pptl checks")
 
     b = ScheduleBuilder()
     program: list[str] = []

@@ -247,7 +247,10 @@ _DEFAULT_KINDS: dict[str, tuple[str, str]] = {
 
 def _chunk_tag(kind: str, chunk: int) -> str:
     # Without colour, chunks need their own letters: F for chunk 0, f for chunk 1, f' for chunk 2...
-    return kind if chunk <= 0 else kind.lower() + "'" * (chunk - 1)
+    # and past a few primes the number (a measured timeline may name any chunk).
+    if chunk <= 0:
+        return kind
+    return kind.lower() + "'" * (chunk - 1) if chunk <= 4 else f"{kind.lower()}{chunk}"
 
 
 def _chunked(key: str, chunk: int) -> str:

@@ -171,7 +171,10 @@ def _tagged(cat: Category, t: str) -> str:
         return t
     if t.isdigit():
         return f"{cat.tag}{t}"
-    return t if t.split()[0] == cat.label.split()[0] else f"{cat.tag}:{t}"
+    head = t.split()[:1]  # a label may be blank (a measured timeline's event label "" or " ")
+    if not head:
+        return cat.tag
+    return t if head == cat.label.split()[:1] else f"{cat.tag}:{t}"
 
 
 def _axis_line(lay: Layout, label_w: int, cells: int) -> Text:

@@ -1,0 +1,87 @@
+"""Every crash, hang or memory blow-up the reader fuzzers found, pinned as the smallest input that
+showed it (the fix is in the reader named by each test). docs/reliability.md lists them."""
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from fuzzing import clean_run
+from pptl.config import Config
+from pptl.planning import plan
+
+
+@pytest.fixture(scope="module")
+def timeline_data() -> dict:
+    return plan(Config(schedule="1f1b", pp=2, microbatches=2)).timeline.to_dict()
+
+
+def _refused(args: list[str], match: str, *, within: float = 5.0) -> None:
+    t0 = time.monotonic()
+    code, err = clean_run(args)
+    assert code == 2 and re.search(match, err), (args, err)
+    assert time.monotonic() - t0 < within, "refused, but only after doing the work"
+
+
+# --- torch CSV reader (pptl/formats/torch_csv.py): the checker walked every (stage, mb) for hours
+
+
+@pytest.mark.parametrize("text,extra,match", [
+    ("0F0,99999999999F0\n0B0\n", [], r"100000000000 stages \(highest stage index 99999999999\) x 1 micro-batches"),
+    ("0F0,0B0\n", ["--microbatches", "1000000000"], r"1 stages \(highest stage index 0\) x 1000000000 micro-batches"),
+], ids=["stage-index-1e11", "microbatches-1e9"])
+def test_csv_huge_schedule_refused(tmp_path: Path, text: str, extra: list[str], match: str) -> None:
+    p = tmp_path / "s.csv"
+    p.write_text(text)
+    for cmd in (["check"], ["export", "--to", "chrome"], ["plan", "--from"]):
+        _refused(cmd + [str(p)] + extra, match + r" is more than the 5,000,000 units of work pptl checks")
+
+
+# --- profiler / event-list reader (pptl/formats/profiler.py): a rank of 10**30 allocated a row per rank
+
+
+@pytest.mark.parametrize("name,data,shown", [
+    ("t.json", {"traceEvents": [{"ph": "X", "name": "PP:0F0", "ts": 0, "dur": 1}], "distributedInfo": {"rank": 10**30}},
+     str(10**30)),
+    ("e.json", [{"type": "F", "start_time": 0, "end_time": 1, "minibatch": 0, "rank": -3}], "-3"),
+    ("rank99999999999.json", [{"type": "F", "start_time": 0, "end_time": 1, "minibatch": 0}], "99999999999"),
+], ids=["distributedInfo-rank-1e30", "negative-event-rank", "rank-from-file-name"])
+def test_trace_rank_out_of_range_refused(tmp_path: Path, name: str, data: object, shown: str) -> None:
+    p = tmp_path / name
+    p.write_text(json.dumps(data))
+    _refused(["render", str(p)], rf"{name}: rank {shown}, expected an integer in 0\.\.65535")
+
+
+# --- timeline reader (pptl/timeline.py) and terminal renderer (pptl/render/terminal.py, styles.py)
+
+
+@pytest.mark.parametrize("label", ["", " "], ids=["empty", "blank"])
+def test_blank_event_label_draws(tmp_path: Path, timeline_data: dict, label: str) -> None:
+    """Used to raise IndexError in the terminal view (the first word of a blank label)."""
+    data = json.loads(json.dumps(timeline_data))
+    for e in data["events"]:
+        e["label"] = label
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(data))
+    code, _ = clean_run(["render", str(p), "--width", "80"])
+    assert code == 0
+
+
+@pytest.mark.parametrize("field", ["chunk", "stage", "mb", "rank"])
+def test_huge_event_index_refused(tmp_path: Path, timeline_data: dict, field: str) -> None:
+    """A chunk of 10**9 drew a legend tag of 10**9 primes (a memory blow-up)."""
+    data = json.loads(json.dumps(timeline_data))
+    data["events"][1][field] = 10**9
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(data))
+    lo = "0" if field == "rank" else "-10000000"
+    _refused(["render", str(p)], rf"events\[1\]\.{field}: got 1000000000, expected an integer in {lo}\.\.10000000")
+
+
+def test_many_chunks_get_numbered_tags() -> None:
+    from pptl.render.styles import _chunk_tag
+
+    assert [_chunk_tag("F", c) for c in (0, 1, 2, 4, 5, 10_000_000)] == ["F", "f", "f'", "f'''", "f5", "f10000000"]
