@@ -132,6 +132,24 @@ def test_broadcast_waits_for_the_reload_two_buckets_back():
     assert len(prog.ranks) == 4
 
 
+def test_a_broadcast_counts_from_the_last_rank_to_arrive():
+    from pptl.run.families import cost_means
+    from pptl.timeline import Event
+
+    s = _schedule("h2d-buffer", pp=2)
+    bc = [op for op in s.ops if op.kind == "BCAST" and op.mb == 0]
+    rl = next(op for op in s.ops if op.kind == "RELOAD" and op.mb == 0)
+    # The receiver reaches the broadcast at 0, the source at 3; both end at 4: the transfer took 1.
+    events = [Event(op=bc[0].id, rank=bc[0].rank, lane="comm", start=3.0 if bc[0].peer == bc[0].rank else 0.0,
+                    end=4.0, kind="BCAST"),
+              Event(op=bc[1].id, rank=bc[1].rank, lane="comm", start=3.0 if bc[1].peer == bc[1].rank else 0.0,
+                    end=4.0, kind="BCAST"),
+              Event(op=rl.id, rank=rl.rank, lane="compute", start=4.0, end=6.0, kind="RELOAD")]
+    together = cost_means(s, events, lambda op: ("BCAST", op.mb) if op.kind == "BCAST" else None)
+    assert together["base"] == {bc[0].cost: 1.0, rl.cost: 2.0}
+    assert cost_means(s, events)["base"][bc[0].cost] == pytest.approx(2.5)  # each copy's own length
+
+
 def test_refuses_a_bucket_larger_than_the_buffers():
     from pptl.errors import InputError
 

@@ -35,7 +35,8 @@ from typing import Any, Callable, Hashable, Iterable, Mapping
 from pptl.ir import Schedule
 from pptl.run.program import Program
 
-__all__ = ["executor_class", "check_runnable", "refine", "symmetric_issue", "remote_hop_waits", "cost_means", "MOE", "WEIGHT_UPDATE"]
+__all__ = ["executor_class", "check_runnable", "refine", "symmetric_issue", "remote_hop_waits", "cost_means", "MOE",
+           "WEIGHT_UPDATE"]
 
 MOE = "moe-1f1b-overlap"
 WEIGHT_UPDATE = "weight-update"
