@@ -16,13 +16,8 @@ from pptl.errors import InputError
 from pptl.ir import Op, Schedule, ScheduleBuilder
 from pptl.planning import plan
 from pptl.schedules import build_schedule, get_family
-from pptl.schedules.weight_update import (
-    auto_bucket_size,
-    estimate_markdown,
-    fast_update_time,
-    plan_buckets,
-    spec_from_config,
-)
+from pptl.schedules.weight_update import auto_bucket_size, plan_buckets, spec_from_config
+from pptl.schedules.weight_update_estimate import estimate_markdown, fast_update_time
 from pptl.simulate import simulate
 
 ROOT = Path(__file__).resolve().parents[2]
