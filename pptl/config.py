@@ -186,7 +186,9 @@ def read_structured(path: str | Path) -> Any:
         if suffix in (".yaml", ".yml"):
             import yaml
 
-            return yaml.load(text, Loader=_UniqueKeyLoader)
+            data = yaml.load(text, Loader=_UniqueKeyLoader)
+            _check_aliases(data)
+            return data
         if suffix == ".json":
             return json.loads(text, object_pairs_hook=_unique_pairs, parse_constant=_no_constant)
     except InputError as e:
@@ -197,6 +199,36 @@ def read_structured(path: str | Path) -> Any:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InputError(f"{path}: not valid {suffix[1:].upper()}: {first}") from None
     raise InputError(f"{path}: unknown file type '{suffix}', expected .yaml, .yml, .toml or .json")
+
+
+#: Values a YAML document may expand to once its aliases are followed (a legit config has hundreds).
+_MAX_YAML_VALUES = 1_000_000
+
+
+def _check_aliases(data: Any) -> None:
+    """Refuse YAML whose aliases make it huge once expanded ("billion laughs": nine lines of
+    ``&a [*b, *b, ...]`` are 10**9 values to anything that walks or writes them) or make it
+    contain itself. Shared nodes are counted once per use, each distinct node visited once."""
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(x: Any) -> int:
+        if not isinstance(x, (list, dict)):
+            return 1
+        key = id(x)
+        if key in sizes:
+            return sizes[key]
+        if key in active:
+            raise InputError("an alias refers to a value that contains it (a cycle)")
+        active.add(key)
+        total = 1 + sum(size(v) for v in (x.values() if isinstance(x, dict) else x))
+        active.discard(key)
+        if total > _MAX_YAML_VALUES:
+            raise InputError(f"aliases expand it to more than {_MAX_YAML_VALUES:,} values")
+        sizes[key] = total
+        return total
+
+    size(data)
 
 
 def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

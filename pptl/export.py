@@ -56,7 +56,9 @@ def export_file(path: str | Path, *, to: str, comms: bool = False, gzip_output: 
         timeline = simulate(loaded.schedule).timeline()
     act = cfg.activation if cfg is not None else 1.0
     wact = cfg.w_activation if cfg is not None else 0.0
-    raw = dumps_chrome(timeline, activation=act, w_activation=wact).encode("utf-8")
+    payloads = ({op.id: op.payload for op in loaded.schedule.ops if op.kind in ("OFFLOAD", "ONLOAD")}
+                if loaded.schedule is not None else None)
+    raw = dumps_chrome(timeline, activation=act, w_activation=wact, payloads=payloads).encode("utf-8")
     if gzip_output:
         import gzip
 

@@ -174,3 +174,37 @@ def gzip_bomb(size: int) -> bytes:
     out = [c.compress(chunk) for _ in range(size >> 20)]
     out.append(c.flush())
     return b"".join(out)
+
+
+def to_toml(data: Any) -> str:
+    """A small TOML writer for fuzzing (tomllib only reads): tables for mappings at the top, inline
+    tables and arrays below; every key quoted; None (which TOML lacks) left out."""
+
+    def key(k: Any) -> str:
+        return json.dumps(str(k), ensure_ascii=False)
+
+    def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, float):
+            return "nan" if v != v else ("inf" if v == float("inf") else "-inf" if v == float("-inf") else repr(v))
+        if isinstance(v, int):
+            return str(v)
+        if isinstance(v, dict):
+            return "{" + ", ".join(f"{key(k)} = {value(x)}" for k, x in v.items() if x is not None) + "}"
+        if isinstance(v, (list, tuple)):
+            return "[" + ", ".join(value(x) for x in v if x is not None) + "]"
+        return json.dumps(str(v), ensure_ascii=False)
+
+    if not isinstance(data, dict):
+        return f"value = {value(data)}\n"
+    head = [f"{key(k)} = {value(v)}" for k, v in data.items() if v is not None and not isinstance(v, dict)]
+    tables = [f"\n[{key(k)}]\n" + "\n".join(f"{key(k2)} = {value(v2)}" for k2, v2 in v.items() if v2 is not None)
+              for k, v in data.items() if isinstance(v, dict)]
+    return "\n".join(head) + "\n" + "\n".join(tables) + "\n"
+
+
+def to_yaml(data: Any) -> str:
+    import yaml
+
+    return yaml.safe_dump(data, allow_unicode=True, sort_keys=False)

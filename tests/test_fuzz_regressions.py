@@ -8,8 +8,10 @@ import time
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from fuzzing import clean_run
+from pptl.cli import app
 from pptl.config import Config
 from pptl.planning import plan
 
@@ -85,3 +87,22 @@ def test_many_chunks_get_numbered_tags() -> None:
     from pptl.render.styles import _chunk_tag
 
     assert [_chunk_tag("F", c) for c in (0, 1, 2, 4, 5, 10_000_000)] == ["F", "f", "f'", "f'''", "f5", "f10000000"]
+
+
+# --- Chrome trace export (pptl/formats/chrome_trace.py, pptl/export.py): OFFLOAD/ONLOAD read an
+# event's payload, which events do not have (AttributeError on every MoE offload config)
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+@pytest.mark.parametrize("config", ["moe_paired_step.yaml", "moe_overlap.yaml"])
+def test_chrome_export_counts_offloaded_memory(tmp_path: Path, config: str) -> None:
+    out = tmp_path / "t.json"
+    code, _ = clean_run(["export", str(FIXTURES / config), "--to", "chrome", "-o", str(out)])
+    assert code == 0
+    peak: dict[int, float] = {}
+    for e in json.loads(out.read_text())["traceEvents"]:
+        if e["ph"] == "C":
+            peak[e["pid"]] = max(peak.get(e["pid"], 0.0), e["args"]["activation"])
+    planned = json.loads(CliRunner().invoke(app, ["plan", str(FIXTURES / config), "--output", "json"]).stdout)
+    assert peak == pytest.approx({r["rank"]: r["peak_activation"] for r in planned["ranks"]})

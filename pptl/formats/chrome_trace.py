@@ -14,7 +14,7 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, NamedTuple
 
 from pptl.fileio import atomic_write, check_writable
 from pptl.simulate import memory_events
@@ -26,8 +26,12 @@ __all__ = ["US_PER_UNIT", "to_chrome", "dumps_chrome", "write_chrome"]
 US_PER_UNIT = {"us": 1.0, "ms": 1000.0, "s": 1e6, "unit": 1000.0}
 
 
-def to_chrome(timeline: Timeline, *, activation: float = 1.0, w_activation: float = 0.0) -> dict[str, Any]:
+def to_chrome(timeline: Timeline, *, activation: float = 1.0, w_activation: float = 0.0,
+              payloads: Mapping[str, float] | None = None) -> dict[str, Any]:
     """The trace as a JSON-ready dict (``traceEvents`` plus ``otherData``).
+
+    ``payloads`` (op id -> payload) gives OFFLOAD/ONLOAD their activation units for the memory
+    counter; events carry no payload, so without it they move no memory.
 
     Notes:
         O(events log events): events are sorted once per rank for the memory counter.
@@ -53,7 +57,7 @@ def to_chrome(timeline: Timeline, *, activation: float = 1.0, w_activation: floa
         out.append({"ph": "X", "name": _label(e), "cat": e.kind, "pid": e.rank, "tid": tid[e.rank, e.lane],
                     "ts": us(e.start), "dur": round((e.end - e.start) * scale, 3), "args": _args(e)})
     out.extend(_flows(timeline, tid, us))
-    out.extend(_memory(timeline, us, activation, w_activation))
+    out.extend(_memory(timeline, us, activation, w_activation, payloads or {}))
     m = timeline.meta
     other = {"source": m.source, "units": m.units, "us_per_unit": scale, "family": m.family, "pp": m.pp,
              "vpp": m.vpp, "microbatches": m.microbatches, "title": m.title, "clock": m.clock,
@@ -125,10 +129,18 @@ def _flows(timeline: Timeline, tid: dict[tuple[int, str], int], us) -> list[dict
     return out
 
 
-def _memory(timeline: Timeline, us, activation: float, w_activation: float) -> list[dict[str, Any]]:
+class _Moved(NamedTuple):
+    """What :func:`pptl.simulate.memory_events` reads of an op: its kind and payload."""
+
+    kind: str
+    payload: float
+
+
+def _memory(timeline: Timeline, us, activation: float, w_activation: float,
+            payloads: Mapping[str, float]) -> list[dict[str, Any]]:
     per_rank: dict[int, list[tuple[float, int, float]]] = {}
     for e in timeline.events:
-        alloc, free = memory_events(e, activation, w_activation)  # reads only .kind
+        alloc, free = memory_events(_Moved(e.kind, payloads.get(e.op, 0.0)), activation, w_activation)
         if alloc:
             per_rank.setdefault(e.rank, []).append((e.start, 1, alloc))
         if free:
