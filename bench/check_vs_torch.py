@@ -92,10 +92,10 @@ def comms_rows(sched: Any) -> list[list[str]]:
 
 
 def write_rows(rows: list[list[str]], path: Path) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f, lineterminator="\n")
-        for row in rows:
-            w.writerow(row)
+    from pptl.fileio import atomic_write
+    from pptl.formats.torch_csv import dumps_rows
+
+    atomic_write(path, dumps_rows(rows))
 
 
 def torch_check_file(path: str | Path, pp: int, num_stages: int, microbatches: int) -> str:

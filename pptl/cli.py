@@ -75,7 +75,8 @@ def _main(
 # Shared options (declared once)
 
 OutputFmt = Annotated[str, typer.Option("--output", help="text or json.")]
-OutFile = Annotated[Optional[Path], typer.Option("-o", "--out", help="Write the result to this file.")]
+OutFile = Annotated[Optional[Path], typer.Option("-o", "--out", help="Write the result to this file "
+                                                 "(replaced if it exists).")]
 MemoryLimit = Annotated[Optional[float], typer.Option("--memory-limit", help="Peak activation per rank allowed.")]
 Microbatches = Annotated[Optional[int], typer.Option("--microbatches", "-m", help="Micro-batches per step.")]
 Placement = Annotated[Optional[str], typer.Option("--placement", help="torch CSV: stage placement, loop or v "
@@ -299,14 +300,19 @@ def render(
         raise InputError(f"--width: got {width}, expected at least 40 columns")
     if html and out_file is not None and output_format(out_file) != "html":
         raise InputError(f"--html writes HTML but -o {out_file} is not .html; drop --html or name a .html file")
+    named = out_file is not None  # a file the user names is overwritten; one pptl names is not
     if html and out_file is None:
         out_file = Path(file.stem + ".html")
     window = parse_window(time_window)
     if out_file is not None:
         output_format(out_file)  # a bad suffix fails before any planning
+        if not named:
+            from pptl.fileio import check_new
+
+            check_new(out_file)
     tl = load_timeline(file)
     if out_file is not None:
-        for warning in write_file(tl, out_file, style=style, window=window):
+        for warning in write_file(tl, out_file, style=style, window=window, overwrite=named):
             err.print(f"warning: {warning}", markup=False)
         err.print(f"wrote {out_file}", markup=False)
         return
@@ -382,6 +388,10 @@ def run(
         raise InputError(f"{plan_file}: is a {loaded.kind}, not a plan; pptl run takes plans and configs")
     target = out_file if out_file is not None else Path(f"{plan_file.name.split('.')[0]}.measured.json")
     check_writable(target)
+    if out_file is None:  # a name pptl made up never replaces a file (-o names one to overwrite)
+        from pptl.fileio import check_new
+
+        check_new(target)
     with err.status(f"running {loaded.schedule.family} on {gpus or loaded.schedule.pp} processes"):
         tl = run_plans([(loaded.schedule, target)], gpus=gpus or loaded.schedule.pp, device=device, steps=steps,
                        warmup=warmup, verify=verify, timeout=timeout)[0]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pptl.errors import InputError
 
-__all__ = ["atomic_write", "check_writable"]
+__all__ = ["atomic_write", "check_new", "check_writable"]
 
 
 def check_writable(path: str | Path) -> Path:
@@ -22,19 +22,39 @@ def check_writable(path: str | Path) -> Path:
     return p
 
 
-def atomic_write(path: str | Path, data: bytes | str) -> Path:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
+def check_new(path: str | Path, *, option: str = "-o") -> Path:
+    """Fail early when ``path`` exists: pptl overwrites only files the user names (``-o``); a name
+    pptl makes up itself (``render --html``, ``run``'s default output) never replaces a file."""
+    p = check_writable(path)
+    if p.exists():
+        raise InputError(f"{p}: exists, and pptl does not overwrite a file it named itself; pass {option} {p} "
+                         "to overwrite it")
+    return p
+
+
+def atomic_write(path: str | Path, data: bytes | str, *, overwrite: bool = True) -> Path:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename.
+
+    An interrupted write leaves ``path`` as it was (and at worst a hidden ``.NAME.*.tmp`` file if
+    the process is killed outright). With ``overwrite=False`` an existing ``path`` is kept and
+    InputError raised (see :func:`check_new`); the check and the write are one step (a hard link).
+    """
     p = check_writable(path)
     raw = data.encode("utf-8") if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent or "."))
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(raw)
+            f.flush()
+            os.fsync(f.fileno())  # the rename must not reach the disk before the data (power loss)
         # mkstemp makes 0600 files; give the result the mode a plain open() would (0666 less umask).
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, p)
+        if overwrite:
+            os.replace(tmp, p)
+        else:
+            _link_new(tmp, p)
     except BaseException:
         try:
             os.unlink(tmp)
@@ -42,3 +62,17 @@ def atomic_write(path: str | Path, data: bytes | str) -> Path:
             pass
         raise
     return p
+
+
+def _link_new(tmp: str, p: Path) -> None:
+    """Move ``tmp`` to ``p`` unless ``p`` exists, atomically where the file system has hard links."""
+    try:
+        os.link(tmp, p)
+    except FileExistsError:
+        check_new(p)
+        raise
+    except OSError:  # no hard links here (some network and FAT file systems): check, then rename
+        check_new(p)
+        os.replace(tmp, p)
+        return
+    os.unlink(tmp)

@@ -61,8 +61,9 @@ def load_timeline(path: str | Path) -> Timeline:
 
 
 def write_file(tl: Timeline, path: str | Path, *, style: str = "auto",
-               window: tuple[float, float] | None = None) -> list[str]:
+               window: tuple[float, float] | None = None, overwrite: bool = True) -> list[str]:
     """Draw ``tl`` into ``path`` (format from the suffix), atomically. Returns warnings to show.
+    ``overwrite=False`` keeps an existing file (InputError instead).
 
     Raises:
         InputError: unknown suffix, unknown style, missing folder, or a timeline too big for HTML.
@@ -85,5 +86,5 @@ def write_file(tl: Timeline, path: str | Path, *, style: str = "auto",
         from pptl.render.mpl import FigureOptions, figure_from_layout, image_bytes
 
         data = image_bytes(figure_from_layout(lay, FigureOptions(style=style)), fmt)
-    atomic_write(path, data)
+    atomic_write(path, data, overwrite=overwrite)
     return warnings
