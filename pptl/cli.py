@@ -44,7 +44,7 @@ def command(*args: Any, **kwargs: Any) -> Callable:
             try:
                 return fn(*a, **kw)
             except PptlError as e:
-                err.print(f"error: {e}", markup=False)
+                err.print(f"error: {_one_line(str(e))}", markup=False)
                 raise typer.Exit(e.exit_code) from None
             except KeyboardInterrupt:
                 err.print("interrupted")
@@ -53,6 +53,15 @@ def command(*args: Any, **kwargs: Any) -> Callable:
         return app.command(*args, **kwargs)(run)
 
     return wrap
+
+
+#: What str.splitlines() (and a terminal) breaks a line at: an error must stay one line even when it
+#: quotes a value from the input that holds one.
+_BREAKS = {c: repr(c)[1:-1] for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
+
+
+def _one_line(text: str) -> str:
+    return text.translate(str.maketrans(_BREAKS)) if any(c in text for c in _BREAKS) else text
 
 
 def _version(value: bool) -> None:

@@ -459,10 +459,17 @@ def _float(v: Any, name: str, source: str) -> float:
     return f
 
 
+#: Largest duration, size or memory a config may give: 5M ops of it still sum to a finite float
+#: (also in microseconds), so every renderer and writer gets finite times.
+MAX_VALUE = 1e15
+
+
 def _duration(v: Any, name: str, source: str) -> float:
     f = _float(v, name, source)
     if f < 0 or math.isinf(f):
         raise InputError(f"{source}: field '{name}': got {v!r}, expected a finite number >= 0")
+    if f > MAX_VALUE:
+        raise InputError(f"{source}: field '{name}': got {v!r}, expected at most {MAX_VALUE:g}")
     return f
 
 

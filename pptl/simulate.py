@@ -12,7 +12,7 @@ import networkx as nx
 
 from pptl.config import Costs
 from pptl.dag import build_dag
-from pptl.errors import InvalidScheduleError
+from pptl.errors import InputError, InvalidScheduleError
 from pptl.ir import Op, Schedule
 from pptl.timeline import Event, Timeline, TimelineMeta
 
@@ -148,6 +148,10 @@ def simulate(schedule: Schedule, costs: Costs | None = None, *, dag: nx.DiGraph 
         end[v] = t + dur[v]
         via[v] = best
     makespan = max(end, default=0.0) - min(start, default=0.0)
+    if not makespan < float("inf"):  # also NaN; every renderer and writer needs finite times
+        raise InputError(f"the timed schedule overflows a float (makespan {makespan}): a cost, comm.bytes or a "
+                         "bandwidth is out of scale; costs up to 1e15 and bandwidths that keep bytes / bandwidth "
+                         "finite work")
     path: list[int] = []
     if n:
         v = max(range(n), key=end.__getitem__)

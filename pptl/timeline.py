@@ -9,7 +9,7 @@ from typing import Any, Iterable, Mapping
 
 from pptl.errors import InputError
 
-__all__ = ["Event", "TimelineMeta", "Timeline", "timeline_from_dict", "RankStats", "MAX_INDEX"]
+__all__ = ["Event", "TimelineMeta", "Timeline", "timeline_from_dict", "RankStats", "MAX_INDEX", "MAX_TIME"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +131,9 @@ TIMELINE_VERSION = 1
 #: Largest index (rank, stage, micro-batch, chunk...) a timeline file may hold, as in plan files:
 #: renderers size rows and labels by them.
 MAX_INDEX = 10_000_000
+#: Largest time a timeline may hold (about 30 years in microseconds): differences and unit
+#: conversions of such times stay finite floats.
+MAX_TIME = 1e18
 
 
 def timeline_from_dict(data: Any, *, source: str = "<timeline>") -> Timeline:
@@ -179,8 +182,8 @@ def _event(e: Any, i: int, source: str) -> Event:
     if not 0 <= rank <= MAX_INDEX:
         raise InputError(f"{where}.rank: got {rank}, expected an integer in 0..{MAX_INDEX}")
     for name, v in (("start", start), ("end", end)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (float("inf"), float("-inf")):
-            raise InputError(f"{where}.{name}: got {v!r}, expected a finite number")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not -MAX_TIME <= v <= MAX_TIME:
+            raise InputError(f"{where}.{name}: got {v!r}, expected a finite number within +-{MAX_TIME:g}")
     if end < start:
         raise InputError(f"{where}: end {end} is before start {start}")
     kw: dict[str, Any] = {}

@@ -106,3 +106,65 @@ def test_chrome_export_counts_offloaded_memory(tmp_path: Path, config: str) -> N
             peak[e["pid"]] = max(peak.get(e["pid"], 0.0), e["args"]["activation"])
     planned = json.loads(CliRunner().invoke(app, ["plan", str(FIXTURES / config), "--output", "json"]).stdout)
     assert peak == pytest.approx({r["rank"]: r["peak_activation"] for r in planned["ranks"]})
+
+
+# --- times past a float: a config cost of 1e308 made the makespan inf (plan -o, export, render:
+# ValueError tracebacks); a timeline time of 1.7e308 overflowed in microseconds (export --to chrome)
+
+
+@pytest.mark.parametrize("text,match", [
+    ('[costs]\nF = 1e308\nB = 1e308\n', r"field 'costs\.F': got 1e\+308, expected at most 1e\+15"),
+    ('[comm]\nbytes = 1e15\nbandwidth = 1e-300\n', r"the timed schedule overflows a float \(makespan inf\)"),
+], ids=["cost-1e308", "bytes-over-tiny-bandwidth"])
+def test_costs_that_overflow_are_refused(tmp_path: Path, text: str, match: str) -> None:
+    p = tmp_path / "c.toml"
+    p.write_text('schedule = "1f1b"\npp = 2\nmicrobatches = 4\n' + text)
+    for cmd in (["plan", str(p), "-o", str(tmp_path / "p.json")], ["export", str(p), "--to", "chrome"],
+                ["render", str(p), "-o", str(tmp_path / "f.png")], ["render", str(p)]):
+        _refused(cmd, match)
+
+
+def test_largest_costs_still_draw_and_export(tmp_path: Path) -> None:
+    p = tmp_path / "c.toml"
+    p.write_text('schedule = "1f1b"\npp = 2\nmicrobatches = 4\n[costs]\nF = 1e15\nB = 1e15\n')
+    for cmd in (["export", str(p), "--to", "chrome"], ["render", str(p), "-o", str(tmp_path / "f.png")],
+                ["render", str(p), "--width", "80"]):
+        assert clean_run(cmd)[0] == 0, cmd
+
+
+def test_timeline_times_past_1e18_refused(tmp_path: Path, timeline_data: dict) -> None:
+    data = json.loads(json.dumps(timeline_data))
+    data["events"][0]["end"] = 1.7976931348623157e308
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(data))
+    _refused(["export", str(p), "--to", "chrome"], r"events\[0\]\.end: got 1\.79.*e\+308, expected a finite number "
+                                                   r"within \+-1e\+18")
+
+
+@pytest.mark.parametrize("data,match", [
+    ([{"type": "F", "start_time": 0, "end_time": float("inf"), "minibatch": 0}],
+     r"events\[0\]\.end_time: got inf, expected a finite number within \+-1e\+18"),
+    ({"traceEvents": [{"ph": "X", "name": "PP:0F0", "ts": 0, "dur": 1}], "baseTimeNanoseconds": 1e308},
+     r"field 'baseTimeNanoseconds': got 1e\+308, expected a finite number within \+-1e\+21"),
+    ({"traceEvents": [{"ph": "X", "name": "PP:0F0", "ts": 1e300, "dur": 1}]},
+     r"range 'PP:0F0' at ts 1e\+300 has dur 1; expected a ts within \+-1e\+18"),
+    ({"traceEvents": [{"ph": "X", "name": "PP:0F0", "ts": 0, "dur": -5}]}, r"range 'PP:0F0' at ts 0 has dur -5"),
+], ids=["event-list-inf", "base-time-1e308", "ts-1e300", "negative-dur"])
+def test_trace_times_out_of_range_refused(tmp_path: Path, data: object, match: str) -> None:
+    p = tmp_path / "rank0.json"
+    p.write_text(json.dumps(data))
+    _refused(["export", str(p), "--to", "chrome"], match)
+
+
+# --- one line, always: a value quoted from the input may hold a line break
+
+
+@pytest.mark.parametrize("name,text,shown", [
+    ("s.csv", '"\x000\n0"\n', r"'\\x000\\n0' is not an action"),
+    ("c.yaml", 'schedule: "1f1b\\nx"\npp: 2\nmicrobatches: 2\n', r"unknown schedule '1f1b\\nx'"),
+    ("d.yaml", 'schedule: "1f1b\\u2028x"\npp: 2\nmicrobatches: 2\n', r"unknown schedule '1f1b\\u2028x'"),
+], ids=["csv-cell-with-newline", "schedule-name-with-newline", "line-separator"])
+def test_errors_quoting_line_breaks_stay_one_line(tmp_path: Path, name: str, text: str, shown: str) -> None:
+    p = tmp_path / name
+    p.write_text(text, encoding="utf-8")
+    _refused(["render", str(p)], shown)

@@ -31,7 +31,7 @@ from typing import Any, Mapping
 from pptl.config import MAX_FILE_BYTES
 from pptl.errors import InputError
 from pptl.formats.torch_csv import Action, parse_action, schedule_from_rows
-from pptl.timeline import Event, Timeline, TimelineMeta
+from pptl.timeline import MAX_TIME, Event, Timeline, TimelineMeta
 
 __all__ = ["MAX_RANKS", "read_json", "read_dir", "read_traces", "timeline_from_rows", "sniff"]
 
@@ -209,7 +209,10 @@ def _profiler_rank(data: Mapping, p: Path, fallback: int) -> int:
 
 def _profiler_rows(data: Mapping, p: Path, step: int | None) -> tuple[list[tuple[Action, float, float]], str]:
     base = data.get("baseTimeNanoseconds", 0)
-    base_us = base / 1000.0 if isinstance(base, (int, float)) else 0.0
+    base_us = base / 1000.0 if isinstance(base, (int, float)) and not isinstance(base, bool) else 0.0
+    if not -MAX_TIME <= base_us <= MAX_TIME:
+        raise InputError(f"{p}: field 'baseTimeNanoseconds': got {base!r}, expected a finite number within "
+                         f"+-{MAX_TIME * 1000:g}")
     spans: dict[str, list[tuple[str, float, float]]] = defaultdict(list)
     for e in data["traceEvents"]:
         if not isinstance(e, Mapping) or e.get("ph") != "X":
@@ -220,6 +223,9 @@ def _profiler_rows(data: Mapping, p: Path, step: int | None) -> tuple[list[tuple
         ts, dur = e.get("ts"), e.get("dur", 0)
         if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)):
             continue
+        if not (-MAX_TIME <= ts <= MAX_TIME and 0 <= dur <= MAX_TIME):
+            raise InputError(f"{p}: range '{name}' at ts {ts!r} has dur {dur!r}; expected a ts within +-{MAX_TIME:g} "
+                             f"and a dur in 0..{MAX_TIME:g} microseconds")
         spans[str(e.get("cat", ""))].append((name[3:], base_us + ts, base_us + ts + dur))
     if not spans:
         raise InputError(f"{p}: no 'PP:<action>' ranges; record the run with torch.profiler around "
@@ -277,8 +283,8 @@ def _event_rows(data: Any, p: Path, fallback: int) -> tuple[int, list[tuple[Acti
         start = e.get("start_time")
         end = e.get("end_time", e.get("completion_time"))
         for name, v in (("start_time", start), ("end_time", end)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
-                raise InputError(f"{where}.{name}: got {v!r}, expected a number")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not -MAX_TIME <= v <= MAX_TIME:
+                raise InputError(f"{where}.{name}: got {v!r}, expected a finite number within +-{MAX_TIME:g}")
         if end < start:
             raise InputError(f"{where}: end_time {end} is before start_time {start}")
         mb = e.get("minibatch", e.get("microbatch"))
