@@ -28,8 +28,12 @@ test: install-test
 bench: install
 	$(PY) bench/plan_scale.py
 
+# Long fuzzing (docs/reliability.md): 5000 inputs per target, under an 8 GiB address-space cap so a
+# memory blow-up fails as a MemoryError (a finding) instead of taking the machine down.
 fuzz: install-test
-	PPTL_FUZZ_EXAMPLES=5000 $(PY) -m pytest -q -p no:cacheprovider tests -k fuzz
+	mkdir -p $(OUT)
+	ulimit -v 8388608 2>/dev/null; PPTL_FUZZ_EXAMPLES=5000 PPTL_FUZZ_STATS=$(OUT)/fuzz-stats.json \
+	  $(PY) -m pytest -q -p no:cacheprovider tests -k fuzz
 
 clean:
 	rm -rf $(OUT) build *.egg-info

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Iterable, Mapping
 
+from pptl.config import MAX_OPS
 from pptl.errors import InputError
 
 __all__ = ["Event", "TimelineMeta", "Timeline", "timeline_from_dict", "RankStats", "MAX_INDEX", "MAX_TIME"]
@@ -164,6 +165,8 @@ def timeline_from_dict(data: Any, *, source: str = "<timeline>") -> Timeline:
     events_raw = data.get("events")
     if not isinstance(events_raw, list):
         raise InputError(f"{source}: field 'events': expected a list")
+    if len(events_raw) > MAX_OPS:
+        raise InputError(f"{source}: {len(events_raw):,} events, more than the {MAX_OPS:,} pptl accepts")
     return Timeline([_event(e, i, source) for i, e in enumerate(events_raw)], TimelineMeta(**meta_kw))
 
 

@@ -102,3 +102,41 @@ def test_event_indices_of_a_billion_stay_small(tmp_path: Path) -> None:
     t0 = time.monotonic()
     code, _ = clean_run(["render", str(p), "--width", "80"])
     assert code == 0 and time.monotonic() - t0 < 3
+
+
+# Op counts: a file under the size limit can still list more ops than pptl checks (MAX_OPS). The
+# limit is lowered here so the test stays small; each reader reads it where it counts.
+
+
+def _one_timeline(n: int) -> dict:
+    ev = [{"op": f"r0/compute/F s0 mb{i}", "rank": 0, "lane": "compute", "kind": "F", "start": i, "end": i + 1}
+          for i in range(n)]
+    return {"format": "pptl-timeline", "version": 1, "meta": {}, "events": ev}
+
+
+@pytest.mark.parametrize("module,name,content,match", [
+    ("pptl.timeline", "t.json", json.dumps(_one_timeline(11)), r"11 events, more than the 10 pptl accepts"),
+    ("pptl.formats.torch_csv", "s.csv", ",".join(f"0F{i}" for i in range(11)) + "\n",
+     r"s\.csv:1: more than the 10 actions pptl accepts"),
+    ("pptl.formats.profiler", "rank0.json",
+     json.dumps([{"type": "F", "start_time": i, "end_time": i + 1, "minibatch": i} for i in range(11)]),
+     r"11 events, more than the 10 pptl accepts"),
+    ("pptl.formats.profiler", "trace.json",
+     json.dumps({"traceEvents": [{"ph": "X", "name": f"PP:0F{i}", "ts": i, "dur": 1} for i in range(11)]}),
+     r"more than the 10 'PP:<action>' ranges pptl accepts"),
+], ids=["timeline-events", "csv-actions", "event-list", "profiler-ranges"])
+def test_more_ops_than_max_ops_are_refused(tmp_path: Path, monkeypatch, module: str, name: str, content: str,
+                                           match: str) -> None:
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module(module), "MAX_OPS", 10)
+    p = tmp_path / name
+    p.write_text(content)
+    _refused_fast(["render", str(p)], match)
+
+
+def test_a_plan_listing_more_than_max_ops_is_refused(tmp_path: Path, plan_file: Path, monkeypatch) -> None:
+    import pptl.formats.plan
+
+    monkeypatch.setattr(pptl.formats.plan, "MAX_OPS", 10)
+    _refused_fast(["check", str(plan_file)], r"ops, more than the 10 pptl accepts")

@@ -105,6 +105,9 @@ def plan_from_dict(data: Any, *, source: str = "<plan>") -> tuple[Schedule, Time
     lanes = data.get("lanes")
     if not isinstance(lanes, list):
         raise InputError(f"{source}: field 'lanes': expected a list of {{rank, lane, ops}}")
+    total = sum(len(e["ops"]) for e in lanes if isinstance(e, Mapping) and isinstance(e.get("ops"), list))
+    if total > MAX_OPS:
+        raise InputError(f"{source}: {total:,} ops, more than the {MAX_OPS:,} pptl accepts")
     b = ScheduleBuilder()
     for li, entry in enumerate(lanes):
         where = f"{source}: lanes[{li}]"

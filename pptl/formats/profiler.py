@@ -28,7 +28,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Mapping
 
-from pptl.config import MAX_FILE_BYTES
+from pptl.config import MAX_FILE_BYTES, MAX_OPS
 from pptl.errors import InputError
 from pptl.formats.torch_csv import Action, parse_action, schedule_from_rows
 from pptl.timeline import MAX_TIME, Event, Timeline, TimelineMeta
@@ -214,6 +214,7 @@ def _profiler_rows(data: Mapping, p: Path, step: int | None) -> tuple[list[tuple
         raise InputError(f"{p}: field 'baseTimeNanoseconds': got {base!r}, expected a finite number within "
                          f"+-{MAX_TIME * 1000:g}")
     spans: dict[str, list[tuple[str, float, float]]] = defaultdict(list)
+    found = 0
     for e in data["traceEvents"]:
         if not isinstance(e, Mapping) or e.get("ph") != "X":
             continue
@@ -227,6 +228,9 @@ def _profiler_rows(data: Mapping, p: Path, step: int | None) -> tuple[list[tuple
             raise InputError(f"{p}: range '{name}' at ts {ts!r} has dur {dur!r}; expected a ts within +-{MAX_TIME:g} "
                              f"and a dur in 0..{MAX_TIME:g} microseconds")
         spans[str(e.get("cat", ""))].append((name[3:], base_us + ts, base_us + ts + dur))
+        found += 1
+        if found > MAX_OPS:
+            raise InputError(f"{p}: more than the {MAX_OPS:,} 'PP:<action>' ranges pptl accepts")
     if not spans:
         raise InputError(f"{p}: no 'PP:<action>' ranges; record the run with torch.profiler around "
                          "schedule.step() (torch.distributed.pipelining names each action's range PP:<action>)")
@@ -272,6 +276,8 @@ def _event_rows(data: Any, p: Path, fallback: int) -> tuple[int, list[tuple[Acti
             rank = data["rank"]
     rows: list[tuple[Action, float, float]] = []
     ranks_seen: set[int] = set()
+    if len(events) > MAX_OPS:
+        raise InputError(f"{p}: {len(events):,} events, more than the {MAX_OPS:,} pptl accepts")
     for k, e in enumerate(events):
         where = f"{p}: events[{k}]"
         if not isinstance(e, Mapping):

@@ -186,6 +186,7 @@ def load_csv_text(text: str, *, source: str = "<csv>", microbatches: int | None 
     problems: list[Violation] = []
     reader = csv.reader(io.StringIO(text), strict=True)
     line = 1
+    count = 0
     try:
         for raw in reader:
             rank = len(rows)
@@ -201,6 +202,9 @@ def load_csv_text(text: str, *, source: str = "<csv>", microbatches: int | None 
                     continue
                 if action is not None:
                     cells.append(_Cell(action, rank, col))
+            count += len(cells)
+            if count > MAX_OPS:
+                raise InputError(f"{source}:{line}: more than the {MAX_OPS:,} actions pptl accepts")
             rows.append(cells)
             lines.append(line)
             line = reader.line_num + 1
