@@ -17,6 +17,7 @@ from typing import Any, Iterable
 
 from pptl.ir import Schedule
 from pptl.simulate import memory_events
+from pptl.intervals import overlap_length, union
 
 __all__ = ["EP_KINDS", "COPY_KINDS", "exposed_time", "exposed_in_timeline", "peak_without", "moe_metrics"]
 
@@ -24,32 +25,6 @@ EP_KINDS = frozenset({"A2A_DISPATCH", "A2A_COMBINE"})
 COPY_KINDS = frozenset({"OFFLOAD", "ONLOAD"})
 
 _Interval = tuple[int, str, str, float, float]  # rank, lane, kind, start, end
-
-
-def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[tuple[float, float]] = []
-    for a, b in sorted(spans):
-        if b <= a:
-            continue
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
-
-
-def _overlap(xs: list[tuple[float, float]], ys: list[tuple[float, float]]) -> float:
-    i = j = 0
-    total = 0.0
-    while i < len(xs) and j < len(ys):
-        a, b = max(xs[i][0], ys[j][0]), min(xs[i][1], ys[j][1])
-        if b > a:
-            total += b - a
-        if xs[i][1] < ys[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
 
 
 def exposed_time(intervals: Iterable[_Interval], kinds: frozenset[str], *,
@@ -65,10 +40,10 @@ def exposed_time(intervals: Iterable[_Interval], kinds: frozenset[str], *,
     total: dict[int, float] = {}
     exposed: dict[int, float] = {}
     for rank, spans in busy.items():
-        u = _union(spans)
+        u = union(spans)
         t = sum(b - a for a, b in u)
         total[rank] = t
-        exposed[rank] = max(0.0, t - _overlap(u, _union(comp.get(rank, []))))
+        exposed[rank] = max(0.0, t - overlap_length(u, union(comp.get(rank, []))))
     return total, exposed
 
 

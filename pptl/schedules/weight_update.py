@@ -54,6 +54,7 @@ from typing import Any, Mapping
 from pptl.config import MAX_OPS, Config
 from pptl.errors import InputError
 from pptl.ir import Op, Schedule, ScheduleBuilder
+from pptl.intervals import overlap_length
 from pptl.schedules._common import Family
 
 __all__ = [
@@ -448,21 +449,6 @@ def _meta(spec: UpdateSpec, buckets: list[Bucket]) -> dict[str, Any]:
 # Metrics
 
 
-def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
-    """Total length of the intersection of two sorted lists of disjoint intervals."""
-    i = j = 0
-    total = 0.0
-    while i < len(a) and j < len(b):
-        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if hi > lo:
-            total += hi - lo
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
-
-
 def update_metrics(schedule: Schedule, sim: Any) -> dict[str, Any]:
     """Total update time, per-stage busy time, and how much H2D / copy / reload hides behind broadcasts.
 
@@ -487,7 +473,7 @@ def update_metrics(schedule: Schedule, sim: Any) -> dict[str, Any]:
         total = sum(per_rank.values())
         stages[lane] = {"total": total, "max_rank": max(per_rank.values(), default=0.0)}
         if kind != "BCAST":
-            covered = sum(_overlap(v, spans.get((r, "BCAST"), [])) for (r, k), v in spans.items() if k == kind)
+            covered = sum(overlap_length(v, spans.get((r, "BCAST"), [])) for (r, k), v in spans.items() if k == kind)
             if total > 0:  # no COPY ops without an H2D buffer: nothing to hide
                 hidden[lane] = covered / total
     bcast = stages["comm"]["max_rank"]
