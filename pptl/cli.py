@@ -207,30 +207,32 @@ def check(
     _check_output(output, ("text", "json", "github"))
     paths = planning.expand_paths(files)
     reports = []
-    unreadable: list[tuple[str, InputError]] = []  # github: annotate every bad file, then exit 2
+    unreadable: list[tuple[str, InputError]] = []  # every file is checked; unreadable ones make the exit 2
     for p in paths:
         try:
             reports.append(planning.check_file(p, microbatches=microbatches, memory_limit=memory_limit, p2p=p2p,
                                                placement=placement))
         except InputError as e:
-            if output != "github":
+            if len(paths) == 1 and output != "github":
                 raise
             unreadable.append((p, e))
     if output == "json":
-        _print_json(({"files": [r.to_dict() for r in reports],
-                                   "valid": all(r.valid for r in reports)}))
+        _print_json({"files": [r.to_dict() for r in reports] + [{"path": p, "error": str(e)} for p, e in unreadable],
+                     "valid": all(r.valid for r in reports) and not unreadable})
     elif output == "github":
         for p, e in unreadable:
             out.print(planning.github_input_error(p, e), markup=False)
         for r in reports:
             for line in r.github_lines():
                 out.print(line, markup=False)
-        if unreadable:
-            raise typer.Exit(2)
     else:
         for r in reports:
             for line in r.text_lines():
                 out.print(line, markup=False)
+        for _, e in unreadable:
+            err.print(f"error: {e}", markup=False)
+    if unreadable:
+        raise typer.Exit(2)
     if not all(r.valid for r in reports):
         raise typer.Exit(1)
 

@@ -139,3 +139,22 @@ def test_plan_of_a_deadlocking_order_is_one_line_exit_1() -> None:
     assert result.exit_code == 1, result.output
     [line] = result.stderr.strip().splitlines()
     assert line.startswith("error: interleaved-1f1b with this config cannot run: deadlock across ranks 0, 3:")
+
+
+def test_check_goes_on_past_an_unreadable_file() -> None:
+    result = runner.invoke(app, ["check", str(FIXTURES / "bad" / "broken.yaml"), str(FIXTURES / "1f1b.yaml"),
+                                 str(FIXTURES / "invalid" / "missing.json")])
+    assert result.exit_code == 2, result.output
+    assert result.stdout.splitlines()[0].endswith("1f1b.yaml: ok, 160 ops checked")
+    assert "PP003 error: missing B for stage 0 mb 1" in result.stdout
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "broken.yaml: not valid YAML" in line
+
+
+def test_check_json_lists_unreadable_files() -> None:
+    result = runner.invoke(app, ["check", str(FIXTURES / "bad" / "broken.yaml"), str(FIXTURES / "1f1b.yaml"),
+                                 "--output", "json"])
+    assert result.exit_code == 2, result.output
+    data = json.loads(result.stdout)
+    assert data["valid"] is False
+    assert data["files"][0]["valid"] is True and "not valid YAML" in data["files"][1]["error"]
