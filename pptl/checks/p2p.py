@@ -274,7 +274,7 @@ def p2p_deadlock(ctx: Context) -> list[Violation]:
         node[j] = i
     indeg = [0] * n
     succ: list[list[int]] = [[] for _ in range(n)]
-    for u, v in _edge_pairs(s, mode, prog, bool(rep)):
+    for u, v, _ in _edges(s, mode, prog, rep):
         u, v = node[u], node[v]
         if u != v:
             succ[u].append(v)
@@ -293,7 +293,7 @@ def p2p_deadlock(ctx: Context) -> list[Violation]:
         return []
     left = {i for i in nodes if indeg[i] > 0}
     g = nx.DiGraph()
-    how: dict[tuple[int, int], str] = {}
+    how: dict[tuple[int, int], tuple] = {}
     for u, v, kind in _edges(s, mode, prog, rep):
         u, v = node[u], node[v]
         if u != v and u in left and v in left:
@@ -303,7 +303,7 @@ def p2p_deadlock(ctx: Context) -> list[Violation]:
     merged = {v: k for k, v in rep.items()}
     steps = []
     for u, v in cycle:
-        steps.append(f"{_node_name(s, u, merged)} -> ({how[u, v]})")
+        steps.append(f"{_node_name(s, u, merged)} -> ({_why(how[u, v])})")
     ranks = sorted({s.ops[u].rank for u, _ in cycle} | {s.ops[merged[u]].rank for u, _ in cycle if u in merged})
     text = " ".join(steps) + f" {_node_name(s, cycle[0][0], merged)}"
     model = {"nccl": "NCCL P2P (a send completes with its receive; per-peer order)",
@@ -329,49 +329,19 @@ def _rendezvous(s: Schedule) -> dict[int, int]:
     return rep
 
 
-def _edge_pairs(s: Schedule, mode: str, prog: dict[int, list[int]], positional: bool) -> list[tuple[int, int]]:
-    """The wait-for edges of ``mode`` (see :func:`_edges`), without labels: the fast path."""
-    ops = s.ops
-    if positional:
-        out = [(u, v) for u, v in s.deps if not (ops[u].kind == "SEND" and ops[v].kind == "RECV")]
-    else:
-        out = list(s.deps)
-    for seq in prog.values():
-        if mode == "blocking":
-            out.extend(zip(seq, seq[1:]))
-            continue
-        last_compute = -1
-        last_to: dict[int, int] = {}
-        for i in seq:
-            op = ops[i]
-            if op.lane != "compute":
-                if last_compute >= 0:
-                    out.append((last_compute, i))
-                if mode == "nccl":
-                    prev = last_to.get(op.peer)
-                    if prev is not None:
-                        out.append((prev, i))
-                    last_to[op.peer] = i
-            else:
-                if last_compute >= 0:
-                    out.append((last_compute, i))
-                last_compute = i
-    return out
-
-
 def _edges(s: Schedule, mode: str, prog: dict[int, list[int]],
-           rep: dict[int, int]) -> Iterator[tuple[int, int, str]]:
+           rep: dict[int, int]) -> Iterator[tuple[int, int, tuple]]:
     """The wait-for edges of ``mode``, each with why it exists (for printing a cycle)."""
     ops = s.ops
     for u, v in s.deps:
         # Under positional matching the RECV meets whichever SEND is its match, not its data's.
         if rep and ops[u].kind == "SEND" and ops[v].kind == "RECV":
             continue
-        yield u, v, "needed by"
+        yield u, v, ("needed by",)
     for rank, seq in prog.items():
         if mode == "blocking":
             for a, b in zip(seq, seq[1:]):
-                yield a, b, f"next on rank {rank}"
+                yield a, b, ("next on rank", rank)
             continue
         last_compute = -1
         last_to: dict[int, int] = {}
@@ -379,16 +349,22 @@ def _edges(s: Schedule, mode: str, prog: dict[int, list[int]],
             op = ops[i]
             if op.lane != "compute":
                 if last_compute >= 0:
-                    yield last_compute, i, "posted after"
+                    yield last_compute, i, ("posted after",)
                 if mode == "nccl":
                     prev = last_to.get(op.peer)
                     if prev is not None:
-                        yield prev, i, f"next P2P between ranks {rank} and {op.peer}"
+                        yield prev, i, ("next P2P between ranks", rank, op.peer)
                     last_to[op.peer] = i
             else:
                 if last_compute >= 0:
-                    yield last_compute, i, f"next on rank {rank}"
+                    yield last_compute, i, ("next on rank", rank)
                 last_compute = i
+
+
+def _why(label: tuple) -> str:
+    """("next P2P between ranks", 0, 1) -> "next P2P between ranks 0 and 1"."""
+    head, *nums = label
+    return head + (" " + " and ".join(map(str, nums)) if nums else "")
 
 
 def _short(op) -> str:
