@@ -125,7 +125,7 @@ def torch_check_file(path: str | Path, pp: int, num_stages: int, microbatches: i
 def pptl_check_file(path: str | Path, microbatches: int | None = None, p2p: str = "nccl") -> tuple[str, dict]:
     """pptl's reading: load_any, every rule (as ``pptl check``), then the simulator on the same
     DAG (as ``pptl plan`` does). Returns ("ok" or the first error, seconds per phase)."""
-    from pptl.checks import Context, rule_table
+    from pptl.checks import Context, check_context
     from pptl.errors import PptlError
     from pptl.formats.loader import load_any
 
@@ -136,10 +136,7 @@ def pptl_check_file(path: str | Path, microbatches: int | None = None, p2p: str 
         times["load"] = time.perf_counter() - t
         t = time.perf_counter()
         ctx = Context(loaded.schedule, p2p=p2p)
-        violations = list(getattr(loaded, "problems", ()))
-        for rule in rule_table():
-            if not (rule.needs_acyclic and ctx.order is None):
-                violations.extend(rule.fn(ctx))
+        violations = list(getattr(loaded, "problems", ())) + check_context(ctx)
         times["check"] = time.perf_counter() - t
         errors = [v for v in violations if v.severity == "error"]
         if errors:

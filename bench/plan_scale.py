@@ -20,7 +20,7 @@ def one(schedule: str, pp: int, mb: int, vpp: int) -> dict:
     import gc
 
     gc.set_threshold(200_000, 20, 100)  # as the CLI does
-    from pptl.checks import Context, rule_table
+    from pptl.checks import Context, check_context
     from pptl.config import Config
     from pptl.schedules import build_schedule
     from pptl.simulate import simulate
@@ -29,11 +29,7 @@ def one(schedule: str, pp: int, mb: int, vpp: int) -> dict:
     s = build_schedule(Config(schedule=schedule, pp=pp, microbatches=mb, vpp=vpp))
     t1 = time.perf_counter()
     ctx = Context(s)
-    violations = []
-    for rule in rule_table():
-        if rule.needs_acyclic and ctx.order is None:
-            continue
-        violations += rule.fn(ctx)
+    violations = check_context(ctx)
     t2 = time.perf_counter()
     sim = simulate(s, dag=ctx.dag, order=ctx.order)
     t3 = time.perf_counter()

@@ -82,16 +82,11 @@ def plan(cfg: Config, *, check: bool = True) -> PlanResult:
         InputError: the family refuses the config.
         InvalidScheduleError: the generated order deadlocks (the violations name the cycle).
     """
-    from pptl.checks import Context, rule_table
+    from pptl.checks import Context, check_context
 
     schedule = build_schedule(cfg)
     ctx = Context(schedule, memory_limit=cfg.memory_limit)
-    violations: list[Violation] = []
-    if check:
-        for rule in rule_table():
-            if not (rule.needs_acyclic and ctx.order is None):
-                violations.extend(rule.fn(ctx))
-        violations.sort(key=lambda v: (v.severity != "error", v.code))
+    violations: list[Violation] = check_context(ctx) if check else []
     if ctx.order is None:
         cycle = next((v.message for v in violations if v.code == "PP007"), "its DAG has a cycle")
         raise InvalidScheduleError(f"{cfg.schedule} with this config cannot run: {cycle}")

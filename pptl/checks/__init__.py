@@ -17,7 +17,7 @@ from pptl.dag import build_dag
 from pptl.errors import InputError
 from pptl.ir import Schedule
 
-__all__ = ["Violation", "Context", "Rule", "P2P_MODES", "run_checks", "rule_table"]
+__all__ = ["Violation", "Context", "Rule", "P2P_MODES", "run_checks", "check_context", "rule_table"]
 
 P2P_MODES = ("nonblocking", "nccl", "blocking")
 
@@ -127,7 +127,11 @@ def run_checks(schedule: Schedule, *, memory_limit: float | None = None, p2p: st
     """
     if p2p not in P2P_MODES:
         raise InputError(f"--p2p: got '{p2p}', expected one of {', '.join(P2P_MODES)}")
-    ctx = Context(schedule, memory_limit=memory_limit, p2p=p2p)
+    return check_context(Context(schedule, memory_limit=memory_limit, p2p=p2p), select=select)
+
+
+def check_context(ctx: Context, *, select: set[str] | None = None) -> list[Violation]:
+    """Run the rules on a context whose DAG and order the caller reuses (plan, benchmarks)."""
     out: list[Violation] = []
     for rule in rule_table():
         if select is not None and rule.code not in select:
