@@ -11,8 +11,9 @@ from pptl.checks import run_checks
 from pptl.config import Config
 from pptl.errors import InputError
 from pptl.formats.loader import load_any
-from pptl.ir import Op
 from pptl.schedules import build_schedule
+
+from mutations import drop_one, duplicate_one, move_before_dependency
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -93,18 +94,11 @@ def test_generated_schedules_pass(cfg: Config) -> None:
     assert run_checks(build_schedule(cfg)) == []
 
 
-def _lanes(schedule) -> dict:
-    return {k: [schedule.ops[i] for i in v] for k, v in schedule.lanes.items()}
-
-
 @_SETTINGS
 @given(configs(), st.randoms(use_true_random=False))
 def test_dropped_op_is_caught(cfg: Config, rnd: random.Random) -> None:
-    s = build_schedule(cfg)
-    lanes = _lanes(s)
-    key = rnd.choice(sorted(lanes))
-    victim = lanes[key].pop(rnd.randrange(len(lanes[key])))
-    codes = {v.code for v in run_checks(s.with_lanes(lanes))}
+    mutant, victim = drop_one(build_schedule(cfg), rnd)
+    codes = {v.code for v in run_checks(mutant)}
     expected = "PP008" if victim.kind in ("SEND", "RECV") else "PP003"
     assert expected in codes, (victim.id, codes)
 
@@ -112,40 +106,17 @@ def test_dropped_op_is_caught(cfg: Config, rnd: random.Random) -> None:
 @_SETTINGS
 @given(configs(), st.randoms(use_true_random=False))
 def test_duplicated_op_is_caught(cfg: Config, rnd: random.Random) -> None:
-    s = build_schedule(cfg)
-    lanes = _lanes(s)
-    key = rnd.choice(sorted(lanes))
-    ops = lanes[key]
-    k = rnd.randrange(len(ops))
-    ops.insert(rnd.randrange(len(ops) + 1), ops[k])
-    assert "PP002" in {v.code for v in run_checks(s.with_lanes(lanes))}
+    assert "PP002" in {v.code for v in run_checks(duplicate_one(build_schedule(cfg), rnd))}
 
 
 @_SETTINGS
 @given(configs(), st.randoms(use_true_random=False))
 def test_op_moved_before_its_dependency_is_caught(cfg: Config, rnd: random.Random) -> None:
     """Move an op to an earlier position, ahead of an op on its lane that it (transitively) needs."""
-    import networkx as nx
-
-    s = build_schedule(cfg)
-    data = nx.DiGraph(s.deps)
-    candidates = []
-    for key, order in s.lanes.items():
-        for j in range(1, len(order)):
-            v = order[j]
-            if v not in data:
-                continue
-            anc = nx.ancestors(data, v)
-            earlier = [k for k in range(j) if order[k] in anc]
-            if earlier:
-                candidates.append((key, j, max(earlier)))
-    if not candidates:
-        return  # e.g. pp=1 GPipe without split: nothing on a lane depends on an earlier op... still checked below
-    key, j, k = rnd.choice(candidates)
-    lanes = _lanes(s)
-    op = lanes[key].pop(j)
-    lanes[key].insert(k, op)
-    codes = {v.code for v in run_checks(s.with_lanes(lanes))}
+    moved = move_before_dependency(build_schedule(cfg), rnd)
+    assert moved is not None  # every schedule has a backward after its forward on one lane
+    mutant, op = moved
+    codes = {v.code for v in run_checks(mutant)}
     assert codes & {"PP006", "PP007"}, (op.id, codes)
 
 

@@ -6,7 +6,6 @@ import random
 from dataclasses import replace
 from pathlib import Path
 
-import networkx as nx
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -17,6 +16,8 @@ from pptl.formats.plan import plan_from_dict, plan_to_dict
 from pptl.schedules import build_schedule
 from pptl.schedules._moe_metrics import exposed_in_timeline
 from pptl.simulate import simulate
+
+from mutations import drop_one, duplicate_one, error_codes, lanes_of, move_before_dependency
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 NAME = "moe-1f1b-overlap"
@@ -29,8 +30,7 @@ INVALID = {
 }
 
 
-def codes(schedule) -> set[str]:
-    return {v.code for v in run_checks(schedule) if v.severity == "error"}
+codes = error_codes
 
 
 @pytest.mark.parametrize("name, expected", sorted(INVALID.items()), ids=sorted(INVALID))
@@ -117,10 +117,6 @@ def test_plan_file_round_trip_keeps_the_sub_op_facts(cfg: Config) -> None:
     assert len(back.deps) == len(s.deps) and simulate(back).makespan == simulate(s).makespan
 
 
-def _lanes(schedule) -> dict:
-    return {k: [schedule.ops[i] for i in v] for k, v in schedule.lanes.items()}
-
-
 _EXPECTED_WHEN_DROPPED = {"SEND": "PP008", "RECV": "PP008", "F": "PP003", "I": "PP003", "W": "PP003",
                           "OFFLOAD": "PP041", "ONLOAD": "PP040"}
 
@@ -128,41 +124,24 @@ _EXPECTED_WHEN_DROPPED = {"SEND": "PP008", "RECV": "PP008", "F": "PP003", "I": "
 @_SETTINGS
 @given(moe_configs(small=True), st.randoms(use_true_random=False))
 def test_dropped_op_is_caught(cfg: Config, rnd: random.Random) -> None:
-    s = build_schedule(cfg)
-    lanes = _lanes(s)
-    key = rnd.choice(sorted(lanes))
-    victim = lanes[key].pop(rnd.randrange(len(lanes[key])))
+    mutant, victim = drop_one(build_schedule(cfg), rnd)
     expected = _EXPECTED_WHEN_DROPPED.get(victim.kind, "PP044")  # a layer sub-op
-    assert expected in codes(s.with_lanes(lanes)), victim.id
+    assert expected in codes(mutant), victim.id
 
 
 @_SETTINGS
 @given(moe_configs(small=True), st.randoms(use_true_random=False))
 def test_duplicated_op_is_caught(cfg: Config, rnd: random.Random) -> None:
-    s = build_schedule(cfg)
-    lanes = _lanes(s)
-    ops = lanes[rnd.choice(sorted(lanes))]
-    ops.insert(rnd.randrange(len(ops) + 1), ops[rnd.randrange(len(ops))])
-    assert "PP002" in codes(s.with_lanes(lanes))
+    assert "PP002" in codes(duplicate_one(build_schedule(cfg), rnd))
 
 
 @_SETTINGS
 @given(moe_configs(small=True), st.randoms(use_true_random=False))
 def test_op_moved_before_its_dependency_is_caught(cfg: Config, rnd: random.Random) -> None:
-    s = build_schedule(cfg)
-    data = nx.DiGraph(s.deps)
-    pos = {i: (key, k) for key, order in s.lanes.items() for k, i in enumerate(order)}
-    for v in rnd.sample(range(len(s.ops)), min(40, len(s.ops))):
-        key, j = pos[v]
-        order = s.lanes[key]
-        anc = nx.ancestors(data, v) if v in data else set()
-        earlier = [k for k in range(j) if order[k] in anc]
-        if earlier:
-            lanes = _lanes(s)
-            lanes[key].insert(max(earlier), lanes[key].pop(j))
-            assert codes(s.with_lanes(lanes)) & {"PP006", "PP007"}, s.ops[v].id
-            return
-    pytest.fail("no op with an earlier dependency on its lane was sampled (the test would be vacuous)")
+    moved = move_before_dependency(build_schedule(cfg), rnd, tries=40)
+    assert moved is not None, "no op with an earlier dependency on its lane was sampled (the test would be vacuous)"
+    mutant, op = moved
+    assert codes(mutant) & {"PP006", "PP007"}, op.id
 
 
 @_SETTINGS
@@ -170,7 +149,7 @@ def test_op_moved_before_its_dependency_is_caught(cfg: Config, rnd: random.Rando
 def test_swapped_all_to_alls_of_one_ep_member_are_caught(cfg: Config, rnd: random.Random) -> None:
     cfg = replace(cfg, options={**cfg.options, "ep": 2})
     s = build_schedule(cfg)
-    lanes = _lanes(s)
+    lanes = lanes_of(s)
     rank = rnd.choice([g[1] for g in s.meta["ep_groups"]])
     comm = lanes[(rank, "comm")]
     a2a = [k for k, op in enumerate(comm) if op.kind.startswith("A2A")]

@@ -7,7 +7,6 @@ import random
 from dataclasses import replace
 from pathlib import Path
 
-import networkx as nx
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -15,6 +14,8 @@ from pptl.checks import run_checks
 from pptl.config import Config, Costs
 from pptl.formats.loader import load_any
 from pptl.schedules import build_schedule
+
+from mutations import drop_one, duplicate_one, error_codes as _errors, lanes_of, move_before_dependency
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 _SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -35,14 +36,6 @@ def configs(draw: st.DrawFn) -> Config:
     return Config(schedule=name, pp=p, microbatches=m, costs=Costs(base={"F": f, "I": i, "W": w, "B": i + w}))
 
 
-def _lanes(s) -> dict:
-    return {k: [s.ops[i] for i in v] for k, v in s.lanes.items()}
-
-
-def _errors(s) -> set[str]:
-    return {v.code for v in run_checks(s) if v.severity == "error"}
-
-
 @_SETTINGS
 @given(configs())
 def test_generated_schedules_pass(cfg: Config) -> None:
@@ -54,44 +47,25 @@ def test_generated_schedules_pass(cfg: Config) -> None:
 @_SETTINGS
 @given(configs(), st.randoms(use_true_random=False))
 def test_dropped_op_is_caught(cfg: Config, rnd: random.Random) -> None:
-    s = build_schedule(cfg)
-    lanes = _lanes(s)
-    key = rnd.choice(sorted(lanes))
-    victim = lanes[key].pop(rnd.randrange(len(lanes[key])))
+    mutant, victim = drop_one(build_schedule(cfg), rnd)
     expected = "PP008" if victim.kind in ("SEND", "RECV") else "PP003"
-    assert expected in _errors(s.with_lanes(lanes)), victim.id
+    assert expected in _errors(mutant), victim.id
 
 
 @_SETTINGS
 @given(configs(), st.randoms(use_true_random=False))
 def test_duplicated_op_is_caught(cfg: Config, rnd: random.Random) -> None:
-    s = build_schedule(cfg)
-    lanes = _lanes(s)
-    ops = lanes[rnd.choice(sorted(lanes))]
-    ops.insert(rnd.randrange(len(ops) + 1), ops[rnd.randrange(len(ops))])
-    assert "PP002" in _errors(s.with_lanes(lanes))
+    assert "PP002" in _errors(duplicate_one(build_schedule(cfg), rnd))
 
 
 @_SETTINGS
 @given(configs(), st.randoms(use_true_random=False))
 def test_op_moved_before_its_dependency_is_caught(cfg: Config, rnd: random.Random) -> None:
     """Move an op ahead of an op on its lane that it needs (directly or through other ranks)."""
-    s = build_schedule(cfg)
-    data = nx.DiGraph(s.deps)
-    candidates = []
-    for key, order in s.lanes.items():
-        for j in range(1, len(order)):
-            if order[j] in data:
-                anc = nx.ancestors(data, order[j])
-                earlier = [k for k in range(j) if order[k] in anc]
-                if earlier:
-                    candidates.append((key, j, rnd.choice(earlier)))
-    assert candidates  # every family has a backward after its forward on some lane
-    key, j, k = rnd.choice(candidates)
-    lanes = _lanes(s)
-    op = lanes[key].pop(j)
-    lanes[key].insert(k, op)
-    assert _errors(s.with_lanes(lanes)) & {"PP006", "PP007"}, op.id
+    moved = move_before_dependency(build_schedule(cfg), rnd)
+    assert moved is not None  # every family has a backward after its forward on some lane
+    mutant, op = moved
+    assert _errors(mutant) & {"PP006", "PP007"}, op.id
 
 
 def _fifo_swaps(s) -> list[tuple[tuple[int, str], int, int]]:
@@ -120,7 +94,7 @@ def test_w_moved_ahead_in_its_fifo_is_caught(cfg: Config, rnd: random.Random) ->
     if not swaps:  # one micro-batch per FIFO in flight at a time (e.g. pp=1): nothing to reorder
         return
     key, j, k = rnd.choice(swaps)
-    lanes = _lanes(s)
+    lanes = lanes_of(s)
     op = lanes[key].pop(j)
     lanes[key].insert(k, op)
     assert _errors(s.with_lanes(lanes)) == {"PP021"}, op.id
@@ -141,7 +115,7 @@ def test_fb_paired_with_its_own_dependency_is_caught(case: tuple, rnd: random.Ra
     same work, but one op now pairs a forward with a backward that needs it."""
     name, p, m = case
     s = build_schedule(Config(schedule=name, pp=p, microbatches=m))
-    lanes = _lanes(s)
+    lanes = lanes_of(s)
     swaps = []
     for key, ops in lanes.items():
         for a, op in enumerate(ops):
@@ -183,7 +157,7 @@ def test_dualpipe_fifo_is_one_per_rank() -> None:
     """DualPipe's W ops pop one FIFO shared by both directions: moving a W of one direction ahead
     of a W of the other is caught, though each direction's own order is kept."""
     s = build_schedule(Config(schedule="dualpipe", pp=4, microbatches=8))
-    lanes = _lanes(s)
+    lanes = lanes_of(s)
     ops = lanes[(0, "compute")]
     ws = [n for n, o in enumerate(ops) if o.kind == "W"]
     cross = next((a, b) for a, b in zip(ws, ws[1:]) if ops[a].direction != ops[b].direction)
