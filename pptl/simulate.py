@@ -16,7 +16,7 @@ from pptl.errors import InputError, InvalidScheduleError
 from pptl.ir import Op, Schedule
 from pptl.timeline import Event, Timeline, TimelineMeta
 
-__all__ = ["Simulation", "RankMetrics", "durations", "simulate", "memory_events", "peak_memory"]
+__all__ = ["Simulation", "RankMetrics", "durations", "simulate", "memory_events", "memory_timeline", "peak_memory"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,28 +194,42 @@ def memory_events(op: Op, activation: float, w_activation: float) -> tuple[float
     return 0.0, 0.0
 
 
-def peak_memory(schedule: Schedule, start: list[float], end: list[float], activation: float,
-                w_activation: float) -> tuple[dict[int, float], dict[int, float]]:
-    """Peak activation per rank and when it is first reached.
+def memory_timeline(schedule: Schedule, start: list[float], end: list[float], activation: float,
+                    w_activation: float, skip: frozenset[str] = frozenset()
+                    ) -> dict[int, list[tuple[float, int, float, int]]]:
+    """Per rank, the memory events (time, 0 free / 1 allocate, delta, op index), sorted.
 
     At equal times frees come before allocations (an op that ends as the next begins has freed).
+    Ops of the kinds in ``skip`` are left out (e.g. the copies, for the peak without offloading).
+    """
+    per_rank: dict[int, list[tuple[float, int, float, int]]] = {}
+    for i, op in enumerate(schedule.ops):
+        if op.kind in skip:
+            continue
+        alloc, free = memory_events(op, activation, w_activation)
+        if alloc:
+            per_rank.setdefault(op.rank, []).append((start[i], 1, alloc, i))
+        if free:
+            per_rank.setdefault(op.rank, []).append((end[i], 0, -free, i))
+    for evs in per_rank.values():
+        evs.sort()
+    return per_rank
+
+
+def peak_memory(schedule: Schedule, start: list[float], end: list[float], activation: float,
+                w_activation: float, skip: frozenset[str] = frozenset()
+                ) -> tuple[dict[int, float], dict[int, float]]:
+    """Peak activation per rank and when it is first reached.
+
     Counts the training kinds and activation offloading (OFFLOAD frees its payload at its end,
     ONLOAD brings it back at its end; see :func:`memory_events`).
     """
-    per_rank: dict[int, list[tuple[float, int, float]]] = {}
-    for i, op in enumerate(schedule.ops):
-        alloc, free = memory_events(op, activation, w_activation)
-        if alloc:
-            per_rank.setdefault(op.rank, []).append((start[i], 1, alloc))
-        if free:
-            per_rank.setdefault(op.rank, []).append((end[i], 0, -free))
     peaks: dict[int, float] = {}
     when: dict[int, float] = {}
-    for r, evs in per_rank.items():
-        evs.sort()
+    for r, evs in memory_timeline(schedule, start, end, activation, w_activation, skip).items():
         cur = best = 0.0
         at = 0.0
-        for t, _, delta in evs:
+        for t, _, delta, _ in evs:
             cur += delta
             if cur > best + 1e-12:
                 best, at = cur, t

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pptl.checks import Context, Violation
-from pptl.simulate import memory_events
+from pptl.simulate import memory_timeline
 
 __all__ = ["memory_over_limit"]
 
@@ -20,19 +20,13 @@ def memory_over_limit(ctx: Context) -> list[Violation]:
     cfg = s.config
     act = cfg.activation if cfg is not None else 1.0
     wact = cfg.w_activation if cfg is not None else 0.0
-    per_rank: dict[int, list[tuple[float, int, float, int]]] = {}
-    for i, op in enumerate(s.ops):
-        alloc, free = memory_events(op, act, wact)
-        if alloc:
-            per_rank.setdefault(op.rank, []).append((sim.start[i], 1, alloc, i))
-        if free:
-            per_rank.setdefault(op.rank, []).append((sim.end[i], 0, -free, i))
+    per_rank = memory_timeline(s, sim.start, sim.end, act, wact)
     out: list[Violation] = []
     for r in sorted(per_rank):
         cur = 0.0
         peak = 0.0
         first = None
-        for t, _, delta, i in sorted(per_rank[r]):
+        for t, _, delta, i in per_rank[r]:
             cur += delta
             if cur > limit + 1e-9 and first is None:
                 first = (t, i, cur)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from pptl.ir import Schedule
-from pptl.simulate import memory_events
+from pptl.simulate import peak_memory
 from pptl.intervals import overlap_length, union
 
 __all__ = ["EP_KINDS", "COPY_KINDS", "exposed_time", "exposed_in_timeline", "peak_without", "moe_metrics"]
@@ -57,23 +57,7 @@ def peak_without(schedule: Schedule, start: list[float], end: list[float], skip:
     cfg = schedule.config
     act = cfg.activation if cfg is not None else 1.0
     wact = cfg.w_activation if cfg is not None else 0.0
-    per_rank: dict[int, list[tuple[float, int, float]]] = {}
-    for i, op in enumerate(schedule.ops):
-        if op.kind in skip:
-            continue
-        alloc, free = memory_events(op, act, wact)
-        if alloc:
-            per_rank.setdefault(op.rank, []).append((start[i], 1, alloc))
-        if free:
-            per_rank.setdefault(op.rank, []).append((end[i], 0, -free))
-    peaks: dict[int, float] = {}
-    for r, evs in per_rank.items():
-        cur = best = 0.0
-        for _, _, delta in sorted(evs):
-            cur += delta
-            best = max(best, cur)
-        peaks[r] = best
-    return peaks
+    return peak_memory(schedule, start, end, act, wact, skip)[0]
 
 
 def moe_metrics(schedule: Schedule, sim: Any) -> dict[str, Any]:
