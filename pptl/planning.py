@@ -16,7 +16,7 @@ from pptl.errors import InputError, InvalidScheduleError
 from pptl.fileio import atomic_write, check_writable
 from pptl.ir import Schedule
 from pptl.schedules import Family, build_schedule, get_family
-from pptl.simulate import Simulation, simulate
+from pptl.simulate import Simulation
 from pptl.timeline import Timeline
 
 __all__ = ["PlanResult", "FileReport", "make_config", "plan", "write_plan", "check_file", "check_schedule",
@@ -90,7 +90,7 @@ def plan(cfg: Config, *, check: bool = True) -> PlanResult:
     if ctx.order is None:
         cycle = next((v.message for v in violations if v.code == "PP007"), "its DAG has a cycle")
         raise InvalidScheduleError(f"{cfg.schedule} with this config cannot run: {cycle}")
-    sim = simulate(schedule, dag=ctx.dag, order=ctx.order)
+    sim = ctx.simulation  # the rules may have simulated already; the context keeps one
     metrics = sim.metrics()
     fam = get_family(cfg.schedule)
     try:
