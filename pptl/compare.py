@@ -48,10 +48,6 @@ class OpRow:
         """Planned end minus measured end (how far the plan's clock is off at this op)."""
         return self.planned_end - self.measured_end
 
-    @property
-    def duration_error(self) -> float:
-        return (self.planned_end - self.planned_start) - (self.measured_end - self.measured_start)
-
 
 @dataclass
 class Comparison:

@@ -19,8 +19,8 @@ from pptl.schedules import Family, build_schedule, get_family
 from pptl.simulate import Simulation
 from pptl.timeline import Timeline
 
-__all__ = ["PlanResult", "FileReport", "make_config", "plan", "write_plan", "check_file", "check_schedule",
-           "expand_paths", "calibrate_config", "calibrate", "costs_from_timeline", "title_of", "github_input_error"]
+__all__ = ["PlanResult", "FileReport", "make_config", "plan", "write_plan", "check_file", "expand_paths",
+           "calibrate_config", "calibrate", "costs_from_timeline", "title_of", "github_input_error"]
 
 
 @dataclass
@@ -156,10 +156,6 @@ class FileReport:
         if not out:
             out.append(f"{self.path}: ok, {self.ops} ops checked")
         return out
-
-
-def check_schedule(schedule: Schedule, *, memory_limit: float | None = None, p2p: str = "nccl") -> list[Violation]:
-    return run_checks(schedule, memory_limit=memory_limit, p2p=p2p)
 
 
 def check_file(path: str, *, microbatches: int | None = None, memory_limit: float | None = None,

@@ -6,7 +6,7 @@ worker builds the same :class:`Job` from its own command line.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,9 +63,6 @@ class Job:
         if not self.plans:
             raise InputError("give a plan to run")
         return self
-
-    def with_rundir(self, rundir: str) -> "Job":
-        return replace(self, rundir=rundir)
 
 
 def job_from_dict(d: dict[str, Any]) -> Job:

@@ -158,15 +158,6 @@ def _need_positions(orders: dict[int, list[Op]]) -> dict[tuple[int, str, int, in
                 if role in ("F", "G"):
                     out.setdefault((rank, role, d, s, mb), pos)
     return out
-
-
-def chain(*parts: Iterable[Op]) -> list[Op]:
-    out: list[Op] = []
-    for p in parts:
-        out.extend(p)
-    return out
-
-
 def uniform_cost_assumptions(cfg: Config, keys: Iterable[str]) -> list[str]:
     """Reasons a textbook bubble formula over cost ``keys`` does not hold for ``cfg``.
 
