@@ -85,7 +85,7 @@ def run_family_set(paths: dict, args: argparse.Namespace, *, steps: int, warmup:
     names = list(paths)
     t = time.time()
     tls = run_plans([(paths[n][1], paths[n][2]) for n in names], gpus=args.gpus, device=args.device, steps=steps,
-                    warmup=warmup, verify=verify, timeout=args.timeout)
+                    warmup=warmup, verify=verify, timeout=args.timeout, messages=_env.messages)
     log(f"  {len(names)} plans in one launch: {time.time() - t:.1f} s")
     out = {}
     for n, tl in zip(names, tls):
@@ -93,11 +93,11 @@ def run_family_set(paths: dict, args: argparse.Namespace, *, steps: int, warmup:
         out[n] = {"median_step_ms": x.get("median_step_ms"), "median_untimed_step_ms": x.get("median_untimed_step_ms"),
                   "median_untimed_wall_ms": x.get("median_untimed_wall_ms"), "overhead": x.get("overhead"),
                   "makespan_ms": tl.makespan, "verify": x.get("verify"), "device": x.get("device"),
-                  "gated_receives": x.get("gated_receives"),
+                  "gated_receives": x.get("gated_receives"), "messages": x.get("messages"),
                   "busy_ms": [s.busy for s in tl.rank_stats("compute")]}
         v = x.get("verify")
         log(f"  {n:18s} step {x.get('median_step_ms') or 0:9.3f} ms  wall {x.get('median_untimed_wall_ms') or 0:9.3f} ms"
-            f"  overhead {100 * (x.get('overhead') or 0):+5.1f}%  gated {x.get('gated_receives')}" + (f"  verify ok={v['ok']} grad err "
+            f"  overhead {100 * (x.get('overhead') or 0):+5.1f}%  {x.get('messages')} gated {x.get('gated_receives')}" + (f"  verify ok={v['ok']} grad err "
                                                                   f"{v['max_grad_rel_err']:.1e}" if v else ""))
     return out
 
@@ -176,18 +176,25 @@ def table(results: dict, mbs: list[int]) -> list[str]:
 
 
 class _env:
-    """Set "VAR=VALUE,VAR2=VALUE2" (or "default": nothing) for the duration of a with block."""
+    """Set "VAR=VALUE,VAR2=VALUE2" (or "default": nothing) for the duration of a with block;
+    "messages=MODE" among them picks `pptl run --messages` instead of an environment variable."""
+
+    messages: str | None = None
 
     def __init__(self, spec: str) -> None:
-        self.pairs = [] if spec == "default" else [p.split("=", 1) for p in spec.split(",") if p]
+        pairs = [] if spec == "default" else [p.split("=", 1) for p in spec.split(",") if p]
+        self.mode = next((v for k, v in pairs if k == "messages"), None)
+        self.pairs = [(k, v) for k, v in pairs if k != "messages"]
         self.old: dict = {}
 
     def __enter__(self) -> None:
+        _env.messages = self.mode
         for k, v in self.pairs:
             self.old[k] = os.environ.get(k)
             os.environ[k] = v
 
     def __exit__(self, *exc: object) -> None:
+        _env.messages = None
         for k, v in self.old.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -220,7 +227,10 @@ def main() -> int:
     ap.add_argument("--work", default="", help="folder for configs, plans, timelines (default OUT/work); "
                     "OUT gets them as work.tar.gz either way")
     ap.add_argument("--variants", default="default",
-                    help="';'-separated environments for pptl run, e.g. 'default;NCCL_MAX_P2P_NCHANNELS=1'")
+                    help="';'-separated environments for pptl run, e.g. 'default;NCCL_MAX_P2P_NCHANNELS=1;"
+                    "messages=inline' (messages=MODE: pptl run --messages MODE)")
+    ap.add_argument("--variants-at-every-m", action="store_true",
+                    help="run every variant at every micro-batch count, not only the largest")
     args = ap.parse_args()
     out = Path(args.out)
     work = Path(args.work) if args.work else out / "work"
@@ -247,18 +257,37 @@ def main() -> int:
             log(f"== {name} done in {time.time() - t:.1f} s")
             (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
 
+    variants = [v.strip() for v in args.variants.split(";") if v.strip()] or ["default"]
     if not args.skip_smoke:
         wl = {"hidden": args.smoke_hidden, "tokens": args.smoke_tokens, "layers_per_stage": 2, "dtype": args.dtype}
         cfgs = training_configs(args.gpus, 2 * args.gpus, wl, None)
-        results["smoke"] = stage("smoke (verify)", lambda: run_family_set(write_plans(cfgs, work, "smoke"), args,
-                                                                          steps=1, warmup=1, verify=True))
+        smoke_paths = write_plans(cfgs, work, "smoke")
+        # --verify once per message mode among the variants (environment-only variants share one).
+        modes = list(dict.fromkeys(_env(v).mode for v in variants))
+        for mode in modes:
+            spec = f"messages={mode}" if mode else "default"
+            with _env(spec):
+                res = stage(f"smoke (verify) [{spec}]", lambda: run_family_set(smoke_paths, args, steps=1, warmup=1,
+                                                                               verify=True))
+            results.setdefault("smoke_modes", {})[spec] = res
+        results["smoke"] = results["smoke_modes"][f"messages={modes[0]}" if modes[0] else "default"]
     results["anchor"], results["calibration"], results["torch"], results["variants"] = {}, {}, {}, {}
     wl = {"hidden": args.hidden, "tokens": args.tokens, "dtype": args.dtype}
-    # Environment variants for pptl run, tried on the largest micro-batch count; the best (least total
-    # step time over the families) is then used for the other counts. Each is "VAR=VALUE,..." or "default".
-    variants = [v.strip() for v in args.variants.split(";") if v.strip()] or ["default"]
+    # Environment variants for pptl run, tried on the largest micro-batch count (--variants-at-every-m:
+    # on every count); the best (least total step time over the families) is then used for the other
+    # counts. Each is "VAR=VALUE,..." or "default".
     m_last = mbs[-1]
     chosen_paths: dict = {}
+    if args.variants_at_every_m:
+        for m in mbs[:-1]:
+            for v in variants:
+                with _env(v):
+                    paths = write_plans(training_configs(args.gpus, m, wl, args.layers_per_rank), work,
+                                        f"m{m}_{_slug(v)}")
+                    res = stage(f"anchor m={m} [{v}]", lambda: run_family_set(
+                        paths, args, steps=args.steps, warmup=args.warmup, verify=False)) or {}
+                results.setdefault("variants_by_m", {}).setdefault(str(m), {})[v] = res
+                chosen_paths[(m, v)] = paths
     for v in variants:
         with _env(v):
             paths = write_plans(training_configs(args.gpus, m_last, wl, args.layers_per_rank), work,
@@ -267,7 +296,7 @@ def main() -> int:
                 paths, args, steps=args.steps, warmup=args.warmup, verify=False)) or {}
         results["variants"][v] = res
         chosen_paths[v] = paths
-    complete = [v for v in variants if len(results["variants"][v]) == len(chosen_paths[v])]
+    complete = [v for v in variants if len(results["variants"][v]) == len(chosen_paths[v])]  # type: ignore[arg-type]
     best = min(complete or variants, key=lambda v: sum(r.get("median_untimed_wall_ms") or 1e18
                                                        for r in results["variants"][v].values()))
     results["chosen_env"] = best
@@ -276,6 +305,9 @@ def main() -> int:
         if m == m_last:
             paths = chosen_paths[best]
             results["anchor"][str(m)] = results["variants"][best]
+        elif (m, best) in chosen_paths:
+            paths = chosen_paths[(m, best)]
+            results["anchor"][str(m)] = results["variants_by_m"][str(m)][best]
         else:
             with _env(best):
                 paths = write_plans(training_configs(args.gpus, m, wl, args.layers_per_rank), work, f"m{m}")

@@ -391,6 +391,10 @@ def run(
                                            "is stopped.")] = 300.0,
     out_file: Annotated[Optional[Path], typer.Option("-o", "--out", help="Measured timeline (default: "
                                                      "PLAN.measured.json here).")] = None,
+    messages: Annotated[Optional[str], typer.Option("--messages", help="How CUDA ranks run SEND/RECV: overlap "
+                                                    "(beside compute, receives gated on their sender), sync-send "
+                                                    "(compute waits for each send) or inline (as "
+                                                    "torch.distributed.pipelining).")] = None,
     output: OutputFmt = "text",
 ) -> None:
     """Execute a plan with PyTorch, one process per rank; write the measured timeline."""
@@ -412,7 +416,7 @@ def run(
         check_new(target)
     with err.status(f"running {loaded.schedule.family} on {gpus or loaded.schedule.pp} processes"):
         tl = run_plans([(loaded.schedule, target)], gpus=gpus or loaded.schedule.pp, device=device, steps=steps,
-                       warmup=warmup, verify=verify, timeout=timeout)[0]
+                       warmup=warmup, verify=verify, timeout=timeout, messages=messages)[0]
     if output == "json":
         _print_json((summary(tl, str(target))))
     else:

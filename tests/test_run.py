@@ -273,3 +273,119 @@ def test_per_rank_entry_needs_torchrun():
                        env={k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")})
     assert r.returncode == 2
     assert "RANK and WORLD_SIZE not set: start this under torchrun, or use 'pptl run'" in r.stderr
+
+
+# ----------------------------------------------------------------------------------------------
+# Message modes: the tightened issue order (pure) and the deadlock argument, replayed
+
+
+def _inline_replay(prog) -> list[str]:
+    """Run every rank's issue order as the ``inline`` mode does on CUDA: one stream per rank, a SEND
+    never blocks, a RECV blocks until its sender's stream has passed the matching SEND (NCCL pairs
+    the k-th messages of a channel). Returns the ops left when nothing can move (empty: no deadlock)."""
+    ops = prog.schedule.ops
+    sent: dict = {}
+    taken: dict = {}
+    at = {rp.rank: 0 for rp in prog.ranks}
+    moved = True
+    while moved:
+        moved = False
+        for rp in prog.ranks:
+            while at[rp.rank] < len(rp.issue):
+                i = rp.issue[at[rp.rank]]
+                ch = rp.channels.get(i)
+                if ops[i].kind == "SEND":
+                    sent.setdefault(ch, []).append(i)
+                elif ops[i].kind == "RECV":
+                    k = taken.get(ch, 0)
+                    if len(sent.get(ch, [])) <= k:
+                        break
+                    taken[ch] = k + 1
+                at[rp.rank] += 1
+                moved = True
+    return [ops[rp.issue[at[rp.rank]]].id for rp in prog.ranks if at[rp.rank] < len(rp.issue)]
+
+
+def _sync_send_replay(prog) -> list[str]:
+    """The ``sync-send`` mode: compute and SENDs on one stream per rank, each SEND blocking until its
+    RECV is at the head of the receiver's channel stream (RECVs are on their channel, in issue
+    order); a consumer waits for its RECV to complete."""
+    s = prog.schedule
+    ops = s.ops
+    need = {v: [u for u, v2 in s.deps if v2 == v and ops[u].kind == "RECV"] for v in range(len(ops))}
+    chan_recvs = {}
+    for rp in prog.ranks:
+        for i in rp.issue:
+            if ops[i].kind == "RECV":
+                chan_recvs.setdefault(rp.channels[i], []).append(i)
+    head = {ch: 0 for ch in chan_recvs}
+    done: set = set()
+    at = {rp.rank: 0 for rp in prog.ranks}
+    compute = {rp.rank: [i for i in rp.issue if ops[i].kind != "RECV"] for rp in prog.ranks}
+    moved = True
+    while moved:
+        moved = False
+        for rp in prog.ranks:
+            seq = compute[rp.rank]
+            while at[rp.rank] < len(seq):
+                i = seq[at[rp.rank]]
+                if ops[i].kind == "SEND":
+                    ch = rp.channels[i]
+                    r = chan_recvs[ch][head[ch]]
+                    head[ch] += 1
+                    done.add(r)
+                elif not all(u in done for u in need[i]):
+                    break
+                at[rp.rank] += 1
+                moved = True
+    return [ops[compute[r][k]].id for r, k in at.items() if k < len(compute[r])]
+
+
+@pytest.mark.parametrize("family", TRAINING)
+def test_tightened_messages_keep_the_plan_and_cannot_deadlock(family):
+    from pptl.run.program import tighten_messages
+
+    s = _training_schedule(family, 4)
+    prog = build_program(s)
+    tight = tighten_messages(prog)
+    ops = s.ops
+    for old, rp in zip(prog.ranks, tight.ranks):
+        assert sorted(rp.issue) == sorted(old.issue)
+        pos = {i: k for k, i in enumerate(rp.issue)}
+        for u, v in s.deps:
+            if u in pos and v in pos:
+                assert pos[u] < pos[v], (ops[u].id, ops[v].id)
+        compute = [i for i in rp.issue if ops[i].kind not in ("SEND", "RECV")]
+        assert compute == [i for i in old.issue if ops[i].kind not in ("SEND", "RECV")]
+        for ch in set(rp.channels.values()):
+            assert [i for i in rp.issue if rp.channels.get(i) == ch] == \
+                [i for i in old.issue if old.channels.get(i) == ch]
+        # A SEND follows its producer with only other messages between; a RECV likewise precedes its consumer.
+        for k, i in enumerate(rp.issue):
+            if ops[i].kind == "SEND":
+                prev = next(j for j in reversed(rp.issue[:k]) if ops[j].kind not in ("SEND", "RECV"))
+                assert (prev, i) in set(s.deps), ops[i].id
+            if ops[i].kind == "RECV":
+                nxt = next(j for j in rp.issue[k + 1:] if ops[j].kind not in ("SEND", "RECV"))
+                assert (i, nxt) in set(s.deps), ops[i].id
+    assert _inline_replay(tight) == []
+    assert _sync_send_replay(tight) == []
+
+
+def test_replays_catch_a_deadlock():
+    """The replays above can fail: rank 0 sending its activations only after the first backward,
+    which needs them, deadlocks both modes."""
+    from dataclasses import replace
+
+    s = _training_schedule("1f1b", 2)
+    prog = build_program(s)
+    ops = s.ops
+    r0 = prog.ranks[0]
+    cut = r0.issue.index(next(i for i in r0.issue if ops[i].kind == "B")) + 1
+    early = r0.issue[:cut]
+    # The sends issued before that backward follow it, in their order (NCCL still pairs them right).
+    late = [i for i in early if ops[i].kind != "SEND"] + [i for i in early if ops[i].kind == "SEND"]
+    late += r0.issue[cut:]
+    bad = replace(prog, ranks=(replace(r0, issue=tuple(late)), prog.ranks[1]))
+    assert _inline_replay(bad) != [] and _sync_send_replay(bad) != []
+    assert _inline_replay(prog) == [] and _sync_send_replay(prog) == []

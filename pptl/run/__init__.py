@@ -20,7 +20,7 @@ __all__ = ["run_plans"]
 
 def run_plans(plans: list[tuple[Any, str | Path | None]], *, gpus: int, device: str | None = None, steps: int = 3,
               warmup: int = 1, verify: bool = False, timeout: float | None = None,
-              threads: int | None = None) -> list[Any]:
+              threads: int | None = None, messages: str | None = None) -> list[Any]:
     """Run each (schedule, output path or None) with ``gpus`` local processes, one launch for all.
 
     A plan is a :class:`pptl.ir.Schedule` or a path any pptl reader takes (plan, config). Returns the
@@ -30,10 +30,11 @@ def run_plans(plans: list[tuple[Any, str | Path | None]], *, gpus: int, device: 
     from pptl.formats.loader import load_any
     from pptl.ir import Schedule
     from pptl.run.launcher import check_device, launch
-    from pptl.run.options import DEFAULT_TIMEOUT, Job, PlanJob
+    from pptl.run.options import DEFAULT_MESSAGES, DEFAULT_TIMEOUT, Job, PlanJob, check_messages
     from pptl.run.program import build_program
     from pptl.errors import InputError
 
+    messages = check_messages(messages or DEFAULT_MESSAGES)
     schedules, jobs = [], []
     for plan, out in plans:
         if isinstance(plan, Schedule):
@@ -48,5 +49,6 @@ def run_plans(plans: list[tuple[Any, str | Path | None]], *, gpus: int, device: 
         jobs.append(PlanJob(label, str(out) if out is not None else None, label))
     dev = check_device(device, gpus)
     job = Job(plans=tuple(jobs), device=dev, steps=steps, warmup=warmup, verify=verify,
-              timeout=timeout if timeout is not None else DEFAULT_TIMEOUT, threads=threads).validate()
+              timeout=timeout if timeout is not None else DEFAULT_TIMEOUT, threads=threads,
+              messages=messages).validate()
     return launch(job, schedules, gpus)

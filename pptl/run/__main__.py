@@ -13,7 +13,7 @@ import os
 import sys
 
 from pptl.errors import PptlError
-from pptl.run.options import DEFAULT_TIMEOUT, Job, PlanJob, read_job
+from pptl.run.options import DEFAULT_MESSAGES, DEFAULT_TIMEOUT, MESSAGE_MODES, Job, PlanJob, read_job
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -24,6 +24,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--verify", action="store_true")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT)
+    p.add_argument("--messages", choices=MESSAGE_MODES, default=DEFAULT_MESSAGES,
+                   help="how CUDA ranks run SEND/RECV (see pptl run --help)")
     p.add_argument("-o", "--out", default=None, help="measured timeline (written by rank 0)")
     p.add_argument("--job", default=None, help=argparse.SUPPRESS)
     p.add_argument("--init", default="env://", help=argparse.SUPPRESS)
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
 
                 device = "cuda" if torch.cuda.is_available() else "cpu"
             job = Job(plans=(PlanJob(a.plan, a.out, a.plan),), device=device, steps=a.steps, warmup=a.warmup,
-                      verify=a.verify, timeout=a.timeout).validate()
+                      verify=a.verify, timeout=a.timeout, messages=a.messages).validate()
     except PptlError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code

@@ -29,9 +29,10 @@ import torch.distributed as dist
 from pptl.config import Workload
 from pptl.run.model import (DTYPES, Activation, backward_full, backward_input, backward_weight, forward, make_chunk,
                             make_input, make_target)
-from pptl.run.program import Program, workload_of
+from pptl.run.options import MESSAGE_MODES
+from pptl.run.program import Program, tighten_messages, workload_of
 
-__all__ = ["OpFailure", "Executor", "Fault"]
+__all__ = ["OpFailure", "Executor", "Fault", "MESSAGE_MODES"]
 
 
 class OpFailure(Exception):
@@ -82,12 +83,34 @@ class _Step:
     """CPU: op index -> [start, end] host times (end None while pending)."""
 
 
+# How a CUDA rank runs its messages (``pptl run --messages``, :data:`MESSAGE_MODES`):
+#
+# - ``overlap``: SEND and RECV run on their channel's stream, beside compute; a receive is posted
+#   once its sender is ready (gates, :mod:`pptl.run.gates`). Transfers overlap compute, but a
+#   transfer that starts while a GEMM holds every SM waits for that GEMM to end.
+# - ``sync-send``: as ``overlap``, but a SEND runs on the compute stream right after its
+#   producer and the next compute op waits for it, so the transfer never queues behind a GEMM.
+# - ``inline``: what torch.distributed.pipelining does: a SEND starts from the compute stream right
+#   after its producer (compute does not wait for it); a RECV starts from the compute stream right
+#   before its consumer, which waits for it. A receive spins only while its rank waits for it
+#   anyway, and no receive overlaps compute.
+
+
 class Executor:
     """One rank's program, ready to run steps."""
 
+    #: The message modes this executor runs (families with messages of their own keep ``overlap``).
+    message_modes: tuple[str, ...] = MESSAGE_MODES
+
     def __init__(self, program: Program, rank: int, device: torch.device, channels: dict[Any, Any], *,
                  timeout: float, post: Callable[[int, int], None] | None = None, fault: Fault | None = None,
-                 gates: Any = None) -> None:
+                 gates: Any = None, messages: str = "overlap") -> None:
+        if messages not in self.message_modes:
+            raise ValueError(f"message mode {messages!r}: this executor runs {', '.join(self.message_modes)}")
+        self.messages = messages  # on CPU only the issue order changes (gloo has no streams)
+        if self.messages != "overlap":
+            program = tighten_messages(program)
+        self.program = program
         s = program.schedule
         self.program, self.rank, self.device = program, rank, device
         self.rp = program.ranks[rank]
@@ -98,7 +121,7 @@ class Executor:
         self.last = s.num_stages - 1
         self.scale = 1.0 / (s.microbatches * s.directions)
         self.channels = channels
-        self.gates = gates
+        self.gates = gates if self.messages != "inline" else None  # inline receives never wait early
         """A :class:`pptl.run.gates.Gates` (CUDA on one node) or None."""
         self.timeout = timeout
         self.post = post or (lambda step, op: None)
@@ -115,6 +138,8 @@ class Executor:
             self.streams.update({ch: torch.cuda.Stream(device) for ch in sorted(set(self.rp.channels.values()))})
             self.compute = self.streams["compute"]
             self.stream_of = {i: self.streams[self.rp.channels.get(i, self.ops[i].lane)] for i in self.rp.issue}
+            on_compute = {"sync-send": ("SEND",), "inline": ("RECV",)}.get(self.messages, ())
+            self.stream_of.update({i: self.compute for i in self.rp.channels if self.ops[i].kind in on_compute})
             self.start_ev = {i: torch.cuda.Event(enable_timing=True) for i in self.rp.issue}
             self.end_ev = {i: torch.cuda.Event(enable_timing=True) for i in self.rp.issue}
             self.sync_ev = {i: torch.cuda.Event() for i in self.rp.waited}
@@ -370,7 +395,11 @@ class Executor:
             st.keep.append(t)
             if self.gates is not None:
                 self.gates.open(i, self._step_index, torch.cuda.current_stream())
-            works = dist.batch_isend_irecv([dist.P2POp(dist.isend, t, peer, group=group)])
+            if self.cuda and self.messages == "inline":  # NCCL's stream follows compute; the channel's waits for the transfer
+                with torch.cuda.stream(self.compute):
+                    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, t, peer, group=group)])
+            else:
+                works = dist.batch_isend_irecv([dist.P2POp(dist.isend, t, peer, group=group)])
             if self.cuda:
                 for w in works:
                     w.wait()  # the lane's stream waits for the transfer; the host does not

@@ -52,6 +52,8 @@ class _StageParams:
 class MoEExecutor(Executor):
     """One rank of a ``moe-1f1b-overlap`` plan."""
 
+    message_modes = ("overlap",)  # its messages have their own ordering
+
     def __init__(self, program: Program, rank: int, device: torch.device, channels: dict[Any, Any],
                  **kw: Any) -> None:
         meta = program.schedule.meta

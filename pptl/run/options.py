@@ -12,7 +12,18 @@ from typing import Any
 
 from pptl.errors import InputError
 
-__all__ = ["PlanJob", "Job", "job_from_dict", "read_job", "DEFAULT_TIMEOUT"]
+__all__ = ["PlanJob", "Job", "job_from_dict", "read_job", "DEFAULT_TIMEOUT", "MESSAGE_MODES",
+           "DEFAULT_MESSAGES", "check_messages"]
+
+#: ``pptl run --messages`` (what each does: :mod:`pptl.run.executor`).
+MESSAGE_MODES = ("overlap", "sync-send", "inline")
+DEFAULT_MESSAGES = "overlap"
+
+
+def check_messages(value: str) -> str:
+    if value not in MESSAGE_MODES:
+        raise InputError(f"--messages: got '{value}', expected {', '.join(MESSAGE_MODES)}")
+    return value
 
 #: Seconds a rank may wait without progress before the run is stopped (minutes, not hours).
 DEFAULT_TIMEOUT = 300.0
@@ -44,6 +55,8 @@ class Job:
     """Launcher mode: a folder where each rank keeps its records and its failure, if any."""
     threads: int | None = None
     """CPU threads per rank (gloo runs); None keeps torch's default."""
+    messages: str = DEFAULT_MESSAGES
+    """How CUDA ranks run SEND/RECV: overlap, sync-send or inline (see :mod:`pptl.run.executor`)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
@@ -60,6 +73,7 @@ class Job:
             raise InputError(f"--warmup: got {self.warmup}, expected 0 or more")
         if not self.timeout > 0:
             raise InputError(f"--timeout: got {self.timeout}, expected a number of seconds > 0")
+        check_messages(self.messages)
         if not self.plans:
             raise InputError("give a plan to run")
         return self

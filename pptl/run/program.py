@@ -21,7 +21,7 @@ op blocks its host until its data has arrived, the ranks can never wait on each 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 from pptl.config import Workload
@@ -29,7 +29,7 @@ from pptl.errors import InputError, InvalidScheduleError
 from pptl.ir import Op, Schedule
 
 __all__ = ["RUN_KINDS", "FAMILY_KINDS", "COMPUTE", "Channel", "RankProgram", "Program", "build_program", "channel_of",
-           "message_key", "workload_of"]
+           "message_key", "workload_of", "tighten_messages"]
 
 #: The op kinds ``pptl run`` executes.
 COMPUTE = frozenset({"F", "B", "I", "W", "FB"})
@@ -268,3 +268,47 @@ def _issue_key(schedule: Schedule) -> list[tuple[float, int]]:
     except Exception:  # a plan without usable costs: the topological order alone is still valid
         start = [0.0] * len(schedule.ops)
     return [(start[i], pos[i]) for i in range(len(schedule.ops))]
+
+
+def tighten_messages(program: Program) -> Program:
+    """``program`` with every SEND issued right after the last op it needs on its rank and every
+    RECV right before the first op that needs it (the order the ``inline`` and ``sync-send``
+    message modes of :class:`pptl.run.executor.Executor` run in).
+
+    Why it cannot deadlock: the issue orders come from one linear extension of the plan's DAG;
+    moving a SEND earlier (never before its producers) and a RECV later (never after its
+    consumers) keeps every data edge forward, and within a channel the sends keep their order
+    (running maximum) and so do the receives (running minimum), which is what NCCL matches on.
+    A SEND's consumers and a RECV's producers live on other ranks, so nothing else moves.
+    """
+    s = program.schedule
+    ops = s.ops
+    before: dict[int, list[int]] = {}
+    after: dict[int, list[int]] = {}
+    for u, v in s.deps:
+        if ops[u].rank == ops[v].rank:
+            after.setdefault(u, []).append(v)
+            before.setdefault(v, []).append(u)
+    orders: dict[int, tuple[int, ...]] = {}
+    for rp in program.ranks:
+        pos = {i: k for k, i in enumerate(rp.issue)}
+        key: dict[int, tuple[int, int, int]] = {i: (k, 0, 0) for i, k in pos.items()}
+        for i in rp.issue:
+            if ops[i].kind == "SEND" and before.get(i):
+                key[i] = (max(pos[u] for u in before[i]), 1, pos[i])
+            elif ops[i].kind == "RECV" and after.get(i):
+                key[i] = (min(pos[v] for v in after[i]), -1, pos[i])
+        by_channel: dict[Channel, list[int]] = {}
+        for i in rp.issue:
+            if i in rp.channels:
+                by_channel.setdefault(rp.channels[i], []).append(i)
+        for members in by_channel.values():
+            sends = [i for i in members if ops[i].kind == "SEND"]
+            recvs = [i for i in members if ops[i].kind == "RECV"]
+            for a, b in zip(sends, sends[1:]):
+                key[b] = max(key[a], key[b])
+            for a, b in zip(reversed(recvs[1:]), reversed(recvs[:-1])):
+                key[b] = min(key[a], key[b])
+        orders[rp.rank] = tuple(sorted(rp.issue, key=key.__getitem__))
+    ranks = tuple(replace(rp, issue=orders[rp.rank]) for rp in program.ranks)
+    return replace(program, ranks=ranks)

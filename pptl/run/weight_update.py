@@ -103,6 +103,8 @@ def _values(tensor: int, nbytes: int, device: torch.device) -> torch.Tensor:
 class WeightUpdateExecutor(Executor):
     """One rank of a ``weight-update`` plan."""
 
+    message_modes = ("overlap",)  # its messages have their own ordering
+
     def __init__(self, program: Program, rank: int, device: torch.device, channels: dict[Any, Any],
                  **kw: Any) -> None:
         self.layout = layout_of(program.schedule)

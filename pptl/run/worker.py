@@ -93,21 +93,24 @@ def _run_plan(job: Job, k: int, pj: PlanJob, rank: int, world: int, device: torc
     if program.world != world:
         raise InputError(f"{plan_path}: the plan has pp={program.world} ranks but the run has {world} processes")
     _open_channels(program, rank, device, channels)
-    gates = _gates(job, k, program, rank, world, device)
+    from pptl.run.families import executor_class
+
+    ex_cls = executor_class(schedule)
+    # A family with messages of its own runs them its way whatever the run asked for.
+    messages = job.messages if job.messages in ex_cls.message_modes else "overlap"
+    gates = _gates(job, k, program, rank, world, device) if messages != "inline" else None
 
     def post(step: int, op: int) -> None:
         if board is not None:
             board.post(rank, k, step, op)
 
     post(-1, -1)
-    from pptl.run.families import executor_class
-
-    ex_cls = executor_class(schedule)
     ex = ex_cls(program, rank, device, channels, timeout=job.timeout + margin, post=post, fault=fault,
-                gates=gates)
-    program = ex.program  # a family's executor may refine the issue order and the waits
+                gates=gates, messages=messages)
+    program = ex.program  # the executor may refine the issue order and the waits
     info = _info(device, world)
     info["gated_receives"] = gates is not None
+    info["messages"] = ex.messages
     payload: dict[str, Any] = {"rank": rank, "issue": list(program.ranks[rank].issue), "steps": [], "info": info}
     state["executor"], state["payload"] = ex, payload
     total = job.warmup + 2 * job.steps
