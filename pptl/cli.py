@@ -391,10 +391,10 @@ def run(
                                            "is stopped.")] = 300.0,
     out_file: Annotated[Optional[Path], typer.Option("-o", "--out", help="Measured timeline (default: "
                                                      "PLAN.measured.json here).")] = None,
-    messages: Annotated[Optional[str], typer.Option("--messages", help="How CUDA ranks run SEND/RECV: overlap "
-                                                    "(beside compute, receives gated on their sender), sync-send "
-                                                    "(compute waits for each send) or inline (as "
-                                                    "torch.distributed.pipelining).")] = None,
+    messages: Annotated[Optional[str], typer.Option("--messages", help="How CUDA ranks run SEND/RECV: sync-send "
+                                                    "(default: compute waits for each send, receives start when "
+                                                    "their sender is ready), overlap (sends beside compute too) or "
+                                                    "inline (as torch.distributed.pipelining).")] = None,
     output: OutputFmt = "text",
 ) -> None:
     """Execute a plan with PyTorch, one process per rank; write the measured timeline."""

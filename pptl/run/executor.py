@@ -83,13 +83,17 @@ class _Step:
     """CPU: op index -> [start, end] host times (end None while pending)."""
 
 
-# How a CUDA rank runs its messages (``pptl run --messages``, :data:`MESSAGE_MODES`):
+# How a CUDA rank runs its messages (``pptl run --messages``, :data:`MESSAGE_MODES`). What decides
+# between them: an NCCL kernel launched while a GEMM holds every SM starts only when that GEMM
+# ends (0.3 ms on the anchor workload, per message), and a receive that waits on the GPU spins on
+# SMs that the rank's GEMMs then lack.
 #
-# - ``overlap``: SEND and RECV run on their channel's stream, beside compute; a receive is posted
-#   once its sender is ready (gates, :mod:`pptl.run.gates`). Transfers overlap compute, but a
-#   transfer that starts while a GEMM holds every SM waits for that GEMM to end.
-# - ``sync-send``: as ``overlap``, but a SEND runs on the compute stream right after its
-#   producer and the next compute op waits for it, so the transfer never queues behind a GEMM.
+# - ``sync-send`` (default): a SEND runs on the compute stream right after its producer, and the
+#   next compute op waits for it, so the transfer never queues behind a GEMM. A RECV runs on its
+#   channel's stream, started once its sender is ready (gates, :mod:`pptl.run.gates`), so it
+#   overlaps compute without spinning long.
+# - ``overlap``: SENDs too run on their channel's stream, beside compute (the next GEMM can delay
+#   them).
 # - ``inline``: what torch.distributed.pipelining does: a SEND starts from the compute stream right
 #   after its producer (compute does not wait for it); a RECV starts from the compute stream right
 #   before its consumer, which waits for it. A receive spins only while its rank waits for it

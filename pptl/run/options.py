@@ -16,8 +16,9 @@ __all__ = ["PlanJob", "Job", "job_from_dict", "read_job", "DEFAULT_TIMEOUT", "ME
            "DEFAULT_MESSAGES", "check_messages"]
 
 #: ``pptl run --messages`` (what each does: :mod:`pptl.run.executor`).
-MESSAGE_MODES = ("overlap", "sync-send", "inline")
-DEFAULT_MESSAGES = "overlap"
+MESSAGE_MODES = ("sync-send", "overlap", "inline")
+#: Fastest or within noise of it for every training family on 4 H200s (docs/benchmarks.md).
+DEFAULT_MESSAGES = "sync-send"
 
 
 def check_messages(value: str) -> str:
@@ -56,7 +57,7 @@ class Job:
     threads: int | None = None
     """CPU threads per rank (gloo runs); None keeps torch's default."""
     messages: str = DEFAULT_MESSAGES
-    """How CUDA ranks run SEND/RECV: overlap, sync-send or inline (see :mod:`pptl.run.executor`)."""
+    """How CUDA ranks run SEND/RECV: sync-send, overlap or inline (see :mod:`pptl.run.executor`)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
