@@ -389,3 +389,28 @@ def test_replays_catch_a_deadlock():
     bad = replace(prog, ranks=(replace(r0, issue=tuple(late)), prog.ranks[1]))
     assert _inline_replay(bad) != [] and _sync_send_replay(bad) != []
     assert _inline_replay(prog) == [] and _sync_send_replay(prog) == []
+
+
+@pytest.mark.parametrize("mode", ["inline", "overlap"])
+def test_every_family_runs_and_verifies_in_each_message_mode(mode):
+    """On CPU a mode changes only the issue order (gloo has no streams); the tightened order must still
+    run every family, in each lane's planned order, with exact gradients."""
+    from pptl.run import run_plans
+
+    schedules = {n: _training_schedule(n, 4) for n in TRAINING}
+    tls = run_plans([(s, None) for s in schedules.values()], gpus=4, device="cpu", steps=1, warmup=0, verify=True,
+                    timeout=60, messages=mode)
+    for (name, s), tl in zip(schedules.items(), tls):
+        assert tl.meta.extra["messages"] == mode
+        assert tl.meta.extra["verify"]["ok"], (name, tl.meta.extra["verify"])
+        executed = tl.meta.extra["executed"]
+        for (rank, lane), order in s.lanes.items():
+            if lane == "compute":
+                assert executed[str(rank)][lane] == [s.ops[i].id for i in order], (name, rank)
+
+
+def test_cli_run_refuses_an_unknown_message_mode(tmp_path):
+    r = CliRunner().invoke(app, ["run", str(_tiny_plan(tmp_path)), "--messages", "eager", "-o", str(tmp_path / "m.json")])
+    assert r.exit_code == 2, r.output
+    assert "--messages: got 'eager', expected sync-send, overlap, inline" in r.output
+    assert not (tmp_path / "m.json").exists()
