@@ -278,25 +278,22 @@ def main() -> int:
     # counts. Each is "VAR=VALUE,..." or "default".
     m_last = mbs[-1]
     chosen_paths: dict = {}
+
+    def anchor_variant(m: int, v: str) -> tuple[dict, dict]:
+        with _env(v):
+            paths = write_plans(training_configs(args.gpus, m, wl, args.layers_per_rank), work, f"m{m}_{_slug(v)}")
+            res = stage(f"anchor m={m} [{v}]", lambda: run_family_set(
+                paths, args, steps=args.steps, warmup=args.warmup, verify=False)) or {}
+        return res, paths
+
     if args.variants_at_every_m:
         for m in mbs[:-1]:
             for v in variants:
-                with _env(v):
-                    paths = write_plans(training_configs(args.gpus, m, wl, args.layers_per_rank), work,
-                                        f"m{m}_{_slug(v)}")
-                    res = stage(f"anchor m={m} [{v}]", lambda: run_family_set(
-                        paths, args, steps=args.steps, warmup=args.warmup, verify=False)) or {}
+                res, chosen_paths[(m, v)] = anchor_variant(m, v)
                 results.setdefault("variants_by_m", {}).setdefault(str(m), {})[v] = res
-                chosen_paths[(m, v)] = paths
     for v in variants:
-        with _env(v):
-            paths = write_plans(training_configs(args.gpus, m_last, wl, args.layers_per_rank), work,
-                                f"m{m_last}_{_slug(v)}")
-            res = stage(f"anchor m={m_last} [{v}]", lambda: run_family_set(
-                paths, args, steps=args.steps, warmup=args.warmup, verify=False)) or {}
-        results["variants"][v] = res
-        chosen_paths[v] = paths
-    complete = [v for v in variants if len(results["variants"][v]) == len(chosen_paths[v])]  # type: ignore[arg-type]
+        results["variants"][v], chosen_paths[v] = anchor_variant(m_last, v)
+    complete = [v for v in variants if len(results["variants"][v]) == len(chosen_paths[v])]
     best = min(complete or variants, key=lambda v: sum(r.get("median_untimed_wall_ms") or 1e18
                                                        for r in results["variants"][v].values()))
     results["chosen_env"] = best

@@ -1,0 +1,53 @@
+"""The GPU benchmarks' own logic, run end to end on CPU (gloo) so a broken suite shows up before a GPU call:
+bench/gpu_suite.py (variants by message mode at every micro-batch count, the table, calibration) and
+bench/gpu_repeat.py (rounds of pptl against torch; torch's NCCL script cannot run here, so its cells stay
+empty and only pptl's numbers are checked)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL = ["--device", "cpu", "--gpus", "2", "--hidden", "32", "--tokens", "8", "--steps", "1"]
+
+
+def _bench(script: str, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], capture_output=True, text=True,
+                          env=env, timeout=600)
+
+
+def test_gpu_suite_runs_every_variant_at_every_count(tmp_path):
+    r = _bench("gpu_suite.py", "--out", str(tmp_path), *SMALL, "--warmup", "0", "--skip-torch", "--smoke-hidden",
+               "32", "--smoke-tokens", "8", "--mbs", "4,8", "--variants", "default;messages=inline",
+               "--variants-at-every-m")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert "failures" not in res, res.get("failures")
+    assert set(res["smoke_modes"]) == {"default", "messages=inline"}
+    for mode, fams in res["smoke_modes"].items():
+        assert fams and all(f["verify"]["ok"] for f in fams.values()), mode
+    runs = [res["variants_by_m"]["4"]["default"], res["variants_by_m"]["4"]["messages=inline"],
+            res["variants"]["default"], res["variants"]["messages=inline"]]
+    assert all(set(run) == set(runs[0]) and len(run) >= 8 for run in runs)
+    assert {f["messages"] for f in runs[1].values()} == {"inline"}
+    assert {f["messages"] for f in runs[0].values()} == {"sync-send"}  # the default mode
+    table = (tmp_path / "table.md").read_text().splitlines()
+    assert len(table) == 2 + 2 * len(runs[0])  # header, rule, one row per family and count
+    assert all(c != "-" for c in table[2].split("|")[-2].strip().split())  # a calibration error in each row
+
+
+def test_gpu_repeat_records_every_round(tmp_path):
+    r = _bench("gpu_repeat.py", "--out", str(tmp_path), *SMALL, "--rounds", "2", "--mbs", "2",
+               "--torch-timeout", "60")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rows = json.loads((tmp_path / "repeat.json").read_text())
+    assert [(x["round"], x["family"]) for x in rows] == [(0, "gpipe"), (0, "1f1b"), (1, "gpipe"), (1, "1f1b")]
+    assert all(x["pptl_ms"] > 0 and x["device"] == "cpu" and x["torch_ms"] is None for x in rows)
