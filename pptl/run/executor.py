@@ -2,10 +2,10 @@
 
 On CUDA every lane is a stream. An op first makes its stream wait on the end events of the ops it
 needs from other lanes of this rank (never a global synchronize), then records its start event,
-runs, and records its end event. SEND/RECV are ``batch_isend_irecv`` calls made with their channel's
-stream current, on the channel's own two-rank process group (see :mod:`pptl.run.program`), so the
-i-th SEND of a channel always meets its i-th RECV (NCCL matches in order). The
-host enqueues a whole step without blocking, then polls the events; a step with no progress for
+runs, and records its end event. SEND/RECV are ``batch_isend_irecv`` calls on the channel's own
+two-rank process group (see :mod:`pptl.run.program`), so the i-th SEND of a channel always meets
+its i-th RECV (NCCL matches in order); which stream each starts from is the run's message mode
+(below). The host enqueues a whole step without blocking, then polls the events; a step with no progress for
 the timeout raises :class:`OpFailure` naming the op the GPU is stuck at.
 
 On CPU (gloo) compute runs on the host; SEND/RECV are posted asynchronously and a consumer waits
@@ -32,7 +32,7 @@ from pptl.run.model import (DTYPES, Activation, backward_full, backward_input, b
 from pptl.run.options import MESSAGE_MODES
 from pptl.run.program import Program, tighten_messages, workload_of
 
-__all__ = ["OpFailure", "Executor", "Fault", "MESSAGE_MODES"]
+__all__ = ["OpFailure", "Executor", "Fault"]
 
 
 class OpFailure(Exception):
@@ -114,7 +114,6 @@ class Executor:
         self.messages = messages  # on CPU only the issue order changes (gloo has no streams)
         if self.messages != "overlap":
             program = tighten_messages(program)
-        self.program = program
         s = program.schedule
         self.program, self.rank, self.device = program, rank, device
         self.rp = program.ranks[rank]
@@ -399,10 +398,9 @@ class Executor:
             st.keep.append(t)
             if self.gates is not None:
                 self.gates.open(i, self._step_index, torch.cuda.current_stream())
-            if self.cuda and self.messages == "inline":  # NCCL's stream follows compute; the channel's waits for the transfer
-                with torch.cuda.stream(self.compute):
-                    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, t, peer, group=group)])
-            else:
+            # inline: NCCL's stream follows compute (no extra hop); the channel's stream waits for the transfer
+            inline = self.cuda and self.messages == "inline"
+            with torch.cuda.stream(self.compute) if inline else _nullcontext():
                 works = dist.batch_isend_irecv([dist.P2POp(dist.isend, t, peer, group=group)])
             if self.cuda:
                 for w in works:

@@ -9,7 +9,9 @@ CUDA stream at each end), not on its lane: the plan's ``send``/``recv`` lanes mo
 per direction, but the order in which one rank produces messages for a peer (production order)
 need not be the order the peer needs them in (ZB-V mixes activations and gradients on one pair of
 ranks), and NCCL matches messages in order and lets a send finish only with its receive; serial
-lanes would then deadlock. Within a channel both orders are the stage's micro-batch order.
+lanes would then deadlock. Within a channel both orders are the stage's micro-batch order. (The
+executor's message modes may start them from the compute stream instead, in the order of
+:func:`tighten_messages`.)
 
 Vocabulary: an op's *producers* are the ops whose data it needs (the plan's dependencies);
 *waits* are the producers on the same rank but another stream (a CUDA event wait; on one stream
