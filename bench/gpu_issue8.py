@@ -34,18 +34,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _common import T0, Stages, env_info, log  # noqa: E402
 from pptl import planning  # noqa: E402
 from pptl.compare import compare_timelines  # noqa: E402
 from pptl.formats.loader import load_any  # noqa: E402
 
 MiB = float(1 << 20)
-T0 = time.time()
 MOE_RUNS = ("moe-overlap", "moe-offload", "moe-no-overlap")
 FIGURES = {"moe-overlap": "moe_overlap.png", "moe-offload": "moe_offload.png", "weight-update": "weight_update.png"}
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')} +{time.time() - T0:5.1f}s] {msg}", flush=True)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -333,27 +331,9 @@ def main() -> int:
     out = Path(a.out)
     work = Path(a.work) if a.work else out / "work"
     work.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {"args": vars(a)}
-    try:
-        import torch
-
-        results["env"] = {"torch": torch.__version__, "python": sys.version.split()[0],
-                          "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]}
-    except Exception as e:
-        results["env"] = {"error": str(e)}
+    results: dict[str, Any] = {"args": vars(a), "env": env_info()}
     log(f"env {results['env']}")
-
-    def stage(name: str, fn: Any) -> Any:
-        t = time.time()
-        log(f"== {name}")
-        try:
-            return fn()
-        except Exception:
-            log(f"{name} FAILED:\n{traceback.format_exc()}")
-            results.setdefault("failures", {})[name] = traceback.format_exc()[-3000:]
-        finally:
-            log(f"== {name} done in {time.time() - t:.1f} s")
-            (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    stage = Stages(results, out)
 
     if not a.skip_smoke:
         def smoke() -> Any:

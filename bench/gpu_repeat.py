@@ -14,26 +14,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_suite import ROOT, TORCH_TO_PPTL, _env, log, run_family_set, training_configs, write_plans  # noqa: E402
+from gpu_suite import TORCH_TO_PPTL, _env, log, run_family_set, run_torch, training_configs, write_plans  # noqa: E402
 
 PPTL_TO_TORCH = {v: k for k, v in TORCH_TO_PPTL.items()}
-
-
-def torch_round(args: argparse.Namespace, m: int, names: list[str], out_json: Path) -> dict:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.gpus}",
-           str(ROOT / "bench" / "torch_pp_anchor.py"), "--mb", str(m), "--hidden", str(args.hidden),
-           "--tokens", str(args.tokens), "--layers-per-rank", str(args.layers_per_rank),
-           "--steps", str(args.torch_steps), "--schedules", ",".join(names), "--out", str(out_json)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.torch_timeout)
-    if proc.returncode != 0:
-        log("  torch stderr tail: " + proc.stderr[-1500:])
-    return json.loads(out_json.read_text()) if out_json.exists() else {}
 
 
 def main() -> int:
@@ -68,7 +56,8 @@ def main() -> int:
     rows: list[dict] = []
     for r in range(args.rounds):
         for m in mbs:
-            t = torch_round(args, m, torch_names, work / f"torch_m{m}_r{r}.json")
+            t = run_torch(args, m, work, "--steps", str(args.torch_steps), "--schedules", ",".join(torch_names),
+                          name=f"torch_m{m}_r{r}.json")
             with _env(f"messages={args.messages}" if args.messages else "default"):
                 p = run_family_set(plans[m], args, steps=args.steps, warmup=1, verify=False)
             for fam in families:

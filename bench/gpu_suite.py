@@ -22,12 +22,14 @@ import subprocess
 import sys
 import tarfile
 import time
-import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _common import Stages, env_info, log  # noqa: E402
 from pptl import planning  # noqa: E402
 from pptl.compare import compare_timelines  # noqa: E402
 from pptl.config import config_from_mapping  # noqa: E402
@@ -37,10 +39,6 @@ from pptl.schedules import FAMILIES, build_schedule  # noqa: E402
 TORCH_TO_PPTL = {"GPipe": "gpipe", "1F1B": "1f1b", "Interleaved1F1B": "interleaved-1f1b",
                  "ZBVZeroBubble": "zbv", "DualPipeV": "dualpipev"}
 RUN_KINDS = {"F", "B", "I", "W", "FB", "SEND", "RECV"}
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def training_configs(pp: int, m: int, workload: dict, layers_per_rank: int | None) -> dict[str, dict]:
@@ -126,11 +124,13 @@ def calibrate(paths: dict) -> dict:
     return out
 
 
-def run_torch(args: argparse.Namespace, m: int, work: Path) -> dict:
-    out_json = work / f"torch_m{m}.json"
+def run_torch(args: argparse.Namespace, m: int, work: Path, *extra: str, name: str = "") -> dict:
+    """bench/torch_pp_anchor.py under torchrun at ``m`` micro-batches (``extra``: more of its options)."""
+    out_json = work / (name or f"torch_m{m}.json")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.gpus}",
            str(ROOT / "bench" / "torch_pp_anchor.py"), "--mb", str(m), "--hidden", str(args.hidden),
-           "--tokens", str(args.tokens), "--layers-per-rank", str(args.layers_per_rank), "--out", str(out_json)]
+           "--tokens", str(args.tokens), "--layers-per-rank", str(args.layers_per_rank), "--out", str(out_json),
+           *extra]
     log("  " + " ".join(cmd[1:]))
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.torch_timeout)
     for line in proc.stdout.splitlines():
@@ -236,26 +236,9 @@ def main() -> int:
     work = Path(args.work) if args.work else out / "work"
     work.mkdir(parents=True, exist_ok=True)
     mbs = [int(x) for x in args.mbs.split(",")]
-    results: dict = {"args": vars(args), "env": {}}
-    try:
-        import torch
-        results["env"] = {"torch": torch.__version__, "python": sys.version.split()[0],
-                          "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]}
-    except Exception as e:
-        results["env"] = {"error": str(e)}
+    results: dict = {"args": vars(args), "env": env_info()}
     log(f"env {results['env']}")
-
-    def stage(name, fn):
-        t = time.time()
-        log(f"== {name}")
-        try:
-            return fn()
-        except Exception:
-            log(f"{name} FAILED:\n{traceback.format_exc()}")
-            results.setdefault("failures", {})[name] = traceback.format_exc()[-3000:]
-        finally:
-            log(f"== {name} done in {time.time() - t:.1f} s")
-            (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    stage = Stages(results, out)
 
     variants = [v.strip() for v in args.variants.split(";") if v.strip()] or ["default"]
     if not args.skip_smoke:

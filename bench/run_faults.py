@@ -54,6 +54,12 @@ def marked(mark: str) -> list[int]:
 
 
 def shutdown_seconds(rundir: Path, fault: str) -> float | None:
+    """Seconds from the fault to the last rank's exit, from the run folder the launcher keeps on failure
+    (None if no rank's exit was recorded).
+
+    The fault's time: the failing rank's own record (raise), its exit (kill), or the moment it posted
+    the op it stopped at (hang). Exits: when the spawner reaped each rank (its exit file).
+    """
     kind, rank = fault.split(":")[0], int(fault.split(":")[1])
     exits = list(rundir.glob("exit.rank*"))
     if not exits:

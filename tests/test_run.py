@@ -20,6 +20,8 @@ from pptl.ir import Op
 from pptl.run.program import RUN_KINDS, build_program
 from pptl.schedules import FAMILIES, build_schedule
 
+from runorder import assert_runs_the_plans_order
+
 torch = pytest.importorskip("torch")
 
 TINY = {"hidden": 32, "tokens": 8, "layers_per_stage": 1, "dtype": "float32"}
@@ -65,16 +67,8 @@ def test_training_families_found():
 @pytest.mark.parametrize("pp,family", GRID, ids=[f"pp{pp}-{n}" for pp, n in GRID])
 def test_each_rank_runs_the_plans_order(runs, pp, family):
     schedule, tl = runs[(pp, family)]
-    executed = tl.meta.extra["executed"]
-    for (rank, lane), order in schedule.lanes.items():
-        assert executed[str(rank)][lane] == [schedule.ops[i].id for i in order], (rank, lane)
-    # Every op measured once, and compute ops start in plan order (host clock, one at a time).
-    assert sorted(e.op for e in tl.events) == sorted(op.id for op in schedule.ops)
-    start = {e.op: e.start for e in tl.events}
-    for (rank, lane), order in schedule.lanes.items():
-        if lane == "compute":
-            starts = [start[schedule.ops[i].id] for i in order]
-            assert starts == sorted(starts), (rank, lane)
+    # Compute ops start in plan order too (host clock, one at a time).
+    assert_runs_the_plans_order(schedule, tl, serial_lanes=("compute",))
 
 
 @pytest.mark.parametrize("pp,family", GRID, ids=[f"pp{pp}-{n}" for pp, n in GRID])
@@ -394,7 +388,7 @@ def test_replays_catch_a_deadlock():
 @pytest.mark.parametrize("mode", ["inline", "overlap"])
 def test_every_family_runs_and_verifies_in_each_message_mode(mode):
     """On CPU a mode changes only the issue order (gloo has no streams); the tightened order must still
-    run every family, in each lane's planned order, with exact gradients."""
+    run every family, each lane in its planned order, with exact gradients."""
     from pptl.run import run_plans
 
     schedules = {n: _training_schedule(n, 4) for n in TRAINING}
@@ -403,10 +397,7 @@ def test_every_family_runs_and_verifies_in_each_message_mode(mode):
     for (name, s), tl in zip(schedules.items(), tls):
         assert tl.meta.extra["messages"] == mode
         assert tl.meta.extra["verify"]["ok"], (name, tl.meta.extra["verify"])
-        executed = tl.meta.extra["executed"]
-        for (rank, lane), order in s.lanes.items():
-            if lane == "compute":
-                assert executed[str(rank)][lane] == [s.ops[i].id for i in order], (name, rank)
+        assert_runs_the_plans_order(s, tl, serial_lanes=("compute",))
 
 
 def test_cli_run_refuses_an_unknown_message_mode(tmp_path):

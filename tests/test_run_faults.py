@@ -13,6 +13,7 @@ never meets it.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -31,6 +32,12 @@ from pptl.formats.plan import dumps, plan_to_dict
 from pptl.schedules import build_schedule
 
 torch = pytest.importorskip("torch")
+
+# bench/run_faults.py measures the same cases on any device; one definition of "fault -> last exit".
+_spec = importlib.util.spec_from_file_location("run_faults", Path(__file__).resolve().parents[1]
+                                               / "bench" / "run_faults.py")
+_bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_bench)  # type: ignore[union-attr]
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")
 
@@ -101,26 +108,10 @@ def _alive(pids: set[int]) -> dict[int, str]:
 
 
 def _shutdown_seconds(rundir: Path, fault: str) -> float:
-    """Seconds from the fault to the last rank's exit, from the run folder the launcher keeps on failure.
-
-    The fault's time: the failing rank's own record (raise), its exit (kill), or the moment it posted
-    the op it stopped at (hang). Exits: when the spawner reaped each rank (its exit file).
-    """
-    from pptl.run.progress import Board
-
-    kind, rank = fault.split(":")[0], int(fault.split(":")[1])
-    exits = sorted(rundir.glob("exit.rank*"))
-    assert exits, f"no rank exit recorded in {rundir}"
-    last_exit = max(p.stat().st_mtime for p in exits)
-    if kind == "raise":
-        t0 = json.loads((rundir / f"failure.rank{rank}.json").read_text())["time"]
-    elif kind == "kill":
-        t0 = (rundir / f"exit.rank{rank}").stat().st_mtime
-    else:
-        board = Board(rundir / "progress.bin", len(exits))
-        t0 = board.read(rank).time
-        board.close()
-    return last_exit - t0
+    """bench/run_faults.py's measure, which must find the ranks' exits."""
+    seconds = _bench.shutdown_seconds(rundir, fault)
+    assert seconds is not None, f"no rank exit recorded in {rundir}"
+    return seconds
 
 
 # (fault, plan, message): the message must name the failed rank and its op.

@@ -15,6 +15,8 @@ from pptl.run.families import refine, symmetric_issue
 from pptl.run.program import build_program
 from pptl.schedules import build_schedule
 
+from runorder import assert_runs_the_plans_order
+
 torch = pytest.importorskip("torch")
 
 TINY = {"hidden": 16, "tokens": 8, "dtype": "float32"}
@@ -54,15 +56,8 @@ def runs():
 @pytest.mark.parametrize("name", list(PLANS))
 def test_each_lane_runs_in_the_plans_order(runs, name):
     schedule, tl = runs[name]
-    executed = tl.meta.extra["executed"]
-    for (rank, lane), order in schedule.lanes.items():
-        assert executed[str(rank)][lane] == [schedule.ops[i].id for i in order], (rank, lane)
-    assert sorted(e.op for e in tl.events) == sorted(op.id for op in schedule.ops)
-    start = {e.op: e.start for e in tl.events}
-    for (rank, lane), order in schedule.lanes.items():
-        if lane in ("compute", "comm"):  # one host runs them one at a time, in this order
-            starts = [start[schedule.ops[i].id] for i in order]
-            assert starts == sorted(starts), (rank, lane)
+    # One host runs compute and comm one at a time, in this order.
+    assert_runs_the_plans_order(schedule, tl, serial_lanes=("compute", "comm"))
 
 
 @pytest.mark.parametrize("name", list(PLANS))

@@ -14,6 +14,8 @@ from pptl.run.families import remote_hop_waits
 from pptl.run.program import build_program
 from pptl.schedules import build_schedule
 
+from runorder import assert_runs_the_plans_order
+
 torch = pytest.importorskip("torch")
 
 #: Unequal tensors per owner: buckets of 1, 2 and 3 tensors, and one owner with two rounds.
@@ -56,11 +58,7 @@ def test_reloaded_parameters_equal_the_host_copy(runs, name):
 
 @pytest.mark.parametrize("name", list(PLANS))
 def test_each_lane_runs_in_the_plans_order(runs, name):
-    schedule, tl = runs[name]
-    executed = tl.meta.extra["executed"]
-    for (rank, lane), order in schedule.lanes.items():
-        assert executed[str(rank)][lane] == [schedule.ops[i].id for i in order], (rank, lane)
-    assert sorted(e.op for e in tl.events) == sorted(op.id for op in schedule.ops)
+    assert_runs_the_plans_order(*runs[name])
 
 
 @pytest.mark.parametrize("name", list(PLANS))

@@ -30,11 +30,10 @@ def run_plans(plans: list[tuple[Any, str | Path | None]], *, gpus: int, device: 
     from pptl.formats.loader import load_any
     from pptl.ir import Schedule
     from pptl.run.launcher import check_device, launch
-    from pptl.run.options import DEFAULT_MESSAGES, DEFAULT_TIMEOUT, Job, PlanJob, check_messages
+    from pptl.run.options import DEFAULT_MESSAGES, DEFAULT_TIMEOUT, Job, PlanJob
     from pptl.run.program import build_program
     from pptl.errors import InputError
 
-    messages = check_messages(messages or DEFAULT_MESSAGES)
     schedules, jobs = [], []
     for plan, out in plans:
         if isinstance(plan, Schedule):
@@ -50,5 +49,5 @@ def run_plans(plans: list[tuple[Any, str | Path | None]], *, gpus: int, device: 
     dev = check_device(device, gpus)
     job = Job(plans=tuple(jobs), device=dev, steps=steps, warmup=warmup, verify=verify,
               timeout=timeout if timeout is not None else DEFAULT_TIMEOUT, threads=threads,
-              messages=messages).validate()
+              messages=messages or DEFAULT_MESSAGES).validate()
     return launch(job, schedules, gpus)

@@ -124,8 +124,8 @@ class Executor:
         self.last = s.num_stages - 1
         self.scale = 1.0 / (s.microbatches * s.directions)
         self.channels = channels
-        self.gates = gates if self.messages != "inline" else None  # inline receives never wait early
-        """A :class:`pptl.run.gates.Gates` (CUDA on one node) or None."""
+        self.gates = gates
+        """A :class:`pptl.run.gates.Gates` (CUDA on one node, not ``inline``) or None."""
         self.timeout = timeout
         self.post = post or (lambda step, op: None)
         self.fault = fault if fault is not None and fault.rank == rank else None

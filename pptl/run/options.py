@@ -13,18 +13,12 @@ from typing import Any
 from pptl.errors import InputError
 
 __all__ = ["PlanJob", "Job", "job_from_dict", "read_job", "DEFAULT_TIMEOUT", "MESSAGE_MODES",
-           "DEFAULT_MESSAGES", "check_messages"]
+           "DEFAULT_MESSAGES"]
 
 #: ``pptl run --messages`` (what each does: :mod:`pptl.run.executor`).
 MESSAGE_MODES = ("sync-send", "overlap", "inline")
 #: Fastest or within noise of it for every training family on 4 H200s (docs/benchmarks.md).
 DEFAULT_MESSAGES = "sync-send"
-
-
-def check_messages(value: str) -> str:
-    if value not in MESSAGE_MODES:
-        raise InputError(f"--messages: got '{value}', expected {', '.join(MESSAGE_MODES)}")
-    return value
 
 #: Seconds a rank may wait without progress before the run is stopped (minutes, not hours).
 DEFAULT_TIMEOUT = 300.0
@@ -74,7 +68,8 @@ class Job:
             raise InputError(f"--warmup: got {self.warmup}, expected 0 or more")
         if not self.timeout > 0:
             raise InputError(f"--timeout: got {self.timeout}, expected a number of seconds > 0")
-        check_messages(self.messages)
+        if self.messages not in MESSAGE_MODES:
+            raise InputError(f"--messages: got '{self.messages}', expected {', '.join(MESSAGE_MODES)}")
         if not self.plans:
             raise InputError("give a plan to run")
         return self

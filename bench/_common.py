@@ -1,0 +1,47 @@
+"""What the GPU bench scripts share: a timestamped log, the machine's description, and guarded
+stages that keep the results file current (one failing stage never hides the others)."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+T0 = time.time()
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')} +{time.time() - T0:5.1f}s] {msg}", flush=True)
+
+
+def env_info() -> dict[str, Any]:
+    """torch, Python and the GPUs this process sees (or why torch could not say)."""
+    try:
+        import torch
+
+        return {"torch": torch.__version__, "python": sys.version.split()[0],
+                "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]}
+    except Exception as e:
+        return {"error": str(e)}
+
+
+class Stages:
+    """Runs named stages; a failure is logged and kept in ``results["failures"]``, and the results
+    are written to ``out/results.json`` after every stage."""
+
+    def __init__(self, results: dict[str, Any], out: Path) -> None:
+        self.results, self.out = results, out
+
+    def __call__(self, name: str, fn: Callable[[], Any]) -> Any:
+        t = time.time()
+        log(f"== {name}")
+        try:
+            return fn()
+        except Exception:
+            log(f"{name} FAILED:\n{traceback.format_exc()}")
+            self.results.setdefault("failures", {})[name] = traceback.format_exc()[-3000:]
+        finally:
+            log(f"== {name} done in {time.time() - t:.1f} s")
+            (self.out / "results.json").write_text(json.dumps(self.results, indent=1, default=str))
