@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import T0, Stages, env_info, log  # noqa: E402
+from _common import T0, Stages, calibrate_one, env_info, log  # noqa: E402
 from pptl import planning  # noqa: E402
 from pptl.compare import compare_timelines  # noqa: E402
 from pptl.formats.loader import load_any  # noqa: E402
@@ -127,12 +127,7 @@ def calibrate(paths: dict[str, dict[str, Path]]) -> dict[str, Any]:
         if not p["measured"].exists():
             continue
         try:
-            cfg, units = planning.calibrate(planning.make_config(p["cfg"], {}, None, None), p["measured"])
-            result = planning.plan(cfg)
-            result.schedule.meta["units"] = units
-            p["calibrated"] = p["measured"].with_name(p["measured"].name.replace("measured_", "calibrated_"))
-            planning.write_plan(result, p["calibrated"])
-            cmp = compare_timelines(load_any(p["calibrated"]).timeline, load_any(p["measured"]).timeline)
+            result, p["calibrated"], cmp = calibrate_one(p["cfg"], p["measured"])
             out[n] = {"predicted_ms": cmp.makespan_planned, "measured_ms": cmp.makespan_measured,
                       "error": cmp.makespan_error, "kinds": {k.kind: [k.planned_mean, k.measured_mean]
                                                              for k in cmp.kinds},

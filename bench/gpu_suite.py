@@ -29,9 +29,8 @@ sys.path.insert(0, str(ROOT))
 
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import Stages, env_info, log  # noqa: E402
+from _common import Stages, calibrate_one, env_info, log  # noqa: E402
 from pptl import planning  # noqa: E402
-from pptl.compare import compare_timelines  # noqa: E402
 from pptl.config import config_from_mapping  # noqa: E402
 from pptl.schedules import FAMILIES, build_schedule  # noqa: E402
 
@@ -101,17 +100,10 @@ def run_family_set(paths: dict, args: argparse.Namespace, *, steps: int, warmup:
 
 
 def calibrate(paths: dict) -> dict:
-    from pptl.formats.loader import load_any
-
     out = {}
     for n, (cfg_path, _plan, measured) in paths.items():
         try:
-            cfg, units = planning.calibrate(planning.make_config(cfg_path, {}, None, None), measured)
-            result = planning.plan(cfg)
-            result.schedule.meta["units"] = units
-            cal_path = measured.with_name(measured.name.replace("measured_", "calibrated_"))
-            planning.write_plan(result, cal_path)
-            cmp = compare_timelines(load_any(cal_path).timeline, load_any(measured).timeline)
+            _, _, cmp = calibrate_one(cfg_path, measured)
             out[n] = {"predicted_ms": cmp.makespan_planned, "measured_ms": cmp.makespan_measured,
                       "error": cmp.makespan_error, "bubble_planned": cmp.bubble_planned,
                       "bubble_measured": cmp.bubble_measured,

@@ -1,6 +1,6 @@
 """The GPU benchmarks' own logic, run end to end on CPU (gloo) so a broken suite shows up before a GPU call:
-bench/gpu_suite.py (variants by message mode at every micro-batch count, the table, calibration) and
-bench/gpu_repeat.py (rounds of pptl against torch; torch's NCCL script cannot run here, so its cells stay
+bench/gpu_suite.py (variants by message mode at every micro-batch count, the table, calibration),
+bench/gpu_issue8.py (MoE and weight-update runs, calibration, rerun, figures) and bench/gpu_repeat.py (rounds of pptl against torch; torch's NCCL script cannot run here, so its cells stay
 empty and only pptl's numbers are checked)."""
 from __future__ import annotations
 
@@ -51,3 +51,17 @@ def test_gpu_repeat_records_every_round(tmp_path):
     rows = json.loads((tmp_path / "repeat.json").read_text())
     assert [(x["round"], x["family"]) for x in rows] == [(0, "gpipe"), (0, "1f1b"), (1, "gpipe"), (1, "1f1b")]
     assert all(x["pptl_ms"] > 0 and x["device"] == "cpu" and x["torch_ms"] is None for x in rows)
+
+
+def test_gpu_issue8_runs_every_stage(tmp_path):
+    r = _bench("gpu_issue8.py", "--out", str(tmp_path), "--device", "cpu", "--hidden", "64", "--tokens", "16",
+               "--dtype", "float32", "--wu-model", "8MiB", "--wu-tensor", "1MiB", "--wu-bucket", "2MiB", "--steps",
+               "1", "--warmup", "0", "--microbatches", "4", "--timeout", "60")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert "failures" not in res, res.get("failures")
+    runs = {"moe-overlap", "moe-offload", "moe-no-overlap", "weight-update"}
+    assert set(res["calibration"]) == runs
+    assert all(c["predicted_ms"] > 0 and c["measured_ms"] > 0 for c in res["calibration"].values())
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["moe_offload.png", "moe_overlap.png",
+                                                             "moe_overlap_step.png", "weight_update.png"]
