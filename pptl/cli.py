@@ -287,16 +287,33 @@ def schedules(output: OutputFmt = "text") -> None:
              "memory": f.memory_formula, "source": f.source, "aliases": list(f.aliases)} for f in FAMILIES.values()
         ]))
         return
-    table = Table(show_lines=False)
+    # Narrow terminals wrap every cell (overflow="fold") instead of cutting names or formulas with "…";
+    # a pipe gets the full width so scripts see whole lines.
+    console = out if out.is_terminal else Console(file=out.file, width=240, highlight=False)
+    table = Table(show_lines=True)
+    longest = max(len(f.name) for f in FAMILIES.values())
     for col in ("name", "what", "constraints", "bubble (idle per rank)", "peak activation"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold", min_width=longest if col == "name" else None)
     for f in FAMILIES.values():
         table.add_row(f.name, f.summary, f.constraints, f.bubble_formula, f.memory_formula)
-    out.print(table)
+    console.print(table)
 
 
 # ----------------------------------------------------------------------------------------------
 # pptl render, pptl demo (drawing lives in pptl/render/, the demo's loop in pptl/demo.py)
+
+
+DpiOpt = Annotated[int, typer.Option("--dpi", help="PNG resolution (dots per inch).")]
+SizeOpt = Annotated[Optional[str], typer.Option("--size", help="Figure size W,H in inches (e.g. 7,4.5).")]
+FontOpt = Annotated[Optional[float], typer.Option("--font-size", help="Font size in points (default: 7-8 for "
+                                                  "seed figures, 9 otherwise).")]
+TitleOpt = Annotated[str, typer.Option("--title", help="TEXT, auto (config summary) or none; default: none for "
+                                       "seed figures, auto otherwise.")]
+NotesOpt = Annotated[Optional[bool], typer.Option("--notes/--no-notes", help="Per-row notes (bubble %); "
+                                                  "default: off for seed figures.", show_default=False)]
+LegendOpt = Annotated[str, typer.Option("--legend", help="Legend place: auto, bottom, top, right or none.")]
+DeviceOpt = Annotated[Optional[int], typer.Option("--device", help="MoE figure: the device the three close-up "
+                                                  "sections show (default: the last).")]
 
 
 @command("render")
@@ -307,10 +324,29 @@ def render(
     out_file: Annotated[Optional[Path], typer.Option("-o", "--out", help="Draw to .png, .svg, .pdf or .html.")] = None,
     width: Annotated[Optional[int], typer.Option("--width", help="Terminal width in columns.")] = None,
     time_window: Annotated[Optional[str], typer.Option("--time", help="Draw only START:END (e.g. 80:110).")] = None,
+    dpi: DpiOpt = 200,
+    size: SizeOpt = None,
+    font_size: FontOpt = None,
+    title: TitleOpt = "",
+    notes: NotesOpt = None,
+    legend: LegendOpt = "auto",
+    device: DeviceOpt = None,
+    compare_warmup: Annotated[bool, typer.Option("--compare-warmup", help="MoE: draw plain interleaved 1F1B over "
+                                                 "the +1 warmup plan of the same config.")] = False,
+    split: Annotated[str, typer.Option("--split", help="DualPipe F&B cell: side (halves side by side, the "
+                                       "seed) or stack.")] = "side",
+    reverse_ids: Annotated[bool, typer.Option("--reverse-ids", help="DualPipe: number reverse-direction "
+                                              "blocks too (the seed omits them).")] = False,
 ) -> None:
     """Draw a timeline: in the terminal by default, or to PNG/SVG/PDF/HTML with -o (or --html)."""
-    from pptl.render import load_timeline, output_format, parse_window, write_file
+    from pptl.render import load_timeline, output_format, parse_window, plain_counterpart, write_file
+    from pptl.render.options import RenderOptions, parse_size
     from pptl.render.styles import STYLE_NAMES
+
+    opts = RenderOptions(style=style, dpi=dpi, size=parse_size(size), font_size=font_size, title=title,
+                         notes=notes, legend=legend, device=device, split=split, reverse_ids=reverse_ids)
+    if compare_warmup and out_file is None and not html:
+        raise InputError("--compare-warmup draws a figure: add -o FILE.png (or .pdf, .svg, .html)")
 
     if style not in STYLE_NAMES:
         raise InputError(f"--style: got '{style}', expected one of {', '.join(STYLE_NAMES)}")
@@ -329,8 +365,9 @@ def render(
 
             check_new(out_file)
     tl = load_timeline(file)
+    compare = plain_counterpart(tl, file) if compare_warmup else None
     if out_file is not None:
-        for warning in write_file(tl, out_file, style=style, window=window, overwrite=named):
+        for warning in write_file(tl, out_file, window=window, overwrite=named, options=opts, compare=compare):
             err.print(f"warning: {warning}", markup=False)
         err.print(f"wrote {out_file}", markup=False)
         return
@@ -345,12 +382,22 @@ def render(
 def demo(
     out_dir: Annotated[Path, typer.Option("--out", help="Folder for the figures.")] = Path("out"),
     fixtures: Annotated[Optional[Path], typer.Option("--fixtures", help="Folder of example configs.")] = None,
+    dpi: DpiOpt = 200,
+    font_size: FontOpt = None,
+    title: TitleOpt = "",
+    notes: NotesOpt = None,
+    legend: LegendOpt = "auto",
+    device: DeviceOpt = None,
 ) -> None:
-    """Plan and draw every example config in fixtures/ (PNG + HTML each); print what was written."""
+    """Plan and draw every example config in fixtures/ (PNG, PDF and HTML each, plus the MoE +1 warmup
+    comparison); print what was written."""
     from pptl.demo import run_demo
+    from pptl.render.options import RenderOptions
 
+    opts = RenderOptions(dpi=dpi, font_size=font_size, title=title, notes=notes, legend=legend, device=device)
     with err.status("drawing examples") as status:
-        items = run_demo(out_dir, fixtures=fixtures, progress=lambda name: status.update(f"drawing {name}"))
+        items = run_demo(out_dir, fixtures=fixtures, progress=lambda name: status.update(f"drawing {name}"),
+                         options=opts)
     table = Table(show_edge=False, pad_edge=False)
     for col in ("example", "family", "style", "ops", "makespan", "bubble", "wrote"):
         table.add_column(col, justify="right" if col in ("ops", "makespan", "bubble") else "left")

@@ -1,5 +1,9 @@
 """``pptl demo``: plan and draw every example config in ``fixtures/`` (PNG + HTML each).
 
+Each figure is written as PNG, PDF and HTML. For ``moe-1f1b-overlap`` configs that pair F and B (the
+seed figures 000-002) a second figure ``<name>_compare_warmup.*`` draws the same config planned as
+plain interleaved 1F1B above the "VPP + 1 warmup" plan, so the extra forward shows by contrast.
+
 Examples are the top-level ``*.yaml``, ``*.yml``, ``*.toml`` and ``*.json`` files of the fixtures
 folder; ``fixtures/invalid`` and ``fixtures/bad`` hold inputs that must be refused and are skipped.
 Each figure is drawn in its family's own style (``--style auto``), so the seed figures' configs
@@ -11,9 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from typing import TYPE_CHECKING
+
 from pptl.errors import InputError, PptlError
 
-__all__ = ["DemoItem", "EXAMPLE_SUFFIXES", "default_fixtures_dir", "example_files", "run_demo"]
+if TYPE_CHECKING:
+    from pptl.render.options import RenderOptions
+
+__all__ = ["DemoItem", "EXAMPLE_SUFFIXES", "FIGURE_SUFFIXES", "default_fixtures_dir", "example_files", "run_demo"]
 
 EXAMPLE_SUFFIXES = (".yaml", ".yml", ".toml", ".json")
 
@@ -48,12 +57,21 @@ def example_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in EXAMPLE_SUFFIXES)
 
 
+FIGURE_SUFFIXES = (".png", ".pdf", ".html")
+
+
 def run_demo(out: Path, *, fixtures: Path | None = None, style: str = "auto",
-             progress: Callable[[str], None] | None = None) -> list[DemoItem]:
-    """Draw every example of ``fixtures`` into ``out`` as ``<name>.png`` and ``<name>.html``."""
-    from pptl.render import load_timeline, write_file
+             progress: Callable[[str], None] | None = None, options: "RenderOptions | None" = None) -> list[DemoItem]:
+    """Draw every example of ``fixtures`` into ``out`` as ``<name>.png``, ``.pdf`` and ``.html``."""
+    from dataclasses import replace
+
+    from pptl.render import load_timeline, plain_counterpart, write_file
     from pptl.render.layout import overall_bubble
+    from pptl.render.moe_figure import grid_caption
+    from pptl.render.options import RenderOptions
     from pptl.render.styles import resolve_style
+
+    opts = replace(options, style=style) if options is not None else RenderOptions(style=style)
 
     folder = fixtures if fixtures is not None else default_fixtures_dir()
     files = example_files(folder)
@@ -67,10 +85,16 @@ def run_demo(out: Path, *, fixtures: Path | None = None, style: str = "auto",
         try:
             tl = load_timeline(path)
             written, warnings = [], []
-            for suffix in (".png", ".html"):
+            for suffix in FIGURE_SUFFIXES:
                 target = out / f"{path.stem}{suffix}"
-                warnings += write_file(tl, target, style=style)
+                warnings += write_file(tl, target, options=opts)
                 written.append(str(target))
+            if tl.meta.family == "moe-1f1b-overlap" and grid_caption(tl) == "VPP + 1 warmup":
+                plain = plain_counterpart(tl, path)
+                for suffix in (".png", ".pdf"):
+                    target = out / f"{path.stem}_compare_warmup{suffix}"
+                    warnings += write_file(tl, target, options=opts, compare=plain)
+                    written.append(str(target))
             items.append(DemoItem(path.name, tl.meta.family, resolve_style(style, tl).name, len(tl.events),
                                   tl.makespan, overall_bubble(tl), tuple(written), tuple(warnings)))
         except PptlError as e:

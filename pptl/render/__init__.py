@@ -11,10 +11,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from pptl.errors import InputError
 from pptl.timeline import Timeline
 
-__all__ = ["OUTPUT_SUFFIXES", "load_timeline", "output_format", "parse_window", "write_file"]
+if TYPE_CHECKING:
+    from pptl.render.options import RenderOptions
+
+__all__ = ["OUTPUT_SUFFIXES", "load_timeline", "output_format", "parse_window", "plain_counterpart", "write_file"]
 
 OUTPUT_SUFFIXES = (".png", ".svg", ".pdf", ".html")
 
@@ -61,30 +66,97 @@ def load_timeline(path: str | Path) -> Timeline:
 
 
 def write_file(tl: Timeline, path: str | Path, *, style: str = "auto",
-               window: tuple[float, float] | None = None, overwrite: bool = True) -> list[str]:
+               window: tuple[float, float] | None = None, overwrite: bool = True,
+               options: "RenderOptions | None" = None, compare: Timeline | None = None) -> list[str]:
     """Draw ``tl`` into ``path`` (format from the suffix), atomically. Returns warnings to show.
-    ``overwrite=False`` keeps an existing file (InputError instead).
+    ``overwrite=False`` keeps an existing file (InputError instead). ``compare`` (MoE only) is the
+    plain interleaved plan of the same config: the figure becomes the +1 warmup comparison.
 
     Raises:
-        InputError: unknown suffix, unknown style, missing folder, or a timeline too big for HTML.
+        InputError: unknown suffix, unknown style, missing folder, bad --device, or a timeline too
+            big for HTML.
     """
     from pptl.fileio import atomic_write, check_writable
     from pptl.render.layout import build_layout
+    from pptl.render.options import RenderOptions
 
+    opts = options if options is not None else RenderOptions(style=style)
+    style = opts.style if options is not None else style
     fmt = output_format(path)
     check_writable(path)
-    lay = build_layout(tl, style, window=window)
+    lay = build_layout(tl, style, window=window, split=opts.split, reverse_ids=opts.reverse_ids)
     warnings: list[str] = []
+    seed_fig = _moe_figures(tl, lay, opts, compare) if window is None else None
     if fmt == "html":
         from pptl.render.html import HtmlOptions, html_document, size_warning
 
-        data: bytes | str = html_document(tl, HtmlOptions(style=style), layout=lay)
+        data: bytes | str = html_document(tl, HtmlOptions(style=style), layout=lay, render=opts, moe=seed_fig)
         w = size_warning(lay)
         if w:
             warnings.append(w)
     else:
-        from pptl.render.mpl import FigureOptions, figure_from_layout, image_bytes
+        from pptl.render.mpl import figure_from_layout, figure_options, image_bytes
 
-        data = image_bytes(figure_from_layout(lay, FigureOptions(style=style)), fmt)
+        if seed_fig is not None:
+            from pptl.render.moe_mpl import compare_mpl_figure, moe_mpl_figure
+
+            draw = _moe_draw(tl, lay, opts)
+            fig = compare_mpl_figure(seed_fig[1], seed_fig[0], draw) if seed_fig[1] is not None else \
+                moe_mpl_figure(seed_fig[0], draw)
+        else:
+            fig = figure_from_layout(lay, figure_options(opts, lay))
+        data = image_bytes(fig, fmt)
     atomic_write(path, data, overwrite=overwrite)
     return warnings
+
+
+def _moe_figures(tl: Timeline, lay, opts, compare: Timeline | None):
+    """(the seed figure's data, the plain plan's or None) for the MoE style, else None."""
+    if lay.style.name != "moe":
+        if compare is not None:
+            raise InputError("--compare-warmup: draws moe-1f1b-overlap plans only (use --style moe)")
+        return None
+    from pptl.render.moe_figure import moe_figure
+
+    try:
+        main = moe_figure(tl, opts.device)
+        plain = moe_figure(compare, None) if compare is not None else None
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    if main is None:
+        if opts.device is not None or compare is not None:
+            raise InputError("--device/--compare-warmup: the timeline has no MoE forward/backward sub-ops to draw")
+        return None
+    return main, plain
+
+
+def _moe_draw(tl: Timeline, lay, opts):
+    from pptl.render.moe_mpl import MoEDraw
+    from pptl.render.options import resolve_title
+
+    w, h = opts.size if opts.size is not None else (7.0, None)
+    legend = "bottom" if opts.legend in ("auto", "right") else opts.legend
+    return MoEDraw(width=w, height=h, font=opts.font_size or 7.0, dpi=opts.dpi,
+                   title=resolve_title(opts.title, True, lay.title), legend=legend)
+
+
+def plain_counterpart(tl: Timeline, path: str | Path) -> Timeline:
+    """The same moe-1f1b-overlap config planned as plain interleaved 1F1B (no pairing, no +1 warmup),
+    for the comparison view.
+
+    Raises:
+        InputError: ``path`` holds no moe-1f1b-overlap config (a measured or imported timeline).
+    """
+    from dataclasses import replace
+
+    from pptl.formats.loader import load_any
+    from pptl.schedules import get_family
+    from pptl.simulate import simulate
+
+    loaded = load_any(path)
+    cfg = loaded.schedule.config if loaded.schedule is not None else None
+    if cfg is None or get_family(cfg.schedule).name != "moe-1f1b-overlap":
+        raise InputError(f"{path}: --compare-warmup needs a moe-1f1b-overlap config or plan (it re-plans it "
+                         "as plain interleaved 1F1B)")
+    plain = replace(cfg, options={**dict(cfg.options or {}), "overlap": False})
+    return simulate(get_family(cfg.schedule).build(plain)).timeline()

@@ -46,8 +46,9 @@ def size_warning(lay: Layout) -> str | None:
     return f"{n} blocks: the HTML will be slow in a browser (above {HTML_WARN_BLOCKS}); to browse it, {_CHROME_HINT}"
 
 
-def html_document(tl: Timeline, options: HtmlOptions = HtmlOptions(), *, layout: Layout | None = None) -> str:
-    """The whole HTML page as a string.
+def html_document(tl: Timeline, options: HtmlOptions = HtmlOptions(), *, layout: Layout | None = None,
+                  render: Any = None, moe: Any = None) -> str:
+    """The whole HTML page as a string; ``moe`` (from ``write_file``) draws the MoE seed layout.
 
     Raises:
         InputError: more blocks than ``options.max_blocks`` (the message points to the Chrome trace).
@@ -56,6 +57,15 @@ def html_document(tl: Timeline, options: HtmlOptions = HtmlOptions(), *, layout:
 
     lay = layout if layout is not None else build_layout(tl, options.style)
     fig = figure_dict(tl, options, layout=lay)
+    if render is not None:
+        from pptl.render.options import resolve_title
+
+        title = resolve_title(render.title, lay.style.seed, lay.title)
+        fig["layout"]["title"]["text"] = _html.escape(title)
+        if moe is not None:
+            from pptl.render.moe_html import moe_figure_dict
+
+            fig = moe_figure_dict(moe[0], title)
     page = pio.to_html(fig, validate=False, include_plotlyjs=True, full_html=True,
                        config={"displaylogo": False, "scrollZoom": True, "responsive": True})
     title = f"<title>{_html.escape(lay.title)}</title>"
@@ -170,6 +180,14 @@ def _block_traces(lay: Layout, tops: np.ndarray, row_w: np.ndarray, centers: np.
             "customdata": custom,
             "hovertemplate": _HOVER,
         })
+        if len(cat.colours) > 1:  # a two-colour block: the legend swatch shows both colours (half and half)
+            traces[-1]["showlegend"] = False
+            traces.append({"type": "bar", "orientation": "h", "x": [None], "y": [None], "name": cat.label,
+                           "legendgroup": cat.key, "hoverinfo": "skip",
+                           "marker": {"color": colour(cat.colours[0]), "line": {"width": 1, "color": "#000000"},
+                                      "pattern": {"shape": "|" if cat.split == "side" else "-", "size": 20,
+                                                  "solidity": 0.5, "fgcolor": colour(cat.colours[1]),
+                                                  "bgcolor": colour(cat.colours[0])}}})
     return traces
 
 

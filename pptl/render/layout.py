@@ -6,11 +6,12 @@ hundreds of thousands of ops and the renderers draw them as one collection.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from pptl.render.styles import Category, RowSpec, Style, resolve_style
+from pptl.render.base import Category, Grid, GridCell, RowSpec, Style
+from pptl.render.styles import resolve_style
 from pptl.timeline import Timeline
 
 __all__ = ["Row", "Blocks", "GridCell", "Grid", "Layout", "build_layout", "title_line", "overall_bubble"]
@@ -50,22 +51,6 @@ class Blocks:
         return len(self.row)
 
 
-@dataclass(frozen=True)
-class GridCell:
-    colours: tuple[str, ...]
-    """One colour, or two for an overlapped (split) cell: top, bottom."""
-    texts: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Grid:
-    """A panel of equal-width cells per row: the order of work, not its timing (seeds 000-002)."""
-
-    title: str
-    rows: list[tuple[str, list[GridCell]]]
-    legend: list[Category] = field(default_factory=list)
-
-
 @dataclass
 class Layout:
     style: Style
@@ -79,6 +64,8 @@ class Layout:
     grid: Grid | None
     timeline: Timeline
     """What was laid out; ``blocks.event`` indexes its events."""
+    frames: np.ndarray | None = None
+    """(row, y0, y1, start, end) per op drawn with one border around its parts (seed 004's F&B)."""
 
     @property
     def events(self) -> int:
@@ -106,11 +93,15 @@ def title_line(tl: Timeline) -> str:
     head = m.family or "timeline"
     if m.source == "measured":
         head += " (measured)"
+    if m.family == "weight-update":  # buckets, not micro-batches; no pipeline bubble
+        buckets = len({e.mb for e in tl.events if e.mb >= 0})
+        return f"{head}: {pp} devices, {buckets} buckets, makespan={tl.makespan:g}{units}"
     return (f"{head}: pp={pp} vpp={m.vpp} micro-batches={mbs} makespan={tl.makespan:g}{units} "
             f"bubble={100 * overall_bubble(tl):.1f}%")
 
 
-def build_layout(tl: Timeline, style: Style | str = "auto", *, window: tuple[float, float] | None = None) -> Layout:
+def build_layout(tl: Timeline, style: Style | str = "auto", *, window: tuple[float, float] | None = None,
+                 split: str = "side", reverse_ids: bool = False) -> Layout:
     """Place every event of ``tl`` on the style's rows.
 
     Args:
@@ -118,11 +109,14 @@ def build_layout(tl: Timeline, style: Style | str = "auto", *, window: tuple[flo
         style: a style name (``auto`` asks the family) or a :class:`Style`.
         window: draw only this time range (blocks are clipped to it), like the seed figures that show
             one steady step; the title, bubbles and order grid still describe the whole timeline.
+        split, reverse_ids: DualPipe's overlapped block ("side" or "stack") and whether reverse-direction
+            blocks carry numbers (see :class:`pptl.render.options.RenderOptions`).
 
     Notes:
         O(events log events) (packing sorts each packed row by start).
     """
     st = resolve_style(style, tl) if isinstance(style, str) else style
+    st = st.with_options(split=split, reverse_ids=reverse_ids)
     specs = st.rows(tl)
     row_index = {s.key: i for i, s in enumerate(specs)}
     bubbles = {s.rank: s.bubble_fraction for s in tl.rank_stats()}
@@ -161,18 +155,26 @@ def build_layout(tl: Timeline, style: Style | str = "auto", *, window: tuple[flo
                     ends.append(max(e, s))
             tracks_of[r] = max(1, len(ends))
 
+    fixed = [j for j, item in enumerate(raw) if item[4] and item[4][0].track >= 0]
+    for j in fixed:  # styles that give each stream its own sub-row
+        r = raw[j][0]
+        track[j] = raw[j][4][0].track
+        tracks_of[r] = max(tracks_of[r], track[j] + 1)
     keys_used: dict[str, None] = {}
     rows_a, y0, y1, start, end, cat_keys, colours, texts, ev, trk = [], [], [], [], [], [], [], [], [], []
+    frames: list[tuple[float, float, float, float, float]] = []
     for j, (r, i, s, e, parts) in enumerate(raw):
         n = tracks_of[r]
         t = track[j]
+        if parts and parts[0].frame:
+            frames.append((r, (t + min(p.lo for p in parts)) / n, (t + max(p.hi for p in parts)) / n, s, e))
         for p in parts:
             keys_used.setdefault(p.cat)
             rows_a.append(r)
             y0.append((t + p.lo) / n)
             y1.append((t + p.hi) / n)
-            start.append(s)
-            end.append(e)
+            start.append(s if p.x0 <= 0.0 else s + (e - s) * p.x0)
+            end.append(e if p.x1 >= 1.0 else s + (e - s) * p.x1)
             cat_keys.append(p.cat)
             colours.append(p.colour)
             texts.append(p.texts)
@@ -195,4 +197,5 @@ def build_layout(tl: Timeline, style: Style | str = "auto", *, window: tuple[flo
             for i, s in enumerate(specs)]
     t0, t1 = (tl.start, tl.start + tl.makespan) if window is None else window
     title = title_line(tl) if window is None else f"{title_line(tl)} · window {t0:g}-{t1:g}"
-    return Layout(st, title, rows, blocks, cats, t0, t1, tl.meta.units, st.grid(tl), tl)
+    return Layout(st, title, rows, blocks, cats, t0, t1, tl.meta.units, st.grid(tl), tl,
+                  np.asarray(frames, dtype=float).reshape(-1, 5))

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Hashable
 
-from pptl.render.layout import Grid, GridCell
-from pptl.render.styles import Category, Part, RowSpec, Style, chunk_colour
+from pptl.render.base import Category, Grid, GridCell, Part, RowSpec, Style, chunk_colour
 
 if TYPE_CHECKING:
     from pptl.timeline import Event, Timeline
@@ -38,6 +37,7 @@ _FALLBACK_LABEL = {"ATTN": "Attn", "MLP": "MLP", "WGRAD": "WGrad", "A2A_DISPATCH
 
 class MoEStyle(Style):
     name = "moe"
+    seed = True
 
     def rows(self, tl: "Timeline") -> list[RowSpec]:
         present: dict[int, set[str]] = {}

@@ -19,7 +19,7 @@ from pptl.render.layout import Grid, Layout, build_layout
 from pptl.render.styles import Category, colour, text_colour
 from pptl.timeline import Timeline
 
-__all__ = ["FigureOptions", "figure", "figure_from_layout", "image_bytes", "IMAGE_FORMATS"]
+__all__ = ["FigureOptions", "figure", "figure_from_layout", "figure_options", "image_bytes", "IMAGE_FORMATS"]
 
 IMAGE_FORMATS = ("png", "svg", "pdf")
 _GRID_ROW_IN = 0.4  # tall enough for the two numbers of a split (overlapped) cell
@@ -36,6 +36,26 @@ class FigureOptions:
     rasterize_above: int = 20000
     row_in: float = 0.34
     """Preferred height of one row, inches (shrinks to keep the figure bounded)."""
+    size: tuple[float, float] | None = None
+    """Exact figure size in inches (width, height); None sizes it to the content."""
+    font_size: float = 9.0
+    title: str | None = None
+    """None: the layout's title; "" draws none."""
+    notes: bool = True
+    """Per-row notes (bubble %)."""
+    legend: str = "auto"
+    """"auto" (the style's place), "bottom", "top", "right" or "none"."""
+
+
+def figure_options(opts, lay: Layout) -> FigureOptions:
+    """FigureOptions from the shared :class:`~pptl.render.options.RenderOptions` and the style's defaults."""
+    from pptl.render.options import resolve_title
+
+    seed = lay.style.seed
+    return FigureOptions(style=opts.style, dpi=opts.dpi, size=opts.size,
+                         font_size=opts.font_size or (8.0 if seed else 9.0),
+                         title=resolve_title(opts.title, seed, lay.title),
+                         notes=(not seed) if opts.notes is None else opts.notes, legend=opts.legend)
 
 
 @dataclass(frozen=True)
@@ -57,36 +77,47 @@ def figure_from_layout(lay: Layout, options: FigureOptions = FigureOptions()):
     from matplotlib.figure import Figure
 
     opt = options
+    k = opt.font_size / 9.0  # every text band scales with the font
+    title = lay.title if opt.title is None else opt.title
+    notes = opt.notes and any(r.bubble is not None for r in lay.rows)
     row_w = np.array([_row_weight(r.tracks) for r in lay.rows] or [1.0])
     label_chars = max([len(r.spec.label) for r in lay.rows] + [4])
     group_chars = max([len(r.spec.group) for r in lay.rows] + [0])
-    left = 0.25 + 0.075 * label_chars + (0.085 * group_chars + 0.15 if group_chars else 0.0)
-    right = 0.95 if any(r.bubble is not None for r in lay.rows) else 0.3
-    width = _figure_width(lay, left + right, opt)
-    ncat = len(lay.categories)
-    legend_cols = _legend_columns(lay.categories, width - 0.6)
-    legend_h = 0.3 * -(-ncat // legend_cols) + 0.05 if ncat else 0.0
-    top_band = 0.55 + (legend_h if lay.style.legend_at == "top right" else 0.0)
-    axis_band = 0.45 if lay.style.time_arrow else 0.55
-    bottom_band = (legend_h if lay.style.legend_at != "top right" else 0.0) + 0.1
+    left = 0.15 + k * (0.075 * label_chars + (0.085 * group_chars + 0.15 if group_chars else 0.0))
+    right = 0.95 * k if notes else 0.3
+    width = opt.size[0] if opt.size else _figure_width(lay, left + right, opt)
+    where = lay.style.legend_at if opt.legend == "auto" else opt.legend
+    ncat = len(lay.categories) if where != "none" else 0
+    legend_cols = _legend_columns(lay.categories, (width - 0.6) / k) if where in ("bottom", "top", "top right") else 1
+    legend_h = k * (0.3 * -(-ncat // legend_cols) + 0.05) if ncat else 0.0
+    if where == "right" and ncat:
+        right += k * (0.6 + 0.068 * max(len(c.label) for c in lay.categories))
+    top_band = (0.55 * k if title else 0.15) + (legend_h if where in ("top right", "top") else 0.0)
+    axis_band = (0.45 if lay.style.time_arrow else 0.55) * k
+    bottom_band = (legend_h if where == "bottom" else 0.0) + 0.1
     grid_rows = len(lay.grid.rows) if lay.grid else 0
     grid_band = (0.45 + _GRID_ROW_IN * grid_rows + 0.1) if grid_rows else 0.0
     fixed = top_band + axis_band + bottom_band + grid_band
-    row_in = opt.row_in
-    if fixed + row_w.sum() * row_in > opt.max_height_in:
-        row_in = max((opt.max_height_in - fixed) / row_w.sum(), 0.004)
+    row_in = opt.row_in * max(k, 0.8)
+    max_h = opt.size[1] if opt.size else opt.max_height_in
+    if opt.size or fixed + row_w.sum() * row_in > max_h:
+        row_in = max((max_h - fixed) / row_w.sum(), 0.004)
     main_h = row_w.sum() * row_in
-    height = min(fixed + main_h, opt.max_height_in)
+    height = opt.size[1] if opt.size else min(fixed + main_h, opt.max_height_in)
 
     fig = Figure(figsize=(width, height), dpi=opt.dpi)
     main = _Box(left, bottom_band + grid_band + axis_band, width - left - right, main_h)
     ax = fig.add_axes(_frac(main, width, height))
     tops = np.concatenate([[0.0], np.cumsum(row_w)[:-1]])
     _draw_blocks(ax, lay, tops, row_w, main, opt)
-    _draw_rows(ax, lay, tops, row_w, main)
-    _draw_time_axis(ax, lay)
-    fig.text(0.2 / width, 1 - 0.38 / height, lay.title, fontsize=11, fontweight="bold", va="center")
-    _draw_legend(fig, lay.categories, lay.style.legend_at, legend_cols, width, height, bottom_band)
+    _draw_rows(ax, lay, tops, row_w, main, opt.font_size, notes)
+    _draw_time_axis(ax, lay, opt.font_size)
+    if title:
+        fig.text(0.2 / width, 1 - 0.3 * k / height, title, fontsize=opt.font_size + 2, fontweight="bold",
+                 va="center")
+    if ncat:
+        _draw_legend(fig, lay.categories, where, legend_cols, width, height, bottom_band, opt.font_size,
+                     0.55 * k if title else 0.15)
     if lay.grid is not None and grid_rows:
         ncells = max((len(cells) for _, cells in lay.grid.rows), default=1)
         # Cells are steps, not time: keep them square-ish like the seeds' grid, not stretched.
@@ -101,9 +132,14 @@ def image_bytes(fig, fmt: str) -> bytes:
     fmt = fmt.lower()
     if fmt not in IMAGE_FORMATS:
         raise ValueError(f"format {fmt!r}: expected one of {IMAGE_FORMATS}")
+    import matplotlib
+
     meta = {"png": {"Software": "pptl"}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}[fmt]
     buf = io.BytesIO()
-    fig.savefig(buf, format=fmt, dpi=fig.dpi, metadata=meta)
+    # Text stays text: TrueType (Type 42) fonts in PDF, <text> elements in SVG, so a paper's
+    # editor can search and restyle the labels.
+    with matplotlib.rc_context({"pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "none"}):
+        fig.savefig(buf, format=fmt, dpi=fig.dpi, metadata=meta)
     return buf.getvalue()
 
 
@@ -147,7 +183,8 @@ def _figure_width(lay: Layout, margins: float, opt: FigureOptions) -> float:
     sample = [len(t[0]) if t else 0 for t in b.texts[:: max(1, len(b.texts) // 2000)]]
     label_px = max(18.0, float(np.median(sample)) * 7.5 + 10.0) if sample else 18.0
     want_px = lay.span / typical * label_px
-    return float(min(max(want_px / opt.dpi + margins, 10.0), opt.max_width_in))
+    # label_px is at 100 dpi: the width in inches must not shrink when --dpi raises the resolution
+    return float(min(max(want_px / 100.0 + margins, 10.0), opt.max_width_in))
 
 
 # -- drawing ------------------------------------------------------------------------------------
@@ -172,8 +209,13 @@ def _draw_blocks(ax, lay: Layout, tops: np.ndarray, row_w: np.ndarray, box: _Box
     bands = [i for i, r in enumerate(lay.rows) if r.bubble is not None and lay.style.idle_band]
     y_top = tops[b.row] + row_w[b.row] * (0.1 + 0.8 * b.y0)
     y_bot = tops[b.row] + row_w[b.row] * (0.1 + 0.8 * b.y1)
+    px_per_t = box.width * opt.dpi / (t1 - t0)
+    ends = b.end
+    min_cats = [k for k, c in enumerate(lay.categories) if c.min_width]
+    if min_cats and n:  # short copies: at least 5 px at 100 dpi, so the row reads at figure scale
+        ends = np.where(np.isin(b.cat, min_cats), np.maximum(b.end, b.start + 5.0 * opt.dpi / 100 / px_per_t), b.end)
     xs0 = np.concatenate([np.full(len(bands), t0), b.start])
-    xs1 = np.concatenate([np.full(len(bands), t1), b.end])
+    xs1 = np.concatenate([np.full(len(bands), t1), ends])
     ys0 = np.concatenate([tops[bands] + row_w[bands] * 0.1, y_top]) if bands else y_top
     ys1 = np.concatenate([tops[bands] + row_w[bands] * 0.9, y_bot]) if bands else y_bot
     verts = np.empty((len(xs0), 4, 2))
@@ -192,7 +234,15 @@ def _draw_blocks(ax, lay: Layout, tops: np.ndarray, row_w: np.ndarray, box: _Box
     if n > opt.rasterize_above:
         coll.set_rasterized(True)
     ax.add_collection(coll)
-    ax.set_xlim(t0, t1)
+    if lay.frames is not None and len(lay.frames):
+        f = lay.frames
+        r = f[:, 0].astype(int)
+        fy0 = tops[r] + row_w[r] * (0.1 + 0.8 * f[:, 1])
+        fy1 = tops[r] + row_w[r] * (0.1 + 0.8 * f[:, 2])
+        fv = np.stack([np.stack([f[:, 3], fy0], 1), np.stack([f[:, 4], fy0], 1), np.stack([f[:, 4], fy1], 1),
+                       np.stack([f[:, 3], fy1], 1)], 1)
+        ax.add_collection(PolyCollection(fv, facecolors="none", edgecolors="#000000", linewidths=1.0))
+    ax.set_xlim(t0, t1 + 0.005 * (t1 - t0))  # the last block's right edge stays inside the axes
     ax.set_ylim(float(row_w.sum()), 0.0)
     _draw_labels(ax, lay, y_top, y_bot, px_per_t, box.height * opt.dpi / max(row_w.sum(), 1e-9), opt)
 
@@ -241,7 +291,8 @@ class _TextWidths:
         return w
 
 
-def _draw_rows(ax, lay: Layout, tops: np.ndarray, row_w: np.ndarray, box: _Box) -> None:
+def _draw_rows(ax, lay: Layout, tops: np.ndarray, row_w: np.ndarray, box: _Box, fs: float = 9.0,
+               notes: bool = True) -> None:
     import matplotlib.transforms as mtransforms
 
     centers = tops + row_w / 2
@@ -249,7 +300,7 @@ def _draw_rows(ax, lay: Layout, tops: np.ndarray, row_w: np.ndarray, box: _Box) 
     row_px = box.height * 72 / max(float(row_w.sum()), 1e-9) * float(row_w.min()) if len(row_w) else 12.0
     step = max(1, int(np.ceil(10.0 / max(row_px, 1e-9))))
     shown = list(range(0, len(lay.rows), step))
-    ax.set_yticks(centers[shown], [lay.rows[i].spec.label for i in shown], fontsize=9 if step == 1 else 7)
+    ax.set_yticks(centers[shown], [lay.rows[i].spec.label for i in shown], fontsize=fs if step == 1 else fs - 2)
     ax.tick_params(axis="y", length=0)
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
@@ -260,49 +311,53 @@ def _draw_rows(ax, lay: Layout, tops: np.ndarray, row_w: np.ndarray, box: _Box) 
             groups.setdefault(r.spec.group, []).append(i)
         if r.spec.separator:
             ax.axhline(tops[i], color=colour("muted"), lw=0.8, ls="--")
-        if r.bubble is not None and i % step == 0:
-            ax.text(1.005, centers[i], f"bubble {100 * r.bubble:.1f}%", transform=blend, fontsize=7,
+        if notes and r.bubble is not None and i % step == 0:
+            ax.text(1.005, centers[i], f"bubble {100 * r.bubble:.1f}%", transform=blend, fontsize=fs - 2,
                     color=colour("muted"), va="center", ha="left")
-    label_w = max([len(r.spec.label) for r in lay.rows] + [4]) * 0.075 + 0.15
+    label_w = (max([len(r.spec.label) for r in lay.rows] + [4]) * 0.075 + 0.15) * fs / 9
     for name, idx in groups.items():
         y = (tops[idx[0]] + tops[idx[-1]] + row_w[idx[-1]]) / 2
-        ax.text(-(label_w + 0.1) / box.width, y, name, transform=blend, fontsize=9, fontweight="bold",
+        ax.text(-(label_w + 0.1) / box.width, y, name, transform=blend, fontsize=fs, fontweight="bold",
                 va="center", ha="right")
 
 
-def _draw_time_axis(ax, lay: Layout) -> None:
+def _draw_time_axis(ax, lay: Layout, fs: float = 9.0) -> None:
     if lay.style.time_arrow:
         ax.set_xticks([])
         ax.spines["bottom"].set_visible(False)
         ax.annotate("", xy=(1.0, -0.03), xytext=(0.0, -0.03), xycoords="axes fraction",
                     arrowprops={"arrowstyle": "-|>", "color": colour("text.dark"), "lw": 1.2})
-        ax.text(0.5, -0.045, "Time", transform=ax.transAxes, ha="center", va="top", fontsize=10)
+        ax.text(0.5, -0.045, "Time", transform=ax.transAxes, ha="center", va="top", fontsize=fs + 1)
         return
     unit = "" if lay.units in ("", "unit") else f" ({lay.units})"
-    ax.set_xlabel(f"time{unit}", fontsize=9)
-    ax.tick_params(axis="x", labelsize=8)
+    ax.set_xlabel(f"time{unit}", fontsize=fs)
+    ax.tick_params(axis="x", labelsize=fs - 1)
 
 
 def _draw_legend(fig, cats: list[Category], where: str, ncol: int, width: float, height: float,
-                 bottom_band: float) -> None:
+                 bottom_band: float, fs: float = 9.0, top_in: float = 0.55) -> None:
     if not cats:
         return
     from matplotlib.patches import Patch
 
-    handles = [Patch(facecolor=colour(c.colours[0]), edgecolor=colour("edge"), linewidth=0.6, label=c.label)
-               for c in cats]
+    handles = [Patch(facecolor=colour(c.colours[0]), edgecolor=colour(c.edge or "edge"), linewidth=0.6,
+                     label=c.label, hatch=c.hatch or None) for c in cats]
     handler_map = {h: _SplitHandler(c) for h, c in zip(handles, cats) if len(c.colours) > 1}
     handles = _row_major(handles, ncol)
+    kw = {"handles": handles, "handler_map": handler_map, "ncol": ncol, "fontsize": fs, "frameon": False}
     if where == "top right":
-        fig.legend(handles=handles, handler_map=handler_map, loc="upper right", ncol=ncol, fontsize=9,
-                   frameon=False, bbox_to_anchor=(1 - 0.2 / width, 1 - 0.55 / height))
+        fig.legend(loc="upper right", bbox_to_anchor=(1 - 0.2 / width, 1 - top_in / height), **kw)
+    elif where == "top":
+        fig.legend(loc="upper center", bbox_to_anchor=(0.5, 1 - top_in / height), **kw)
+    elif where == "right":
+        fig.legend(loc="center right", bbox_to_anchor=(1 - 0.05 / width, 0.5), **kw)
     else:
-        fig.legend(handles=handles, handler_map=handler_map, loc="lower center", ncol=ncol, fontsize=9,
-                   frameon=False, bbox_to_anchor=(0.5, 0.05 / height))
+        fig.legend(loc="lower center", bbox_to_anchor=(0.5, 0.05 / height), **kw)
 
 
 class _SplitHandler:
-    """Legend swatch of a split block: first colour on top, second below (seed 004)."""
+    """Legend swatch of a split block: first colour on top and second below, or left and right under
+    one black border (seed 004's overlapped F&B)."""
 
     def __init__(self, cat: Category) -> None:
         self.cat = cat
@@ -312,12 +367,16 @@ class _SplitHandler:
 
         x, y = handlebox.xdescent, handlebox.ydescent
         w, h = handlebox.width, handlebox.height
-        top = Rectangle((x, y + h / 2), w, h / 2, facecolor=colour(self.cat.colours[0]), edgecolor="none",
-                        transform=handlebox.get_transform())
-        bot = Rectangle((x, y), w, h / 2, facecolor=colour(self.cat.colours[1]), edgecolor="none",
-                        transform=handlebox.get_transform())
-        frame = Rectangle((x, y), w, h, facecolor="none", edgecolor=colour("edge"), lw=0.6,
-                          transform=handlebox.get_transform())
+        tr = handlebox.get_transform()
+        a, b = colour(self.cat.colours[0]), colour(self.cat.colours[1])
+        if self.cat.split == "side":
+            top = Rectangle((x, y), w / 2, h, facecolor=a, edgecolor="none", transform=tr)
+            bot = Rectangle((x + w / 2, y), w / 2, h, facecolor=b, edgecolor="none", transform=tr)
+            frame = Rectangle((x, y), w, h, facecolor="none", edgecolor="#000000", lw=1.0, transform=tr)
+        else:
+            top = Rectangle((x, y + h / 2), w, h / 2, facecolor=a, edgecolor="none", transform=tr)
+            bot = Rectangle((x, y), w, h / 2, facecolor=b, edgecolor="none", transform=tr)
+            frame = Rectangle((x, y), w, h, facecolor="none", edgecolor=colour("edge"), lw=0.6, transform=tr)
         for p in (top, bot, frame):
             handlebox.add_artist(p)
         return frame

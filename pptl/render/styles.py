@@ -1,281 +1,35 @@
-"""Figure styles: the colour table every renderer shares, and how a style groups ops into rows.
+"""Figure styles by name: the registry that picks a :class:`~pptl.render.base.Style` for a timeline.
 
-Vocabulary: a *category* is one legend entry (and one HTML trace); a *part* is one drawn block (an
-overlapped FB op is two parts, its F half on top and its B half below); a *row* is one line of the
-figure (a rank's lane, or a seed figure's "Computation"/"H2D Buffer" row). A packed row stacks ops
-that overlap in time on tracks.
-
-Colours are semantic names looked up in :data:`PALETTE` (hex strings), so matplotlib, plotly and
-rich draw the same figure; nothing in the IR carries a colour.
+The shared colour table and the records styles return live in :mod:`pptl.render.base` (re-exported
+here); each family's style is its own module, importing only the base.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Hashable
+from typing import TYPE_CHECKING
+
+from pptl.render.base import (PALETTE, Category, Grid, GridCell, Part, RowSpec, Style, _chunk_tag, _chunked,
+                              chunk_colour, colour, text_colour)
+from pptl.render.dualpipe_style import DualPipeStyle
+from pptl.render.moe_style import MoEStyle
+from pptl.render.weight_update_style import WeightUpdateStyle
 
 if TYPE_CHECKING:
-    from pptl.render.layout import Grid
-    from pptl.timeline import Event, Timeline
+    from pptl.timeline import Timeline
 
-__all__ = [
-    "PALETTE",
-    "STYLE_NAMES",
-    "Category",
-    "Part",
-    "RowSpec",
-    "Style",
-    "colour",
-    "text_colour",
-    "chunk_colour",
-    "resolve_style",
-    "style_for_family",
-]
+__all__ = ["PALETTE", "STYLE_NAMES", "Category", "Grid", "GridCell", "Part", "RowSpec", "Style", "colour",
+           "text_colour", "chunk_colour", "resolve_style", "style_for_family"]
 
-_BASE: dict[str, str] = {
-    # default style (any family)
-    "forward": "#4E79A7",
-    "backward": "#F28E2B",
-    "backward.input": "#FFBE7D",
-    "backward.weight": "#59A14F",
-    "comm": "#BAB0AC",
-    "other": "#B07AA1",
-    # seed 004 (DualPipe)
-    "dualpipe.forward": "#F6B26B",
-    "dualpipe.backward": "#38761D",
-    "dualpipe.input": "#B6D7A8",
-    "dualpipe.weight": "#6FA8DC",
-    # seeds 000-002 (MoE overlap)
-    "moe.forward": "#5B9BD5",
-    "moe.backward": "#E06666",
-    "moe.pp": "#70AD47",
-    "moe.ep": "#FFD966",
-    "moe.offload": "#FFE9A8",
-    # seed 003 (weight update)
-    "wu.h2d": "#FFFFFF",
-    "wu.ipc": "#FFFFFF",
-    "wu.bcast_src": "#FFD200",
-    "wu.reload": "#F39C3C",
-    "wu.bcast_dst": "#FFF2B3",
-    # chrome
-    "idle": "#F1F1F1",
-    "edge": "#3A3A3A",
-    "grid": "#CCCCCC",
-    "text.dark": "#1A1A1A",
-    "text.light": "#FFFFFF",
-    "muted": "#6B6B6B",
-}
-
-_EXTRA_CYCLE = ("#76B7B2", "#EDC948", "#FF9DA7", "#9C755F", "#B07AA1", "#86BCB6")
-
-
-def _mix(hex_colour: str, other: str, t: float) -> str:
-    a = [int(hex_colour[i:i + 2], 16) for i in (1, 3, 5)]
-    b = [int(other[i:i + 2], 16) for i in (1, 3, 5)]
-    return "#" + "".join(f"{round(x + (y - x) * t):02X}" for x, y in zip(a, b))
-
-
-def _with_chunk_shades(base: dict[str, str]) -> dict[str, str]:
-    # Interleaved schedules tell model chunks apart by shade (Megatron's figures do the same):
-    # "<name>.c1" is darker, "<name>.c2" lighter, and so on, alternating.
-    out = dict(base)
-    for name in ("forward", "backward", "backward.input", "backward.weight", "moe.forward", "moe.backward",
-                 "dualpipe.forward", "dualpipe.backward", "dualpipe.input", "dualpipe.weight"):
-        for c in range(1, 6):
-            t = 0.18 * ((c + 1) // 2)
-            out[f"{name}.c{c}"] = _mix(base[name], "#000000" if c % 2 else "#FFFFFF", min(t, 0.55))
-    for i, hx in enumerate(_EXTRA_CYCLE):
-        out[f"extra.{i}"] = hx
-    return out
-
-
-#: Semantic colour name -> hex. The one colour table of every renderer.
-PALETTE: dict[str, str] = _with_chunk_shades(_BASE)
-
-
-def colour(name: str) -> str:
-    """Hex colour of a semantic name (a hex string passes through)."""
-    if name.startswith("#"):
-        return name
-    return PALETTE[name]
-
-
-def chunk_colour(name: str, chunk: int) -> str:
-    """The semantic name of ``name``'s shade for model chunk ``chunk`` (chunk 0 is the base)."""
-    if chunk <= 0:
-        return name
-    key = f"{name}.c{(chunk - 1) % 5 + 1}"
-    return key if key in PALETTE else name
-
-
-def text_colour(name: str) -> str:
-    """Semantic name of the text colour readable on ``name`` (by relative luminance)."""
-    hx = colour(name)
-    r, g, b = (int(hx[i:i + 2], 16) / 255 for i in (1, 3, 5))
-    lum = 0.2126 * r + 0.7152 * g + 0.0722 * b
-    return "text.dark" if lum > 0.5 else "text.light"
-
-
-@dataclass(frozen=True)
-class Category:
-    """One legend entry and one HTML trace."""
-
-    key: str
-    label: str
-    """Legend text."""
-    colours: tuple[str, ...]
-    """Semantic colour names: one, or two for a split block (top half, bottom half)."""
-    tag: str = ""
-    """A short text for the terminal without colour (``F``, ``B``...)."""
-    edge: str = ""
-    """Semantic colour of an outline drawn at any size (white blocks need one)."""
-
-
-@dataclass(frozen=True)
-class Part:
-    """One drawn block of an op."""
-
-    cat: str
-    """Category key."""
-    texts: tuple[str, ...] = ()
-    """Label candidates, longest first; renderers draw the first that fits (or none)."""
-    lo: float = 0.0
-    hi: float = 1.0
-    """Vertical extent inside the row's track, 0 = top, 1 = bottom."""
-    colour: str = ""
-    """Semantic colour; empty means the category's first colour."""
-
-
-@dataclass(frozen=True)
-class RowSpec:
-    """One row of a figure."""
-
-    key: Hashable
-    label: str
-    short: str = ""
-    """Label for narrow places (the terminal); empty means ``label``."""
-    rank: int = -1
-    group: str = ""
-    """A heading shared by consecutive rows (MoE: "Device 0" over Computation/Communication/Offload)."""
-    bubble: bool = False
-    """Show the rank's bubble (idle fraction of its compute lane) on this row."""
-    pack: bool = False
-    """Ops that overlap in time go on stacked tracks (rows that merge several lanes)."""
-    separator: bool = False
-    """Draw a dashed rule above this row (seed 003 between buffers and devices)."""
-
-
-class Style:
-    """The default style: one row per (rank, lane) that is ever busy, colours by op kind.
-
-    Subclasses override :meth:`rows`, :meth:`row_of`, :meth:`parts` and :meth:`categories`.
-    """
-
-    name = "default"
-    time_arrow = False
-    """Draw a "Time →" arrow instead of a numbered time axis (seed 004)."""
-    legend_at = "bottom"
-    """"bottom" or "top right" (seed 003)."""
-    show_bubble = True
-    idle_band = True
-    """Shade the span of rows that carry a bubble, so idle time reads as idle."""
-
-    def rows(self, tl: "Timeline") -> list[RowSpec]:
-        busy: dict[tuple[int, str], float] = {}
-        for e in tl.events:
-            busy[(e.rank, e.lane)] = busy.get((e.rank, e.lane), 0.0) + e.duration
-        out = []
-        for rank, lane in tl.lanes():
-            if lane != "compute" and busy.get((rank, lane), 0.0) <= 0.0:
-                continue  # zero-time lanes (RECV completes with its SEND) would only add empty rows
-            if lane == "compute":
-                out.append(RowSpec((rank, lane), f"rank {rank}", f"r{rank}", rank, bubble=True))
-            else:
-                out.append(RowSpec((rank, lane), f"rank {rank} {lane}", f"r{rank} {lane[:4]}", rank))
-        return out
-
-    def row_of(self, e: "Event") -> Hashable | None:
-        return (e.rank, e.lane)
-
-    def parts(self, e: "Event") -> tuple[Part, ...]:
-        mb = str(e.mb) if e.mb >= 0 else ""
-        if e.kind == "FB":
-            b_mb = str(e.pair[1]) if e.pair is not None else ""
-            return (Part(_chunked("FB", e.chunk), (mb,), 0.0, 0.5, chunk_colour("forward", e.chunk)),
-                    Part(_chunked("FB", e.chunk), (b_mb,), 0.5, 1.0, chunk_colour("backward", e.chunk)))
-        if e.kind in _DEFAULT_KINDS:
-            return (Part(_chunked(e.kind, e.chunk), (mb,)),)
-        if e.kind in ("SEND", "RECV"):
-            return (Part("comm", (mb,)),)
-        return (Part(f"kind:{e.kind}", (e.label or e.kind, mb) if mb else (e.label or e.kind,)),)
-
-    def categories(self, tl: "Timeline", keys: set[str]) -> list[Category]:
-        """Legend entries for the category keys in use, in legend order."""
-        out = []
-        chunks = sorted({int(k.rsplit(".c", 1)[1]) for k in keys if ".c" in k} | {0})
-        for kind, (name, label) in _DEFAULT_KINDS.items():
-            for c in chunks:
-                key = _chunked(kind, c)
-                if key in keys:
-                    suffix = f" (chunk {c})" if len(chunks) > 1 else ""
-                    out.append(Category(key, label + suffix, (chunk_colour(name, c),), _chunk_tag(kind, c)))
-        for c in chunks:
-            key = _chunked("FB", c)
-            if key in keys:
-                suffix = f" (chunk {c})" if len(chunks) > 1 else ""
-                out.append(Category(key, "Overlapped F & B" + suffix,
-                                    (chunk_colour("forward", c), chunk_colour("backward", c)), _chunk_tag("FB", c)))
-        if "comm" in keys:
-            out.append(Category("comm", "Send / Recv", ("comm",), "S"))
-        extra = sorted(k for k in keys if k.startswith("kind:"))
-        for i, key in enumerate(extra):
-            kind = key[5:]
-            out.append(Category(key, kind, (f"extra.{i % len(_EXTRA_CYCLE)}",)))  # no tag: labels name them
-        return out
-
-    def grid(self, tl: "Timeline") -> "Grid | None":
-        """An extra panel below the timeline (the MoE figures' order grid); none by default."""
-        return None
-
-
-_DEFAULT_KINDS: dict[str, tuple[str, str]] = {
-    "F": ("forward", "Forward"),
-    "B": ("backward", "Backward"),
-    "I": ("backward.input", "Backward for input"),
-    "W": ("backward.weight", "Backward for weights"),
-}
-
-
-def _chunk_tag(kind: str, chunk: int) -> str:
-    # Without colour, chunks need their own letters: F for chunk 0, f for chunk 1, f' for chunk 2...
-    # and past a few primes the number (a measured timeline may name any chunk).
-    if chunk <= 0:
-        return kind
-    return kind.lower() + "'" * (chunk - 1) if chunk <= 4 else f"{kind.lower()}{chunk}"
-
-
-def _chunked(key: str, chunk: int) -> str:
-    return key if chunk <= 0 else f"{key}.c{chunk}"
-
+_ = (_chunk_tag, _chunked)  # re-exported for callers that used them from here
 
 STYLE_NAMES: tuple[str, ...] = ("auto", "default", "dualpipe", "moe", "weight-update")
 
 
+_STYLES: dict[str, type[Style]] = {"default": Style, "dualpipe": DualPipeStyle, "moe": MoEStyle,
+                                   "weight-update": WeightUpdateStyle}
+
+
 def _make(name: str) -> Style:
-    if name == "default":
-        return Style()
-    if name == "dualpipe":
-        from pptl.render.dualpipe_style import DualPipeStyle
-
-        return DualPipeStyle()
-    if name == "moe":
-        from pptl.render.moe_style import MoEStyle
-
-        return MoEStyle()
-    if name == "weight-update":
-        from pptl.render.weight_update_style import WeightUpdateStyle
-
-        return WeightUpdateStyle()
-    raise KeyError(name)
+    return _STYLES[name]()
 
 
 def style_for_family(family: str) -> str:

@@ -3,14 +3,15 @@
 Rows "H2D Buffer" (every rank's H2D copies), "IPC Buffer" (the bucket owner's copies into the
 ping-pong IPC buffer), a dashed rule, then "Device 0..N-1" (broadcasts and the reload). Legend at
 the top right: H2D white with a dark edge, Broadcast (src) yellow, Reload weights orange, Broadcast
-(dst) light yellow; the IPC copy is white too and gets its own entry, so every block in the figure
-is named. Rows that merge lanes or ranks stack overlapping blocks on tracks.
+(dst) light yellow; the IPC copy is grey with its own entry, so every block in the figure is named,
+and copies too short to see are drawn at a minimum width (its legend entry says so). Each stream
+keeps one sub-row: H2D per device, IPC per buffer half, broadcast above reload on a device.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Hashable
 
-from pptl.render.styles import Category, Part, RowSpec, Style
+from pptl.render.base import Category, Part, RowSpec, Style
 
 if TYPE_CHECKING:
     from pptl.timeline import Event, Timeline
@@ -23,6 +24,7 @@ _LABELS = {"H2D": "H2D", "COPY": "IPC", "RELOAD": "Reload weights"}
 class WeightUpdateStyle(Style):
     name = "weight-update"
     legend_at = "top right"
+    seed = True
     show_bubble = False
     idle_band = False
 
@@ -45,16 +47,18 @@ class WeightUpdateStyle(Style):
         return ("dev", e.rank)
 
     def parts(self, e: "Event") -> tuple[Part, ...]:
+        # One sub-row per stream: the H2D Buffer row a sub-row per device's copy stream, the IPC
+        # row one per buffer half, each device row broadcasts above and reloads below.
         bucket = f"b{e.mb}" if e.mb >= 0 else ""
         if e.kind == "H2D":
-            return (Part("h2d", _texts(e.label or "H2D", bucket)),)
+            return (Part("h2d", _texts(e.label or "H2D", bucket), track=max(e.rank, 0)),)
         if e.kind == "COPY":
-            return (Part("ipc", _texts(e.label or "IPC", bucket)),)
+            return (Part("ipc", _texts(bucket), track=max(e.sub, 0) % 2),)
         if e.kind == "BCAST":
             src = e.peer == e.rank or (e.peer < 0 and "src" in e.label)
-            return (Part("bcast_src" if src else "bcast_dst", _texts(bucket)),)
+            return (Part("bcast_src" if src else "bcast_dst", _texts(bucket), track=0),)
         if e.kind == "RELOAD":
-            return (Part("reload", _texts(e.label or "Reload", bucket)),)
+            return (Part("reload", _texts(e.label or "Reload", bucket), track=1),)
         return (Part(f"kind:{e.kind}", _texts(e.label or e.kind, bucket)),)
 
     def categories(self, tl: "Timeline", keys: set[str]) -> list[Category]:
@@ -63,7 +67,8 @@ class WeightUpdateStyle(Style):
                Category("reload", "Reload weights", ("wu.reload",), "R"),
                Category("bcast_dst", "Broadcast (dst)", ("wu.bcast_dst",), "D")]
         if "ipc" in keys:
-            out.insert(1, Category("ipc", "IPC copy", ("wu.ipc",), "C", edge="edge"))
+            out.insert(1, Category("ipc", "IPC copy (short ones drawn wider)", ("wu.ipc",), "C", edge="edge",
+                                   min_width=True))
         extra = sorted(k for k in keys if k.startswith("kind:"))
         out.extend(Category(k, k[5:], (f"extra.{i % 6}",), k[5:6]) for i, k in enumerate(extra))
         return out
