@@ -46,9 +46,9 @@ def test_run_demo_writes_png_and_html(examples: Path, tmp_path: Path) -> None:
     assert [(i.fixture, i.family, i.style, i.ok) for i in items] == [("one.yaml", "1f1b", "default", True),
                                                                     ("two.toml", "gpipe", "default", True)]
     for i in items:
-        assert [Path(f).suffix for f in i.files] == [".png", ".html"]
+        assert [Path(f).suffix for f in i.files] == [".png", ".pdf", ".html"]
         assert all(Path(f).stat().st_size > 1000 for f in i.files)
-    assert sorted(p.name for p in out.iterdir()) == ["one.html", "one.png", "two.html", "two.png"]
+    assert sorted(p.name for p in out.iterdir()) == ["one.html", "one.pdf", "one.png", "two.html", "two.pdf", "two.png"]
 
 
 def test_cli_demo_prints_the_table(examples: Path, tmp_path: Path) -> None:
@@ -60,7 +60,7 @@ def test_cli_demo_prints_the_table(examples: Path, tmp_path: Path) -> None:
     row = next(line for line in lines if line.startswith("one.yaml"))
     # the same numbers as `pptl plan --schedule 1f1b --pp 2 --microbatches 3`
     assert [c.strip() for c in row.split("│")] == ["one.yaml", "1f1b", "default", "24", "12", "25.0%",
-                                                   "one.png one.html"]
+                                                   "one.png one.pdf one.html"]
     assert lines[-1] == f"2 of 2 examples drawn into {out}"
 
 

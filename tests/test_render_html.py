@@ -63,7 +63,11 @@ def test_split_blocks_keep_their_two_colours() -> None:
     fb = next(t for t in fig["data"] if t["name"] == "Overlapped forward & Backward")
     assert fb["marker"]["color"] == ["#F6B26B", "#38761D"]
     assert fb["width"][0] == pytest.approx(fb["width"][1])
-    assert fb["offset"][0] < fb["offset"][1]
+    # seed 004: the halves sit side by side (F left, B right) in one row
+    assert fb["offset"][0] == pytest.approx(fb["offset"][1])
+    assert fb["base"][0] + fb["x"][0] == pytest.approx(fb["base"][1])
+    swatch = next(t for t in fig["data"] if t["name"] == "Overlapped forward & Backward" and t.get("showlegend", True))
+    assert swatch["marker"]["pattern"]["fgcolor"] == "#38761D" and swatch["marker"]["pattern"]["bgcolor"] == "#F6B26B"
 
 
 def test_moe_page_has_the_order_grid() -> None:

@@ -96,13 +96,22 @@ def test_dualpipe_rows_and_legend_follow_seed_004() -> None:
     assert not any(e.kind == "SEND" for e, *_ in _blocks(lay))  # P2P is not drawn
 
 
-def test_dualpipe_overlapped_block_is_split_forward_over_backward() -> None:
+def test_dualpipe_overlapped_block_is_two_halves_side_by_side_under_one_border() -> None:
     lay = _layout(dualpipe_sample(), "dualpipe")
     halves = _blocks(lay, "FB")
+    assert [(c, y0, y1) for _, c, _, y0, y1 in halves] == [("dualpipe.forward", 0.0, 1.0),
+                                                           ("dualpipe.backward", 0.0, 1.0)]
+    fb = [i for i in range(len(lay.blocks)) if lay.timeline.events[lay.blocks.event[i]].kind == "FB"]
+    # the FB op runs 2..5: F takes the left half, B the right half
+    assert [(lay.blocks.start[i], lay.blocks.end[i]) for i in fb] == [(2.0, 3.5), (3.5, 5.0)]
+    assert lay.frames.tolist() == [[0.0, 0.0, 1.0, 2.0, 5.0]]  # one black border around both halves
+    # F half: mb 1 of direction 0 is numbered; the B half belongs to direction 1: no number (as the seed).
+    assert [t for _, _, t, _, _ in halves] == [("1",), ()]
+    stacked = build_layout(dualpipe_sample(), "dualpipe", split="stack", reverse_ids=True)
+    halves = _blocks(stacked, "FB")
     assert [(c, y0, y1) for _, c, _, y0, y1 in halves] == [("dualpipe.forward", 0.0, 0.5),
                                                            ("dualpipe.backward", 0.5, 1.0)]
-    # F half: mb 1 of direction 0 is numbered; the B half belongs to direction 1: no number.
-    assert [t for _, _, t, _, _ in halves] == [("1",), ()]
+    assert [t for _, _, t, _, _ in halves] == [("1",), ("0",)]  # --reverse-ids numbers direction 1 too
 
 
 def test_dualpipe_numbers_only_the_forward_direction() -> None:
@@ -198,7 +207,7 @@ def test_weight_update_rows_follow_seed_003() -> None:
 def test_weight_update_legend_and_colours() -> None:
     lay = _layout(weight_update_sample(), "weight-update")
     labels = [c.label for c in lay.categories]
-    assert [x for x in labels if x != "IPC copy"] == ["H2D", "Broadcast (src)", "Reload weights", "Broadcast (dst)"]
+    assert [x for x in labels if not x.startswith("IPC copy")] == ["H2D", "Broadcast (src)", "Reload weights", "Broadcast (dst)"]
     by_label = {c.label: c for c in lay.categories}
     assert colour(by_label["H2D"].colours[0]) == "#FFFFFF" and by_label["H2D"].edge == "edge"
     src = {c for e, c, *_ in _blocks(lay, "BCAST") if e.peer == e.rank}

@@ -108,8 +108,8 @@ def _cells_line(lay: Layout, items: list[tuple[int, list[int]]], cells: int, pla
     best = [0.0] * cells
     owner = [-1] * cells
     for n, (_ev, blocks) in enumerate(items):
-        i = blocks[0]
-        s, e = float(b.start[i]), float(b.end[i])
+        # halves side by side (DualPipe's F&B) each hold part of the op's span: draw the whole span
+        s, e = float(min(b.start[i] for i in blocks)), float(max(b.end[i] for i in blocks))
         if e <= s:
             continue
         x0, x1 = (s - lay.t0) * k, (e - lay.t0) * k
