@@ -522,11 +522,11 @@ def diagnose(
     if timelines:
         from pptl.formats.loader import load_any
 
+        if schedule is None:
+            raise InputError(f"{timelines[0]}: a pptl timeline needs --plan (the plan that ran)")
         tl = load_any(timelines[0]).timeline
         if tl is None:
             raise InputError(f"{timelines[0]}: not a pptl timeline (expected the -o of a stopped pptl run)")
-        if schedule is None:
-            raise InputError(f"{timelines[0]}: a pptl timeline needs --plan (the plan that ran)")
         result = diagnose_timeline(tl, schedule)
     else:
         loaded = [load_dump(f) for f in pickles]

@@ -347,14 +347,18 @@ def _name_by_plan(ops: dict[int, list[NcclOp]], schedule: Schedule, notes: list[
 
 
 def _align(got: list[tuple[str, int]], want: list[tuple[str, int]]) -> int | None:
-    """Smallest offset from which ``got`` follows ``want`` repeated (None: no offset does)."""
+    """The offset from which ``got`` follows ``want`` repeated (None: no offset does).
+
+    Set-up messages can look like the start of a step, so an offset after which whole steps
+    remain wins (a CUDA host issues a step's calls without blocking, so the last step is whole);
+    else the smallest offset that fits.
+    """
     if not want or not got:
         return None
     m = len(want)
-    for s in range(len(got)):
-        if all(got[s + j] == want[j % m] for j in range(len(got) - s)):
-            return s
-    return None
+    fits = [s for s in range(len(got)) if all(got[s + j] == want[j % m] for j in range(len(got) - s))]
+    whole = [s for s in fits if (len(got) - s) % m == 0]
+    return (whole or fits or [None])[0]
 
 
 # ----------------------------------------------------------------------------------------------
