@@ -514,6 +514,91 @@ def compare(
             err.print(f"wrote {out_file}", markup=False)
 
 
+# ----------------------------------------------------------------------------------------------
+# pptl diagnose
+
+
+@command("diagnose")
+def diagnose(
+    dumps: Annotated[list[Path], typer.Argument(help="Flight-recorder dumps (one per rank; files or folders), or "
+                                                "the partial timeline a stopped pptl run wrote.",
+                                                show_default=False)],
+    plan_file: Annotated[Optional[Path], typer.Option("--plan", help="The plan (or torch CSV) that ran: name each "
+                                                      "NCCL op by its op id.")] = None,
+    out_file: Annotated[Optional[Path], typer.Option("-o", "--out", help="Draw the pending ops and the cycle: "
+                                                     ".png, .svg or .pdf.")] = None,
+    output: OutputFmt = "text",
+) -> None:
+    """Explain a hung run: per rank the NCCL ops that never completed, the wait-for cycle across ranks,
+    and NCCL order or collective mismatches. Exit 0 when no rank was left waiting, 1 when one was."""
+    from pptl.diagnose import diagnose_dumps, diagnose_timeline, to_dict, to_text
+    from pptl.fileio import atomic_write, check_writable
+    from pptl.formats.flight_recorder import load_dump
+
+    _check_output(output)
+    fmt = None
+    if out_file is not None:
+        fmt = out_file.suffix.lower().lstrip(".")
+        if fmt not in ("png", "svg", "pdf"):
+            raise InputError(f"{out_file}: cannot draw to '.{fmt}', expected .png, .svg or .pdf")
+        check_writable(out_file)
+    files: list[Path] = []
+    for p in dumps:
+        if p.is_dir():
+            found = sorted(f for f in p.rglob("*") if f.is_file() and not f.name.startswith("."))
+            if not found:
+                raise InputError(f"{p}: folder holds no files")
+            files += found
+        elif p.exists():
+            files.append(p)
+        else:
+            raise InputError(f"{p}: no such file or folder")
+    timelines = [f for f in files if f.suffix.lower() == ".json"]
+    pickles = [f for f in files if f.suffix.lower() != ".json"]
+    if timelines and pickles:
+        raise InputError(f"{timelines[0]} and {pickles[0]}: give flight-recorder dumps or one pptl timeline, not both")
+    if len(timelines) > 1:
+        raise InputError(f"{timelines[1]}: give one pptl timeline (it holds every rank)")
+    schedule = None
+    if plan_file is not None:
+        from pptl.formats.loader import load_any
+
+        schedule = load_any(plan_file).schedule
+        if schedule is None:
+            raise InputError(f"{plan_file}: has no plan (expected a plan, config or torch CSV)")
+    if timelines:
+        from pptl.formats.loader import load_any
+
+        if schedule is None:
+            raise InputError(f"{timelines[0]}: a pptl timeline needs --plan (the plan that ran)")
+        tl = load_any(timelines[0]).timeline
+        if tl is None:
+            raise InputError(f"{timelines[0]}: not a pptl timeline (expected the -o of a stopped pptl run)")
+        result = diagnose_timeline(tl, schedule)
+    else:
+        loaded = [load_dump(f) for f in pickles]
+        seen: dict[int, Path] = {}
+        for f, d in zip(pickles, loaded):
+            if d.rank in seen:
+                raise InputError(f"{f}: a second dump for rank {d.rank} (the first is {seen[d.rank]})")
+            seen[d.rank] = f
+        result = diagnose_dumps(loaded, schedule)
+    if out_file is not None:
+        from pptl.render.diagnose_figure import diagnose_figure
+        from pptl.render.mpl import image_bytes
+
+        atomic_write(out_file, image_bytes(diagnose_figure(result, schedule), fmt))
+    if output == "json":
+        _print_json(to_dict(result))
+    else:
+        for line in to_text(result).splitlines():
+            out.print(line, markup=False)
+        if out_file is not None:
+            err.print(f"wrote {out_file}", markup=False)
+    if result.hung:
+        raise typer.Exit(1)
+
+
 def main() -> None:
     """Console entry point."""
     try:

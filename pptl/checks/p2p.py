@@ -37,6 +37,8 @@ __all__ = [
     "transfer_key",
     "fifo_order",
     "p2p_deadlock",
+    "wait_edges",
+    "node_name",
     "send_before_data",
     "recv_after_use",
 ]
@@ -311,6 +313,29 @@ def p2p_deadlock(ctx: Context) -> list[Violation]:
              "nonblocking": "non-blocking P2P"}[mode]
     ids = tuple(s.ops[u].id for u, _ in cycle)
     return [Violation("PP031", f"hangs under {model} across ranks {', '.join(map(str, ranks))}: {text}", ids)]
+
+
+def wait_edges(schedule: Schedule, prog: dict[int, list[int]], mode: str = "nccl"
+               ) -> tuple[list[tuple[int, int, str]], dict[int, int]]:
+    """The wait-for graph PP031 searches, for other views of the same model (``pptl diagnose``).
+
+    Returns:
+        (edges, merged): edges (u, v, why) mean v waits for u; a RECV that meets its SEND is merged
+        into it (``merged`` maps the RECV to that SEND, so ``u``/``v`` are never merged RECVs).
+    """
+    rep = _rendezvous(schedule) if mode != "nonblocking" else {}
+    out = []
+    for u, v, kind in _edges(schedule, mode, prog, rep):
+        u, v = rep.get(u, u), rep.get(v, v)
+        if u != v:
+            out.append((u, v, _why(kind)))
+    return out, rep
+
+
+def node_name(s: Schedule, u: int, merged: dict[int, int]) -> str:
+    """An op id, or ``[SEND = RECV]`` for a merged pair (``merged`` as :func:`wait_edges` returns it,
+    or inverted: SEND -> RECV)."""
+    return _node_name(s, u, merged)
 
 
 def _node_name(s: Schedule, u: int, merged: dict[int, int]) -> str:

@@ -45,7 +45,8 @@ class OpFailure(Exception):
 
 @dataclass(frozen=True)
 class Fault:
-    """A deliberate failure for tests: ``PPTL_RUN_FAULT=raise|kill|hang:RANK:OP ID``."""
+    """A deliberate failure for tests: ``PPTL_RUN_FAULT=raise|kill|hang:RANK:OP ID``, or
+    ``swap:RANK:A|B`` (RANK issues SEND A right after SEND B: :mod:`pptl.run.swap`)."""
 
     kind: str
     rank: int
@@ -114,6 +115,11 @@ class Executor:
         self.messages = messages  # on CPU only the issue order changes (gloo has no streams)
         if self.messages != "overlap":
             program = tighten_messages(program)
+        if fault is not None and fault.kind == "swap":  # every rank applies it: peers see the same program
+            from pptl.run.swap import parse_swap, swap_sends
+
+            program = swap_sends(program, *parse_swap(fault.rank, fault.op))
+            fault = None
         s = program.schedule
         self.program, self.rank, self.device = program, rank, device
         self.rp = program.ranks[rank]

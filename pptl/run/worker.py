@@ -247,7 +247,25 @@ class _Stopped(Exception):
     pass
 
 
+def _dump_flight_recorder(rank: int) -> None:
+    """Write torch's NCCL flight recorder to ``${TORCH_FR_DUMP_TEMP_FILE}<rank>`` (for ``pptl diagnose``).
+
+    torch dumps by itself only when its own collective timeout fires, which comes after ours
+    (``--timeout`` plus a margin), so a rank that fails or is stopped dumps here, when the
+    recorder is on (``TORCH_NCCL_TRACE_BUFFER_SIZE``) and a file prefix is set. Best effort.
+    """
+    prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE") or os.environ.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+    dump = getattr(torch._C._distributed_c10d, "_dump_nccl_trace", None)
+    if not prefix or dump is None or not torch.cuda.is_available():
+        return
+    try:
+        atomic_write(f"{prefix}{rank}", dump(includeCollectives=True, includeStackTraces=False, onlyActive=False))
+    except Exception:
+        pass
+
+
 def _fail(job: Job, rank: int, e: BaseException, state: dict[str, Any], *, quiet: bool = False) -> None:
+    _dump_flight_recorder(rank)
     if isinstance(e, OpFailure):
         line = str(e)
     elif isinstance(e, PptlError):

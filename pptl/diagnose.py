@@ -1,0 +1,486 @@
+"""Explain a hung job: which NCCL ops each rank was waiting on, and the cycle of waits across ranks.
+
+Inputs are views of one run: torch's flight-recorder dumps (:mod:`pptl.formats.flight_recorder`,
+one per rank), or the partial timeline ``pptl run`` writes when it stops a hung run. Pure: no
+torch, no files.
+
+The wait-for model (the same as ``pptl check --p2p nccl``, PP031, seen from the run):
+
+- Per group and ordered pair of ranks, the k-th send of the sender meets the k-th receive of the
+  receiver (NCCL matches in issue order, with no tags); a collective meets its peers at the same
+  ``collective_seq_id`` of its group. Matched ops form one node: they complete together.
+- An op that never completed and whose kernel had not started (``scheduled``) waits for the op the
+  rank issued before it that never completed either (its stream, or the host, is behind that op).
+  A ``started`` op waits only for its peers (the dump says ``started`` only when torch timed the
+  kernels: ``TORCH_NCCL_ENABLE_TIMING=1``; without it every pending op is ``scheduled``).
+- An op whose peer never issued the matching op waits for the last op that peer did issue.
+
+A cycle in that graph is the hang, printed op by op as PP031 prints it: ``A -> (why) B`` means B
+waits for A. With a plan, each NCCL op is named by the plan's op id: a rank's send/receive order
+(:func:`pptl.checks.p2p.program`) is aligned with the dump's, skipping set-up messages and
+repeating per step.
+
+Vocabulary: *front* is a rank's first op that never completed; *pending* is any such op.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import networkx as nx
+
+from pptl.formats.flight_recorder import FrDump, FrEntry
+from pptl.ir import Schedule
+from pptl.timeline import Timeline
+
+__all__ = ["NcclOp", "Diagnosis", "diagnose_dumps", "diagnose_timeline", "to_text", "to_dict"]
+
+_ORD = {1: "1st", 2: "2nd", 3: "3rd"}
+
+
+@dataclass(frozen=True)
+class NcclOp:
+    """One NCCL call as a rank issued it."""
+
+    rank: int
+    index: int
+    """Position in the rank's issue order (P2P and collectives together)."""
+    group: str
+    kind: str
+    peer: int
+    """Global rank at the other end (send/recv), else -1."""
+    seq: int
+    """p2p_seq_id of a send/recv, collective_seq_id of a collective."""
+    nth: int
+    """Send/recv: 0-based position among this rank's ops of the same kind to the same peer in the group."""
+    sizes: tuple[tuple[int, ...], ...]
+    state: str
+    name: str = ""
+    """The plan's op id (``--plan``), else empty."""
+    step: int = -1
+    """The plan step the op belongs to (``--plan``), else -1."""
+
+    @property
+    def done(self) -> bool:
+        return self.state == "completed"
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        if self.kind == "send":
+            return f"r{self.rank} send->{self.peer} #{self.nth + 1} (group {self.group})"
+        if self.kind == "recv":
+            return f"r{self.rank} recv<-{self.peer} #{self.nth + 1} (group {self.group})"
+        return f"r{self.rank} {self.kind} #{self.seq} (group {self.group})"
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """What a hang looks like from its dumps."""
+
+    source: str
+    """"flight-recorder" or "timeline"."""
+    ops: Mapping[int, tuple[NcclOp, ...]]
+    """Rank -> its ops in issue order (NCCL calls; with a timeline: every op of the plan)."""
+    front: Mapping[int, NcclOp | None]
+    """Rank -> its first op that never completed (None: all completed)."""
+    cycle: tuple[tuple[str, str], ...]
+    """(node, why the next node waits for it), around the cycle; empty when none was found."""
+    cycle_ranks: tuple[int, ...]
+    cycle_ops: tuple[tuple[str, ...], ...]
+    """The op names (plan op ids where known) of each node of the cycle, in cycle order."""
+    order: tuple[str, ...]
+    """NCCL order mismatches in words (a rank's front op is not what its peer's front op meets)."""
+    collectives: tuple[str, ...]
+    """Collective mismatches: different op or sizes at the same group and sequence number."""
+    sizes: tuple[str, ...]
+    """Send/receive pairs whose sizes differ."""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def hung(self) -> bool:
+        return any(v is not None for v in self.front.values())
+
+
+# ----------------------------------------------------------------------------------------------
+# Flight-recorder dumps
+
+
+def diagnose_dumps(dumps: Sequence[FrDump], schedule: Schedule | None = None) -> Diagnosis:
+    """Diagnose from one flight-recorder dump per rank (``schedule``: name ops by the plan).
+
+    Notes: O(entries log entries) plus the cycle search (linear in pending ops).
+    """
+    notes: list[str] = []
+    ops: dict[int, list[NcclOp]] = {}
+    groups: dict[str, tuple[int, ...]] = {}
+    for d in sorted(dumps, key=lambda d: d.rank):
+        if d.rank in ops:
+            raise ValueError(f"two dumps for rank {d.rank}")
+        ops[d.rank] = _rank_ops(d)
+        for g in d.groups.values():
+            groups.setdefault(g.name, g.ranks)
+        if d.entries and d.entries[0].record_id > 0:
+            notes.append(f"rank {d.rank}: the ring buffer wrapped (first record {d.entries[0].record_id}); older "
+                         "calls are gone, so matches assume both ends lost the same number (raise "
+                         "TORCH_NCCL_TRACE_BUFFER_SIZE)")
+    if schedule is not None:
+        ops = _name_by_plan(ops, schedule, notes)
+    frozen = {r: tuple(v) for r, v in ops.items()}
+    collectives, mixed = _collective_mismatches(frozen)
+    nodes, sizes = _match(frozen, mixed)
+    front = {r: next((o for o in v if not o.done), None) for r, v in frozen.items()}
+    cycle, ranks, names = _cycle(frozen, nodes, groups)
+    order = _order_mismatches(frozen, front, nodes)
+    missing = sorted({m for members in groups.values() for m in members} - set(frozen))
+    if missing:
+        notes.append(f"no dump for rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}: "
+                     "their ops are unknown")
+    return Diagnosis("flight-recorder", frozen, front, cycle, ranks, names, tuple(order), tuple(collectives),
+                     tuple(sizes), tuple(notes))
+
+
+def _rank_ops(d: FrDump) -> list[NcclOp]:
+    """The rank's NCCL calls in issue order; members of a coalesced group take the group's state
+    (torch records them without events, so they stay "scheduled" forever)."""
+    entries = sorted(d.entries, key=lambda e: e.record_id)
+    state = [e.state for e in entries]
+    for k, e in enumerate(entries):
+        if e.kind != "coalesced":
+            continue
+        key = _seq(e)
+        j = k - 1
+        while j >= 0 and entries[j].kind != "coalesced" and entries[j].group == e.group and _seq(entries[j]) == key:
+            state[j] = e.state
+            j -= 1
+    out: list[NcclOp] = []
+    count: dict[tuple[str, str, int], int] = {}
+    for e, st in zip(entries, state):
+        if e.kind == "coalesced":
+            continue
+        nth = 0
+        if e.is_p2p:
+            key = (e.group, e.kind, e.peer)
+            nth = count.get(key, 0)
+            count[key] = nth + 1
+        out.append(NcclOp(d.rank, len(out), e.group, e.kind, e.peer, _seq(e), nth,
+                          e.input_sizes if e.kind != "recv" else e.output_sizes, st))
+    return out
+
+
+def _seq(e: FrEntry) -> int:
+    return e.p2p_seq_id if e.is_p2p else e.collective_seq_id
+
+
+def _match(ops: Mapping[int, tuple[NcclOp, ...]], mixed: set[str]
+           ) -> tuple[dict[tuple[int, int], tuple[tuple[int, int], ...]], list[str]]:
+    """(rank, index) -> the node it belongs to (the keys of the ops that meet), and size mismatches.
+
+    In a group whose ranks issued different collectives at one sequence number (``mixed``), NCCL
+    pairs calls that do not belong together; the wait-for cycle is then about which call each rank
+    needs, so its collectives are matched by what they are (kind and sizes, k-th occurrence).
+    """
+    node: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
+    by_key: dict[tuple, dict[int, NcclOp]] = {}
+    for r, seq in ops.items():
+        seen: dict[tuple, int] = {}
+        for o in seq:
+            if o.kind == "send":
+                key = ("p2p", o.group, r, o.peer, o.nth)
+            elif o.kind == "recv":
+                key = ("p2p", o.group, o.peer, r, o.nth)
+            elif o.group in mixed:
+                what = (o.group, o.kind, o.sizes)
+                key = ("what",) + what + (seen.get(what, 0),)
+                seen[what] = seen.get(what, 0) + 1
+            else:
+                key = ("coll", o.group, o.seq)
+            by_key.setdefault(key, {})[r] = o
+    sizes: list[str] = []
+    for key, members in by_key.items():
+        if key[0] == "p2p" and len(members) == 2:
+            a, b = members[key[2]], members[key[3]]
+            if a.kind == b.kind:  # a rank sending to itself: not a pair
+                continue
+            if a.sizes and b.sizes and a.sizes != b.sizes:
+                sizes.append(f"{a.label} sends {_shape(a.sizes)} but {b.label} receives {_shape(b.sizes)}")
+        keys = tuple(sorted((o.rank, o.index) for o in members.values()))
+        for k in keys:
+            node[k] = keys
+    return node, sizes
+
+
+def _shape(sizes: tuple[tuple[int, ...], ...]) -> str:
+    return " ".join("x".join(map(str, s)) for s in sizes) or "[]"
+
+
+def _collective_mismatches(ops: Mapping[int, tuple[NcclOp, ...]]) -> tuple[list[str], set[str]]:
+    """Messages, and the groups they concern (the first mismatch per group)."""
+    seen: dict[tuple[str, int], NcclOp] = {}
+    out: list[str] = []
+    reported: set[str] = set()
+    for r in sorted(ops):
+        for o in ops[r]:
+            if o.kind in ("send", "recv"):
+                continue
+            first = seen.setdefault((o.group, o.seq), o)
+            if first is o or o.group in reported:
+                continue
+            if first.kind != o.kind or first.sizes != o.sizes:
+                what = f"{first.kind} {_shape(first.sizes)}"
+                other = f"{o.kind} {_shape(o.sizes)}"
+                out.append(f"group {o.group} collective #{o.seq}: rank {first.rank} issues {what} but rank {o.rank} "
+                           f"issues {other} (the ranks issue the group's collectives in different orders)")
+                reported.add(o.group)  # later ones follow from the first
+    return out, reported
+
+
+def _cycle(ops: Mapping[int, tuple[NcclOp, ...]], node: Mapping[tuple[int, int], tuple[tuple[int, int], ...]],
+           groups: Mapping[str, tuple[int, ...]]
+           ) -> tuple[tuple[tuple[str, str], ...], tuple[int, ...], tuple[tuple[str, ...], ...]]:
+    g = nx.DiGraph()
+    why: dict[tuple[Any, Any], str] = {}
+
+    def edge(before: Any, after: Any, text: str) -> None:
+        if before != after and (before, after) not in why:
+            g.add_edge(before, after)
+            why[(before, after)] = text
+
+    pending = {r: [o for o in v if not o.done] for r, v in ops.items()}
+    for r, seq in pending.items():
+        prev = None
+        for o in seq:
+            me = node[(o.rank, o.index)]
+            if prev is not None and o.state == "scheduled":
+                edge(node[(prev.rank, prev.index)], me, f"next on rank {r}")
+            prev = o
+            for q in _peers(o, groups):
+                if q == r or any(k[0] == q for k in me):
+                    continue
+                last = pending.get(q)
+                if last:  # q never issued its side: it is behind the last op it did issue
+                    edge(node[(q, last[-1].index)], me, f"rank {q} issues its side only after this")
+    try:
+        found = nx.find_cycle(g)
+    except nx.NetworkXNoCycle:
+        return (), (), ()
+    by_key = {(o.rank, o.index): o for v in ops.values() for o in v}
+    steps = tuple((_node_text(u, by_key), why[(u, v)]) for u, v in found)
+    ranks = tuple(sorted({k[0] for u, _ in found for k in u}))
+    names = tuple(tuple(by_key[k].label for k in u) for u, _ in found)
+    return steps, ranks, names
+
+
+def _peers(o: NcclOp, groups: Mapping[str, tuple[int, ...]]) -> Iterable[int]:
+    if o.kind in ("send", "recv"):
+        return (o.peer,)
+    return groups.get(o.group, ())
+
+
+def _node_text(keys: tuple[tuple[int, int], ...], by_key: Mapping[tuple[int, int], NcclOp]) -> str:
+    members = [by_key[k] for k in keys]
+    members.sort(key=lambda o: (o.kind != "send", o.rank))
+    if len(members) == 1:
+        return members[0].label
+    return "[" + " = ".join(o.label for o in members) + "]"
+
+
+def _order_mismatches(ops: Mapping[int, tuple[NcclOp, ...]], front: Mapping[int, NcclOp | None],
+                      node: Mapping[tuple[int, int], tuple[tuple[int, int], ...]]) -> list[str]:
+    out: list[str] = []
+    for r in sorted(front):
+        o = front[r]
+        if o is None or o.kind not in ("send", "recv"):
+            continue
+        q = o.peer
+        other = front.get(q)
+        if other is None:
+            continue
+        mine = node[(o.rank, o.index)]
+        if any(k[0] == q for k in mine) and (q, other.index) in mine:
+            continue  # both ends are at the same transfer: in flight, not out of order
+        match = next((ops[q][k[1]] for k in mine if k[0] == q), None)
+        if match is not None and match.index < other.index:
+            continue  # the peer is past its side already: this end is late, not out of order
+        verb = "sends to" if o.kind == "send" else "waits to receive from"
+        later = (f"; rank {q} issues the matching {'receive' if o.kind == 'send' else 'send'} "
+                 f"{match.index - other.index} op(s) later ({match.label})" if match is not None
+                 else f"; rank {q} never issued the matching {'receive' if o.kind == 'send' else 'send'}")
+        out.append(f"rank {r} {verb} rank {q} ({o.label}) while rank {q} {_doing(other)}{later}")
+    return out
+
+
+def _doing(o: NcclOp) -> str:
+    if o.kind == "send":
+        return f"sends to rank {o.peer} ({o.label})"
+    if o.kind == "recv":
+        return f"waits to receive from rank {o.peer} ({o.label})"
+    return f"waits in {o.kind} ({o.label})"
+
+
+def _name_by_plan(ops: dict[int, list[NcclOp]], schedule: Schedule, notes: list[str]) -> dict[int, list[NcclOp]]:
+    """Name each rank's send/recv by the plan's op, aligning the rank's P2P order with the plan's
+    (repeated once per step, after whatever set-up messages came first)."""
+    from dataclasses import replace
+
+    from pptl.checks.p2p import program
+
+    prog = program(schedule)
+    out: dict[int, list[NcclOp]] = {}
+    for r, seq in ops.items():
+        plan = [i for i in prog.get(r, []) if schedule.ops[i].kind in ("SEND", "RECV")]
+        p2p = [o for o in seq if o.kind in ("send", "recv")]
+        want = [("send" if schedule.ops[i].kind == "SEND" else "recv", schedule.ops[i].peer) for i in plan]
+        got = [(o.kind, o.peer) for o in p2p]
+        start = _align(got, want)
+        if start is None:
+            if plan and p2p:
+                notes.append(f"rank {r}: its NCCL send/receive order does not follow the plan's; its ops are "
+                             "named by peer only (was the plan the one that ran?)")
+            out[r] = list(seq)
+            continue
+        names = {id(o): (schedule.ops[plan[(k - start) % len(plan)]].id, (k - start) // len(plan))
+                 for k, o in enumerate(p2p) if k >= start}
+        out[r] = [replace(o, name=names[id(o)][0], step=names[id(o)][1]) if id(o) in names else o for o in seq]
+    return out
+
+
+def _align(got: list[tuple[str, int]], want: list[tuple[str, int]]) -> int | None:
+    """The offset from which ``got`` follows ``want`` repeated (None: no offset does).
+
+    Set-up messages can look like the start of a step, so an offset after which whole steps
+    remain wins (a CUDA host issues a step's calls without blocking, so the last step is whole);
+    else the smallest offset that fits.
+    """
+    if not want or not got:
+        return None
+    m = len(want)
+    fits = [s for s in range(len(got)) if all(got[s + j] == want[j % m] for j in range(len(got) - s))]
+    whole = [s for s in fits if (len(got) - s) % m == 0]
+    return (whole or fits or [None])[0]
+
+
+# ----------------------------------------------------------------------------------------------
+# pptl's own partial timeline
+
+
+def diagnose_timeline(timeline: Timeline, schedule: Schedule) -> Diagnosis:
+    """Diagnose from the partial timeline a stopped ``pptl run`` wrote, with the plan that ran.
+
+    Completed ops are the timeline's events (the interrupted step's); every other op of the plan
+    is pending. The cycle is PP031's (:func:`pptl.checks.p2p.wait_edges`) among pending ops.
+    """
+    from pptl.checks.p2p import node_name, program, wait_edges
+
+    done = {e.op for e in timeline.events}
+    prog = program(schedule)
+    edges, rep = wait_edges(schedule, prog, "nccl")
+    # A receive that completed got its data, so its send completed too (on gloo a send's end is only
+    # noticed when the rank next polls it, which a stopped rank may never do).
+    done |= {schedule.ops[j].id for i, j in rep.items() if schedule.ops[i].id in done}
+    notes = []
+    if not timeline.meta.extra.get("partial"):
+        notes.append("the timeline holds a completed step, not the interrupted one: pending ops are those of "
+                     "that step (was it written by a stopped run?)")
+    failed = timeline.meta.extra.get("failed")
+    if failed:
+        notes.append(f"the run said: {failed}")
+    ops: dict[int, tuple[NcclOp, ...]] = {}
+    by_id: dict[str, NcclOp] = {}
+    for r, seq in prog.items():
+        row = []
+        for k, i in enumerate(seq):
+            op = schedule.ops[i]
+            kind = {"SEND": "send", "RECV": "recv"}.get(op.kind, op.kind)
+            o = NcclOp(r, k, "", kind, op.peer if op.kind in ("SEND", "RECV") else -1, k, 0, (),
+                       "completed" if op.id in done else "scheduled", name=op.id, step=0)
+            row.append(o)
+            by_id[op.id] = o
+        ops[r] = tuple(row)
+    front = {r: next((o for o in v if not o.done), None) for r, v in ops.items()}
+    merged = {v: k for k, v in rep.items()}
+    pend = {i for i, op in enumerate(schedule.ops) if op.id not in done}
+    g = nx.DiGraph()
+    why: dict[tuple[int, int], str] = {}
+    for u, v, text in edges:
+        if u in pend and v in pend and (u, v) not in why:
+            g.add_edge(u, v)
+            why[(u, v)] = text
+    try:
+        found = nx.find_cycle(g)
+        cycle = tuple((node_name(schedule, u, merged), why[(u, v)]) for u, v in found)
+        names = tuple((schedule.ops[u].id,) + ((schedule.ops[merged[u]].id,) if u in merged else ()) for u, _ in found)
+        ranks = tuple(sorted({schedule.ops[u].rank for u, _ in found}
+                             | {schedule.ops[merged[u]].rank for u, _ in found if u in merged}))
+    except nx.NetworkXNoCycle:
+        cycle, ranks, names = (), (), ()
+    nodes = {}
+    for i, j in rep.items():  # RECV i meets SEND j
+        a, b = by_id[schedule.ops[j].id], by_id[schedule.ops[i].id]
+        nodes[(a.rank, a.index)] = nodes[(b.rank, b.index)] = ((a.rank, a.index), (b.rank, b.index))
+    for v in ops.values():
+        for o in v:
+            nodes.setdefault((o.rank, o.index), ((o.rank, o.index),))
+    p2p_front = {r: next((o for o in v if not o.done and o.kind in ("send", "recv")), None) for r, v in ops.items()}
+    order = _order_mismatches(ops, p2p_front, nodes)
+    return Diagnosis("timeline", ops, front, cycle, ranks, names, tuple(order), (), (), tuple(notes))
+
+
+# ----------------------------------------------------------------------------------------------
+# Output
+
+
+def to_text(d: Diagnosis, *, per_rank: int = 6) -> str:
+    """The report: per rank the ops around its front, then the cycle and the mismatches."""
+    lines: list[str] = []
+    for r in sorted(d.ops):
+        seq = d.ops[r]
+        f = d.front.get(r)
+        done = sum(o.done for o in seq)
+        if f is None:
+            lines.append(f"rank {r}: {len(seq)} ops, all completed")
+            continue
+        lines.append(f"rank {r}: {done} of {len(seq)} ops completed; first not completed: {f.label} ({f.state})")
+        shown = [o for o in seq[f.index:] if not o.done][:per_rank]
+        for o in shown:
+            lines.append(f"  {o.index:>5}  {o.state:<9}  {o.label}")
+        rest = sum(1 for o in seq[f.index:] if not o.done) - len(shown)
+        if rest > 0:
+            lines.append(f"  ... {rest} more not completed")
+    if d.cycle:
+        text = " ".join(f"{n} -> ({w})" for n, w in d.cycle) + f" {d.cycle[0][0]}"
+        lines.append(f"hang: wait-for cycle across ranks {', '.join(map(str, d.cycle_ranks))}: {text}")
+    elif d.hung:
+        lines.append("no wait-for cycle among the pending ops (a rank may have stopped issuing, or its dump is missing)")
+    else:
+        lines.append("no hang: every op completed")
+    lines += [f"order: {t}" for t in d.order]
+    lines += [f"collective mismatch: {t}" for t in d.collectives]
+    lines += [f"size mismatch: {t}" for t in d.sizes]
+    lines += [f"note: {t}" for t in d.notes]
+    return "\n".join(lines)
+
+
+def to_dict(d: Diagnosis) -> dict[str, Any]:
+    """JSON-ready form (``--output json``)."""
+
+    def op(o: NcclOp) -> dict[str, Any]:
+        return {"index": o.index, "kind": o.kind, "group": o.group, "peer": o.peer, "seq": o.seq, "state": o.state,
+                "sizes": [list(s) for s in o.sizes], "op": o.name or None, "step": o.step, "label": o.label}
+
+    return {
+        "source": d.source,
+        "hung": d.hung,
+        "ranks": {str(r): {"ops": len(v), "completed": sum(o.done for o in v),
+                           "front": op(d.front[r]) if d.front.get(r) is not None else None,
+                           "pending": [op(o) for o in v if not o.done]}
+                  for r, v in sorted(d.ops.items())},
+        "cycle": [{"node": n, "then": w} for n, w in d.cycle],
+        "cycle_ranks": list(d.cycle_ranks),
+        "cycle_ops": [list(n) for n in d.cycle_ops],
+        "order_mismatches": list(d.order),
+        "collective_mismatches": list(d.collectives),
+        "size_mismatches": list(d.sizes),
+        "notes": list(d.notes),
+    }

@@ -1,0 +1,177 @@
+"""pptl diagnose: hostile dumps refused without running anything, and the three hangs explained the way
+``pptl check --p2p nccl`` predicted them (fixtures from fixtures/flight_recorder/make_fixtures.py)."""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pptl.cli import app
+from pptl.diagnose import diagnose_dumps
+from pptl.errors import InputError
+from pptl.formats.flight_recorder import load_dump, loads_dump
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parent.parent
+FR = ROOT / "fixtures" / "flight_recorder"
+HANG1_CSV = ROOT / "fixtures" / "invalid" / "p2p_nccl_hang.csv"
+ISSUED = FR / "hang2_pptl_run" / "issued.json"
+NODE = re.compile(r"\[[^\]]+\]")
+
+
+def _one_error_line(result) -> str:
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+class _Evil:
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.path}",))
+
+
+def test_malicious_pickle_is_refused_and_nothing_runs(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    dump = tmp_path / "nccl_trace_rank_0"
+    dump.write_bytes(pickle.dumps({"version": "2.10", "entries": [_Evil(str(marker))]}))
+    result = runner.invoke(app, ["diagnose", str(dump)])
+    assert result.exit_code == 2, result.output
+    line = _one_error_line(result)
+    assert "refused: the pickle asks for posix.system" in line or "refused: the pickle asks for os.system" in line
+    assert not marker.exists()
+    # The same bytes through plain pickle would have run the command: the test can fail.
+    pickle.loads(dump.read_bytes())
+    assert marker.exists()
+
+
+@pytest.mark.parametrize("data, expected", [
+    (b"", "empty file"),
+    (pickle.dumps({"version": "2.10", "entries": []})[:-5], "not a complete pickle"),
+    (pickle.dumps([1, 2, 3]), "not a flight-recorder dump (expected a dict with 'version' and 'entries', got a list)"),
+    (pickle.dumps({"version": "1.0", "entries": []}), "field 'version': got '1.0', expected a 2.x"),
+    (pickle.dumps({"version": "2.10", "entries": [{"record_id": 0}]}), "entries[0]: field 'process_group'"),
+], ids=["empty", "truncated", "list", "old-version", "bad-entry"])
+def test_bad_dumps_give_one_line(tmp_path: Path, data: bytes, expected: str) -> None:
+    dump = tmp_path / "trace_3"
+    dump.write_bytes(data)
+    result = runner.invoke(app, ["diagnose", str(dump)])
+    assert result.exit_code == 2, result.output
+    assert expected in _one_error_line(result)
+
+
+def test_size_bound_and_rank_from_name(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="over the 10-byte limit"):
+        loads_dump(pickle.dumps({"version": "2.10", "entries": []}), source="x", rank=0, max_bytes=10)
+    f = tmp_path / "no_rank_here"
+    f.write_bytes(pickle.dumps({"version": "2.10", "entries": []}))
+    with pytest.raises(InputError, match="does not end with a rank"):
+        load_dump(f)
+
+
+def _check_nodes(plan: Path) -> set[str]:
+    result = runner.invoke(app, ["check", str(plan), "--p2p", "nccl"])
+    assert result.exit_code == 1, result.output
+    line = next(x for x in result.stdout.splitlines() if "PP031" in x)
+    return set(NODE.findall(line))
+
+
+def _diagnose(args: list[str]) -> tuple[dict, str]:
+    text = runner.invoke(app, ["diagnose", *args])
+    assert text.exit_code == 1, text.output
+    js = runner.invoke(app, ["diagnose", *args, "--output", "json"])
+    assert js.exit_code == 1, js.output
+    return json.loads(js.stdout), text.stdout
+
+
+def test_hang1_torch_csv_cycle_is_the_one_check_predicted() -> None:
+    data, text = _diagnose([str(FR / "hang1_torch_csv"), "--plan", str(HANG1_CSV)])
+    assert data["cycle_ranks"] == [0, 1]
+    nodes = {c["node"] for c in data["cycle"]}
+    assert nodes == _check_nodes(HANG1_CSV) == {
+        "[r0/send/SEND_F s0 mb1 ->r1 = r1/recv/RECV_F s1 mb1 <-r0]",
+        "[r1/send/SEND_B s1 mb0 ->r0 = r0/recv/RECV_B s0 mb0 <-r1]"}
+    assert data["ranks"]["0"]["front"]["op"] == "r0/send/SEND_F s0 mb1 ->r1"
+    assert ("order: rank 0 sends to rank 1 (r0/send/SEND_F s0 mb1 ->r1) while rank 1 sends to rank 0 "
+            "(r1/send/SEND_B s1 mb0 ->r0); rank 1 issues the matching receive 1 op(s) later") in text
+
+
+def test_hang1_without_plan_names_ops_by_peer() -> None:
+    data, text = _diagnose([str(FR / "hang1_torch_csv")])
+    assert data["cycle_ranks"] == [0, 1]
+    assert "[r0 send->1 #2 (group 0) = r1 recv<-0 #2 (group 0)]" in {c["node"] for c in data["cycle"]}
+
+
+def test_hang2_pptl_run_cycle_holds_every_transfer_check_named() -> None:
+    data, _ = _diagnose([*map(str, sorted((FR / "hang2_pptl_run").glob("nccl_trace_rank_*"))), "--plan", str(ISSUED)])
+    nodes = {c["node"] for c in data["cycle"]}
+    predicted = _check_nodes(ISSUED)
+    assert "[r1/send/SEND_F s1 mb7 ->r2 = r2/recv/RECV_F s2 mb7 <-r1]" in predicted
+    assert predicted <= nodes, (predicted, nodes)
+    # The set-up message of each channel comes first and is not taken for step 0's.
+    assert all(o["op"] is None or "mb" in o["op"] for r in data["ranks"].values() for o in r["pending"])
+    assert data["ranks"]["3"]["front"]["op"] == "r3/send/SEND_B s3 mb0 ->r2"
+
+
+def test_hang3_ep_all_to_all_order() -> None:
+    data, text = _diagnose([str(FR / "hang3_ep_a2a")])
+    assert data["cycle_ranks"] == [0, 1]
+    assert data["collective_mismatches"] == [
+        "group 2 collective #1: rank 0 issues all_to_all 256x64 but rank 1 issues all_to_all 128x64 (the ranks "
+        "issue the group's collectives in different orders)"]
+    assert data["ranks"]["2"]["front"] is None
+    assert "rank 2: 1 ops, all completed" in text
+
+
+def test_no_hang_exits_0_and_figure_is_written(tmp_path: Path) -> None:
+    d = loads_dump(pickle.dumps({"version": "2.10", "pg_config": {}, "entries": []}), source="x", rank=0)
+    assert not diagnose_dumps([d]).hung
+    fig = tmp_path / "hang.png"
+    result = runner.invoke(app, ["diagnose", str(FR / "hang1_torch_csv"), "--plan", str(HANG1_CSV), "-o", str(fig)])
+    assert result.exit_code == 1, result.output
+    assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_usage_errors(tmp_path: Path) -> None:
+    tl = tmp_path / "t.json"
+    tl.write_text(json.dumps({"format": "pptl-timeline", "events": [], "meta": {}}))
+    result = runner.invoke(app, ["diagnose", str(tl)])
+    assert result.exit_code == 2
+    assert "a pptl timeline needs --plan" in _one_error_line(result)
+    result = runner.invoke(app, ["diagnose", str(FR / "hang1_torch_csv"), "-o", str(tmp_path / "x.gif")])
+    assert result.exit_code == 2
+    assert "cannot draw to '.gif'" in _one_error_line(result)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="gloo run")
+def test_swapped_sends_hang_a_gloo_run_and_the_timeline_names_check_s_cycle(tmp_path: Path, monkeypatch) -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    from hang_pptl_run import FAULT
+
+
+    import subprocess
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    subprocess.run([sys.executable, str(ROOT / "bench" / "hang_pptl_run.py"), str(tmp_path), "--cpu"], env=env,
+                   check=True, capture_output=True)
+    env["PPTL_RUN_FAULT"] = FAULT
+    run = subprocess.run([sys.executable, "-m", "pptl", "run", str(tmp_path / "plan.json"), "--device", "cpu",
+                          "--gpus", "4", "--steps", "1", "--warmup", "0", "--timeout", "3", "-o",
+                          str(tmp_path / "measured.json")], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1, run.stderr
+    assert "no rank made progress" in run.stderr
+    data, text = _diagnose([str(tmp_path / "measured.json"), "--plan", str(tmp_path / "issued.json")])
+    check = runner.invoke(app, ["check", str(tmp_path / "issued.json"), "--p2p", "nccl"])
+    pp031 = next(x for x in check.stdout.splitlines() if "PP031" in x)
+    assert set(NODE.findall(pp031)) == {c["node"] for c in data["cycle"] if c["node"].startswith("[")}
+    assert ("order: rank 1 waits to receive from rank 2 (r1/recv/RECV_B s1 mb6 <-r2) while rank 2 waits to receive "
+            "from rank 1 (r2/recv/RECV_F s2 mb7 <-r1)") in text
