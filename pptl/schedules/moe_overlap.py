@@ -12,6 +12,10 @@ entries k = 0 .. mV-1 of (micro-batch, chunk); B_k runs entry k with chunk V-1-c
     steady    (F_{w+k} | B_k)      one paired step: F of one virtual micro-batch with B of an earlier one
     cooldown  B_k                  k >= mV - w
 
+Interleaved 1F1B's warmup(r) is Megatron-Core's 2(pp-r-1) + (V-1)G at every m (``options.order:
+megatron-pre-2025`` restores its older all-forwards warmup at m = pp), and the group size obeys
+Megatron-Core's group rules (:func:`interleaved.check_groups`).
+
 The +1: on the last rank interleaved 1F1B's first steady pair is F and B of the *same* virtual
 micro-batch (stage pV-1, mb 0); run as one overlapped step, its backward would need its own
 forward. Megatron schedules one more warmup forward so every pair is independent. With

@@ -240,3 +240,15 @@ def test_cli_refuses_a_short_last_group(family: str, p: int, m: int, g: int | No
     assert "(Megatron-Core's last-group rule: \"The remainder of M (the total micro-batches) divided by N" in line
     assert line.endswith(f"group sizes that fit: {fits} for schedule '{family}'")
     assert "PP007" not in result.output and "deadlock" not in result.output
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("g, expected", [(2, "expected at least pp=4 (a smaller group"),
+                                         (9, "expected at most microbatches=8 (")], ids=["G<P", "G>M"])
+def test_cli_refuses_a_group_outside_pp_to_m(family: str, g: int, expected: str) -> None:
+    result = runner.invoke(app, ["plan", "--schedule", family, "--pp", "4", "--vpp", "2", "--microbatches", "8",
+                                 "--group-size", str(g)])
+    assert result.exit_code == 2, result.output
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: <flags>: field 'group_size': got {g}, {expected}")
+    assert line.endswith(f"Megatron-Core's group rule: G in [pp, microbatches]) for schedule '{family}'")
