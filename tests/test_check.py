@@ -76,8 +76,8 @@ def configs(draw: st.DrawFn) -> Config:
     if name == "interleaved-1f1b":
         v = draw(st.integers(2, 3))
         g = draw(st.integers(p, 2 * p))
-        # Megatron's table leaves a short last group when G does not divide m; some of those orders
-        # deadlock (pptl check reports them, see test_interleaved_short_last_group_can_deadlock).
+        # A last group shorter than pp is refused (Megatron-Core's rule; some of those orders deadlock,
+        # see test_interleaved_short_last_group_is_refused_before_it_can_deadlock).
         m = g * draw(st.integers(1, 3))
         return Config(schedule=name, pp=p, vpp=v, microbatches=m, group_size=g,
                       split_backward=draw(st.booleans()))
@@ -127,9 +127,10 @@ def test_move_mutation_has_candidates() -> None:
     assert [s.ops[i].kind for i in b] == ["F", "F", "B", "B"]
 
 
-def test_interleaved_short_last_group_can_deadlock() -> None:
-    """pp=4, vpp=3, m=9, G=4: the last group holds one micro-batch; Megatron's order then has rank 0
-    run F s8 mb8 before B s8 mb4 while rank 3 runs B s7 mb4 before F s7 mb8."""
-    s = build_schedule(Config(schedule="interleaved-1f1b", pp=4, vpp=3, microbatches=9))
-    [v] = run_checks(s)
-    assert v.code == "PP007" and "r0/compute/F s8 mb8" in v.message and "r3/compute/B s7 mb4" in v.message
+def test_interleaved_short_last_group_is_refused_before_it_can_deadlock() -> None:
+    """pp=4, vpp=3, m=9, G=4: the last group holds one micro-batch. Megatron-Core refuses it, and
+    so does pptl (its order would have rank 0 run F s8 mb8 before B s8 mb4 while rank 3 runs
+    B s7 mb4 before F s7 mb8: a deadlock)."""
+    with pytest.raises(InputError, match="last group of 9 mod 4 = 1 micro-batch, fewer than pp=4 "
+                                         "\\(Megatron-Core's last-group rule"):
+        build_schedule(Config(schedule="interleaved-1f1b", pp=4, vpp=3, microbatches=9))

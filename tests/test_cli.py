@@ -134,11 +134,10 @@ def test_plan_runs_checks_and_exits_1_when_invalid() -> None:
 
 
 def test_plan_of_a_deadlocking_order_is_one_line_exit_1() -> None:
-    result = runner.invoke(app, ["plan", "--schedule", "interleaved-1f1b", "--pp", "4", "--vpp", "3",
-                                 "--microbatches", "9"])
+    result = runner.invoke(app, ["plan", str(FIXTURES / "invalid" / "moe_no_extra_warmup.yaml")])
     assert result.exit_code == 1, result.output
     [line] = result.stderr.strip().splitlines()
-    assert line.startswith("error: interleaved-1f1b with this config cannot run: deadlock across ranks 0, 3:")
+    assert line.startswith("error: moe-1f1b-overlap with this config cannot run: deadlock across rank 3:")
 
 
 def test_check_goes_on_past_an_unreadable_file() -> None:

@@ -12,6 +12,10 @@ entries k = 0 .. mV-1 of (micro-batch, chunk); B_k runs entry k with chunk V-1-c
     steady    (F_{w+k} | B_k)      one paired step: F of one virtual micro-batch with B of an earlier one
     cooldown  B_k                  k >= mV - w
 
+Interleaved 1F1B's warmup(r) is Megatron-Core's 2(pp-r-1) + (V-1)G at every m (``options.order:
+megatron-pre-2025`` restores its older all-forwards warmup at m = pp), and the group size obeys
+Megatron-Core's group rules (:func:`interleaved.check_groups`).
+
 The +1: on the last rank interleaved 1F1B's first steady pair is F and B of the *same* virtual
 micro-batch (stage pV-1, mb 0); run as one overlapped step, its backward would need its own
 forward. Megatron schedules one more warmup forward so every pair is independent. With
@@ -84,7 +88,7 @@ NAME = "moe-1f1b-overlap"
 #: Keys of ``options.costs`` (per layer, in time units; bytes and bandwidths in memory units).
 COST_KEYS = ("attn", "mlp", "attn_b", "mlp_b", "wgrad", "dispatch", "combine", "a2a_bytes", "ep_bandwidth",
              "ep_latency", "offload_bytes", "offload_bandwidth", "onload_bandwidth")
-_OPTION_KEYS = ("layers_per_chunk", "ep", "overlap", "offload", "extra_warmup", "costs")
+_OPTION_KEYS = ("layers_per_chunk", "ep", "overlap", "offload", "extra_warmup", "order", "costs")
 
 Step = tuple[tuple[int, int] | None, tuple[int, int] | None]
 """(forward (mb, chunk) or None, backward (mb, chunk) or None) of one step on one rank."""
@@ -140,6 +144,9 @@ def _unknown(data: Mapping[str, Any], known: tuple[str, ...], where: str, cfg: C
 def parse_options(cfg: Config) -> MoEOptions:
     """Validate ``cfg.options`` (one-line errors naming ``options.<field>``) and fill in defaults.
 
+    ``order`` is interleaved 1F1B's (:data:`interleaved.ORDERS`): ``megatron-pre-2025`` gives every
+    rank all its forwards first when microbatches = pp, as Megatron-Core did before late 2024.
+
     Example::
 
         options: {layers_per_chunk: 2, ep: 2, offload: true,
@@ -152,6 +159,7 @@ def parse_options(cfg: Config) -> MoEOptions:
     overlap = _bool(data.get("overlap", True), "options.overlap", cfg)
     offload = _bool(data.get("offload", False), "options.offload", cfg)
     extra = _int(data.get("extra_warmup", 1), "options.extra_warmup", cfg, 0, 1)
+    interleaved.order_of(cfg)
     raw = data.get("costs", {}) or {}
     if not isinstance(raw, Mapping):
         raise InputError(f"{cfg.source}: field 'options.costs': got {type(raw).__name__}, expected a mapping such "
@@ -188,7 +196,7 @@ def validate(cfg: Config) -> None:
         require(cfg.vpp >= 2, cfg, "vpp", cfg.vpp,
                 "expected at least 2 when pp > 1 (Megatron overlaps EP communication across micro-batches only "
                 "under interleaving; set vpp: 2, or pp: 1)")
-        interleaved.validate(cfg)  # group size within pp..microbatches, as interleaved 1F1B
+        interleaved.check_groups(cfg)  # Megatron-Core's group rules, as interleaved 1F1B
     else:
         require(cfg.vpp == 1, cfg, "vpp", cfg.vpp, "expected 1 when pp = 1 (no pipeline to interleave)")
     # Each (stage, micro-batch) of each EP member: 9 sub-ops and 2 copies a layer, 3 markers, 4 PP ops.
@@ -291,8 +299,9 @@ FAMILY = Family(
     name=NAME,
     summary="Megatron-Core combined 1F1B: interleaved 1F1B whose steady steps overlap F of one micro-batch "
             "with B of another, EP all-to-all on a comm lane, delayed wgrad, optional activation offloading",
-    constraints="pp > 1 needs vpp >= 2 and pp <= group_size <= microbatches; pp = 1 needs vpp = 1; options: "
-                "layers_per_chunk, ep, overlap, offload, extra_warmup (0|1), costs {" + ", ".join(COST_KEYS) + "}",
+    constraints="pp > 1 needs vpp >= 2, pp <= group_size <= microbatches and microbatches mod group_size 0 or "
+                ">= pp (Megatron-Core's group rules); pp = 1 needs vpp = 1; options: layers_per_chunk, ep, overlap, "
+                "offload, extra_warmup (0|1), order (megatron | megatron-pre-2025), costs {" + ", ".join(COST_KEYS) + "}",
     validate=validate,
     build=build,
     bubble=bubble,

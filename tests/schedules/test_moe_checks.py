@@ -87,8 +87,8 @@ def moe_configs(draw: st.DrawFn, small: bool = False) -> Config:
         return Config(schedule=NAME, pp=1, microbatches=draw(st.integers(1, 4 if small else 6)), options=opts)
     v = draw(st.integers(2, 2 if small else 3))
     g = draw(st.integers(p, 2 * p))
-    # Megatron's table with a short last group (G not dividing m) can deadlock interleaved 1F1B
-    # itself (tests/test_check.py), so m is a multiple of G here.
+    # A last group shorter than pp is refused (Megatron-Core's rule, tests/schedules/test_interleaved.py),
+    # so m is a multiple of G here.
     m = g * draw(st.integers(1, 1 if small else 2))
     return Config(schedule=NAME, pp=p, vpp=v, microbatches=m, group_size=g, options=opts)
 

@@ -243,7 +243,7 @@ def test_a2a_cost_from_bytes_and_bandwidth() -> None:
 
 @pytest.mark.parametrize("kw, message", [
     (dict(options={"layers": 2}), "field 'options.layers' is unknown for schedule 'moe-1f1b-overlap'; known: "
-                                  "layers_per_chunk, ep, overlap, offload, extra_warmup, costs"),
+                                  "layers_per_chunk, ep, overlap, offload, extra_warmup, order, costs"),
     (dict(options={"layers_per_chunk": 0}), "field 'options.layers_per_chunk': got 0, expected an integer in 1..1024"),
     (dict(options={"ep": "two"}), "field 'options.ep': got 'two', expected an integer in 1..1024"),
     (dict(options={"overlap": "yes"}), "field 'options.overlap': got 'yes', expected true or false"),
