@@ -59,20 +59,27 @@ class NcclOp:
     """The plan's op id (``--plan``), else empty."""
     step: int = -1
     """The plan step the op belongs to (``--plan``), else -1."""
+    group_desc: str = ""
+    """The group's description (``pg_desc``: ``default_pg``, or what ``new_group(group_desc=...)`` gave)."""
 
     @property
     def done(self) -> bool:
         return self.state == "completed"
 
     @property
+    def group_label(self) -> str:
+        """How the group is named to users: its description when it has one (``ep_dispatch``), else its id."""
+        return self.group_desc if self.group_desc not in ("", "undefined") else self.group
+
+    @property
     def label(self) -> str:
         if self.name:
             return self.name
         if self.kind == "send":
-            return f"r{self.rank} send->{self.peer} #{self.nth + 1} (group {self.group})"
+            return f"r{self.rank} send->{self.peer} #{self.nth + 1} (group {self.group_label})"
         if self.kind == "recv":
-            return f"r{self.rank} recv<-{self.peer} #{self.nth + 1} (group {self.group})"
-        return f"r{self.rank} {self.kind} #{self.seq} (group {self.group})"
+            return f"r{self.rank} recv<-{self.peer} #{self.nth + 1} (group {self.group_label})"
+        return f"r{self.rank} {self.kind} #{self.seq} (group {self.group_label})"
 
 
 @dataclass(frozen=True)
@@ -97,6 +104,9 @@ class Diagnosis:
     sizes: tuple[str, ...]
     """Send/receive pairs whose sizes differ."""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    blocked: tuple[str, ...] = field(default_factory=tuple)
+    """Ranks whose front waits on a peer that is itself held up elsewhere (a consequence of the
+    hang, not an order mismatch)."""
 
     @property
     def hung(self) -> bool:
@@ -132,26 +142,34 @@ def diagnose_dumps(dumps: Sequence[FrDump], schedule: Schedule | None = None) ->
     nodes, sizes = _match(frozen, mixed)
     front = {r: next((o for o in v if not o.done), None) for r, v in frozen.items()}
     cycle, ranks, names = _cycle(frozen, nodes, groups)
-    order = _order_mismatches(frozen, front, nodes)
+    order, blocked = _order_mismatches(frozen, front, nodes)
+    order += _collective_order(frozen, nodes)
     missing = sorted({m for members in groups.values() for m in members} - set(frozen))
     if missing:
         notes.append(f"no dump for rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}: "
                      "their ops are unknown")
     return Diagnosis("flight-recorder", frozen, front, cycle, ranks, names, tuple(order), tuple(collectives),
-                     tuple(sizes), tuple(notes))
+                     tuple(sizes), tuple(notes), tuple(blocked))
 
 
 def _rank_ops(d: FrDump) -> list[NcclOp]:
     """The rank's NCCL calls in issue order; members of a coalesced group take the group's state
-    (torch records them without events, so they stay "scheduled" forever)."""
+    (torch records them without events, so they stay "scheduled" forever).
+
+    torch 2.11 wraps every ``batch_isend_irecv``, even of one op, in a coalesced group: the members
+    (``is_p2p`` true) come first, then a ``nccl:coalesced`` entry with ``is_p2p`` false but the
+    members' ``p2p_seq_id``. So the members are the entries just before it with both sequence
+    numbers equal to its own, whatever ``is_p2p`` says.
+    """
     entries = sorted(d.entries, key=lambda e: e.record_id)
     state = [e.state for e in entries]
     for k, e in enumerate(entries):
         if e.kind != "coalesced":
             continue
-        key = _seq(e)
+        key = (e.group, e.p2p_seq_id, e.collective_seq_id)
         j = k - 1
-        while j >= 0 and entries[j].kind != "coalesced" and entries[j].group == e.group and _seq(entries[j]) == key:
+        while j >= 0 and entries[j].kind != "coalesced" and \
+                (entries[j].group, entries[j].p2p_seq_id, entries[j].collective_seq_id) == key:
             state[j] = e.state
             j -= 1
     out: list[NcclOp] = []
@@ -165,7 +183,7 @@ def _rank_ops(d: FrDump) -> list[NcclOp]:
             nth = count.get(key, 0)
             count[key] = nth + 1
         out.append(NcclOp(d.rank, len(out), e.group, e.kind, e.peer, _seq(e), nth,
-                          e.input_sizes if e.kind != "recv" else e.output_sizes, st))
+                          e.input_sizes if e.kind != "recv" else e.output_sizes, st, group_desc=e.group_desc))
     return out
 
 
@@ -203,12 +221,24 @@ def _match(ops: Mapping[int, tuple[NcclOp, ...]], mixed: set[str]
             a, b = members[key[2]], members[key[3]]
             if a.kind == b.kind:  # a rank sending to itself: not a pair
                 continue
-            if a.sizes and b.sizes and a.sizes != b.sizes:
+            if a.sizes and b.sizes and _numels(a.sizes) != _numels(b.sizes):
                 sizes.append(f"{a.label} sends {_shape(a.sizes)} but {b.label} receives {_shape(b.sizes)}")
         keys = tuple(sorted((o.rank, o.index) for o in members.values()))
         for k in keys:
             node[k] = keys
     return node, sizes
+
+
+def _numels(sizes: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
+    """Element counts: NCCL moves counts, not shapes (torch's pipelining sends a 0-d tensor that the
+    peer receives as shape [1] while it agrees the shapes)."""
+    out = []
+    for s in sizes:
+        n = 1
+        for x in s:
+            n *= x
+        out.append(n)
+    return tuple(out)
 
 
 def _shape(sizes: tuple[tuple[int, ...], ...]) -> str:
@@ -230,7 +260,7 @@ def _collective_mismatches(ops: Mapping[int, tuple[NcclOp, ...]]) -> tuple[list[
             if first.kind != o.kind or first.sizes != o.sizes:
                 what = f"{first.kind} {_shape(first.sizes)}"
                 other = f"{o.kind} {_shape(o.sizes)}"
-                out.append(f"group {o.group} collective #{o.seq}: rank {first.rank} issues {what} but rank {o.rank} "
+                out.append(f"group {o.group_label} collective #{o.seq}: rank {first.rank} issues {what} but rank {o.rank} "
                            f"issues {other} (the ranks issue the group's collectives in different orders)")
                 reported.add(o.group)  # later ones follow from the first
     return out, reported
@@ -283,12 +313,78 @@ def _node_text(keys: tuple[tuple[int, int], ...], by_key: Mapping[tuple[int, int
     members.sort(key=lambda o: (o.kind != "send", o.rank))
     if len(members) == 1:
         return members[0].label
+    first = members[0]
+    if len(members) > 2 and first.kind not in ("send", "recv") and not any(o.name for o in members) and \
+            all((o.kind, o.group, o.seq) == (first.kind, first.group, first.seq) for o in members):
+        # One collective call of a whole group: naming it per rank repeats the same words N times.
+        return f"[{first.kind} #{first.seq} (group {first.group_label}) on ranks {_ranks(o.rank for o in members)}]"
     return "[" + " = ".join(o.label for o in members) + "]"
 
 
-def _order_mismatches(ops: Mapping[int, tuple[NcclOp, ...]], front: Mapping[int, NcclOp | None],
-                      node: Mapping[tuple[int, int], tuple[tuple[int, int], ...]]) -> list[str]:
+def _ranks(ranks: Iterable[int]) -> str:
+    """``0, 1, 2, 3, 5`` -> ``0-3, 5``."""
+    rs = sorted(set(ranks))
+    parts: list[str] = []
+    k = 0
+    while k < len(rs):
+        j = k
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        parts.append(f"{rs[k]}-{rs[j]}" if j - k >= 2 else ", ".join(map(str, rs[k:j + 1])))
+        k = j + 1
+    return ", ".join(parts)
+
+
+def _collective_order(ops: Mapping[int, tuple[NcclOp, ...]],
+                      node: Mapping[tuple[int, int], tuple[tuple[int, int], ...]], limit: int = 64) -> list[str]:
+    """Pending collectives of different groups that the ranks issued in different orders.
+
+    Each group's calls match by sequence number, so the groups agree on *what* meets; the hang
+    comes from a rank whose stream (or host) runs group B's call before group A's while its peers
+    run A's before B's. Only consecutive pending calls of a rank are compared, and the first
+    ``limit`` per rank: O(ranks x limit).
+    """
+    pos: dict[int, dict[tuple, int]] = {}
+    firsts: dict[int, list[tuple]] = {}
+    label: dict[tuple, NcclOp] = {}
+    for r, seq in ops.items():
+        pending = [o for o in seq if not o.done and o.kind not in ("send", "recv")][:limit]
+        keys = [node[(o.rank, o.index)] for o in pending]
+        pos[r] = {k: i for i, k in enumerate(keys)}
+        firsts[r] = keys
+        for k, o in zip(keys, pending):
+            label.setdefault(k, o)
     out: list[str] = []
+    seen: set[frozenset] = set()
+    for r in sorted(firsts):
+        for a, b in zip(firsts[r], firsts[r][1:]):
+            pair = frozenset((a, b))
+            if a == b or pair in seen:
+                continue
+            seen.add(pair)
+            before = [q for q in pos if a in pos[q] and b in pos[q] and pos[q][a] < pos[q][b]]
+            after = [q for q in pos if a in pos[q] and b in pos[q] and pos[q][b] < pos[q][a]]
+            if not before or not after:
+                continue
+            if len(after) > len(before):  # name the odd ones out second
+                a, b, before, after = b, a, after, before
+            x, y = label[a], label[b]
+            what_x = f"{x.kind} #{x.seq} (group {x.group_label})"
+            what_y = f"{y.kind} #{y.seq} (group {y.group_label})"
+            many = len(after) > 1
+            out.append(f"rank{'s' if len(before) > 1 else ''} {_ranks(before)} issue{'' if len(before) > 1 else 's'} "
+                       f"{what_x} before {what_y}, but rank{'s' if many else ''} {_ranks(after)} "
+                       f"issue{'' if many else 's'} them the other way round: each side waits in the call the "
+                       "other has not reached")
+    return out
+
+
+def _order_mismatches(ops: Mapping[int, tuple[NcclOp, ...]], front: Mapping[int, NcclOp | None],
+                      node: Mapping[tuple[int, int], tuple[tuple[int, int], ...]]) -> tuple[list[str], list[str]]:
+    """(order mismatches, blocked ranks): a rank whose front is a send/receive with a peer whose
+    front is a send/receive with a third rank is blocked behind that peer, not out of order with it."""
+    out: list[str] = []
+    blocked: list[str] = []
     for r in sorted(front):
         o = front[r]
         if o is None or o.kind not in ("send", "recv"):
@@ -307,8 +403,10 @@ def _order_mismatches(ops: Mapping[int, tuple[NcclOp, ...]], front: Mapping[int,
         later = (f"; rank {q} issues the matching {'receive' if o.kind == 'send' else 'send'} "
                  f"{match.index - other.index} op(s) later ({match.label})" if match is not None
                  else f"; rank {q} never issued the matching {'receive' if o.kind == 'send' else 'send'}")
-        out.append(f"rank {r} {verb} rank {q} ({o.label}) while rank {q} {_doing(other)}{later}")
-    return out
+        held = other.kind in ("send", "recv") and other.peer != r
+        (blocked if held else out).append(f"rank {r} {verb} rank {q} ({o.label}) while rank {q} "
+                                          f"{'is held up: it ' if held else ''}{_doing(other)}{later}")
+    return out, blocked
 
 
 def _doing(o: NcclOp) -> str:
@@ -423,8 +521,8 @@ def diagnose_timeline(timeline: Timeline, schedule: Schedule) -> Diagnosis:
         for o in v:
             nodes.setdefault((o.rank, o.index), ((o.rank, o.index),))
     p2p_front = {r: next((o for o in v if not o.done and o.kind in ("send", "recv")), None) for r, v in ops.items()}
-    order = _order_mismatches(ops, p2p_front, nodes)
-    return Diagnosis("timeline", ops, front, cycle, ranks, names, tuple(order), (), (), tuple(notes))
+    order, blocked = _order_mismatches(ops, p2p_front, nodes)
+    return Diagnosis("timeline", ops, front, cycle, ranks, names, tuple(order), (), (), tuple(notes), tuple(blocked))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -456,6 +554,7 @@ def to_text(d: Diagnosis, *, per_rank: int = 6) -> str:
     else:
         lines.append("no hang: every op completed")
     lines += [f"order: {t}" for t in d.order]
+    lines += [f"blocked: {t}" for t in d.blocked]
     lines += [f"collective mismatch: {t}" for t in d.collectives]
     lines += [f"size mismatch: {t}" for t in d.sizes]
     lines += [f"note: {t}" for t in d.notes]
@@ -466,7 +565,7 @@ def to_dict(d: Diagnosis) -> dict[str, Any]:
     """JSON-ready form (``--output json``)."""
 
     def op(o: NcclOp) -> dict[str, Any]:
-        return {"index": o.index, "kind": o.kind, "group": o.group, "peer": o.peer, "seq": o.seq, "state": o.state,
+        return {"index": o.index, "kind": o.kind, "group": o.group, "group_desc": o.group_desc, "peer": o.peer, "seq": o.seq, "state": o.state,
                 "sizes": [list(s) for s in o.sizes], "op": o.name or None, "step": o.step, "label": o.label}
 
     return {
@@ -480,6 +579,7 @@ def to_dict(d: Diagnosis) -> dict[str, Any]:
         "cycle_ranks": list(d.cycle_ranks),
         "cycle_ops": [list(n) for n in d.cycle_ops],
         "order_mismatches": list(d.order),
+        "blocked": list(d.blocked),
         "collective_mismatches": list(d.collectives),
         "size_mismatches": list(d.sizes),
         "notes": list(d.notes),

@@ -108,7 +108,7 @@ def test_hang1_torch_csv_cycle_is_the_one_check_predicted() -> None:
 def test_hang1_without_plan_names_ops_by_peer() -> None:
     data, text = _diagnose([str(FR / "hang1_torch_csv")])
     assert data["cycle_ranks"] == [0, 1]
-    assert "[r0 send->1 #2 (group 0) = r1 recv<-0 #2 (group 0)]" in {c["node"] for c in data["cycle"]}
+    assert "[r0 send->1 #2 (group default_pg) = r1 recv<-0 #2 (group default_pg)]" in {c["node"] for c in data["cycle"]}
 
 
 def test_hang2_pptl_run_cycle_holds_every_transfer_check_named() -> None:

@@ -32,8 +32,8 @@ from typing import Any, Mapping
 
 from pptl.errors import InputError
 
-__all__ = ["MAX_DUMP_BYTES", "FrGroup", "FrEntry", "FrDump", "load_dump", "loads_dump", "rank_from_name",
-           "P2P_KINDS"]
+__all__ = ["MAX_DUMP_BYTES", "FrGroup", "FrEntry", "FrDump", "load_dump", "loads_dump", "loads_plain",
+           "rank_from_name", "P2P_KINDS"]
 
 #: Largest dump read (a 20,000-entry buffer with stack traces is ~30 MB).
 MAX_DUMP_BYTES = 256 * 1024 * 1024
@@ -134,6 +134,15 @@ def load_dump(path: str | Path, *, rank: int | None = None, max_bytes: int = MAX
 
 def loads_dump(data: bytes, *, source: str, rank: int, max_bytes: int = MAX_DUMP_BYTES) -> FrDump:
     """Parse a dump's bytes (see :func:`load_dump`)."""
+    return _dump_from(loads_plain(data, source=source, max_bytes=max_bytes), source, rank)
+
+
+def loads_plain(data: bytes, *, source: str, max_bytes: int = MAX_DUMP_BYTES) -> Any:
+    """The plain data (dicts, lists, strings, numbers...) a pickle holds; refuses everything else.
+
+    Raises:
+        InputError: empty, too large, truncated, or asks for a class or function.
+    """
     if not data:
         raise InputError(f"{source}: empty file, expected a flight-recorder dump (a pickle)")
     if len(data) > max_bytes:
@@ -148,7 +157,7 @@ def loads_dump(data: bytes, *, source: str, rank: int, max_bytes: int = MAX_DUMP
     except (ValueError, TypeError, IndexError, KeyError, AttributeError, OverflowError, MemoryError,
             RecursionError, UnicodeDecodeError) as e:  # what a malformed opcode stream raises in pickle
         raise InputError(f"{source}: not a readable pickle ({type(e).__name__}: {_first(e)})") from None
-    return _dump_from(raw, source, rank)
+    return raw
 
 
 def _first(e: BaseException) -> str:
