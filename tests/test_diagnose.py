@@ -126,7 +126,7 @@ def test_hang3_ep_all_to_all_order() -> None:
     data, text = _diagnose([str(FR / "hang3_ep_a2a")])
     assert data["cycle_ranks"] == [0, 1]
     assert data["collective_mismatches"] == [
-        "group 2 collective #1: rank 0 issues all_to_all 256x64 but rank 1 issues all_to_all 128x64 (the ranks "
+        "group ep collective #1: rank 0 issues all_to_all 256x64 but rank 1 issues all_to_all 128x64 (the ranks "
         "issue the group's collectives in different orders)"]
     assert data["ranks"]["2"]["front"] is None
     assert "rank 2: 1 ops, all completed" in text
@@ -175,3 +175,97 @@ def test_swapped_sends_hang_a_gloo_run_and_the_timeline_names_check_s_cycle(tmp_
     assert set(NODE.findall(pp031)) == {c["node"] for c in data["cycle"] if c["node"].startswith("[")}
     assert ("order: rank 1 waits to receive from rank 2 (r1/recv/RECV_B s1 mb6 <-r2) while rank 2 waits to receive "
             "from rank 1 (r2/recv/RECV_F s2 mb7 <-r1)") in text
+
+
+# ----------------------------------------------------------------------------------------------
+# Real dumps: 4x H200, torch 2.11 (fixtures/flight_recorder/trim_real.py)
+
+REAL_CSV = FR / "real_csv_nccl_order"
+REAL_A2A = FR / "real_a2a_order"
+HANG_CSV = ROOT / "fixtures" / "csv" / "invalid" / "hang_nccl_order.csv"
+
+
+def test_real_torch_csv_hang_is_the_cycle_check_predicted() -> None:
+    data, text = _diagnose([str(REAL_CSV), "--plan", str(HANG_CSV)])
+    assert data["cycle_ranks"] == [0, 1]
+    assert {c["node"] for c in data["cycle"]} == _check_nodes(HANG_CSV) == {
+        "[r0/send/SEND_F s0 mb3 ->r1 = r1/recv/RECV_F s1 mb3 <-r0]",
+        "[r1/send/SEND_B s1 mb0 ->r0 = r0/recv/RECV_B s0 mb0 <-r1]"}
+    # torch 2.11 records every batch_isend_irecv as members plus a "coalesced" entry that holds the
+    # state: read right, the shape-inference set-up and the first micro-batches completed.
+    front = {r: (v["front"]["op"], v["front"]["state"], v["completed"]) for r, v in data["ranks"].items()}
+    assert front == {"0": ("r0/send/SEND_F s0 mb3 ->r1", "started", 7),
+                     "1": ("r1/send/SEND_B s1 mb0 ->r0", "started", 15),
+                     "2": ("r2/send/SEND_B s2 mb1 ->r1", "started", 17),
+                     "3": ("r3/send/SEND_B s3 mb2 ->r2", "started", 9)}
+    assert ("order: rank 0 sends to rank 1 (r0/send/SEND_F s0 mb3 ->r1) while rank 1 sends to rank 0 "
+            "(r1/send/SEND_B s1 mb0 ->r0); rank 1 issues the matching receive 1 op(s) later "
+            "(r1/recv/RECV_F s1 mb3 <-r0)") in text
+    assert len(data["order_mismatches"]) == 2 and len(data["blocked"]) == 2
+    # pipelining sends a 0-d tensor the peer receives as [1]: the same count, no size mismatch
+    assert data["size_mismatches"] == [] and data["notes"] == []
+
+
+def test_real_a2a_order_names_the_groups_and_the_odd_rank() -> None:
+    data, text = _diagnose([str(REAL_A2A)])
+    assert data["cycle_ranks"] == [0, 1, 2, 3]
+    assert [c["node"] for c in data["cycle"]] == ["[all_to_all #2 (group ep_dispatch) on ranks 0-3]",
+                                                  "[all_to_all #2 (group ep_combine) on ranks 0-3]"]
+    fronts = {r: (v["front"]["group_desc"], v["front"]["state"]) for r, v in data["ranks"].items()}
+    assert fronts == {"0": ("ep_dispatch", "started"), "1": ("ep_combine", "started"),
+                      "2": ("ep_dispatch", "started"), "3": ("ep_dispatch", "started")}
+    assert data["order_mismatches"] == [
+        "ranks 0, 2, 3 issue all_to_all #2 (group ep_dispatch) before all_to_all #2 (group ep_combine), but rank 1 "
+        "issues them the other way round: each side waits in the call the other has not reached"]
+    assert data["collective_mismatches"] == []  # each group's calls agree by sequence number
+
+
+def test_real_dump_figure(tmp_path: Path) -> None:
+    fig = tmp_path / "hang.svg"
+    result = runner.invoke(app, ["diagnose", str(REAL_CSV), "--plan", str(HANG_CSV), "-o", str(fig)])
+    assert result.exit_code == 1, result.output
+    svg = fig.read_text()
+    assert "SEND_F mb3" in svg and "RECV_B mb0" in svg and "SEND_B mb0" in svg
+
+
+def _raw(path: Path) -> dict:
+    return pickle.loads(path.read_bytes())  # our own fixture: plain data
+
+
+def _fuzzed(raw: dict, how: str, seed: int) -> bytes:
+    import random
+
+    rnd = random.Random(seed)
+    entries = list(raw["entries"])
+    if how == "truncate":
+        data = pickle.dumps(raw)
+        return data[:rnd.randrange(1, len(data) - 1)]
+    if how == "drop":
+        del entries[rnd.randrange(len(entries))]
+    elif how == "shuffle":
+        rnd.shuffle(entries)
+    elif how == "field":
+        e = dict(entries[rnd.randrange(len(entries))])
+        key = rnd.choice(sorted(e))
+        e[key] = rnd.choice([None, "x", -1, 2**70, [], {"a": 1}, ("a",), 1.5])
+        entries[entries.index(next(x for x in entries if x["record_id"] == e["record_id"]))] = e
+    elif how == "config":
+        raw = dict(raw, pg_config=rnd.choice([None, [], {"0": {"ranks": "[0, 1"}}, {"0": {"ranks": "__import__"}}]))
+    return pickle.dumps(dict(raw, entries=entries))
+
+
+@pytest.mark.parametrize("how", ["truncate", "drop", "shuffle", "field", "config"])
+def test_fuzzed_real_dumps_give_a_diagnosis_or_one_line(tmp_path: Path, how: str) -> None:
+    for case in range(4):
+        d = tmp_path / f"{how}{case}"
+        d.mkdir()
+        for f in sorted(REAL_CSV.iterdir()):
+            data = _fuzzed(_raw(f), how, case) if f.name.endswith("_1") else f.read_bytes()
+            (d / f.name).write_bytes(data)
+        result = runner.invoke(app, ["diagnose", str(d), "--plan", str(HANG_CSV)])
+        assert result.exit_code in (0, 1, 2), (how, case, result.output)
+        assert result.exception is None or isinstance(result.exception, SystemExit), (how, case, result.exception)
+        if result.exit_code == 2:
+            assert "nccl_trace_rank_1" in _one_error_line(result)
+        else:
+            assert "rank 1:" in result.stdout
