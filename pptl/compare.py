@@ -65,6 +65,8 @@ class Comparison:
     missing: list[str] = field(default_factory=list)
     """Planned ops the measurement lacks (a failed or partial run)."""
     notes: list[str] = field(default_factory=list)
+    contexts: list[Any] = field(default_factory=list)
+    """:class:`pptl.contexts.ContextRow` per (kind, context) of the side-lane ops."""
 
     @property
     def makespan_error(self) -> float | None:
@@ -84,6 +86,9 @@ class Comparison:
                      "planned_end": o.planned_end, "measured_start": o.measured_start,
                      "measured_end": o.measured_end, "end_error": o.end_error} for o in self.ops],
             "missing": self.missing, "notes": self.notes,
+            "contexts": [{"kind": c.kind, "context": c.context, "planned_count": c.planned_count,
+                          "measured_count": c.measured_count, "planned_mean": c.planned_mean,
+                          "measured_mean": c.measured_mean, "error": c.error} for c in self.contexts],
         }
 
     def worst_ops(self, n: int) -> list[OpRow]:
@@ -149,7 +154,24 @@ def compare_timelines(planned: Timeline, measured: Timeline) -> Comparison:
     if measured.meta.extra.get("failed"):
         notes.append(f"the run failed: {measured.meta.extra['failed']}")
     return Comparison(planned, measured, scale, units, span_p * scale, span_m, bubble_fraction(planned),
-                      bubble_fraction(measured), rows, ops, missing, notes)
+                      bubble_fraction(measured), rows, ops, missing, notes,
+                      _contexts([(p_by[op], m_by[op]) for op in common], scale))
+
+
+def _contexts(pairs: list[tuple[Event, Event]], scale: float) -> list[Any]:
+    """Per-context rows of the side-lane ops other than messages (none for plain training plans)."""
+    from pptl.contexts import Span, context_errors
+
+    def span(e: Event) -> Span:
+        return Span(e.rank, e.lane, e.kind, e.start, e.end)
+
+    side = [(p, m) for p, m in pairs if p.lane not in ("compute", "pass") and p.kind not in ("SEND", "RECV")]
+    if not side:
+        return []
+    # contexts need each side's compute ops too; only side-lane rows come back
+    rows = context_errors([(span(p), span(m)) for p, m in pairs if p.lane != "pass"
+                           and p.kind not in ("SEND", "RECV")], scale)
+    return rows
 
 
 def _row(p: Event, m: Event, p0: float, m0: float, scale: float) -> OpRow:
@@ -175,6 +197,13 @@ def comparison_lines(cmp: Comparison, top: int = 10) -> list[str]:
     for k in cmp.kinds:
         e = "" if k.error is None else f"{100 * k.error:+.1f}%"
         lines.append(f"{k.kind:<6}{k.count:>6}{k.planned_mean:>12.4g}{k.measured_mean:>12.4g}{e:>9}")
+    if cmp.contexts:
+        lines.append(f"{'side-lane op':<14}{'context':<10}{'ops':>9}{'planned':>12}{'measured':>12}{'error':>9}"
+                     f"   (mean duration, {u}; ops planned/measured in that context)")
+        for c in cmp.contexts:
+            e = "" if c.error is None or not c.planned_count else f"{100 * c.error:+.1f}%"
+            n = f"{c.planned_count}/{c.measured_count}"
+            lines.append(f"{c.kind:<14}{c.context:<10}{n:>9}{c.planned_mean:>12.4g}{c.measured_mean:>12.4g}{e:>9}")
     worst = cmp.worst_ops(top)
     if worst:
         lines.append(f"largest end-time errors ({len(worst)} of {len(cmp.ops)} ops; planned - measured, {u}):")

@@ -52,6 +52,9 @@ class Costs:
     """Bytes of one activation or gradient message between stages."""
     copy_bandwidth: float = math.inf
     """Bytes per unit of time of a host<->device copy (PCIe)."""
+    context: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    """Cost key -> context -> duration: side-lane ops alone or beside compute of a kind
+    (:mod:`pptl.contexts`); a key with contexts takes the one its op has in the timed plan."""
 
     def lookup(self, key: str, stage: int = -1) -> float | None:
         """The duration of ``key`` at ``stage``, or ``None`` if no value is known."""
@@ -86,6 +89,8 @@ class Costs:
         comm = {k: v for k, v in comm.items() if v not in (0.0, math.inf)}
         if comm:
             out["comm"] = comm
+        if self.context:
+            out["context"] = {k: dict(v) for k, v in self.context.items()}
         return out
 
 
@@ -345,6 +350,7 @@ def costs_from_mapping(data: Any, *, source: str = "<flags>") -> Costs:
     base = dict(DEFAULT_COSTS)
     stages: dict[int, dict[str, float]] = {}
     comm: Mapping[str, Any] = {}
+    context: dict[str, dict[str, float]] = {}
     for key, value in data.items():
         if key == "stages":
             if not isinstance(value, Mapping):
@@ -363,6 +369,14 @@ def costs_from_mapping(data: Any, *, source: str = "<flags>") -> Costs:
             if not isinstance(value, Mapping):
                 raise InputError(f"{source}: field 'comm': expected a mapping with latency, bandwidth, bytes")
             comm = value
+        elif key == "context":
+            if not isinstance(value, Mapping):
+                raise InputError(f"{source}: field 'costs.context': expected a mapping key -> {{context: duration}}"
+                                 " such as {dispatch: {alone: 0.1, MLP: 0.4}}")
+            for k, row in value.items():
+                if not isinstance(row, Mapping):
+                    raise InputError(f"{source}: field 'costs.context.{k}': expected a mapping context -> duration")
+                context[str(k)] = {str(c): _duration(v, f"costs.context.{k}.{c}", source) for c, v in row.items()}
         else:
             base[str(key)] = _duration(value, f"costs.{key}", source)
     if "B" not in data and ("I" in data or "W" in data):
@@ -378,6 +392,7 @@ def costs_from_mapping(data: Any, *, source: str = "<flags>") -> Costs:
         comm_bandwidth=_positive(comm.get("bandwidth", math.inf), "comm.bandwidth", source),
         comm_bytes=_duration(comm.get("bytes", 0.0), "comm.bytes", source),
         copy_bandwidth=_positive(comm.get("copy_bandwidth", math.inf), "comm.copy_bandwidth", source),
+        context=context,
     )
 
 

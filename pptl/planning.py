@@ -244,10 +244,26 @@ def costs_from_timeline(timeline: Timeline) -> dict[str, Any]:
             stages.setdefault(int(s), {}).update(v)
     if stages:
         costs["stages"] = {s: _fill_split(v) for s, v in sorted(stages.items())}
+    context = keyed.get("context") if isinstance(keyed, dict) else None
+    if not isinstance(context, dict):
+        context = _contexts_by_kind(timeline)
+    if context:
+        costs["context"] = context
     latency = _message_latency(timeline)
     if latency is not None:
         costs["comm"] = {"latency": latency}
     return costs
+
+
+def _contexts_by_kind(timeline: Timeline) -> dict[str, dict[str, float]]:
+    """Side-lane ops' mean duration per context (:mod:`pptl.contexts`), keyed by kind: the cost key
+    of every family whose run does not store its own (``cost_means.context``). Messages are left
+    out (their time is the send-to-receive latency)."""
+    from pptl.contexts import Span, measure_contexts
+
+    spans = [Span(e.rank, e.lane, e.kind, e.start, e.end) for e in timeline.events]
+    keys = [None if e.lane == "compute" or e.kind in ("SEND", "RECV") else e.kind for e in timeline.events]
+    return measure_contexts(spans, keys)
 
 
 def _message_latency(timeline: Timeline) -> float | None:

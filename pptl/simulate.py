@@ -7,6 +7,7 @@ the timed events: F allocates at its start, B (or I and W, by the declared split
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import networkx as nx
 
@@ -16,7 +17,8 @@ from pptl.errors import InputError, InvalidScheduleError
 from pptl.ir import Op, Schedule
 from pptl.timeline import Event, Timeline, TimelineMeta
 
-__all__ = ["Simulation", "RankMetrics", "durations", "simulate", "memory_events", "memory_timeline", "peak_memory"]
+__all__ = ["Simulation", "RankMetrics", "durations", "simulate", "memory_events", "memory_timeline", "peak_memory",
+           "held_spans"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,16 +139,9 @@ def simulate(schedule: Schedule, costs: Costs | None = None, *, dag: nx.DiGraph 
             order = list(nx.topological_sort(g))
     except nx.NetworkXUnfeasible:
         raise InvalidScheduleError("the schedule deadlocks (its DAG has a cycle); run 'pptl check' to see the cycle") from None
-    for v in order:
-        t = 0.0
-        best = -1
-        for u in pred[v]:
-            e = end[u]
-            if e > t:
-                t, best = e, u
-        start[v] = t
-        end[v] = t + dur[v]
-        via[v] = best
+    _longest_path(order, pred, dur, start, end, via)
+    if costs.context:
+        dur = _retime_in_context(schedule, costs, order, pred, dur, start, end, via)
     makespan = max(end, default=0.0) - min(start, default=0.0)
     if not makespan < float("inf"):  # also NaN; every renderer and writer needs finite times
         raise InputError(f"the timed schedule overflows a float (makespan {makespan}): a cost, comm.bytes or a "
@@ -169,6 +164,41 @@ def simulate(schedule: Schedule, costs: Costs | None = None, *, dag: nx.DiGraph 
         for r, b in sorted(busy.items())
     ]
     return Simulation(schedule, start, end, makespan, ranks, path, peak_at)
+
+
+def _longest_path(order: list[int], pred: Any, dur: list[float], start: list[float], end: list[float],
+                  via: list[int]) -> None:
+    for v in order:
+        t = 0.0
+        best = -1
+        for u in pred[v]:
+            e = end[u]
+            if e > t:
+                t, best = e, u
+        start[v] = t
+        end[v] = t + dur[v]
+        via[v] = best
+
+
+def _retime_in_context(schedule: Schedule, costs: Costs, order: list[int], pred: Any, dur: list[float],
+                       start: list[float], end: list[float], via: list[int]) -> list[float]:
+    """Context hook (:mod:`pptl.contexts`): ops whose cost key has durations per context (alone, or
+    beside compute of a kind) take the one their timed context gives; re-timed until the contexts
+    settle. Family-agnostic: the context is read off the lanes of each op's rank."""
+    from pptl.contexts import CONTEXT_PASSES, Span, context_durations
+
+    ops = schedule.ops
+    keys = [op.cost_key for op in ops]
+    base = dur
+    sticky: list[str | None] = [None] * len(ops)
+    for _ in range(CONTEXT_PASSES):
+        spans = [Span(op.rank, op.lane, op.kind, start[i], end[i]) for i, op in enumerate(ops)]
+        new = context_durations(spans, keys, base, costs.context, sticky)
+        if new == dur:
+            break
+        dur = new
+        _longest_path(order, pred, dur, start, end, via)
+    return dur
 
 
 def memory_events(op: Op, activation: float, w_activation: float) -> tuple[float, float]:
@@ -211,9 +241,40 @@ def memory_timeline(schedule: Schedule, start: list[float], end: list[float], ac
             per_rank.setdefault(op.rank, []).append((start[i], 1, alloc, i))
         if free:
             per_rank.setdefault(op.rank, []).append((end[i], 0, -free, i))
+    for a, ea, b, eb, amount in held_spans(schedule):
+        # memory a family declares between two ops' edges (e.g. an MoE layer's working tensors)
+        if schedule.ops[a].kind in skip or schedule.ops[b].kind in skip:
+            continue
+        rank = schedule.ops[a].rank
+        per_rank.setdefault(rank, []).append(((end if ea else start)[a], 1, amount, a))
+        per_rank.setdefault(rank, []).append(((end if eb else start)[b], 0, -amount, b))
     for evs in per_rank.values():
         evs.sort()
     return per_rank
+
+
+def held_spans(schedule: Schedule) -> list[tuple[int, int, int, int, float]]:
+    """``meta['held']``: ``[op a, 0 start | 1 end, op b, 0 | 1, amount]`` — ``amount`` activation
+    units held on op a's rank from that edge of a to that edge of b. Plan files are input from
+    elsewhere: a malformed entry is an error naming it."""
+    raw = schedule.meta.get("held") if isinstance(schedule.meta, dict) else None
+    if not raw:
+        return []
+    n = len(schedule.ops)
+    out: list[tuple[int, int, int, int, float]] = []
+    for k, item in enumerate(raw if isinstance(raw, list) else [raw]):
+        ok = isinstance(item, (list, tuple)) and len(item) == 5
+        if ok:
+            a, ea, b, eb, amount = item
+            ok = (all(isinstance(x, int) and not isinstance(x, bool) for x in (a, ea, b, eb))
+                  and 0 <= a < n and 0 <= b < n and ea in (0, 1) and eb in (0, 1)
+                  and isinstance(amount, (int, float)) and not isinstance(amount, bool)
+                  and 0 <= amount < float("inf") and schedule.ops[a].rank == schedule.ops[b].rank)
+        if not ok:
+            raise InputError(f"field 'meta.held[{k}]': got {str(item)[:80]}, expected [op index, 0|1, op index on the "
+                             "same rank, 0|1, amount >= 0]")
+        out.append((a, ea, b, eb, float(amount)))
+    return out
 
 
 def peak_memory(schedule: Schedule, start: list[float], end: list[float], activation: float,

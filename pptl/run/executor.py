@@ -236,6 +236,7 @@ class Executor:
         for i in self.rp.issue:
             self.current = i
             self.post(k, i)
+            self._before_issue(i)
             stream = self.stream_of[i]
             with torch.cuda.stream(stream):
                 for u in self.rp.waits.get(i, ()):
@@ -263,6 +264,9 @@ class Executor:
                    for i in self.rp.issue] if timed else [])
         loss = float(st.loss) if self._has_loss() else None
         return {"step": k, "timed": timed, "step_ms": step_ms, "wall_ms": wall_ms, "loss": loss, "events": events}
+
+    def _before_issue(self, i: int) -> None:
+        """CUDA: called before op ``i`` is issued (and timed); a family may hold the host back here."""
 
     def _poll(self, k: int, pending: list[tuple[int, Any]]) -> None:
         """Wait for the step's events without blocking in CUDA, so a stuck op can be named."""

@@ -144,14 +144,17 @@ def remote_hop_waits(schedule: Schedule) -> dict[int, dict[int, tuple[int, ...]]
 
 
 def cost_means(schedule: Schedule, events: Iterable[Any],
-               together: Callable[[Any], Hashable | None] | None = None) -> dict[str, Any]:
+               together: Callable[[Any], Hashable | None] | None = None, *, contexts: bool = False
+               ) -> dict[str, Any]:
     """Measured mean duration per cost key ({"base": {key: ms}, "stages": {stage: {key: ms}}}).
 
     Messages (SEND/RECV) are left out: ``pptl plan --costs-from`` takes their latency from the
     send-to-receive gaps. ``together`` names the collective an op belongs to (None: not one): a
     collective's copies on the ranks that join it count from the last one to arrive, since the
     plan starts each copy when its own inputs are ready and models no wait for the others.
+    ``contexts``: also ``"context"``, the side-lane means per context (:mod:`pptl.contexts`).
     """
+    events = list(events)
     by_id = {op.id: op for op in schedule.ops}
     rows = [(by_id[e.op], e) for e in events if e.op in by_id and by_id[e.op].kind not in ("SEND", "RECV")]
     last_start: dict[Hashable, float] = {}
@@ -170,5 +173,22 @@ def cost_means(schedule: Schedule, events: Iterable[Any],
         if op.stage >= 0:
             stages.setdefault(op.stage, {}).setdefault(op.cost_key, []).append(duration)
     mean = lambda v: sum(v) / len(v)  # noqa: E731
-    return {"base": {k: mean(v) for k, v in sorted(base.items())},
-            "stages": {str(s): {k: mean(v) for k, v in sorted(d.items())} for s, d in sorted(stages.items())}}
+    out: dict[str, Any] = {"base": {k: mean(v) for k, v in sorted(base.items())},
+                           "stages": {str(s): {k: mean(v) for k, v in sorted(d.items())}
+                                      for s, d in sorted(stages.items())}}
+    if contexts:
+        # Side-lane ops per context (alone / beside compute of a kind), timed as above: a
+        # collective's copy from its last participant's start.
+        from pptl.contexts import Span, measure_contexts
+
+        evs = [(by_id[e.op], e) for e in events if e.op in by_id]
+        spans, keys, durs = [], [], []
+        for op, e in evs:
+            key = together(op) if together is not None else None
+            a = max(e.start, last_start[key]) if key is not None else e.start
+            spans.append(Span(op.rank, op.lane, op.kind, min(a, e.end), e.end))
+            side = op.lane != "compute" and op.kind not in ("SEND", "RECV") and op.lane != "pass"
+            keys.append(op.cost_key if side else None)
+            durs.append(max(0.0, e.end - a))
+        out["context"] = measure_contexts(spans, keys, durs)
+    return out

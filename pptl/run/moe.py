@@ -14,8 +14,21 @@ so the dispatch and combine of one micro-batch run while the other micro-batch c
 Memory: no tensor is kept to the end of the step. A tensor used on a stream other than the one
 it was made on is marked with ``record_stream`` there, so the caching allocator reuses it only
 after that stream's work, and the memory each sub-op holds is what it holds in the plan (the
-offloaded expert inputs leave the GPU at their Offload and come back at their Onload). Each step
-reports ``torch.cuda.max_memory_allocated`` above the step's starting allocation.
+offloaded expert inputs leave the GPU at their Offload and come back at their Onload; with
+``options.costs.hidden_bytes`` the plan also counts the layer in flight, received inputs and the
+loss gradient, ``meta['held']``). Each step reports ``torch.cuda.max_memory_allocated`` above the
+step's starting allocation and ``max_memory_reserved``.
+
+What makes offloading save real memory, and why this way: the host is held back to within
+``meta['host_lag']`` compute sub-ops of the GPU (:class:`pptl.run.hostlag.HostLag`: before issuing
+compute sub-op n it waits for the event recorded after sub-op n - lag). Then a block the host
+drops has been passed by the streams that still had to read it by the time memory is asked for
+again, so the caching allocator hands it back out instead of mapping new segments, and the
+allocated view frees and allocates when the GPU does. The alternative, a pool of device buffers
+sized by the plan's peak, was not taken: it would hold its whole size for the whole step (what
+offloading saves between the peaks it would keep), and the allocator already is a pool of
+reusable blocks once its free events complete. Host buffers are a pool: one pinned buffer pair
+per offloaded layer, made once per plan and reused by every step.
 
 On CPU (gloo) the all-to-alls are blocking; every member of an EP group issues its ops in one
 order (:func:`pptl.run.families.symmetric_issue`), so that is deadlock-free, and "host memory"
@@ -65,7 +78,13 @@ class MoEExecutor(Executor):
         program = refine(program, issue=symmetric_issue(program, groups))
         self.markers = frozenset(i for i in program.ranks[rank].issue if program.schedule.ops[i].lane == "pass")
         self.memory: list[dict[str, float]] = []
+        self.hold = None
+        if device.type == "cuda":
+            from pptl.run.hostlag import HostLag
+
+            self.hold = HostLag(int(meta.get("host_lag", 0)), torch.cuda.Event, timeout=float(kw.get("timeout", 60)))
         super().__init__(program, rank, device, channels, **kw)
+        self.compute_ops = frozenset(i for i in self.rp.issue if self.ops[i].lane == "compute")
         if self.ep_group is not None:  # the communicator's set-up, outside any step
             t = torch.zeros(self.shape, dtype=self.dtype, device=device)
             self._a2a(t)
@@ -101,6 +120,8 @@ class MoEExecutor(Executor):
         """Input gradients of layers > 0, until the layer below takes them."""
         self._dloss: dict[tuple, torch.Tensor] = {}
         base = 0
+        if self.hold is not None:
+            self.hold.reset()
         if self.cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
             base = torch.cuda.memory_allocated(self.device)
@@ -115,8 +136,15 @@ class MoEExecutor(Executor):
         rec["events"] = [[i, a, a] if i in self.markers else [i, a, b] for i, a, b in rec["events"]]
         return rec
 
+    def _before_issue(self, i: int) -> None:
+        if self.hold is not None and i in self.compute_ops:
+            self.hold.before()
+
     def report(self) -> dict[str, Any]:
         out: dict[str, Any] = {"member": self.member, "offloaded_layers": len(self.host)}
+        if self.hold is not None:
+            out["host_lag"] = self.hold.lag
+            out["host_waits"] = self.hold.waits
         if self.memory:
             later = self.memory[1:] or self.memory  # the first step also sets up the allocator's pools
             out["memory"] = {k: max(m[k] for m in later) for k in later[0]}
@@ -143,6 +171,13 @@ class MoEExecutor(Executor):
         fn = table.get((op.kind, op.flow))
         if fn is None:
             raise InputError(f"op {op.id}: kind {op.kind} with flow {op.flow!r} is not a sub-op pptl run knows")
+        if op.lane == "compute" and self.hold is not None:
+            hold = self.hold
+
+            def held(st: Any) -> None:
+                fn(st, key)
+                hold.after()  # on the op's stream, after its work: what the host waits for lag ops on
+            return held
         return lambda st: fn(st, key)
 
     def _use(self, *tensors: torch.Tensor | None) -> None:
@@ -347,7 +382,7 @@ class MoEExecutor(Executor):
                 return None
             return (group_of.get(op.rank, op.rank), op.kind, op.flow, op.stage, op.mb, op.sub)
 
-        x["cost_means"] = cost_means(schedule, timeline.events, a2a)
+        x["cost_means"] = cost_means(schedule, timeline.events, a2a, contexts=True)
         ep_total, ep_exposed = exposed_in_timeline(timeline, EP_KINDS)
         cp_total, cp_exposed = exposed_in_timeline(timeline, COPY_KINDS)
         ranks = range(schedule.pp)

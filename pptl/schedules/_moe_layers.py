@@ -201,6 +201,57 @@ class _Builder:
             if b is not None:
                 n_bwd += 1
 
+    def held(self, hidden: float) -> list[list[float]]:
+        """What a layer in flight holds beyond its saved activations, as ``meta['held']`` spans
+        ``[op a, 0 start | 1 end, op b, 0 | 1, amount]`` (:func:`pptl.simulate.memory_timeline`),
+        in units of one tokens x hidden tensor of ``hidden`` activation units, as ``pptl run``'s
+        layer (:mod:`pptl.run.moe_model`) keeps them:
+
+        forward: h and the expert output m from Attn to Combine (2); the layer output y until the
+        next layer, the next stage or the SEND takes it (1); a received input until its Attn (1);
+        on the last stage the loss gradient until the last layer's B.attn (1). Backward: the output
+        gradient dy until B.attn (1); dm from B.combine, du_e from B.mlp, dh and du_a (3) from
+        B.attn, all until WGrad; dr from B.mlp to B.dispatch and dh_e from B.dispatch to B.attn.
+        """
+        at, L, out = self.at, self.layers, []
+
+        def span(a: Key, ea: int, b: Key, eb: int, n: float) -> None:
+            if a in at and b in at:
+                out.append([at[a], ea, at[b], eb, n * hidden])
+
+        for key in list(at):
+            if key[0] == "FA":
+                _, e, s, mb, l = key
+                span(key, 0, ("FC", e, s, mb, l), 1, 2)
+                fc = ("FC", e, s, mb, l)
+                if l < L - 1:
+                    span(fc, 1, ("FA", e, s, mb, l + 1), 0, 1)
+                elif s == self.last:
+                    span(fc, 1, ("BA", e, s, mb, L - 1), 1, 1)
+                elif ("SEND", "F", e, s, mb) in at:
+                    span(fc, 1, ("SEND", "F", e, s, mb), 1, 1)
+                else:
+                    span(fc, 1, ("FA", e, s + 1, mb, 0), 0, 1)
+                if l == 0:
+                    span(("RECV", "F", e, s, mb), 0, key, 0, 1)
+            elif key[0] == "BA":
+                _, e, s, mb, j = key
+                if j < L - 1:
+                    span(("BA", e, s, mb, j + 1), 1, key, 1, 1)
+                elif ("RECV", "B", e, s, mb) in at:
+                    span(("RECV", "B", e, s, mb), 0, key, 1, 1)
+                elif s < self.last:
+                    span(("BA", e, s + 1, mb, 0), 1, key, 1, 1)
+                if j == 0:
+                    span(key, 1, ("SEND", "B", e, s, mb), 1, 1)
+                wg = ("WG", e, s, mb, j)
+                span(("BC", e, s, mb, j), 0, wg, 1, 1)
+                span(("BM", e, s, mb, j), 0, wg, 1, 1)
+                span(("BM", e, s, mb, j), 0, ("BD", e, s, mb, j), 1, 1)
+                span(("BD", e, s, mb, j), 0, key, 1, 1)
+                span(key, 0, wg, 1, 3)
+        return sorted(out)
+
     def schedule(self, family: str, meta: dict[str, Any]) -> Schedule:
         ops = self.sb.ops
         explicit = {(self.at[u], self.at[v]) for u, v in self.edges}
@@ -211,7 +262,7 @@ class _Builder:
 
 
 def build_ops(cfg: Config, family: str, per_rank: dict[int, list], *, layers: int, ep: int, offload: bool,
-              offload_bytes: float, delay_wgrad: bool, meta: dict[str, Any]) -> Schedule:
+              offload_bytes: float, delay_wgrad: bool, meta: dict[str, Any], hidden_bytes: float = 0.0) -> Schedule:
     """The full schedule: each pipeline rank's steps, for each EP member (direction).
 
     With ``delay_wgrad`` (combined 1F1B) a layer's input gradient moves on before its WGrad runs;
@@ -222,4 +273,6 @@ def build_ops(cfg: Config, family: str, per_rank: dict[int, list], *, layers: in
     for r in range(cfg.pp):
         for e in range(ep):
             b.rank_steps(r, e, per_rank[r])
+    if hidden_bytes > 0:
+        meta = {**meta, "held": b.held(hidden_bytes)}
     return b.schedule(family, meta)

@@ -87,8 +87,8 @@ NAME = "moe-1f1b-overlap"
 
 #: Keys of ``options.costs`` (per layer, in time units; bytes and bandwidths in memory units).
 COST_KEYS = ("attn", "mlp", "attn_b", "mlp_b", "wgrad", "dispatch", "combine", "a2a_bytes", "ep_bandwidth",
-             "ep_latency", "offload_bytes", "offload_bandwidth", "onload_bandwidth")
-_OPTION_KEYS = ("layers_per_chunk", "ep", "overlap", "offload", "extra_warmup", "order", "costs")
+             "ep_latency", "offload_bytes", "offload_bandwidth", "onload_bandwidth", "hidden_bytes")
+_OPTION_KEYS = ("layers_per_chunk", "ep", "overlap", "offload", "extra_warmup", "order", "costs", "host_lag")
 
 Step = tuple[tuple[int, int] | None, tuple[int, int] | None]
 """(forward (mb, chunk) or None, backward (mb, chunk) or None) of one step on one rank."""
@@ -109,6 +109,11 @@ class MoEOptions:
     extra_warmup: int = 1
     """Megatron's "+1" warmup micro-batch (0 reproduces the self-dependent pair; for study)."""
     costs: LayerCosts = LayerCosts()
+    hidden_bytes: float = 0.0
+    """Memory of one tokens x hidden tensor (``Config.activation`` units); > 0 adds the working
+    memory a layer in flight holds (:func:`pptl.schedules._moe_layers.held_spans`)."""
+    host_lag: int = 4
+    """``pptl run``: compute sub-ops the host may issue ahead of the GPU (0: unbounded)."""
 
 
 def _num(value: Any, where: str, cfg: Config, *, positive: bool = False) -> float:
@@ -186,7 +191,10 @@ def parse_options(cfg: Config) -> MoEOptions:
         dispatch=0.5 if a2a["dispatch"] is None else a2a["dispatch"],
         combine=0.5 if a2a["combine"] is None else a2a["combine"],
         offload_bytes=off_bytes, offload=off_bytes / off_bw, onload=off_bytes / c.get("onload_bandwidth", off_bw))
-    return MoEOptions(layers=layers, ep=ep, overlap=overlap, offload=offload, extra_warmup=extra, costs=costs)
+    hidden = c.get("hidden_bytes", 0.0)
+    lag = _int(data.get("host_lag", 4), "options.host_lag", cfg, 0, 1 << 20)
+    return MoEOptions(layers=layers, ep=ep, overlap=overlap, offload=offload, extra_warmup=extra, costs=costs,
+                      hidden_bytes=hidden, host_lag=lag)
 
 
 def validate(cfg: Config) -> None:
@@ -249,9 +257,11 @@ def build(cfg: Config) -> Schedule:
         "extra_warmup": opts.extra_warmup if opts.overlap else 0,
         "ep_groups": [[r * opts.ep + e for e in range(opts.ep)] for r in range(cfg.pp)],
         "warmup": [warmup(cfg, r, opts) for r in range(cfg.pp)],
+        "host_lag": opts.host_lag,
     }
     return build_ops(cfg, NAME, per_rank, layers=opts.layers, ep=opts.ep, offload=opts.offload,
-                     offload_bytes=opts.costs.offload_bytes, delay_wgrad=opts.overlap, meta=meta)
+                     offload_bytes=opts.costs.offload_bytes, delay_wgrad=opts.overlap, meta=meta,
+                     hidden_bytes=opts.hidden_bytes)
 
 
 def _chunk_costs(cfg: Config) -> tuple[float, float, float]:

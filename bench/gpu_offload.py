@@ -1,0 +1,227 @@
+"""GPU runs of issue 21: activation offloading that saves real memory, and the all-to-all cost per context.
+
+    PYTHONPATH=. python3 bench/gpu_offload.py --out OUT [--gpus 4] [--device cuda]
+
+The issue-8 MoE workload (pp = 2 x ep = 2, vpp 2, 8 micro-batches, 2 layers a chunk, bf16, hidden 6144, 4096
+tokens a member; ``bench/gpu_issue8.py``) planned with the run's working memory in the model
+(``options.costs.hidden_bytes``) and the host held back (``options.host_lag``):
+
+1. smoke      a tiny plan with offloading, ``--verify`` (loss and every gradient against one process);
+2. run        moe-overlap (no offloading), moe-offload, moe-no-overlap in one launch;
+3. calibrate  ``pptl plan --costs-from`` each (means per cost key and per context: alone or beside compute)
+              and ``pptl compare``;
+4. report     per rank: max_memory_reserved, allocated activation peak, planned peak; the saving against the
+              plan's; step times; exposed all-to-all of the worst rank planned vs measured; each target
+              with pass/fail. OUT gets table.md and results.json (the .sh adds suite.log).
+
+On CPU (``--device cpu --hidden 64 --tokens 32``) it runs end to end without a GPU (no memory numbers).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _common import Stages, env_info, log  # noqa: E402
+from gpu_issue8 import calibrate, exposure, launch, write_plan  # noqa: E402
+
+MiB = float(1 << 20)
+RUNS = (("moe-overlap", True, False), ("moe-offload", True, True), ("moe-no-overlap", False, False))
+TARGETS = {"saving_vs_plan": 0.80, "step_time": 0.03, "peak_vs_plan": 0.10, "exposed_ep": 0.20, "makespan": 0.03}
+
+
+def config(a: argparse.Namespace, *, overlap: bool, offload: bool, hidden: int, tokens: int,
+           microbatches: int) -> dict:
+    from pptl.config import Workload
+    from pptl.run.model import DTYPES
+    from pptl.run.moe_model import layer_bytes, offload_bytes
+
+    w = Workload(hidden=hidden, tokens=tokens, layers_per_stage=1, dtype=a.dtype)
+    per_member = tokens * hidden * DTYPES[a.dtype].itemsize
+    return {"schedule": "moe-1f1b-overlap", "pp": a.gpus // a.ep, "vpp": 2, "microbatches": microbatches,
+            "activation": a.layers * layer_bytes(w) / MiB,  # MiB: one chunk's saved tensors for one micro-batch
+            "workload": {"hidden": hidden, "tokens": tokens, "dtype": a.dtype},
+            "options": {"ep": a.ep, "layers_per_chunk": a.layers, "overlap": overlap, "offload": offload,
+                        "host_lag": a.host_lag,
+                        "costs": {"offload_bytes": offload_bytes(w) / MiB, "hidden_bytes": per_member / MiB}}}
+
+
+def _rel(a: Any, b: Any) -> float | None:
+    return (a - b) / b if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else None
+
+
+def evaluate(results: dict[str, Any]) -> dict[str, Any]:
+    """The issue's targets, from the runs and the calibrated plans."""
+    run, cal, exp = results.get("run") or {}, results.get("calibration") or {}, results.get("exposure") or {}
+    out: dict[str, Any] = {"per_rank": {}, "checks": {}}
+
+    def per_rank(name: str) -> dict[str, Any]:
+        reps = (run.get(name) or {}).get("reports") or {}
+        plan = ((cal.get(name) or {}).get("metrics") or {}).get("moe", {}).get("per_rank", {})
+        ranks = sorted(int(r) for r in reps)
+        mem = [reps[str(r)].get("memory") or {} for r in ranks]
+        return {"ranks": ranks, "reserved_mib": [m.get("reserved_peak_mib") for m in mem],
+                "activation_peak_mib": [m.get("activation_peak_mib") for m in mem],
+                "planned_peak_mib": plan.get("peak_activation"),
+                "planned_peak_no_offload_mib": plan.get("peak_activation_no_offload"),
+                "host_waits": [reps[str(r)].get("host_waits") for r in ranks]}
+
+    rows = {n: per_rank(n) for n, _, _ in RUNS}
+    out["per_rank"] = rows
+    checks = out["checks"]
+    base, off = rows["moe-overlap"], rows["moe-offload"]
+
+    def worst(v: Any) -> float | None:
+        v = [x for x in (v or []) if isinstance(x, (int, float))]
+        return max(v) if v else None
+
+    res_b, res_o = worst(base["reserved_mib"]), worst(off["reserved_mib"])
+    act_b, act_o = worst(base["activation_peak_mib"]), worst(off["activation_peak_mib"])
+    plan_b, plan_o = worst(base["planned_peak_mib"]), worst(off["planned_peak_mib"])
+    saving = act_b - act_o if act_b is not None and act_o is not None else None
+    plan_saving = plan_b - plan_o if plan_b is not None and plan_o is not None else None
+    checks["reserved_below"] = {"no_offload_mib": res_b, "offload_mib": res_o,
+                                "ok": None if res_b is None or res_o is None else res_o < res_b}
+    checks["allocated_below"] = {"no_offload_mib": act_b, "offload_mib": act_o,
+                                 "ok": None if saving is None else saving > 0}
+    frac = saving / plan_saving if saving is not None and plan_saving else None
+    checks["saving_vs_plan"] = {"measured_mib": saving, "planned_mib": plan_saving, "fraction": frac,
+                                "ok": None if frac is None else frac >= TARGETS["saving_vs_plan"]}
+    st_b = (run.get("moe-overlap") or {}).get("median_step_ms")
+    st_o = (run.get("moe-offload") or {}).get("median_step_ms")
+    e = _rel(st_o, st_b)
+    checks["step_time"] = {"no_offload_ms": st_b, "offload_ms": st_o, "error": e,
+                           "ok": None if e is None else e <= TARGETS["step_time"]}
+    for n, row in rows.items():
+        if n == "moe-no-overlap":
+            continue
+        errs = [_rel(p, m) for p, m in zip(row["planned_peak_mib"] or [], row["activation_peak_mib"])]
+        errs = [x for x in errs if x is not None]
+        checks[f"peak_vs_plan {n}"] = {"planned_mib": row["planned_peak_mib"], "measured_mib":
+                                       row["activation_peak_mib"], "errors": errs,
+                                       "ok": None if not errs else max(map(abs, errs)) <= TARGETS["peak_vs_plan"]}
+    for n in ("moe-overlap", "moe-no-overlap", "moe-offload"):
+        p, m = (exp.get(n) or {}).get("planned", {}), (exp.get(n) or {}).get("measured", {})
+        e = _rel(p.get("exposed_ep_ms"), m.get("exposed_ep_ms"))
+        checks[f"exposed_ep {n}"] = {"planned_ms": p.get("exposed_ep_ms"), "measured_ms": m.get("exposed_ep_ms"),
+                                     "error": e, "ok": None if e is None else abs(e) <= TARGETS["exposed_ep"]}
+        c = (cal.get(n) or {}).get("error")
+        checks[f"makespan {n}"] = {"planned_ms": (cal.get(n) or {}).get("predicted_ms"),
+                                   "measured_ms": (cal.get(n) or {}).get("measured_ms"), "error": c,
+                                   "ok": None if c is None else abs(c) <= TARGETS["makespan"]}
+    return out
+
+
+def _f(x: Any, fmt: str = "{:.1f}") -> str:
+    return fmt.format(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else "-"
+
+
+def _list(v: Any, fmt: str = "{:.0f}") -> str:
+    return " / ".join(_f(x, fmt) for x in v) if isinstance(v, list) and v else "-"
+
+
+def table(results: dict[str, Any]) -> list[str]:
+    ev = results.get("evaluation") or {}
+    lines = ["### Memory per rank (MiB; activation peak = max_memory_allocated above the step's start)", "",
+             "| run | max_memory_reserved | activation peak measured | activation peak planned | host waits |",
+             "|---|---|---|---|---|"]
+    for n, row in (ev.get("per_rank") or {}).items():
+        lines.append(f"| {n} | {_list(row['reserved_mib'])} | {_list(row['activation_peak_mib'])} | "
+                     f"{_list(row['planned_peak_mib'])} | {_list(row['host_waits'], '{:.0f}')} |")
+    lines += ["", "### Targets", "", "| check | planned / no offload | measured / offload | error | ok |",
+              "|---|---:|---:|---:|---|"]
+    for k, c in (ev.get("checks") or {}).items():
+        a = c.get("planned_ms", c.get("planned_mib", c.get("no_offload_mib", c.get("no_offload_ms"))))
+        b = c.get("measured_ms", c.get("measured_mib", c.get("offload_mib", c.get("offload_ms"))))
+        err = c.get("error", c.get("fraction"))
+        if "errors" in c:
+            err = max(c["errors"], key=abs) if c["errors"] else None
+        fa = _list(a, "{:.1f}") if isinstance(a, list) else _f(a, "{:.2f}")
+        fb = _list(b, "{:.1f}") if isinstance(b, list) else _f(b, "{:.2f}")
+        ok = {True: "yes", False: "**no**", None: "-"}[c.get("ok")]
+        lines.append(f"| {k} | {fa} | {fb} | {_f(100 * err if err is not None else None, '{:+.1f}%')} | {ok} |")
+    lines += ["", "### Side-lane ops per context (calibrated plan vs measured, mean ms)", "",
+              "| run | op | context | ops planned/measured | planned | measured | error |", "|---|---|---|---|---:|---:|---:|"]
+    for n, rows in (results.get("contexts") or {}).items():
+        for r in rows:
+            lines.append(f"| {n} | {r['kind']} | {r['context']} | {r['planned_count']}/{r['measured_count']} | "
+                         f"{_f(r['planned_mean'], '{:.3f}')} | {_f(r['measured_mean'], '{:.3f}')} | "
+                         f"{_f(100 * r['error'] if r['error'] is not None else None, '{:+.1f}%')} |")
+    return lines
+
+
+def contexts(paths: dict[str, dict[str, Path]]) -> dict[str, Any]:
+    from pptl.compare import compare_timelines
+    from pptl.formats.loader import load_any
+
+    out: dict[str, Any] = {}
+    for n, p in paths.items():
+        if "calibrated" in p and p["measured"].exists():
+            cmp = compare_timelines(load_any(p["calibrated"]).timeline, load_any(p["measured"]).timeline)
+            out[n] = cmp.to_dict()["contexts"]
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--gpus", type=int, default=4)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--ep", type=int, default=2)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--hidden", type=int, default=6144)
+    ap.add_argument("--tokens", type=int, default=4096)
+    ap.add_argument("--microbatches", type=int, default=8)
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--host-lag", type=int, default=4, help="compute sub-ops the host may run ahead (0: unbounded)")
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=90)
+    ap.add_argument("--skip-smoke", action="store_true")
+    ap.add_argument("--work", default="")
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(a.work) if a.work else out / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {"args": vars(a), "env": env_info(), "targets": TARGETS}
+    log(f"env {results['env']}")
+    stage = Stages(results, out)
+    t0 = time.time()
+    if not a.skip_smoke:
+        def smoke() -> Any:
+            p = {"moe-smoke": write_plan("moe-smoke", config(a, overlap=True, offload=True, hidden=256,
+                                                             tokens=64 * a.ep, microbatches=4), work, "smoke")}
+            return launch(p, a, plan_key="plan", out_key="measured", steps=1, warmup=1, verify=True)
+        results["smoke"] = stage("smoke (--verify, offloading, host held back)", smoke)
+    paths: dict[str, dict[str, Path]] = {}
+
+    def build() -> None:
+        for n, overlap, offload in RUNS:
+            paths[n] = write_plan(n, config(a, overlap=overlap, offload=offload, hidden=a.hidden, tokens=a.tokens,
+                                            microbatches=a.microbatches), work, "main")
+    stage("plan", build)
+    results["run"] = stage("run", lambda: launch(paths, a, plan_key="plan", out_key="measured", steps=a.steps,
+                                                 warmup=a.warmup, verify=False))
+    results["calibration"] = stage("calibrate (per cost key and context)", lambda: calibrate(paths))
+    results["exposure"] = stage("exposure", lambda: exposure(paths))
+    results["contexts"] = stage("contexts", lambda: contexts(paths))
+    results["evaluation"] = stage("evaluate", lambda: evaluate(results))
+    lines = table(results)
+    (out / "table.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines), flush=True)
+    results["seconds"] = time.time() - t0
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    log("done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
