@@ -269,3 +269,21 @@ def test_fuzzed_real_dumps_give_a_diagnosis_or_one_line(tmp_path: Path, how: str
             assert "nccl_trace_rank_1" in _one_error_line(result)
         else:
             assert "rank 1:" in result.stdout
+
+
+REAL_RUN = FR / "real_pptl_run"
+REAL_RUN_ISSUED = FR / "real_pptl_run_issued.json"
+
+
+def test_real_pptl_run_hang_holds_every_transfer_check_named() -> None:
+    """Hang (2) on 4x H200: pptl run with rank 1's SEND_F mb7 issued before its SEND_B mb6."""
+    data, text = _diagnose([str(REAL_RUN), "--plan", str(REAL_RUN_ISSUED)])
+    predicted = _check_nodes(REAL_RUN_ISSUED)
+    nodes = {c["node"] for c in data["cycle"]}
+    assert "[r1/send/SEND_F s1 mb7 ->r2 = r2/recv/RECV_F s2 mb7 <-r1]" in predicted
+    assert predicted <= nodes, (predicted, nodes)
+    front = {r: (v["front"]["op"], v["front"]["state"]) for r, v in data["ranks"].items()}
+    assert front == {"0": ("r0/recv/RECV_B s0 mb6 <-r1", "started"), "1": ("r1/recv/RECV_B s1 mb6 <-r2", "started"),
+                     "2": ("r2/recv/RECV_F s2 mb7 <-r1", "started"), "3": ("r3/recv/RECV_F s3 mb7 <-r2", "started")}
+    assert ("order: rank 1 waits to receive from rank 2 (r1/recv/RECV_B s1 mb6 <-r2) while rank 2 waits to receive "
+            "from rank 1 (r2/recv/RECV_F s2 mb7 <-r1)") in text
