@@ -371,10 +371,40 @@ def _figure(results: list[Any]) -> dict[str, Any]:
                         "current, and the PNG and SVG downloads draw the figure", "blocks": blocks}
     figs = [figure_dict(lay.timeline, layout=lay) for lay in lays]
     fig = figs[0] if len(figs) == 1 else _stack(figs, [lay.title for lay in lays], [lay.t1 for lay in lays])
+    _drop_unreadable_labels(fig)
+    _room_for_legend(fig["layout"])
     return {"data": fig["data"], "layout": fig["layout"], "blocks": blocks}
 
 
 _MARGIN_T, _MARGIN_B = 95, 50
+_PLOT_PX = 1100.0  # the plot's width at a usual window size (render/html.py assumes the same)
+_MIN_LABEL_PX = 12.0
+
+
+def _room_for_legend(lay: dict) -> None:
+    """Title at the very top, then two rows of legend (chunked kinds take two on a page-wide plot)."""
+    extra = 35
+    lay["margin"] = {**lay.get("margin", {}), "t": _MARGIN_T + extra}
+    lay["height"] = lay.get("height", 400) + extra
+    lay["title"] = {**lay.get("title", {}), "y": 1.0, "yref": "container", "yanchor": "top", "pad": {"t": 12}}
+
+
+def _drop_unreadable_labels(fig: dict) -> None:
+    """Blank the labels of blocks too narrow to show one at the first view: plotly measures every
+    label before hiding it, which is ~40% of a redraw of pp 8 x 64 micro-batches. (The HTML file of
+    ``pptl render`` keeps them all, for zooming in.)"""
+    rng = fig["layout"]["xaxis"]["range"]
+    px_per_t = _PLOT_PX / max(rng[1] - rng[0], 1e-12)
+    for t in fig["data"]:
+        text = t.get("text")
+        if not isinstance(text, list) or not isinstance(t.get("x"), list) or len(text) != len(t["x"]):
+            continue
+        kept = [s if w * px_per_t >= _MIN_LABEL_PX else "" for s, w in zip(text, t["x"])]
+        if any(kept):
+            t["text"] = kept
+        else:
+            for k in ("text", "textposition", "insidetextanchor", "textangle", "constraintext", "textfont"):
+                t.pop(k, None)
 
 
 def _stack(figs: list[dict], titles: list[str], ends: list[float]) -> dict:
@@ -386,6 +416,7 @@ def _stack(figs: list[dict], titles: list[str], ends: list[float]) -> dict:
     total = pa + gap + pb
     lay = dict(a["layout"])
     lay["height"] = total + _MARGIN_T + _MARGIN_B
+    lay["title"] = {**a["layout"]["title"], "text": f"<b>{_html.escape(titles[0])}</b>"}
     lay["yaxis"] = {**a["layout"]["yaxis"], "domain": [(pb + gap) / total, 1.0]}
     lay["yaxis3"] = {**b["layout"]["yaxis"], "domain": [0.0, pb / total], "anchor": "x"}
     lay["xaxis"] = {**a["layout"]["xaxis"], "anchor": "y3",
