@@ -8,7 +8,8 @@ OUT ?= out
 install:
 	$(PIP) install -q -e .
 
-# Tests also run pptl's CPU executor (torch, gloo) and open the HTML in a headless browser.
+# Tests also run pptl's CPU executor (torch, gloo) and open the HTML in a headless browser
+# (Debian's chromium, driven by the playwright package from the test extra).
 install-test: install
 	$(PIP) install -q -e '.[test]'
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0 || echo "torch not installed: run tests will skip"
@@ -21,6 +22,7 @@ install-browser:
 
 demo: install
 	pptl demo --out $(OUT)
+	@echo "explore schedules in the browser (offline): pptl serve [CONFIG] --port 8000, then open http://127.0.0.1:8000/"
 
 test: install-test
 	$(PY) -m pytest -q -p no:cacheprovider tests

@@ -599,6 +599,40 @@ def diagnose(
         raise typer.Exit(1)
 
 
+# ----------------------------------------------------------------------------------------------
+# pptl serve (the page and its API live in pptl/serve/)
+
+
+@command("serve")
+def serve(
+    config: Annotated[Optional[Path], typer.Argument(help="Config file to start from (YAML, TOML or JSON).",
+                                                     show_default=False)] = None,
+    port: Annotated[int, typer.Option("--port", help="TCP port (0 picks a free one).")] = 8000,
+    host: Annotated[str, typer.Option("--host", help="Address to listen on; other machines reach it only if "
+                                      "you name a non-loopback one (e.g. 0.0.0.0).")] = "127.0.0.1",
+) -> None:
+    """Explore schedules in the browser, offline: change pp, micro-batches, costs, memory limit and see
+    the timeline, metrics and violations redrawn; compare two families; download plan, figure, CSV."""
+    from pptl.serve.server import make_server
+
+    if not 0 <= port <= 65535:
+        raise InputError(f"--port: got {port}, expected 0..65535")
+    cfg = None
+    if config is not None:
+        from pptl.config import load_config
+
+        cfg = load_config(config)
+    server = make_server(host, port, config=cfg, log=lambda line: err.print(line, markup=False))
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        err.print(f"warning: listening on {host}: other machines on the network can open this page", markup=False)
+    out.print(f"pptl serve: open {server.url} (Ctrl+C stops)", markup=False)
+    sys.stdout.flush()
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        server.server_close()
+
+
 def main() -> None:
     """Console entry point."""
     try:

@@ -19,7 +19,8 @@ from pptl.timeline import Timeline
 if TYPE_CHECKING:
     from pptl.render.options import RenderOptions
 
-__all__ = ["OUTPUT_SUFFIXES", "load_timeline", "output_format", "parse_window", "plain_counterpart", "write_file"]
+__all__ = ["OUTPUT_SUFFIXES", "encode", "load_timeline", "output_format", "parse_window", "plain_counterpart",
+           "write_file"]
 
 OUTPUT_SUFFIXES = (".png", ".svg", ".pdf", ".html")
 
@@ -77,13 +78,26 @@ def write_file(tl: Timeline, path: str | Path, *, style: str = "auto",
             big for HTML.
     """
     from pptl.fileio import atomic_write, check_writable
+
+    fmt = output_format(path)
+    check_writable(path)
+    data, warnings = encode(tl, fmt, style=style, window=window, options=options, compare=compare)
+    atomic_write(path, data, overwrite=overwrite)
+    return warnings
+
+
+def encode(tl: Timeline, fmt: str, *, style: str = "auto", window: tuple[float, float] | None = None,
+           options: "RenderOptions | None" = None, compare: Timeline | None = None) -> tuple[bytes | str, list[str]]:
+    """The file :func:`write_file` writes, in memory: (data, warnings) for ``fmt`` (png, svg, pdf, html).
+
+    Raises:
+        InputError: as :func:`write_file`.
+    """
     from pptl.render.layout import build_layout
     from pptl.render.options import RenderOptions
 
     opts = options if options is not None else RenderOptions(style=style)
     style = opts.style if options is not None else style
-    fmt = output_format(path)
-    check_writable(path)
     lay = build_layout(tl, style, window=window, split=opts.split, reverse_ids=opts.reverse_ids)
     warnings: list[str] = []
     seed_fig = _moe_figures(tl, lay, opts, compare) if window is None else None
@@ -106,8 +120,7 @@ def write_file(tl: Timeline, path: str | Path, *, style: str = "auto",
         else:
             fig = figure_from_layout(lay, figure_options(opts, lay))
         data = image_bytes(fig, fmt)
-    atomic_write(path, data, overwrite=overwrite)
-    return warnings
+    return data, warnings
 
 
 def _moe_figures(tl: Timeline, lay, opts, compare: Timeline | None):

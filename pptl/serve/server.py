@@ -1,0 +1,279 @@
+"""The explorer's HTTP server: routing, limits and error handling around :mod:`pptl.serve.api`.
+
+Standard library only (``http.server.ThreadingHTTPServer``): the page asks one JSON endpoint per
+change, so a web framework would add a dependency and nothing users see. Rules:
+
+- it binds where it is told (the CLI's default is 127.0.0.1) and, on a loopback address, answers
+  only requests whose Host is a loopback name (a web page elsewhere cannot reach it through DNS
+  rebinding);
+- no request kills it: a :class:`~pptl.errors.PptlError` is ``400 {"error", "field"}``, anything
+  else is ``500`` with one line, logged as one line; a client that went away is ignored;
+- bodies are at most :data:`MAX_BODY_BYTES`, plans at most ``api.SERVE_MAX_OPS`` ops, and three plans
+  are computed at once; a request that a newer one from the same page has replaced is dropped
+  before planning (``409``), so typing quickly never queues stale work;
+- every script is served from here (plotly.js from the installed plotly package), and the page's
+  Content-Security-Policy forbids any other origin.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+import traceback
+from collections import OrderedDict
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import parse_qsl, urlsplit
+
+from pptl.config import Config
+from pptl.errors import InputError, PptlError
+from pptl.serve import api
+
+__all__ = ["MAX_BODY_BYTES", "ExplorerServer", "make_server"]
+
+MAX_BODY_BYTES = 64 * 1024
+_MAX_CLIENTS = 256
+_MAX_PLANNING = 3
+_STATIC = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
+           "app.css": "text/css; charset=utf-8"}
+_CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
+        "connect-src 'self'; font-src 'self' data:; object-src 'none'; base-uri 'none'; form-action 'self'")
+_LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def _plotly_js() -> bytes:
+    """plotly.js as the installed plotly package ships it (no CDN: the page works offline)."""
+    try:
+        return (resources.files("plotly") / "package_data" / "plotly.min.js").read_bytes()
+    except (OSError, ModuleNotFoundError, AttributeError):  # an unusual install: ask plotly itself
+        from plotly.offline import get_plotlyjs
+
+        return get_plotlyjs().encode("utf-8")
+
+
+def _static_files() -> dict[str, tuple[bytes, str]]:
+    root = resources.files("pptl.serve") / "static"
+    files = {name: ((root / name).read_bytes(), ctype) for name, ctype in _STATIC.items()}
+    files["plotly.min.js"] = (_plotly_js(), "text/javascript; charset=utf-8")
+    return files
+
+
+class ExplorerServer(ThreadingHTTPServer):
+    """A ThreadingHTTPServer that holds the explorer's state (config, cache, static files)."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], *, config: Config | None = None,
+                 log: Callable[[str], None] | None = None) -> None:
+        self.base = config
+        self.initial = api.settings_from_config(config) if config is not None else api.Settings(
+            schedule="1f1b", pp="4", microbatches="8",
+            costs=(("F", "1"), ("B", "2"), ("I", "1"), ("W", "1")))
+        self.cache = api.PlanCache()
+        self.compute = threading.BoundedSemaphore(_MAX_PLANNING)
+        """Plans computed at once. Not one: a stale big plan (which cannot be stopped midway) must not
+        hold back the small one the user asked for since; they share the CPU until the stale one ends."""
+        self.drawing = threading.Lock()
+        """matplotlib is not thread-safe: one figure download at a time."""
+        self.latest: OrderedDict[str, int] = OrderedDict()
+        self.latest_lock = threading.Lock()
+        self.files = _static_files()
+        self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+        super().__init__(address, _Handler)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        shown = "127.0.0.1" if host in ("0.0.0.0", "") else (f"[{host}]" if ":" in host else host)
+        return f"http://{shown}:{port}/"
+
+    @property
+    def loopback(self) -> bool:
+        return self.server_address[0] in _LOOPBACK
+
+    def note_request(self, client: str, seq: int) -> None:
+        with self.latest_lock:
+            if seq > self.latest.get(client, -1):
+                self.latest[client] = seq
+            self.latest.move_to_end(client)
+            while len(self.latest) > _MAX_CLIENTS:
+                self.latest.popitem(last=False)
+
+    def superseded(self, client: str, seq: int) -> bool:
+        with self.latest_lock:
+            return self.latest.get(client, seq) > seq
+
+
+def make_server(host: str = "127.0.0.1", port: int = 8000, *, config: Config | None = None,
+                log: Callable[[str], None] | None = None) -> ExplorerServer:
+    """Bind the explorer (``port=0`` picks a free port; see :attr:`ExplorerServer.url`).
+
+    Raises:
+        InputError: the address cannot be bound (in use, not this machine's, no permission).
+    """
+    try:
+        return ExplorerServer((host, port), config=config, log=log)
+    except OSError as e:
+        reason = e.strerror or str(e)
+        raise InputError(f"--host {host} --port {port}: cannot listen there: {reason}; pick another --port") from None
+
+
+class _Reply(Exception):
+    """A finished response raised out of a route (status, JSON body)."""
+
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        super().__init__(body.get("error", ""))
+        self.status = status
+        self.body = body
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: ExplorerServer
+    server_version = "pptl-serve"
+    sys_version = ""
+    protocol_version = "HTTP/1.1"
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
+        pass  # one line per request would bury the errors; errors are logged where they happen
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        self._guarded(self._get)
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self._guarded(self._get)
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._guarded(self._post)
+
+    def _guarded(self, route: Callable[[], None]) -> None:
+        try:
+            if not self._host_ok():
+                raise _Reply(HTTPStatus.FORBIDDEN, {"error": "request: Host is not this machine", "field": None})
+            route()
+        except _Reply as r:
+            self._json(r.status, r.body)
+        except PptlError as e:
+            self._json(HTTPStatus.BAD_REQUEST, api.error_body(e))
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            self.close_connection = True  # the page aborted this request; nothing to tell it
+        except Exception as e:  # a bug: one line to the page and to the log, the server goes on
+            frame = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
+            where = f" at {Path(frame.filename).name}:{frame.lineno}" if frame else ""
+            line = f"{type(e).__name__}: {' '.join(str(e).split())}"[:300]
+            self.server.log(f"error: {self.command} {urlsplit(self.path).path}: {line}{where}")
+            try:
+                self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"internal error: {line}", "field": None})
+            except OSError:
+                self.close_connection = True
+
+    def _host_ok(self) -> bool:
+        if not self.server.loopback:
+            return True
+        host = (self.headers.get("Host") or "").strip().lower()
+        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+        return name in _LOOPBACK
+
+    def _send(self, status: int, body: bytes, ctype: str, extra: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Referrer-Policy", "no-referrer")
+        for k, v in (extra or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _json(self, status: int, data: dict[str, Any], extra: dict[str, str] | None = None) -> None:
+        body = json.dumps(data, separators=(",", ":"), allow_nan=False).encode("utf-8")
+        self._send(status, body, "application/json", {"Cache-Control": "no-store", **(extra or {})})
+
+    # -- routes -----------------------------------------------------------------------------
+
+    def _get(self) -> None:
+        url = urlsplit(self.path)
+        path = url.path
+        if path in ("/", "/index.html"):
+            body, ctype = self.server.files["index.html"]
+            self._send(HTTPStatus.OK, body, ctype, {"Content-Security-Policy": _CSP, "Cache-Control": "no-cache"})
+        elif path.startswith("/static/"):
+            name = path[len("/static/"):]
+            if name not in self.server.files or name == "index.html":
+                raise _Reply(HTTPStatus.NOT_FOUND, {"error": f"{path}: no such file", "field": None})
+            body, ctype = self.server.files[name]
+            cache = "max-age=86400" if name == "plotly.min.js" else "no-cache"
+            self._send(HTTPStatus.OK, body, ctype, {"Cache-Control": cache})
+        elif path == "/api/init":
+            self._json(HTTPStatus.OK, api.init_view(self.server.initial, self.server.base))
+        elif path.startswith("/api/download/"):
+            self._download(path[len("/api/download/"):], url.query)
+        elif path == "/favicon.ico":
+            self._send(HTTPStatus.NO_CONTENT, b"", "image/x-icon")
+        else:
+            raise _Reply(HTTPStatus.NOT_FOUND, {"error": f"{path}: no such page", "field": None})
+
+    def _post(self) -> None:
+        path = urlsplit(self.path).path
+        if path != "/api/plan":
+            raise _Reply(HTTPStatus.NOT_FOUND, {"error": f"{path}: no such endpoint", "field": None})
+        data = self._body()
+        client = data.get("client", "")
+        seq = data.get("seq", 0)
+        if not isinstance(client, str) or len(client) > 64 or isinstance(seq, bool) or not isinstance(seq, int):
+            raise InputError("request: client is a short string and seq an integer")
+        req = api.parse_request(data.get("params", {}))
+        if client:
+            self.server.note_request(client, seq)
+        with self.server.compute:
+            if client and self.server.superseded(client, seq):
+                raise _Reply(HTTPStatus.CONFLICT, {"error": "superseded by a newer request", "field": None})
+            t = time.perf_counter()
+            view = api.plan_view(req, cache=self.server.cache, base=self.server.base)
+            ms = 1000 * (time.perf_counter() - t)
+        self._json(HTTPStatus.OK, view, {"Server-Timing": f"plan;dur={ms:.1f}"})
+
+    def _body(self) -> dict[str, Any]:
+        length = self.headers.get("Content-Length")
+        if length is None or not length.strip().isdigit():
+            self.close_connection = True
+            raise _Reply(HTTPStatus.LENGTH_REQUIRED, {"error": "request: Content-Length required", "field": None})
+        n = int(length)
+        if n > MAX_BODY_BYTES:
+            self.close_connection = True  # the unread body would be taken for the next request
+            raise _Reply(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                         {"error": f"request: body of {n} bytes, at most {MAX_BODY_BYTES} accepted", "field": None})
+        raw = self.rfile.read(n)
+        try:
+            data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:
+            raise InputError(f"request: not valid JSON: {' '.join(str(e).split())[:120]}") from None
+        if not isinstance(data, dict):
+            raise InputError("request: expected a JSON object with params")
+        return data
+
+    def _download(self, what: str, query: str) -> None:
+        if len(query) > api.MAX_PARAMS * (api.MAX_VALUE_CHARS + 48):
+            raise InputError("request: query too long")
+        try:
+            pairs = parse_qsl(query, keep_blank_values=True, max_num_fields=api.MAX_PARAMS + 1)
+        except ValueError:
+            raise InputError(f"request: more than {api.MAX_PARAMS} parameters") from None
+        params = dict(pairs)
+        which = params.pop("which", "a")
+        req = api.parse_request(params)
+        with self.server.compute, self.server.drawing:
+            got = api.download(what, req, which, cache=self.server.cache, base=self.server.base)
+        self._send(HTTPStatus.OK, got.data, got.content_type,
+                   {"Content-Disposition": f'attachment; filename="{got.filename}"', "Cache-Control": "no-store"})
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"'{name}' is not a number JSON allows")
