@@ -250,14 +250,17 @@ def _png(tl: Any, style: str, window: tuple[float, float] | None) -> Any:
     from PIL import Image
 
     from pptl.render.layout import build_layout
-    from pptl.render.mpl import FigureOptions, figure_from_layout, image_bytes
+    from pptl.render.mpl import figure_from_layout, figure_options, image_bytes
+    from pptl.render.options import RenderOptions
 
+    # The defaults of `pptl render`: a 7-inch column, no text under 6 pt, 200 dpi.
     lay = build_layout(tl, style, window=window)
-    return Image.open(io.BytesIO(image_bytes(figure_from_layout(lay, FigureOptions(style=style)), "png")))
+    fig = figure_from_layout(lay, figure_options(RenderOptions(style=style), lay))
+    return Image.open(io.BytesIO(image_bytes(fig, "png")))
 
 
 def stacked(plan: Path, measured: Path, style: str, out: Path, *, window: float | None = None,
-            width: int = 1600) -> None:
+            width: int | None = None) -> None:
     """Planned (top) and measured (bottom); ``window`` draws the middle fraction of each step only."""
     from PIL import Image
 
@@ -269,7 +272,10 @@ def stacked(plan: Path, measured: Path, style: str, out: Path, *, window: float 
             mid, half = tl.start + tl.makespan / 2, tl.makespan * window / 2
             win = (mid - half, mid + half)
         img = _png(tl, style, win).convert("RGB")
-        imgs.append(img.resize((width, max(1, round(img.height * width / img.width))), Image.LANCZOS))
+        width = width or img.width  # both are drawn at the same size; resample only if asked to
+        if img.width != width:
+            img = img.resize((width, max(1, round(img.height * width / img.width))), Image.LANCZOS)
+        imgs.append(img)
     canvas = Image.new("RGB", (width, sum(i.height for i in imgs) + 20), "white")
     y = 0
     for img in imgs:

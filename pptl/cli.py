@@ -304,9 +304,10 @@ def schedules(output: OutputFmt = "text") -> None:
 
 
 DpiOpt = Annotated[int, typer.Option("--dpi", help="PNG resolution (dots per inch).")]
-SizeOpt = Annotated[Optional[str], typer.Option("--size", help="Figure size W,H in inches (e.g. 7,4.5).")]
-FontOpt = Annotated[Optional[float], typer.Option("--font-size", help="Font size in points (default: 7-8 for "
-                                                  "seed figures, 9 otherwise).")]
+SizeOpt = Annotated[Optional[str], typer.Option("--size", help="Figure size W,H in inches (e.g. 7,4.5; default: "
+                                                "7 wide, a paper column, as tall as the content).")]
+FontOpt = Annotated[Optional[float], typer.Option("--font-size", help="Font size in points (default: 7; no text "
+                                                  "under 6 pt, labels without room are left out).")]
 TitleOpt = Annotated[str, typer.Option("--title", help="TEXT, auto (config summary) or none; default: none for "
                                        "seed figures, auto otherwise.")]
 NotesOpt = Annotated[Optional[bool], typer.Option("--notes/--no-notes", help="Per-row notes (bubble %); "

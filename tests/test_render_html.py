@@ -70,6 +70,23 @@ def test_split_blocks_keep_their_two_colours() -> None:
     assert swatch["marker"]["pattern"]["fgcolor"] == "#38761D" and swatch["marker"]["pattern"]["bgcolor"] == "#F6B26B"
 
 
+def test_overlapped_cell_has_one_black_border_around_both_halves() -> None:
+    fig = figure_dict(dualpipe_sample())
+    fb = next(t for t in fig["data"] if t["name"] == "Overlapped forward & Backward")
+    frames = [t for t in fig["data"] if t["name"] == "frame"]
+    assert len(frames) == 1 and frames[0]["showlegend"] is False and frames[0]["hoverinfo"] == "skip"
+    fr = frames[0]
+    assert fr["marker"]["color"] == "rgba(0,0,0,0)" and fr["marker"]["line"]["color"] == "#000000"
+    assert len(fr["x"]) == len(fb["x"]) // 2  # one border per op, not one per half
+    # the border spans the left half's start to the right half's end, at the halves' height
+    assert fr["base"][0] == pytest.approx(fb["base"][0])
+    assert fr["base"][0] + fr["x"][0] == pytest.approx(fb["base"][1] + fb["x"][1])
+    assert fr["offset"][0] == pytest.approx(fb["offset"][0]) and fr["width"][0] == pytest.approx(fb["width"][0])
+    assert fr["legendgroup"] == fb["legendgroup"]  # hiding the entry hides the borders too
+    assert not [t for t in figure_dict(load_timeline(default_fixtures_dir() / "1f1b.yaml"))["data"]
+                if t["name"] == "frame"]
+
+
 def test_moe_page_has_the_order_grid() -> None:
     fig = figure_dict(moe_sample(), HtmlOptions(style="moe"))
     assert fig["layout"]["annotations"][0]["text"] == "<b>VPP + 1 warmup</b>"

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from pptl.render.options import RenderOptions
 
 __all__ = ["OUTPUT_SUFFIXES", "encode", "load_timeline", "output_format", "parse_window", "plain_counterpart",
+           "static_figure",
            "write_file"]
 
 OUTPUT_SUFFIXES = (".png", ".svg", ".pdf", ".html")
@@ -109,18 +110,33 @@ def encode(tl: Timeline, fmt: str, *, style: str = "auto", window: tuple[float, 
         if w:
             warnings.append(w)
     else:
-        from pptl.render.mpl import figure_from_layout, figure_options, image_bytes
+        from pptl.render.mpl import image_bytes
 
-        if seed_fig is not None:
-            from pptl.render.moe_mpl import compare_mpl_figure, moe_mpl_figure
-
-            draw = _moe_draw(tl, lay, opts)
-            fig = compare_mpl_figure(seed_fig[1], seed_fig[0], draw) if seed_fig[1] is not None else \
-                moe_mpl_figure(seed_fig[0], draw)
-        else:
-            fig = figure_from_layout(lay, figure_options(opts, lay))
-        data = image_bytes(fig, fmt)
+        data = image_bytes(_mpl_figure(tl, lay, opts, seed_fig), fmt)
     return data, warnings
+
+
+def static_figure(tl: Timeline, options: "RenderOptions | None" = None, *,
+                  window: tuple[float, float] | None = None, compare: Timeline | None = None):
+    """The matplotlib Figure that :func:`write_file` encodes as PNG, SVG or PDF (nothing is written)."""
+    from pptl.render.layout import build_layout
+    from pptl.render.options import RenderOptions
+
+    opts = options if options is not None else RenderOptions()
+    lay = build_layout(tl, opts.style, window=window, split=opts.split, reverse_ids=opts.reverse_ids)
+    return _mpl_figure(tl, lay, opts, _moe_figures(tl, lay, opts, compare) if window is None else None)
+
+
+def _mpl_figure(tl: Timeline, lay, opts, seed_fig):
+    from pptl.render.mpl import figure_from_layout, figure_options
+
+    if seed_fig is None:
+        return figure_from_layout(lay, figure_options(opts, lay))
+    from pptl.render.moe_mpl import compare_mpl_figure, moe_mpl_figure
+
+    draw = _moe_draw(tl, lay, opts)
+    return compare_mpl_figure(seed_fig[1], seed_fig[0], draw) if seed_fig[1] is not None else \
+        moe_mpl_figure(seed_fig[0], draw)
 
 
 def _moe_figures(tl: Timeline, lay, opts, compare: Timeline | None):
@@ -145,11 +161,11 @@ def _moe_figures(tl: Timeline, lay, opts, compare: Timeline | None):
 
 def _moe_draw(tl: Timeline, lay, opts):
     from pptl.render.moe_mpl import MoEDraw
-    from pptl.render.options import resolve_title
+    from pptl.render.options import COLUMN_IN, DEFAULT_FONT_PT, resolve_title
 
-    w, h = opts.size if opts.size is not None else (7.0, None)
+    w, h = opts.size if opts.size is not None else (COLUMN_IN, None)
     legend = "bottom" if opts.legend in ("auto", "right") else opts.legend
-    return MoEDraw(width=w, height=h, font=opts.font_size or 7.0, dpi=opts.dpi,
+    return MoEDraw(width=w, height=h, font=opts.font_size or DEFAULT_FONT_PT, dpi=opts.dpi,
                    title=resolve_title(opts.title, True, lay.title), legend=legend)
 
 

@@ -81,7 +81,8 @@ def figure_dict(tl: Timeline, options: HtmlOptions = HtmlOptions(), *, layout: L
     row_w = np.array([1.0 + 0.55 * (r.tracks - 1) for r in lay.rows] or [1.0])
     tops = np.concatenate([[0.0], np.cumsum(row_w)[:-1]])
     centers = tops + row_w / 2
-    traces = _idle_trace(lay, tops, row_w, centers) + _block_traces(lay, tops, row_w, centers, options)
+    traces = _idle_trace(lay, tops, row_w, centers) + _block_traces(lay, tops, row_w, centers, options) \
+        + _frame_trace(lay, tops, row_w, centers)
     ticktext = [r.spec.label if r.bubble is None else f"{r.spec.label} ({100 * r.bubble:.0f}% idle)"
                 for r in lay.rows]
     groups = [f"<b>{r.spec.group}</b> · {t}" if r.spec.group and (i == 0 or lay.rows[i - 1].spec.group != r.spec.group)
@@ -189,6 +190,24 @@ def _block_traces(lay: Layout, tops: np.ndarray, row_w: np.ndarray, centers: np.
                                                   "solidity": 0.5, "fgcolor": colour(cat.colours[1]),
                                                   "bgcolor": colour(cat.colours[0])}}})
     return traces
+
+
+def _frame_trace(lay: Layout, tops: np.ndarray, row_w: np.ndarray, centers: np.ndarray) -> list[dict]:
+    """One black border around the whole of each framed op (seed 004's overlapped F&B cell: two halves
+    inside one shared border), drawn over the halves as empty bars, as the PNG does."""
+    f = lay.frames
+    if f is None or not len(f):
+        return []
+    r = f[:, 0].astype(int)
+    y0 = tops[r] + row_w[r] * (0.1 + 0.8 * f[:, 1])
+    y1 = tops[r] + row_w[r] * (0.1 + 0.8 * f[:, 2])
+    # Frames belong to the two-colour category: hiding it from the legend hides its borders too.
+    group = next((c.key for c in lay.categories if len(c.colours) > 1), "frame")
+    return [{"type": "bar", "orientation": "h", "name": "frame", "legendgroup": group, "showlegend": False,
+             "x": (f[:, 4] - f[:, 3]).tolist(), "base": f[:, 3].tolist(), "y": centers[r].tolist(),
+             "offset": (y0 - centers[r]).tolist(), "width": (y1 - y0).tolist(),
+             "marker": {"color": "rgba(0,0,0,0)", "line": {"width": 1.5, "color": "#000000"}},
+             "hoverinfo": "skip"}]
 
 
 def _fitting(texts: tuple[str, ...], width_px: float) -> str:

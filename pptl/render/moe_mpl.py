@@ -13,11 +13,12 @@ import numpy as np
 
 from pptl.render.base import Category, colour, text_colour
 from pptl.render.moe_figure import SECTION_ROWS, DeviceRow, MoEFigure, Section
+from pptl.render.options import DEFAULT_FONT_PT, MIN_PRINT_PT
 
 __all__ = ["MoEDraw", "moe_mpl_figure", "compare_mpl_figure"]
 
 _ROW_IN = {"Computation": 0.30, "Communication": 0.34, "Offload": 0.26}
-_GRID_ROW_IN = 0.26
+_GRID_ROW_IN = 0.3  # a split cell's half holds a 6-pt number
 _MIN_BLOCK_PT = 2.0  # a 0.25-unit copy still shows as a block
 
 
@@ -27,7 +28,7 @@ class MoEDraw:
 
     width: float = 7.0
     height: float | None = None
-    font: float = 7.0
+    font: float = DEFAULT_FONT_PT
     dpi: int = 200
     title: str = ""
     legend: str = "bottom"
@@ -165,7 +166,7 @@ def _label(ax, b, y0: float, h: float, end: float, pt_per_t: float, fs: float,
         ax.text(b.start - 1.5 / pt_per_t, y0 + h / 2, b.label, ha="right", va="center", fontsize=fs,
                 color=colour("text.dark"))
         row_blocks.append((b.start - need, b.start))
-    elif _text_width_pt(b.label, fs - 1) + 2 <= h_pt and (fs - 1) * 1.05 <= w_pt:
+    elif fs - 1 >= MIN_PRINT_PT and _text_width_pt(b.label, fs - 1) + 2 <= h_pt and (fs - 1) * 1.05 <= w_pt:
         ax.text((b.start + end) / 2, y0 + h / 2, b.label, ha="center", va="center", fontsize=fs - 1, color=ink,
                 rotation=90)
     # else: no room anywhere; an overprinted label would be worse (--size wider, or the HTML hover, shows it)
@@ -222,7 +223,7 @@ def _grid_rows(ax, devices: list[DeviceRow], m, fs: float, highlight=None) -> No
     for s in ax.spines.values():
         s.set_visible(False)
     for x0, x1, y, t, col, k in texts:
-        size = fs - 0.5 if k == 1 else fs - 1.5
+        size = max(fs - 0.5 if k == 1 else fs - 1.5, min(MIN_PRINT_PT, fs))  # >= 6 pt printed at 7 in
         if (x1 - x0) * 72 >= _text_width_pt(t, size) + 1.5:
             ax.text((x0 + x1) / 2, y, t, ha="center", va="center", fontsize=size, color=colour(text_colour(col)))
     if highlight is not None:  # outline the steps the close-ups show, so each section points at its cell

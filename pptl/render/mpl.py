@@ -2,7 +2,9 @@
 
 All blocks of a figure (and the idle bands behind busy rows) are ONE ``PolyCollection``, so a
 100k-op plan draws in seconds; labels are drawn only where the text fits inside its block, and
-the figure size is bounded (:class:`FigureOptions`). In vector formats, a collection of more than
+the figure size is bounded (:class:`FigureOptions`). By default a figure is as wide as a paper column
+(7 in) and no text is under 6 pt, so it prints readable at that width whatever the schedule's length:
+blocks too narrow for a 6-pt label go without one. In vector formats, a collection of more than
 ``rasterize_above`` blocks is embedded as an image (text stays vector) so files stay openable.
 
 The layout is computed in inches up front (no ``tight_layout``), which makes label fitting exact
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pptl.render.layout import Grid, Layout, build_layout
+from pptl.render.options import COLUMN_IN, DEFAULT_FONT_PT, MIN_PRINT_PT
 from pptl.render.styles import Category, colour, text_colour
 from pptl.timeline import Timeline
 
@@ -29,7 +32,8 @@ _GRID_ROW_IN = 0.4  # tall enough for the two numbers of a split (overlapped) ce
 class FigureOptions:
     style: str = "auto"
     dpi: int = 100
-    max_width_in: float = 24.0
+    width_in: float = COLUMN_IN
+    """Width when ``size`` is not given (the height follows the content, up to ``max_height_in``)."""
     max_height_in: float = 30.0
     max_labels: int = 2500
     """Above this many fitting labels, only the widest blocks are labelled (text is slow to draw)."""
@@ -37,8 +41,10 @@ class FigureOptions:
     row_in: float = 0.34
     """Preferred height of one row, inches (shrinks to keep the figure bounded)."""
     size: tuple[float, float] | None = None
-    """Exact figure size in inches (width, height); None sizes it to the content."""
-    font_size: float = 9.0
+    """Exact figure size in inches (width, height); None: ``width_in`` wide, as tall as the content."""
+    font_size: float = DEFAULT_FONT_PT
+    min_font: float = MIN_PRINT_PT
+    """No derived text (ticks, notes, block labels) is smaller; labels that need less room are dropped."""
     title: str | None = None
     """None: the layout's title; "" draws none."""
     notes: bool = True
@@ -52,8 +58,9 @@ def figure_options(opts, lay: Layout) -> FigureOptions:
     from pptl.render.options import resolve_title
 
     seed = lay.style.seed
-    return FigureOptions(style=opts.style, dpi=opts.dpi, size=opts.size,
-                         font_size=opts.font_size or (8.0 if seed else 9.0),
+    fs = opts.font_size or DEFAULT_FONT_PT
+    return FigureOptions(style=opts.style, dpi=opts.dpi, size=opts.size, font_size=fs,
+                         min_font=min(MIN_PRINT_PT, fs),  # a smaller --font-size is the user's call
                          title=resolve_title(opts.title, seed, lay.title),
                          notes=(not seed) if opts.notes is None else opts.notes, legend=opts.legend)
 
@@ -85,7 +92,7 @@ def figure_from_layout(lay: Layout, options: FigureOptions = FigureOptions()):
     group_chars = max([len(r.spec.group) for r in lay.rows] + [0])
     left = 0.15 + k * (0.075 * label_chars + (0.085 * group_chars + 0.15 if group_chars else 0.0))
     right = 0.95 * k if notes else 0.3
-    width = opt.size[0] if opt.size else _figure_width(lay, left + right, opt)
+    width = opt.size[0] if opt.size else opt.width_in
     where = lay.style.legend_at if opt.legend == "auto" else opt.legend
     ncat = len(lay.categories) if where != "none" else 0
     legend_cols = _legend_columns(lay.categories, (width - 0.6) / k) if where in ("bottom", "top", "top right") else 1
@@ -110,8 +117,8 @@ def figure_from_layout(lay: Layout, options: FigureOptions = FigureOptions()):
     ax = fig.add_axes(_frac(main, width, height))
     tops = np.concatenate([[0.0], np.cumsum(row_w)[:-1]])
     _draw_blocks(ax, lay, tops, row_w, main, opt)
-    _draw_rows(ax, lay, tops, row_w, main, opt.font_size, notes)
-    _draw_time_axis(ax, lay, opt.font_size)
+    _draw_rows(ax, lay, tops, row_w, main, opt.font_size, notes, opt.min_font)
+    _draw_time_axis(ax, lay, opt.font_size, opt.min_font)
     if title:
         fig.text(0.2 / width, 1 - 0.3 * k / height, title, fontsize=opt.font_size + 2, fontweight="bold",
                  va="center")
@@ -169,22 +176,6 @@ def _row_major(items: list, ncol: int) -> list:
 
 def _frac(b: _Box, w: float, h: float) -> list[float]:
     return [b.left / w, b.bottom / h, b.width / w, b.height / h]
-
-
-def _figure_width(lay: Layout, margins: float, opt: FigureOptions) -> float:
-    """Wide enough that a typical block holds its typical label (a 2-digit number: ~18 px),
-    within bounds."""
-    b = lay.blocks
-    dur = b.end - b.start
-    keep = dur > 0
-    if lay.span <= 0 or not keep.any():
-        return 10.0
-    typical = float(np.percentile(dur[keep], 25))  # the shorter blocks matter: they lose labels first
-    sample = [len(t[0]) if t else 0 for t in b.texts[:: max(1, len(b.texts) // 2000)]]
-    label_px = max(18.0, float(np.median(sample)) * 7.5 + 10.0) if sample else 18.0
-    want_px = lay.span / typical * label_px
-    # label_px is at 100 dpi: the width in inches must not shrink when --dpi raises the resolution
-    return float(min(max(want_px / 100.0 + margins, 10.0), opt.max_width_in))
 
 
 # -- drawing ------------------------------------------------------------------------------------
@@ -253,7 +244,7 @@ def _draw_labels(ax, lay: Layout, y_top: np.ndarray, y_bot: np.ndarray, px_per_t
     if not len(b):
         return
     h_px = (y_bot - y_top) * px_per_y
-    fs = float(np.clip(np.median(h_px) * 0.5 * 72 / opt.dpi, 5.0, 9.0))
+    fs = float(np.clip(np.median(h_px) * 0.5 * 72 / opt.dpi, opt.min_font, max(opt.font_size, opt.min_font)))
     width_of = _TextWidths(fs, opt.dpi)
     w_px = (b.end - b.start) * px_per_t
     ok = (h_px >= fs * opt.dpi / 72 * 1.05) & (w_px >= width_of("0") + 2)
@@ -291,8 +282,8 @@ class _TextWidths:
         return w
 
 
-def _draw_rows(ax, lay: Layout, tops: np.ndarray, row_w: np.ndarray, box: _Box, fs: float = 9.0,
-               notes: bool = True) -> None:
+def _draw_rows(ax, lay: Layout, tops: np.ndarray, row_w: np.ndarray, box: _Box, fs: float = DEFAULT_FONT_PT,
+               notes: bool = True, min_fs: float = MIN_PRINT_PT) -> None:
     import matplotlib.transforms as mtransforms
 
     centers = tops + row_w / 2
@@ -300,7 +291,8 @@ def _draw_rows(ax, lay: Layout, tops: np.ndarray, row_w: np.ndarray, box: _Box, 
     row_px = box.height * 72 / max(float(row_w.sum()), 1e-9) * float(row_w.min()) if len(row_w) else 12.0
     step = max(1, int(np.ceil(10.0 / max(row_px, 1e-9))))
     shown = list(range(0, len(lay.rows), step))
-    ax.set_yticks(centers[shown], [lay.rows[i].spec.label for i in shown], fontsize=fs if step == 1 else fs - 2)
+    ax.set_yticks(centers[shown], [lay.rows[i].spec.label for i in shown],
+                  fontsize=fs if step == 1 else max(fs - 2, min_fs))
     ax.tick_params(axis="y", length=0)
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
@@ -312,7 +304,8 @@ def _draw_rows(ax, lay: Layout, tops: np.ndarray, row_w: np.ndarray, box: _Box, 
         if r.spec.separator:
             ax.axhline(tops[i], color=colour("muted"), lw=0.8, ls="--")
         if notes and r.bubble is not None and i % step == 0:
-            ax.text(1.005, centers[i], f"bubble {100 * r.bubble:.1f}%", transform=blend, fontsize=fs - 2,
+            ax.text(1.005, centers[i], f"bubble {100 * r.bubble:.1f}%", transform=blend,
+                    fontsize=max(fs - 1, min_fs),
                     color=colour("muted"), va="center", ha="left")
     label_w = (max([len(r.spec.label) for r in lay.rows] + [4]) * 0.075 + 0.15) * fs / 9
     for name, idx in groups.items():
@@ -321,7 +314,7 @@ def _draw_rows(ax, lay: Layout, tops: np.ndarray, row_w: np.ndarray, box: _Box, 
                 va="center", ha="right")
 
 
-def _draw_time_axis(ax, lay: Layout, fs: float = 9.0) -> None:
+def _draw_time_axis(ax, lay: Layout, fs: float = DEFAULT_FONT_PT, min_fs: float = MIN_PRINT_PT) -> None:
     if lay.style.time_arrow:
         ax.set_xticks([])
         ax.spines["bottom"].set_visible(False)
@@ -331,7 +324,7 @@ def _draw_time_axis(ax, lay: Layout, fs: float = 9.0) -> None:
         return
     unit = "" if lay.units in ("", "unit") else f" ({lay.units})"
     ax.set_xlabel(f"time{unit}", fontsize=fs)
-    ax.tick_params(axis="x", labelsize=fs - 1)
+    ax.tick_params(axis="x", labelsize=max(fs - 1, min_fs))
 
 
 def _draw_legend(fig, cats: list[Category], where: str, ncol: int, width: float, height: float,
@@ -403,15 +396,15 @@ def _draw_grid(ax, grid: Grid, box: _Box, opt: FigureOptions) -> None:
                                          edgecolors=colour("text.light"), linewidths=0.8))
     ax.set_xlim(0, ncols)
     ax.set_ylim(len(grid.rows), 0)
-    ax.set_yticks([r + 0.5 for r in range(len(grid.rows))], [name for name, _ in grid.rows], fontsize=8)
+    ax.set_yticks([r + 0.5 for r in range(len(grid.rows))], [name for name, _ in grid.rows], fontsize=opt.font_size)
     ax.set_xticks([])
     ax.tick_params(axis="y", length=0)
     for s in ax.spines.values():
         s.set_visible(False)
-    ax.set_title(grid.title, loc="left", fontsize=10, fontweight="bold")
+    ax.set_title(grid.title, loc="left", fontsize=opt.font_size + 1, fontweight="bold")
     cell_px = box.width * opt.dpi / ncols
     row_px = box.height * opt.dpi / max(len(grid.rows), 1)
     for x, y, t, col, k in texts:
-        fs = min(8.0, row_px * 0.8 / k * 0.6 * 72 / opt.dpi)
-        if fs >= 4.5 and len(t) * fs * opt.dpi / 72 * 0.62 + 2 <= cell_px:
+        fs = min(opt.font_size, row_px * 0.8 / k * 0.6 * 72 / opt.dpi)
+        if fs >= opt.min_font and len(t) * fs * opt.dpi / 72 * 0.62 + 2 <= cell_px:
             ax.text(x, y, t, ha="center", va="center", fontsize=fs, color=colour(text_colour(col)))

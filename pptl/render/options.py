@@ -5,9 +5,19 @@ from dataclasses import dataclass
 
 from pptl.errors import InputError
 
-__all__ = ["RenderOptions", "LEGEND_PLACES", "parse_size", "resolve_title"]
+__all__ = ["RenderOptions", "LEGEND_PLACES", "COLUMN_IN", "MIN_PRINT_PT", "DEFAULT_FONT_PT", "parse_size",
+           "resolve_title"]
 
 LEGEND_PLACES = ("auto", "bottom", "top", "right", "none")
+
+#: Width of a paper column the default figures are drawn for, inches: a figure is drawn at the size it
+#: prints, so a font size in points is the size the reader sees.
+COLUMN_IN = 7.0
+#: No text of a default figure is smaller than this (points at COLUMN_IN): labels that would need less
+#: room are left out of their block instead (the HTML hover, or a wider --size, shows them).
+MIN_PRINT_PT = 6.0
+#: The figures' body text (row names, legend) when --font-size is not given.
+DEFAULT_FONT_PT = 7.0
 
 
 @dataclass(frozen=True)
@@ -16,9 +26,9 @@ class RenderOptions:
     dpi: int = 200
     """Raster resolution (PNG); vector formats keep text as text whatever it is."""
     size: tuple[float, float] | None = None
-    """Figure size in inches (width, height); None sizes the figure to its content."""
+    """Figure size in inches (width, height); None: :data:`COLUMN_IN` wide, as tall as the content."""
     font_size: float | None = None
-    """Points; None: 7 for seed figures (readable at a 7-inch column), 9 otherwise."""
+    """Points; None: :data:`DEFAULT_FONT_PT` (no text under :data:`MIN_PRINT_PT` at a 7-inch column)."""
     title: str = ""
     """"" (the style's default: none for seed styles), "auto" (config summary), "none", or the text."""
     notes: bool | None = None
