@@ -23,6 +23,8 @@ demo: install
 	pptl demo --out $(OUT)
 
 test: install-test
+	$(PY) -m ruff check pptl tests bench
+	$(PY) -m mypy
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 bench: install

@@ -46,7 +46,7 @@ class Simulation:
     peak_time: dict[int, float] = field(default_factory=dict)
     """Per rank: when its peak activation is first reached."""
 
-    def metrics(self) -> dict:
+    def metrics(self) -> dict[str, Any]:
         """JSON-ready metrics (the contract of ``pptl plan --output json``)."""
         ops = self.schedule.ops
         return {

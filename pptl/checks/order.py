@@ -18,7 +18,7 @@ def local_order(ctx: Context) -> list[Violation]:
     s = ctx.schedule
     out: list[Violation] = []
     for (rank, lane), order in s.lanes.items():
-        pos: dict[tuple, tuple[int, str]] = {}
+        pos: dict[tuple[str, int, int, int], tuple[int, str]] = {}
         for k, i in enumerate(order):
             op = s.ops[i]
             for key in roles(op):

@@ -140,8 +140,8 @@ def stage_on_two_ranks(ctx: Context) -> list[Violation]:
             more.setdefault((d, st), {}).setdefault(rank, i)
     out: list[Violation] = []
     for (d, st), others in sorted(more.items()):
-        r0, i0 = first[(d, st)]
-        ranks = {r0: i0, **others}
+        rank0, op0 = first[(d, st)]
+        ranks = {rank0: op0, **others}
         names = ", ".join(f"r{r}" for r in sorted(ranks))
         out.append(Violation("PP005", f"stage {st}{_dir(d)} runs on ranks {names}",
                              tuple(ops[i].id for i in ranks.values())))

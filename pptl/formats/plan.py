@@ -12,7 +12,7 @@ import json
 import math
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypeGuard
 
 from pptl.config import MAX_OPS, config_from_mapping, read_structured
 from pptl.deps import training_deps
@@ -45,8 +45,8 @@ class PlanTimes:
         self.meta = meta
 
 
-def plan_to_dict(schedule: Schedule, *, timeline: Timeline | None = None, metrics: Mapping | None = None,
-                 times: PlanTimes | None = None) -> dict:
+def plan_to_dict(schedule: Schedule, *, timeline: Timeline | None = None, metrics: Mapping[str, Any] | None = None,
+                 times: PlanTimes | None = None) -> dict[str, Any]:
     """Serialise a schedule (format version 2).
 
     Training dependencies are not stored (they are derived from the ops on load); family-specific
@@ -59,15 +59,15 @@ def plan_to_dict(schedule: Schedule, *, timeline: Timeline | None = None, metric
     order = [i for key in keys for i in schedule.lanes[key]]
     seq = [ops[i] for i in order]
     columns: dict[str, Any] = {}
-    for name, default in _STR_COLUMNS:
-        values = list(map(attrgetter(name), seq))
-        table = list(dict.fromkeys(values))
-        if default is not None and table in ([], [default]):
+    for name, text_default in _STR_COLUMNS:
+        texts: list[str] = list(map(attrgetter(name), seq))
+        table = list(dict.fromkeys(texts))
+        if text_default is not None and table in ([], [text_default]):
             continue
         code = {v: k for k, v in enumerate(table)}
-        columns[name] = {"values": table, "index": [code[v] for v in values]}
+        columns[name] = {"values": table, "index": [code[v] for v in texts]}
     for name, default in _INT_COLUMNS:
-        values = list(map(attrgetter(name), seq))
+        values: list[int] = list(map(attrgetter(name), seq))
         if values.count(default) != len(values):
             columns[name] = values
     pairs = [op.pair for op in seq]
@@ -139,15 +139,15 @@ def _times_of(schedule: Schedule, timeline: Timeline) -> PlanTimes | None:
     end = [0.0] * len(schedule.ops)
     seen = 0
     for e in timeline.events:
-        i = where.pop(e.op, None)
-        if i is None:
+        i = where.pop(e.op, -1)
+        if i < 0:
             return None
         start[i], end[i] = e.start, e.end
         seen += 1
     return PlanTimes(start, end, timeline.meta) if seen == len(schedule.ops) else None
 
 
-def dumps(data: Mapping) -> str:
+def dumps(data: Mapping[str, Any]) -> str:
     return json.dumps(data, separators=(",", ":"), allow_nan=False)
 
 
@@ -244,11 +244,11 @@ def read_plan_dict(data: Any, *, source: str = "<plan>") -> tuple[Schedule, Call
     return schedule, lambda: timeline_from_dict(raw_timeline, source=f"{source}: timeline")
 
 
-def _is_int(x: Any) -> bool:
+def _is_int(x: Any) -> TypeGuard[int]:
     return type(x) is int
 
 
-def _ops_v1(data: Mapping, source: str) -> tuple[list[Op], dict[tuple[int, str], list[int]]]:
+def _ops_v1(data: Mapping[str, Any], source: str) -> tuple[list[Op], dict[tuple[int, str], list[int]]]:
     lanes = data.get("lanes")
     if not isinstance(lanes, list):
         raise InputError(f"{source}: field 'lanes': expected a list of {{rank, lane, ops}}")
@@ -272,7 +272,7 @@ def _ops_v1(data: Mapping, source: str) -> tuple[list[Op], dict[tuple[int, str],
     return b.ops, b.lanes
 
 
-def _ops_v2(data: Mapping, source: str) -> tuple[list[Op], dict[tuple[int, str], list[int]]]:
+def _ops_v2(data: Mapping[str, Any], source: str) -> tuple[list[Op], dict[tuple[int, str], list[int]]]:
     raw_lanes = data.get("lanes")
     if not isinstance(raw_lanes, list):
         raise InputError(f"{source}: field 'lanes': expected a list of {{rank, lane, count}}")
@@ -308,10 +308,10 @@ def _ops_v2(data: Mapping, source: str) -> tuple[list[Op], dict[tuple[int, str],
         values[name] = _str_column(cols.get(name), n, default or "", f"{source}: ops.{name}")
     if not all(values["kind"]):
         raise InputError(f"{source}: ops.kind: got an empty kind, expected an op kind such as F")
-    for name, default in _INT_COLUMNS:
+    for name, int_default in _INT_COLUMNS:
         col = cols.get(name)
         if col is None:
-            values[name] = [default] * n
+            values[name] = [int_default] * n
             continue
         if not isinstance(col, list) or len(col) != n:
             raise InputError(f"{source}: ops.{name}: expected a list of {n} integers")
@@ -364,7 +364,7 @@ def _str_column(col: Any, n: int, default: str, where: str) -> list[str]:
     return [table[k] for k in index]
 
 
-def _timeline_v2(raw: Mapping, schedule: Schedule, source: str) -> Timeline:
+def _timeline_v2(raw: Mapping[str, Any], schedule: Schedule, source: str) -> Timeline:
     where = f"{source}: timeline"
     n = len(schedule.ops)
     meta_raw = raw.get("meta", {})
