@@ -145,7 +145,7 @@ def test_check_does_not_read_the_timeline(tmp_path: Path) -> None:
         (_v2(colour=[1, 2]), r"ops.colour: unknown column"),
         (_v2(pair=[None, [1, 2]]), r"ops.pair: got \[1, 2\], expected null or \[stage, mb, direction\]"),
         (_v2(payload=[0, -1]), r"ops.payload: got -1, expected a finite number >= 0"),
-        ({**_v2(), "lanes": [{"rank": 0, "lane": "compute", "count": 10**9}]}, r"lanes\[0\].count: got 1000000000"),
+        ({**_v2(), "lanes": [{"rank": 0, "lane": "compute", "count": 10**9}]}, r"1,000,000,000 ops, more than the"),
         ({**_v2(), "deps": [0, 5]}, r"field 'deps': expected an even-length list of op positions in 0..1"),
     ],
     ids=["short-column", "bool-int", "index-range", "table-type", "unknown-column", "pair", "payload", "huge-count",

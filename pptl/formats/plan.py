@@ -276,6 +276,9 @@ def _ops_v2(data: Mapping[str, Any], source: str) -> tuple[list[Op], dict[tuple[
     raw_lanes = data.get("lanes")
     if not isinstance(raw_lanes, list):
         raise InputError(f"{source}: field 'lanes': expected a list of {{rank, lane, count}}")
+    total = sum(e["count"] for e in raw_lanes if isinstance(e, Mapping) and _is_int(e.get("count")) and e["count"] > 0)
+    if total > MAX_OPS:
+        raise InputError(f"{source}: {total:,} ops, more than the {MAX_OPS:,} pptl accepts")
     ranks: list[int] = []
     lane_col: list[str] = []
     lanes: dict[tuple[int, str], list[int]] = {}
@@ -288,8 +291,8 @@ def _ops_v2(data: Mapping[str, Any], source: str) -> tuple[list[Op], dict[tuple[
             raise InputError(f"{where}.rank: got {rank!r}, expected an integer")
         if not isinstance(lane, str) or not lane:
             raise InputError(f"{where}.lane: got {lane!r}, expected a lane name")
-        if not _is_int(count) or count < 0 or len(ranks) + count > MAX_OPS:
-            raise InputError(f"{where}.count: got {count!r}, expected an integer >= 0 (at most {MAX_OPS:,} ops in all)")
+        if not _is_int(count) or count < 0:
+            raise InputError(f"{where}.count: got {count!r}, expected an integer >= 0")
         lanes.setdefault((rank, lane), []).extend(range(len(ranks), len(ranks) + count))
         ranks += [rank] * count
         lane_col += [lane] * count
