@@ -25,6 +25,8 @@ demo: install
 	@echo "explore schedules in the browser (offline): pptl serve [CONFIG] --port 8000, then open http://127.0.0.1:8000/"
 
 test: install-test
+	$(PY) -m ruff check pptl tests bench
+	$(PY) -m mypy
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 bench: install

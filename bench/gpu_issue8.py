@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from _common import T0, Stages, calibrate_one, env_info, log  # noqa: E402
+
 from pptl import planning  # noqa: E402
 from pptl.compare import compare_timelines  # noqa: E402
 from pptl.formats.loader import load_any  # noqa: E402
@@ -52,8 +53,8 @@ FIGURES = {"moe-overlap": "moe_overlap.png", "moe-offload": "moe_offload.png", "
 
 def moe_config(a: argparse.Namespace, *, overlap: bool, offload: bool, hidden: int, tokens: int,
                microbatches: int) -> dict:
-    from pptl.run.moe_model import layer_bytes, offload_bytes
     from pptl.config import Workload
+    from pptl.run.moe_model import layer_bytes, offload_bytes
 
     w = Workload(hidden=hidden, tokens=tokens, layers_per_stage=1, dtype=a.dtype)
     chunk_mib = a.layers * layer_bytes(w) / MiB

@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from _common import Stages, calibrate_one, env_info, log  # noqa: E402
+
 from pptl import planning  # noqa: E402
 from pptl.config import config_from_mapping  # noqa: E402
 from pptl.schedules import FAMILIES, build_schedule  # noqa: E402

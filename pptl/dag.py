@@ -1,15 +1,62 @@
-"""The schedule as one graph: data facts plus lane order, as a ``networkx.DiGraph``.
+"""The schedule as one graph: data facts plus lane order.
 
-Nodes are op indices (ints keep 400k-op graphs small); edges carry no attributes. An edge
-``u -> v`` means v cannot start before u ends. Every check and the simulator read this graph.
+Nodes are op indices; an edge ``u -> v`` means v cannot start before u ends. The graph comes in
+two forms: :class:`Adjacency` (plain lists, what the simulator and the hot checks walk; a
+topological order costs one pass) and a ``networkx.DiGraph`` (:func:`build_dag`), which the
+checker builds only when the cheap pass finds a cycle, to find and print it.
 """
 from __future__ import annotations
 
-import networkx as nx
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pptl.ir import Schedule
 
-__all__ = ["build_dag", "lane_edges"]
+if TYPE_CHECKING:
+    import networkx as nx
+
+__all__ = ["Adjacency", "adjacency", "build_dag", "lane_edges", "topological_order"]
+
+
+@dataclass(frozen=True, slots=True)
+class Adjacency:
+    """Predecessors and successors of every op, as lists indexed by op (an edge may repeat when
+    a data fact and the lane order say the same thing; every walk here tolerates that)."""
+
+    pred: list[list[int]]
+    succ: list[list[int]]
+
+
+def adjacency(schedule: Schedule) -> Adjacency:
+    """The DAG's edges (data facts, then lane order) as lists. Notes: O(ops + edges)."""
+    n = len(schedule.ops)
+    pred: list[list[int]] = [[] for _ in range(n)]
+    succ: list[list[int]] = [[] for _ in range(n)]
+    for u, v in schedule.deps:
+        succ[u].append(v)
+        pred[v].append(u)
+    for order in schedule.lanes.values():
+        for u, v in zip(order, order[1:]):
+            succ[u].append(v)
+            pred[v].append(u)
+    return Adjacency(pred, succ)
+
+
+def topological_order(adj: Adjacency) -> list[int] | None:
+    """Ops in an order that respects every edge, or None when the graph has a cycle.
+
+    Kahn's algorithm, generation by generation (the order networkx's ``topological_sort`` gives
+    on the same edges). Notes: O(ops + edges).
+    """
+    succ = adj.succ
+    indeg = [len(p) for p in adj.pred]
+    order = [v for v, d in enumerate(indeg) if d == 0]
+    for u in order:  # a FIFO: the loop reaches what it appends, a generation after the one before
+        for v in succ[u]:
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                order.append(v)
+    return order if len(order) == len(indeg) else None
 
 
 def lane_edges(schedule: Schedule) -> list[tuple[int, int]]:
@@ -21,11 +68,13 @@ def lane_edges(schedule: Schedule) -> list[tuple[int, int]]:
 
 
 def build_dag(schedule: Schedule) -> nx.DiGraph:
-    """Data dependencies and lane order of ``schedule``.
+    """Data dependencies and lane order of ``schedule``, as a networkx graph (for its cycle search).
 
     Notes:
         O(ops + deps). About 1 s and 0.5 GB for 400k ops.
     """
+    import networkx as nx  # here: a plan whose graph is acyclic never needs networkx
+
     g = nx.DiGraph()
     # Filling the adjacency dicts directly is 5x faster than add_edges_from at 1M edges; every edge
     # shares one empty attribute dict because pptl never sets edge attributes.
@@ -46,4 +95,4 @@ def build_dag(schedule: Schedule) -> nx.DiGraph:
     return g
 
 
-_NO_ATTRS: dict = {}
+_NO_ATTRS: dict[str, object] = {}

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from pptl.errors import InputError, PptlError
 

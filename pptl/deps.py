@@ -14,12 +14,16 @@ Facts:
 
 Notes:
     O(n) in the number of ops, with dict lookups keyed by tuples.
+
+This module needs no other pptl module at run time: :mod:`pptl.ir` imports it to derive the
+facts of a re-ordered schedule (``Schedule.with_lanes``).
 """
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-from pptl.ir import Op
+if TYPE_CHECKING:  # only for annotations: ir imports this module to derive the facts of a new lane order
+    from pptl.ir import Op
 
 __all__ = ["roles", "training_deps", "comm_key"]
 
@@ -58,25 +62,46 @@ def training_deps(ops: list[Op], num_stages: int) -> list[tuple[int, int]]:
     Returns:
         A list of edges, without duplicates. Missing producers add no edge: the checker
         reports missing work separately.
+
+    Notes:
+        One pass to index producers and messages, one to link consumers; written out per kind
+        (no generator per op) because ``pptl plan`` and ``pptl check`` both run it on 400k ops.
     """
     prod: dict[_Key, int] = {}
     comm: dict[tuple[str, str, int, int, int], int] = {}
+    put = prod.setdefault
     for i, op in enumerate(ops):
-        if op.kind == "SEND" or op.kind == "RECV":
-            comm.setdefault(comm_key(op), i)
-        else:
-            for key in roles(op):
-                prod.setdefault(key, i)
+        k = op.kind
+        if k == "F":
+            put(("F", op.direction, op.stage, op.mb), i)
+        elif k == "B":
+            d, st, mb = op.direction, op.stage, op.mb
+            put(("G", d, st, mb), i)
+            put(("W", d, st, mb), i)
+        elif k == "I":
+            put(("G", op.direction, op.stage, op.mb), i)
+        elif k == "W":
+            put(("W", op.direction, op.stage, op.mb), i)
+        elif k == "SEND" or k == "RECV":
+            comm.setdefault((k, op.flow, op.direction, op.stage, op.mb), i)
+        elif k == "FB" and op.pair is not None:
+            put(("F", op.direction, op.stage, op.mb), i)
+            ps, pm, pd = op.pair
+            put(("G", pd, ps, pm), i)
+            put(("W", pd, ps, pm), i)
 
     edges: set[tuple[int, int]] = set()
     add = edges.add
+    get = prod.get
+    last = num_stages - 1
+    cget = comm.get
 
     def link(src: int, dst: int, flow: str, d: int, s_src: int, s_dst: int, mb: int) -> None:
         if ops[src].rank == ops[dst].rank:
             add((src, dst))
             return
-        send = comm.get(("SEND", flow, d, s_src, mb))
-        recv = comm.get(("RECV", flow, d, s_dst, mb))
+        send = cget(("SEND", flow, d, s_src, mb))
+        recv = cget(("RECV", flow, d, s_dst, mb))
         if send is None and recv is None:
             add((src, dst))  # compute-only schedule: communication is implicit
             return
@@ -87,31 +112,46 @@ def training_deps(ops: list[Op], num_stages: int) -> list[tuple[int, int]]:
         if send is not None and recv is not None:
             add((send, recv))
 
-    last = num_stages - 1
-    for i, op in enumerate(ops):
-        for role, d, s, mb, crossing in _needs(op):
-            if s < 0 or s > last:
-                continue
-            src = prod.get((role, d, s, mb))
-            if src is None or src == i:
-                continue
-            if not crossing:
+    def grad(i: int, d: int, st: int, mb: int) -> None:
+        # G(d, st, mb) needs F(d, st, mb) on its own stage and G(d, st + 1, mb) from the next.
+        if 0 <= st <= last:
+            src = get(("F", d, st, mb))
+            if src is not None and src != i:
                 add((src, i))
-            elif role == "F":
-                link(src, i, "F", d, s, s + 1, mb)
-            else:
-                link(src, i, "B", d, s, s - 1, mb)
+        if 0 <= st + 1 <= last:
+            src = get(("G", d, st + 1, mb))
+            if src is not None and src != i:
+                link(src, i, "B", d, st + 1, st, mb)
+
+    for i, op in enumerate(ops):
+        k = op.kind
+        if k == "F" or k == "FB":
+            if k == "FB" and op.pair is None:
+                continue
+            st = op.stage - 1
+            if 0 <= st <= last:
+                src = get(("F", op.direction, st, op.mb))
+                if src is not None and src != i:
+                    link(src, i, "F", op.direction, st, st + 1, op.mb)
+            if k == "FB":
+                ps, pm, pd = op.pair  # type: ignore[misc]
+                grad(i, pd, ps, pm)
+        elif k == "B" or k == "I":
+            grad(i, op.direction, op.stage, op.mb)
+        elif k == "W":
+            if 0 <= op.stage <= last:
+                src = get(("G", op.direction, op.stage, op.mb))
+                if src is not None and src != i:
+                    add((src, i))
     # SEND/RECV whose partner is missing still hang off their producer/consumer.
     for key, i in comm.items():
         kind, flow, d, s, mb = key
-        role = "F" if flow == "F" else "G"
         if kind == "SEND":
-            src = prod.get((role, d, s, mb))
+            src = get(("F" if flow == "F" else "G", d, s, mb))
             if src is not None:
                 add((src, i))
         else:
-            src_stage = s - 1 if flow == "F" else s + 1
-            send = comm.get(("SEND", flow, d, src_stage, mb))
+            send = cget(("SEND", flow, d, s - 1 if flow == "F" else s + 1, mb))
             if send is not None:
                 add((send, i))
     return [e for e in edges if e[0] != e[1]]

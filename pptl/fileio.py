@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pptl.errors import InputError
 
-__all__ = ["atomic_write", "check_new", "check_writable"]
+__all__ = ["atomic_write", "check_new", "check_writable", "read_bounded"]
 
 
 def check_writable(path: str | Path) -> Path:
@@ -76,3 +76,31 @@ def _link_new(tmp: str, p: Path) -> None:
         os.replace(tmp, p)
         return
     os.unlink(tmp)
+
+
+def read_bounded(path: str | Path, limit: int) -> bytes:
+    """The bytes of ``path``, gunzipped when its name ends in ``.gz``; at most ``limit`` bytes either
+    way, so a small file cannot expand into gigabytes (a gzip bomb).
+
+    Raises:
+        InputError: unreadable, too large, or not valid gzip.
+    """
+    import zlib
+
+    p = Path(path)
+    try:
+        if p.stat().st_size > limit:
+            raise InputError(f"{p}: file is larger than the {limit} bytes accepted")
+        raw = p.read_bytes()
+    except OSError as e:
+        raise InputError(f"{p}: cannot read: {e.strerror or e}") from None
+    if not p.name.lower().endswith(".gz"):
+        return raw
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        out = d.decompress(raw, limit + 1)
+    except zlib.error as e:
+        raise InputError(f"{p}: not valid gzip: {e}") from None
+    if len(out) > limit or d.unconsumed_tail:
+        raise InputError(f"{p}: decompresses to more than the {limit} bytes accepted")
+    return out

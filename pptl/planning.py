@@ -111,11 +111,19 @@ def plan(cfg: Config, *, check: bool = True) -> PlanResult:
 
 
 def write_plan(result: PlanResult, path: Path) -> None:
-    from pptl.formats.plan import dumps, plan_to_dict
+    """Write the plan file (JSON; gzip-compressed when the name ends in ``.json.gz``)."""
+    from pptl.formats.plan import PlanTimes, dumps, plan_to_dict
 
     check_writable(path)
-    data = plan_to_dict(result.schedule, timeline=result.simulation.timeline(), metrics=result.metrics)
-    atomic_write(path, dumps(data))
+    sim = result.simulation
+    times = PlanTimes(sim.start, sim.end, sim.timeline_meta()) if sim is not None else None
+    text = dumps(plan_to_dict(result.schedule, times=times, metrics=result.metrics))
+    if str(path).lower().endswith(".gz"):
+        import gzip
+
+        atomic_write(path, gzip.compress(text.encode("utf-8"), compresslevel=6, mtime=0))
+    else:
+        atomic_write(path, text)
 
 
 @dataclass

@@ -7,18 +7,19 @@ the timed events: F allocates at its start, B (or I and W, by the declared split
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any, Sequence
 
 from pptl.config import Costs
-from pptl.dag import build_dag
+from pptl.dag import Adjacency, adjacency, topological_order
 from pptl.errors import InputError, InvalidScheduleError
 from pptl.ir import Op, Schedule
 from pptl.timeline import Event, Timeline, TimelineMeta
 
+if TYPE_CHECKING:
+    import networkx as nx
+
 __all__ = ["Simulation", "RankMetrics", "durations", "simulate", "memory_events", "memory_timeline", "peak_memory",
-           "held_spans"]
+           "held_spans", "op_events"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +46,7 @@ class Simulation:
     peak_time: dict[int, float] = field(default_factory=dict)
     """Per rank: when its peak activation is first reached."""
 
-    def metrics(self) -> dict:
+    def metrics(self) -> dict[str, Any]:
         """JSON-ready metrics (the contract of ``pptl plan --output json``)."""
         ops = self.schedule.ops
         return {
@@ -64,25 +65,33 @@ class Simulation:
 
     def timeline(self, *, with_waits: bool = True) -> Timeline:
         """The planned timeline (one :class:`Event` per op)."""
+        return Timeline(op_events(self.schedule, self.start, self.end, with_waits=with_waits), self.timeline_meta())
+
+    def timeline_meta(self) -> TimelineMeta:
         s = self.schedule
-        waits: dict[int, list[int]] = {}
-        if with_waits:
-            for u, v in s.deps:
-                waits.setdefault(v, []).append(u)
-        ids = [op.id for op in s.ops]
-        events = [
-            Event(op=ids[i], rank=op.rank, lane=op.lane, start=self.start[i], end=self.end[i], kind=op.kind,
-                  stage=op.stage, mb=op.mb, direction=op.direction, chunk=op.chunk, pair=op.pair,
-                  label=op.label, sub=op.sub, peer=op.peer,
-                  waits_on=tuple(ids[u] for u in waits.get(i, ())), flow=op.flow)
-            for i, op in enumerate(s.ops)
-        ]
         cfg = s.config
-        meta = TimelineMeta(source="planned", units="unit" if not s.meta.get("units") else s.meta["units"],
+        return TimelineMeta(source="planned", units="unit" if not s.meta.get("units") else s.meta["units"],
                             family=s.family, pp=s.pp, vpp=getattr(cfg, "vpp", 1) if cfg else 1,
                             microbatches=s.microbatches, title=s.meta.get("title", ""),
                             extra={"makespan": self.makespan})
-        return Timeline(events, meta)
+
+
+def op_events(schedule: Schedule, start: Sequence[float], end: Sequence[float], *,
+              with_waits: bool = True) -> list[Event]:
+    """One :class:`Event` per op (indexed like ``schedule.ops``), naming the ops it waits on."""
+    waits: dict[int, list[int]] = {}
+    if with_waits:
+        for u, v in schedule.deps:
+            waits.setdefault(v, []).append(u)
+    ids = [op.id for op in schedule.ops]
+    none: tuple[str, ...] = ()
+    return [
+        Event(op=ids[i], rank=op.rank, lane=op.lane, start=start[i], end=end[i], kind=op.kind,
+              stage=op.stage, mb=op.mb, direction=op.direction, chunk=op.chunk, pair=op.pair,
+              label=op.label, sub=op.sub, peer=op.peer,
+              waits_on=tuple(ids[u] for u in waits[i]) if i in waits else none, flow=op.flow)
+        for i, op in enumerate(schedule.ops)
+    ]
 
 
 def durations(schedule: Schedule, costs: Costs) -> list[float]:
@@ -109,10 +118,13 @@ def durations(schedule: Schedule, costs: Costs) -> list[float]:
     return out
 
 
-def simulate(schedule: Schedule, costs: Costs | None = None, *, dag: nx.DiGraph | None = None,
+def simulate(schedule: Schedule, costs: Costs | None = None, *, dag: nx.DiGraph | Adjacency | None = None,
              order: list[int] | None = None, activation: float | None = None,
              w_activation: float | None = None) -> Simulation:
     """Time every op of ``schedule`` and compute its metrics.
+
+    ``dag`` and ``order`` let a caller that has them (the checker) save their cost; ``dag`` is an
+    :class:`~pptl.dag.Adjacency` or a networkx graph of the same edges.
 
     Raises:
         InvalidScheduleError: the DAG has a cycle (run the checker for the cycle) or a cost is missing.
@@ -127,18 +139,17 @@ def simulate(schedule: Schedule, costs: Costs | None = None, *, dag: nx.DiGraph 
         activation = cfg.activation if cfg is not None else 1.0
     if w_activation is None:
         w_activation = cfg.w_activation if cfg is not None else 0.0
-    g = dag if dag is not None else build_dag(schedule)
+    g = dag if dag is not None else adjacency(schedule)
     dur = durations(schedule, costs)
     n = len(schedule.ops)
     start = [0.0] * n
     end = [0.0] * n
     via = [-1] * n
     pred = g.pred
-    try:
-        if order is None:
-            order = list(nx.topological_sort(g))
-    except nx.NetworkXUnfeasible:
-        raise InvalidScheduleError("the schedule deadlocks (its DAG has a cycle); run 'pptl check' to see the cycle") from None
+    if order is None:
+        order = topological_order(g if isinstance(g, Adjacency) else adjacency(schedule))
+    if order is None:
+        raise InvalidScheduleError("the schedule deadlocks (its DAG has a cycle); run 'pptl check' to see the cycle")
     _longest_path(order, pred, dur, start, end, via)
     if costs.context:
         dur = _retime_in_context(schedule, costs, order, pred, dur, start, end, via)

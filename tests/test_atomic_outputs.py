@@ -8,7 +8,6 @@ so an interrupted command never leaves a truncated output; and the overwrite pol
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal

@@ -5,15 +5,15 @@ import random
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from mutations import drop_one, duplicate_one, move_before_dependency
 
 from pptl.checks import run_checks
 from pptl.config import Config
 from pptl.errors import InputError
 from pptl.formats.loader import load_any
 from pptl.schedules import build_schedule
-
-from mutations import drop_one, duplicate_one, move_before_dependency
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 

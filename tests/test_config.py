@@ -1,11 +1,10 @@
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pytest
 
-from pptl.config import Config, load_config, config_from_mapping, parse_cost_flags
+from pptl.config import config_from_mapping, load_config, parse_cost_flags
 from pptl.errors import InputError
 
 

@@ -155,10 +155,9 @@ def test_usage_errors(tmp_path: Path) -> None:
 @pytest.mark.skipif(sys.platform != "linux", reason="gloo run")
 def test_swapped_sends_hang_a_gloo_run_and_the_timeline_names_check_s_cycle(tmp_path: Path, monkeypatch) -> None:
     sys.path.insert(0, str(ROOT / "bench"))
-    from hang_pptl_run import FAULT
-
-
     import subprocess
+
+    from hang_pptl_run import FAULT
 
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     subprocess.run([sys.executable, str(ROOT / "bench" / "hang_pptl_run.py"), str(tmp_path), "--cpu"], env=env,

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from fuzzing import clean_run, gzip_bomb
+
 from pptl.config import MAX_FILE_BYTES
 from pptl.schedules import FAMILIES
 

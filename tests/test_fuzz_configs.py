@@ -7,9 +7,10 @@ import random
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from fuzzing import EXAMPLES, clean_run, mutate_bytes, mutate_json, to_toml, to_yaml, write_json
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from pptl.config import read_structured
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
+from fuzzing import clean_run
 from typer.testing import CliRunner
 
-from fuzzing import clean_run
 from pptl.cli import app
 from pptl.config import Config
 from pptl.planning import plan

@@ -6,9 +6,10 @@ import random
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from fuzzing import EXAMPLES, clean_run, mutate_bytes, mutate_json, write_json
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from pptl.config import Config
 from pptl.formats.plan import dumps, plan_to_dict
 from pptl.planning import plan

@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from fuzzing import EXAMPLES, NASTY_CELLS, clean_run, mutate_bytes, mutate_cells
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 CSVS = sorted((FIXTURES / "csv").glob("*.csv")) + sorted((FIXTURES / "csv" / "invalid").glob("*.csv")) + \

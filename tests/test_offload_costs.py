@@ -6,13 +6,13 @@ from dataclasses import replace
 import pytest
 
 from pptl.compare import compare_timelines, comparison_lines
-from pptl.config import Costs, config_from_mapping, costs_from_mapping
+from pptl.config import config_from_mapping, costs_from_mapping
 from pptl.contexts import ALONE, BUSY, Span, contexts_of, measure_contexts
 from pptl.errors import InputError
 from pptl.ir import Schedule
-from pptl.schedules import build_schedule
 from pptl.run.families import cost_means
 from pptl.run.hostlag import HostLag
+from pptl.schedules import build_schedule
 from pptl.schedules._moe_metrics import EP_KINDS, exposed_in_timeline
 from pptl.simulate import peak_memory, simulate
 

@@ -9,7 +9,8 @@ import pytest
 from pptl.checks import run_checks
 from pptl.config import Config
 from pptl.errors import InputError
-from pptl.formats.plan import dumps, load_plan, plan_from_dict, plan_to_dict
+from pptl.formats.loader import load_any
+from pptl.formats.plan import PLAN_VERSION, dumps, load_plan, plan_from_dict, plan_to_dict
 from pptl.planning import plan
 from pptl.simulate import simulate
 
@@ -51,7 +52,7 @@ def test_minimal_hand_written_plan_is_valid() -> None:
     [
         ([], r"expected a JSON object with 'format': 'pptl-plan'"),
         (_minimal(format="other"), r"field 'format': got 'other', expected 'pptl-plan'"),
-        (_minimal(version=2), r"plan format version 2 is newer than this pptl reads \(1\); upgrade pptl"),
+        (_minimal(version=3), r"plan format version 3 is newer than this pptl reads \(2\); upgrade pptl"),
         (_minimal(version="1"), r"field 'version': got '1', expected an integer"),
         (_minimal(schedule={"family": "x", "pp": -1, "num_stages": 1, "microbatches": 1}), r"schedule.pp': got -1"),
         (_minimal(lanes={}), r"field 'lanes': expected a list"),
@@ -77,3 +78,79 @@ def test_truncated_file(tmp_path: Path) -> None:
     p.write_text(text[: len(text) // 2])
     with pytest.raises(InputError, match=r"p.json: not valid JSON"):
         load_plan(p)
+
+
+def _v2(**ops_over) -> dict:
+    """A two-op version-2 plan (F then B on rank 0), with some columns replaced."""
+    cols = {"kind": {"values": ["F", "B"], "index": [0, 1]}, "stage": [0, 0], "mb": [0, 0]}
+    cols.update(ops_over)
+    return {"format": "pptl-plan", "version": 2,
+            "schedule": {"family": "x", "pp": 1, "num_stages": 1, "microbatches": 1},
+            "lanes": [{"rank": 0, "lane": "compute", "count": 2}], "ops": cols, "deps": []}
+
+
+def test_written_plans_are_columnar_and_small(tmp_path: Path) -> None:
+    result = plan(Config(schedule="interleaved-1f1b", pp=8, microbatches=32, vpp=2))
+    path = tmp_path / "p.json"
+    from pptl.planning import write_plan
+
+    write_plan(result, path)
+    data = json.loads(path.read_text())
+    assert data["version"] == PLAN_VERSION == 2
+    assert set(data["ops"]) >= {"kind", "stage", "mb", "chunk", "peer", "flow"}
+    assert path.stat().st_size / len(result.schedule.ops) <= 40  # bytes an op, planned times included
+    loaded = load_any(path)
+    assert loaded.schedule.ops == [result.schedule.ops[i] for k in sorted(result.schedule.lanes)
+                                   for i in result.schedule.lanes[k]]
+    assert sorted((e.op, e.start, e.end) for e in loaded.timeline.events) == sorted(
+        (e.op, e.start, e.end) for e in result.timeline.events)
+
+
+def test_gzip_plan_round_trip(tmp_path: Path) -> None:
+    from pptl.planning import write_plan
+
+    result = plan(Config(schedule="1f1b", pp=4, microbatches=8))
+    path = tmp_path / "p.json.gz"
+    write_plan(result, path)
+    assert path.read_bytes()[:2] == b"\x1f\x8b"
+    back, timeline = load_plan(path)
+    assert back.ops and len(back.ops) == len(result.schedule.ops) and timeline is not None
+    assert load_any(path).schedule.ops == back.ops
+
+
+def test_version_1_files_still_load() -> None:
+    s, timeline = plan_from_dict(_minimal())
+    assert [op.kind for op in s.ops] == ["F", "B"] and timeline is None
+
+
+def test_check_does_not_read_the_timeline(tmp_path: Path) -> None:
+    """A broken stored timeline fails whoever draws it, not ``pptl check`` (which ignores it)."""
+    data = _v2()
+    data["timeline"] = {"meta": {}, "start": [0, 1], "end": [1]}
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(data))
+    loaded = load_any(path)
+    assert run_checks(loaded.schedule) == []
+    with pytest.raises(InputError, match=r"timeline.end: expected a list of 2 times"):
+        loaded.timeline
+
+
+@pytest.mark.parametrize(
+    "data, match",
+    [
+        (_v2(stage=[0]), r"ops.stage: expected a list of 2 integers"),
+        (_v2(mb=[0, True]), r"ops.mb: got True, expected integers"),
+        (_v2(kind={"values": ["F"], "index": [0, 1]}), r"ops.kind.index: expected integers in 0..0"),
+        (_v2(kind={"values": [1], "index": [0, 0]}), r"ops.kind.values: expected a list of strings"),
+        (_v2(colour=[1, 2]), r"ops.colour: unknown column"),
+        (_v2(pair=[None, [1, 2]]), r"ops.pair: got \[1, 2\], expected null or \[stage, mb, direction\]"),
+        (_v2(payload=[0, -1]), r"ops.payload: got -1, expected a finite number >= 0"),
+        ({**_v2(), "lanes": [{"rank": 0, "lane": "compute", "count": 10**9}]}, r"1,000,000,000 ops, more than the"),
+        ({**_v2(), "deps": [0, 5]}, r"field 'deps': expected an even-length list of op positions in 0..1"),
+    ],
+    ids=["short-column", "bool-int", "index-range", "table-type", "unknown-column", "pair", "payload", "huge-count",
+         "dep-range"],
+)
+def test_broken_v2_plans(data: object, match: str) -> None:
+    with pytest.raises(InputError, match=match):
+        plan_from_dict(data, source="p.json")

@@ -7,10 +7,10 @@ import pytest
 from typer.testing import CliRunner
 
 from pptl.cli import app
+from pptl.errors import InputError
 from pptl.render import load_timeline, plain_counterpart, write_file
 from pptl.render.moe_figure import SECTION_ROWS, moe_figure
 from pptl.render.options import RenderOptions, parse_size
-from pptl.errors import InputError
 
 SEED = Path(__file__).resolve().parent.parent / "fixtures" / "moe_seed.yaml"
 runner = CliRunner()

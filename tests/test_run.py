@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from runorder import assert_runs_the_plans_order
 from typer.testing import CliRunner
 
 from pptl.cli import app
@@ -19,8 +20,6 @@ from pptl.formats.plan import dumps, plan_to_dict
 from pptl.ir import Op
 from pptl.run.program import RUN_KINDS, build_program
 from pptl.schedules import FAMILIES, build_schedule
-
-from runorder import assert_runs_the_plans_order
 
 torch = pytest.importorskip("torch")
 

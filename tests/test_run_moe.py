@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from runorder import assert_runs_the_plans_order
 
 from pptl.config import config_from_mapping
 from pptl.errors import InputError
@@ -14,8 +15,6 @@ from pptl.formats.plan import dumps, plan_to_dict
 from pptl.run.families import refine, symmetric_issue
 from pptl.run.program import build_program
 from pptl.schedules import build_schedule
-
-from runorder import assert_runs_the_plans_order
 
 torch = pytest.importorskip("torch")
 

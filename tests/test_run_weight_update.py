@@ -7,14 +7,13 @@ import dataclasses
 import json
 
 import pytest
+from runorder import assert_runs_the_plans_order
 
 from pptl.config import config_from_mapping
 from pptl.errors import RunError
 from pptl.run.families import remote_hop_waits
 from pptl.run.program import build_program
 from pptl.schedules import build_schedule
-
-from runorder import assert_runs_the_plans_order
 
 torch = pytest.importorskip("torch")
 

@@ -2,82 +2,17 @@
 
 A rule returns every violation it finds (code, one-line message, op ids); it never raises on an
 invalid schedule. Raising is for misuse. Adding a rule is one function in a module here plus one
-line in ``RULES``.
+line in :func:`rule_table`. :mod:`pptl.checks.base` holds what the rules share.
 """
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
-from functools import cached_property
-from typing import Callable
 
-import networkx as nx
-
-from pptl.dag import build_dag
+from pptl.checks.base import P2P_MODES, Context, Rule, Violation
 from pptl.errors import InputError
 from pptl.ir import Schedule
 
 __all__ = ["Violation", "Context", "Rule", "P2P_MODES", "run_checks", "check_context", "rule_table"]
-
-P2P_MODES = ("nonblocking", "nccl", "blocking")
-
-
-@dataclass(frozen=True, slots=True)
-class Violation:
-    code: str
-    message: str
-    ops: tuple[str, ...] = ()
-    severity: str = "error"
-    """"error" (the schedule is invalid) or "warning" (a formula's assumption fails, etc.)."""
-    line: int | None = None
-    """Line of the source file the violation points at (set by readers that know it, e.g. CSV)."""
-
-    def to_dict(self) -> dict:
-        out = {"code": self.code, "severity": self.severity, "message": self.message, "ops": list(self.ops)}
-        if self.line is not None:
-            out["line"] = self.line
-        return out
-
-
-@dataclass
-class Context:
-    """What rules read. The DAG, topological order and simulation are built once, on demand."""
-
-    schedule: Schedule
-    memory_limit: float | None = None
-    p2p: str = "nccl"
-    options: dict = field(default_factory=dict)
-
-    @cached_property
-    def dag(self) -> nx.DiGraph:
-        return build_dag(self.schedule)
-
-    @cached_property
-    def order(self) -> list[int] | None:
-        """A topological order, or None when the DAG has a cycle."""
-        try:
-            return list(nx.topological_sort(self.dag))
-        except nx.NetworkXUnfeasible:
-            return None
-
-    @cached_property
-    def simulation(self):
-        from pptl.simulate import simulate
-
-        return simulate(self.schedule, dag=self.dag, order=self.order)
-
-    @cached_property
-    def ids(self) -> list[str]:
-        return [op.id for op in self.schedule.ops]
-
-
-@dataclass(frozen=True)
-class Rule:
-    code: str
-    name: str
-    fn: Callable[[Context], list[Violation]]
-    needs_acyclic: bool = False
-    """Skip when the DAG has a cycle (the deadlock rule has reported it)."""
 
 
 @functools.cache

@@ -1,8 +1,8 @@
 """Rules about point-to-point communication."""
 from __future__ import annotations
 
-from pptl.checks import Context, Violation
-from pptl.deps import comm_key, roles
+from pptl.checks.base import Context, Violation
+from pptl.ir import Op
 
 __all__ = ["unmatched_p2p"]
 
@@ -14,40 +14,42 @@ def unmatched_p2p(ctx: Context) -> list[Violation]:
     Fixture: fixtures/invalid/unmatched_send.json. Notes: O(ops).
     """
     s = ctx.schedule
-    comm: dict[tuple, object] = {}
-    for op in s.ops:
-        if op.kind in ("SEND", "RECV"):
-            comm.setdefault(comm_key(op), op)
+    ops = s.ops
+    comm = ctx.work.comm
     if not comm:
         return []  # a compute-only schedule: communication is implicit
     out: list[Violation] = []
-    for key, op in comm.items():
+    for key, i in comm.items():
         kind, flow, d, st, mb = key
         if flow not in ("F", "B"):
             continue
+        op = ops[i]
         if kind == "SEND":
-            partner = comm.get(("RECV", flow, d, st + 1 if flow == "F" else st - 1, mb))
+            j = comm.get(("RECV", flow, d, st + 1 if flow == "F" else st - 1, mb))
         else:
-            partner = comm.get(("SEND", flow, d, st - 1 if flow == "F" else st + 1, mb))
+            j = comm.get(("SEND", flow, d, st - 1 if flow == "F" else st + 1, mb))
+        partner: Op | None = None if j is None else ops[j]
         if partner is None:
             other = "RECV" if kind == "SEND" else "SEND"
             out.append(Violation("PP008", f"{op.id} has no matching {other} on rank {op.peer}", (op.id,)))
         elif partner.rank != op.peer or partner.peer != op.rank:
             out.append(Violation("PP008", f"{op.id} and {partner.id} disagree on their ranks", (op.id, partner.id)))
     # Every crossing of ranks needs a SEND on the producer side.
+    items = ctx.work.items
     where: dict[tuple[int, int], int] = {}
-    for op in s.ops:
-        for _, d, st, _ in roles(op):
-            where.setdefault((d, st), op.rank)
-    for op in s.ops:
-        for role, d, st, mb in roles(op):
-            if role == "F" and st + 1 < s.num_stages:
-                peer, flow = where.get((d, st + 1)), "F"
-            elif role == "G" and st > 0:
-                peer, flow = where.get((d, st - 1)), "B"
-            else:
-                continue
-            if peer is not None and peer != op.rank and ("SEND", flow, d, st, mb) not in comm:
-                out.append(Violation("PP008", f"{op.id} produces data for rank {peer} but no SEND_{flow} "
-                                     f"of stage {st} mb {mb} carries it", (op.id,)))
+    for i, _, d, st, _ in items:
+        if (d, st) not in where:
+            where[(d, st)] = ops[i].rank
+    last = s.num_stages - 1
+    for i, role, d, st, mb in items:
+        if role == "F" and st < last:
+            peer, flow = where.get((d, st + 1)), "F"
+        elif role == "G" and st > 0:
+            peer, flow = where.get((d, st - 1)), "B"
+        else:
+            continue
+        if peer is not None and ("SEND", flow, d, st, mb) not in comm and peer != ops[i].rank:
+            op = ops[i]
+            out.append(Violation("PP008", f"{op.id} produces data for rank {peer} but no SEND_{flow} "
+                                 f"of stage {st} mb {mb} carries it", (op.id,)))
     return out

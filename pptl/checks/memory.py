@@ -1,7 +1,7 @@
 """Rules about memory."""
 from __future__ import annotations
 
-from pptl.checks import Context, Violation
+from pptl.checks.base import Context, Violation
 from pptl.simulate import memory_timeline
 
 __all__ = ["memory_over_limit"]

@@ -6,7 +6,7 @@ compute ops with flow "B" (MLP, ATTN, WGRAD) of the same key.
 """
 from __future__ import annotations
 
-from pptl.checks import Context, Violation
+from pptl.checks.base import Context, Violation
 from pptl.ir import Op
 
 __all__ = ["backward_before_onload", "onload_without_offload", "ep_a2a_order", "paired_self_dependency",
@@ -23,6 +23,8 @@ def _key(op: Op) -> tuple[int, int, int, int, int]:
 def _copies(ctx: Context) -> tuple[dict[tuple, int], dict[tuple, int]]:
     off: dict[tuple, int] = {}
     on: dict[tuple, int] = {}
+    if "OFFLOAD" not in ctx.kinds and "ONLOAD" not in ctx.kinds:
+        return off, on
     for i, op in enumerate(ctx.schedule.ops):
         if op.kind == "OFFLOAD":
             off.setdefault(_key(op), i)
@@ -159,6 +161,8 @@ def paired_self_dependency(ctx: Context) -> list[Violation]:
     PP020's.) Fixture: fixtures/invalid/moe_no_extra_warmup.yaml. Notes: O(ops).
     """
     bad: dict[int, list[Op]] = {}
+    if "F" not in ctx.kinds:
+        return []
     for op in ctx.schedule.ops:
         if op.kind == "F" and op.pair is not None and op.pair[1] == op.mb and op.pair[2] == op.direction:
             bad.setdefault(op.rank, []).append(op)

@@ -1,9 +1,7 @@
 """Rules about order: work before what it needs on one rank, and cycles across ranks."""
 from __future__ import annotations
 
-import networkx as nx
-
-from pptl.checks import Context, Violation
+from pptl.checks.base import Context, Violation
 from pptl.deps import roles
 
 __all__ = ["local_order", "deadlock"]
@@ -15,10 +13,12 @@ def local_order(ctx: Context) -> list[Violation]:
     Such an order can never run; the deadlock rule sees it too, as a cycle on one rank.
     Fixture: fixtures/invalid/b_before_f.json. Notes: O(ops).
     """
+    if not ctx.work.repeated:
+        return _local_order_unique(ctx)
     s = ctx.schedule
     out: list[Violation] = []
     for (rank, lane), order in s.lanes.items():
-        pos: dict[tuple, tuple[int, str]] = {}
+        pos: dict[tuple[str, int, int, int], tuple[int, str]] = {}
         for k, i in enumerate(order):
             op = s.ops[i]
             for key in roles(op):
@@ -43,6 +43,38 @@ def local_order(ctx: Context) -> list[Violation]:
     return out
 
 
+def _local_order_unique(ctx: Context) -> list[Violation]:
+    """:func:`local_order` where each unit of work has one producer: the producer index is the
+    per-lane one, so one pass over the backward ops does (same violations, same order)."""
+    s = ctx.schedule
+    ops = s.ops
+    producer = ctx.work.producer
+    out: list[Violation] = []
+    for (rank, _lane), order in s.lanes.items():
+        pos = {i: k for k, i in enumerate(order)}
+        for k, i in enumerate(order):
+            op = ops[i]
+            kind = op.kind
+            if kind == "B" or kind == "I" or kind == "FB":
+                if kind != "FB":
+                    t = ("F", op.direction, op.stage, op.mb)
+                elif op.pair is not None:
+                    ps, pm, pd = op.pair
+                    t = ("F", pd, ps, pm)
+                else:
+                    continue
+                j = producer.get(t)
+                if j is not None and pos.get(j, -1) > k:
+                    out.append(Violation("PP006", f"{op.id} comes before {ops[j].id} on rank {rank}, "
+                                         "but a backward needs its forward", (op.id, ops[j].id)))
+            elif kind == "W":
+                j = producer.get(("G", op.direction, op.stage, op.mb))
+                if j is not None and pos.get(j, -1) > k and ops[j].kind == "I":
+                    out.append(Violation("PP006", f"{op.id} comes before {ops[j].id} on rank {rank}, "
+                                         "but a weight gradient needs its input gradient", (op.id, ops[j].id)))
+    return out
+
+
 def deadlock(ctx: Context) -> list[Violation]:
     """PP007: a cycle in the DAG (data facts + lane order): the schedule waits on itself.
 
@@ -53,6 +85,8 @@ def deadlock(ctx: Context) -> list[Violation]:
     """
     if ctx.order is not None:
         return []
+    import networkx as nx  # only once the cheap pass has proved a cycle, to find and print it
+
     s = ctx.schedule
     cycle = nx.find_cycle(ctx.dag)
     lane_next: dict[int, int] = {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from pptl.checks import Context, Violation
+from pptl.checks.base import Context, Violation
 
 __all__ = ["fb_self_dependency", "w_fifo_order", "formula_assumptions"]
 

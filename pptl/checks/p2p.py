@@ -23,13 +23,16 @@ DAG is acyclic: :func:`program` derives it, and ``pptl export --to torch-csv --c
 """
 from __future__ import annotations
 
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
-import networkx as nx
-
-from pptl.checks import Context, Violation
+from pptl.checks.base import Context, Violation
 from pptl.deps import roles
 from pptl.ir import Schedule
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+    from pptl.dag import Adjacency
 
 __all__ = [
     "program",
@@ -81,7 +84,7 @@ def given_program(schedule: Schedule) -> dict[int, list[int]] | None:
     return out
 
 
-def program(schedule: Schedule, *, dag: nx.DiGraph | None = None, order: list[int] | None = None,
+def program(schedule: Schedule, *, dag: nx.DiGraph | Adjacency | None = None, order: list[int] | None = None,
             start: list[float] | None = None) -> dict[int, list[int]]:
     """Each rank's issue order: the given one (:func:`given_program`), else derived.
 
@@ -96,18 +99,17 @@ def program(schedule: Schedule, *, dag: nx.DiGraph | None = None, order: list[in
     given = given_program(schedule)
     if given is not None:
         return given
-    from pptl.dag import build_dag
+    from pptl.dag import Adjacency, adjacency, topological_order
     from pptl.errors import InvalidScheduleError
     from pptl.simulate import simulate
 
     if dag is None:
-        dag = build_dag(schedule)
+        dag = adjacency(schedule)
     if order is None:
-        try:
-            order = list(nx.topological_sort(dag))
-        except nx.NetworkXUnfeasible:
+        order = topological_order(dag if isinstance(dag, Adjacency) else adjacency(schedule))
+        if order is None:
             raise InvalidScheduleError("the schedule deadlocks (its DAG has a cycle); run 'pptl check' "
-                                       "to see the cycle") from None
+                                       "to see the cycle")
     if start is None:
         start = simulate(schedule, dag=dag, order=order).start
     topo = [0] * len(schedule.ops)
@@ -294,6 +296,8 @@ def p2p_deadlock(ctx: Context) -> list[Violation]:
     if seen == len(nodes):
         return []
     left = {i for i in nodes if indeg[i] > 0}
+    import networkx as nx  # only to find and print the cycle the cheap pass proved
+
     g = nx.DiGraph()
     how: dict[tuple[int, int], tuple] = {}
     for u, v, kind in _edges(s, mode, prog, rep):

@@ -1,13 +1,14 @@
 """Rules about the op set itself: well-formed, unique, complete, in range, one rank per stage."""
 from __future__ import annotations
 
-from pptl.checks import Context, Violation
-from pptl.deps import roles
+from pptl.checks.base import Context, Violation
 from pptl.ir import COMM_KINDS, COMPUTE_KINDS, KINDS
 
 __all__ = ["malformed_ops", "duplicate_ops", "missing_work", "index_out_of_range", "stage_on_two_ranks"]
 
 _ROLE_NAMES = {"F": "F", "G": "B (or I)", "W": "B (or W)"}
+#: Kinds whose ops do units of work (an FB without its pair does none).
+_WORK_KINDS = frozenset({"F", "B", "I", "W", "FB"})
 
 
 def malformed_ops(ctx: Context) -> list[Violation]:
@@ -41,26 +42,40 @@ def malformed_ops(ctx: Context) -> list[Violation]:
 def duplicate_ops(ctx: Context) -> list[Violation]:
     """PP002: the same op listed twice, or two ops doing the same work (e.g. F s2 mb3 twice).
 
-    Notes: O(ops).
+    Notes: O(ops) (one look-up per unit of work; ops are compared only where work repeats).
     """
     s = ctx.schedule
-    out: list[Violation] = []
-    seen: set = set()
-    work: dict[tuple, str] = {}
-    for op in s.ops:
-        if op in seen:
-            out.append(Violation("PP002", f"duplicate op {op.id}", (op.id,)))
-            continue
-        seen.add(op)
-        for key in roles(op):
-            if key in work:
-                role, d, st, mb = key
-                out.append(Violation("PP002", f"{_ROLE_NAMES[role]} of stage {st} mb {mb}"
-                                     f"{_dir(d)} is done twice: by {work[key]} and by {op.id}",
-                                     (work[key], op.id)))
-            else:
-                work[key] = op.id
-    return out
+    ops = s.ops
+    work = ctx.work
+    # Ops of other kinds (SEND, RECV, family kinds) are identical only to ops of the same kind.
+    found: list[tuple[int, int, Violation]] = []
+    seen: dict[object, int] = {}
+    for i, op in enumerate(ops):
+        if op.kind not in _WORK_KINDS or (op.kind == "FB" and op.pair is None):
+            j = seen.setdefault(op, i)
+            if j != i:
+                found.append((i, 0, Violation("PP002", f"duplicate op {op.id}", (op.id,))))
+    if work.repeated:
+        done_by: dict[tuple[str, int, int, int], list[int]] = {}
+        twins: set[int] = set()
+        for i, role, d, st, mb in work.items:
+            if i in twins:
+                continue
+            key = (role, d, st, mb)
+            earlier = done_by.setdefault(key, [i])
+            if earlier[0] == i:
+                continue
+            op = ops[i]
+            if any(ops[k] == op for k in earlier):
+                twins.add(i)  # an identical op repeats all its work: one message, not one per role
+                found.append((i, 0, Violation("PP002", f"duplicate op {op.id}", (op.id,))))
+                continue
+            earlier.append(i)
+            a, b = ops[earlier[0]].id, op.id
+            found.append((i, 1, Violation("PP002", f"{_ROLE_NAMES[role]} of stage {st} mb {mb}{_dir(d)} is done twice: "
+                                          f"by {a} and by {b}", (a, b))))
+    found.sort(key=lambda t: (t[0], t[1]))
+    return [v for _, _, v in found]
 
 
 def missing_work(ctx: Context) -> list[Violation]:
@@ -72,23 +87,22 @@ def missing_work(ctx: Context) -> list[Violation]:
     Notes: O(directions x stages x microbatches).
     """
     s = ctx.schedule
-    if s.ops and not any(op.kind in COMPUTE_KINDS or op.kind in COMM_KINDS for op in s.ops):
+    if s.ops and not (ctx.kinds & (COMPUTE_KINDS | COMM_KINDS)):
         return []
-    have: set[tuple] = set()
-    for op in s.ops:
-        have.update(roles(op))
+    have = ctx.work.producer
     out: list[Violation] = []
     for d in range(s.directions):
         for st in range(s.num_stages):
             for mb in range(s.microbatches):
+                if ("F", d, st, mb) in have and ("G", d, st, mb) in have and ("W", d, st, mb) in have:
+                    continue
                 missing = [r for r in ("F", "G", "W") if (r, d, st, mb) not in have]
-                if missing:
-                    names = ["F"] if "F" in missing else []
-                    if "G" in missing:
-                        names.append("B" if "W" in missing else "I")
-                    elif "W" in missing:
-                        names.append("W")
-                    out.append(Violation("PP003", f"missing {' and '.join(names)} for stage {st} mb {mb}{_dir(d)}"))
+                names = ["F"] if "F" in missing else []
+                if "G" in missing:
+                    names.append("B" if "W" in missing else "I")
+                elif "W" in missing:
+                    names.append("W")
+                out.append(Violation("PP003", f"missing {' and '.join(names)} for stage {st} mb {mb}{_dir(d)}"))
     return out
 
 
@@ -98,14 +112,16 @@ def index_out_of_range(ctx: Context) -> list[Violation]:
     Notes: O(ops).
     """
     s = ctx.schedule
+    S, M, D = s.num_stages, s.microbatches, s.directions
     out: list[Violation] = []
-    for op in s.ops:
-        for _, d, st, mb in roles(op):
-            if not (0 <= st < s.num_stages and 0 <= mb < s.microbatches and 0 <= d < s.directions):
-                out.append(Violation(
-                    "PP004", f"{op.id}: stage {st}, mb {mb}, direction {d} outside stages 0..{s.num_stages - 1}, "
-                    f"micro-batches 0..{s.microbatches - 1}, directions 0..{s.directions - 1}", (op.id,)))
-                break
+    last = -1
+    for i, _, d, st, mb in ctx.work.items:
+        if i != last and not (0 <= st < S and 0 <= mb < M and 0 <= d < D):
+            last = i  # one violation per op
+            op = s.ops[i]
+            out.append(Violation(
+                "PP004", f"{op.id}: stage {st}, mb {mb}, direction {d} outside stages 0..{S - 1}, "
+                f"micro-batches 0..{M - 1}, directions 0..{D - 1}", (op.id,)))
     return out
 
 
@@ -114,15 +130,21 @@ def stage_on_two_ranks(ctx: Context) -> list[Violation]:
 
     Notes: O(ops).
     """
-    where: dict[tuple[int, int], dict[int, str]] = {}
-    for op in ctx.schedule.ops:
-        for _, d, st, _ in roles(op):
-            where.setdefault((d, st), {}).setdefault(op.rank, op.id)
+    ops = ctx.schedule.ops
+    first: dict[tuple[int, int], tuple[int, int]] = {}
+    more: dict[tuple[int, int], dict[int, int]] = {}
+    for i, _, d, st, _ in ctx.work.items:
+        rank = ops[i].rank
+        r0 = first.setdefault((d, st), (rank, i))
+        if r0[0] != rank:
+            more.setdefault((d, st), {}).setdefault(rank, i)
     out: list[Violation] = []
-    for (d, st), ranks in sorted(where.items()):
-        if len(ranks) > 1:
-            names = ", ".join(f"r{r}" for r in sorted(ranks))
-            out.append(Violation("PP005", f"stage {st}{_dir(d)} runs on ranks {names}", tuple(ranks.values())))
+    for (d, st), others in sorted(more.items()):
+        rank0, op0 = first[(d, st)]
+        ranks = {rank0: op0, **others}
+        names = ", ".join(f"r{r}" for r in sorted(ranks))
+        out.append(Violation("PP005", f"stage {st}{_dir(d)} runs on ranks {names}",
+                             tuple(ops[i].id for i in ranks.values())))
     return out
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import Counter
 
-from pptl.checks import Context, Violation
+from pptl.checks.base import Context, Violation
 from pptl.ir import Op
 from pptl.schedules.weight_update import USABLE_FRACTION, human_bytes
 
@@ -32,7 +32,7 @@ _EPS = 1e-9
 
 
 def _is_update(ctx: Context) -> bool:
-    return any(op.kind in ("BCAST", "RELOAD") for op in ctx.schedule.ops)
+    return "BCAST" in ctx.kinds or "RELOAD" in ctx.kinds
 
 
 def _meta(ctx: Context) -> dict:
@@ -216,7 +216,7 @@ def incomplete_update(ctx: Context) -> list[Violation]:
         for b, info in enumerate(buckets):
             if isinstance(info, dict) and isinstance(info.get("owner"), int):
                 owner[b] = info["owner"]
-    use_copy = meta.get("h2d_buffer", any(op.kind == "COPY" for op in s.ops))
+    use_copy = meta.get("h2d_buffer", "COPY" in ctx.kinds)
     out: list[Violation] = []
     for b in range(count):
         o = owner.get(b)

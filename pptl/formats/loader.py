@@ -21,7 +21,8 @@ __all__ = ["Loaded", "load_any", "register_reader"]
 class Loaded:
     path: str
     schedule: Schedule | None
-    timeline: Timeline | None
+    stored_timeline: Timeline | Callable[[], Timeline | None] | None
+    """The file's timeline, or a function that reads it on first use (see :attr:`timeline`)."""
     kind: str
     """"plan", "config", "timeline", or a reader's name such as "torch-csv"."""
     notes: tuple[str, ...] = ()
@@ -31,6 +32,14 @@ class Loaded:
     readers collect them only when called with ``report_problems=True`` (``pptl check``)."""
     locate: Callable[[str], int | None] | None = None
     """Op id -> line of the source file that holds it, for annotations (None: unknown)."""
+
+    @property
+    def timeline(self) -> Timeline | None:
+        """The file's timeline. A plan's is read on first use: ``pptl check`` never needs it, and
+        turning 400k stored times into events costs more than checking them."""
+        if callable(self.stored_timeline):
+            self.stored_timeline = self.stored_timeline()
+        return self.stored_timeline
 
 
 _READERS: dict[str, Callable[..., Loaded]] = {}
@@ -57,9 +66,9 @@ def load_any(path: str | Path, **options: Any) -> Loaded:
 
 def load_data(data: Any, source: str, **options: Any) -> Loaded:
     if isinstance(data, Mapping) and data.get("format") == "pptl-plan":
-        from pptl.formats.plan import plan_from_dict
+        from pptl.formats.plan import read_plan_dict
 
-        schedule, timeline = plan_from_dict(data, source=source)
+        schedule, timeline = read_plan_dict(data, source=source)
         return Loaded(source, schedule, timeline, "plan")
     if isinstance(data, Mapping) and data.get("format") == "pptl-timeline":
         return Loaded(source, None, timeline_from_dict(data, source=source), "timeline")

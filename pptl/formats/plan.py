@@ -1,39 +1,90 @@
-"""The plan file: JSON with a format version, the config, ops per rank and lane, extra
-dependencies, the planned timeline and the metrics. Documented in docs/format.md.
+"""The plan file: JSON with a format version, the config, the ops as columns, extra dependencies,
+the planned times and the metrics. Documented in docs/format.md.
+
+Version 2 (written since 2026-11-26) stores one list per op field, in file order (lanes in
+order, ops in run order), with strings as indices into small tables and the planned timeline as
+two lists (start, end): about 25 bytes an op where version 1 took 240. Version 1 files (one object
+per op, a full timeline) still load.
 """
 from __future__ import annotations
 
 import json
+import math
+from operator import attrgetter
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence, TypeGuard
 
 from pptl.config import MAX_OPS, config_from_mapping, read_structured
 from pptl.deps import training_deps
 from pptl.errors import InputError
 from pptl.ir import Op, Schedule, ScheduleBuilder
-from pptl.timeline import Timeline, timeline_from_dict
+from pptl.simulate import op_events
+from pptl.timeline import MAX_TIME, Timeline, TimelineMeta, timeline_from_dict
 
-__all__ = ["PLAN_FORMAT", "PLAN_VERSION", "plan_to_dict", "plan_from_dict", "load_plan", "dumps"]
+__all__ = ["PLAN_FORMAT", "PLAN_VERSION", "PlanTimes", "plan_to_dict", "plan_from_dict", "read_plan_dict", "load_plan",
+           "dumps"]
 
 PLAN_FORMAT = "pptl-plan"
-PLAN_VERSION = 1
+PLAN_VERSION = 2
+
+#: Integer op fields stored as columns, with their defaults (a column equal to its default is left out).
+_INT_COLUMNS = (("stage", -1), ("mb", -1), ("direction", 0), ("chunk", -1), ("peer", -1), ("sub", -1))
+#: String op fields stored as a table of values plus one index per op.
+_STR_COLUMNS = (("kind", None), ("flow", ""), ("label", ""), ("cost", ""))
+_MAX_INDEX = 10_000_000
 
 
-def plan_to_dict(schedule: Schedule, *, timeline: Timeline | None = None, metrics: Mapping | None = None) -> dict:
-    """Serialise a schedule. Training dependencies are not stored (they are derived from the
-    ops on load); family-specific ones are, as index pairs into the ops in file order."""
-    lanes = []
-    position: dict[int, int] = {}
-    for (rank, lane), order in sorted(schedule.lanes.items()):
-        entry_ops = []
-        for i in order:
-            position[i] = len(position)
-            d = schedule.ops[i].to_dict()
-            del d["rank"], d["lane"]
-            entry_ops.append(d)
-        lanes.append({"rank": rank, "lane": lane, "ops": entry_ops})
-    derived = set(training_deps(schedule.ops, schedule.num_stages))
-    extra = sorted((position[u], position[v]) for u, v in schedule.deps if (u, v) not in derived)
+class PlanTimes:
+    """Planned start and end of every op (indexed like ``schedule.ops``) and the timeline's meta."""
+
+    __slots__ = ("start", "end", "meta")
+
+    def __init__(self, start: Sequence[float], end: Sequence[float], meta: TimelineMeta) -> None:
+        self.start = start
+        self.end = end
+        self.meta = meta
+
+
+def plan_to_dict(schedule: Schedule, *, timeline: Timeline | None = None, metrics: Mapping[str, Any] | None = None,
+                 times: PlanTimes | None = None) -> dict[str, Any]:
+    """Serialise a schedule (format version 2).
+
+    Training dependencies are not stored (they are derived from the ops on load); family-specific
+    ones are, as a flat list of (producer, consumer) positions in file order. The planned times
+    come from ``times`` (cheap: what the simulator computed) or from ``timeline``; a timeline whose
+    events are not the schedule's ops is stored whole, as in version 1.
+    """
+    ops = schedule.ops
+    keys = sorted(schedule.lanes)
+    order = [i for key in keys for i in schedule.lanes[key]]
+    seq = [ops[i] for i in order]
+    columns: dict[str, Any] = {}
+    for name, text_default in _STR_COLUMNS:
+        texts: list[str] = list(map(attrgetter(name), seq))
+        table = list(dict.fromkeys(texts))
+        if text_default is not None and table in ([], [text_default]):
+            continue
+        code = {v: k for k, v in enumerate(table)}
+        columns[name] = {"values": table, "index": [code[v] for v in texts]}
+    for name, default in _INT_COLUMNS:
+        values: list[int] = list(map(attrgetter(name), seq))
+        if values.count(default) != len(values):
+            columns[name] = values
+    pairs = [op.pair for op in seq]
+    if pairs.count(None) != len(pairs):
+        columns["pair"] = [list(p) if p is not None else None for p in pairs]
+    payload = [op.payload for op in seq]
+    if payload.count(0.0) != len(payload):
+        columns["payload"] = _compact(payload)
+    position = [0] * len(ops)
+    for pos, i in enumerate(order):
+        position[i] = pos
+    extra: list[tuple[int, int]] = []
+    if schedule.deps:
+        derived_list = training_deps(ops, schedule.num_stages)
+        if derived_list != schedule.deps:  # a family's own facts, or an edited schedule (equal: the common case)
+            derived = set(derived_list)
+            extra = sorted((position[u], position[v]) for u, v in schedule.deps if (u, v) not in derived)
     out: dict[str, Any] = {
         "format": PLAN_FORMAT,
         "version": PLAN_VERSION,
@@ -41,33 +92,94 @@ def plan_to_dict(schedule: Schedule, *, timeline: Timeline | None = None, metric
         "schedule": {"family": schedule.family, "pp": schedule.pp, "num_stages": schedule.num_stages,
                      "microbatches": schedule.microbatches, "directions": schedule.directions,
                      "meta": schedule.meta},
-        "lanes": lanes,
-        "deps": [list(e) for e in extra],
+        "lanes": [{"rank": r, "lane": lane, "count": len(schedule.lanes[(r, lane)])} for r, lane in keys],
+        "ops": columns,
+        "deps": [x for e in extra for x in e],
     }
-    if timeline is not None:
-        out["timeline"] = timeline.to_dict()
+    if times is None and timeline is not None:
+        times = _times_of(schedule, timeline)
+        if times is None:
+            out["timeline"] = timeline.to_dict()
+    if times is not None:
+        meta = timeline_meta_dict(times.meta)
+        out["timeline"] = {"meta": meta, "start": _compact([times.start[i] for i in order]),
+                           "end": _compact([times.end[i] for i in order])}
     if metrics is not None:
         out["metrics"] = dict(metrics)
     return out
 
 
-def dumps(data: Mapping) -> str:
+def timeline_meta_dict(meta: TimelineMeta) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    d = asdict(meta)
+    d["extra"] = dict(meta.extra)
+    return d
+
+
+def _compact(values: list[float]) -> list[float] | list[int]:
+    """Whole numbers as ints ("12" rather than "12.0"): a quarter of a plan's bytes are times."""
+    try:
+        ints = list(map(int, values))
+    except (OverflowError, ValueError):  # inf or nan: the writer's allow_nan=False reports it
+        return values
+    if ints == values:
+        return ints
+    return [int(v) if v.is_integer() else v for v in values]
+
+
+def _times_of(schedule: Schedule, timeline: Timeline) -> PlanTimes | None:
+    """The timeline's times per op, when its events are exactly the schedule's ops."""
+    if len(timeline.events) != len(schedule.ops):
+        return None
+    where: dict[str, int] = {}
+    for i, op in enumerate(schedule.ops):
+        where.setdefault(op.id, i)
+    start = [0.0] * len(schedule.ops)
+    end = [0.0] * len(schedule.ops)
+    seen = 0
+    for e in timeline.events:
+        i = where.pop(e.op, -1)
+        if i < 0:
+            return None
+        start[i], end[i] = e.start, e.end
+        seen += 1
+    return PlanTimes(start, end, timeline.meta) if seen == len(schedule.ops) else None
+
+
+def dumps(data: Mapping[str, Any]) -> str:
     return json.dumps(data, separators=(",", ":"), allow_nan=False)
 
 
 def load_plan(path: str | Path) -> tuple[Schedule, Timeline | None]:
-    data = read_structured(path) if str(path).lower().endswith(".json") else None
-    if data is None:
-        raise InputError(f"{path}: a plan file is JSON (.json)")
+    name = str(path).lower()
+    if name.endswith(".json.gz"):
+        from pptl.config import MAX_FILE_BYTES
+        from pptl.fileio import read_bounded
+
+        try:
+            data = json.loads(read_bounded(path, MAX_FILE_BYTES))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise InputError(f"{path}: not valid JSON: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    elif name.endswith(".json"):
+        data = read_structured(path)
+    else:
+        raise InputError(f"{path}: a plan file is JSON (.json or .json.gz)")
     return plan_from_dict(data, source=str(path))
 
 
-_INT_FIELDS = ("stage", "mb", "direction", "chunk", "peer", "sub")
-_STR_FIELDS = ("flow", "label", "cost")
-
-
 def plan_from_dict(data: Any, *, source: str = "<plan>") -> tuple[Schedule, Timeline | None]:
-    """Rebuild a schedule (and its stored timeline, if any); every error names the field."""
+    """Rebuild a schedule and its stored timeline (if any); every error names the field."""
+    schedule, timeline = read_plan_dict(data, source=source)
+    return schedule, timeline()
+
+
+def read_plan_dict(data: Any, *, source: str = "<plan>") -> tuple[Schedule, Callable[[], Timeline | None]]:
+    """:func:`plan_from_dict`, with the timeline as a function that builds it on demand
+    (``pptl check`` never asks, and building 400k events costs more than the check).
+
+    Every error names the field; the timeline's are raised when it is built.
+    """
     if not isinstance(data, Mapping):
         raise InputError(f"{source}: expected a JSON object with 'format': '{PLAN_FORMAT}'")
     if data.get("format") != PLAN_FORMAT:
@@ -102,6 +214,41 @@ def plan_from_dict(data: Any, *, source: str = "<plan>") -> tuple[Schedule, Time
         if not isinstance(data["config"], Mapping):
             raise InputError(f"{source}: field 'config': expected an object")
         cfg = config_from_mapping(data["config"], source=f"{source}: config")
+    if version == 1:
+        ops, lanes = _ops_v1(data, source)
+    else:
+        ops, lanes = _ops_v2(data, source)
+    n = len(ops)
+    deps: dict[tuple[int, int], None] = dict.fromkeys(training_deps(ops, sizes["num_stages"]))
+    raw_deps = data.get("deps", [])
+    if not isinstance(raw_deps, list):
+        raise InputError(f"{source}: field 'deps': expected a list of producer, consumer op positions")
+    if version == 1:
+        for k, e in enumerate(raw_deps):
+            if not (isinstance(e, list) and len(e) == 2 and all(_is_int(x) and 0 <= x < n for x in e)):
+                raise InputError(f"{source}: deps[{k}]: got {e!r}, expected [producer, consumer] positions in 0..{n - 1}")
+            deps[(e[0], e[1])] = None
+    else:
+        if len(raw_deps) % 2 or not all(_is_int(x) and 0 <= x < n for x in raw_deps):
+            raise InputError(f"{source}: field 'deps': expected an even-length list of op positions in 0..{n - 1}")
+        for k in range(0, len(raw_deps), 2):
+            deps[(raw_deps[k], raw_deps[k + 1])] = None
+    schedule = Schedule(family=family, pp=sizes["pp"], num_stages=sizes["num_stages"],
+                        microbatches=sizes["microbatches"], ops=ops, lanes=lanes, deps=list(deps),
+                        directions=sizes["directions"], config=cfg, meta=dict(meta))
+    raw_timeline = data.get("timeline")
+    if raw_timeline is None:
+        return schedule, lambda: None
+    if isinstance(raw_timeline, Mapping) and "format" not in raw_timeline and version >= 2:
+        return schedule, lambda: _timeline_v2(raw_timeline, schedule, source)
+    return schedule, lambda: timeline_from_dict(raw_timeline, source=f"{source}: timeline")
+
+
+def _is_int(x: Any) -> TypeGuard[int]:
+    return type(x) is int
+
+
+def _ops_v1(data: Mapping[str, Any], source: str) -> tuple[list[Op], dict[tuple[int, str], list[int]]]:
     lanes = data.get("lanes")
     if not isinstance(lanes, list):
         raise InputError(f"{source}: field 'lanes': expected a list of {{rank, lane, ops}}")
@@ -121,40 +268,144 @@ def plan_from_dict(data: Any, *, source: str = "<plan>") -> tuple[Schedule, Time
         if not isinstance(ops, list):
             raise InputError(f"{where}.ops: expected a list")
         for oi, raw in enumerate(ops):
-            b.add(_op(raw, rank, lane, f"{where}.ops[{oi}]"))
-    n = len(b.ops)
-    deps = set(training_deps(b.ops, sizes["num_stages"]))
-    raw_deps = data.get("deps", [])
-    if not isinstance(raw_deps, list):
-        raise InputError(f"{source}: field 'deps': expected a list of [producer, consumer] op positions")
-    for k, e in enumerate(raw_deps):
-        if not (isinstance(e, list) and len(e) == 2 and all(isinstance(x, int) and not isinstance(x, bool)
-                                                              and 0 <= x < n for x in e)):
-            raise InputError(f"{source}: deps[{k}]: got {e!r}, expected [producer, consumer] positions in 0..{n - 1}")
-        deps.add((e[0], e[1]))
-    schedule = Schedule(family=family, pp=sizes["pp"], num_stages=sizes["num_stages"],
-                        microbatches=sizes["microbatches"], ops=b.ops, lanes=b.lanes, deps=sorted(deps),
-                        directions=sizes["directions"], config=cfg, meta=dict(meta))
-    timeline = None
-    if data.get("timeline") is not None:
-        timeline = timeline_from_dict(data["timeline"], source=f"{source}: timeline")
-    return schedule, timeline
+            b.add(_op_v1(raw, rank, lane, f"{where}.ops[{oi}]"))
+    return b.ops, b.lanes
 
 
-def _op(raw: Any, rank: int, lane: str, where: str) -> Op:
+def _ops_v2(data: Mapping[str, Any], source: str) -> tuple[list[Op], dict[tuple[int, str], list[int]]]:
+    raw_lanes = data.get("lanes")
+    if not isinstance(raw_lanes, list):
+        raise InputError(f"{source}: field 'lanes': expected a list of {{rank, lane, count}}")
+    total = sum(e["count"] for e in raw_lanes if isinstance(e, Mapping) and _is_int(e.get("count")) and e["count"] > 0)
+    if total > MAX_OPS:
+        raise InputError(f"{source}: {total:,} ops, more than the {MAX_OPS:,} pptl accepts")
+    ranks: list[int] = []
+    lane_col: list[str] = []
+    lanes: dict[tuple[int, str], list[int]] = {}
+    for li, entry in enumerate(raw_lanes):
+        where = f"{source}: lanes[{li}]"
+        if not isinstance(entry, Mapping):
+            raise InputError(f"{where}: expected an object with rank, lane, count")
+        rank, lane, count = entry.get("rank"), entry.get("lane"), entry.get("count")
+        if not _is_int(rank) or abs(rank) > _MAX_INDEX:
+            raise InputError(f"{where}.rank: got {rank!r}, expected an integer")
+        if not isinstance(lane, str) or not lane:
+            raise InputError(f"{where}.lane: got {lane!r}, expected a lane name")
+        if not _is_int(count) or count < 0:
+            raise InputError(f"{where}.count: got {count!r}, expected an integer >= 0")
+        lanes.setdefault((rank, lane), []).extend(range(len(ranks), len(ranks) + count))
+        ranks += [rank] * count
+        lane_col += [lane] * count
+    n = len(ranks)
+    cols = data.get("ops")
+    if not isinstance(cols, Mapping):
+        raise InputError(f"{source}: field 'ops': expected an object of columns (kind, stage, mb, ...)")
+    known = {name for name, _ in _STR_COLUMNS} | {name for name, _ in _INT_COLUMNS} | {"pair", "payload"}
+    unknown = sorted(set(cols) - known)
+    if unknown:
+        raise InputError(f"{source}: ops.{unknown[0]}: unknown column; known: {', '.join(sorted(known))}")
+    if "kind" not in cols:
+        raise InputError(f"{source}: ops.kind: required (the kind of every op)")
+    values: dict[str, list[Any]] = {}
+    for name, default in _STR_COLUMNS:
+        values[name] = _str_column(cols.get(name), n, default or "", f"{source}: ops.{name}")
+    if not all(values["kind"]):
+        raise InputError(f"{source}: ops.kind: got an empty kind, expected an op kind such as F")
+    for name, int_default in _INT_COLUMNS:
+        col = cols.get(name)
+        if col is None:
+            values[name] = [int_default] * n
+            continue
+        if not isinstance(col, list) or len(col) != n:
+            raise InputError(f"{source}: ops.{name}: expected a list of {n} integers")
+        if not all(type(v) is int for v in col) or (n and (min(col) < -_MAX_INDEX or max(col) > _MAX_INDEX)):
+            bad = next(v for v in col if type(v) is not int or abs(v) > _MAX_INDEX)
+            raise InputError(f"{source}: ops.{name}: got {bad!r}, expected integers in -{_MAX_INDEX}..{_MAX_INDEX}")
+        values[name] = col
+    pair = cols.get("pair")
+    if pair is None:
+        pairs: list[tuple[int, int, int] | None] = [None] * n
+    else:
+        if not isinstance(pair, list) or len(pair) != n:
+            raise InputError(f"{source}: ops.pair: expected a list of {n} entries, each null or [stage, mb, direction]")
+        pairs = []
+        for p in pair:
+            if p is None:
+                pairs.append(None)
+            elif isinstance(p, list) and len(p) == 3 and all(_is_int(x) and abs(x) <= _MAX_INDEX for x in p):
+                pairs.append((p[0], p[1], p[2]))
+            else:
+                raise InputError(f"{source}: ops.pair: got {p!r}, expected null or [stage, mb, direction]")
+    payload = cols.get("payload")
+    if payload is None:
+        payloads: list[float] = [0.0] * n
+    else:
+        if not isinstance(payload, list) or len(payload) != n:
+            raise InputError(f"{source}: ops.payload: expected a list of {n} numbers")
+        for v in payload:
+            if type(v) not in (int, float) or not 0 <= v < math.inf:
+                raise InputError(f"{source}: ops.payload: got {v!r}, expected a finite number >= 0")
+        payloads = [float(v) for v in payload]
+    ops = list(map(Op, values["kind"], ranks, lane_col, values["stage"], values["mb"], values["direction"],
+                   values["chunk"], pairs, values["peer"], values["flow"], values["sub"], values["label"],
+                   payloads, values["cost"]))
+    return ops, lanes
+
+
+def _str_column(col: Any, n: int, default: str, where: str) -> list[str]:
+    if col is None:
+        return [default] * n
+    if not isinstance(col, Mapping):
+        raise InputError(f"{where}: expected an object with 'values' (strings) and 'index' (one per op)")
+    table, index = col.get("values"), col.get("index")
+    if not isinstance(table, list) or not all(isinstance(v, str) for v in table):
+        raise InputError(f"{where}.values: expected a list of strings")
+    if not isinstance(index, list) or len(index) != n:
+        raise InputError(f"{where}.index: expected a list of {n} positions into 'values'")
+    if n and not (all(type(k) is int for k in index) and min(index) >= 0 and max(index) < len(table)):
+        raise InputError(f"{where}.index: expected integers in 0..{len(table) - 1}")
+    return [table[k] for k in index]
+
+
+def _timeline_v2(raw: Mapping[str, Any], schedule: Schedule, source: str) -> Timeline:
+    where = f"{source}: timeline"
+    n = len(schedule.ops)
+    meta_raw = raw.get("meta", {})
+    if not isinstance(meta_raw, Mapping):
+        raise InputError(f"{where}.meta: expected an object")
+    # The meta reads as a timeline file's does (same checks, same tolerance of newer fields).
+    meta = timeline_from_dict({"format": "pptl-timeline", "version": 1, "meta": meta_raw, "events": []},
+                              source=where).meta
+    cols = []
+    for name in ("start", "end"):
+        col = raw.get(name)
+        if not isinstance(col, list) or len(col) != n:
+            raise InputError(f"{where}.{name}: expected a list of {n} times (one per op, in file order)")
+        for v in col:
+            if type(v) not in (int, float) or not -MAX_TIME <= v <= MAX_TIME:
+                raise InputError(f"{where}.{name}: got {v!r}, expected a finite number within +-{MAX_TIME:g}")
+        cols.append([float(v) for v in col])
+    start, end = cols
+    for i in range(n):
+        if end[i] < start[i]:
+            raise InputError(f"{where}: op {i} ends at {end[i]:g}, before it starts at {start[i]:g}")
+    return Timeline(op_events(schedule, start, end), meta)
+
+
+def _op_v1(raw: Any, rank: int, lane: str, where: str) -> Op:
     if not isinstance(raw, Mapping):
         raise InputError(f"{where}: expected an object with at least 'kind'")
     kind = raw.get("kind")
     if not isinstance(kind, str) or not kind:
         raise InputError(f"{where}.kind: got {kind!r}, expected an op kind such as F")
     kw: dict[str, Any] = {}
-    for name in _INT_FIELDS:
+    for name, _ in _INT_COLUMNS:
         if name in raw:
             v = raw[name]
-            if not isinstance(v, int) or isinstance(v, bool) or abs(v) > 10_000_000:
+            if not isinstance(v, int) or isinstance(v, bool) or abs(v) > _MAX_INDEX:
                 raise InputError(f"{where}.{name}: got {v!r}, expected an integer")
             kw[name] = v
-    for name in _STR_FIELDS:
+    for name in ("flow", "label", "cost"):
         if name in raw:
             if not isinstance(raw[name], str):
                 raise InputError(f"{where}.{name}: got {raw[name]!r}, expected a string")
@@ -169,7 +420,7 @@ def _op(raw: Any, rank: int, lane: str, where: str) -> Op:
         if not (isinstance(p, list) and len(p) == 3 and all(isinstance(x, int) and not isinstance(x, bool) for x in p)):
             raise InputError(f"{where}.pair: got {p!r}, expected [stage, mb, direction]")
         kw["pair"] = tuple(p)
-    known = set(_INT_FIELDS) | set(_STR_FIELDS) | {"kind", "payload", "pair", "rank", "lane"}
+    known = {name for name, _ in _INT_COLUMNS} | {"flow", "label", "cost", "kind", "payload", "pair", "rank", "lane"}
     extra = sorted(set(raw) - known)
     if extra:
         raise InputError(f"{where}: unknown field '{extra[0]}'; known: {', '.join(sorted(known))}")

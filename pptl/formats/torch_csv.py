@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from pptl.config import DEFAULT_COSTS, MAX_OPS, Config, Costs
-from pptl.deps import roles, training_deps
+from pptl.deps import training_deps
 from pptl.errors import InputError
 from pptl.ir import Op, Schedule, ScheduleBuilder, register_kinds
 

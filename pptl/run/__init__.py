@@ -27,12 +27,12 @@ def run_plans(plans: list[tuple[Any, str | Path | None]], *, gpus: int, device: 
     measured :class:`pptl.timeline.Timeline` of each plan. Raises InputError (exit 2) for bad input
     or a device this machine lacks, RunError (exit 1) when the run fails.
     """
+    from pptl.errors import InputError
     from pptl.formats.loader import load_any
     from pptl.ir import Schedule
     from pptl.run.launcher import check_device, launch
     from pptl.run.options import DEFAULT_MESSAGES, DEFAULT_TIMEOUT, Job, PlanJob
     from pptl.run.program import build_program
-    from pptl.errors import InputError
 
     schedules, jobs = [], []
     for plan, out in plans:

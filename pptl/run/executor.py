@@ -27,8 +27,17 @@ import torch
 import torch.distributed as dist
 
 from pptl.config import Workload
-from pptl.run.model import (DTYPES, Activation, backward_full, backward_input, backward_weight, forward, make_chunk,
-                            make_input, make_target)
+from pptl.run.model import (
+    DTYPES,
+    Activation,
+    backward_full,
+    backward_input,
+    backward_weight,
+    forward,
+    make_chunk,
+    make_input,
+    make_target,
+)
 from pptl.run.options import MESSAGE_MODES
 from pptl.run.program import Program, tighten_messages, workload_of
 

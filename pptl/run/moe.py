@@ -45,9 +45,20 @@ import torch.distributed as dist
 
 from pptl.errors import InputError
 from pptl.run.executor import Executor
-from pptl.run.families import cost_means, refine, symmetric_issue
-from pptl.run.moe_model import (ATTN_WIDTH, EXPERT_WIDTH, LayerState, ffn_forward, ffn_input_grad, ffn_weight_grad,
-                                loss_grad, make_ffn, make_input, make_target, reference_step)
+from pptl.run.family_program import cost_means, refine, symmetric_issue
+from pptl.run.moe_model import (
+    ATTN_WIDTH,
+    EXPERT_WIDTH,
+    LayerState,
+    ffn_forward,
+    ffn_input_grad,
+    ffn_weight_grad,
+    loss_grad,
+    make_ffn,
+    make_input,
+    make_target,
+    reference_step,
+)
 from pptl.run.program import Program, workload_of
 
 __all__ = ["MoEExecutor"]

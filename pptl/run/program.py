@@ -131,7 +131,7 @@ def build_program(schedule: Schedule, *, source: str = "plan") -> Program:
         if not 0 <= op.rank < schedule.pp:
             raise InvalidScheduleError(f"{source}: op {op.id} is on rank {op.rank}, outside 0..{schedule.pp - 1}")
     if schedule.family in FAMILY_KINDS:
-        from pptl.run.families import check_runnable
+        from pptl.run.family_program import check_runnable
 
         check_runnable(schedule, source)
     placement = _placement(schedule, source)

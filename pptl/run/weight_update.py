@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 from pptl.errors import RunError
 from pptl.run.executor import Executor
-from pptl.run.families import cost_means, refine, remote_hop_waits
+from pptl.run.family_program import cost_means, refine, remote_hop_waits
 from pptl.run.program import Program
 
 __all__ = ["WeightUpdateExecutor", "Layout", "layout_of"]

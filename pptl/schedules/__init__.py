@@ -4,9 +4,17 @@ from __future__ import annotations
 from pptl.config import MAX_OPS, Config
 from pptl.errors import InputError
 from pptl.ir import Schedule
-from pptl.schedules import dualpipe, dualpipev, gpipe, interleaved, one_f_one_b, zbv, zero_bubble
-from pptl.schedules import weight_update
-from pptl.schedules import moe_overlap
+from pptl.schedules import (
+    dualpipe,
+    dualpipev,
+    gpipe,
+    interleaved,
+    moe_overlap,
+    one_f_one_b,
+    weight_update,
+    zbv,
+    zero_bubble,
+)
 from pptl.schedules._common import Family
 
 __all__ = ["Family", "FAMILIES", "get_family", "build_schedule", "names"]

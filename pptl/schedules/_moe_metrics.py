@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from pptl.intervals import overlap_length, union
 from pptl.ir import Schedule
 from pptl.simulate import peak_memory
-from pptl.intervals import overlap_length, union
 
 __all__ = ["EP_KINDS", "COPY_KINDS", "exposed_time", "exposed_in_timeline", "peak_without", "moe_metrics"]
 

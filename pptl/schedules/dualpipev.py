@@ -13,7 +13,8 @@ from __future__ import annotations
 from pptl.config import Config
 from pptl.ir import Op, Schedule
 from pptl.schedules._common import Family, assemble, overlap_metrics, require, v_rank
-from pptl.schedules.dualpipe import assumptions as _assumptions, realize, steps
+from pptl.schedules.dualpipe import assumptions as _assumptions
+from pptl.schedules.dualpipe import realize, steps
 
 __all__ = ["FAMILY", "NAME", "build", "validate", "bubble", "memory", "assumptions"]
 

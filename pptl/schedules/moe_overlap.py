@@ -77,7 +77,8 @@ from pptl.errors import InputError
 from pptl.ir import Schedule
 from pptl.schedules import interleaved
 from pptl.schedules._common import Family, require
-from pptl.schedules._moe_layers import Costs as LayerCosts, build_ops
+from pptl.schedules._moe_layers import Costs as LayerCosts
+from pptl.schedules._moe_layers import build_ops
 from pptl.schedules._moe_metrics import moe_metrics
 
 __all__ = ["FAMILY", "NAME", "MoEOptions", "parse_options", "validate", "build", "steps", "warmup",

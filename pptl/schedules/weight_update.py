@@ -53,8 +53,8 @@ from typing import Any, Mapping
 
 from pptl.config import MAX_OPS, Config
 from pptl.errors import InputError
-from pptl.ir import Op, Schedule, ScheduleBuilder
 from pptl.intervals import overlap_length
+from pptl.ir import Op, Schedule, ScheduleBuilder
 from pptl.schedules._common import Family
 
 __all__ = [

@@ -7,7 +7,10 @@ import math
 from typing import Any, Iterable
 
 from pptl.schedules.weight_update import (
-    KINDS, UpdateSpec, plan_buckets, spec_from_options,
+    KINDS,
+    UpdateSpec,
+    plan_buckets,
+    spec_from_options,
 )
 
 __all__ = ["fast_update_time", "estimate_grid", "estimate_markdown", "ESTIMATE_RANKS", "ESTIMATE_PARAMS",

@@ -7,7 +7,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from mutations import drop_one, duplicate_one, error_codes, lanes_of, move_before_dependency
 
 from pptl.checks import run_checks
 from pptl.config import Config
@@ -16,8 +18,6 @@ from pptl.formats.plan import plan_from_dict, plan_to_dict
 from pptl.schedules import build_schedule
 from pptl.schedules._moe_metrics import exposed_in_timeline
 from pptl.simulate import simulate
-
-from mutations import drop_one, duplicate_one, error_codes, lanes_of, move_before_dependency
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 NAME = "moe-1f1b-overlap"

@@ -8,14 +8,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from mutations import drop_one, duplicate_one, lanes_of, move_before_dependency
+from mutations import error_codes as _errors
 
 from pptl.checks import run_checks
 from pptl.config import Config, Costs
 from pptl.formats.loader import load_any
 from pptl.schedules import build_schedule
-
-from mutations import drop_one, duplicate_one, error_codes as _errors, lanes_of, move_before_dependency
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 _SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

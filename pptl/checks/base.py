@@ -1,0 +1,146 @@
+"""What every check rule shares: the violation it reports, the context it reads, the rule record.
+
+The rule modules import this module, and :mod:`pptl.checks` imports them; so nothing here may
+import a rule module (that is what keeps the package free of import cycles).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Callable
+
+from pptl.dag import Adjacency, adjacency, build_dag, topological_order
+from pptl.ir import Schedule
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+    from pptl.simulate import Simulation
+
+__all__ = ["Violation", "Context", "Rule", "WorkIndex", "P2P_MODES"]
+
+P2P_MODES = ("nonblocking", "nccl", "blocking")
+
+#: (role, direction, stage, mb): a unit of work (see :mod:`pptl.deps`).
+WorkKey = tuple[str, int, int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    code: str
+    message: str
+    ops: tuple[str, ...] = ()
+    severity: str = "error"
+    """"error" (the schedule is invalid) or "warning" (a formula's assumption fails, etc.)."""
+    line: int | None = None
+    """Line of the source file the violation points at (set by readers that know it, e.g. CSV)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"code": self.code, "severity": self.severity, "message": self.message, "ops": list(self.ops)}
+        if self.line is not None:
+            out["line"] = self.line
+        return out
+
+
+@dataclass
+class Context:
+    """What rules read. The graph, topological order and simulation are built once, on demand.
+
+    ``adjacency`` (plain lists) serves the order and the simulator; ``dag`` (networkx) is built
+    only for a rule that asks for it, which on an acyclic plan none does.
+    """
+
+    schedule: Schedule
+    memory_limit: float | None = None
+    p2p: str = "nccl"
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @cached_property
+    def adjacency(self) -> Adjacency:
+        return adjacency(self.schedule)
+
+    @cached_property
+    def dag(self) -> nx.DiGraph:
+        return build_dag(self.schedule)
+
+    @cached_property
+    def order(self) -> list[int] | None:
+        """A topological order, or None when the DAG has a cycle."""
+        return topological_order(self.adjacency)
+
+    @cached_property
+    def simulation(self) -> Simulation:
+        from pptl.simulate import simulate
+
+        return simulate(self.schedule, dag=self.adjacency, order=self.order)
+
+    @cached_property
+    def kinds(self) -> frozenset[str]:
+        """The op kinds present (family rules return at once when theirs are absent)."""
+        return frozenset(op.kind for op in self.schedule.ops)
+
+    @cached_property
+    def work(self) -> WorkIndex:
+        return WorkIndex.of(self.schedule)
+
+    @cached_property
+    def ids(self) -> list[str]:
+        return [op.id for op in self.schedule.ops]
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: str
+    name: str
+    fn: Callable[[Context], list[Violation]]
+    needs_acyclic: bool = False
+    """Skip when the DAG has a cycle (the deadlock rule has reported it)."""
+
+
+
+
+@dataclass(frozen=True, slots=True)
+class WorkIndex:
+    """The work every op does, indexed in one pass for the rules that read it (PP002-PP006, PP008).
+
+    Notes:
+        O(ops). Rules used to walk the ops and call :func:`pptl.deps.roles` each; at 400k ops that
+        was most of ``pptl check``'s time.
+    """
+
+    items: list[tuple[int, str, int, int, int]]
+    """(op index, role, direction, stage, mb) for every unit of work, in op order."""
+    producer: dict[WorkKey, int]
+    """The first op doing each unit of work."""
+    repeated: bool
+    """Whether any unit of work is done by two ops (then some rules take their exact, slower path)."""
+    comm: dict[tuple[str, str, int, int, int], int]
+    """The first SEND or RECV of each (kind, flow, direction, stage, mb)."""
+
+    @staticmethod
+    def of(schedule: Schedule) -> WorkIndex:
+        items: list[tuple[int, str, int, int, int]] = []
+        add = items.append
+        comm: dict[tuple[str, str, int, int, int], int] = {}
+        for i, op in enumerate(schedule.ops):
+            k = op.kind
+            if k == "F":
+                add((i, "F", op.direction, op.stage, op.mb))
+            elif k == "B":
+                add((i, "G", op.direction, op.stage, op.mb))
+                add((i, "W", op.direction, op.stage, op.mb))
+            elif k == "I":
+                add((i, "G", op.direction, op.stage, op.mb))
+            elif k == "W":
+                add((i, "W", op.direction, op.stage, op.mb))
+            elif k == "SEND" or k == "RECV":
+                comm.setdefault((k, op.flow, op.direction, op.stage, op.mb), i)
+            elif k == "FB" and op.pair is not None:
+                add((i, "F", op.direction, op.stage, op.mb))
+                ps, pm, pd = op.pair
+                add((i, "G", pd, ps, pm))
+                add((i, "W", pd, ps, pm))
+        producer: dict[WorkKey, int] = {}
+        for i, role, d, st, mb in reversed(items):
+            producer[(role, d, st, mb)] = i  # reversed: the first op wins
+        return WorkIndex(items, producer, len(producer) != len(items), comm)

@@ -1,0 +1,157 @@
+"""What the non-training families change in a run's program, and what they need to run (pure).
+
+:mod:`pptl.run.families` picks the executor per family and explains why these refinements exist;
+they live here, apart from that dispatcher, because the executors themselves use them (a module
+that both dispatches to the executors and serves them would import them and be imported back).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Mapping
+
+from pptl.ir import Schedule
+
+if TYPE_CHECKING:
+    from pptl.run.program import Program
+
+__all__ = ["check_runnable", "refine", "symmetric_issue", "remote_hop_waits", "cost_means", "MOE", "WEIGHT_UPDATE"]
+
+MOE = "moe-1f1b-overlap"
+WEIGHT_UPDATE = "weight-update"
+
+
+def check_runnable(schedule: Schedule, source: str = "plan") -> None:
+    """Refuse, before any process starts, what a family's executor cannot run.
+
+    Raises:
+        InputError: an MoE plan whose tokens do not split evenly over its EP members, or a plan
+            without the metadata its family's executor reads (a hand-written plan file).
+    """
+    from pptl.errors import InputError
+
+    meta = schedule.meta
+    if schedule.family == MOE:
+        if "ep_groups" not in meta or "layers_per_chunk" not in meta:
+            raise InputError(f"{source}: an {MOE} plan needs meta.ep_groups and meta.layers_per_chunk "
+                             "(write it with pptl plan)")
+        ep = int(meta.get("ep", 1))
+        tokens = schedule.config.workload.tokens if schedule.config is not None else None
+        if tokens is not None and tokens % ep:
+            raise InputError(f"{source}: field 'workload.tokens': got {tokens}, expected a multiple of options.ep = "
+                             f"{ep} (an all-to-all sends each EP member an equal block of tokens)")
+    if schedule.family == WEIGHT_UPDATE:
+        wu = meta.get("weight_update", {})
+        if "buckets" not in wu or "bucket_size" not in wu:
+            raise InputError(f"{source}: a {WEIGHT_UPDATE} plan needs meta.weight_update.buckets and bucket_size "
+                             "(write it with pptl plan)")
+        for g, b in enumerate(wu["buckets"]):
+            if b["bytes"] > wu["bucket_size"]:
+                raise InputError(f"{source}: bucket {g} holds {b['bytes']} bytes, more than the buffers' "
+                                 f"bucket_size {wu['bucket_size']} (a tensor larger than a bucket; run 'pptl check')")
+
+
+def refine(program: Program, *, issue: Mapping[int, tuple[int, ...]] | None = None,
+           waits: Mapping[int, Mapping[int, Iterable[int]]] | None = None) -> Program:
+    """``program`` with some ranks' issue orders replaced and extra waits added (rank -> op -> producers)."""
+    ranks = []
+    for rp in program.ranks:
+        merged = {v: tuple(us) for v, us in rp.waits.items()}
+        for v, us in (waits or {}).get(rp.rank, {}).items():
+            merged[v] = tuple(sorted(set(merged.get(v, ())) | set(us)))
+        waited = frozenset(u for us in merged.values() for u in us)
+        order = (issue or {}).get(rp.rank, rp.issue)
+        if sorted(order) != sorted(rp.issue):
+            raise ValueError(f"rank {rp.rank}: a refined issue order must hold the same ops")
+        ranks.append(replace(rp, issue=tuple(order), waits=merged, waited=waited))
+    return replace(program, ranks=tuple(ranks))
+
+
+def _twin_key(op: Any) -> tuple:
+    return (op.kind, op.lane, op.stage, op.mb, op.sub, op.flow, op.chunk)
+
+
+def symmetric_issue(program: Program, groups: list[list[int]]) -> dict[int, tuple[int, ...]]:
+    """Issue orders where every member of each group follows its first member, op for op.
+
+    Returns {} (keep the program's orders) when some member's ops are not twins of the first's.
+    """
+    ops = program.schedule.ops
+    out: dict[int, tuple[int, ...]] = {}
+    for group in groups:
+        lead = group[0]
+        for rank in group[1:]:
+            twins = {_twin_key(ops[i]): i for i in program.ranks[rank].issue}
+            lead_issue = program.ranks[lead].issue
+            if len(twins) != len(lead_issue) or any(_twin_key(ops[i]) not in twins for i in lead_issue):
+                return {}
+            out[rank] = tuple(twins[_twin_key(ops[i])] for i in lead_issue)
+    return out
+
+
+def remote_hop_waits(schedule: Schedule) -> dict[int, dict[int, tuple[int, ...]]]:
+    """rank -> op -> producers on the op's own rank that reach it through one op of another rank."""
+    ops = schedule.ops
+    preds: dict[int, list[int]] = {}
+    for u, v in schedule.deps:
+        preds.setdefault(v, []).append(u)
+    out: dict[int, dict[int, set[int]]] = {}
+    for v, us in preds.items():
+        r = ops[v].rank
+        for u in us:
+            if ops[u].rank == r:
+                continue
+            for w in preds.get(u, ()):
+                if ops[w].rank == r:
+                    out.setdefault(r, {}).setdefault(v, set()).add(w)
+    return {r: {v: tuple(sorted(ws)) for v, ws in m.items()} for r, m in out.items()}
+
+
+def cost_means(schedule: Schedule, events: Iterable[Any],
+               together: Callable[[Any], Hashable | None] | None = None, *, contexts: bool = False
+               ) -> dict[str, Any]:
+    """Measured mean duration per cost key ({"base": {key: ms}, "stages": {stage: {key: ms}}}).
+
+    Messages (SEND/RECV) are left out: ``pptl plan --costs-from`` takes their latency from the
+    send-to-receive gaps. ``together`` names the collective an op belongs to (None: not one): a
+    collective's copies on the ranks that join it count from the last one to arrive, since the
+    plan starts each copy when its own inputs are ready and models no wait for the others.
+    ``contexts``: also ``"context"``, the side-lane means per context (:mod:`pptl.contexts`).
+    """
+    events = list(events)
+    by_id = {op.id: op for op in schedule.ops}
+    rows = [(by_id[e.op], e) for e in events if e.op in by_id and by_id[e.op].kind not in ("SEND", "RECV")]
+    last_start: dict[Hashable, float] = {}
+    if together is not None:
+        for op, e in rows:
+            key = together(op)
+            if key is not None:
+                last_start[key] = max(last_start.get(key, e.start), e.start)
+    base: dict[str, list[float]] = {}
+    stages: dict[int, dict[str, list[float]]] = {}
+    for op, e in rows:
+        key = together(op) if together is not None else None
+        duration = e.end - max(e.start, last_start[key]) if key is not None else e.duration
+        duration = max(duration, 0.0)
+        base.setdefault(op.cost_key, []).append(duration)
+        if op.stage >= 0:
+            stages.setdefault(op.stage, {}).setdefault(op.cost_key, []).append(duration)
+    mean = lambda v: sum(v) / len(v)  # noqa: E731
+    out: dict[str, Any] = {"base": {k: mean(v) for k, v in sorted(base.items())},
+                           "stages": {str(s): {k: mean(v) for k, v in sorted(d.items())}
+                                      for s, d in sorted(stages.items())}}
+    if contexts:
+        # Side-lane ops per context (alone / beside compute of a kind), timed as above: a
+        # collective's copy from its last participant's start.
+        from pptl.contexts import Span, measure_contexts
+
+        evs = [(by_id[e.op], e) for e in events if e.op in by_id]
+        spans, keys, durs = [], [], []
+        for op, e in evs:
+            key = together(op) if together is not None else None
+            a = max(e.start, last_start[key]) if key is not None else e.start
+            spans.append(Span(op.rank, op.lane, op.kind, min(a, e.end), e.end))
+            side = op.lane != "compute" and op.kind not in ("SEND", "RECV") and op.lane != "pass"
+            keys.append(op.cost_key if side else None)
+            durs.append(max(0.0, e.end - a))
+        out["context"] = measure_contexts(spans, keys, durs)
+    return out
