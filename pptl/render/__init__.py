@@ -10,7 +10,6 @@ The renderers return objects; :func:`write_file` is the one place that encodes a
 from __future__ import annotations
 
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from pptl.errors import InputError

@@ -7,8 +7,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pptl.render.base import (PALETTE, Category, Grid, GridCell, Part, RowSpec, Style, _chunk_tag, _chunked,
-                              chunk_colour, colour, text_colour)
+from pptl.render.base import (
+    PALETTE,
+    Category,
+    Grid,
+    GridCell,
+    Part,
+    RowSpec,
+    Style,
+    _chunk_tag,
+    _chunked,
+    chunk_colour,
+    colour,
+    text_colour,
+)
 from pptl.render.dualpipe_style import DualPipeStyle
 from pptl.render.moe_style import MoEStyle
 from pptl.render.weight_update_style import WeightUpdateStyle
