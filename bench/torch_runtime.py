@@ -16,7 +16,8 @@ Per family:
 
 Each family's torch part runs inside one torchrun launch for all families; the driver watches the launch and
 kills it when a family makes no progress for ``--family-timeout`` seconds (a hang), records the hang and
-relaunches for the families after it. Writes OUT/torch_runtime.md (the table) and OUT/torch_runtime.json.
+relaunches for the families after it. Writes OUT/torch_runtime.md (the table) and OUT/torch_runtime.json
+(plans, CSVs and timelines in --work, a temporary folder by default).
 On CPU (``--device cpu --hidden 32 --tokens 8``) it runs end to end with gloo, for testing.
 """
 from __future__ import annotations
@@ -28,6 +29,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -199,6 +201,7 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--family-timeout", type=float, default=90)
     ap.add_argument("--skip-pptl", action="store_true")
+    ap.add_argument("--work", default="", help="folder for plans, CSVs, timelines (default: a temporary folder)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--progress", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -210,7 +213,9 @@ def main() -> int:
     os.environ.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
     args.families = [f.strip() for f in args.families.split(",") if f.strip()]
     out = Path(args.out)
-    work = out / "torch_runtime_work"
+    out.mkdir(parents=True, exist_ok=True)
+    # Plans, CSVs and measured timelines go beside OUT's two result files, not into OUT.
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="pptl_torch_runtime_"))
     work.mkdir(parents=True, exist_ok=True)
     from _common import env_info
 
