@@ -24,6 +24,8 @@ __all__ = [
     "read_structured",
     "MAX_FILE_BYTES",
     "MAX_OPS",
+    "MAX_PLAN_OPS",
+    "TRAINING_COST_KEYS",
 ]
 
 #: Per-kind durations in one unit of time when a config names none: a backward costs two
@@ -34,6 +36,12 @@ DEFAULT_COSTS: dict[str, float] = {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0}
 MAX_FILE_BYTES = 512 * 2**20
 #: Plans larger than this are refused before building (bounded work on hostile input).
 MAX_OPS = 5_000_000
+#: Schedules pptl generates from a family are refused past this many ops, estimated before building:
+#: planning, checking and simulating take ~25 s per million ops on a 2-core machine (1f1b at pp=100000
+#: and 8 micro-batches is 4.8M ops: minutes and gigabytes, for a table nobody reads).
+MAX_PLAN_OPS = 2_000_000
+#: Cost keys of the training families (op kinds); families with ``options`` name theirs there.
+TRAINING_COST_KEYS = ("F", "B", "I", "W", "FB")
 
 
 @dataclass(frozen=True, kw_only=True)
