@@ -372,15 +372,25 @@ def check(
 def export(
     source: Annotated[Path, typer.Argument(help="Plan, config, torch CSV, timeline, or profiler traces (a folder).",
                                            show_default=False)],
-    to: Annotated[str, typer.Option("--to", help="torch-csv or chrome (Perfetto).")],
+    to: Annotated[str, typer.Option("--to", metavar="torch-csv|chrome|torchtitan",
+                                    help="torch-csv, chrome (Perfetto) or torchtitan (-o pp.toml: its [parallelism] "
+                                    "lines, and the schedule CSV they name beside it).")],
     comms: Annotated[bool, typer.Option("--comms", help="torch-csv: write compute_comms (with SEND/RECV).")] = False,
     out_file: OutFile = None,
     microbatches: Microbatches = None,
     placement: Placement = None,
+    csv: Annotated[Optional[Path], typer.Option("--csv", help="torchtitan: where the schedule CSV goes (default: "
+                                                "beside -o, as NAME.csv).")] = None,
 ) -> None:
     """Write a schedule or timeline in another tool's format (to stdout without -o; .gz gzips)."""
     from pptl.export import export_file
     from pptl.fileio import atomic_write, check_writable
+
+    if csv is not None and to != "torchtitan":
+        raise InputError("--csv applies to --to torchtitan only")
+    if to == "torchtitan" and out_file is not None:
+        _export_torchtitan(source, out_file, csv, microbatches=microbatches, placement=placement)
+        return
 
     gz = out_file is not None and out_file.name.endswith(".gz")
     if gz and to != "chrome":
@@ -396,6 +406,23 @@ def export(
         return
     atomic_write(out_file, result.data)
     err.print(f"wrote {out_file}")
+
+
+def _export_torchtitan(source: Path, toml_path: Path, csv_path: Optional[Path], **options: Any) -> None:
+    from pptl.export import export_torchtitan
+    from pptl.fileio import atomic_write, check_writable
+
+    csv_path = csv_path if csv_path is not None else toml_path.with_suffix(".csv")
+    if csv_path.resolve() == toml_path.resolve():
+        raise InputError(f"--csv {csv_path}: is the -o file; name another")
+    check_writable(toml_path)
+    check_writable(csv_path)
+    files = export_torchtitan(source, csv_path=str(csv_path), **options)
+    for note in files.notes:
+        err.print(f"note: {note}", markup=False)
+    atomic_write(csv_path, files.csv)
+    atomic_write(toml_path, files.toml)
+    err.print(f"wrote {toml_path} and {csv_path}", markup=False)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -204,6 +204,11 @@ def read_structured(path: str | Path) -> Any:
     except RecursionError:
         raise InputError(f"{path}: nested too deeply") from None
     except Exception as e:  # each parser has its own error type; all mean "not valid"
+        mark = getattr(e, "problem_mark", None)  # YAML: where the parser stopped
+        if mark is not None:
+            problem = getattr(e, "problem", None) or type(e).__name__
+            raise InputError(f"{path}:{mark.line + 1}: not valid YAML at line {mark.line + 1}, column "
+                             f"{mark.column + 1}: {problem}") from None
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InputError(f"{path}: not valid {suffix[1:].upper()}: {first}") from None
     raise InputError(f"{path}: unknown file type '{suffix}', expected .yaml, .yml, .toml or .json")

@@ -88,7 +88,9 @@ def _check_cost_flags(costs: Mapping[str, float], schedule: str) -> None:
 
 def title_of(schedule: Schedule, makespan: float, bubble: float) -> str:
     cfg = schedule.config
-    vpp = f" vpp={cfg.vpp}" if cfg is not None and cfg.vpp > 1 else ""
+    # Chunks per rank as built: zbv and dualpipev hold two stages per rank whatever vpp the config says.
+    chunks = max(cfg.vpp if cfg is not None else 1, schedule.num_stages // max(1, schedule.pp))
+    vpp = f" vpp={chunks}" if chunks > 1 else ""
     return (f"{schedule.family}: pp={schedule.pp}{vpp} microbatches={schedule.microbatches * schedule.directions} "
             f"makespan={makespan:g} bubble={100 * bubble:.1f}%")
 
