@@ -37,8 +37,8 @@ MAX_FILE_BYTES = 512 * 2**20
 #: Plans larger than this are refused before building (bounded work on hostile input).
 MAX_OPS = 5_000_000
 #: Schedules pptl generates from a family are refused past this many ops, estimated before building:
-#: planning, checking and simulating take ~25 s per million ops on a 2-core machine (1f1b at pp=100000
-#: and 8 micro-batches is 4.8M ops: minutes and gigabytes, for a table nobody reads).
+#: planning, checking and simulating take ~15 s and ~1.3 GB per million ops on 2 cores (docs/benchmarks.md);
+#: 1f1b at pp=100000 and 8 micro-batches is 4.8M ops: minutes and gigabytes, for a table nobody reads.
 MAX_PLAN_OPS = 2_000_000
 #: Cost keys of the training families (op kinds); families with ``options`` name theirs there.
 TRAINING_COST_KEYS = ("F", "B", "I", "W", "FB")
