@@ -207,8 +207,8 @@ def read_structured(path: str | Path) -> Any:
         mark = getattr(e, "problem_mark", None)  # YAML: where the parser stopped
         if mark is not None:
             problem = getattr(e, "problem", None) or type(e).__name__
-            raise InputError(f"{path}:{mark.line + 1}: not valid YAML at line {mark.line + 1}, column "
-                             f"{mark.column + 1}: {problem}") from None
+            raise InputError(f"{path}: not valid YAML at line {mark.line + 1}, column {mark.column + 1}: "
+                             f"{problem}") from None
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InputError(f"{path}: not valid {suffix[1:].upper()}: {first}") from None
     raise InputError(f"{path}: unknown file type '{suffix}', expected .yaml, .yml, .toml or .json")

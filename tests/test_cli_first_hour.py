@@ -56,7 +56,7 @@ def test_yaml_cost_typo(tmp_path: Path) -> None:
 def test_options_on_a_family_without_options(tmp_path: Path) -> None:
     (tmp_path / "c.yaml").write_text("schedule: 1f1b\npp: 4\nmicrobatches: 8\noptions: {foo: 1}\n")
     _one_line(["plan", "c.yaml"], 2, "error: c.yaml: field 'options.foo' is unknown; schedule '1f1b' takes no options "
-              "(families with options: weight-update, moe-1f1b-overlap)", tmp_path)
+              "(families with options: interleaved-1f1b, weight-update, moe-1f1b-overlap)", tmp_path)
 
 
 def test_families_with_options_and_their_cost_keys_still_plan() -> None:
@@ -100,7 +100,7 @@ def test_binary_file_worded_the_same_by_check_and_plan(tmp_path: Path) -> None:
 
 def test_yaml_errors_carry_line_and_column(tmp_path: Path) -> None:
     (tmp_path / "bad.yaml").write_text("schedule: 1f1b\npp: [4\nmicrobatches: 8\n")
-    _one_line(["plan", "bad.yaml"], 2, "error: bad.yaml:3: not valid YAML at line 3, column 13: expected ',' or ']', "
+    _one_line(["plan", "bad.yaml"], 2, "error: bad.yaml: not valid YAML at line 3, column 13: expected ',' or ']', "
               "but got ':'", tmp_path)
 
 
@@ -114,8 +114,8 @@ def test_group_size_message_names_what_the_user_set() -> None:
               "give at least 4 micro-batches (its micro-batch group, --group-size, is pp unless set and must lie "
               "between pp and microbatches)")
     _one_line(["plan", "--schedule", "interleaved-1f1b", "--pp", "4", "--vpp", "2", "-m", "3", "--group-size", "4"],
-              2, "error: <flags>: field 'group_size': got 4, expected at most microbatches=3 for schedule "
-              "'interleaved-1f1b'")
+              2, "error: <flags>: field 'group_size': got 4, expected at most microbatches=3 (Megatron-Core's group "
+              "rule: G in [pp, microbatches]) for schedule 'interleaved-1f1b'")
 
 
 def test_huge_pipeline_refused_before_any_work() -> None:
@@ -207,8 +207,8 @@ def test_demo_takes_o_and_shares_one_plotly_js(tmp_path: Path) -> None:
     out = tmp_path / "out"
     r = runner.invoke(app, ["demo", "-o", str(out), "--fixtures", str(examples)])
     assert r.exit_code == 0, r.output
-    assert sorted(p.name for p in out.iterdir()) == ["1f1b.html", "1f1b.png", "gpipe.html", "gpipe.png",
-                                                     "plotly.min.js"]
+    assert sorted(p.name for p in out.iterdir()) == ["1f1b.html", "1f1b.pdf", "1f1b.png", "gpipe.html", "gpipe.pdf",
+                                                     "gpipe.png", "plotly.min.js"]
     page = (out / "1f1b.html").read_text()
     assert 'src="plotly.min.js"></script>' in page and len(page) < 500_000
     inline = tmp_path / "inline"
