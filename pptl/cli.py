@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
 
 import typer
+import typer.core
 from rich.console import Console
 from rich.table import Table
 
@@ -22,12 +23,104 @@ from pptl.errors import InputError, PptlError
 
 __all__ = ["app", "main"]
 
+
+try:  # typer >= 0.26 carries its own copy of click; the exceptions come from there
+    from typer._click import exceptions as _cx
+except ImportError:  # pragma: no cover - older typer on click
+    from click import exceptions as _cx  # type: ignore[no-redef]
+
+
+def _metavar(p: Any) -> str:
+    """INT, NUMBER, PATH or TEXT for an option; FILES... for an argument (typer's own read
+    ``<list[str]>`` and ``{files}...``)."""
+    desc = getattr(p, "type_descriptor", None)
+    ann = getattr(desc, "annotation", None)
+    if isinstance(p, typer.core.TyperArgument):
+        return p.name.upper()
+    if desc is not None and desc.is_path:
+        return "PATH"
+    return {int: "INT", float: "NUMBER"}.get(ann, "TEXT")
+
+
+class _Command(typer.core.TyperCommand):
+    """A command whose --help names values plainly: arguments by name (FILES...), options by type."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for p in self.params:
+            if p.metavar is None and not getattr(p, "is_flag", False):
+                p.metavar = _metavar(p)
+            if isinstance(p, typer.core.TyperArgument):  # FILES... and [CONFIG], not {files}... <list[str]>
+                dots = "..." if p.nargs != 1 else ""
+                shown = p.metavar + dots
+                p._usage_display_name = (lambda shown=shown, req=p.required: shown if req else f"[{shown}]")
+                p._rich_display_name = lambda shown=shown: shown
+                p.display_type_rich = lambda ctx: None
+
+
+class _Group(typer.core.TyperGroup):
+    """The top-level group. Usage errors the CLI library finds (a bad value, a missing argument, an
+    unknown option) become one line, ``pptl: error: ...``, and exit 2, like pptl's own errors,
+    instead of the library's Usage / Try / Error box."""
+
+    def main(self, args: Any = None, prog_name: Any = None, **extra: Any) -> Any:
+        argv = list(sys.argv[1:] if args is None else args)
+        extra.pop("standalone_mode", None)
+        try:
+            rv = super().main(argv, prog_name or "pptl", standalone_mode=False, **extra)
+        except _cx.NoArgsIsHelpError as e:
+            e.show()
+            sys.exit(2)
+        except _cx.UsageError as e:
+            err.print(f"pptl: error: {_usage_message(e, argv)}", markup=False)
+            sys.exit(2)
+        except _cx.ClickException as e:
+            err.print(f"pptl: error: {_one_line(e.format_message())}", markup=False)
+            sys.exit(e.exit_code)
+        except typer.Abort:
+            err.print("aborted", markup=False)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _usage_message(e: Any, argv: list[str]) -> str:
+    """``--pp: got '4.5': input should be a valid integer (see 'pptl plan --help')``: the option, the
+    value as typed, what was wrong, and where the usage is."""
+    msg = e.format_message()
+    param = getattr(e, "param", None)
+    if isinstance(e, _cx.BadParameter) and not isinstance(e, _cx.MissingParameter) and param is not None:
+        is_option = isinstance(param, typer.core.TyperOption)
+        names = list(getattr(param, "opts", []) or [])
+        value = _typed_value(names, argv) if is_option else None
+        name = names[0] if is_option and names else (param.metavar or param.name or "value")
+        text = e.message[:1].lower() + e.message[1:] if e.message else "invalid value"
+        msg = f"{name}: got {value!r}: {text}" if value is not None else f"{name}: {text}"
+    msg = msg.rstrip(".")
+    ctx = getattr(e, "ctx", None)
+    if ctx is not None:
+        msg += f" (see '{ctx.command_path} --help')"
+    return _one_line(msg)
+
+
+def _typed_value(names: list[str], argv: list[str]) -> str | None:
+    """The value given on the command line to the option called one of ``names`` (the last one given)."""
+    found = None
+    for i, tok in enumerate(argv):
+        for n in names:
+            if tok == n and i + 1 < len(argv):
+                found = argv[i + 1]
+            elif n.startswith("--") and tok.startswith(n + "="):
+                found = tok[len(n) + 1:]
+    return found
+
+
 app = typer.Typer(
     name="pptl",
+    cls=_Group,
     help="Plan, check, draw and run pipeline-parallel training schedules.",
     context_settings={"help_option_names": ["-h", "--help"]},
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
@@ -51,6 +144,7 @@ def command(*args: Any, **kwargs: Any) -> Callable:
                 err.print("interrupted")
                 raise typer.Exit(130) from None
 
+        kwargs.setdefault("cls", _Command)
         return app.command(*args, **kwargs)(run)
 
     return wrap
@@ -84,13 +178,26 @@ def _main(
 # ----------------------------------------------------------------------------------------------
 # Shared options (declared once)
 
-OutputFmt = Annotated[str, typer.Option("--output", help="text or json.")]
+OutputFmt = Annotated[str, typer.Option("--output", metavar="text|json", help="text or json.")]
 OutFile = Annotated[Optional[Path], typer.Option("-o", "--out", help="Write the result to this file "
                                                  "(replaced if it exists).")]
-MemoryLimit = Annotated[Optional[float], typer.Option("--memory-limit", help="Peak activation per rank allowed.")]
+MemoryLimit = Annotated[Optional[float], typer.Option("--memory-limit", min=0, help="Peak activation per rank "
+                                                     "allowed (>= 0).")]
 Microbatches = Annotated[Optional[int], typer.Option("--microbatches", "-m", help="Micro-batches per step.")]
-Placement = Annotated[Optional[str], typer.Option("--placement", help="torch CSV: stage placement, loop or v "
+Placement = Annotated[Optional[str], typer.Option("--placement", metavar="loop|v",
+                                                  help="torch CSV: stage placement, loop or v "
                                                   "(default: inferred from the file).")]
+
+
+PlotlyJs = Annotated[str, typer.Option("--plotlyjs", metavar="inline|directory",
+                                       help="HTML: inline (plotly.js in the page: one file that opens offline) "
+                                       "or directory (plotly.min.js written once beside it, loaded by a "
+                                       "relative path).")]
+
+
+def _check_plotlyjs(value: str) -> None:
+    if value not in ("inline", "directory"):
+        raise InputError(f"--plotlyjs: got '{value}', expected inline or directory")
 
 
 def _print_json(data: Any) -> None:
@@ -111,14 +218,16 @@ def _check_output(fmt: str, allowed: tuple[str, ...] = ("text", "json")) -> None
 @command("plan")
 def plan(
     config: Annotated[Optional[Path], typer.Argument(help="Config file (YAML, TOML or JSON).", show_default=False)] = None,
-    schedule: Annotated[Optional[str], typer.Option("--schedule", "-s", help="Family name (see 'pptl schedules').")] = None,
+    schedule: Annotated[Optional[str], typer.Option("--schedule", "-s", metavar="NAME",
+                                                    help="Family name (see 'pptl schedules').")] = None,
     pp: Annotated[Optional[int], typer.Option("--pp", help="Number of pipeline ranks.")] = None,
     microbatches: Microbatches = None,
     vpp: Annotated[Optional[int], typer.Option("--vpp", help="Chunks per rank.")] = None,
     group_size: Annotated[Optional[int], typer.Option("--group-size", help="Megatron micro-batch group size.")] = None,
     split_backward: Annotated[Optional[bool], typer.Option("--split-backward/--no-split-backward",
                                                            help="Split B into I and W.")] = None,
-    cost: Annotated[Optional[list[str]], typer.Option("--cost", help="KIND=VALUE, repeatable or comma-separated.")] = None,
+    cost: Annotated[Optional[list[str]], typer.Option("--cost", metavar="KIND=VALUE", help="Duration of an op kind "
+                                                      "(F, B, I, W, FB), repeatable or comma-separated: F=1,B=2.")] = None,
     comm_latency: Annotated[Optional[float], typer.Option("--comm-latency", help="Latency of one P2P message.")] = None,
     memory_limit: MemoryLimit = None,
     costs_from: Annotated[Optional[Path], typer.Option("--costs-from", help="Measured timeline to calibrate costs from.")] = None,
@@ -164,6 +273,11 @@ def plan(
         raise typer.Exit(1)
 
 
+#: Ranks a plan table lists in full; past that, the first and last _EDGE_RANKS and one summary row.
+_SCREEN_RANKS = 32
+_EDGE_RANKS = 8
+
+
 def _print_plan(result: Any) -> None:
     m = result.metrics
     cfg = result.schedule.config
@@ -171,17 +285,29 @@ def _print_plan(result: Any) -> None:
     table = Table(show_edge=False, pad_edge=False)
     for name in ("rank", "busy", "idle", "bubble", "peak act."):
         table.add_column(name, justify="right")
-    for r in m["ranks"]:
+    ranks = m["ranks"]
+    shown = ranks if len(ranks) <= _SCREEN_RANKS else ranks[:_EDGE_RANKS] + [None] + ranks[-_EDGE_RANKS:]
+    for r in shown:
+        if r is None:  # beyond a screenful: the first and last ranks, and the spread of the rest
+            hidden = ranks[_EDGE_RANKS:-_EDGE_RANKS]
+            table.add_row("…", *(f"{min(x[k] for x in hidden):g}..{max(x[k] for x in hidden):g}"
+                                 for k in ("busy", "idle")),
+                          f"{100 * min(x['bubble_fraction'] for x in hidden):.1f}..{100 * max(x['bubble_fraction'] for x in hidden):.1f}%",
+                          f"{max(x['peak_activation'] for x in hidden):g} max")
+            continue
         table.add_row(str(r["rank"]), f"{r['busy']:g}", f"{r['idle']:g}", f"{100 * r['bubble_fraction']:.1f}%",
                       f"{r['peak_activation']:g}")
     out.print(table)
+    if len(shown) != len(ranks):
+        out.print(f"{len(ranks) - 2 * _EDGE_RANKS} middle ranks summarised in the … row (ranges); "
+                  "--output json lists every rank")
     out.print(f"makespan {m['makespan']:g} · ops {m['ops']} · bubble {100 * m['bubble_fraction']:.1f}%")
     fam = result.family
     if fam is not None and cfg is not None:
         textbook = m.get("textbook_bubble")
         if textbook is not None:
-            out.print(f"textbook bubble per rank {fam.bubble_formula} = {textbook:g}; "
-                      f"simulated (max idle) {max(r['idle'] for r in m['ranks']):g}")
+            out.print(f"bubble per rank: textbook {textbook:g}, simulated (max idle) "
+                      f"{max(r['idle'] for r in m['ranks']):g}; textbook formula: {fam.bubble_formula}")
     for v in result.violations:
         out.print(f"{v.code} {v.severity}: {v.message}", markup=False)
     for line in m.get("report", ()):
@@ -197,25 +323,26 @@ def check(
     files: Annotated[list[str], typer.Argument(help="Plans, configs or schedule files; globs are expanded.")],
     microbatches: Microbatches = None,
     memory_limit: MemoryLimit = None,
-    p2p: Annotated[str, typer.Option("--p2p", help="P2P semantics: nonblocking, nccl or blocking.")] = "nccl",
-    output: Annotated[str, typer.Option("--output", help="text, json or github.")] = "text",
+    p2p: Annotated[str, typer.Option("--p2p", metavar="nonblocking|nccl|blocking",
+                                     help="P2P semantics: nonblocking, nccl or blocking.")] = "nccl",
+    output: Annotated[str, typer.Option("--output", metavar="text|json|github", help="text, json or github.")] = "text",
     placement: Placement = None,
 ) -> None:
     """Check schedules. Exit 0 when all are valid, 1 when any has a violation, 2 on bad input."""
     from pptl import planning
 
     _check_output(output, ("text", "json", "github"))
-    paths = planning.expand_paths(files)
+    paths, unreadable = planning.expand_paths_reporting(files)
     reports = []
-    unreadable: list[tuple[str, InputError]] = []  # every file is checked; unreadable ones make the exit 2
+    # Every file is checked; missing and unreadable ones are reported one by one and make the exit 2.
     for p in paths:
         try:
             reports.append(planning.check_file(p, microbatches=microbatches, memory_limit=memory_limit, p2p=p2p,
                                                placement=placement))
         except InputError as e:
-            if len(paths) == 1 and output != "github":
-                raise
             unreadable.append((p, e))
+    if len(paths) + len(unreadable) == 1 and unreadable and output != "github":
+        raise unreadable[0][1]
     if output == "json":
         _print_json({"files": [r.to_dict() for r in reports] + [{"path": p, "error": str(e)} for p, e in unreadable],
                      "valid": all(r.valid for r in reports) and not unreadable})
@@ -245,15 +372,25 @@ def check(
 def export(
     source: Annotated[Path, typer.Argument(help="Plan, config, torch CSV, timeline, or profiler traces (a folder).",
                                            show_default=False)],
-    to: Annotated[str, typer.Option("--to", help="torch-csv or chrome (Perfetto).")],
+    to: Annotated[str, typer.Option("--to", metavar="torch-csv|chrome|torchtitan",
+                                    help="torch-csv, chrome (Perfetto) or torchtitan (-o pp.toml: its [parallelism] "
+                                    "lines, and the schedule CSV they name beside it).")],
     comms: Annotated[bool, typer.Option("--comms", help="torch-csv: write compute_comms (with SEND/RECV).")] = False,
     out_file: OutFile = None,
     microbatches: Microbatches = None,
     placement: Placement = None,
+    csv: Annotated[Optional[Path], typer.Option("--csv", help="torchtitan: where the schedule CSV goes (default: "
+                                                "beside -o, as NAME.csv).")] = None,
 ) -> None:
     """Write a schedule or timeline in another tool's format (to stdout without -o; .gz gzips)."""
     from pptl.export import export_file
     from pptl.fileio import atomic_write, check_writable
+
+    if csv is not None and to != "torchtitan":
+        raise InputError("--csv applies to --to torchtitan only")
+    if to == "torchtitan" and out_file is not None:
+        _export_torchtitan(source, out_file, csv, microbatches=microbatches, placement=placement)
+        return
 
     gz = out_file is not None and out_file.name.endswith(".gz")
     if gz and to != "chrome":
@@ -269,6 +406,23 @@ def export(
         return
     atomic_write(out_file, result.data)
     err.print(f"wrote {out_file}")
+
+
+def _export_torchtitan(source: Path, toml_path: Path, csv_path: Optional[Path], **options: Any) -> None:
+    from pptl.export import export_torchtitan
+    from pptl.fileio import atomic_write, check_writable
+
+    csv_path = csv_path if csv_path is not None else toml_path.with_suffix(".csv")
+    if csv_path.resolve() == toml_path.resolve():
+        raise InputError(f"--csv {csv_path}: is the -o file; name another")
+    check_writable(toml_path)
+    check_writable(csv_path)
+    files = export_torchtitan(source, csv_path=str(csv_path), **options)
+    for note in files.notes:
+        err.print(f"note: {note}", markup=False)
+    atomic_write(csv_path, files.csv)
+    atomic_write(toml_path, files.toml)
+    err.print(f"wrote {toml_path} and {csv_path}", markup=False)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -338,6 +492,7 @@ def render(
                                        "seed) or stack.")] = "side",
     reverse_ids: Annotated[bool, typer.Option("--reverse-ids", help="DualPipe: number reverse-direction "
                                               "blocks too (the seed omits them).")] = False,
+    plotlyjs: PlotlyJs = "inline",
 ) -> None:
     """Draw a timeline: in the terminal by default, or to PNG/SVG/PDF/HTML with -o (or --html)."""
     from pptl.render import load_timeline, output_format, parse_window, plain_counterpart, write_file
@@ -358,6 +513,7 @@ def render(
     named = out_file is not None  # a file the user names is overwritten; one pptl names is not
     if html and out_file is None:
         out_file = Path(file.stem + ".html")
+    _check_plotlyjs(plotlyjs)
     window = parse_window(time_window)
     if out_file is not None:
         output_format(out_file)  # a bad suffix fails before any planning
@@ -368,7 +524,8 @@ def render(
     tl = load_timeline(file)
     compare = plain_counterpart(tl, file) if compare_warmup else None
     if out_file is not None:
-        for warning in write_file(tl, out_file, window=window, overwrite=named, options=opts, compare=compare):
+        for warning in write_file(tl, out_file, window=window, overwrite=named, options=opts, compare=compare,
+                                  plotlyjs=plotlyjs):
             err.print(f"warning: {warning}", markup=False)
         err.print(f"wrote {out_file}", markup=False)
         return
@@ -381,7 +538,8 @@ def render(
 
 @command("demo")
 def demo(
-    out_dir: Annotated[Path, typer.Option("--out", help="Folder for the figures.")] = Path("out"),
+    out_dir: Annotated[Path, typer.Option("-o", "--out", help="Folder for the figures (created if missing; "
+                                          "its parent must exist).")] = Path("out"),
     fixtures: Annotated[Optional[Path], typer.Option("--fixtures", help="Folder of example configs.")] = None,
     dpi: DpiOpt = 200,
     font_size: FontOpt = None,
@@ -389,16 +547,20 @@ def demo(
     notes: NotesOpt = None,
     legend: LegendOpt = "auto",
     device: DeviceOpt = None,
+    plotlyjs: Annotated[str, typer.Option("--plotlyjs", metavar="inline|directory",
+                                          help="HTML: directory (one plotly.min.js shared by the pages in the "
+                                          "folder) or inline (in every page).")] = "directory",
 ) -> None:
     """Plan and draw every example config in fixtures/ (PNG, PDF and HTML each, plus the MoE +1 warmup
     comparison); print what was written."""
     from pptl.demo import run_demo
     from pptl.render.options import RenderOptions
 
+    _check_plotlyjs(plotlyjs)
     opts = RenderOptions(dpi=dpi, font_size=font_size, title=title, notes=notes, legend=legend, device=device)
     with err.status("drawing examples") as status:
         items = run_demo(out_dir, fixtures=fixtures, progress=lambda name: status.update(f"drawing {name}"),
-                         options=opts)
+                         options=opts, plotlyjs=plotlyjs)
     table = Table(show_edge=False, pad_edge=False)
     for col in ("example", "family", "style", "ops", "makespan", "bubble", "wrote"):
         table.add_column(col, justify="right" if col in ("ops", "makespan", "bubble") else "left")
@@ -426,9 +588,9 @@ def demo(
 @command("run")
 def run(
     plan_file: Annotated[Path, typer.Argument(help="Plan (pptl plan -o) or config to execute.", show_default=False)],
-    gpus: Annotated[Optional[int], typer.Option("--gpus", "-g", help="Processes, one per rank (default: the "
+    gpus: Annotated[Optional[int], typer.Option("--gpus", "-g", min=1, help="Processes, one per rank (default: the "
                                                 "plan's pp).")] = None,
-    device: Annotated[Optional[str], typer.Option("--device", help="cuda (NCCL) or cpu (gloo); default: cuda "
+    device: Annotated[Optional[str], typer.Option("--device", metavar="cuda|cpu", help="cuda (NCCL) or cpu (gloo); default: cuda "
                                                   "when available.")] = None,
     steps: Annotated[int, typer.Option("--steps", help="Timed steps (as many untimed ones measure the "
                                        "instrumentation overhead).")] = 3,
@@ -439,7 +601,8 @@ def run(
                                            "is stopped.")] = 300.0,
     out_file: Annotated[Optional[Path], typer.Option("-o", "--out", help="Measured timeline (default: "
                                                      "PLAN.measured.json here).")] = None,
-    messages: Annotated[Optional[str], typer.Option("--messages", help="How CUDA ranks run SEND/RECV: sync-send "
+    messages: Annotated[Optional[str], typer.Option("--messages", metavar="sync-send|overlap|inline",
+                                                    help="How CUDA ranks run SEND/RECV: sync-send "
                                                     "(default: compute waits for each send, receives start when "
                                                     "their sender is ready), overlap (sends beside compute too) or "
                                                     "inline (as torch.distributed.pipelining).")] = None,

@@ -24,6 +24,8 @@ __all__ = [
     "read_structured",
     "MAX_FILE_BYTES",
     "MAX_OPS",
+    "MAX_PLAN_OPS",
+    "TRAINING_COST_KEYS",
 ]
 
 #: Per-kind durations in one unit of time when a config names none: a backward costs two
@@ -34,6 +36,12 @@ DEFAULT_COSTS: dict[str, float] = {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0}
 MAX_FILE_BYTES = 512 * 2**20
 #: Plans larger than this are refused before building (bounded work on hostile input).
 MAX_OPS = 5_000_000
+#: Schedules pptl generates from a family are refused past this many ops, estimated before building:
+#: planning, checking and simulating take ~15 s and ~1.3 GB per million ops on 2 cores (docs/benchmarks.md);
+#: 1f1b at pp=100000 and 8 micro-batches is 4.8M ops: minutes and gigabytes, for a table nobody reads.
+MAX_PLAN_OPS = 2_000_000
+#: Cost keys of the training families (op kinds); families with ``options`` name theirs there.
+TRAINING_COST_KEYS = ("F", "B", "I", "W", "FB")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -201,6 +209,11 @@ def read_structured(path: str | Path) -> Any:
     except RecursionError:
         raise InputError(f"{path}: nested too deeply") from None
     except Exception as e:  # each parser has its own error type; all mean "not valid"
+        mark = getattr(e, "problem_mark", None)  # YAML: where the parser stopped
+        if mark is not None:
+            problem = getattr(e, "problem", None) or type(e).__name__
+            raise InputError(f"{path}: not valid YAML at line {mark.line + 1}, column {mark.column + 1}: "
+                             f"{problem}") from None
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InputError(f"{path}: not valid {suffix[1:].upper()}: {first}") from None
     raise InputError(f"{path}: unknown file type '{suffix}', expected .yaml, .yml, .toml or .json")

@@ -59,8 +59,13 @@ FIGURE_SUFFIXES = (".png", ".pdf", ".html")
 
 
 def run_demo(out: Path, *, fixtures: Path | None = None, style: str = "auto",
-             progress: Callable[[str], None] | None = None, options: "RenderOptions | None" = None) -> list[DemoItem]:
-    """Draw every example of ``fixtures`` into ``out`` as ``<name>.png``, ``.pdf`` and ``.html``."""
+             progress: Callable[[str], None] | None = None, options: "RenderOptions | None" = None,
+             plotlyjs: str = "directory") -> list[DemoItem]:
+    """Draw every example of ``fixtures`` into ``out`` as ``<name>.png``, ``.pdf`` and ``.html``.
+
+    ``out`` itself is created when missing, its parent never (as ``-o`` anywhere in pptl: a missing
+    folder in the path is a typo more often than a wish). The pages share one plotly.min.js in ``out``
+    (``plotlyjs="inline"``: each page carries its own)."""
     from dataclasses import replace
 
     from pptl.render import load_timeline, plain_counterpart, write_file
@@ -75,7 +80,10 @@ def run_demo(out: Path, *, fixtures: Path | None = None, style: str = "auto",
     files = example_files(folder)
     if out.exists() and not out.is_dir():
         raise InputError(f"{out}: exists and is not a folder")
-    out.mkdir(parents=True, exist_ok=True)
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        raise InputError(f"{out}: folder {parent} does not exist")
+    out.mkdir(exist_ok=True)
     items = []
     for path in files:
         if progress is not None:
@@ -85,7 +93,7 @@ def run_demo(out: Path, *, fixtures: Path | None = None, style: str = "auto",
             written, warnings = [], []
             for suffix in FIGURE_SUFFIXES:
                 target = out / f"{path.stem}{suffix}"
-                warnings += write_file(tl, target, options=opts)
+                warnings += write_file(tl, target, options=opts, plotlyjs=plotlyjs)
                 written.append(str(target))
             if tl.meta.family == "moe-1f1b-overlap" and grid_caption(tl) == "VPP + 1 warmup":
                 plain = plain_counterpart(tl, path)

@@ -12,9 +12,9 @@ from typing import Any
 
 from pptl.errors import InputError, InvalidScheduleError
 
-__all__ = ["EXPORT_FORMATS", "Exported", "export_file", "plan_from_file"]
+__all__ = ["EXPORT_FORMATS", "Exported", "TorchtitanFiles", "export_file", "export_torchtitan", "plan_from_file"]
 
-EXPORT_FORMATS = ("torch-csv", "chrome")
+EXPORT_FORMATS = ("torch-csv", "chrome", "torchtitan")
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,8 @@ def export_file(path: str | Path, *, to: str, comms: bool = False, gzip_output: 
         raise InputError(f"--to: got '{to}', expected one of {', '.join(EXPORT_FORMATS)}")
     if comms and to != "torch-csv":
         raise InputError("--comms applies to --to torch-csv only")
+    if to == "torchtitan":
+        raise InputError("--to torchtitan writes two files: give -o pp.toml (the CSV goes beside it, or --csv PATH)")
     loaded = load_any(path, microbatches=microbatches, placement=placement)
     notes = list(loaded.notes)
     if to == "torch-csv":
@@ -65,6 +67,72 @@ def export_file(path: str | Path, *, to: str, comms: bool = False, gzip_output: 
         raw = gzip.compress(raw, mtime=0)
     notes.append(f"{timeline.meta.source} timeline, {len(timeline.events)} events; open it in https://ui.perfetto.dev")
     return Exported(raw, tuple(notes))
+
+
+@dataclass(frozen=True)
+class TorchtitanFiles:
+    toml: str
+    """The ``[parallelism]`` (and ``[training]``) lines of a torchtitan job config."""
+    csv: bytes
+    """The schedule as torch's compute_only CSV (what torchtitan's ``_load_csv(path)`` reads)."""
+    notes: tuple[str, ...]
+
+
+def export_torchtitan(path: str | Path, *, csv_path: str, microbatches: int | None = None,
+                      placement: str | None = None) -> TorchtitanFiles:
+    """The torchtitan config lines that run ``path``'s schedule from a CSV, and that CSV.
+
+    torchtitan (``torchtitan/distributed/pipeline_parallel.py``, ``config/job_config.py``) loads
+    ``parallelism.pipeline_parallel_schedule_csv`` into ``_PipelineScheduleRuntime`` with the default
+    compute_only format, takes the micro-batch count as ``training.local_batch_size /
+    parallelism.pipeline_parallel_microbatch_size``, and still reads ``pipeline_parallel_schedule`` to
+    place stages: a V (ZBVZeroBubble, DualPipeV: rank r holds stages r and 2p-1-r) or a loop, one stage
+    per rank for single-stage classes (1F1B) and two for multi-stage ones (Interleaved1F1B) unless
+    ``pipeline_parallel_layers_per_stage`` gives more.
+
+    Raises:
+        InputError: the input holds no schedule, or one torch's CSV cannot express (DualPipe).
+    """
+    from pptl.formats.loader import load_any
+    from pptl.formats.torch_csv import export_csv
+
+    loaded = load_any(path, microbatches=microbatches, placement=placement)
+    s = loaded.schedule
+    if s is None:
+        raise InputError(f"{path}: is a {loaded.kind}, not a schedule; torchtitan needs a plan, config or schedule")
+    text, notes = export_csv(s, comms=False)
+    per_rank = s.num_stages // max(1, s.pp)
+    v_shaped = s.meta.get("placement") == "v" or s.family in ("zbv", "dualpipev")
+    if v_shaped:
+        name = "DualPipeV" if s.family == "dualpipev" else "ZBVZeroBubble"
+    elif per_rank == 1:
+        name = "GPipe" if s.family == "gpipe" else "1F1B"
+    else:
+        name = "Interleaved1F1B"
+    lines = [f"# pptl export {path} --to torchtitan: {s.family}, pp={s.pp}, {per_rank} stage(s) per rank, "
+             f"{s.microbatches} micro-batches",
+             "[parallelism]",
+             f"pipeline_parallel_degree = {s.pp}",
+             f"# the CSV runs in torch's _PipelineScheduleRuntime; this name only places the stages "
+             f"({'a V: rank r holds stages r and ' + str(2 * s.pp - 1) + '-r' if v_shaped else 'a loop: stage s on rank s % ' + str(s.pp)})",
+             f'pipeline_parallel_schedule = "{name}"',
+             f"pipeline_parallel_schedule_csv = {_toml_str(csv_path)}",
+             "pipeline_parallel_microbatch_size = 1"]
+    if per_rank > 2:
+        lines.append(f"# {s.num_stages} stages in all: set pipeline_parallel_layers_per_stage so the model splits "
+                     f"into {s.num_stages} (torchtitan defaults to 2 per rank for multi-stage schedules)")
+    lines += ["", "[training]",
+              f"# micro-batches = local_batch_size / pipeline_parallel_microbatch_size = {s.microbatches}",
+              f"local_batch_size = {s.microbatches}", ""]
+    notes.append(f"torchtitan runs {s.microbatches} micro-batches only with local_batch_size = {s.microbatches} x "
+                 "pipeline_parallel_microbatch_size; scale both together")
+    return TorchtitanFiles("\n".join(lines), text.encode("utf-8"), tuple(list(loaded.notes) + notes))
+
+
+def _toml_str(value: str) -> str:
+    import json
+
+    return json.dumps(value)  # a TOML basic string: JSON's escapes are TOML's
 
 
 def plan_from_file(path: str | Path, *, microbatches: int | None = None, placement: str | None = None,

@@ -20,7 +20,8 @@ from pptl.simulate import Simulation
 from pptl.timeline import Timeline
 
 __all__ = ["PlanResult", "FileReport", "make_config", "plan", "write_plan", "check_file", "expand_paths",
-           "calibrate_config", "calibrate", "costs_from_timeline", "title_of", "github_input_error"]
+           "calibrate_config", "calibrate", "costs_from_timeline", "title_of", "github_input_error",
+           "expand_paths_reporting"]
 
 
 @dataclass
@@ -45,6 +46,9 @@ def make_config(path: Path | None, flags: Mapping[str, Any], cost_flags: list[st
                 comm_latency: float | None) -> Config:
     """A config from a file (if given) with flags on top, or from flags alone."""
     extra_costs = parse_cost_flags(cost_flags)
+    schedule = flags.get("schedule")
+    if extra_costs and schedule is not None:
+        _check_cost_flags(extra_costs, schedule)
     if path is not None:
         cfg = load_config(path, **{k: v for k, v in flags.items() if v is not None})
     else:
@@ -64,13 +68,29 @@ def make_config(path: Path | None, flags: Mapping[str, Any], cost_flags: list[st
                 raise InputError(f"--comm-latency: got {comm_latency}, expected a number >= 0")
             costs = replace(costs, comm_latency=comm_latency)
         cfg = replace(cfg, costs=costs)
+    if extra_costs and schedule is None:
+        _check_cost_flags(extra_costs, cfg.schedule)
     get_family(cfg.schedule)  # unknown names fail here, listing the known ones
     return cfg
 
 
+def _check_cost_flags(costs: Mapping[str, float], schedule: str) -> None:
+    """``--cost X=2`` names a cost key the family reads, or fails naming the known ones."""
+    from pptl.config import TRAINING_COST_KEYS
+
+    if get_family(schedule).own_costs:
+        return
+    unknown = sorted(set(costs) - set(TRAINING_COST_KEYS))
+    if unknown:
+        raise InputError(f"--cost {unknown[0]}={costs[unknown[0]]:g}: unknown cost key '{unknown[0]}'; known keys: "
+                         f"{', '.join(TRAINING_COST_KEYS)} (op kinds)")
+
+
 def title_of(schedule: Schedule, makespan: float, bubble: float) -> str:
     cfg = schedule.config
-    vpp = f" vpp={cfg.vpp}" if cfg is not None and cfg.vpp > 1 else ""
+    # Chunks per rank as built: zbv and dualpipev hold two stages per rank whatever vpp the config says.
+    chunks = max(cfg.vpp if cfg is not None else 1, schedule.num_stages // max(1, schedule.pp))
+    vpp = f" vpp={chunks}" if chunks > 1 else ""
     return (f"{schedule.family}: pp={schedule.pp}{vpp} microbatches={schedule.microbatches * schedule.directions} "
             f"makespan={makespan:g} bubble={100 * bubble:.1f}%")
 
@@ -175,6 +195,9 @@ def check_file(path: str, *, microbatches: int | None = None, memory_limit: floa
     """
     from pptl.formats.loader import load_any
 
+    if Path(path).is_dir():  # load_any reads a folder as profiler traces; check takes schedules
+        raise InputError(f"{path}: is a folder; pptl check takes plan, config and schedule files "
+                         f"(to check every plan in it, pass '{Path(path) / '*.json'}')")
     opts = {k: v for k, v in reader_options.items() if v is not None}
     loaded = load_any(path, microbatches=microbatches, memory_limit=memory_limit, report_problems=True, **opts)
     if loaded.schedule is None:
@@ -208,6 +231,19 @@ def _gh_msg(s: str) -> str:
 
 def _gh_prop(s: str) -> str:
     return _gh_msg(s).replace(":", "%3A").replace(",", "%2C")
+
+
+def expand_paths_reporting(patterns: list[str]) -> tuple[list[str], list[tuple[str, InputError]]]:
+    """:func:`expand_paths` that goes on past a missing file or a glob matching nothing: the paths
+    found, and an error per pattern that found none (so every input is reported, one by one)."""
+    paths: list[str] = []
+    missing: list[tuple[str, InputError]] = []
+    for pat in patterns:
+        try:
+            paths.extend(expand_paths([pat]))
+        except InputError as e:
+            missing.append((pat, e))
+    return paths, missing
 
 
 def expand_paths(patterns: list[str]) -> list[str]:

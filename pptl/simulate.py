@@ -71,7 +71,9 @@ class Simulation:
         s = self.schedule
         cfg = s.config
         return TimelineMeta(source="planned", units="unit" if not s.meta.get("units") else s.meta["units"],
-                            family=s.family, pp=s.pp, vpp=getattr(cfg, "vpp", 1) if cfg else 1,
+                            family=s.family, pp=s.pp,
+                            # chunks per rank as built (zbv and dualpipev: 2, whatever the config's vpp)
+                            vpp=max(getattr(cfg, "vpp", 1) if cfg else 1, s.num_stages // max(1, s.pp)),
                             microbatches=s.microbatches, title=s.meta.get("title", ""),
                             extra={"makespan": self.makespan})
 

@@ -21,7 +21,7 @@ def test_plan_flags_prints_metrics_table() -> None:
     lines = result.stdout.splitlines()
     assert lines[0] == "1f1b: pp=4 microbatches=8 makespan=33 bubble=27.3%"
     assert "makespan 33 · ops 160 · bubble 27.3%" in result.stdout
-    assert "textbook bubble per rank (p-1)(F+B) = 9; simulated (max idle) 9" in result.stdout
+    assert "bubble per rank: textbook 9, simulated (max idle) 9; textbook formula: (p-1)(F+B)" in result.stdout
 
 
 def test_plan_json_contract() -> None:

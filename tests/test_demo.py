@@ -41,14 +41,15 @@ def test_repository_examples_cover_every_style() -> None:
 
 
 def test_run_demo_writes_png_and_html(examples: Path, tmp_path: Path) -> None:
-    out = tmp_path / "out" / "nested"
+    out = tmp_path / "out"  # created; a missing parent is refused (tests/test_cli_first_hour.py)
     items = run_demo(out, fixtures=examples)
     assert [(i.fixture, i.family, i.style, i.ok) for i in items] == [("one.yaml", "1f1b", "default", True),
                                                                     ("two.toml", "gpipe", "default", True)]
     for i in items:
         assert [Path(f).suffix for f in i.files] == [".png", ".pdf", ".html"]
         assert all(Path(f).stat().st_size > 1000 for f in i.files)
-    assert sorted(p.name for p in out.iterdir()) == ["one.html", "one.pdf", "one.png", "two.html", "two.pdf", "two.png"]
+    assert sorted(p.name for p in out.iterdir()) == ["one.html", "one.pdf", "one.png", "plotly.min.js", "two.html",
+                                                     "two.pdf", "two.png"]
 
 
 def test_cli_demo_prints_the_table(examples: Path, tmp_path: Path) -> None:

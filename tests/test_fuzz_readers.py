@@ -75,7 +75,7 @@ def test_huge_sizes_are_refused_early(tmp_path: Path) -> None:
     p = tmp_path / "c.json"
     p.write_text(json.dumps({"schedule": "1f1b", "pp": 100000, "microbatches": 1000000}))
     code, err = clean_run(["plan", str(p)])
-    assert code == 2 and "more than the 5,000,000 pptl accepts" in err
+    assert code == 2 and "more than the 2,000,000 pptl plans" in err
     p.write_text(json.dumps({"format": "pptl-plan", "version": 1, "lanes": [],
                              "schedule": {"family": "x", "pp": 1, "num_stages": 10000, "microbatches": 10000000}}))
     code, err = clean_run(["check", str(p)])

@@ -150,7 +150,8 @@ def test_round_trip_keeps_every_op(name: str, kw: dict, comms: bool) -> None:
     text, _ = export_csv(s, comms=comms)
     back, _, _, _ = load_csv_text(text)
     kept = sorted(op.id for op in s.ops if comms or op.lane == "compute")
-    assert sorted(op.id for op in back.ops) == kept
+    # compute_comms adds REDUCE_GRAD after each stage's last backward (as torch's lowering does)
+    assert sorted(op.id for op in back.ops if op.kind != "REDUCE_GRAD") == kept
     assert (back.num_stages, back.microbatches) == (s.num_stages, s.microbatches)
     if not comms:  # the compute order of every rank survives unchanged
         for r in range(s.pp):
@@ -294,3 +295,24 @@ def test_export_usage_errors(args: list[str], match: str) -> None:
     r = runner.invoke(app, ["export", str(FIXTURES / "1f1b.yaml"), *args])
     assert r.exit_code == 2
     assert r.stderr.startswith("error: ") and __import__("re").search(match, r.stderr), r.stderr
+
+
+def test_compute_comms_export_reduces_each_stage_after_its_last_backward():
+    # torch runs a compute_comms file as written: without REDUCE_GRAD it never divides the gradients by
+    # the number of micro-batches (bench/torch_runtime.py measured them 8x too large at 8 micro-batches).
+    import re
+
+    from pptl.config import config_from_mapping
+    from pptl.formats.torch_csv import export_csv
+    from pptl.schedules import build_schedule
+
+    for name, kw in (("1f1b", {}), ("zb-h1", {}), ("dualpipev", {"vpp": 2})):
+        s = build_schedule(config_from_mapping({"schedule": name, "pp": 4, "microbatches": 8, **kw}))
+        for r, line in enumerate(export_csv(s, comms=True)[0].splitlines()):
+            cells = line.split(",")
+            backward = [(i, int(m.group(1))) for i, c in enumerate(cells)
+                        for m in re.finditer(r"(\d+)[BW]\d+", c)]
+            for st in {st for _, st in backward}:
+                at = [i for i, c in enumerate(cells) if c == f"{st}REDUCE_GRAD"]
+                assert len(at) == 1, (name, r, st)
+                assert max(i for i, x in backward if x == st) == at[0] - 1, (name, r, st)

@@ -173,7 +173,11 @@ def _read(p: Path) -> Any:
     if p.name.endswith(".gz"):
         raw = _gunzip(raw, p)
     try:
-        return json.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:  # worded as read_structured words it, for every command
+        raise InputError(f"{p}: not UTF-8 text") from None
+    try:
+        return json.loads(text)
     except RecursionError:
         raise InputError(f"{p}: nested too deeply") from None
     except (UnicodeDecodeError, ValueError) as e:

@@ -491,10 +491,32 @@ def to_rows(schedule: Schedule, *, comms: bool = False) -> tuple[list[list[str]]
     order = program(sched)
     for r in range(sched.pp):
         rows.append([str(action_of(sched.ops[i])) for i in order.get(r, [])])
+    if not any(op.kind == "REDUCE_GRAD" for op in sched.ops):
+        rows = [_with_reduce_grad(row, sched.microbatches) for row in rows]
+        notes.append("REDUCE_GRAD after each stage's last backward (torch's runtime scales the gradients there; "
+                     "its compute_only lowering adds the same)")
     if "program_order" not in sched.meta or sched is not schedule:
         notes.append("SEND right after the op that produces its data; RECV at the moment its data is sent "
                      "(so every pair of ranks sees its transfers in one order: no NCCL hang)")
     return rows, notes
+
+
+def _with_reduce_grad(row: list[str], microbatches: int) -> list[str]:
+    """``row`` with ``{stage}REDUCE_GRAD`` right after the backward (B or W) that completes a stage's
+    micro-batches, as torch's ``_add_reduce_grad`` lowers a compute_only schedule. A compute_comms file
+    is run as written, and without REDUCE_GRAD torch's runtime never divides the gradients by the
+    number of micro-batches (nor finishes FSDP's reduction)."""
+    done: Counter = Counter()
+    out: list[str] = []
+    for cell in row:
+        out.append(cell)
+        action = parse_action(cell)
+        for a in (action.subs if action is not None and action.kind == "OVERLAP_F_B" else (action,)):
+            if a is not None and a.kind in ("B", "W"):
+                done[a.stage] += 1
+                if done[a.stage] == microbatches:
+                    out.append(f"{a.stage}REDUCE_GRAD")
+    return out
 
 
 def with_comms(schedule: Schedule) -> Schedule:

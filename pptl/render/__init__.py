@@ -68,10 +68,12 @@ def load_timeline(path: str | Path) -> Timeline:
 
 def write_file(tl: Timeline, path: str | Path, *, style: str = "auto",
                window: tuple[float, float] | None = None, overwrite: bool = True,
-               options: "RenderOptions | None" = None, compare: Timeline | None = None) -> list[str]:
+               options: "RenderOptions | None" = None, compare: Timeline | None = None,
+               plotlyjs: str = "inline") -> list[str]:
     """Draw ``tl`` into ``path`` (format from the suffix), atomically. Returns warnings to show.
     ``overwrite=False`` keeps an existing file (InputError instead). ``compare`` (MoE only) is the
     plain interleaved plan of the same config: the figure becomes the +1 warmup comparison.
+    ``plotlyjs="directory"`` (HTML) writes plotly.js once beside the page instead of into it.
 
     Raises:
         InputError: unknown suffix, unknown style, missing folder, bad --device, or a timeline too
@@ -102,9 +104,12 @@ def encode(tl: Timeline, fmt: str, *, style: str = "auto", window: tuple[float, 
     warnings: list[str] = []
     seed_fig = _moe_figures(tl, lay, opts, compare) if window is None else None
     if fmt == "html":
-        from pptl.render.html import HtmlOptions, html_document, size_warning
+        from pptl.render.html import HtmlOptions, html_document, size_warning, write_plotlyjs
 
-        data: bytes | str = html_document(tl, HtmlOptions(style=style), layout=lay, render=opts, moe=seed_fig)
+        data: bytes | str = html_document(tl, HtmlOptions(style=style, plotlyjs=plotlyjs), layout=lay, render=opts,
+                                          moe=seed_fig)
+        if plotlyjs == "directory":
+            write_plotlyjs(Path(path).parent)
         w = size_warning(lay)
         if w:
             warnings.append(w)

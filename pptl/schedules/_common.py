@@ -54,6 +54,11 @@ class Family:
     assumptions: Callable[[Config], list[str]] | None = None
     """Why ``bubble``'s formula does not hold for a config, one reason a line (empty: it holds).
     The checker turns each reason into a warning."""
+    takes_options: bool = False
+    """Whether the family reads (and checks) ``options:``; for the others any option is a typo."""
+    own_costs: bool = False
+    """Whether the family reads cost keys of its own (MoE sub-ops, weight-update copies), not only the
+    op kinds F, B, I, W, FB; for the others any other key is a typo."""
     extra_metrics: Callable[[Schedule, Any], dict] | None = None
     """Family metrics merged into ``pptl plan``'s (schedule, simulation) -> JSON-ready dict; its
     optional ``report`` key holds lines the text output prints."""

@@ -72,6 +72,10 @@ def check_groups(cfg: Config) -> None:
         InputError: G outside pp..microbatches, or a last group of 1..pp-1 micro-batches.
     """
     p, m, g = cfg.pp, cfg.microbatches, cfg.group
+    if g > m and cfg.group_size is None:  # G defaults to pp: the user set the micro-batches, not G
+        raise InputError(f"{cfg.source}: field 'microbatches': got {m}, expected at least pp={p} for schedule "
+                         f"'{cfg.schedule}': give at least {p} micro-batches (its micro-batch group, --group-size, "
+                         "is pp unless set and must lie between pp and microbatches)")
     got = g if cfg.group_size is not None else f"{g} (the default, pp)"
     require(g <= m, cfg, "group_size", got, f"expected at most microbatches={m} (Megatron-Core's group rule: "
             f"G in [pp, microbatches])")
@@ -163,9 +167,10 @@ FAMILY = Family(
     validate=validate,
     build=build,
     bubble=bubble,
-    bubble_formula="(p-1)(F+B)/V with F, B of a whole rank; (p-1)(F+B) with per-chunk costs",
+    bubble_formula="(p-1)(F+B) with F, B of one chunk (as costs are given), i.e. (p-1)(F+B)/V of a whole rank",
     memory=memory,
     memory_formula="min(2(p-1) + (V-1)G + 1, mV) chunk activations on rank 0",
     source="Narayanan et al. 2021; Megatron-Core schedules.py (get_schedule_table, get_pp_rank_microbatches)",
     aliases=("interleaved", "interleaved1f1b", "vpp"),
+    takes_options=True,
 )

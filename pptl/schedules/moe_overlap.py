@@ -326,4 +326,6 @@ FAMILY = Family(
     aliases=("moe-overlap", "combined-1f1b", "moe"),
     assumptions=_assumptions,
     extra_metrics=moe_metrics,
+    takes_options=True,
+    own_costs=True,
 )

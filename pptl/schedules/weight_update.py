@@ -522,4 +522,6 @@ FAMILY = Family(
     source="MoonshotAI/checkpoint-engine (ps.py _update_per_bucket); Kimi K2 technical report",
     style="weight-update",
     extra_metrics=update_metrics,
+    takes_options=True,
+    own_costs=True,
 )

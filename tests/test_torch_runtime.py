@@ -1,0 +1,34 @@
+"""pptl's exports run in torch's own runtime (_PipelineScheduleRuntime, gloo, 4 CPU ranks): bench/torch_runtime.py
+end to end at a tiny size for two families, one looped and one V-shaped, with gradients against one process."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_exports_train_in_torch_runtime_with_reference_gradients(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "torch_runtime.py"), "--out", str(tmp_path),
+                        "--device", "cpu", "--gpus", "4", "--families", "1f1b,zbv", "--mb", "4", "--hidden", "16",
+                        "--tokens", "4", "--verify-hidden", "8", "--verify-tokens", "2", "--steps", "1",
+                        "--warmup", "0", "--family-timeout", "60"], capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    res = json.loads((tmp_path / "torch_runtime.json").read_text())
+    for fam in ("1f1b", "zbv"):
+        t = res["torch"][fam]
+        assert t["verify"]["ok"] and t["verify"]["max_rel_err"] <= 1e-4, t
+        assert t["csv_ms"] > 0 and t["builtin_ms"] > 0, t
+        assert res["pptl"][fam]["ms"] > 0, res["pptl"][fam]
+    rows = (tmp_path / "torch_runtime.md").read_text().splitlines()
+    assert rows[0].startswith("| family | torch built-in ms | pptl CSV in torch runtime ms | pptl run ms | gradients ok")
+    assert [row.split("|")[1].strip() for row in rows[2:]] == ["1f1b", "zbv"]
