@@ -54,6 +54,7 @@ def _log(msg: str) -> None:
 def prepare(args: argparse.Namespace, work: Path) -> dict[str, dict]:
     """Plan and export every family: family -> job entry (plan, csv, stages per rank) or {"error": why}."""
     from gpu_suite import training_configs
+
     from pptl import planning
     from pptl.export import export_file
 

@@ -191,7 +191,9 @@ def test_demo_replaces_its_own_outputs_and_nothing_else(tmp_path: Path) -> None:
     assert (out / "one.png").read_bytes().startswith(b"\x89PNG")
     assert (out / "one.html").stat().st_size > 1000
     assert (out / "notes.txt").read_bytes() == OLD
-    assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "one.html", "one.png"]
+    assert (out / "one.pdf").read_bytes().startswith(b"%PDF")
+    # demo shares one plotly.js among its pages (--plotlyjs directory)
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "one.html", "one.pdf", "one.png", "plotly.min.js"]
 
 
 def test_atomic_write_without_overwrite(tmp_path: Path) -> None:

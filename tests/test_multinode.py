@@ -14,9 +14,10 @@ import pytest
 
 pytest.importorskip("torch")
 
+from runorder import assert_runs_the_plans_order  # noqa: E402
+
 from pptl import planning  # noqa: E402
 from pptl.formats.loader import load_any  # noqa: E402
-from runorder import assert_runs_the_plans_order  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -83,14 +83,21 @@ def write_file(tl: Timeline, path: str | Path, *, style: str = "auto",
 
     fmt = output_format(path)
     check_writable(path)
-    data, warnings = encode(tl, fmt, style=style, window=window, options=options, compare=compare)
+    data, warnings = encode(tl, fmt, style=style, window=window, options=options, compare=compare,
+                            plotlyjs=plotlyjs)
+    if fmt == "html" and plotlyjs == "directory":
+        from pptl.render.html import write_plotlyjs
+
+        write_plotlyjs(Path(path).parent)
     atomic_write(path, data, overwrite=overwrite)
     return warnings
 
 
 def encode(tl: Timeline, fmt: str, *, style: str = "auto", window: tuple[float, float] | None = None,
-           options: "RenderOptions | None" = None, compare: Timeline | None = None) -> tuple[bytes | str, list[str]]:
+           options: "RenderOptions | None" = None, compare: Timeline | None = None,
+           plotlyjs: str = "inline") -> tuple[bytes | str, list[str]]:
     """The file :func:`write_file` writes, in memory: (data, warnings) for ``fmt`` (png, svg, pdf, html).
+    With ``plotlyjs="directory"`` the HTML refers to plotly.min.js beside it (the caller writes that file).
 
     Raises:
         InputError: as :func:`write_file`.
@@ -104,12 +111,10 @@ def encode(tl: Timeline, fmt: str, *, style: str = "auto", window: tuple[float, 
     warnings: list[str] = []
     seed_fig = _moe_figures(tl, lay, opts, compare) if window is None else None
     if fmt == "html":
-        from pptl.render.html import HtmlOptions, html_document, size_warning, write_plotlyjs
+        from pptl.render.html import HtmlOptions, html_document, size_warning
 
         data: bytes | str = html_document(tl, HtmlOptions(style=style, plotlyjs=plotlyjs), layout=lay, render=opts,
                                           moe=seed_fig)
-        if plotlyjs == "directory":
-            write_plotlyjs(Path(path).parent)
         w = size_warning(lay)
         if w:
             warnings.append(w)
