@@ -237,6 +237,9 @@ def memory_events(op: Op, activation: float, w_activation: float) -> tuple[float
     return 0.0, 0.0
 
 
+_TRAINING_KINDS = frozenset({"F", "B", "I", "W", "FB"})
+
+
 def memory_timeline(schedule: Schedule, start: list[float], end: list[float], activation: float,
                     w_activation: float, skip: frozenset[str] = frozenset()
                     ) -> dict[int, list[tuple[float, int, float, int]]]:
@@ -246,8 +249,11 @@ def memory_timeline(schedule: Schedule, start: list[float], end: list[float], ac
     Ops of the kinds in ``skip`` are left out (e.g. the copies, for the peak without offloading).
     """
     per_rank: dict[int, list[tuple[float, int, float, int]]] = {}
+    # A family whose held spans carry the saved activations layer by layer (meta['held_saved']):
+    # its training-role markers hold nothing, or the activations would count twice.
+    saved = isinstance(schedule.meta, dict) and schedule.meta.get("held_saved") is True
     for i, op in enumerate(schedule.ops):
-        if op.kind in skip:
+        if op.kind in skip or (saved and op.kind in _TRAINING_KINDS):
             continue
         alloc, free = memory_events(op, activation, w_activation)
         if alloc:

@@ -141,12 +141,29 @@ def test_the_plan_counts_the_layer_in_flight_received_inputs_and_the_loss():
     held = simulate(_schedule({"hidden_bytes": 0.5}))
     assert held.makespan == plain.makespan  # memory only
     assert held.schedule.meta["held"] and "held" not in plain.schedule.meta
-    # every rank holds more; the last pipeline rank (loss gradient, received inputs) at least a
-    # loss gradient and a layer's backward tensors (5 x 0.5) more
+    assert held.schedule.meta["held_saved"] is True and "held_saved" not in plain.schedule.meta
+    # the saved tensors are spans layer by layer: the chunk-wide markers hold nothing, so the
+    # config's chunk activation no longer moves the peak
+    big = simulate(build_schedule(config_from_mapping({**MOE, "activation": 1000, "options": {
+        **MOE["options"], "costs": {**MOE["options"]["costs"], "hidden_bytes": 0.5}}})))
     for r in range(4):
-        assert held.ranks[r].peak_activation > plain.ranks[r].peak_activation
-    assert held.ranks[3].peak_activation - plain.ranks[3].peak_activation >= 3.0
+        assert big.ranks[r].peak_activation == held.ranks[r].peak_activation
+        # at least one micro-batch's chunk (2 layers x 5 tensors x 0.5) is held before its backward
+        assert held.ranks[r].peak_activation >= 5.0
+    # the last pipeline rank also holds the loss gradient and a layer's backward tensors
+    assert held.ranks[3].peak_activation >= 5.0 + 0.5 + 2.0
     assert held.schedule.meta["host_lag"] == 4
+
+
+def test_held_spans_count_each_layers_saved_tensors_once():
+    s = _schedule({"hidden_bytes": 0.5}, offload=False)
+    spans = [sp for sp in s.meta["held"]]
+    attn_f = [i for i, op in enumerate(s.ops) if op.kind == "ATTN" and op.flow == "F"]
+    from_attn = {i: sum(n for a, ea, b, eb, n in spans if a == i and ea == 0
+                        and s.ops[b].kind == "WGRAD") for i in attn_f}
+    for i, n in from_attn.items():  # x and u_a, less the first stage's layer-0 input (made once)
+        op = s.ops[i]
+        assert n == (1.0 if op.stage == 0 and op.sub == 0 else 1.5)
 
 
 def test_a_malformed_held_span_is_one_error():

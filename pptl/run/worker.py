@@ -69,6 +69,7 @@ def run_worker(job: Job, *, rank: int, world: int, local_rank: int, init_method:
         fault = Fault.from_env()
         for k, pj in enumerate(job.plans):
             state["plan"] = k
+            _release_cached(device)
             _run_plan(job, k, pj, rank, world, device, channels, board, fault, state, margin)
         dist.barrier()
         dist.destroy_process_group()
@@ -78,6 +79,20 @@ def run_worker(job: Job, *, rank: int, world: int, local_rank: int, init_method:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)
+
+
+def _release_cached(device: torch.device) -> None:
+    """Before each plan on CUDA: free what the previous plan cached. Its executor is a reference
+    cycle (its actions close over it), so its weights stay allocated until the collector runs, and
+    its blocks sit in pools of streams no later plan uses: without this each plan of a launch maps
+    new segments on top of the last one's, and ``max_memory_reserved`` reports the sum."""
+    if device.type != "cuda":
+        return
+    import gc
+
+    gc.collect()
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
 
 
 def _run_plan(job: Job, k: int, pj: PlanJob, rank: int, world: int, device: torch.device,

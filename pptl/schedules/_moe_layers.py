@@ -212,6 +212,13 @@ class _Builder:
         on the last stage the loss gradient until the last layer's B.attn (1). Backward: the output
         gradient dy until B.attn (1); dm from B.combine, du_e from B.mlp, dh and du_a (3) from
         B.attn, all until WGrad; dr from B.mlp to B.dispatch and dh_e from B.dispatch to B.attn.
+
+        The saved tensors too, layer by layer, where the run makes and drops them (``meta['held_saved']``:
+        the chunk-wide F/I/W markers then hold nothing): x and u_a (3) from Attn, r from Dispatch and
+        u_e from MLP (1 each), all until WGrad; Offload and Onload move r and u_e off and back. The
+        first stage's layer-0 input is made once, outside the step, and is not counted. A chunk-wide
+        block from the forward's start to the backward's end over-counted a layer not yet made and
+        (delayed wgrad) freed x before its WGrad had read it.
         """
         at, L, out = self.at, self.layers, []
 
@@ -234,6 +241,10 @@ class _Builder:
                     span(fc, 1, ("FA", e, s + 1, mb, 0), 0, 1)
                 if l == 0:
                     span(("RECV", "F", e, s, mb), 0, key, 0, 1)
+                wg = ("WG", e, s, mb, l)
+                span(key, 0, wg, 1, 2 if (s == 0 and l == 0) else 3)
+                span(("FD", e, s, mb, l), 0, wg, 1, 1)
+                span(("FM", e, s, mb, l), 0, wg, 1, 1)
             elif key[0] == "BA":
                 _, e, s, mb, j = key
                 if j < L - 1:
@@ -274,5 +285,5 @@ def build_ops(cfg: Config, family: str, per_rank: dict[int, list], *, layers: in
         for e in range(ep):
             b.rank_steps(r, e, per_rank[r])
     if hidden_bytes > 0:
-        meta = {**meta, "held": b.held(hidden_bytes)}
+        meta = {**meta, "held": b.held(hidden_bytes), "held_saved": True}
     return b.schedule(family, meta)
