@@ -215,7 +215,8 @@ class _Builder:
 
         The saved tensors too, layer by layer, where the run makes and drops them (``meta['held_saved']``:
         the chunk-wide F/I/W markers then hold nothing): x and u_a (3) from Attn, r from Dispatch and
-        u_e from MLP (1 each), all until WGrad; Offload and Onload move r and u_e off and back. The
+        u_e from MLP (1 each), all until WGrad; Offload and Onload move r and u_e off and back (an
+        Onload's destination is held from the copy's start). The
         first stage's layer-0 input is made once, outside the step, and is not counted. A chunk-wide
         block from the forward's start to the backward's end over-counted a layer not yet made and
         (delayed wgrad) freed x before its WGrad had read it.
@@ -261,6 +262,10 @@ class _Builder:
                 span(("BM", e, s, mb, j), 0, ("BD", e, s, mb, j), 1, 1)
                 span(("BD", e, s, mb, j), 0, key, 1, 1)
                 span(key, 0, wg, 1, 3)
+            elif key[0] == "ON":
+                # the run allocates an Onload's destination when it issues the copy, not when the
+                # copy ends (where ONLOAD's own memory event puts the data back)
+                out.append([at[key], 0, at[key], 1, self.payload])
         return sorted(out)
 
     def schedule(self, family: str, meta: dict[str, Any]) -> Schedule:
