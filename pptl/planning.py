@@ -195,11 +195,16 @@ def check_file(path: str, *, microbatches: int | None = None, memory_limit: floa
     """
     from pptl.formats.loader import load_any
 
-    if Path(path).is_dir():  # load_any reads a folder as profiler traces; check takes schedules
-        raise InputError(f"{path}: is a folder; pptl check takes plan, config and schedule files "
-                         f"(to check every plan in it, pass '{Path(path) / '*.json'}')")
     opts = {k: v for k, v in reader_options.items() if v is not None}
-    loaded = load_any(path, microbatches=microbatches, memory_limit=memory_limit, report_problems=True, **opts)
+    try:
+        loaded = load_any(path, microbatches=microbatches, memory_limit=memory_limit, report_problems=True, **opts)
+    except InputError:
+        if not Path(path).is_dir():
+            raise
+        # A folder is read as per-rank profiler traces (what ran, as a schedule); one that holds none
+        # is most often a folder of plans.
+        raise InputError(f"{path}: is a folder; pptl check takes plan, config and schedule files "
+                         f"(to check every plan in it, pass '{Path(path) / '*.json'}')") from None
     if loaded.schedule is None:
         raise InputError(f"{path}: is a {loaded.kind}, not a schedule; 'pptl check' takes plans, configs and schedules")
     violations = list(getattr(loaded, "problems", ())) + run_checks(loaded.schedule, memory_limit=memory_limit, p2p=p2p)
