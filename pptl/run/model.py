@@ -71,7 +71,7 @@ def make_chunk(workload: Workload, stage: int, device: torch.device) -> Chunk:
     """Weights of logical ``stage`` (identical for every copy), with zeroed gradient buffers."""
     h, dtype = workload.hidden, DTYPES[workload.dtype]
     params: list[torch.Tensor] = []
-    for layer in range(workload.layers_per_stage):
+    for layer in range(workload.layers_of(stage)):
         g = _gen(device, 1, stage, layer)
         for out_f, in_f in ((4 * h, h), (h, 4 * h)):
             w = torch.randn(out_f, in_f, generator=g, device=device) * in_f ** -0.5
