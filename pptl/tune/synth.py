@@ -44,6 +44,8 @@ class SynthInput:
     w_activation: float
     message: float
     """Time from a producer's end to its consumer's data being there."""
+    max_inflight: int = 1 << 30
+    """Micro-batches whose W is still pending at which W takes priority over waiting."""
 
 
 def greedy_orders(x: SynthInput) -> dict[int, list[tuple[str, int]]]:
@@ -86,7 +88,10 @@ def greedy_orders(x: SynthInput) -> dict[int, list[tuple[str, int]]]:
                 choice = (t0, "I")
             elif rf <= t0:
                 choice = (t0, "F")
-            elif nw[r] < ni[r]:
+            elif nw[r] < ni[r] and (min(ri, rf) >= t0 + x.W[r] - 1e-12 or min(ri, rf) == inf
+                                    or nf[r] - nw[r] >= x.max_inflight):
+                # A W runs when it ends before the next I or F can start (it then costs nothing),
+                # when nothing else can come, or when held activations reach the in-flight cap.
                 choice = (t0, "W")
             else:
                 nxt = min(ri, rf)

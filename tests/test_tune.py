@@ -1,0 +1,215 @@
+"""pptl tune: the search (splits, synthesised order, ranking, memory), the CLI's outputs and one-line
+errors, calibration from a measured run, and uneven stage_layers in pptl run (gloo)."""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from pptl.checks import run_checks
+from pptl.cli import app
+from pptl.tune import load_tune_config, tune
+from pptl.tune.model import tune_config_from_mapping
+from pptl.tune.rank import best_schedule
+from pptl.tune.split import balanced_split, even_split, megatron_layout, splits_for, stage_costs
+from pptl.tune.synth import SynthInput, build_synth, greedy_orders
+
+ROOT = Path(__file__).resolve().parent.parent
+FIX = ROOT / "fixtures" / "tune" / "uneven.yaml"
+runner = CliRunner()
+
+
+def _cfg(**over):
+    data = yaml.safe_load(FIX.read_text())
+    data.update(over)
+    return tune_config_from_mapping(data, source="t.yaml")
+
+
+def _write(tmp_path: Path, **over) -> Path:
+    data = yaml.safe_load(FIX.read_text())
+    data.update(over)
+    p = tmp_path / "t.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+# -- splits and layout -------------------------------------------------------------------------
+
+def test_balanced_split_gives_the_heavy_ends_fewer_layers():
+    tc = _cfg()
+    assert even_split(32, 4) == (8, 8, 8, 8)
+    assert even_split(10, 4) == (2, 3, 3, 2)  # the remainder goes to the middle
+    bal = balanced_split(tc.model, 4)
+    assert bal == (7, 9, 9, 7)  # embedding and head cost two layers each: 9 layer-times per stage
+    per = stage_costs(tc.model, bal)
+    assert {per[s]["F"] + per[s]["B"] for s in range(4)} == {27.0}
+
+
+def test_megatron_layout_string():
+    assert megatron_layout((7, 9, 9, 7)) == "Et*7|t*9|t*9|t*7L"
+    assert megatron_layout((1, 2)) == "Et|t*2L"
+
+
+def test_v_placement_rank_balances_rank0_holding_both_ends():
+    tc = _cfg()
+    rank_of = [0, 1, 2, 3, 3, 2, 1, 0]  # ZB-V: rank 0 holds the first and the last stage
+    rb = splits_for(tc.model, rank_of)[0].layers  # rank-balanced folds into balanced when equal
+    per_rank = [0.0] * 4
+    for s, n in enumerate(rb):
+        c = stage_costs(tc.model, rb)[s]
+        per_rank[rank_of[s]] += c["F"] + c["B"]
+    assert max(per_rank) - min(per_rank) <= 3.0 + 1e-9  # within one layer's F+B
+    assert sum(rb) == 32
+
+
+# -- synthesised order -------------------------------------------------------------------------
+
+def test_synth_respects_the_memory_cap_and_passes_the_checker():
+    x = SynthInput(pp=4, microbatches=8, F=[1.0] * 4, I=[1.0] * 4, W=[1.0] * 4, activation=[1.0] * 4,
+                   limit=[2.0] * 4, w_activation=0.5, message=0.0)
+    orders = greedy_orders(x)
+    for r, seq in orders.items():
+        held = peak = 0.0
+        for kind, _ in seq:
+            held += {"F": 1.0, "I": -0.5, "W": -0.5}[kind]
+            peak = max(peak, held)
+        assert peak <= 2.0
+        assert [k for k, _ in seq].count("W") == 8
+    from pptl.config import Config
+
+    s = build_synth(Config(schedule="zb-h1", pp=4, microbatches=8, split_backward=True), x)
+    assert [v for v in run_checks(s) if v.severity == "error"] == []
+
+
+def test_without_memory_pressure_synth_matches_zb_h1_bubble_free_steady_state():
+    tc = _cfg(memory_limit=None, families=["zb-h1", "synth"], microbatches=16)
+    res = tune(tc)
+    best = {r.structure.family: r.step for r in res.results if r.split is not None and r.split.name == "balanced"}
+    assert best["synth"] <= best["zb-h1"] * 1.05
+
+
+# -- ranking and memory ------------------------------------------------------------------------
+
+def test_ranking_puts_fitting_candidates_first_and_reports_peaks():
+    res = tune(_cfg())
+    assert res.best is not None and res.best.fits
+    fits = [r.fits for r in res.results]
+    assert fits == sorted(fits, reverse=True)
+    for r in res.results:
+        if r.step is not None:
+            assert r.fits == (max(r.peak) <= 10 + 1e-9)
+    per_mb = [r.step / r.structure.microbatches for r in res.results if r.fits]
+    assert per_mb == sorted(per_mb)
+    fams = {r.structure.family for r in res.results}
+    assert fams == {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zbv", "dualpipe", "dualpipev", "synth"}
+
+
+def test_dualpipe_peak_counts_two_parameter_copies():
+    tc = _cfg(memory_limit=None, families=["dualpipe", "1f1b"], microbatches=8)
+    res = tune(tc)
+    even = {r.structure.family: r for r in res.results if r.split and r.split.name == "even"}
+    # weights: 1F1B rank 1 holds stage 1 (8 layers x 0.5); DualPipe rank 1 also holds stage 2.
+    assert even["dualpipe"].peak[1] - even["1f1b"].peak[1] >= 8 * 0.5 - 1e-9
+
+
+def test_best_plan_carries_the_split_costs_and_stage_layers():
+    tc = _cfg()
+    res = tune(tc)
+    s = best_schedule(tc, res.best)
+    assert s.config.workload.stage_layers == tuple(
+        n + (2 if i in (0, 3) else 0) for i, n in enumerate(res.best.split.layers))
+    assert dict(s.config.costs.stages[0])["F"] == stage_costs(tc.model, res.best.split.layers)[0]["F"]
+
+
+# -- CLI ---------------------------------------------------------------------------------------
+
+def test_cli_writes_plan_csv_figure_and_json(tmp_path):
+    plan, csv, fig = tmp_path / "best.json", tmp_path / "best.csv", tmp_path / "pareto.png"
+    r = runner.invoke(app, ["tune", str(FIX), "-o", str(plan), "--csv", str(csv), "--figure", str(fig)])
+    assert r.exit_code == 0, r.output
+    assert 'layout "Et*7|t*9|t*9|t*7L"' in r.output
+    assert json.loads(plan.read_text())["format"] == "pptl-plan"
+    rows = csv.read_text().splitlines()
+    assert len(rows) == 4 and rows[0].startswith("0F0,") and rows[3].endswith(",3W15")  # one row per rank
+    assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    r = runner.invoke(app, ["check", str(plan)])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["tune", str(FIX), "--output", "json", "--top", "3"])
+    data = json.loads(r.output)
+    assert data["best"]["fits"] and data["memory_limit"] == 10
+
+
+def test_no_candidate_fits_exit_1_names_the_closest(tmp_path):
+    r = runner.invoke(app, ["tune", str(FIX), "--memory-limit", "1"])
+    assert r.exit_code == 1
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: no candidate fits the memory limit 1; closest: ")
+    assert "with peak" in line
+
+
+def test_fewer_layers_than_stages_exit_2(tmp_path):
+    data = yaml.safe_load(FIX.read_text())
+    data["model"]["layers"] = 3
+    p = tmp_path / "few.yaml"
+    p.write_text(yaml.safe_dump(data))
+    r = runner.invoke(app, ["tune", str(p)])
+    assert r.exit_code == 2
+    assert r.stderr.strip() == (f"error: {p}: field 'model.layers': got 3, fewer than pp=4 stages; give at least "
+                                "4 layers or a smaller pp")
+
+
+def test_missing_cost_for_a_kind_exit_2(tmp_path):
+    data = yaml.safe_load(FIX.read_text())
+    data["model"]["layer"] = {"F": 1.0, "B": 2.0}
+    p = tmp_path / "nocost.yaml"
+    p.write_text(yaml.safe_dump(data))
+    r = runner.invoke(app, ["tune", str(p)])
+    assert r.exit_code == 2
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert "field 'model.layer.I': no cost given (needed by zb-h1, zb-h2, zbv, synth" in r.stderr
+    data["families"] = ["1f1b", "gpipe"]  # families without a split backward need only F and B
+    p.write_text(yaml.safe_dump(data))
+    assert runner.invoke(app, ["tune", str(p)]).exit_code == 0
+
+
+# -- calibration -------------------------------------------------------------------------------
+
+def test_costs_from_fits_layer_embedding_and_head():
+    from pptl.tune.calibrate import fit_layer_costs
+
+    tc = _cfg()
+    # stage times of 8 layers each plus embedding 5 and head 3 at t = 2
+    t, e, h = fit_layer_costs(tc.model, (8, 8, 8, 8), [21.0, 16.0, 16.0, 19.0], (2.0, 2.0))
+    assert (t, e, h) == (2.0, 5.0, 3.0)
+    t, e, h = fit_layer_costs(tc.model, (8, 8), [20.0, 20.0], (2.0, 2.0))
+    assert t == pytest.approx(2.0) and e == pytest.approx(4.0)
+
+
+# -- pptl run with uneven stage_layers (gloo) --------------------------------------------------
+
+def test_run_uneven_stage_layers_verifies(tmp_path):
+    pytest.importorskip("torch")
+    from pptl.config import config_from_mapping
+    from pptl.run import run_plans
+    from pptl.schedules import build_schedule
+
+    wl = {"hidden": 16, "tokens": 4, "dtype": "float32", "stage_layers": [3, 1]}
+    s = build_schedule(config_from_mapping({"schedule": "1f1b", "pp": 2, "microbatches": 4, "workload": wl}))
+    tl = run_plans([(s, None)], gpus=2, device="cpu", steps=1, warmup=0, verify=True, timeout=60)[0]
+    assert tl.meta.extra["verify"]["ok"]
+    assert tl.meta.extra["workload"]["stage_layers"] == [3, 1]
+    f = {e.stage: e.duration for e in tl.events if e.kind == "F" and e.mb == 0}
+    assert len(f) == 2
+
+
+def test_stage_layers_of_the_wrong_length_is_one_line(tmp_path):
+    p = tmp_path / "c.json"
+    p.write_text(json.dumps({"schedule": "1f1b", "pp": 2, "microbatches": 2,
+                             "workload": {"hidden": 8, "tokens": 2, "stage_layers": [1, 1, 1]}}))
+    r = runner.invoke(app, ["run", str(p), "--device", "cpu", "-o", str(tmp_path / "m.json")])
+    assert r.exit_code == 2
+    assert "field 'workload.stage_layers': got 3 entries, expected one per stage (2 for 1f1b" in r.stderr
