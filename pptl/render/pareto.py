@@ -27,15 +27,21 @@ def pareto_figure(result: Any, *, units: str = "unit", title: str = "") -> Any:
     from matplotlib.figure import Figure
 
     timed = [r for r in result.results if r.step is not None]
-    fig = Figure(figsize=(7.5, 4.8), dpi=150)
+    # A sweep over micro-batch counts compares time per micro-batch (the ranking's key).
+    sweep = len({r.structure.microbatches for r in timed}) > 1
+
+    def y(r: Any) -> float:
+        return r.step / r.structure.microbatches if sweep else r.step
+
+    fig = Figure(figsize=(8.5, 4.8), dpi=150)
     ax = fig.add_subplot(111)
     cmap = __import__("matplotlib").colormaps["tab10"]
     fams = list(dict.fromkeys(r.structure.family for r in timed))
     for k, fam in enumerate(fams):
         rs = [r for r in timed if r.structure.family == fam]
-        ax.scatter([r.max_peak for r in rs], [r.step for r in rs], marker=_MARKERS.get(fam, "o"),
+        ax.scatter([r.max_peak for r in rs], [y(r) for r in rs], marker=_MARKERS.get(fam, "o"),
                    s=28, color=cmap(k % 10), alpha=0.8, label=fam, edgecolors="none")
-    pts = [(r.max_peak, r.step) for r in timed]
+    pts = [(r.max_peak, y(r)) for r in timed]
     front = pareto_front(pts)
     if front:
         ax.plot([pts[i][0] for i in front], [pts[i][1] for i in front], color="0.35", lw=0.8, ls="--",
@@ -46,13 +52,14 @@ def pareto_figure(result: Any, *, units: str = "unit", title: str = "") -> Any:
                 transform=ax.get_xaxis_transform(), va="top", ha="left")
     best = result.best
     if best is not None:
-        ax.scatter([best.max_peak], [best.step], s=180, facecolors="none", edgecolors="black", lw=1.2)
-        ax.annotate(f"pick: {best.label}", (best.max_peak, best.step), xytext=(8, 10),
-                    textcoords="offset points", fontsize=7)
+        ax.scatter([best.max_peak], [y(best)], s=180, facecolors="none", edgecolors="black", lw=1.2)
+        ax.annotate(f"pick: {best.label}", (best.max_peak, y(best)), xytext=(12, -14),
+                    textcoords="offset points", fontsize=7,
+                    bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "0.6", "lw": 0.5})
     ax.set_xlabel("peak memory on the busiest rank")
-    ax.set_ylabel(f"predicted step time ({units})")
+    ax.set_ylabel(f"predicted {'step time per micro-batch' if sweep else 'step time'} ({units})")
     ax.set_title(title or "pptl tune: step time against peak memory", fontsize=9)
     ax.grid(True, lw=0.3, alpha=0.5)
-    ax.legend(fontsize=7, loc="upper right", ncol=2, frameon=False)
-    fig.subplots_adjust(left=0.1, right=0.97, top=0.92, bottom=0.11)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.subplots_adjust(left=0.09, right=0.82, top=0.92, bottom=0.11)
     return fig

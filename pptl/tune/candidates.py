@@ -2,8 +2,8 @@
 size, synthesis setting); each is then timed under every layer split (:mod:`pptl.tune.split`).
 
 Interleaved 1F1B takes every vpp >= 2 that leaves each virtual stage at least one layer, and group
-sizes pp, 2pp, 4pp, ... up to the micro-batch count plus the count itself (Megatron's
-``microbatch_group_size_per_vp_stage`` must lie in pp..m). ``synth`` is built per split (its order
+sizes pp, 2pp and the micro-batch count (Megatron's ``microbatch_group_size_per_vp_stage`` must lie
+in pp..m; a larger group holds more micro-batches in flight for a shorter fill). ``synth`` is built per split (its order
 depends on the costs), under the memory limit and, without one, with pp and 2pp-1 micro-batches in
 flight (the memory of ZB-H1 and ZB-H2).
 """
@@ -48,13 +48,9 @@ def structures(tc: TuneConfig) -> list[Structure]:
         for fam in tc.families:
             if fam == "interleaved":
                 for v in range(2, L // p + 1):
-                    groups = []
-                    g = p
-                    while g <= m:
-                        groups.append(g)
-                        g *= 2
-                    if m >= p and m not in groups:
-                        groups.append(m)
+                    # pp (Megatron's default), 2pp, and m (all micro-batches in one group): the
+                    # sizes between trade memory for step time along the same line.
+                    groups = [g for g in dict.fromkeys((p, 2 * p, m)) if p <= g <= m]
                     # No valid group (m < pp) still yields one candidate, rejected with the family's reason.
                     for g in groups or [p]:
                         out.append(Structure(fam, m, v, g))

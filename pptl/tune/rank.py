@@ -116,8 +116,9 @@ def _base_costs(tc: TuneConfig) -> dict[str, float]:
     return {k: v for k in ("F", "B", "I", "W") if (v := m.part_cost(m.layer, k)) is not None}
 
 
-def tune(tc: TuneConfig, *, progress: Callable[[str], None] | None = None) -> TuneResult:
-    """Search every structure and split; raise InputError when a needed cost is missing."""
+def tune(tc: TuneConfig, *, progress: Callable[[str], None] | None = None, workers: int = 1) -> TuneResult:
+    """Search every structure and split (in ``workers`` processes); raise InputError when a needed
+    cost is missing."""
     need = {"F", "B"} | ({"I", "W"} if any(f in SPLIT_FAMILIES for f in tc.families) else set())
     missing = tc.model.missing(tuple(k for k in ("F", "B", "I", "W") if k in need))
     if missing:
@@ -128,12 +129,31 @@ def tune(tc: TuneConfig, *, progress: Callable[[str], None] | None = None) -> Tu
                          f"e.g. layer: {{F: 1, B: 2, I: 1, W: 1}}")
     results: list[Result] = []
     notes: list[str] = []
-    for st in structures(tc):
-        if progress is not None:
-            progress(st.label)
-        results.extend(_evaluate(tc, st))
+    sts = structures(tc)
+    if workers > 1 and len(sts) > 1:
+        import multiprocessing as mp
+
+        # Structures are independent: build, check and time them in forked workers. Results come
+        # back without their schedules (pickling 10k-op plans costs more than rebuilding the best).
+        with mp.get_context("fork").Pool(min(workers, len(sts))) as pool:
+            for st, part in zip(sts, pool.imap(_evaluate_light, [(tc, st) for st in sts], chunksize=1)):
+                if progress is not None:
+                    progress(st.label)
+                results.extend(part)
+    else:
+        for st in sts:
+            if progress is not None:
+                progress(st.label)
+            results.extend(_evaluate(tc, st))
     results.sort(key=_rank_key(tc.memory_limit))
     return TuneResult(results, tc.memory_limit, notes)
+
+
+def _evaluate_light(args: tuple[TuneConfig, Structure]) -> list[Result]:
+    out = _evaluate(*args)
+    for r in out:
+        r.schedule = None
+    return out
 
 
 def _rank_key(limit: float | None) -> Callable[[Result], tuple]:
@@ -285,6 +305,6 @@ def _time(tc: TuneConfig, st: Structure, schedule: Schedule, ctx: Context, sp: S
 def best_schedule(tc: TuneConfig, result: Result) -> Schedule:
     """The plan of ``result`` with its split's per-stage costs and ``workload.stage_layers``."""
     st, sp = result.structure, result.split
-    if st.family == "synth" and result.schedule is not None:
-        return result.schedule
+    if st.family == "synth":
+        return result.schedule if result.schedule is not None else _time_synth(tc, st, sp).schedule
     return get_family(st.family).build(config_for(tc, st, sp))
