@@ -849,7 +849,7 @@ def tune(
             raise InputError(f"--memory-limit: got {memory_limit}, expected a finite number > 0")
         tc = _replace(tc, memory_limit=memory_limit)
     with err.status("tuning") as status:
-        result = run_tune(tc, progress=lambda label: status.update(f"tuning: {label}"))
+        result = run_tune(tc, progress=lambda label: status.update(f"tuning: {label}"), workers=os.cpu_count() or 1)
     result.notes[:0] = notes
     best = result.best
     if best is not None and (out_file is not None or csv is not None):

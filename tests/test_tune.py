@@ -213,3 +213,51 @@ def test_stage_layers_of_the_wrong_length_is_one_line(tmp_path):
     r = runner.invoke(app, ["run", str(p), "--device", "cpu", "-o", str(tmp_path / "m.json")])
     assert r.exit_code == 2
     assert "field 'workload.stage_layers': got 3 entries, expected one per stage (2 for 1f1b" in r.stderr
+
+
+# -- the exact synthesised order ---------------------------------------------------------------
+
+def test_ilp_note_when_highspy_is_missing_or_too_big(monkeypatch):
+    import builtins
+
+    from pptl.tune.synth_ilp import ilp_orders
+
+    x = SynthInput(pp=2, microbatches=2, F=[1.0] * 2, I=[1.0] * 2, W=[1.0] * 2, activation=[1.0] * 2,
+                   limit=[2.0] * 2, w_activation=0.5, message=0.0)
+    real = builtins.__import__
+
+    def no_highs(name, *a, **k):
+        if name == "highspy":
+            raise ImportError(name)
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_highs)
+    orders, note = ilp_orders(x, 100.0)
+    assert orders is None and note.startswith("synth ILP skipped: highspy is not installed")
+    big = replace(x, pp=8, microbatches=64, F=[1.0] * 8, I=[1.0] * 8, W=[1.0] * 8, activation=[1.0] * 8,
+                  limit=[2.0] * 8)
+    orders, note = ilp_orders(big, 100.0)
+    assert orders is None and "exceed" in note
+    # the candidate falls back to the greedy order and says so
+    tc = _cfg(families=["synth"], microbatches=8)
+    res = tune(tc)
+    assert any(r.structure.method == "ilp" and r.step is not None for r in res.results)
+    assert any(n.startswith("synth ILP skipped") for n in res.notes)
+
+
+def test_ilp_finds_an_order_no_slower_than_greedy_within_the_memory_limit():
+    pytest.importorskip("highspy")
+    from pptl.tune.synth_ilp import ilp_orders, order_makespan
+
+    x = SynthInput(pp=3, microbatches=4, F=[1.0, 1.0, 1.5], I=[1.0] * 3, W=[0.5] * 3, activation=[1.0] * 3,
+                   limit=[2.0] * 3, w_activation=0.5, message=0.1)
+    greedy = greedy_orders(x)
+    orders, note = ilp_orders(x, 100.0, time_limit=5.0, warm=greedy)
+    assert orders is not None, note
+    assert order_makespan(x, orders) <= order_makespan(x, greedy) + 1e-9
+    for r, seq in orders.items():
+        held = peak = 0.0
+        for k, _ in seq:
+            held += {"F": 1.0, "I": -0.5, "W": -0.5}[k]
+            peak = max(peak, held)
+        assert peak <= 2.0 + 1e-9

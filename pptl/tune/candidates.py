@@ -5,7 +5,8 @@ Interleaved 1F1B takes every vpp >= 2 that leaves each virtual stage at least on
 sizes pp, 2pp and the micro-batch count (Megatron's ``microbatch_group_size_per_vp_stage`` must lie
 in pp..m; a larger group holds more micro-batches in flight for a shorter fill). ``synth`` is built per split (its order
 depends on the costs), under the memory limit and, without one, with pp and 2pp-1 micro-batches in
-flight (the memory of ZB-H1 and ZB-H2).
+flight (the memory of ZB-H1 and ZB-H2), plus the exact (ILP) order under the limit for the balanced
+split.
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ class Structure:
     group: int | None = None
     inflight: int | None = None
     """synth: micro-batches a rank may hold (None: as the memory limit allows)."""
+    method: str = "greedy"
+    """synth: ``greedy`` or ``ilp`` (exact, HiGHS; falls back to the greedy order with a note)."""
 
     @property
     def split_backward(self) -> bool:
@@ -38,6 +41,8 @@ class Structure:
             out += f" G={self.group}"
         if self.family == "synth":
             out += " mem-limit" if self.inflight is None else f" inflight={self.inflight}"
+            if self.method == "ilp":
+                out += " ilp"
         return out + f" m={self.microbatches}"
 
 
@@ -61,6 +66,8 @@ def structures(tc: TuneConfig) -> list[Structure]:
                     out.append(Structure(fam, m))
                 for cap in dict.fromkeys((p, 2 * p - 1)):
                     out.append(Structure(fam, m, inflight=cap))
+                # The exact order, under the limit (or ZB-H1's memory without one).
+                out.append(Structure(fam, m, inflight=None if tc.memory_limit is not None else p, method="ilp"))
             else:
                 out.append(Structure(fam, m))
     return out

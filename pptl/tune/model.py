@@ -117,6 +117,8 @@ class TuneConfig:
     run_blocks: tuple[int, int] = (0, 0)
     """MLP blocks ``pptl run`` executes for the embedding and for the head (its synthetic model
     has neither): the best plan's ``workload.stage_layers`` adds them to the first and last stage."""
+    ilp_time_limit: float = 2.0
+    """Seconds HiGHS may spend on each exact synthesised order."""
     measured_split: tuple[int, ...] | None = None
     """Layers per stage of the run ``--costs-from`` reads (default: the even split)."""
     source: str = "<config>"
@@ -130,7 +132,7 @@ def load_tune_config(path: str | Path) -> TuneConfig:
 
 
 _TOP = ("pp", "microbatches", "model", "memory_limit", "comm", "families", "workload", "measured_split",
-        "run_blocks", "name", "description")
+        "run_blocks", "ilp_time_limit", "name", "description")
 
 
 def tune_config_from_mapping(data: Mapping[str, Any], *, source: str) -> TuneConfig:
@@ -187,7 +189,9 @@ def tune_config_from_mapping(data: Mapping[str, Any], *, source: str) -> TuneCon
         comm_latency=_num(comm.get("latency", 0.0), "comm.latency", source),
         comm_bandwidth=_num(comm.get("bandwidth", math.inf), "comm.bandwidth", source, inf=True, positive=True),
         families=families, workload=_workload(data.get("workload") or {}, source), run_blocks=run_blocks,
-        measured_split=split, source=source)
+        measured_split=split, ilp_time_limit=_num(data.get("ilp_time_limit", 2.0), "ilp_time_limit", source,
+                                                  positive=True),
+        source=source)
 
 
 def _model(data: Any, source: str) -> ModelDesc:

@@ -146,6 +146,7 @@ def tune(tc: TuneConfig, *, progress: Callable[[str], None] | None = None, worke
                 progress(st.label)
             results.extend(_evaluate(tc, st))
     results.sort(key=_rank_key(tc.memory_limit))
+    notes.extend(dict.fromkeys(n for r in results for n in r.notes))
     return TuneResult(results, tc.memory_limit, notes)
 
 
@@ -159,12 +160,13 @@ def _evaluate_light(args: tuple[TuneConfig, Structure]) -> list[Result]:
 def _rank_key(limit: float | None) -> Callable[[Result], tuple]:
     def key(r: Result) -> tuple:
         if r.step is None:
-            return (3, 0.0, 0.0, r.label)
+            return (3, 0.0, 0.0, False, r.label)
         # Time per micro-batch, so a sweep over micro-batch counts compares throughput.
         per_mb = r.step / r.structure.microbatches
+        synth = r.structure.family == "synth"  # on a tie, the named family is easier to adopt
         if not r.fits:
-            return (2, r.max_peak, per_mb, r.label)
-        return (1, per_mb, r.max_peak, r.label)
+            return (2, r.max_peak, per_mb, synth, r.label)
+        return (1, per_mb, r.max_peak, synth, r.label)
 
     return key
 
@@ -180,7 +182,10 @@ def _evaluate(tc: TuneConfig, st: Structure) -> list[Result]:
     if st.family == "synth":
         # Its order depends on the costs: one schedule per split.
         rank_of = list(range(tc.pp))
-        return [_time_synth(tc, st, sp) for sp in splits_for(tc.model, rank_of)]
+        splits = splits_for(tc.model, rank_of)
+        if st.method == "ilp":  # seconds each: the balanced split only
+            splits = splits[:1]
+        return [_time_synth(tc, st, sp) for sp in splits]
     schedule = get_family(fam_name).build(cfg)
     checked = _check(schedule)
     if isinstance(checked, str):
@@ -229,11 +234,44 @@ def _time_synth(tc: TuneConfig, st: Structure, sp: Split) -> Result:
     x = SynthInput(pp=p, microbatches=st.microbatches, F=[costs[s]["F"] for s in range(p)],
                    I=[costs[s]["I"] for s in range(p)], W=[costs[s]["W"] for s in range(p)],
                    activation=act, limit=limit, w_activation=tc.model.w_activation, message=message)
-    schedule = build_synth(cfg, x)
+    notes: tuple[str, ...] = ()
+    if st.method == "ilp":
+        from pptl.tune.synth import greedy_orders
+        from pptl.tune.synth_ilp import ilp_orders
+
+        greedy = greedy_orders(x)
+        orders, note = ilp_orders(x, horizon=sum(costs[s]["F"] + costs[s]["B"] for s in range(p)) * st.microbatches,
+                                  time_limit=tc.ilp_time_limit, warm=_best_start(x, greedy))
+        schedule = build_synth(cfg, x, orders=orders or greedy)
+        notes = (note,)
+    else:
+        schedule = build_synth(cfg, x)
     checked = _check(schedule)
     if isinstance(checked, str):
-        return Result(st, sp, rejected=checked)
-    return _time(tc, st, schedule, checked, sp, cfg=cfg)
+        return Result(st, sp, rejected=checked, notes=notes)
+    return replace(_time(tc, st, schedule, checked, sp, cfg=cfg), notes=notes)
+
+
+def _best_start(x: SynthInput, greedy: dict[int, list[tuple[str, int]]]) -> dict[int, list[tuple[str, int]]]:
+    """The ILP's start: the greedy order, or ZB-H1's when that fits the limit and is faster."""
+    from pptl.schedules.zero_bubble import phase_table
+    from pptl.tune.synth_ilp import order_makespan
+
+    starts = [greedy]
+    if x.microbatches >= x.pp:
+        h1 = {r: [(op.kind, op.mb) for op in phase_table(r, x.pp, x.microbatches, 1)] for r in range(x.pp)}
+        if all(_held_peak(seq, x.activation[r], x.w_activation) <= max(x.limit[r], x.activation[r]) + 1e-9
+               for r, seq in h1.items()):
+            starts.append(h1)
+    return min(starts, key=lambda o: order_makespan(x, o))
+
+
+def _held_peak(seq: list[tuple[str, int]], act: float, w: float) -> float:
+    held = peak = 0.0
+    for k, _ in seq:
+        held += act if k == "F" else -act * ((1 - w) if k == "I" else w)
+        peak = max(peak, held)
+    return peak
 
 
 def _time(tc: TuneConfig, st: Structure, schedule: Schedule, ctx: Context, sp: Split,

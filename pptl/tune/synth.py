@@ -126,8 +126,12 @@ def greedy_orders(x: SynthInput) -> dict[int, list[tuple[str, int]]]:
     return orders
 
 
-def build_synth(cfg: Config, x: SynthInput, *, name: str = "synth") -> Schedule:
-    """The schedule of :func:`greedy_orders` (SEND/RECV and dependencies as every family)."""
-    orders = {r: [compute_op(k, r, r, mb) for k, mb in seq] for r, seq in greedy_orders(x).items()}
-    return assemble(cfg, name, orders, num_stages=x.pp, microbatches=x.microbatches,
-                    meta={"weight_grad_store": "stage", "synthesised": "greedy"})
+def build_synth(cfg: Config, x: SynthInput, *, name: str = "synth",
+                orders: dict[int, list[tuple[str, int]]] | None = None) -> Schedule:
+    """The schedule of ``orders`` (default: :func:`greedy_orders`), with SEND/RECV and dependencies
+    built as for every family."""
+    how = "greedy" if orders is None else "given"
+    seqs = orders if orders is not None else greedy_orders(x)
+    ops = {r: [compute_op(k, r, r, mb) for k, mb in seq] for r, seq in seqs.items()}
+    return assemble(cfg, name, ops, num_stages=x.pp, microbatches=x.microbatches,
+                    meta={"weight_grad_store": "stage", "synthesised": how})
