@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -77,10 +78,12 @@ def main() -> int:
     t0 = time.time()
 
     # Model memory in MiB (the unit pptl run measures): an MLP block holds W_up, W_down and biases
-    # plus their gradients; its forward keeps the block input (h), GELU input and output (4h each).
+    # plus their gradients; its forward keeps the block input (h), the GELU input and output (4h
+    # each) and, with a split backward, the block's last Linear output (h): 10h per token. After I,
+    # the Linear inputs (5h) and output gradients (5h) wait for W, so w_activation is 1.
     esz = 2 if dtype == "bfloat16" else 4
     w_mib = 2 * (8 * h * h + 5 * h) * esz / 2**20
-    a_mib = t * 9 * h * esz / 2**20
+    a_mib = t * 10 * h * esz / 2**20
     block = {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0, "activation": a_mib, "weight": w_mib}
     part = {"F": 2.0 * BLOCKS / 2, "B": 4.0 * BLOCKS / 2, "activation": BLOCKS * a_mib, "weight": BLOCKS * w_mib}
     tune_cfg = {"pp": PP, "microbatches": list(MBS),
@@ -120,7 +123,7 @@ def main() -> int:
 
     tc, units, _ = calibrate_tune(load_tune_config(work / "tune.json"), work / "base.measured.json")
     tc = replace(tc, memory_limit=limit)
-    res = tune(tc)
+    res = tune(tc, workers=os.cpu_count() or 1)
     chosen: dict[str, object] = {}
     for m in MBS:
         timed = [r for r in res.results if r.step is not None and r.structure.microbatches == m]

@@ -134,6 +134,9 @@ def backward_input(chunk: Chunk, act: Activation, dy: torch.Tensor | None) -> to
     """I: gradients of the input and of every Linear's output; frees the graph. Returns dx."""
     wanted = ([act.x] if act.x is not None else []) + act.linear_out
     grads = torch.autograd.grad(act.y, wanted, grad_outputs=dy)
+    # W needs only the Linear inputs and these gradients: the outputs go now, so a micro-batch
+    # waiting for its W holds no more than its forward did (as zero-bubble runtimes do).
+    act.linear_out = []
     if act.x is not None:
         act.linear_grad = list(grads[1:])
         return grads[0]

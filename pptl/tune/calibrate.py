@@ -9,8 +9,8 @@ from the model description. A run with only full backwards splits B into I and W
 I:W ratio (half each if the model gives neither).
 
 When the run recorded peak memory per rank (``pptl run`` on CUDA), the model's activation memory is
-scaled so that the measured family's predicted peak matches the worst rank's measurement (weights
-are taken as given): a conservative fit, since every other rank then is over-predicted.
+scaled up (never down) so that the measured family's predicted peak covers every rank's measurement
+(weights are taken as given): the model stays an upper bound.
 """
 from __future__ import annotations
 
@@ -136,7 +136,8 @@ def _fit_memory(tc: TuneConfig, meta: Any, split: Sequence[int], memory: dict) -
             ratios.append((got - held_w) / act)
     if not ratios:
         return tc, None
-    k = max(ratios)
+    # Only ever scaled up: the model stays an upper bound, so "fits" stays a promise.
+    k = max(1.0, max(ratios))
     m = tc.model
     scale = lambda p: replace(p, activation=p.activation * k)  # noqa: E731
     tc = replace(tc, model=replace(m, layer=scale(m.layer), embedding=scale(m.embedding), head=scale(m.head)))
