@@ -276,3 +276,15 @@ def test_memory_calibration_only_scales_activation_up():
     assert up.model.layer.activation == pytest.approx(0.3) and "scaled by 2.000" in note
     same, _ = _fit_memory(tc, meta, split, {"1": {"peak_mib": weights + 0.5 * pred_act}})
     assert same.model.layer.activation == pytest.approx(0.15)
+
+
+def test_gpu_script_limit_and_spearman():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_tune", ROOT / "bench" / "gpu_tune.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    limit = mod._pick_limit([10.0, 10.2, 12.0, 15.0, 15.1])
+    assert 10.2 * 1.04 <= limit <= 12.0 * 0.96 or 12.0 * 1.04 <= limit <= 15.0 * 0.96
+    assert mod._spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert mod._spearman([1, 2, 3, 4], [40, 30, 20, 10]) == pytest.approx(-1.0)
