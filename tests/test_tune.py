@@ -288,3 +288,13 @@ def test_gpu_script_limit_and_spearman():
     assert 10.2 * 1.04 <= limit <= 12.0 * 0.96 or 12.0 * 1.04 <= limit <= 15.0 * 0.96
     assert mod._spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
     assert mod._spearman([1, 2, 3, 4], [40, 30, 20, 10]) == pytest.approx(-1.0)
+
+
+def test_hostile_sizes_are_rejected_not_built():
+    data = yaml.safe_load(FIX.read_text())
+    data.update(pp=4096, microbatches=100_000, memory_limit=None, families=["1f1b", "synth"])
+    data["model"]["layers"] = 100_000
+    tc = tune_config_from_mapping(data, source="t.yaml")
+    res = tune(tc)
+    assert res.best is None and all(r.step is None for r in res.results)
+    assert all("more than the 5,000,000 pptl plans" in r.rejected for r in res.results)

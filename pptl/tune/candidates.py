@@ -1,7 +1,7 @@
 """The search space of ``pptl tune``: one :class:`Structure` per (family, micro-batches, vpp, group
 size, synthesis setting); each is then timed under every layer split (:mod:`pptl.tune.split`).
 
-Interleaved 1F1B takes every vpp >= 2 that leaves each virtual stage at least one layer, and group
+Interleaved 1F1B takes every vpp in 2..8 that leaves each virtual stage at least one layer, and group
 sizes pp, 2pp and the micro-batch count (Megatron's ``microbatch_group_size_per_vp_stage`` must lie
 in pp..m; a larger group holds more micro-batches in flight for a shorter fill). ``synth`` is built per split (its order
 depends on the costs), under the memory limit and, without one, with pp and 2pp-1 micro-batches in
@@ -14,7 +14,10 @@ from dataclasses import dataclass
 
 from pptl.tune.model import SPLIT_FAMILIES, TuneConfig
 
-__all__ = ["Structure", "structures"]
+__all__ = ["MAX_VPP", "Structure", "structures"]
+
+#: Largest vpp tried (Megatron configs rarely go past 8 chunks per rank; each more is a full build).
+MAX_VPP = 8
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ def structures(tc: TuneConfig) -> list[Structure]:
     for m in tc.microbatches:
         for fam in tc.families:
             if fam == "interleaved":
-                for v in range(2, L // p + 1):
+                for v in range(2, min(L // p, MAX_VPP) + 1):
                     # pp (Megatron's default), 2pp, and m (all micro-batches in one group): the
                     # sizes between trade memory for step time along the same line.
                     groups = [g for g in dict.fromkeys((p, 2 * p, m)) if p <= g <= m]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from pptl.checks import Context, check_context
-from pptl.config import Config, Costs
+from pptl.config import MAX_OPS, Config, Costs
 from pptl.errors import InputError, InvalidScheduleError
 from pptl.ir import Schedule
 from pptl.schedules import get_family
@@ -179,6 +179,9 @@ def _evaluate(tc: TuneConfig, st: Structure) -> list[Result]:
             get_family(fam_name).validate(cfg)
         except InputError as e:
             return [Result(st, None, rejected=_reason(str(e), tc.source))]
+    estimate = 6 * tc.pp * st.vpp * st.microbatches  # as build_schedule bounds hostile sizes
+    if estimate > MAX_OPS:
+        return [Result(st, None, rejected=f"about {estimate:,} ops, more than the {MAX_OPS:,} pptl plans")]
     if st.family == "synth":
         # Its order depends on the costs: one schedule per split.
         rank_of = list(range(tc.pp))
