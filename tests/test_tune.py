@@ -298,3 +298,15 @@ def test_hostile_sizes_are_rejected_not_built():
     res = tune(tc)
     assert res.best is None and all(r.step is None for r in res.results)
     assert all("more than the 5,000,000 pptl plans" in r.rejected for r in res.results)
+
+
+def test_sync_send_puts_message_time_on_the_producers_compute_lane():
+    base = _cfg(families=["1f1b"], microbatches=8, memory_limit=None)
+    sync = {r.label: r for r in tune(base).results}
+    over = {r.label: r for r in tune(replace(base, messages="overlap")).results}
+    key = "1f1b m=8 split=even"
+    # rank 0's compute lane carries 8 activation sends of 0.05 each that overlap does not
+    busy = lambda r: r.step * (1 - r.bubble) * 4  # noqa: E731
+    assert busy(sync[key]) - busy(over[key]) == pytest.approx(2 * 3 * 8 * 0.05)
+    free = replace(base, comm_latency=0.0)
+    assert tune(free).results[0].step == tune(replace(free, messages="overlap")).results[0].step

@@ -117,6 +117,9 @@ class TuneConfig:
     run_blocks: tuple[int, int] = (0, 0)
     """MLP blocks ``pptl run`` executes for the embedding and for the head (its synthetic model
     has neither): the best plan's ``workload.stage_layers`` adds them to the first and last stage."""
+    messages: str = "sync-send"
+    """How the runtime sends: ``sync-send`` (``pptl run``'s CUDA default: a send's time is on its
+    producer's compute lane) or ``overlap`` (sends beside compute)."""
     ilp_time_limit: float = 2.0
     """Seconds HiGHS may spend on each exact synthesised order."""
     measured_split: tuple[int, ...] | None = None
@@ -132,7 +135,7 @@ def load_tune_config(path: str | Path) -> TuneConfig:
 
 
 _TOP = ("pp", "microbatches", "model", "memory_limit", "comm", "families", "workload", "measured_split",
-        "run_blocks", "ilp_time_limit", "name", "description")
+        "run_blocks", "ilp_time_limit", "messages", "name", "description")
 
 
 def tune_config_from_mapping(data: Mapping[str, Any], *, source: str) -> TuneConfig:
@@ -183,8 +186,11 @@ def tune_config_from_mapping(data: Mapping[str, Any], *, source: str) -> TuneCon
         raise InputError(f"{source}: field 'run_blocks': expected a mapping such as {{embedding: 2, head: 2}}")
     run_blocks = (_int(rb.get("embedding", 0), "run_blocks.embedding", source, lo=0, hi=1000, required=True),
                   _int(rb.get("head", 0), "run_blocks.head", source, lo=0, hi=1000, required=True))
+    messages = data.get("messages", "sync-send")
+    if messages not in ("sync-send", "overlap"):
+        raise InputError(f"{source}: field 'messages': got {messages!r}, expected sync-send or overlap")
     return TuneConfig(
-        pp=pp, microbatches=micro, model=model,
+        pp=pp, microbatches=micro, model=model, messages=messages,
         memory_limit=None if limit is None else _num(limit, "memory_limit", source, positive=True),
         comm_latency=_num(comm.get("latency", 0.0), "comm.latency", source),
         comm_bandwidth=_num(comm.get("bandwidth", math.inf), "comm.bandwidth", source, inf=True, positive=True),

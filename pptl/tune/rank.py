@@ -20,6 +20,7 @@ from typing import Any, Callable
 from pptl.checks import Context, check_context
 from pptl.config import MAX_OPS, Config, Costs
 from pptl.errors import InputError, InvalidScheduleError
+from pptl.deps import roles
 from pptl.ir import Schedule
 from pptl.schedules import get_family
 from pptl.tune.candidates import Structure, structures
@@ -282,9 +283,9 @@ def _time(tc: TuneConfig, st: Structure, schedule: Schedule, ctx: Context, sp: S
     cfg = cfg or config_for(tc, st, sp)
     costs = stage_costs(tc.model, sp.layers)
     act, weight = stage_memory(tc.model, sp.layers)
-    message = cfg.costs.comm_time(0.0)
     dur = []
-    for op in schedule.ops:
+    producer: dict[tuple[str, int, int, int], int] = {}  # (role F or G, direction, stage, mb) -> op
+    for i, op in enumerate(schedule.ops):
         k = op.kind
         if k == "SEND":
             dur.append(cfg.costs.comm_time(op.payload))
@@ -297,7 +298,20 @@ def _time(tc: TuneConfig, st: Structure, schedule: Schedule, ctx: Context, sp: S
             dur.append(costs[op.stage][k])
         else:
             raise InvalidScheduleError(f"pptl tune: op kind {k} of {op.id} has no model cost")
-    del message
+        if op.lane == "compute":
+            for role, d, stg, mb in roles(op):
+                if role in ("F", "G"):
+                    producer[(role, d, stg, mb)] = i
+    if tc.messages == "sync-send":
+        # pptl run's CUDA default: a SEND runs on the compute stream right after its producer and
+        # the next compute op waits for it, so its time belongs to the producer; the data is then
+        # there when the producer (with its sends) ends.
+        for i, op in enumerate(schedule.ops):
+            if op.kind == "SEND":
+                j = producer.get(("F" if op.flow == "F" else "G", op.direction, op.stage, op.mb))
+                if j is not None:
+                    dur[j] += dur[i]
+                    dur[i] = 0.0
     n = len(dur)
     start, end = [0.0] * n, [0.0] * n
     pred = ctx.dag.pred
