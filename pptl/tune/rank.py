@@ -246,8 +246,10 @@ def _time_synth(tc: TuneConfig, st: Structure, sp: Split) -> Result:
         greedy = greedy_orders(x)
         orders, note = ilp_orders(x, horizon=sum(costs[s]["F"] + costs[s]["B"] for s in range(p)) * st.microbatches,
                                   time_limit=tc.ilp_time_limit, warm=_best_start(x, greedy))
-        schedule = build_synth(cfg, x, orders=orders or greedy)
         notes = (note,)
+        if orders is None:  # the greedy candidate already stands for this order
+            return Result(st, sp, rejected=note, notes=notes)
+        schedule = build_synth(cfg, x, orders=orders)
     else:
         schedule = build_synth(cfg, x)
     checked = _check(schedule)
