@@ -797,6 +797,106 @@ def serve(
         server.server_close()
 
 
+# ----------------------------------------------------------------------------------------------
+# pptl tune
+
+
+@command("tune")
+def tune(
+    config: Annotated[Path, typer.Argument(help="Tune config: model, pp, microbatches (see docs/tune.md).",
+                                           show_default=False)],
+    memory_limit: MemoryLimit = None,
+    costs_from: Annotated[Optional[Path], typer.Option("--costs-from", help="Timeline of one pptl run: per-layer "
+                                                       "costs (and activation memory) from it.")] = None,
+    top: Annotated[int, typer.Option("--top", help="Rows of the ranked table.")] = 15,
+    out_file: Annotated[Optional[Path], typer.Option("-o", "--out", help="Write the best plan (for pptl run, "
+                                                     "render, check).")] = None,
+    figure: Annotated[Optional[Path], typer.Option("--figure", help="Step time against peak memory: .png, .svg "
+                                                   "or .pdf.")] = None,
+    csv: Annotated[Optional[Path], typer.Option("--csv", help="The best plan as a torch CSV schedule.")] = None,
+    output: OutputFmt = "text",
+) -> None:
+    """Search schedule families, layer splits and settings for a model under a memory limit; print the
+    ranking. Exit 1 when no candidate fits the limit (naming the closest)."""
+    from dataclasses import replace as _replace
+
+    from pptl.errors import InvalidScheduleError
+    from pptl.fileio import atomic_write, check_writable
+    from pptl.tune import load_tune_config
+    from pptl.tune import tune as run_tune
+    from pptl.tune.report import COLUMNS, summary_lines, table_rows, to_dict
+
+    _check_output(output)
+    if top < 1:
+        raise InputError(f"--top: got {top}, expected at least 1")
+    fmt = None
+    if figure is not None:
+        fmt = figure.suffix.lower().lstrip(".")
+        if fmt not in ("png", "svg", "pdf"):
+            raise InputError(f"--figure {figure}: cannot draw to '.{fmt}', expected .png, .svg or .pdf")
+    for p in (out_file, figure, csv):
+        if p is not None:
+            check_writable(p)
+    tc = load_tune_config(config)
+    units = "unit"
+    notes: list[str] = []
+    if costs_from is not None:
+        from pptl.tune.calibrate import calibrate_tune
+
+        tc, units, notes = calibrate_tune(tc, costs_from)
+    if memory_limit is not None:
+        if not memory_limit > 0 or memory_limit == float("inf"):
+            raise InputError(f"--memory-limit: got {memory_limit}, expected a finite number > 0")
+        tc = _replace(tc, memory_limit=memory_limit)
+    with err.status("tuning") as status:
+        result = run_tune(tc, progress=lambda label: status.update(f"tuning: {label}"), workers=os.cpu_count() or 1)
+    result.notes[:0] = notes
+    best = result.best
+    if best is not None and (out_file is not None or csv is not None):
+        from pptl.tune.rank import best_schedule
+
+        schedule = best_schedule(tc, best)
+        if units != "unit":
+            schedule.meta["units"] = units
+        if out_file is not None:
+            from pptl.formats.plan import dumps, plan_to_dict
+            from pptl.simulate import simulate
+
+            sim = simulate(schedule)
+            metrics = {**sim.metrics(), "tune": best.to_dict()}
+            atomic_write(out_file, dumps(plan_to_dict(schedule, timeline=sim.timeline(), metrics=metrics)))
+        if csv is not None:
+            from pptl.formats.torch_csv import export_csv
+
+            text, _ = export_csv(schedule)
+            atomic_write(csv, text.encode("utf-8") if isinstance(text, str) else text)
+    if figure is not None:
+        from pptl.render.mpl import image_bytes
+        from pptl.render.pareto import pareto_figure
+
+        atomic_write(figure, image_bytes(pareto_figure(result, units=units), fmt))
+    if output == "json":
+        _print_json(to_dict(result, units))
+    else:
+        table = Table(show_edge=False, pad_edge=False)
+        for col in COLUMNS:
+            table.add_column(col, justify="right" if col in ("#", "step", "per mb", "bubble") else "left")
+        for row in table_rows(result, top):
+            table.add_row(*row)
+        (out if out.is_terminal else Console(file=out.file, width=200, highlight=False)).print(table)
+        for line in summary_lines(result, units):
+            out.print(line, markup=False)
+        for p in (out_file, csv, figure):
+            if p is not None and (best is not None or p == figure):
+                err.print(f"wrote {p}", markup=False)
+    if best is None:
+        closest = result.closest()
+        if closest is None:
+            raise InvalidScheduleError("no candidate could be built for this config (see the table for why)")
+        raise InvalidScheduleError(f"no candidate fits the memory limit {tc.memory_limit:g}; closest: "
+                                   f"{closest.label} with peak {closest.max_peak:.4g}")
+
+
 def main() -> None:
     """Console entry point."""
     try:

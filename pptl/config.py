@@ -112,8 +112,17 @@ class Workload:
     """Rows of one micro-batch."""
     layers_per_stage: int = 1
     """MLP blocks per virtual stage."""
+    stage_layers: tuple[int, ...] | None = None
+    """MLP blocks of each (logical) stage, one entry per stage, for uneven splits (e.g. a heavier
+    first and last stage); replaces ``layers_per_stage`` when given."""
     dtype: str = "float32"
     """float32, bfloat16 or float16."""
+
+    def layers_of(self, stage: int) -> int:
+        """MLP blocks of logical ``stage``."""
+        if self.stage_layers is not None and 0 <= stage < len(self.stage_layers):
+            return self.stage_layers[stage]
+        return self.layers_per_stage
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -439,7 +448,18 @@ def _workload(data: Any, source: str) -> Workload:
         tokens=_int(data, "tokens", source, default=64, lo=1, prefix="workload."),
         layers_per_stage=_int(data, "layers_per_stage", source, default=1, lo=1, prefix="workload."),
         dtype=dtype,
+        stage_layers=_stage_layers(data.get("stage_layers"), source),
     )
+
+
+def _stage_layers(v: Any, source: str) -> tuple[int, ...] | None:
+    if v is None:
+        return None
+    if not isinstance(v, (list, tuple)) or not v or len(v) > 1_000_000 or any(
+            isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= 100_000 for x in v):
+        raise InputError(f"{source}: field 'workload.stage_layers': got {str(v)[:80]}, expected a list of integers "
+                         "1..100000, one per stage, e.g. [9, 7, 7, 9]")
+    return tuple(v)
 
 
 def _typename(v: Any) -> str:

@@ -71,7 +71,7 @@ def make_chunk(workload: Workload, stage: int, device: torch.device) -> Chunk:
     """Weights of logical ``stage`` (identical for every copy), with zeroed gradient buffers."""
     h, dtype = workload.hidden, DTYPES[workload.dtype]
     params: list[torch.Tensor] = []
-    for layer in range(workload.layers_per_stage):
+    for layer in range(workload.layers_of(stage)):
         g = _gen(device, 1, stage, layer)
         for out_f, in_f in ((4 * h, h), (h, 4 * h)):
             w = torch.randn(out_f, in_f, generator=g, device=device) * in_f ** -0.5
@@ -134,6 +134,9 @@ def backward_input(chunk: Chunk, act: Activation, dy: torch.Tensor | None) -> to
     """I: gradients of the input and of every Linear's output; frees the graph. Returns dx."""
     wanted = ([act.x] if act.x is not None else []) + act.linear_out
     grads = torch.autograd.grad(act.y, wanted, grad_outputs=dy)
+    # W needs only the Linear inputs and these gradients: the outputs go now, so a micro-batch
+    # waiting for its W holds no more than its forward did (as zero-bubble runtimes do).
+    act.linear_out = []
     if act.x is not None:
         act.linear_grad = list(grads[1:])
         return grads[0]

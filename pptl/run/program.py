@@ -130,6 +130,10 @@ def build_program(schedule: Schedule, *, source: str = "plan") -> Program:
             raise InvalidScheduleError(f"{source}: op {op.id} has flow {op.flow!r}, expected F or B")
         if not 0 <= op.rank < schedule.pp:
             raise InvalidScheduleError(f"{source}: op {op.id} is on rank {op.rank}, outside 0..{schedule.pp - 1}")
+    layers = workload_of(schedule).stage_layers
+    if layers is not None and len(layers) != schedule.num_stages:
+        raise InputError(f"{source}: field 'workload.stage_layers': got {len(layers)} entries, expected one per "
+                         f"stage ({schedule.num_stages} for {schedule.family} with these sizes)")
     if schedule.family in FAMILY_KINDS:
         from pptl.run.family_program import check_runnable
 

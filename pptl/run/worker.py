@@ -129,6 +129,10 @@ def _run_plan(job: Job, k: int, pj: PlanJob, rank: int, world: int, device: torc
     payload: dict[str, Any] = {"rank": rank, "issue": list(program.ranks[rank].issue), "steps": [], "info": info}
     state["executor"], state["payload"] = ex, payload
     total = job.warmup + 2 * job.steps
+    if device.type == "cuda":  # the peak from here on: weights, gradients, activations, buffers
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
     for step in range(total):
         # After the warmup, timed and untimed steps alternate, so drift hits both alike.
         timed = step < job.warmup or (step - job.warmup) % 2 == 0
@@ -138,6 +142,9 @@ def _run_plan(job: Job, k: int, pj: PlanJob, rank: int, world: int, device: torc
         if job.rundir:
             _write_json(records_path(job.rundir, k, rank), payload)
     post(total, -1)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        payload["memory"] = {"base_mib": base / 2**20, "peak_mib": torch.cuda.max_memory_allocated(device) / 2**20}
     if gates is not None:
         gates.close(rank)
     if job.verify:
@@ -152,6 +159,9 @@ def _run_plan(job: Job, k: int, pj: PlanJob, rank: int, world: int, device: torc
     if job.verify:
         check = getattr(ex_cls, "verify", None) or _verify
         extra["verify"] = check(program, gathered, device).to_dict()  # type: ignore[arg-type]
+    memory = {str(p["rank"]): p.pop("memory") for p in gathered if p.get("memory")}  # type: ignore[union-attr]
+    if memory:  # torch.cuda.max_memory_allocated per rank over the plan's steps, in MiB
+        extra["memory"] = memory
     reports = {str(p["rank"]): p.pop("report") for p in gathered if p.get("report")}  # type: ignore[union-attr]
     if reports:
         extra["reports"] = reports
@@ -324,4 +334,7 @@ def _info(device: torch.device, world: int) -> dict[str, Any]:
 
 def _workload_dict(schedule: Any) -> dict[str, Any]:
     w = workload_of(schedule)
-    return {"hidden": w.hidden, "tokens": w.tokens, "layers_per_stage": w.layers_per_stage, "dtype": w.dtype}
+    out = {"hidden": w.hidden, "tokens": w.tokens, "layers_per_stage": w.layers_per_stage, "dtype": w.dtype}
+    if w.stage_layers is not None:
+        out["stage_layers"] = list(w.stage_layers)
+    return out

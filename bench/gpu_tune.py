@@ -1,0 +1,210 @@
+"""Prove `pptl tune` on GPUs: costs from one `pptl run` of 1F1B predict every family, the pick is the
+fastest measured candidate that fits, and nothing reported as fitting goes over the memory limit.
+
+    python3 bench/gpu_tune.py OUTDIR [--device cuda|cpu]     (bench/gpu_tune.sh wraps it)
+
+Workload: the anchor (hidden 4096, tokens 2048, bf16) on 4 ranks; a model of 32 MLP layers plus an
+embedding and a head that each run as 2 MLP blocks (a heavier first and last stage); 8 and 16
+micro-batches. Steps:
+  1. `pptl run` of 1F1B, even split (stage_layers 10/8/8/10), 16 micro-batches;
+  2. `pptl tune --costs-from` that timeline (no limit), to pick a memory limit that rules some
+     candidates out (between two predicted peaks, >= 4% from every one), then again with it;
+  3. every family's fastest candidate and the top 5 at each micro-batch count, in one launch;
+  4. the checks of issue 19; writes tune_gpu.md and tune_gpu.json (and pareto.png) to OUTDIR.
+--device cpu runs a tiny float32 workload on gloo (a smoke test of the script; no memory numbers).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+PP, LAYERS, BLOCKS, MBS = 4, 32, 2, (8, 16)
+
+
+def _pptl(*args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "pptl", *args]
+    print("$ pptl " + " ".join(args), flush=True)
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if p.returncode not in (0, 1):
+        sys.exit(f"pptl {args[0]} failed ({p.returncode}): {p.stderr.strip()[-2000:]}")
+    return p
+
+
+def _spearman(a: list[float], b: list[float]) -> float:
+    def ranks(x: list[float]) -> list[float]:
+        order = sorted(range(len(x)), key=x.__getitem__)
+        r = [0.0] * len(x)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and x[order[j + 1]] == x[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                r[order[k]] = (i + j) / 2
+            i = j + 1
+        return r
+
+    ra, rb = ranks(a), ranks(b)
+    n = len(a)
+    ma, mb = sum(ra) / n, sum(rb) / n
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    va = sum((x - ma) ** 2 for x in ra) ** 0.5
+    vb = sum((y - mb) ** 2 for y in rb) ** 0.5
+    return cov / (va * vb) if va and vb else float("nan")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1)
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = out / "work" if a.device == "cpu" else Path("/tmp/pptl_gpu_tune")
+    work.mkdir(parents=True, exist_ok=True)
+    cuda = a.device == "cuda"
+    h, t, dtype = (4096, 2048, "bfloat16") if cuda else (64, 16, "float32")
+    t0 = time.time()
+
+    # Model memory in MiB (the unit pptl run measures): an MLP block holds W_up, W_down and biases
+    # plus their gradients; its forward keeps the block input (h), the GELU input and output (4h
+    # each) and, with a split backward, the block's last Linear output (h): 10h per token. After I,
+    # the Linear inputs (5h) and output gradients (5h) wait for W, so w_activation is 1.
+    esz = 2 if dtype == "bfloat16" else 4
+    w_mib = 2 * (8 * h * h + 5 * h) * esz / 2**20
+    a_mib = t * 10 * h * esz / 2**20
+    block = {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0, "activation": a_mib, "weight": w_mib}
+    part = {"F": 2.0 * BLOCKS / 2, "B": 4.0 * BLOCKS / 2, "activation": BLOCKS * a_mib, "weight": BLOCKS * w_mib}
+    tune_cfg = {"pp": PP, "microbatches": list(MBS),
+                "model": {"layers": LAYERS, "layer": block, "embedding": part, "head": part,
+                          "message_bytes": t * h * esz, "w_activation": 1.0},
+                "workload": {"hidden": h, "tokens": t, "dtype": dtype},
+                "run_blocks": {"embedding": BLOCKS, "head": BLOCKS}}
+    (work / "tune.json").write_text(json.dumps(tune_cfg))
+
+    # 1. One measured run of 1F1B with the even split.
+    even = [LAYERS // PP] * PP
+    base = {"schedule": "1f1b", "pp": PP, "microbatches": max(MBS),
+            "workload": {"hidden": h, "tokens": t, "dtype": dtype,
+                         "stage_layers": [even[0] + BLOCKS] + even[1:-1] + [even[-1] + BLOCKS]}}
+    (work / "base.json").write_text(json.dumps(base))
+    p = _pptl("run", str(work / "base.json"), "--gpus", str(PP), "--device", a.device, "--steps", str(a.steps),
+              "--warmup", str(a.warmup), "-o", str(work / "base.measured.json"))
+    if p.returncode:
+        sys.exit(f"baseline run failed: {p.stderr.strip()[-1000:]}")
+    print(p.stdout, flush=True)
+
+    # 2. Tune from it: once without a limit to place one, then with it.
+    p = _pptl("tune", str(work / "tune.json"), "--costs-from", str(work / "base.measured.json"), "--output", "json")
+    free = json.loads(p.stdout)
+    peaks = sorted({round(c["peak_memory"] and max(c["peak_memory"]), 3) for c in free["candidates"]
+                    if c["step"] is not None})
+    limit = _pick_limit(peaks)
+    p = _pptl("tune", str(work / "tune.json"), "--costs-from", str(work / "base.measured.json"), "--output", "json",
+              "--memory-limit", f"{limit:.3f}", "--figure", str(out / "pareto.png"))
+    ranked = json.loads(p.stdout)
+
+    # The same search in process, for the plans to run (the library the CLI calls).
+    from pptl.run import run_plans
+    from pptl.tune import load_tune_config, tune
+    from pptl.tune.calibrate import calibrate_tune
+    from pptl.tune.rank import best_schedule
+
+    tc, units, _ = calibrate_tune(load_tune_config(work / "tune.json"), work / "base.measured.json")
+    tc = replace(tc, memory_limit=limit)
+    res = tune(tc, workers=os.cpu_count() or 1)
+    chosen: dict[str, object] = {}
+    for m in MBS:
+        timed = [r for r in res.results if r.step is not None and r.structure.microbatches == m]
+        for r in timed[:5]:  # the top 5 (fitting first, by predicted step)
+            chosen.setdefault(r.label, r)
+        for fam in dict.fromkeys(r.structure.family for r in timed):  # each family's fastest (fitting first)
+            r = next(x for x in timed if x.structure.family == fam)
+            chosen.setdefault(r.label, r)
+    plans = []
+    for k, (label, r) in enumerate(chosen.items()):
+        s = best_schedule(tc, r)
+        plans.append((s, work / f"cand{k}.measured.json"))
+    print(f"running {len(plans)} candidates in one launch", flush=True)
+    tls = run_plans(plans, gpus=PP, device=a.device, steps=a.steps, warmup=a.warmup)
+
+    # 3. Compare.
+    rows = []
+    for (label, r), tl in zip(chosen.items(), tls):
+        x = tl.meta.extra
+        mem = x.get("memory") or {}
+        peak = [mem[str(k)]["peak_mib"] for k in range(PP)] if mem else None
+        rows.append({"label": label, "family": r.structure.family, "microbatches": r.structure.microbatches,
+                     "predicted_ms": r.step, "predicted_peak": list(r.peak), "fits": r.fits,
+                     "measured_ms": tl.makespan, "wall_ms": x.get("median_untimed_step_ms"),
+                     "measured_peak": peak, "layout": r.layout, "stage_layers": list(r.split.layers)})
+    checks = {}
+    for m in MBS:
+        rs = [x for x in rows if x["microbatches"] == m]
+        pick = next((x for x in rs if x["label"] == _best_label(res, m)), None)
+        fit_meas = [x for x in rs if x["measured_peak"] is None or max(x["measured_peak"]) <= limit]
+        fastest = min(fit_meas, key=lambda x: x["measured_ms"]) if fit_meas else None
+        checks[f"m{m}_pick_within_2pct"] = (pick is not None and fastest is not None
+                                            and pick["measured_ms"] <= 1.02 * fastest["measured_ms"])
+        checks[f"m{m}_pick"] = pick and pick["label"]
+        checks[f"m{m}_fastest_fitting"] = fastest and fastest["label"]
+        checks[f"m{m}_spearman"] = _spearman([x["predicted_ms"] for x in rs], [x["measured_ms"] for x in rs])
+    errs = {x["label"]: (x["predicted_ms"] - x["measured_ms"]) / x["measured_ms"] for x in rows}
+    checks["max_abs_err"] = max(abs(e) for e in errs.values())
+    checks["families_within_3pct"] = all(abs(e) <= 0.03 for e in errs.values())
+    over = [x["label"] for x in rows if x["fits"] and x["measured_peak"] and max(x["measured_peak"]) > limit]
+    checks["fitting_over_limit"] = over
+    result = {"device": a.device, "limit_mib": limit, "units": units, "checks": checks, "rows": rows,
+              "tune_best": ranked.get("best"), "seconds": time.time() - t0}
+    (out / "tune_gpu.json").write_text(json.dumps(result, indent=1))
+    lines = [f"# pptl tune on {a.device}: {PP} ranks, hidden {h}, tokens {t}, {dtype}, {LAYERS} layers + "
+             f"embedding/head of {BLOCKS} blocks each; memory limit {limit:.0f} MiB", "",
+             "| candidate | stage layers | predicted ms | measured ms | error | wall ms | predicted peak MiB | "
+             "measured peak MiB | fits |", "|---|---|---|---|---|---|---|---|---|"]
+    for x in sorted(rows, key=lambda x: (x["microbatches"], x["predicted_ms"])):
+        mp = "-" if x["measured_peak"] is None else f"{max(x['measured_peak']):.0f}"
+        lines.append(f"| {x['label']} | {x['stage_layers']} | {x['predicted_ms']:.2f} | {x['measured_ms']:.2f} | "
+                     f"{100 * errs[x['label']]:+.1f}% | {x['wall_ms'] or 0:.2f} | {max(x['predicted_peak']):.0f} | "
+                     f"{mp} | {'yes' if x['fits'] else 'no'} |")
+    lines += ["", "checks: " + json.dumps(checks)]
+    (out / "tune_gpu.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"done in {time.time() - t0:.0f} s")
+    return 0
+
+
+def _best_label(res: object, m: int) -> str | None:
+    for r in res.results:  # type: ignore[attr-defined]
+        if r.structure.microbatches == m:
+            return r.label if r.fits else None
+    return None
+
+
+def _pick_limit(peaks: list[float]) -> float:
+    """A limit between two predicted peaks, >= 4% from both, near the middle of the range, so
+    some candidates fit and some do not and a prediction error of a few percent flips none."""
+    best, score = None, None
+    mid = len(peaks) // 2
+    for i in range(len(peaks) - 1):
+        lo, hi = peaks[i], peaks[i + 1]
+        if hi > lo * 1.04 / 0.96:
+            cand = (lo * 1.04 + hi * 0.96) / 2
+            s = abs(i - mid)
+            if score is None or s < score:
+                best, score = cand, s
+    return best if best is not None else peaks[-1] * 1.05
+
+
+if __name__ == "__main__":
+    sys.exit(main())

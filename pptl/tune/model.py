@@ -1,0 +1,260 @@
+"""What ``pptl tune`` reads: a model description and the search's settings (``TuneConfig``).
+
+A tune config is its own file (YAML, TOML or JSON)::
+
+    pp: 4
+    microbatches: [8, 16]        # an int, or a list to sweep
+    memory_limit: 12000          # per rank, in the unit of the memory fields below (optional)
+    model:
+      layers: 32
+      layer:     {F: 1.0, B: 2.0, I: 1.0, W: 1.0, activation: 144, weight: 512}
+      embedding: {F: 2.0, B: 4.0, activation: 288, weight: 1024}
+      head:      {F: 2.0, B: 4.0, activation: 288, weight: 1024}
+      message_bytes: 16777216
+      w_activation: 0.5           # share of a layer's activation that I leaves held until W
+    comm: {latency: 0.02, bandwidth: 2.0e7}
+    families: [1f1b, zb-h1]       # optional subset (default: every training family and synth)
+    workload: {hidden: 4096, tokens: 2048, dtype: bfloat16}   # what the best plan runs with pptl run
+    run_blocks: {embedding: 2, head: 2}   # MLP blocks pptl run executes for the embedding and head
+
+Durations are per layer and micro-batch; ``B`` defaults to ``I + W``; ``embedding`` and ``head``
+default to nothing (zero cost). ``activation`` is held per micro-batch from F to B (or split
+between I and W by ``w_activation``); ``weight`` counts parameters, gradients and optimizer state.
+Every validation error names the file and the field on one line (:class:`InputError`, exit 2).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from pptl.config import MAX_VALUE, Workload, read_structured
+from pptl.errors import InputError
+
+__all__ = ["LayerCost", "ModelDesc", "TuneConfig", "TRAINING_FAMILIES", "SPLIT_FAMILIES", "load_tune_config",
+           "tune_config_from_mapping"]
+
+#: Families the search covers (``synth`` is the order ``pptl tune`` builds for the model).
+TRAINING_FAMILIES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zbv", "dualpipe", "dualpipev", "synth")
+_KINDS = ("F", "B", "I", "W")
+#: Families whose backward is split into I and W (they need both costs).
+SPLIT_FAMILIES = frozenset({"zb-h1", "zb-h2", "zbv", "synth"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerCost:
+    """Cost of one layer (or the embedding, or the head) for one micro-batch."""
+
+    F: float | None = None
+    """Forward time."""
+    B: float | None = None
+    """Full backward time (default I + W)."""
+    I: float | None = None  # noqa: E741 - the paper's name
+    """Input-gradient time."""
+    W: float | None = None
+    """Weight-gradient time."""
+    activation: float = 0.0
+    """Memory one micro-batch's forward keeps until its backward."""
+    weight: float = 0.0
+    """Memory of the layer's parameters, gradients and optimizer state."""
+
+    def get(self, kind: str) -> float | None:
+        v = getattr(self, kind)
+        if v is None and kind == "B" and self.I is not None and self.W is not None:
+            return self.I + self.W
+        return v
+
+
+_ZERO = LayerCost(F=0.0, B=0.0, I=0.0, W=0.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelDesc:
+    """A stack of ``layers`` identical layers with an embedding before and a head after."""
+
+    layers: int
+    layer: LayerCost
+    embedding: LayerCost = _ZERO
+    head: LayerCost = _ZERO
+    message_bytes: float = 0.0
+    """Bytes of one activation (or gradient) message between stages."""
+    w_activation: float = 0.5
+    """Share of the activation that I leaves held until W (zero-bubble families)."""
+
+    def part_cost(self, part: LayerCost, kind: str) -> float | None:
+        """``kind``'s duration for ``part``; an embedding's or head's missing I or W splits its B
+        in the layer's I:W ratio."""
+        v = part.get(kind)
+        if v is None and part is not self.layer and kind in ("I", "W"):
+            b, i, w = part.get("B"), self.layer.get("I"), self.layer.get("W")
+            if b is not None and i is not None and w is not None and i + w > 0:
+                return b * (i if kind == "I" else w) / (i + w)
+        return v
+
+    def missing(self, kinds: tuple[str, ...]) -> list[str]:
+        """``model.<part>.<kind>`` for every cost of ``kinds`` no part gives."""
+        out = []
+        for name, part in (("layer", self.layer), ("embedding", self.embedding), ("head", self.head)):
+            for k in kinds:
+                if self.part_cost(part, k) is None:
+                    out.append(f"model.{name}.{k}")
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class TuneConfig:
+    """What to search: the model, the pipeline size, the micro-batch counts, the memory limit."""
+
+    pp: int
+    microbatches: tuple[int, ...]
+    model: ModelDesc
+    memory_limit: float | None = None
+    comm_latency: float = 0.0
+    comm_bandwidth: float = math.inf
+    families: tuple[str, ...] = TRAINING_FAMILIES
+    workload: Workload = field(default_factory=Workload)
+    run_blocks: tuple[int, int] = (0, 0)
+    """MLP blocks ``pptl run`` executes for the embedding and for the head (its synthetic model
+    has neither): the best plan's ``workload.stage_layers`` adds them to the first and last stage."""
+    messages: str = "sync-send"
+    """How the runtime sends: ``sync-send`` (``pptl run``'s CUDA default: a send's time is on its
+    producer's compute lane) or ``overlap`` (sends beside compute)."""
+    ilp_time_limit: float = 2.0
+    """Seconds HiGHS may spend on each exact synthesised order."""
+    measured_split: tuple[int, ...] | None = None
+    """Layers per stage of the run ``--costs-from`` reads (default: the even split)."""
+    source: str = "<config>"
+
+
+def load_tune_config(path: str | Path) -> TuneConfig:
+    data = read_structured(path)
+    if not isinstance(data, Mapping):
+        raise InputError(f"{path}: expected a mapping with pp, microbatches and model")
+    return tune_config_from_mapping(data, source=str(path))
+
+
+_TOP = ("pp", "microbatches", "model", "memory_limit", "comm", "families", "workload", "measured_split",
+        "run_blocks", "ilp_time_limit", "messages", "name", "description")
+
+
+def tune_config_from_mapping(data: Mapping[str, Any], *, source: str) -> TuneConfig:
+    from pptl.config import _workload
+
+    for k in data:
+        if k not in _TOP:
+            raise InputError(f"{source}: unknown field '{k}'; known fields: {', '.join(_TOP)}")
+    if "model" not in data:
+        raise InputError(f"{source}: field 'model' is required. Example: model: {{layers: 32, layer: {{F: 1, B: 2}}}}")
+    pp = _int(data.get("pp"), "pp", source, lo=1, hi=4096, required=True)
+    mbs = data.get("microbatches")
+    if mbs is None:
+        raise InputError(f"{source}: field 'microbatches' is required. Example: microbatches: [8, 16]")
+    mb_list = mbs if isinstance(mbs, list) else [mbs]
+    if not mb_list or len(mb_list) > 64:
+        raise InputError(f"{source}: field 'microbatches': expected an integer or a list of 1..64 integers")
+    micro = tuple(sorted({_int(m, "microbatches", source, lo=1, hi=100_000, required=True) for m in mb_list}))
+    model = _model(data["model"], source)
+    if model.layers < pp:
+        raise InputError(f"{source}: field 'model.layers': got {model.layers}, fewer than pp={pp} stages; "
+                         f"give at least {pp} layers or a smaller pp")
+    limit = data.get("memory_limit")
+    comm = data.get("comm") or {}
+    if not isinstance(comm, Mapping) or any(k not in ("latency", "bandwidth") for k in comm):
+        raise InputError(f"{source}: field 'comm': expected a mapping with latency and bandwidth")
+    fams = data.get("families")
+    if fams is None:
+        families = TRAINING_FAMILIES
+    else:
+        if not isinstance(fams, list) or not fams:
+            raise InputError(f"{source}: field 'families': expected a list such as [1f1b, zb-h1]")
+        for f in fams:
+            if f not in TRAINING_FAMILIES:
+                raise InputError(f"{source}: field 'families': unknown family {f!r}; known: "
+                                 f"{', '.join(TRAINING_FAMILIES)}")
+        families = tuple(dict.fromkeys(fams))
+    split = data.get("measured_split")
+    if split is not None:
+        if not isinstance(split, list) or not split:
+            raise InputError(f"{source}: field 'measured_split': expected a list of layers per stage, e.g. [8, 8, 8, 8]")
+        split = tuple(_int(x, "measured_split", source, lo=1, hi=100_000, required=True) for x in split)
+        if sum(split) != model.layers:
+            raise InputError(f"{source}: field 'measured_split': sums to {sum(split)}, expected model.layers="
+                             f"{model.layers}")
+    rb = data.get("run_blocks") or {}
+    if not isinstance(rb, Mapping) or any(k not in ("embedding", "head") for k in rb):
+        raise InputError(f"{source}: field 'run_blocks': expected a mapping such as {{embedding: 2, head: 2}}")
+    run_blocks = (_int(rb.get("embedding", 0), "run_blocks.embedding", source, lo=0, hi=1000, required=True),
+                  _int(rb.get("head", 0), "run_blocks.head", source, lo=0, hi=1000, required=True))
+    messages = data.get("messages", "sync-send")
+    if messages not in ("sync-send", "overlap"):
+        raise InputError(f"{source}: field 'messages': got {messages!r}, expected sync-send or overlap")
+    return TuneConfig(
+        pp=pp, microbatches=micro, model=model, messages=messages,
+        memory_limit=None if limit is None else _num(limit, "memory_limit", source, positive=True),
+        comm_latency=_num(comm.get("latency", 0.0), "comm.latency", source),
+        comm_bandwidth=_num(comm.get("bandwidth", math.inf), "comm.bandwidth", source, inf=True, positive=True),
+        families=families, workload=_workload(data.get("workload") or {}, source), run_blocks=run_blocks,
+        measured_split=split, ilp_time_limit=_num(data.get("ilp_time_limit", 2.0), "ilp_time_limit", source,
+                                                  positive=True),
+        source=source)
+
+
+def _model(data: Any, source: str) -> ModelDesc:
+    if not isinstance(data, Mapping):
+        raise InputError(f"{source}: field 'model': expected a mapping with layers and layer")
+    known = ("layers", "layer", "embedding", "head", "message_bytes", "w_activation")
+    for k in data:
+        if k not in known:
+            raise InputError(f"{source}: unknown field 'model.{k}'; known: {', '.join(known)}")
+    if "layer" not in data:
+        raise InputError(f"{source}: field 'model.layer' is required. Example: layer: {{F: 1, B: 2, activation: 1}}")
+    w_act = _num(data.get("w_activation", 0.5), "model.w_activation", source)
+    if w_act > 1:
+        raise InputError(f"{source}: field 'model.w_activation': got {w_act}, expected 0..1")
+    return ModelDesc(
+        layers=_int(data.get("layers"), "model.layers", source, lo=1, hi=100_000, required=True),
+        layer=_layer(data["layer"], "model.layer", source, zero=False),
+        embedding=_layer(data.get("embedding"), "model.embedding", source, zero=True),
+        head=_layer(data.get("head"), "model.head", source, zero=True),
+        message_bytes=_num(data.get("message_bytes", 0.0), "model.message_bytes", source),
+        w_activation=w_act)
+
+
+def _layer(data: Any, name: str, source: str, *, zero: bool) -> LayerCost:
+    if data is None:
+        return _ZERO
+    if not isinstance(data, Mapping):
+        raise InputError(f"{source}: field '{name}': expected a mapping such as {{F: 1, B: 2, activation: 1}}")
+    known = _KINDS + ("activation", "weight")
+    for k in data:
+        if k not in known:
+            raise InputError(f"{source}: unknown field '{name}.{k}'; known: {', '.join(known)}")
+    # The embedding and head cost nothing unless given; their I and W, when not given, split B
+    # in the layer's I:W ratio (see ModelDesc.part_cost).
+    vals = {k: (_num(data[k], f"{name}.{k}", source) if k in data else (0.0 if zero and k == "F" else None))
+            for k in _KINDS}
+    if zero and vals["B"] is None and (vals["I"] is None or vals["W"] is None):
+        vals["B"] = 0.0
+    return LayerCost(**vals, activation=_num(data.get("activation", 0.0), f"{name}.activation", source),
+                     weight=_num(data.get("weight", 0.0), f"{name}.weight", source))
+
+
+def _int(v: Any, name: str, source: str, *, lo: int, hi: int, required: bool) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        if v is None and required:
+            raise InputError(f"{source}: field '{name}' is required. Example: {name.split('.')[-1]}: 4")
+        raise InputError(f"{source}: field '{name}': got {v!r}, expected an integer")
+    if not lo <= v <= hi:
+        raise InputError(f"{source}: field '{name}': got {v}, expected an integer in {lo}..{hi}")
+    return v
+
+
+def _num(v: Any, name: str, source: str, *, inf: bool = False, positive: bool = False) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise InputError(f"{source}: field '{name}': got {v!r}, expected a number")
+    f = float(v)
+    if f != f or f < 0 or (f > MAX_VALUE and not (inf and f == math.inf)) or (positive and f == 0):
+        raise InputError(f"{source}: field '{name}': got {v!r}, expected a finite number "
+                         f"{'> 0' if positive else '>= 0'}")
+    return f

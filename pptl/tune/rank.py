@@ -1,0 +1,367 @@
+"""Evaluate every candidate: build, check (every rule of ``pptl check``), time with per-stage costs,
+count memory per rank, and rank.
+
+A structure (family and sizes) is built and checked once; each layer split then only changes the
+op durations and the per-stage memory, so it is timed on the same DAG and topological order. The
+timing is the simulator's longest path (:func:`pptl.simulate.simulate`), with durations from the
+split: an overlapped FB costs the F of its stage plus the B of its pair's stage.
+
+Peak memory of a rank = weights of every stage it holds (DualPipe holds two copies of the model)
++ the peak of its activations over the timed ops (F allocates at its start; B, or I and W by
+``w_activation``, free at their end; FB allocates its F half at its start and frees its B half at
+its end).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from pptl.checks import Context, check_context
+from pptl.config import MAX_OPS, Config, Costs
+from pptl.errors import InputError, InvalidScheduleError
+from pptl.deps import roles
+from pptl.ir import Schedule
+from pptl.schedules import get_family
+from pptl.tune.candidates import Structure, structures
+from pptl.tune.model import SPLIT_FAMILIES, TuneConfig
+from pptl.tune.split import Split, megatron_layout, splits_for, stage_costs, stage_memory
+from pptl.tune.synth import SynthInput, build_synth
+
+__all__ = ["Result", "TuneResult", "tune", "config_for"]
+
+
+@dataclass
+class Result:
+    """One candidate: a structure under one split, timed, or rejected with the reason."""
+
+    structure: Structure
+    split: Split | None
+    step: float | None = None
+    bubble: float | None = None
+    peak: tuple[float, ...] = ()
+    """Per rank: weights + peak activations."""
+    fits: bool = False
+    rejected: str | None = None
+    schedule: Schedule | None = field(default=None, repr=False)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        s = self.structure.label
+        return s if self.split is None else f"{s} split={self.split.name}"
+
+    @property
+    def max_peak(self) -> float | None:
+        return max(self.peak) if self.peak else None
+
+    @property
+    def layout(self) -> str | None:
+        return megatron_layout(self.split.layers) if self.split is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        s = self.structure
+        return {"label": self.label, "family": s.family, "microbatches": s.microbatches, "vpp": s.vpp,
+                "group_size": s.group, "inflight": s.inflight,
+                "split": None if self.split is None else self.split.name,
+                "stage_layers": None if self.split is None else list(self.split.layers),
+                "megatron_layout": self.layout, "step": self.step, "bubble": self.bubble,
+                "peak_memory": list(self.peak), "fits": self.fits, "rejected": self.rejected,
+                "notes": list(self.notes)}
+
+
+@dataclass
+class TuneResult:
+    results: list[Result]
+    """Ranked: fitting candidates by step time per micro-batch, then over-limit ones by peak memory,
+    then rejected ones."""
+    limit: float | None
+    notes: list[str]
+
+    @property
+    def best(self) -> Result | None:
+        r = self.results[0] if self.results else None
+        return r if r is not None and r.fits else None
+
+    def closest(self) -> Result | None:
+        """The timed candidate with the lowest peak memory (when nothing fits)."""
+        timed = [r for r in self.results if r.step is not None]
+        return min(timed, key=lambda r: (r.max_peak, r.step)) if timed else None
+
+
+def config_for(tc: TuneConfig, st: Structure, split: Split | None = None) -> Config:
+    """The pptl :class:`Config` of a structure (costs and workload of ``split`` when given)."""
+    costs = Costs(base=_base_costs(tc), comm_latency=tc.comm_latency, comm_bandwidth=tc.comm_bandwidth,
+                  comm_bytes=tc.model.message_bytes)
+    workload = tc.workload
+    if split is not None:
+        costs = replace(costs, stages=stage_costs(tc.model, split.layers))
+        workload = replace(workload, stage_layers=_run_layers(tc, split))
+    return Config(schedule=st.family if st.family != "synth" else "zb-h1", pp=tc.pp,
+                  microbatches=st.microbatches, vpp=st.vpp, group_size=st.group,
+                  split_backward=st.split_backward, costs=costs, w_activation=tc.model.w_activation,
+                  workload=workload, source=tc.source)
+
+
+def _run_layers(tc: TuneConfig, split: Split) -> tuple[int, ...]:
+    """What ``pptl run`` executes per stage: the split's layers, plus the embedding and the head
+    as ``run_blocks`` MLP blocks each (the synthetic workload has no embedding of its own)."""
+    out = list(split.layers)
+    out[0] += tc.run_blocks[0]
+    out[-1] += tc.run_blocks[1]
+    return tuple(out)
+
+
+def _base_costs(tc: TuneConfig) -> dict[str, float]:
+    m = tc.model
+    return {k: v for k in ("F", "B", "I", "W") if (v := m.part_cost(m.layer, k)) is not None}
+
+
+def tune(tc: TuneConfig, *, progress: Callable[[str], None] | None = None, workers: int = 1) -> TuneResult:
+    """Search every structure and split (in ``workers`` processes); raise InputError when a needed
+    cost is missing."""
+    need = {"F", "B"} | ({"I", "W"} if any(f in SPLIT_FAMILIES for f in tc.families) else set())
+    missing = tc.model.missing(tuple(k for k in ("F", "B", "I", "W") if k in need))
+    if missing:
+        split_fams = [f for f in tc.families if f in SPLIT_FAMILIES]
+        hint = (f" (needed by {', '.join(split_fams)}; or list families without them)"
+                if any(x.endswith((".I", ".W")) for x in missing) and split_fams else "")
+        raise InputError(f"{tc.source}: field '{missing[0]}': no cost given{hint}; "
+                         f"e.g. layer: {{F: 1, B: 2, I: 1, W: 1}}")
+    results: list[Result] = []
+    notes: list[str] = []
+    sts = structures(tc)
+    if workers > 1 and len(sts) > 1:
+        import multiprocessing as mp
+
+        # Structures are independent: build, check and time them in forked workers. Results come
+        # back without their schedules (pickling 10k-op plans costs more than rebuilding the best).
+        with mp.get_context("fork").Pool(min(workers, len(sts))) as pool:
+            for st, part in zip(sts, pool.imap(_evaluate_light, [(tc, st) for st in sts], chunksize=1)):
+                if progress is not None:
+                    progress(st.label)
+                results.extend(part)
+    else:
+        for st in sts:
+            if progress is not None:
+                progress(st.label)
+            results.extend(_evaluate(tc, st))
+    results.sort(key=_rank_key(tc.memory_limit))
+    notes.extend(dict.fromkeys(n for r in results for n in r.notes))
+    return TuneResult(results, tc.memory_limit, notes)
+
+
+def _evaluate_light(args: tuple[TuneConfig, Structure]) -> list[Result]:
+    out = _evaluate(*args)
+    for r in out:
+        r.schedule = None
+    return out
+
+
+def _rank_key(limit: float | None) -> Callable[[Result], tuple]:
+    def key(r: Result) -> tuple:
+        if r.step is None:
+            return (3, 0.0, 0.0, False, r.label)
+        # Time per micro-batch, so a sweep over micro-batch counts compares throughput.
+        per_mb = r.step / r.structure.microbatches
+        synth = r.structure.family == "synth"  # on a tie, the named family is easier to adopt
+        if not r.fits:
+            return (2, r.max_peak, per_mb, synth, r.label)
+        return (1, per_mb, r.max_peak, synth, r.label)
+
+    return key
+
+
+def _evaluate(tc: TuneConfig, st: Structure) -> list[Result]:
+    cfg = config_for(tc, st)
+    fam_name = "zb-h1" if st.family == "synth" else st.family
+    if st.family != "synth":
+        try:
+            get_family(fam_name).validate(cfg)
+        except InputError as e:
+            return [Result(st, None, rejected=_reason(str(e), tc.source))]
+    estimate = 6 * tc.pp * st.vpp * st.microbatches  # as build_schedule bounds hostile sizes
+    if estimate > MAX_OPS:
+        return [Result(st, None, rejected=f"about {estimate:,} ops, more than the {MAX_OPS:,} pptl plans")]
+    if st.family == "synth":
+        # Its order depends on the costs: one schedule per split.
+        rank_of = list(range(tc.pp))
+        splits = splits_for(tc.model, rank_of)
+        if st.method == "ilp":  # seconds each: the balanced split only
+            splits = splits[:1]
+        return [_time_synth(tc, st, sp) for sp in splits]
+    schedule = get_family(fam_name).build(cfg)
+    checked = _check(schedule)
+    if isinstance(checked, str):
+        return [Result(st, None, rejected=checked)]
+    ctx = checked
+    rank_of = _rank_of(schedule)
+    splits = splits_for(tc.model, rank_of)
+    if not splits:
+        return [Result(st, None, rejected=f"{len(rank_of)} stages need at least that many layers "
+                                          f"(model.layers={tc.model.layers})")]
+    return [_time(tc, st, schedule, ctx, sp) for sp in splits]
+
+
+def _reason(msg: str, source: str) -> str:
+    head = f"{source}: "
+    return msg[len(head):] if msg.startswith(head) else msg
+
+
+def _check(schedule: Schedule) -> Context | str:
+    ctx = Context(schedule)
+    errors = [v for v in check_context(ctx) if v.severity == "error"]
+    if errors or ctx.order is None:
+        v = errors[0] if errors else None
+        return f"invalid schedule: {v.code} {v.message}" if v else "invalid schedule: its DAG has a cycle"
+    return ctx
+
+
+def _rank_of(schedule: Schedule) -> list[int]:
+    place: dict[int, int] = {}
+    for op in schedule.ops:
+        if op.lane == "compute" and op.direction == 0 and op.stage >= 0:
+            place.setdefault(op.stage, op.rank)
+    return [place[s] for s in range(schedule.num_stages)]
+
+
+def _time_synth(tc: TuneConfig, st: Structure, sp: Split) -> Result:
+    costs = stage_costs(tc.model, sp.layers)
+    act, weight = stage_memory(tc.model, sp.layers)
+    p = tc.pp
+    if st.inflight is not None:
+        limit = [st.inflight * act[r] for r in range(p)]
+    else:
+        limit = [max(0.0, tc.memory_limit - weight[r]) for r in range(p)]  # type: ignore[operator]
+    cfg = config_for(tc, st, sp)
+    message = cfg.costs.comm_time(0.0)
+    x = SynthInput(pp=p, microbatches=st.microbatches, F=[costs[s]["F"] for s in range(p)],
+                   I=[costs[s]["I"] for s in range(p)], W=[costs[s]["W"] for s in range(p)],
+                   activation=act, limit=limit, w_activation=tc.model.w_activation, message=message)
+    notes: tuple[str, ...] = ()
+    if st.method == "ilp":
+        from pptl.tune.synth import greedy_orders
+        from pptl.tune.synth_ilp import ilp_orders
+
+        greedy = greedy_orders(x)
+        orders, note = ilp_orders(x, horizon=sum(costs[s]["F"] + costs[s]["B"] for s in range(p)) * st.microbatches,
+                                  time_limit=tc.ilp_time_limit, warm=_best_start(x, greedy))
+        notes = (note,)
+        if orders is None:  # the greedy candidate already stands for this order
+            return Result(st, sp, rejected=note, notes=notes)
+        schedule = build_synth(cfg, x, orders=orders)
+    else:
+        schedule = build_synth(cfg, x)
+    checked = _check(schedule)
+    if isinstance(checked, str):
+        return Result(st, sp, rejected=checked, notes=notes)
+    return replace(_time(tc, st, schedule, checked, sp, cfg=cfg), notes=notes)
+
+
+def _best_start(x: SynthInput, greedy: dict[int, list[tuple[str, int]]]) -> dict[int, list[tuple[str, int]]]:
+    """The ILP's start: the greedy order, or ZB-H1's when that fits the limit and is faster."""
+    from pptl.schedules.zero_bubble import phase_table
+    from pptl.tune.synth_ilp import order_makespan
+
+    starts = [greedy]
+    if x.microbatches >= x.pp:
+        h1 = {r: [(op.kind, op.mb) for op in phase_table(r, x.pp, x.microbatches, 1)] for r in range(x.pp)}
+        if all(_held_peak(seq, x.activation[r], x.w_activation) <= max(x.limit[r], x.activation[r]) + 1e-9
+               for r, seq in h1.items()):
+            starts.append(h1)
+    return min(starts, key=lambda o: order_makespan(x, o))
+
+
+def _held_peak(seq: list[tuple[str, int]], act: float, w: float) -> float:
+    held = peak = 0.0
+    for k, _ in seq:
+        held += act if k == "F" else -act * ((1 - w) if k == "I" else w)
+        peak = max(peak, held)
+    return peak
+
+
+def _time(tc: TuneConfig, st: Structure, schedule: Schedule, ctx: Context, sp: Split,
+          cfg: Config | None = None) -> Result:
+    cfg = cfg or config_for(tc, st, sp)
+    costs = stage_costs(tc.model, sp.layers)
+    act, weight = stage_memory(tc.model, sp.layers)
+    dur = []
+    producer: dict[tuple[str, int, int, int], int] = {}  # (role F or G, direction, stage, mb) -> op
+    for i, op in enumerate(schedule.ops):
+        k = op.kind
+        if k == "SEND":
+            dur.append(cfg.costs.comm_time(op.payload))
+        elif k == "RECV":
+            dur.append(0.0)
+        elif k == "FB":
+            bstage = op.pair[0] if op.pair else op.stage
+            dur.append(costs[op.stage]["F"] + costs[bstage]["B"])
+        elif k in ("F", "B", "I", "W"):
+            dur.append(costs[op.stage][k])
+        else:
+            raise InvalidScheduleError(f"pptl tune: op kind {k} of {op.id} has no model cost")
+        if op.lane == "compute":
+            for role, d, stg, mb in roles(op):
+                if role in ("F", "G"):
+                    producer[(role, d, stg, mb)] = i
+    if tc.messages == "sync-send":
+        # pptl run's CUDA default: a SEND runs on the compute stream right after its producer and
+        # the next compute op waits for it, so its time belongs to the producer; the data is then
+        # there when the producer (with its sends) ends.
+        for i, op in enumerate(schedule.ops):
+            if op.kind == "SEND":
+                j = producer.get(("F" if op.flow == "F" else "G", op.direction, op.stage, op.mb))
+                if j is not None:
+                    dur[j] += dur[i]
+                    dur[i] = 0.0
+    n = len(dur)
+    start, end = [0.0] * n, [0.0] * n
+    pred = ctx.dag.pred
+    for v in ctx.order:  # type: ignore[union-attr]
+        t = 0.0
+        for u in pred[v]:
+            if end[u] > t:
+                t = end[u]
+        start[v], end[v] = t, t + dur[v]
+    makespan = max(end, default=0.0)
+    busy = [0.0] * tc.pp
+    held: dict[int, set[tuple[int, int]]] = {r: set() for r in range(tc.pp)}
+    events: dict[int, list[tuple[float, int, float]]] = {r: [] for r in range(tc.pp)}
+    w = tc.model.w_activation
+    for i, op in enumerate(schedule.ops):
+        if op.lane != "compute":
+            continue
+        busy[op.rank] += dur[i]
+        k, r = op.kind, op.rank
+        if k in ("F", "FB"):
+            held[r].add((op.direction, op.stage))
+            events[r].append((start[i], 1, act[op.stage]))
+        if k == "B":
+            events[r].append((end[i], 0, -act[op.stage]))
+        elif k == "I":
+            events[r].append((end[i], 0, -act[op.stage] * (1 - w)))
+        elif k == "W":
+            events[r].append((end[i], 0, -act[op.stage] * w))
+        elif k == "FB":
+            bstage = op.pair[0] if op.pair else op.stage
+            events[r].append((end[i], 0, -act[bstage]))
+    peaks = []
+    for r in range(tc.pp):
+        cur = best = 0.0
+        for _, _, d in sorted(events[r]):
+            cur += d
+            best = max(best, cur)
+        peaks.append(best + sum(weight[s] for _, s in held[r]))
+    bubble = 1 - sum(busy) / (makespan * tc.pp) if makespan > 0 else 0.0
+    fits = tc.memory_limit is None or max(peaks) <= tc.memory_limit * (1 + 1e-9)
+    return Result(st, sp, step=makespan, bubble=bubble, peak=tuple(peaks), fits=fits,
+                  rejected=None if fits else f"peak {max(peaks):g} over the limit {tc.memory_limit:g}",
+                  schedule=schedule)
+
+
+def best_schedule(tc: TuneConfig, result: Result) -> Schedule:
+    """The plan of ``result`` with its split's per-stage costs and ``workload.stage_layers``."""
+    st, sp = result.structure, result.split
+    if st.family == "synth":
+        return result.schedule if result.schedule is not None else _time_synth(tc, st, sp).schedule
+    return get_family(st.family).build(config_for(tc, st, sp))

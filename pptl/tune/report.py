@@ -1,0 +1,52 @@
+"""The ranked table (text) and the JSON of a tune result; no printing here."""
+from __future__ import annotations
+
+from typing import Any
+
+from pptl.tune.rank import Result, TuneResult
+
+__all__ = ["table_rows", "to_dict", "summary_lines"]
+
+COLUMNS = ("#", "candidate", "step", "per mb", "bubble", "peak memory per rank", "verdict")
+
+
+def _num(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def table_rows(res: TuneResult, top: int) -> list[tuple[str, ...]]:
+    rows = []
+    shown = res.results[:top]
+    for k, r in enumerate(shown, 1):
+        if r.step is None:
+            rows.append((str(k), r.label, "-", "-", "-", "-", f"rejected: {r.rejected}"))
+            continue
+        verdict = "fits" if r.fits else f"over: {r.rejected}"
+        rows.append((str(k), r.label, _num(r.step), _num(r.step / r.structure.microbatches), f"{100 * r.bubble:.1f}%",
+                     " ".join(_num(p) for p in r.peak), verdict))
+    return rows
+
+
+def summary_lines(res: TuneResult, units: str) -> list[str]:
+    n_fit = sum(r.fits for r in res.results)
+    n_over = sum(r.step is not None and not r.fits for r in res.results)
+    n_rej = sum(r.step is None for r in res.results)
+    out = [f"{len(res.results)} candidates: {n_fit} fit, {n_over} over the memory limit, {n_rej} rejected "
+           f"(times in {units})"]
+    b = res.best
+    if b is not None:
+        out.append(f"best: {b.label}: step {_num(b.step)}, bubble {100 * b.bubble:.1f}%, "
+                   f"peak {_num(b.max_peak)}; stage layers {list(b.split.layers)}; "
+                   f"Megatron --pipeline-model-parallel-layout \"{b.layout}\"")
+    out += [f"note: {n}" for n in res.notes]
+    return out
+
+
+def _result(r: Result) -> dict[str, Any]:
+    return r.to_dict()
+
+
+def to_dict(res: TuneResult, units: str) -> dict[str, Any]:
+    best = res.best
+    return {"units": units, "memory_limit": res.limit, "best": None if best is None else best.to_dict(),
+            "candidates": [_result(r) for r in res.results], "notes": list(res.notes)}

@@ -1,0 +1,317 @@
+"""pptl tune: the search (splits, synthesised order, ranking, memory), the CLI's outputs and one-line
+errors, calibration from a measured run, and uneven stage_layers in pptl run (gloo)."""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from pptl.checks import run_checks
+from pptl.cli import app
+from pptl.tune import load_tune_config, tune
+from pptl.tune.model import tune_config_from_mapping
+from pptl.tune.rank import best_schedule
+from pptl.tune.split import balanced_split, even_split, megatron_layout, splits_for, stage_costs
+from pptl.tune.synth import SynthInput, build_synth, greedy_orders
+
+ROOT = Path(__file__).resolve().parent.parent
+FIX = ROOT / "fixtures" / "tune" / "uneven.yaml"
+runner = CliRunner()
+
+
+def _cfg(**over):
+    data = yaml.safe_load(FIX.read_text())
+    data.update(over)
+    return tune_config_from_mapping(data, source="t.yaml")
+
+
+def _write(tmp_path: Path, **over) -> Path:
+    data = yaml.safe_load(FIX.read_text())
+    data.update(over)
+    p = tmp_path / "t.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+# -- splits and layout -------------------------------------------------------------------------
+
+def test_balanced_split_gives_the_heavy_ends_fewer_layers():
+    tc = _cfg()
+    assert even_split(32, 4) == (8, 8, 8, 8)
+    assert even_split(10, 4) == (2, 3, 3, 2)  # the remainder goes to the middle
+    bal = balanced_split(tc.model, 4)
+    assert bal == (7, 9, 9, 7)  # embedding and head cost two layers each: 9 layer-times per stage
+    per = stage_costs(tc.model, bal)
+    assert {per[s]["F"] + per[s]["B"] for s in range(4)} == {27.0}
+
+
+def test_megatron_layout_string():
+    assert megatron_layout((7, 9, 9, 7)) == "Et*7|t*9|t*9|t*7L"
+    assert megatron_layout((1, 2)) == "Et|t*2L"
+
+
+def test_v_placement_rank_balances_rank0_holding_both_ends():
+    tc = _cfg()
+    rank_of = [0, 1, 2, 3, 3, 2, 1, 0]  # ZB-V: rank 0 holds the first and the last stage
+    rb = splits_for(tc.model, rank_of)[0].layers  # rank-balanced folds into balanced when equal
+    per_rank = [0.0] * 4
+    for s, n in enumerate(rb):
+        c = stage_costs(tc.model, rb)[s]
+        per_rank[rank_of[s]] += c["F"] + c["B"]
+    assert max(per_rank) - min(per_rank) <= 3.0 + 1e-9  # within one layer's F+B
+    assert sum(rb) == 32
+
+
+# -- synthesised order -------------------------------------------------------------------------
+
+def test_synth_respects_the_memory_cap_and_passes_the_checker():
+    x = SynthInput(pp=4, microbatches=8, F=[1.0] * 4, I=[1.0] * 4, W=[1.0] * 4, activation=[1.0] * 4,
+                   limit=[2.0] * 4, w_activation=0.5, message=0.0)
+    orders = greedy_orders(x)
+    for r, seq in orders.items():
+        held = peak = 0.0
+        for kind, _ in seq:
+            held += {"F": 1.0, "I": -0.5, "W": -0.5}[kind]
+            peak = max(peak, held)
+        assert peak <= 2.0
+        assert [k for k, _ in seq].count("W") == 8
+    from pptl.config import Config
+
+    s = build_synth(Config(schedule="zb-h1", pp=4, microbatches=8, split_backward=True), x)
+    assert [v for v in run_checks(s) if v.severity == "error"] == []
+
+
+def test_without_memory_pressure_synth_matches_zb_h1_bubble_free_steady_state():
+    tc = _cfg(memory_limit=None, families=["zb-h1", "synth"], microbatches=16)
+    res = tune(tc)
+    best: dict[str, float] = {}
+    for r in res.results:
+        if r.step is not None and r.split.name == "balanced":
+            best[r.structure.family] = min(best.get(r.structure.family, r.step), r.step)
+    assert best["synth"] <= best["zb-h1"] * 1.05
+
+
+# -- ranking and memory ------------------------------------------------------------------------
+
+def test_ranking_puts_fitting_candidates_first_and_reports_peaks():
+    res = tune(_cfg())
+    assert res.best is not None and res.best.fits
+    fits = [r.fits for r in res.results]
+    assert fits == sorted(fits, reverse=True)
+    for r in res.results:
+        if r.step is not None:
+            assert r.fits == (max(r.peak) <= 10 + 1e-9)
+    per_mb = [r.step / r.structure.microbatches for r in res.results if r.fits]
+    assert per_mb == sorted(per_mb)
+    fams = {r.structure.family for r in res.results}
+    assert fams == {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zbv", "dualpipe", "dualpipev", "synth"}
+
+
+def test_dualpipe_peak_counts_two_parameter_copies():
+    tc = _cfg(memory_limit=None, families=["dualpipe", "1f1b"], microbatches=8)
+    res = tune(tc)
+    even = {r.structure.family: r for r in res.results if r.split and r.split.name == "even"}
+    # weights: 1F1B rank 1 holds stage 1 (8 layers x 0.5); DualPipe rank 1 also holds stage 2.
+    assert even["dualpipe"].peak[1] - even["1f1b"].peak[1] >= 8 * 0.5 - 1e-9
+
+
+def test_best_plan_carries_the_split_costs_and_stage_layers():
+    tc = _cfg()
+    res = tune(tc)
+    s = best_schedule(tc, res.best)
+    assert s.config.workload.stage_layers == tuple(
+        n + (2 if i in (0, 3) else 0) for i, n in enumerate(res.best.split.layers))
+    assert dict(s.config.costs.stages[0])["F"] == stage_costs(tc.model, res.best.split.layers)[0]["F"]
+
+
+# -- CLI ---------------------------------------------------------------------------------------
+
+def test_cli_writes_plan_csv_figure_and_json(tmp_path):
+    plan, csv, fig = tmp_path / "best.json", tmp_path / "best.csv", tmp_path / "pareto.png"
+    r = runner.invoke(app, ["tune", str(FIX), "-o", str(plan), "--csv", str(csv), "--figure", str(fig)])
+    assert r.exit_code == 0, r.output
+    assert 'layout "Et*7|t*9|t*9|t*7L"' in r.output
+    assert json.loads(plan.read_text())["format"] == "pptl-plan"
+    rows = csv.read_text().splitlines()
+    assert len(rows) == 4 and rows[0].startswith("0F0,") and rows[3].endswith(",3W15")  # one row per rank
+    assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    r = runner.invoke(app, ["check", str(plan)])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["tune", str(FIX), "--output", "json", "--top", "3"])
+    data = json.loads(r.output)
+    assert data["best"]["fits"] and data["memory_limit"] == 10
+
+
+def test_no_candidate_fits_exit_1_names_the_closest(tmp_path):
+    r = runner.invoke(app, ["tune", str(FIX), "--memory-limit", "1"])
+    assert r.exit_code == 1
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: no candidate fits the memory limit 1; closest: ")
+    assert "with peak" in line
+
+
+def test_fewer_layers_than_stages_exit_2(tmp_path):
+    data = yaml.safe_load(FIX.read_text())
+    data["model"]["layers"] = 3
+    p = tmp_path / "few.yaml"
+    p.write_text(yaml.safe_dump(data))
+    r = runner.invoke(app, ["tune", str(p)])
+    assert r.exit_code == 2
+    assert r.stderr.strip() == (f"error: {p}: field 'model.layers': got 3, fewer than pp=4 stages; give at least "
+                                "4 layers or a smaller pp")
+
+
+def test_missing_cost_for_a_kind_exit_2(tmp_path):
+    data = yaml.safe_load(FIX.read_text())
+    data["model"]["layer"] = {"F": 1.0, "B": 2.0}
+    p = tmp_path / "nocost.yaml"
+    p.write_text(yaml.safe_dump(data))
+    r = runner.invoke(app, ["tune", str(p)])
+    assert r.exit_code == 2
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert "field 'model.layer.I': no cost given (needed by zb-h1, zb-h2, zbv, synth" in r.stderr
+    data["families"] = ["1f1b", "gpipe"]  # families without a split backward need only F and B
+    p.write_text(yaml.safe_dump(data))
+    assert runner.invoke(app, ["tune", str(p)]).exit_code == 0
+
+
+# -- calibration -------------------------------------------------------------------------------
+
+def test_costs_from_fits_layer_embedding_and_head():
+    from pptl.tune.calibrate import fit_layer_costs
+
+    tc = _cfg()
+    # stage times of 8 layers each plus embedding 5 and head 3 at t = 2
+    t, e, h = fit_layer_costs(tc.model, (8, 8, 8, 8), [21.0, 16.0, 16.0, 19.0], (2.0, 2.0))
+    assert (t, e, h) == (2.0, 5.0, 3.0)
+    t, e, h = fit_layer_costs(tc.model, (8, 8), [20.0, 20.0], (2.0, 2.0))
+    assert t == pytest.approx(2.0) and e == pytest.approx(4.0)
+
+
+# -- pptl run with uneven stage_layers (gloo) --------------------------------------------------
+
+def test_run_uneven_stage_layers_verifies(tmp_path):
+    pytest.importorskip("torch")
+    from pptl.config import config_from_mapping
+    from pptl.run import run_plans
+    from pptl.schedules import build_schedule
+
+    wl = {"hidden": 16, "tokens": 4, "dtype": "float32", "stage_layers": [3, 1]}
+    s = build_schedule(config_from_mapping({"schedule": "1f1b", "pp": 2, "microbatches": 4, "workload": wl}))
+    tl = run_plans([(s, None)], gpus=2, device="cpu", steps=1, warmup=0, verify=True, timeout=60)[0]
+    assert tl.meta.extra["verify"]["ok"]
+    assert tl.meta.extra["workload"]["stage_layers"] == [3, 1]
+    f = {e.stage: e.duration for e in tl.events if e.kind == "F" and e.mb == 0}
+    assert len(f) == 2
+
+
+def test_stage_layers_of_the_wrong_length_is_one_line(tmp_path):
+    p = tmp_path / "c.json"
+    p.write_text(json.dumps({"schedule": "1f1b", "pp": 2, "microbatches": 2,
+                             "workload": {"hidden": 8, "tokens": 2, "stage_layers": [1, 1, 1]}}))
+    r = runner.invoke(app, ["run", str(p), "--device", "cpu", "-o", str(tmp_path / "m.json")])
+    assert r.exit_code == 2
+    assert "field 'workload.stage_layers': got 3 entries, expected one per stage (2 for 1f1b" in r.stderr
+
+
+# -- the exact synthesised order ---------------------------------------------------------------
+
+def test_ilp_note_when_highspy_is_missing_or_too_big(monkeypatch):
+    import builtins
+
+    from pptl.tune.synth_ilp import ilp_orders
+
+    x = SynthInput(pp=2, microbatches=2, F=[1.0] * 2, I=[1.0] * 2, W=[1.0] * 2, activation=[1.0] * 2,
+                   limit=[2.0] * 2, w_activation=0.5, message=0.0)
+    real = builtins.__import__
+
+    def no_highs(name, *a, **k):
+        if name == "highspy":
+            raise ImportError(name)
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_highs)
+    orders, note = ilp_orders(x, 100.0)
+    assert orders is None and note.startswith("synth ILP skipped: highspy is not installed")
+    big = replace(x, pp=8, microbatches=64, F=[1.0] * 8, I=[1.0] * 8, W=[1.0] * 8, activation=[1.0] * 8,
+                  limit=[2.0] * 8)
+    orders, note = ilp_orders(big, 100.0)
+    assert orders is None and "exceed" in note
+    # the candidate falls back to the greedy order and says so
+    tc = _cfg(families=["synth"], microbatches=8)
+    res = tune(tc)
+    ilp = [r for r in res.results if r.structure.method == "ilp"]
+    assert ilp and all(r.step is None and r.rejected.startswith("synth ILP skipped") for r in ilp)
+    assert any(r.structure.method == "greedy" and r.step is not None for r in res.results)
+    assert any(n.startswith("synth ILP skipped") for n in res.notes)
+
+
+def test_ilp_finds_an_order_no_slower_than_greedy_within_the_memory_limit():
+    pytest.importorskip("highspy")
+    from pptl.tune.synth_ilp import ilp_orders, order_makespan
+
+    x = SynthInput(pp=3, microbatches=4, F=[1.0, 1.0, 1.5], I=[1.0] * 3, W=[0.5] * 3, activation=[1.0] * 3,
+                   limit=[2.0] * 3, w_activation=0.5, message=0.1)
+    greedy = greedy_orders(x)
+    orders, note = ilp_orders(x, 100.0, time_limit=5.0, warm=greedy)
+    assert orders is not None, note
+    assert order_makespan(x, orders) <= order_makespan(x, greedy) + 1e-9
+    for r, seq in orders.items():
+        held = peak = 0.0
+        for k, _ in seq:
+            held += {"F": 1.0, "I": -0.5, "W": -0.5}[k]
+            peak = max(peak, held)
+        assert peak <= 2.0 + 1e-9
+
+
+def test_memory_calibration_only_scales_activation_up():
+    from pptl.timeline import TimelineMeta
+    from pptl.tune.calibrate import _fit_memory
+
+    tc = _cfg(families=["1f1b"], microbatches=8, memory_limit=None)
+    meta = TimelineMeta(source="measured", units="ms", family="1f1b", pp=4, microbatches=8)
+    split = (8, 8, 8, 8)
+    # 1F1B at 8 micro-batches: rank 1 holds 3 micro-batches of 8 layers (0.15 each) + 8 x 0.5 of weights.
+    pred_act, weights = 3 * 8 * 0.15, 8 * 0.5
+    up, note = _fit_memory(tc, meta, split, {"1": {"peak_mib": weights + 2 * pred_act}})
+    assert up.model.layer.activation == pytest.approx(0.3) and "scaled by 2.000" in note
+    same, _ = _fit_memory(tc, meta, split, {"1": {"peak_mib": weights + 0.5 * pred_act}})
+    assert same.model.layer.activation == pytest.approx(0.15)
+
+
+def test_gpu_script_limit_and_spearman():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_tune", ROOT / "bench" / "gpu_tune.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    limit = mod._pick_limit([10.0, 10.2, 12.0, 15.0, 15.1])
+    assert 10.2 * 1.04 <= limit <= 12.0 * 0.96 or 12.0 * 1.04 <= limit <= 15.0 * 0.96
+    assert mod._spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert mod._spearman([1, 2, 3, 4], [40, 30, 20, 10]) == pytest.approx(-1.0)
+
+
+def test_hostile_sizes_are_rejected_not_built():
+    data = yaml.safe_load(FIX.read_text())
+    data.update(pp=4096, microbatches=100_000, memory_limit=None, families=["1f1b", "synth"])
+    data["model"]["layers"] = 100_000
+    tc = tune_config_from_mapping(data, source="t.yaml")
+    res = tune(tc)
+    assert res.best is None and all(r.step is None for r in res.results)
+    assert all("more than the 5,000,000 pptl plans" in r.rejected for r in res.results)
+
+
+def test_sync_send_puts_message_time_on_the_producers_compute_lane():
+    base = _cfg(families=["1f1b"], microbatches=8, memory_limit=None)
+    sync = {r.label: r for r in tune(base).results}
+    over = {r.label: r for r in tune(replace(base, messages="overlap")).results}
+    key = "1f1b m=8 split=even"
+    # rank 0's compute lane carries 8 activation sends of 0.05 each that overlap does not
+    busy = lambda r: r.step * (1 - r.bubble) * 4  # noqa: E731
+    assert busy(sync[key]) - busy(over[key]) == pytest.approx(2 * 3 * 8 * 0.05)
+    free = replace(base, comm_latency=0.0)
+    assert tune(free).results[0].step == tune(replace(free, messages="overlap")).results[0].step
