@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from pptl.checks import run_checks
 from pptl.cli import app
-from pptl.tune import load_tune_config, tune
+from pptl.tune import tune
 from pptl.tune.model import tune_config_from_mapping
 from pptl.tune.rank import best_schedule
 from pptl.tune.split import balanced_split, even_split, megatron_layout, splits_for, stage_costs

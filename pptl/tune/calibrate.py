@@ -115,9 +115,8 @@ def _fit_memory(tc: TuneConfig, meta: Any, split: Sequence[int], memory: dict) -
         return tc, None
     chosen = next((r for r in results if r.split.layers == tuple(split)), None)
     if chosen is None:
-        from pptl.tune.rank import _check, _time
         from pptl.schedules import get_family
-        from pptl.tune.rank import config_for
+        from pptl.tune.rank import _check, _time, config_for
 
         sched = get_family(fam).build(config_for(probe, st))
         ctx = _check(sched)

@@ -13,14 +13,13 @@ its end).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from pptl.checks import Context, check_context
 from pptl.config import MAX_OPS, Config, Costs
-from pptl.errors import InputError, InvalidScheduleError
 from pptl.deps import roles
+from pptl.errors import InputError, InvalidScheduleError
 from pptl.ir import Schedule
 from pptl.schedules import get_family
 from pptl.tune.candidates import Structure, structures
