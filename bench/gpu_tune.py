@@ -27,7 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-PP, LAYERS, BLOCKS, MBS = 4, 32, 2, (8, 16)
+# PP=2 runs the same study on a 2-GPU machine (8 layers a stage, as at 4).
+PP = int(os.environ.get("PP", "4"))
+LAYERS, BLOCKS, MBS = 8 * PP, 2, (8, 16)
 
 
 def _pptl(*args: str) -> subprocess.CompletedProcess:

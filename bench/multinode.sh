@@ -13,9 +13,11 @@ LOG="$OUT/multinode.log"
 WORK=$(mktemp -d)
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 PORT=${PORT:-29531}
+# NPROC=1: two "nodes" of one GPU each (pp 2) on a 2-GPU host
+NPROC=${NPROC:-2}; PP=$((2 * NPROC))
 {
   echo "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c | xargs)"
-  python3 -m pptl plan --schedule 1f1b --pp 4 --microbatches 8 -o "$WORK/plan.json" --output json >/dev/null
+  python3 -m pptl plan --schedule 1f1b --pp $PP --microbatches 8 -o "$WORK/plan.json" --output json >/dev/null
   # the anchor's block at 4096 wide, 2048 tokens, bf16 (what bench/gpu_suite.py runs)
   python3 - "$WORK/plan.json" "${HIDDEN:-4096}" "${TOKENS:-2048}" <<'PY'
 import json, sys
@@ -25,10 +27,10 @@ p["config"]["workload"] = {"hidden": int(sys.argv[2]), "tokens": int(sys.argv[3]
 json.dump(p, open(sys.argv[1], "w"))
 PY
   for NODE in 0 1; do
-    DEVS=$([ $NODE = 0 ] && echo 0,1 || echo 2,3)
-    echo "+ CUDA_VISIBLE_DEVICES=$DEVS torchrun --nnodes 2 --nproc-per-node 2 --node-rank $NODE --rdzv-backend c10d" \
+    DEVS=$([ $NODE = 0 ] && seq -s, 0 $((NPROC - 1)) || seq -s, $NPROC $((2 * NPROC - 1)))
+    echo "+ CUDA_VISIBLE_DEVICES=$DEVS torchrun --nnodes 2 --nproc-per-node $NPROC --node-rank $NODE --rdzv-backend c10d" \
          "--rdzv-endpoint 127.0.0.1:$PORT --rdzv-id pptl -m pptl.run plan.json --steps 5 -o measured.json"
-    CUDA_VISIBLE_DEVICES=$DEVS timeout 240 python3 -m torch.distributed.run --nnodes 2 --nproc-per-node 2 \
+    CUDA_VISIBLE_DEVICES=$DEVS timeout 240 python3 -m torch.distributed.run --nnodes 2 --nproc-per-node $NPROC \
       --node-rank $NODE --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$PORT --rdzv-id pptl \
       -m pptl.run "$WORK/plan.json" --steps 5 --warmup 2 -o "$WORK/measured.json" > "$WORK/node$NODE.log" 2>&1 &
     eval "PID$NODE=\$!"
