@@ -25,7 +25,11 @@ from typing import TYPE_CHECKING, Iterable
 if TYPE_CHECKING:  # only for annotations: ir imports this module to derive the facts of a new lane order
     from pptl.ir import Op
 
-__all__ = ["roles", "training_deps", "comm_key"]
+__all__ = ["roles", "training_deps", "training_deps_columns", "comm_key", "VECTOR_MIN_OPS"]
+
+#: From this many ops on, the facts are derived with numpy key joins (:mod:`pptl._deps_np`);
+#: below, the plain loop is faster than importing numpy.
+VECTOR_MIN_OPS = 20_000
 
 _Key = tuple[str, int, int, int]
 
@@ -67,6 +71,29 @@ def training_deps(ops: list[Op], num_stages: int) -> list[tuple[int, int]]:
         One pass to index producers and messages, one to link consumers; written out per kind
         (no generator per op) because ``pptl plan`` and ``pptl check`` both run it on 400k ops.
     """
+    if len(ops) >= VECTOR_MIN_OPS:
+        from pptl._deps_np import deps_of_ops
+
+        vec = deps_of_ops(ops, num_stages)
+        if vec is not None:
+            return vec
+    return _training_deps_loop(ops, num_stages)
+
+
+def training_deps_columns(kind: list[str], rank: list[int], stage: list[int], mb: list[int], direction: list[int],
+                          flow: list[str], pair: list[tuple[int, int, int] | None],
+                          num_stages: int) -> list[tuple[int, int]] | None:
+    """:func:`training_deps` of ops given as columns (a plan file's), or None when the vector
+    path does not apply (few ops, or indices too wide to pack); the caller then builds ops."""
+    if len(kind) < VECTOR_MIN_OPS:
+        return None
+    from pptl._deps_np import deps_of_columns
+
+    return deps_of_columns(kind, rank, stage, mb, direction, flow, pair, num_stages)
+
+
+def _training_deps_loop(ops: list[Op], num_stages: int) -> list[tuple[int, int]]:
+    """:func:`training_deps` in one Python pass (the reference the vector path is tested against)."""
     prod: dict[_Key, int] = {}
     comm: dict[tuple[str, str, int, int, int], int] = {}
     put = prod.setdefault
@@ -154,7 +181,7 @@ def training_deps(ops: list[Op], num_stages: int) -> list[tuple[int, int]]:
             send = cget(("SEND", flow, d, s - 1 if flow == "F" else s + 1, mb))
             if send is not None:
                 add((send, i))
-    return [e for e in edges if e[0] != e[1]]
+    return sorted(e for e in edges if e[0] != e[1])
 
 
 def _needs(op: Op) -> Iterable[tuple[str, int, int, int, bool]]:

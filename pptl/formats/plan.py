@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeGuard
 
 from pptl.config import MAX_OPS, config_from_mapping, read_structured
-from pptl.deps import training_deps
+from pptl.deps import training_deps, training_deps_columns
 from pptl.errors import InputError
 from pptl.ir import Op, Schedule, ScheduleBuilder
 from pptl.simulate import op_events
@@ -214,12 +214,15 @@ def read_plan_dict(data: Any, *, source: str = "<plan>") -> tuple[Schedule, Call
         if not isinstance(data["config"], Mapping):
             raise InputError(f"{source}: field 'config': expected an object")
         cfg = config_from_mapping(data["config"], source=f"{source}: config")
+    derived: list[tuple[int, int]] | None = None
     if version == 1:
         ops, lanes = _ops_v1(data, source)
     else:
-        ops, lanes = _ops_v2(data, source)
+        ops, lanes, derived = _ops_v2(data, source, sizes["num_stages"])
     n = len(ops)
-    deps: dict[tuple[int, int], None] = dict.fromkeys(training_deps(ops, sizes["num_stages"]))
+    if derived is None:
+        derived = training_deps(ops, sizes["num_stages"])
+    deps: dict[tuple[int, int], None] = dict.fromkeys(derived)
     raw_deps = data.get("deps", [])
     if not isinstance(raw_deps, list):
         raise InputError(f"{source}: field 'deps': expected a list of producer, consumer op positions")
@@ -272,7 +275,9 @@ def _ops_v1(data: Mapping[str, Any], source: str) -> tuple[list[Op], dict[tuple[
     return b.ops, b.lanes
 
 
-def _ops_v2(data: Mapping[str, Any], source: str) -> tuple[list[Op], dict[tuple[int, str], list[int]]]:
+def _ops_v2(data: Mapping[str, Any], source: str, num_stages: int
+            ) -> tuple[list[Op], dict[tuple[int, str], list[int]], list[tuple[int, int]] | None]:
+    """The ops, the lanes, and the training facts derived from the columns (None: derive from the ops)."""
     raw_lanes = data.get("lanes")
     if not isinstance(raw_lanes, list):
         raise InputError(f"{source}: field 'lanes': expected a list of {{rank, lane, count}}")
@@ -349,7 +354,9 @@ def _ops_v2(data: Mapping[str, Any], source: str) -> tuple[list[Op], dict[tuple[
     ops = list(map(Op, values["kind"], ranks, lane_col, values["stage"], values["mb"], values["direction"],
                    values["chunk"], pairs, values["peer"], values["flow"], values["sub"], values["label"],
                    payloads, values["cost"]))
-    return ops, lanes
+    derived = training_deps_columns(values["kind"], ranks, values["stage"], values["mb"], values["direction"],
+                                    values["flow"], pairs, num_stages)
+    return ops, lanes, derived
 
 
 def _str_column(col: Any, n: int, default: str, where: str) -> list[str]:

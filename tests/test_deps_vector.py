@@ -1,0 +1,70 @@
+"""The numpy derivation of the training facts (large schedules) gives exactly the loop's edges."""
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+
+from pptl._deps_np import deps_of_columns, deps_of_ops
+from pptl.config import config_from_mapping
+from pptl.deps import VECTOR_MIN_OPS, _training_deps_loop, training_deps
+from pptl.ir import Op
+from pptl.schedules import build_schedule
+
+CASES = [
+    ("1f1b", 4, 8, {}), ("interleaved-1f1b", 4, 8, {"vpp": 2}), ("zb-h1", 4, 8, {}), ("zb-h2", 4, 8, {}),
+    ("zbv", 4, 8, {}), ("dualpipe", 8, 20, {}), ("dualpipev", 4, 8, {}), ("gpipe", 3, 5, {}),
+    ("moe-1f1b-overlap", 4, 8, {"vpp": 2}),
+]
+
+
+def _mutate(ops: list[Op], pp: int, rnd: random.Random) -> list[Op]:
+    """Duplicates, gaps, wrong stages / micro-batches / flows / ranks, FB pairs: the checker's inputs."""
+    out = list(ops)
+    for _ in range(5):
+        j = rnd.randrange(len(out))
+        op = out[j]
+        change = rnd.choice(["dup", "del", "stage", "mb", "flow", "rank", "pair"])
+        if change == "dup":
+            out.insert(rnd.randrange(len(out)), op)
+        elif change == "del":
+            del out[j]
+        elif change == "stage":
+            out[j] = replace(op, stage=op.stage + rnd.choice([-1, 1, 5]))
+        elif change == "mb":
+            out[j] = replace(op, mb=op.mb + rnd.choice([-1, 1]))
+        elif change == "flow":
+            out[j] = replace(op, flow=rnd.choice(["F", "B", "X", ""]))
+        elif change == "rank":
+            out[j] = replace(op, rank=rnd.randrange(pp))
+        else:
+            out[j] = replace(op, kind="FB", pair=rnd.choice([None, (1, 2, 0), (op.stage, op.mb, 1)]))
+    return out
+
+
+@pytest.mark.parametrize("family,pp,m,extra", CASES)
+def test_vector_deps_equal_the_loop(family: str, pp: int, m: int, extra: dict) -> None:
+    s = build_schedule(config_from_mapping({"schedule": family, "pp": pp, "microbatches": m, **extra}, source="t"))
+    expected = _training_deps_loop(s.ops, s.num_stages)
+    assert expected, family
+    assert deps_of_ops(s.ops, s.num_stages) == expected
+    rnd = random.Random(family)
+    for _ in range(20):
+        ops = _mutate(s.ops, pp, rnd)
+        assert deps_of_ops(ops, s.num_stages) == _training_deps_loop(ops, s.num_stages)
+
+
+def test_large_schedules_take_the_vector_path_with_the_same_edges() -> None:
+    s = build_schedule(config_from_mapping({"schedule": "interleaved-1f1b", "pp": 8, "vpp": 2, "microbatches": 256},
+                                           source="t"))
+    assert len(s.ops) >= VECTOR_MIN_OPS
+    assert training_deps(s.ops, s.num_stages) == _training_deps_loop(s.ops, s.num_stages) == s.deps
+
+
+def test_indices_too_wide_to_pack_fall_back() -> None:
+    ops = [Op("F", 0, "compute", stage=0, mb=0), Op("F", 1, "compute", stage=1, mb=0),
+           Op("F", 0, "compute", stage=-(1 << 40), mb=1 << 40, direction=1 << 30)]
+    assert deps_of_columns(*zip(*((o.kind, o.rank, o.stage, o.mb, o.direction, o.flow, o.pair) for o in ops)),
+                           num_stages=2) is None
+    assert _training_deps_loop(ops, 2) == [(0, 1)]
