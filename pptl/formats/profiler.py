@@ -5,9 +5,10 @@ file for one rank):
 
 - **torch profiler traces** (``prof.export_chrome_trace``, ``.json`` or ``.json.gz``) from a run
   of torch.distributed.pipelining, whose runtime names each action's range ``PP:<action>``
-  (``PP:0F0``, ``PP:1SEND_F1``, ``PP:(0F7;7B3)OVERLAP_F_B``). GPU ranges
-  (``gpu_user_annotation``) are used when the trace has them, else the CPU ranges. The rank is
-  the trace's ``distributedInfo.rank``, else the last number in the file name.
+  (``PP:0F0``, ``PP:1SEND_F1``, ``PP:(0F7;7B3)OVERLAP_F_B``); single-stage schedules name none and
+  are rebuilt from their forward ops and autograd nodes. Each action is timed by the kernels it
+  launched (:mod:`pptl.formats.trace_actions`). The rank is the trace's ``distributedInfo.rank``,
+  else the last number in the file name.
 - **event lists**: ``[{"type": "F", "start_time": 0.0, "end_time": 1.2, "minibatch": 0}, ...]``,
   or ``{"rank": 0, "units": "ms", "events": [...]}``. ``type`` is F/B/I/W (or forward, backward,
   backward_input, backward_weight); optional ``stage`` or ``chunk`` (looped placement) and
@@ -30,6 +31,8 @@ from typing import Any, Mapping
 
 from pptl.config import MAX_FILE_BYTES, MAX_OPS
 from pptl.errors import InputError
+from pptl.formats.kineto import parse_trace
+from pptl.formats.trace_actions import rank_actions
 from pptl.formats.torch_csv import Action, parse_action, schedule_from_rows
 from pptl.timeline import MAX_TIME, Event, Timeline, TimelineMeta
 
@@ -100,6 +103,9 @@ def read_traces(files: list[Path], *, source: str, preread: dict[Path, Any] | No
     origin: dict[int, Path] = {}
     kinds: set[str] = set()
     notes: list[str] = []
+    launch: dict[int, list[float | None]] = {}
+    windows: list[tuple[float, float]] = []
+    multi = True
     file_units = units
     for i, f in enumerate(files):
         data = (preread or {}).get(f)
@@ -111,20 +117,21 @@ def read_traces(files: list[Path], *, source: str, preread: dict[Path, Any] | No
                              "(expected 'traceEvents', or a list of {type, start_time, end_time, minibatch})")
         kinds.add(kind)
         if kind == "profiler":
-            rank = _profiler_rank(data, f, i if len(files) > 1 else 0)
-            rows, note = _profiler_rows(data, f, step)
-            if note:
-                notes.append(note)
+            rank = _check_rank(_profiler_rank(data, f, i if len(files) > 1 else 0), f)
+            got = rank_actions(parse_trace(data, str(f)), f.name, rank=rank, step=step)
+            rows = [(m.action, m.start, m.end) for m in got.rows]
+            launch[rank] = [m.launch for m in got.rows]
+            if got.gpu_window is not None:
+                windows.append(got.gpu_window)
+            multi = multi and got.multi_stage
+            notes.extend(got.notes)
         else:
             rank, rows, u = _event_rows(data, f, i if len(files) > 1 else 0)
             if u is not None:
                 if file_units is not None and u != file_units and units is None:
                     raise InputError(f"{f}: units '{u}' differ from another file's '{file_units}'")
                 file_units = units or u
-        if isinstance(rank, bool) or not 0 <= rank < MAX_RANKS:
-            # Every rank up to the highest gets a row: a rank of 10**30 would allocate without end.
-            raise InputError(f"{f}: rank {rank!r}, expected an integer in 0..{MAX_RANKS - 1} (the rank comes from "
-                             "distributedInfo.rank, the field 'rank', or the last number in the file name)")
+        rank = _check_rank(rank, f)
         if rank in per_rank:
             raise InputError(f"{f}: rank {rank} also comes from {origin[rank]}; expected one file per rank")
         per_rank[rank] = rows
@@ -138,20 +145,32 @@ def read_traces(files: list[Path], *, source: str, preread: dict[Path, Any] | No
     if missing:
         notes.append(f"no file for rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}")
     rows = [_place(per_rank.get(r, []), r, pp) for r in range(pp)]
-    schedule, timeline, more = timeline_from_rows(rows, source=source, units=unit, microbatches=microbatches)
+    launches = [launch.get(r, [None] * len(rows[r])) for r in range(pp)] if launch else None
+    schedule, timeline, more = timeline_from_rows(rows, source=source, units=unit, microbatches=microbatches,
+                                                  launches=launches, gpu_windows=windows)
     notes = [f"{'torch profiler traces' if kind == 'profiler' else 'event lists'}: {len(per_rank)} "
              f"file{'s' if len(per_rank) != 1 else ''}, {len(timeline.events)} events in {unit}"] + more + notes
+    if kind == "profiler":
+        notes.extend(import_report(schedule, timeline, multi_stage=multi))
     return Loaded(source, schedule, timeline, "profiler" if kind == "profiler" else "events", tuple(notes))
 
 
 def timeline_from_rows(rows: list[list[tuple[Action, float, float]]], *, source: str, units: str,
-                       microbatches: int | None = None) -> tuple[Any, Timeline, list[str]]:
-    """(schedule, measured timeline, notes) from each rank's (action, start, end) in time order."""
+                       microbatches: int | None = None, launches: list[list[float | None]] | None = None,
+                       gpu_windows: list[tuple[float, float]] | None = None) -> tuple[Any, Timeline, list[str]]:
+    """(schedule, measured timeline, notes) from each rank's (action, start, end).
+
+    ``launches`` (same shape as ``rows``): the CPU time each action's first kernel was launched,
+    kept in the timeline's ``meta.extra["launch"]`` (op id -> time) for ``pptl explain``'s host
+    gaps; ``gpu_windows``: each rank's first kernel start and last kernel end of the step.
+    """
+    if launches is not None:
+        rows = [[(a, s, e, launches[r][k]) for k, (a, s, e) in enumerate(row)] for r, row in enumerate(rows)]
     ordered = [sorted(r, key=lambda t: (t[1], t[2])) for r in rows]
-    schedule, notes, _ = schedule_from_rows([[a for a, _, _ in r] for r in ordered], source=source,
+    schedule, notes, _ = schedule_from_rows([[t[0] for t in r] for r in ordered], source=source,
                                             microbatches=microbatches, family="measured")
-    t0 = min((s for r in ordered for _, s, _ in r), default=0.0)
-    times = [(s - t0, e - t0) for r in ordered for _, s, e in r]
+    t0 = min((t[1] for r in ordered for t in r), default=0.0)
+    times = [(t[1] - t0, t[2] - t0) for r in ordered for t in r]
     events = [Event(op=op.id, rank=op.rank, lane=op.lane, start=st, end=en, kind=op.kind, stage=op.stage,
                     mb=op.mb, direction=op.direction, chunk=op.chunk, pair=op.pair, peer=op.peer)
               for op, (st, en) in zip(schedule.ops, times)]
@@ -159,8 +178,50 @@ def timeline_from_rows(rows: list[list[tuple[Action, float, float]]], *, source:
     meta = TimelineMeta(source="measured", units=units, family="measured", pp=schedule.pp,
                         vpp=cfg.vpp if cfg is not None else 1, microbatches=schedule.microbatches,
                         title=f"measured: pp={schedule.pp} microbatches={schedule.microbatches}",
-                        clock="per-rank timestamps as recorded (one clock assumed), shifted to start at 0")
+                        clock="per-rank timestamps as recorded (one clock assumed), shifted to start at 0",
+                        extra=_extra(schedule, ordered, t0, gpu_windows))
     return schedule, Timeline(events, meta), notes[1:]
+
+
+def _extra(schedule: Any, ordered: list[list[tuple]], t0: float,
+           gpu_windows: list[tuple[float, float]] | None) -> dict[str, Any]:
+    extra: dict[str, Any] = {}
+    launch = {op.id: t[3] - t0 for op, t in zip(schedule.ops, (t for r in ordered for t in r))
+              if len(t) > 3 and t[3] is not None}
+    if launch:
+        extra["launch"] = launch
+    if gpu_windows:
+        extra["gpu_window"] = [min(w[0] for w in gpu_windows) - t0, max(w[1] for w in gpu_windows) - t0]
+    return extra
+
+
+def import_report(schedule: Any, timeline: Timeline, *, multi_stage: bool) -> list[str]:
+    """Notes on what a trace import missed: work of the step with no action, and how far the
+    makespan is from the GPU time of the step (first kernel to last kernel, every rank)."""
+    from pptl.deps import roles
+
+    notes: list[str] = []
+    have = {key for op in schedule.ops for key in roles(op)}
+    split = any(op.kind in ("I", "W") for op in schedule.ops)
+    missing = []
+    for s in range(schedule.num_stages):
+        for mb in range(schedule.microbatches):
+            for role, name in (("F", "F"), ("G", "I" if split else "B"), ("W", "W" if split else "B")):
+                if (role, 0, s, mb) not in have and f"{s}{name}{mb}" not in missing:
+                    missing.append(f"{s}{name}{mb}")
+    if missing:
+        why = ("no PP:<action> range for it in the profiled step (outside the profiling window, or the step was "
+               "cut short)") if multi_stage else "not found among the forward and backward runs of the step"
+        notes.append(f"missing {len(missing)} action(s): {', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''}"
+                     f": {why}")
+    window = timeline.meta.extra.get("gpu_window")
+    if window and timeline.events:
+        gpu = window[1] - window[0]
+        span = timeline.makespan
+        if gpu > 0:
+            notes.append(f"makespan {span / 1000:.4g} ms; GPU time of the step (first kernel to last kernel) "
+                         f"{gpu / 1000:.4g} ms ({100 * span / gpu:.1f}%)")
+    return notes
 
 
 def _read(p: Path) -> Any:
@@ -199,6 +260,14 @@ def _gunzip(raw: bytes, p: Path) -> bytes:
     return out
 
 
+def _check_rank(rank: Any, f: Path) -> int:
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < MAX_RANKS:
+        # Every rank up to the highest gets a row: a rank of 10**30 would allocate without end.
+        raise InputError(f"{f}: rank {rank!r}, expected an integer in 0..{MAX_RANKS - 1} (the rank comes from "
+                         "distributedInfo.rank, the field 'rank', or the last number in the file name)")
+    return rank
+
+
 def _rank_from_name(p: Path, fallback: int) -> int:
     nums = re.findall(r"\d+", p.name.split(".")[0])
     return int(nums[-1]) if nums else fallback
@@ -209,62 +278,6 @@ def _profiler_rank(data: Mapping, p: Path, fallback: int) -> int:
     if isinstance(info, Mapping) and isinstance(info.get("rank"), int):
         return info["rank"]
     return _rank_from_name(p, fallback)
-
-
-def _profiler_rows(data: Mapping, p: Path, step: int | None) -> tuple[list[tuple[Action, float, float]], str]:
-    base = data.get("baseTimeNanoseconds", 0)
-    base_us = base / 1000.0 if isinstance(base, (int, float)) and not isinstance(base, bool) else 0.0
-    if not -MAX_TIME <= base_us <= MAX_TIME:
-        raise InputError(f"{p}: field 'baseTimeNanoseconds': got {base!r}, expected a finite number within "
-                         f"+-{MAX_TIME * 1000:g}")
-    spans: dict[str, list[tuple[str, float, float]]] = defaultdict(list)
-    found = 0
-    for e in data["traceEvents"]:
-        if not isinstance(e, Mapping) or e.get("ph") != "X":
-            continue
-        name = e.get("name")
-        if not isinstance(name, str) or not name.startswith("PP:"):
-            continue
-        ts, dur = e.get("ts"), e.get("dur", 0)
-        if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)):
-            continue
-        if not (-MAX_TIME <= ts <= MAX_TIME and 0 <= dur <= MAX_TIME):
-            raise InputError(f"{p}: range '{name}' at ts {ts!r} has dur {dur!r}; expected a ts within +-{MAX_TIME:g} "
-                             f"and a dur in 0..{MAX_TIME:g} microseconds")
-        spans[str(e.get("cat", ""))].append((name[3:], base_us + ts, base_us + ts + dur))
-        found += 1
-        if found > MAX_OPS:
-            raise InputError(f"{p}: more than the {MAX_OPS:,} 'PP:<action>' ranges pptl accepts")
-    if not spans:
-        raise InputError(f"{p}: no 'PP:<action>' ranges; record the run with torch.profiler around "
-                         "schedule.step() (torch.distributed.pipelining names each action's range PP:<action>)")
-    chosen = spans.get("gpu_user_annotation") or spans.get("user_annotation") or next(iter(spans.values()))
-    # One action can show several ranges (one per GPU stream) and run once per profiled step:
-    # merge overlapping ranges, then each remaining occurrence is one step.
-    by_name: dict[str, list[list[float]]] = defaultdict(list)
-    for name, s, e in sorted(chosen, key=lambda t: t[1]):
-        runs = by_name[name]
-        if runs and s <= runs[-1][1]:
-            runs[-1][1] = max(runs[-1][1], e)
-        else:
-            runs.append([s, e])
-    steps = max(len(v) for v in by_name.values())
-    pick = steps - 1 if step is None else step
-    if not 0 <= pick < steps:
-        raise InputError(f"{p}: step {step} is not in the trace's {steps} profiled step(s)")
-    rows: list[tuple[Action, float, float]] = []
-    for name, runs in by_name.items():
-        if len(runs) != steps:
-            continue  # an action outside the profiled window of some step
-        try:
-            action = parse_action(name)
-        except ValueError as e:
-            raise InputError(f"{p}: range 'PP:{name}': {e}") from None
-        if action is not None:
-            s, e = runs[pick]
-            rows.append((action, s, e))
-    note = f"{p.name}: {steps} profiled steps, using step {pick}" if steps > 1 else ""
-    return rows, note
 
 
 def _event_rows(data: Any, p: Path, fallback: int) -> tuple[int, list[tuple[Action, float, float]], str | None]:
@@ -318,7 +331,9 @@ def _event_rows(data: Any, p: Path, fallback: int) -> tuple[int, list[tuple[Acti
 
 def _place(rows: list[tuple[Action, float, float]], rank: int, pp: int) -> list[tuple[Action, float, float]]:
     """Events that gave a chunk rather than a stage (kept as -1 - chunk): looped placement."""
-    return [((Action((-1 - a.stage) * pp + rank, a.kind, a.mb) if a.stage < 0 else a), s, e) for a, s, e in rows]
+    # An OVERLAP_F_B has stage -1 too, with its stages in its sub-actions: it is not a chunk.
+    return [((Action((-1 - a.stage) * pp + rank, a.kind, a.mb) if a.stage < 0 and not a.subs else a), s, e)
+            for a, s, e in rows]
 
 
 def _register() -> None:

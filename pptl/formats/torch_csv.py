@@ -386,6 +386,8 @@ def _to_op(a: Action, rank: int, rank_of, chunk_of) -> Op:
     if a.kind in _COMPUTE:
         return Op(kind=a.kind, rank=rank, lane="compute", stage=a.stage, mb=a.mb, chunk=chunk_of(a.stage))
     if a.kind == "OVERLAP_F_B":
+        if sorted(x.kind for x in a.subs) != ["B", "F"]:  # parse_action makes none; a caller's Action may
+            raise InputError(f"rank {rank}: {a} overlaps {len(a.subs)} actions; expected one F and one B")
         f, bw = (a.subs if a.subs[0].kind == "F" else a.subs[::-1])
         return Op(kind="FB", rank=rank, lane="compute", stage=f.stage, mb=f.mb, chunk=chunk_of(f.stage),
                   pair=(bw.stage, bw.mb, 0))

@@ -1,0 +1,247 @@
+"""The schedule's actions in one rank's profiler trace, each timed on the GPU where possible.
+
+Multi-stage schedules (torch's ``_PipelineScheduleRuntime``: Interleaved1F1B, InterleavedZeroBubble,
+ZBVZeroBubble, DualPipeV...) open a CPU range ``PP:<action>`` around every action on the main
+thread. An action's GPU time is the span of the kernels *launched* while that range was open, on
+any thread of the rank: backward kernels are launched from autograd's own thread, so the GPU
+projection of the range (``gpu_user_annotation``) misses them. Then, in order of preference: the
+GPU annotation; for an action that launched nothing on a GPU trace (UNSHARD without FSDP), a
+zero-length event where its stream stood; the CPU range (only on CPU traces, or with a note).
+
+Single-stage schedules (Schedule1F1B, ScheduleGPipe) open no ``PP:`` range. ScheduleGPipe names
+``Forward i`` / ``Backward i`` ranges; otherwise the step is cut at the P2P calls into runs of
+forward ops (the main thread's ops that made autograd nodes: ``fwdbwd`` flow sources) and runs of
+backward nodes (``autograd::engine::evaluate_function``), numbered in order (both schedules run
+micro-batches first in, first out).
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Iterable
+
+from pptl.config import MAX_OPS
+from pptl.errors import InputError
+from pptl.formats.kineto import PP_PREFIX, Kernel, RankTrace, Span, is_comm_name
+from pptl.formats.torch_csv import Action, parse_action
+
+__all__ = ["Measured", "RankActions", "rank_actions"]
+
+_COMM_ACTIONS = frozenset({"SEND_F", "RECV_F", "SEND_B", "RECV_B"})
+_NAMED = re.compile(r"(Forward|Backward) (\d+)")
+_BACKWARD_NODE = "autograd::engine::evaluate_function"
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """One action and when it ran (microseconds, the trace's clock)."""
+
+    action: Action
+    start: float
+    end: float
+    launch: float | None = None
+    """CPU time its first kernel was launched (None: not known)."""
+    source: str = "kernels"
+    """kernels, gpu-annotation, stream (no GPU work: zero length where the stream stood) or cpu."""
+
+
+@dataclass(frozen=True)
+class RankActions:
+    rows: list[Measured]
+    notes: list[str]
+    gpu_window: tuple[float, float] | None
+    """First kernel start and last kernel end of the step (None on a CPU trace)."""
+    multi_stage: bool
+
+
+def rank_actions(rt: RankTrace, where: str, *, rank: int, step: int | None) -> RankActions:
+    """The actions of one profiled step of one rank.
+
+    Raises:
+        InputError: no action can be found, a ``PP:`` name is not an action, or ``step`` is absent.
+    """
+    pp = [s for s in rt.cpu if s.cat == "user_annotation" and s.name.startswith(PP_PREFIX)]
+    if not pp and not rt.cpu:
+        pp = [s for s in rt.gpu_annotations if s.name.startswith(PP_PREFIX)]  # a GPU-only export
+    if pp:
+        if len(pp) > MAX_OPS:
+            raise InputError(f"{where}: more than the {MAX_OPS:,} 'PP:<action>' ranges pptl accepts")
+        named = [(s.name[len(PP_PREFIX):], s) for s in pp]
+        return _from_ranges(rt, where, named, step, parse=lambda n: _parse(n, where), multi=True)
+    named = [(s.name, s) for s in rt.cpu if s.cat == "user_annotation" and _NAMED.fullmatch(s.name)]
+    if named:
+        def parse(n: str) -> Action:
+            m = _NAMED.fullmatch(n)
+            return Action(rank, "F" if m.group(1) == "Forward" else "B", int(m.group(2)))
+
+        return _from_ranges(rt, where, named, step, parse=parse, multi=False)
+    return _segmented(rt, where, rank, step)
+
+
+def _parse(name: str, where: str) -> Action | None:
+    try:
+        return parse_action(name)
+    except ValueError as e:
+        raise InputError(f"{where}: range 'PP:{name}': {e}") from None
+
+
+def _runs(spans: Iterable[tuple[str, Span]]) -> dict[str, list[list[float]]]:
+    """Per name, its occurrences: overlapping ranges of one name (one per thread or stream) merge."""
+    by_name: dict[str, list[list[float]]] = defaultdict(list)
+    for name, sp in sorted(spans, key=lambda t: t[1].start):
+        runs = by_name[name]
+        if runs and sp.start <= runs[-1][1]:
+            runs[-1][1] = max(runs[-1][1], sp.end)
+        else:
+            runs.append([sp.start, sp.end])
+    return by_name
+
+
+def _from_ranges(rt: RankTrace, where: str, named: list[tuple[str, Span]], step: int | None, *, parse,
+                 multi: bool) -> RankActions:
+    by_name = _runs(named)
+    steps = max(len(v) for v in by_name.values())
+    pick = steps - 1 if step is None else step
+    if not 0 <= pick < steps:
+        raise InputError(f"{where}: step {step} is not in the trace's {steps} profiled step(s)")
+    gpu_runs = _runs((s.name[len(PP_PREFIX):] if multi else s.name, s) for s in rt.gpu_annotations
+                     if (s.name.startswith(PP_PREFIX) if multi else _NAMED.fullmatch(s.name)))
+    notes: list[str] = []
+    partial = sorted(n for n, runs in by_name.items() if len(runs) != steps)
+    if partial:
+        notes.append(f"{where}: left out {len(partial)} action(s) recorded in fewer than the trace's {steps} steps "
+                     f"(cut by the profiling window): {', '.join(partial[:6])}{' ...' if len(partial) > 6 else ''}")
+    chosen = [(name, runs[pick]) for name, runs in by_name.items() if len(runs) == steps]
+    chosen.sort(key=lambda t: t[1][0])
+    rows: list[Measured] = []
+    sources: Counter[str] = Counter()
+    window: list[float] = []
+    if chosen:
+        step_ks = rt.kernels_launched(chosen[0][1][0], max(e for _, (_, e) in chosen))
+        if step_ks:
+            window = [min(k.start for k in step_ks), max(k.end for k in step_ks)]
+    for name, (s, e) in chosen:
+        action = parse(name)
+        if action is None:
+            continue
+        comm = action.kind in _COMM_ACTIONS
+        m = _timed(rt, action, s, e, comm, gpu_runs.get(name), pick, steps)
+        sources[m.source] += 1
+        rows.append(m)
+    if steps > 1:
+        notes.append(f"{where}: {steps} profiled steps, using step {pick}")
+    notes.extend(_source_note(where, sources, rt))
+    return RankActions(rows, notes, tuple(window) if window else None, multi)
+
+
+def _timed(rt: RankTrace, action: Action, s: float, e: float, comm: bool, gpu: list[list[float]] | None,
+           pick: int, steps: int) -> Measured:
+    ks = _pick(rt.kernels_launched(s, e), comm)
+    if ks:
+        first = min(ks, key=lambda k: k.start)
+        return Measured(action, first.start, max(k.end for k in ks), first.launch, "kernels")
+    if gpu is not None and len(gpu) == steps:
+        gs, ge = gpu[pick]
+        return Measured(action, gs, ge, None, "gpu-annotation")
+    if rt.has_gpu:
+        t = rt.stream_time_at(s)
+        if t is not None:
+            return Measured(action, t, t, None, "stream")
+    return Measured(action, s, e, None, "cpu")
+
+
+def _pick(ks: list[Kernel], comm: bool) -> list[Kernel]:
+    """A P2P action's time is its NCCL kernels; a compute action's, the rest (an action can post
+    communication too, as the last forward of a stage posting its send)."""
+    mine = [k for k in ks if k.comm == comm]
+    return mine or ks
+
+
+def _source_note(where: str, sources: Counter[str], rt: RankTrace) -> list[str]:
+    if not rt.has_gpu:
+        return [f"{where}: no GPU kernels in the trace; actions timed by their CPU ranges"]
+    parts = [f"{sources['kernels']} from the kernels they launched"]
+    if sources["gpu-annotation"]:
+        parts.append(f"{sources['gpu-annotation']} from their GPU annotation (no launch tied to a kernel)")
+    if sources["stream"]:
+        parts.append(f"{sources['stream']} launched no GPU work (zero length where the stream stood)")
+    if sources["cpu"]:
+        parts.append(f"{sources['cpu']} timed by their CPU range (nothing on the GPU to time them by)")
+    return [f"{where}: actions: " + ", ".join(parts)]
+
+
+# ----------------------------------------------------------------------------------------------
+# Single-stage schedules with no named ranges
+
+
+def _top_level(spans: list[Span]) -> list[Span]:
+    """Per thread, the ranges not inside another (input sorted by start, longest first)."""
+    out: list[Span] = []
+    open_end: dict[object, float] = {}
+    for sp in spans:
+        if sp.name.startswith(("ProfilerStep#", "## ")):
+            continue  # containers of a whole step or a phase
+        end = open_end.get(sp.tid)
+        if end is not None and sp.start < end:
+            continue
+        open_end[sp.tid] = sp.end
+        out.append(sp)
+    return out
+
+
+def _segmented(rt: RankTrace, where: str, rank: int, step: int | None) -> RankActions:
+    steps = [s for s in rt.cpu if s.name.startswith("ProfilerStep#")]
+    spans = rt.cpu
+    if len(steps) > 1:
+        steps.sort(key=lambda s: s.start)
+        pick = len(steps) - 1 if step is None else step
+        if not 0 <= pick < len(steps):
+            raise InputError(f"{where}: step {step} is not in the trace's {len(steps)} profiled step(s)")
+        lo, hi = steps[pick].start, steps[pick].end
+        spans = [s for s in spans if lo <= s.start and s.end <= hi]
+    elif step not in (None, 0):
+        raise InputError(f"{where}: step {step} is not in the trace's 1 profiled step")
+    units = _top_level(spans)
+    if not units:
+        raise InputError(f"{where}: no 'PP:<action>' ranges and no CPU ops to rebuild the step from; record the run "
+                         "with torch.profiler around schedule.step()")
+    with_flows = bool(rt.flow_sources)
+    segments: list[tuple[str, float, float, bool]] = []  # (F|B, start, end, made autograd nodes)
+    for u in units:
+        kind = "C" if is_comm_name(u.name) else ("B" if u.name.startswith(_BACKWARD_NODE) else "F")
+        if kind == "C":
+            segments.append(("C", u.start, u.end, False))
+            continue
+        made = kind == "F" and rt.has_flow_source(u.tid, u.start, u.end)
+        if segments and segments[-1][0] == kind:
+            k, s, e, m = segments[-1]
+            segments[-1] = (k, s, max(e, u.end), m or made)
+        else:
+            segments.append((kind, u.start, u.end, made))
+    fwd = [(s, e) for k, s, e, made in segments if k == "F" and (made or not with_flows)]
+    bwd = [(s, e) for k, s, e, _ in segments if k == "B"]
+    if not fwd:
+        raise InputError(f"{where}: no 'PP:<action>' ranges and no forward ops in the trace; record the run with "
+                         "torch.profiler around schedule.step()")
+    if len(fwd) + len(bwd) > MAX_OPS:
+        raise InputError(f"{where}: more than the {MAX_OPS:,} actions pptl accepts")
+    rows: list[Measured] = []
+    sources: Counter[str] = Counter()
+    for kind, spans_ in (("F", fwd), ("B", bwd)):
+        for mb, (s, e) in enumerate(spans_):
+            m = _timed(rt, Action(rank, kind, mb), s, e, False, None, 0, 1)
+            sources[m.source] += 1
+            rows.append(m)
+    notes = [f"{where}: no 'PP:' ranges (a single-stage schedule): {len(fwd)} forwards and {len(bwd)} backwards "
+             "rebuilt from forward ops and autograd nodes between the P2P calls, numbered in order"
+             + ("" if with_flows else " (no fwdbwd flows in the trace: every run of forward ops counts)")]
+    if len(fwd) != len(bwd):
+        notes.append(f"{where}: {len(fwd)} forwards but {len(bwd)} backwards; the step may be cut short")
+    notes.extend(_source_note(where, sources, rt))
+    window = None
+    if rows and rt.has_gpu:
+        ks = rt.kernels_launched(units[0].start, units[-1].end)
+        if ks:
+            window = (min(k.start for k in ks), max(k.end for k in ks))
+    return RankActions(rows, notes, window, False)
