@@ -897,6 +897,77 @@ def tune(
                                    f"{closest.label} with peak {closest.max_peak:.4g}")
 
 
+
+# ----------------------------------------------------------------------------------------------
+# pptl explain (the split lives in pptl/explain.py, the figure in pptl/render/explain_figure.py)
+
+
+@command("explain")
+def explain_cmd(
+    measured: Annotated[list[Path], typer.Argument(help="A measured timeline (pptl run -o), or torch profiler "
+                                                   "traces: a folder, a glob, or one file per rank.",
+                                                   show_default=False)],
+    plan_file: Annotated[Optional[Path], typer.Option("--plan", help="The plan that ran (its data facts; "
+                                                      "default: derived from the measured ops).")] = None,
+    out_file: Annotated[Optional[Path], typer.Option("-o", "--out", help="Stacked-bar figure: .png, .svg or "
+                                                     ".pdf.")] = None,
+    top: Annotated[int, typer.Option("--top", help="Late inputs listed.")] = 8,
+    output: OutputFmt = "text",
+) -> None:
+    """Where each rank's idle time went: schedule bubble, late input, transfer, host gap, imbalance."""
+    from pptl.explain import explain, explanation_lines
+    from pptl.fileio import atomic_write, check_writable
+    from pptl.formats.loader import load_any
+
+    _check_output(output)
+    fmt = None
+    if out_file is not None:
+        fmt = out_file.suffix.lower().lstrip(".")
+        if fmt not in ("png", "svg", "pdf"):
+            raise InputError(f"{out_file}: cannot draw to '.{fmt}', expected .png, .svg or .pdf")
+        check_writable(out_file)
+    if len(measured) > 1:  # one trace file per rank
+        from pptl.formats.profiler import read_traces
+
+        loaded = read_traces(measured, source=" ".join(map(str, measured)))
+    else:
+        loaded = load_any(measured[0])
+    name = measured[0].name if len(measured) == 1 else f"{len(measured)} traces"
+    if loaded.timeline is None or not loaded.timeline.events:
+        raise InputError(f"{name}: has no measured timeline (expected pptl run output or profiler traces)")
+    for note in loaded.notes:
+        err.print(f"note: {note}", markup=False)
+    plan = None
+    if plan_file is not None:
+        from pptl.compare import planned_timeline, schedule_difference
+
+        plan = load_any(plan_file).schedule
+        if plan is None:
+            raise InputError(f"{plan_file}: has no schedule (expected a plan or a config)")
+        ids = {e.op for e in loaded.timeline.events}
+        if not any(op.id in ids for op in plan.ops):
+            raise InputError(f"{plan_file}: shares no op with {name} (a plan of {plan.family}, pp={plan.pp}, "
+                             f"{plan.microbatches} micro-batches; was it the plan that ran?)")
+        differs = schedule_difference(planned_timeline(str(plan_file)), loaded.timeline)
+        if differs:
+            raise InputError(f"{plan_file}: not the plan that ran {name}: {differs}")
+    x = explain(loaded.timeline, plan)
+    if out_file is not None:
+        from pptl.explain import for_display
+        from pptl.render.explain_figure import explain_bytes
+
+        shown = for_display(x)
+        atomic_write(out_file, explain_bytes(x, fmt, title=f"{name}: where each rank's step went "
+                                              f"(makespan {shown.makespan:.4g} {shown.units})"))
+    if output == "json":
+        _print_json(x.to_dict())
+    else:
+        for line in explanation_lines(x, top=top):
+            out.print(line, markup=False)
+    if out_file is not None:
+        err.print(f"wrote {out_file}", markup=False)
+
+
 def main() -> None:
     """Console entry point."""
     try:
