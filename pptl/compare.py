@@ -17,7 +17,7 @@ from pptl.errors import InputError
 from pptl.timeline import Event, Timeline
 
 __all__ = ["KindRow", "OpRow", "Comparison", "compare_timelines", "bubble_fraction", "planned_timeline",
-           "comparison_lines"]
+           "comparison_lines", "schedule_difference"]
 
 
 @dataclass(frozen=True)
@@ -129,6 +129,9 @@ def compare_timelines(planned: Timeline, measured: Timeline) -> Comparison:
         raise InputError("the measured timeline has no events")
     p_by = {e.op: e for e in planned.events}
     m_by = {e.op: e for e in measured.events}
+    differs = schedule_difference(planned, measured)
+    if differs:
+        raise InputError(f"the plan and the measurement are different schedules: {differs}")
     common = [op for op in p_by if op in m_by]
     if not common:
         raise InputError("the plan and the measurement share no op id (were they made from the same plan?)")
@@ -172,6 +175,43 @@ def _contexts(pairs: list[tuple[Event, Event]], scale: float) -> list[Any]:
     rows = context_errors([(span(p), span(m)) for p, m in pairs if p.lane != "pass"
                            and p.kind not in ("SEND", "RECV")], scale)
     return rows
+
+
+_WORK = frozenset({"F", "B", "I", "W", "FB"})
+
+
+def schedule_difference(planned: Timeline, measured: Timeline) -> str:
+    """What makes ``measured`` a run of another schedule than ``planned`` ("" when none):
+    family, ranks or micro-batches in the metadata, compute work the plan lacks, or a rank
+    running its compute ops in another order. Work the run lacks is not a difference (a failed
+    or partial run; compare notes it)."""
+    pm, mm = planned.meta, measured.meta
+    if pm.family and mm.family and mm.family != "measured" and pm.family != mm.family:
+        return f"the plan is {pm.family}, the run is {mm.family}"
+    for name in ("pp", "microbatches"):
+        a, b = getattr(pm, name), getattr(mm, name)
+        if a and b and a != b:
+            return f"the plan has {name} {a}, the run {b}"
+    plan_ids = {e.op for e in planned.events}
+    extra = [e.op for e in measured.events if e.kind in _WORK and e.op not in plan_ids]
+    if extra:
+        return f"the run has {len(extra)} compute op(s) the plan lacks, such as {extra[0]}"
+    ran_lanes, plan_lanes = _compute_orders(measured), _compute_orders(planned)
+    for r, ran in sorted(ran_lanes.items()):
+        ran_set = set(ran)
+        want = [op for op in plan_lanes.get(r, []) if op in ran_set]
+        for k, (a, b) in enumerate(zip(ran, want)):
+            if a != b:
+                return f"rank {r} runs {a} as compute op {k} where the plan runs {b}"
+    return ""
+
+
+def _compute_orders(tl: Timeline) -> dict[int, list[str]]:
+    lanes: dict[int, list[str]] = {}
+    for e in sorted(tl.events, key=lambda e: (e.start, e.end)):
+        if e.kind in _WORK and e.lane == "compute":
+            lanes.setdefault(e.rank, []).append(e.op)
+    return lanes
 
 
 def _row(p: Event, m: Event, p0: float, m0: float, scale: float) -> OpRow:

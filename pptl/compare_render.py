@@ -45,6 +45,7 @@ def overlay_figure(cmp: Comparison) -> Any:
     for e in cmp.measured.events:
         ax.broken_barh([(e.start - m0, e.duration)], (y[(e.rank, e.lane)] - 0.05, 0.42),
                        facecolors=_colour(e.kind), edgecolors="none")
+    ax.set_xlim(left=0)  # both timelines are shifted to start at 0; no padding before it
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([f"rank {r} {lane}" for r, lane in rows])
     ax.invert_yaxis()

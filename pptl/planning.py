@@ -50,7 +50,7 @@ def make_config(path: Path | None, flags: Mapping[str, Any], cost_flags: list[st
     if extra_costs and schedule is not None:
         _check_cost_flags(extra_costs, schedule)
     if path is not None:
-        cfg = load_config(path, **{k: v for k, v in flags.items() if v is not None})
+        cfg = _load_config_or_plan(path, {k: v for k, v in flags.items() if v is not None})
     else:
         missing = [f"--{k}" for k in ("pp", "microbatches") if flags.get(k) is None]
         if missing:
@@ -84,6 +84,21 @@ def _check_cost_flags(costs: Mapping[str, float], schedule: str) -> None:
     if unknown:
         raise InputError(f"--cost {unknown[0]}={costs[unknown[0]]:g}: unknown cost key '{unknown[0]}'; known keys: "
                          f"{', '.join(TRAINING_COST_KEYS)} (op kinds)")
+
+
+def _load_config_or_plan(path: Path, overrides: Mapping[str, Any]) -> Config:
+    """A config file, or a plan file's config (``pptl plan plan.json --costs-from measured.json``
+    re-plans what ran, with measured costs)."""
+    from pptl.config import read_structured
+
+    data = read_structured(path)
+    if isinstance(data, Mapping) and data.get("format") == "pptl-plan":
+        inner = data.get("config")
+        if not isinstance(inner, Mapping):
+            raise InputError(f"{path}: the plan holds no config (an imported schedule); re-plan it with "
+                             f"pptl plan --from {path}")
+        return config_from_mapping({**inner, **overrides}, source=f"{path}: config")
+    return load_config(path, **overrides)
 
 
 def title_of(schedule: Schedule, makespan: float, bubble: float) -> str:

@@ -156,7 +156,7 @@ def parse_trace(data: Mapping, source: str) -> RankTrace:
     raw_kernels: list[tuple[float, float, Any, bool, Any]] = []
     launches: dict[Any, tuple[float, Any]] = {}
     flow_s: dict[Any, tuple[float, Any]] = {}
-    flow_f: dict[tuple[Any, float], Any] = {}
+    flow_f: dict[tuple[Any, float], list[Any]] = {}
     fwdbwd: dict[Any, list[float]] = {}
     skipped = 0
     for e in data["traceEvents"]:
@@ -201,15 +201,15 @@ def parse_trace(data: Mapping, source: str) -> RankTrace:
             elif ph == "s":
                 flow_s[fid] = (ts, tid)
             else:
-                flow_f[(tid, ts)] = fid
+                flow_f.setdefault((tid, ts), []).append(fid)
     kernels: list[Kernel] = []
     unlinked = 0
     for s, e_, stream, comm, corr in raw_kernels:
         hit = launches.get(corr) if corr is not None else None
         if hit is None:
             # No correlation in args: the ac2g flow that ends on this kernel names it.
-            fid = flow_f.get((stream, s))
-            hit = flow_s.get(fid) if fid is not None else None
+            ids = flow_f.get((stream, s))
+            hit = flow_s.get(ids.pop(0)) if ids else None  # two kernels can start at one time (zero length)
         if hit is None:
             unlinked += 1
             kernels.append(Kernel(s, e_, stream, comm))

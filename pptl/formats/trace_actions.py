@@ -146,6 +146,9 @@ def _timed(rt: RankTrace, action: Action, s: float, e: float, comm: bool, gpu: l
         return Measured(action, gs, ge, None, "gpu-annotation")
     if rt.has_gpu:
         t = rt.stream_time_at(s)
+        if t is None:  # before any GPU work of the rank: where its first later kernel starts
+            later = rt.kernels_launched(s, float("inf"))
+            t = min((k.start for k in later), default=None)
         if t is not None:
             return Measured(action, t, t, None, "stream")
     return Measured(action, s, e, None, "cpu")

@@ -29,11 +29,14 @@ def summary_lines(tl: Timeline) -> list[str]:
     lines = [f"{s['family']}: {s['pp']} ranks on {s['device']} ({s['backend']})"]
     if s["median_step_ms"] is not None:
         over = s["overhead"]
-        lines.append(f"step {s['median_step_ms']:.3f} ms (median of {len(tl.meta.extra.get('step_ms', []))} timed); "
-                     f"untimed {s['median_untimed_step_ms']:.3f} ms"
-                     + (f"; instrumentation overhead {100 * over:+.1f}%" if over is not None else ""))
-    lines.append(f"measured step {tl.meta.extra.get('step', '-')}: makespan {s['makespan_ms']:.3f} ms, "
-                 f"bubble {100 * s['bubble_fraction']:.1f}%")
+        step = tl.meta.extra.get("step", "-")
+        n = len(tl.meta.extra.get("step_ms", []))
+        untimed = s["median_untimed_step_ms"]
+        lines.append(f"step {s['median_step_ms']:.3f} ms: step {step}, the median of {n} timed "
+                     + (f"(untimed median {untimed:.3f} ms" if untimed is not None else "(")
+                     + (f"; instrumentation overhead {100 * over:+.1f}%" if over is not None else "") + ")")
+    lines.append(f"measured step {tl.meta.extra.get('step', '-')}: makespan {s['makespan_ms']:.3f} ms "
+                 f"(first op start to last op end), bubble {100 * s['bubble_fraction']:.1f}%")
     for r in s["ranks"]:
         lines.append(f"  rank {r['rank']}: busy {r['busy_ms']:.3f} ms, idle {r['idle_ms']:.3f} ms "
                      f"({100 * r['bubble_fraction']:.1f}%)")
