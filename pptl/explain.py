@@ -225,7 +225,8 @@ def explain(tl: Timeline, plan: Schedule | None = None) -> Explanation:
         InputError: the timeline has no compute events.
     """
     events = tl.events
-    compute = [i for i, e in enumerate(events) if e.lane == "compute"]
+    # Zero-length ops (UNSHARD/RESHARD that ran no GPU work) neither occupy the lane nor end a gap.
+    compute = [i for i, e in enumerate(events) if e.lane == "compute" and e.end > e.start]
     if not compute:
         raise InputError("the timeline has no compute events to explain")
     notes: list[str] = []

@@ -102,7 +102,8 @@ def test_event_list_object_form_with_chunks(tmp_path: Path) -> None:
     ([{"type": "X", "start_time": 0, "end_time": 1, "minibatch": 0}], r"events\[0\]\.type: got 'X', expected F, B"),
     ([{"type": "F", "start_time": 2, "end_time": 1, "minibatch": 0}], r"end_time 1 is before start_time 2"),
     ([{"type": "F", "start_time": 0, "end_time": 1, "minibatch": -1}], r"minibatch: got -1, expected an integer"),
-    ({"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 0, "dur": 1}]}, r"no 'PP:<action>' ranges"),
+    ({"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 0, "dur": 1}]}, r"no 'PP:<action>' ranges, and no "
+                                                                               "forward and backward ops"),
     ({"traceEvents": [{"ph": "X", "name": "PP:0BW0", "ts": 0, "dur": 1}]}, r"range 'PP:0BW0': '0BW0' is not an"),
 ], ids=["bad-type", "end-before-start", "negative-mb", "no-pp-ranges", "bad-action"])
 def test_bad_traces_are_one_line_errors(tmp_path: Path, content, match: str) -> None:

@@ -173,8 +173,8 @@ def parse_trace(data: Mapping, source: str) -> RankTrace:
                 continue
             ts += base_us
             tid = _key(e.get("tid"))
-            if cat in _CPU_CATS:
-                cpu.append(Span(name, tid, ts, ts + dur, cat))
+            if cat in _CPU_CATS or cat is None:  # a range with no category: a CPU range, as record_function's
+                cpu.append(Span(name, tid, ts, ts + dur, cat or "user_annotation"))
             elif cat == "gpu_user_annotation":
                 gpu_ann.append(Span(name, tid, ts, ts + dur, cat))
             elif cat in _GPU_CATS:

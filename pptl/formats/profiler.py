@@ -172,7 +172,7 @@ def timeline_from_rows(rows: list[list[tuple[Action, float, float]]], *, source:
     t0 = min((t[1] for r in ordered for t in r), default=0.0)
     times = [(t[1] - t0, t[2] - t0) for r in ordered for t in r]
     events = [Event(op=op.id, rank=op.rank, lane=op.lane, start=st, end=en, kind=op.kind, stage=op.stage,
-                    mb=op.mb, direction=op.direction, chunk=op.chunk, pair=op.pair, peer=op.peer)
+                    mb=op.mb, direction=op.direction, chunk=op.chunk, pair=op.pair, peer=op.peer, flow=op.flow)
               for op, (st, en) in zip(schedule.ops, times)]
     cfg = schedule.config
     meta = TimelineMeta(source="measured", units=units, family="measured", pp=schedule.pp,

@@ -62,8 +62,8 @@ def rank_actions(rt: RankTrace, where: str, *, rank: int, step: int | None) -> R
         InputError: no action can be found, a ``PP:`` name is not an action, or ``step`` is absent.
     """
     pp = [s for s in rt.cpu if s.cat == "user_annotation" and s.name.startswith(PP_PREFIX)]
-    if not pp and not rt.cpu:
-        pp = [s for s in rt.gpu_annotations if s.name.startswith(PP_PREFIX)]  # a GPU-only export
+    if not pp:
+        pp = [s for s in rt.gpu_annotations if s.name.startswith(PP_PREFIX)]  # only the GPU side was kept
     if pp:
         if len(pp) > MAX_OPS:
             raise InputError(f"{where}: more than the {MAX_OPS:,} 'PP:<action>' ranges pptl accepts")
@@ -224,9 +224,9 @@ def _segmented(rt: RankTrace, where: str, rank: int, step: int | None) -> RankAc
             segments.append((kind, u.start, u.end, made))
     fwd = [(s, e) for k, s, e, made in segments if k == "F" and (made or not with_flows)]
     bwd = [(s, e) for k, s, e, _ in segments if k == "B"]
-    if not fwd:
-        raise InputError(f"{where}: no 'PP:<action>' ranges and no forward ops in the trace; record the run with "
-                         "torch.profiler around schedule.step()")
+    if not fwd or not bwd:
+        raise InputError(f"{where}: no 'PP:<action>' ranges, and no forward and backward ops to rebuild a "
+                         "single-stage step from; record the run with torch.profiler around schedule.step()")
     if len(fwd) + len(bwd) > MAX_OPS:
         raise InputError(f"{where}: more than the {MAX_OPS:,} actions pptl accepts")
     rows: list[Measured] = []
