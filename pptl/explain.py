@@ -357,7 +357,7 @@ def _critical_path(events: list[Event], order: dict[int, list[int]],
         if lp >= 0:
             cands.append((events[lp].end, "lane", lp))
         for p, _, rcv in needs.get(cur, []):
-            if p != cur:
+            if events[p].rank != e.rank:  # a same-rank input ended before the lane predecessor did
                 cands.append((max(events[p].end, events[rcv].end if rcv >= 0 else 0.0), "data", p))
         if not cands:
             steps.append(PathStep(e.op, e.rank, e.kind, e.start, e.end, "", 0.0))
