@@ -84,12 +84,12 @@ def read_dir(path: str | Path, **options: Any) -> Any:
     files = sorted(f for f in p.iterdir() if f.name.endswith((".json", ".json.gz")))
     if not files:
         raise InputError(f"{p}: the folder holds no .json or .json.gz traces")
-    return read_traces(files, source=str(p), **options)
+    return read_traces(files, source=str(p), skip_others=True, **options)
 
 
 def read_traces(files: list[Path], *, source: str, preread: dict[Path, Any] | None = None,
                 microbatches: int | None = None, units: str | None = None, step: int | None = None,
-                **_: Any) -> Any:
+                skip_others: bool = False, **_: Any) -> Any:
     """Read per-rank files into a measured timeline (and the schedule that ran).
 
     Raises:
@@ -106,12 +106,16 @@ def read_traces(files: list[Path], *, source: str, preread: dict[Path, Any] | No
     launch: dict[int, list[float | None]] = {}
     windows: list[tuple[float, float]] = []
     multi = True
+    skipped: list[str] = []
     file_units = units
     for i, f in enumerate(files):
         data = (preread or {}).get(f)
         if data is None:
             data = _read(f)
         kind = sniff(data)
+        if kind is None and skip_others:
+            skipped.append(f.name)  # a folder of traces often holds the run's other files (configs, step times)
+            continue
         if kind is None:
             raise InputError(f"{f}: not a torch profiler trace or an event list "
                              "(expected 'traceEvents', or a list of {type, start_time, end_time, minibatch})")
@@ -119,8 +123,9 @@ def read_traces(files: list[Path], *, source: str, preread: dict[Path, Any] | No
         if kind == "profiler":
             rank = _check_rank(_profiler_rank(data, f, i if len(files) > 1 else 0), f)
             got = rank_actions(parse_trace(data, str(f)), f.name, rank=rank, step=step)
-            rows = [(m.action, m.start, m.end) for m in got.rows]
-            launch[rank] = [m.launch for m in got.rows]
+            issued = sorted(got.rows, key=lambda m: m.cpu)  # the rank's program order, as its thread issued them
+            rows = [(m.action, m.start, m.end) for m in issued]
+            launch[rank] = [m.launch for m in issued]
             if got.gpu_window is not None:
                 windows.append(got.gpu_window)
             multi = multi and got.multi_stage
@@ -136,6 +141,12 @@ def read_traces(files: list[Path], *, source: str, preread: dict[Path, Any] | No
             raise InputError(f"{f}: rank {rank} also comes from {origin[rank]}; expected one file per rank")
         per_rank[rank] = rows
         origin[rank] = f
+    if not kinds:
+        raise InputError(f"{source}: none of its .json files is a torch profiler trace or an event list (expected "
+                         "'traceEvents', or a list of {type, start_time, end_time, minibatch})")
+    if skipped:
+        notes.append(f"skipped {len(skipped)} file(s) that are not traces: {', '.join(skipped[:4])}"
+                     + (" ..." if len(skipped) > 4 else ""))
     if len(kinds) > 1:
         raise InputError(f"{source}: mixes profiler traces and event lists; expected one kind")
     kind = kinds.pop()
@@ -147,26 +158,35 @@ def read_traces(files: list[Path], *, source: str, preread: dict[Path, Any] | No
     rows = [_place(per_rank.get(r, []), r, pp) for r in range(pp)]
     launches = [launch.get(r, [None] * len(rows[r])) for r in range(pp)] if launch else None
     schedule, timeline, more = timeline_from_rows(rows, source=source, units=unit, microbatches=microbatches,
-                                                  launches=launches, gpu_windows=windows)
+                                                  launches=launches, gpu_windows=windows,
+                                                  issue_order=kind == "profiler")
     notes = [f"{'torch profiler traces' if kind == 'profiler' else 'event lists'}: {len(per_rank)} "
              f"file{'s' if len(per_rank) != 1 else ''}, {len(timeline.events)} events in {unit}"] + more + notes
     if kind == "profiler":
+        if not multi:
+            # Single-stage schedules post P2P in groups (nccl:coalesced): no one sequential issue
+            # order stands for a group, so the P2P checks derive a safe one (as for pptl's plans).
+            schedule.meta.pop("program_order", None)
         notes.extend(import_report(schedule, timeline, multi_stage=multi))
     return Loaded(source, schedule, timeline, "profiler" if kind == "profiler" else "events", tuple(notes))
 
 
 def timeline_from_rows(rows: list[list[tuple[Action, float, float]]], *, source: str, units: str,
                        microbatches: int | None = None, launches: list[list[float | None]] | None = None,
-                       gpu_windows: list[tuple[float, float]] | None = None) -> tuple[Any, Timeline, list[str]]:
+                       gpu_windows: list[tuple[float, float]] | None = None, issue_order: bool = False
+                       ) -> tuple[Any, Timeline, list[str]]:
     """(schedule, measured timeline, notes) from each rank's (action, start, end).
 
     ``launches`` (same shape as ``rows``): the CPU time each action's first kernel was launched,
     kept in the timeline's ``meta.extra["launch"]`` (op id -> time) for ``pptl explain``'s host
-    gaps; ``gpu_windows``: each rank's first kernel start and last kernel end of the step.
+    gaps; ``gpu_windows``: each rank's first kernel start and last kernel end of the step;
+    ``issue_order``: the rows are in each rank's program order already (else sorted by time).
     """
     if launches is not None:
         rows = [[(a, s, e, launches[r][k]) for k, (a, s, e) in enumerate(row)] for r, row in enumerate(rows)]
-    ordered = [sorted(r, key=lambda t: (t[1], t[2])) for r in rows]
+    # Profiler rows come in the order each rank issued them (what P2P checks need: a RECV's kernel
+    # may start after the op that waits for it); event lists only have their times.
+    ordered = rows if issue_order else [sorted(r, key=lambda t: (t[1], t[2])) for r in rows]
     schedule, notes, _ = schedule_from_rows([[t[0] for t in r] for r in ordered], source=source,
                                             microbatches=microbatches, family="measured")
     t0 = min((t[1] for r in ordered for t in r), default=0.0)

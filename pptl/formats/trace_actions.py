@@ -44,6 +44,8 @@ class Measured:
     """CPU time its first kernel was launched (None: not known)."""
     source: str = "kernels"
     """kernels, gpu-annotation, stream (no GPU work: zero length where the stream stood) or cpu."""
+    cpu: float = 0.0
+    """When the rank's thread issued it (its CPU range's start): the rank's program order."""
 
 
 @dataclass(frozen=True)
@@ -117,8 +119,9 @@ def _from_ranges(rt: RankTrace, where: str, named: list[tuple[str, Span]], step:
     rows: list[Measured] = []
     sources: Counter[str] = Counter()
     window: list[float] = []
+    step_end = max((e for _, (_, e) in chosen), default=0.0)
     if chosen:
-        step_ks = rt.kernels_launched(chosen[0][1][0], max(e for _, (_, e) in chosen))
+        step_ks = rt.kernels_launched(chosen[0][1][0], step_end)
         if step_ks:
             window = [min(k.start for k in step_ks), max(k.end for k in step_ks)]
     for name, (s, e) in chosen:
@@ -126,7 +129,7 @@ def _from_ranges(rt: RankTrace, where: str, named: list[tuple[str, Span]], step:
         if action is None:
             continue
         comm = action.kind in _COMM_ACTIONS
-        m = _timed(rt, action, s, e, comm, gpu_runs.get(name), pick, steps)
+        m = _timed(rt, action, s, e, comm, gpu_runs.get(name), pick, steps, step_end)
         sources[m.source] += 1
         rows.append(m)
     if steps > 1:
@@ -136,22 +139,24 @@ def _from_ranges(rt: RankTrace, where: str, named: list[tuple[str, Span]], step:
 
 
 def _timed(rt: RankTrace, action: Action, s: float, e: float, comm: bool, gpu: list[list[float]] | None,
-           pick: int, steps: int) -> Measured:
-    ks = _pick(rt.kernels_launched(s, e), comm)
+           pick: int, steps: int, step_end: float, kernels: list[Kernel] | None = None) -> Measured:
+    ks = _pick(rt.kernels_launched(s, e) if kernels is None else kernels, comm)
     if ks:
         first = min(ks, key=lambda k: k.start)
-        return Measured(action, first.start, max(k.end for k in ks), first.launch, "kernels")
+        return Measured(action, first.start, max(k.end for k in ks), first.launch, "kernels", s)
     if gpu is not None and len(gpu) == steps:
         gs, ge = gpu[pick]
-        return Measured(action, gs, ge, None, "gpu-annotation")
+        return Measured(action, gs, ge, None, "gpu-annotation", s)
     if rt.has_gpu:
-        t = rt.stream_time_at(s)
-        if t is None:  # before any GPU work of the rank: where its first later kernel starts
-            later = rt.kernels_launched(s, float("inf"))
-            t = min((k.start for k in later), default=None)
+        # Where the action sits in its stream: at the next kernel the step launched after it (the
+        # stream may have been idle since work launched before the step), else after earlier work.
+        later = [k for k in rt.kernels_launched(s, step_end) if not k.comm]
+        t = min((k.start for k in later), default=None)
+        if t is None:
+            t = rt.stream_time_at(s)
         if t is not None:
-            return Measured(action, t, t, None, "stream")
-    return Measured(action, s, e, None, "cpu")
+            return Measured(action, t, t, None, "stream", s)
+    return Measured(action, s, e, None, "cpu", s)
 
 
 def _pick(ks: list[Kernel], comm: bool) -> list[Kernel]:
@@ -210,30 +215,33 @@ def _segmented(rt: RankTrace, where: str, rank: int, step: int | None) -> RankAc
         raise InputError(f"{where}: no 'PP:<action>' ranges and no CPU ops to rebuild the step from; record the run "
                          "with torch.profiler around schedule.step()")
     with_flows = bool(rt.flow_sources)
-    segments: list[tuple[str, float, float, bool]] = []  # (F|B, start, end, made autograd nodes)
+    # Runs of forward ops (F), of backward nodes (B), and the P2P calls between them (C).
+    segments: list[list] = []  # [kind, start, end, made autograd nodes, comm units]
     for u in units:
         kind = "C" if is_comm_name(u.name) else ("B" if u.name.startswith(_BACKWARD_NODE) else "F")
-        if kind == "C":
-            segments.append(("C", u.start, u.end, False))
-            continue
         made = kind == "F" and rt.has_flow_source(u.tid, u.start, u.end)
         if segments and segments[-1][0] == kind:
-            k, s, e, m = segments[-1]
-            segments[-1] = (k, s, max(e, u.end), m or made)
+            seg = segments[-1]
+            seg[2] = max(seg[2], u.end)
+            seg[3] = seg[3] or made
+            seg[4].append(u)
         else:
-            segments.append((kind, u.start, u.end, made))
-    fwd = [(s, e) for k, s, e, made in segments if k == "F" and (made or not with_flows)]
-    bwd = [(s, e) for k, s, e, _ in segments if k == "B"]
+            segments.append([kind, u.start, u.end, made, [u]])
+    # Forward ops that made no autograd node (grad scaling, bookkeeping) are not a forward.
+    work = [seg for seg in segments if seg[0] == "B" or (seg[0] == "F" and (seg[3] or not with_flows))]
+    fwd = [seg for seg in work if seg[0] == "F"]
+    bwd = [seg for seg in work if seg[0] == "B"]
     if not fwd or not bwd:
         raise InputError(f"{where}: no 'PP:<action>' ranges, and no forward and backward ops to rebuild a "
                          "single-stage step from; record the run with torch.profiler around schedule.step()")
     if len(fwd) + len(bwd) > MAX_OPS:
         raise InputError(f"{where}: more than the {MAX_OPS:,} actions pptl accepts")
+    step_end = units[-1].end
     rows: list[Measured] = []
     sources: Counter[str] = Counter()
-    for kind, spans_ in (("F", fwd), ("B", bwd)):
-        for mb, (s, e) in enumerate(spans_):
-            m = _timed(rt, Action(rank, kind, mb), s, e, False, None, 0, 1)
+    for kind, segs in (("F", fwd), ("B", bwd)):
+        for mb, seg in enumerate(segs):
+            m = _timed(rt, Action(rank, kind, mb), seg[1], seg[2], False, None, 0, 1, step_end)
             sources[m.source] += 1
             rows.append(m)
     notes = [f"{where}: no 'PP:' ranges (a single-stage schedule): {len(fwd)} forwards and {len(bwd)} backwards "
@@ -241,10 +249,50 @@ def _segmented(rt: RankTrace, where: str, rank: int, step: int | None) -> RankAc
              + ("" if with_flows else " (no fwdbwd flows in the trace: every run of forward ops counts)")]
     if len(fwd) != len(bwd):
         notes.append(f"{where}: {len(fwd)} forwards but {len(bwd)} backwards; the step may be cut short")
+    comm, why = _p2p(rt, rank, segments, work, len(fwd), step_end)
+    rows.extend(comm)
+    if why:
+        notes.append(f"{where}: P2P left out: {why}")
     notes.extend(_source_note(where, sources, rt))
     window = None
     if rows and rt.has_gpu:
-        ks = rt.kernels_launched(units[0].start, units[-1].end)
+        # The step's GPU time: kernels launched from its first action to its last, so a barrier
+        # or set-up before the first action (outside schedule.step()) is not counted.
+        hi = max([seg[2] for seg in work] + [u.end for seg in segments if seg[0] == "C" for u in seg[4]])
+        ks = rt.kernels_launched(min(m.cpu for m in rows), hi)
         if ks:
             window = (min(k.start for k in ks), max(k.end for k in ks))
     return RankActions(rows, notes, window, False)
+
+
+def _p2p(rt: RankTrace, rank: int, segments: list[list], work: list[list], m: int, step_end: float
+         ) -> tuple[list[Measured], str]:
+    """SEND/RECV of a single-stage step from its P2P calls (``c10d::send`` / ``c10d::recv_``, each
+    timed by the NCCL kernels launched until the next call: ``nccl:coalesced`` batches them).
+
+    A send carries what the compute before it made (F: activations, B: gradients); a receive feeds
+    the compute after it. Both schedules keep micro-batches in order, so the k-th SEND_F is mb k.
+    """
+    is_work = {id(seg) for seg in work}
+    comm: list[Measured] = []
+    counts: Counter[str] = Counter()
+    for k, seg in enumerate(segments):
+        if seg[0] != "C":
+            continue
+        before = next((s[0] for s in reversed(segments[:k]) if id(s) in is_work), None)
+        after = next((s[0] for s in segments[k + 1:] if id(s) in is_work), None)
+        calls = [u for u in seg[4] if u.name.startswith(("c10d::send", "c10d::recv"))]
+        for j, u in enumerate(calls):
+            send = u.name.startswith("c10d::send")
+            flow = before if send else after
+            if flow is None:
+                return [], f"a {'send' if send else 'receive'} with no {'compute before' if send else 'compute after'} it"
+            kind = f"{'SEND' if send else 'RECV'}_{flow}"
+            stop = calls[j + 1].start if j + 1 < len(calls) else seg[2]
+            ks = [x for x in rt.kernels_launched(u.start, stop) if x.comm]
+            comm.append(_timed(rt, Action(rank, kind, counts[kind]), u.start, stop, True, None, 0, 1, step_end,
+                               kernels=ks))
+            counts[kind] += 1
+    if any(n != m for n in counts.values()):
+        return [], ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + f" for {m} micro-batches"
+    return comm, ""
