@@ -32,6 +32,9 @@ def rank_traces(schedule, sim, *, scale: float = 1000.0, corr_in_args: bool = Tr
         if fsdp and not single_stage:
             cpu_range(f"PP:{rank}UNSHARD", cpu_t, cpu_t + 5)
             cpu_t += 10
+        if single_stage:  # torch's single-stage schedules post a RECV right before its consumer
+            user = {u: sim.start[v] for u, v in schedule.deps if schedule.ops[u].kind == "RECV"}
+            seq = sorted(seq, key=lambda i: (user.get(i, sim.start[i]), schedule.ops[i].lane == "compute"))
         for i in seq:
             op = schedule.ops[i]
             name = str(action_of(op))

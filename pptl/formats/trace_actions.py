@@ -115,7 +115,7 @@ def _from_ranges(rt: RankTrace, where: str, named: list[tuple[str, Span]], step:
         notes.append(f"{where}: left out {len(partial)} action(s) recorded in fewer than the trace's {steps} steps "
                      f"(cut by the profiling window): {', '.join(partial[:6])}{' ...' if len(partial) > 6 else ''}")
     chosen = [(name, runs[pick]) for name, runs in by_name.items() if len(runs) == steps]
-    chosen.sort(key=lambda t: t[1][0])
+    chosen.sort(key=lambda t: (t[1][0], t[1][1]))  # at one start, the shorter (a posted RECV) first
     rows: list[Measured] = []
     sources: Counter[str] = Counter()
     window: list[float] = []
