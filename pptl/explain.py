@@ -388,6 +388,8 @@ def _host_note(events: list[Event], order: dict[int, list[int]], launch: dict[st
 
 
 def explanation_lines(x: Explanation, *, top: int = 8) -> list[str]:
+    if x.units == "us":  # profiler traces: a step is tens of ms; print ms
+        return explanation_lines(_scaled(x, 1e-3, "ms"), top=top)
     u = x.units
     lines = [f"makespan {x.makespan:.4g} {u}; compute idle per rank and where it went ({u}):"]
     head = f"{'rank':>4}{'busy':>11}{'idle':>11}" + "".join(f"{PART_LABELS[p]:>17}" for p in PARTS)
@@ -406,6 +408,13 @@ def explanation_lines(x: Explanation, *, top: int = 8) -> list[str]:
         how = "" if not s.via else f"  after {s.via}" + (f" +{s.wait:.4g}" if s.wait > 0 else "")
         lines.append(f"  {s.start:>10.4g}-{s.end:<10.4g} {s.op}{how}")
     return lines
+
+
+def _scaled(x: Explanation, k: float, units: str) -> Explanation:
+    ranks = [RankSplit(r.rank, r.busy * k, r.idle * k, *(getattr(r, p) * k for p in PARTS)) for r in x.ranks]
+    late = [LateInput(li.op, li.rank, li.waited * k, li.producer, li.root, li.reason) for li in x.late]
+    path = [PathStep(s.op, s.rank, s.kind, s.start * k, s.end * k, s.via, s.wait * k) for s in x.path]
+    return Explanation(units, x.makespan * k, ranks, late, path, x.notes)
 
 
 def _cell(v: float, idle: float) -> str:

@@ -143,7 +143,7 @@ def test_cli_refuses_a_plan_of_another_run(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", ["1f1b_cpu.measured.json", "zbv_cpu.measured.json"])
 def test_pptl_run_output_sums_to_its_idle(name: str) -> None:
     """Recorded with pptl run --device cpu (gloo), pp=4, 8 micro-batches (tests/data/README.md)."""
-    tl = load_any(DATA / name).timeline
+    tl = load_any(DATA / "runs" / name).timeline
     x = explain(tl)
     _assert_sums(x)
     assert sum(r.transfer for r in x.ranks) > 0  # RECV events tell waiting from transfer
