@@ -21,7 +21,8 @@ EXPECTED = {
     "ScheduleInterleaved1F1B": (376, {"F": 64, "B": 64}),
     "ScheduleInterleavedZeroBubble": (440, {"F": 64, "I": 64, "W": 64}),
     "ScheduleZBVZeroBubble": (408, {"F": 64, "I": 64, "W": 64}),
-    "ScheduleDualPipeV": (341, {"F": 28, "B": 8, "I": 12, "W": 12, "FB": 24}),
+    # 39 + 25 forwards and 17 + 22 + 25 backwards (FB halves) = 64 each, W for every I
+    "ScheduleDualPipeV": (341, {"F": 39, "B": 17, "I": 22, "W": 22, "FB": 25}),
 }
 
 
