@@ -165,6 +165,9 @@ def parse_trace(data: Mapping, source: str) -> RankTrace:
             continue
         ph = e.get("ph")
         cat = e.get("cat")
+        if cat is not None and not isinstance(cat, str):
+            skipped += 1
+            continue
         if ph == "X":
             ts, dur = _num(e.get("ts")), _num(e.get("dur", 0))
             name = e.get("name")
