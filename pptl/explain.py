@@ -74,6 +74,8 @@ class LateInput:
     root: str
     """The op up the chain whose delay made the input late."""
     reason: str
+    delay: float = 0.0
+    """How long that delay was."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +105,7 @@ class Explanation:
             "units": self.units, "makespan": self.makespan,
             "ranks": [{"rank": r.rank, "busy": r.busy, "idle": r.idle, **r.parts()} for r in self.ranks],
             "late_inputs": [{"op": x.op, "rank": x.rank, "waited": x.waited, "producer": x.producer,
-                             "root": x.root, "reason": x.reason} for x in self.late],
+                             "root": x.root, "reason": x.reason, "delay": x.delay} for x in self.late],
             "critical_path": [{"op": s.op, "rank": s.rank, "kind": s.kind, "start": s.start, "end": s.end,
                                "via": s.via, "wait": s.wait} for s in self.path],
             "notes": self.notes,
@@ -253,8 +255,7 @@ def explain(tl: Timeline, plan: Schedule | None = None) -> Explanation:
     launch = launch if isinstance(launch, dict) else {}
 
     parts_of: dict[int, dict[str, float]] = {}
-    ready_of: dict[int, tuple[float, int, int]] = {}  # op -> (input ready on the producer, producer, RECV)
-    late_rows: list[tuple[int, int, float]] = []
+    late_rows: list[tuple[int, int, int, float]] = []  # (op, producer, its SEND, late part)
     splits: list[RankSplit] = []
     for r in sorted({e.rank for e in events}):
         ids = order.get(r, [])
@@ -264,14 +265,13 @@ def explain(tl: Timeline, plan: Schedule | None = None) -> Explanation:
         for i in ids:
             e = events[i]
             if e.start > prev:
-                p, src, recv, t_prod = _split_gap(events, ins.needs.get(i, []), prev, e.start,
+                p, src, send, _ = _split_gap(events, ins.needs.get(i, []), prev, e.start,
                                                   g_b.get(i, 0.0), g_m.get(i, 0.0))
                 parts_of[i] = p
                 for k, v in p.items():
                     acc[k] += v
                 if p["late_input"] > 0 and src >= 0:
-                    late_rows.append((i, src, p["late_input"]))
-                ready_of[i] = (t_prod, src, recv)
+                    late_rows.append((i, src, send, p["late_input"]))
             busy += max(0.0, e.end - max(prev, e.start))
             prev = max(prev, e.end)
         tail = max(0.0, t1 - prev)
@@ -284,16 +284,18 @@ def explain(tl: Timeline, plan: Schedule | None = None) -> Explanation:
         splits.append(RankSplit(r, busy, idle, **acc))
     if launch:
         notes.append(_host_note(events, order, launch))
-    late = [_late(events, order, parts_of, ins.needs, bal, i, src, w) for i, src, w in late_rows]
+    prev_on_lane = {i: ids[k - 1] for ids in order.values() for k, i in enumerate(ids) if k > 0}
+    late = [_late(events, prev_on_lane, parts_of, ins.needs, bal, i, src, send, w) for i, src, send, w in late_rows]
     late.sort(key=lambda x: -x.waited)
     path = _critical_path(events, order, ins.needs)
     return Explanation(tl.meta.units, tl.makespan, splits, late, path, notes)
 
 
 def _split_gap(events: list[Event], links: list[tuple[int, int, int]], a: float, b: float, g_bal: float,
-               g_meas: float) -> tuple[dict[str, float], int, int, float]:
-    """Cut the gap [a, b] before an op into its parts (see the module docstring)."""
-    t_prod, t_data, src, recv = a, a, -1, -1
+               g_meas: float) -> tuple[dict[str, float], int, int, int]:
+    """Cut the gap [a, b] before an op into its parts (see the module docstring); also return the
+    producer, SEND and RECV of the input that came last (-1 when none)."""
+    t_prod, t_data, src, recv, src_send = a, a, -1, -1, -1
     for p, send, rcv in links:
         # A same-rank input ended before the gap began (one lane, in order): it never binds.
         ready = events[p].end
@@ -301,7 +303,7 @@ def _split_gap(events: list[Event], links: list[tuple[int, int, int]], a: float,
             ready = max(ready, events[send].start)  # posted late by the sender: still the sender's delay
         arrive = max(ready, events[rcv].end) if rcv >= 0 else ready
         if ready > t_prod or (src < 0 and ready >= t_prod):
-            t_prod, src = ready, p
+            t_prod, src, src_send = ready, p, send
         if arrive > t_data:
             t_data, recv = arrive, rcv
     t_prod = min(max(t_prod, a), b)
@@ -311,36 +313,45 @@ def _split_gap(events: list[Event], links: list[tuple[int, int, int]], a: float,
     imbalance = min(wait - bubble, max(0.0, g_meas - bubble))
     parts = {"bubble": bubble, "imbalance": imbalance, "late_input": wait - bubble - imbalance,
              "transfer": t_data - t_prod, "host": b - t_data}
-    return parts, src, recv, t_prod
+    return parts, src, src_send, recv
 
 
-def _late(events: list[Event], order: dict[int, list[int]], parts_of: dict[int, dict[str, float]],
-          needs: dict[int, list[tuple[int, int, int]]], bal: dict[int, float], op: int, src: int,
+def _late(events: list[Event], prev_on_lane: dict[int, int], parts_of: dict[int, dict[str, float]],
+          needs: dict[int, list[tuple[int, int, int]]], bal: dict[int, float], op: int, src: int, send: int,
           waited: float) -> LateInput:
     """Follow the chain back from the producer that came late to the op that made it late: at each
     op, its own waiting for a late input leads further back; the op with the largest own delay
-    (a host gap or transfer before it, or a duration over its kind's mean) is the root."""
-    prev_on_lane = {i: ids[k - 1] for ids in order.values() for k, i in enumerate(ids) if k > 0}
-    best, best_delay, reason = src, -1.0, ""
-    cur, seen = src, 0
+    (a host gap or transfer before it, a duration over its kind's mean, or its SEND posted after
+    it ended) is the root."""
+    best, best_delay, reason = src, 0.0, ""
+    cur, post, seen = src, _posted_late(events, src, send), 0
     while cur >= 0 and seen < _MAX_CHAIN:
         seen += 1
         p = parts_of.get(cur, {})
-        slow = events[cur].duration - bal.get(cur, events[cur].duration)
         own = {"host gap before it": p.get("host", 0.0), "transfer into it": p.get("transfer", 0.0),
-               "ran longer than its kind's mean": slow}
+               "ran longer than its kind's mean": events[cur].duration - bal.get(cur, events[cur].duration),
+               "its SEND started after it ended (behind the rank's earlier ops or messages)": post}
         why, delay = max(own.items(), key=lambda kv: kv[1])
         if delay > best_delay:
             best, best_delay, reason = cur, delay, why
+        post = 0.0
         if p.get("late_input", 0.0) > 0:
             links = [lk for lk in needs.get(cur, []) if events[lk[0]].rank != events[cur].rank]
-            cur = max(links, key=lambda lk: events[lk[0]].end)[0] if links else -1
+            if links:
+                nxt, nsend, _ = max(links, key=lambda lk: events[lk[0]].end)
+                cur, post = nxt, _posted_late(events, nxt, nsend)
+            else:
+                cur = -1
         elif p:
             cur = -1  # its wait was bubble, transfer or host: the chain ends here
         else:
             cur = prev_on_lane.get(cur, -1)  # no gap: it started when its lane predecessor ended
     return LateInput(events[op].op, events[op].rank, waited, events[src].op, events[best].op,
-                     f"{reason} ({best_delay:.4g})" if best_delay > 0 else "the start of the step")
+                     reason or "the start of the step", best_delay)
+
+
+def _posted_late(events: list[Event], producer: int, send: int) -> float:
+    return max(0.0, events[send].start - events[producer].end) if send >= 0 else 0.0
 
 
 def _critical_path(events: list[Event], order: dict[int, list[int]],
@@ -402,7 +413,7 @@ def explanation_lines(x: Explanation, *, top: int = 8) -> list[str]:
         lines.append(f"late inputs ({min(top, len(x.late))} of {len(x.late)}, longest first):")
         for li in x.late[:top]:
             lines.append(f"  {li.op} waited {li.waited:.4g} {u} for {li.producer}; made late by {li.root}: "
-                         f"{li.reason}")
+                         f"{li.reason}" + (f" ({li.delay:.4g} {u})" if li.delay > 0 else ""))
     lines.append(f"critical path ({len(x.path)} ops, first to last):")
     for s in x.path:
         how = "" if not s.via else f"  after {s.via}" + (f" +{s.wait:.4g}" if s.wait > 0 else "")
@@ -412,7 +423,7 @@ def explanation_lines(x: Explanation, *, top: int = 8) -> list[str]:
 
 def _scaled(x: Explanation, k: float, units: str) -> Explanation:
     ranks = [RankSplit(r.rank, r.busy * k, r.idle * k, *(getattr(r, p) * k for p in PARTS)) for r in x.ranks]
-    late = [LateInput(li.op, li.rank, li.waited * k, li.producer, li.root, li.reason) for li in x.late]
+    late = [LateInput(li.op, li.rank, li.waited * k, li.producer, li.root, li.reason, li.delay * k) for li in x.late]
     path = [PathStep(s.op, s.rank, s.kind, s.start * k, s.end * k, s.via, s.wait * k) for s in x.path]
     return Explanation(units, x.makespan * k, ranks, late, path, x.notes)
 
