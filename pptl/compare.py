@@ -129,12 +129,12 @@ def compare_timelines(planned: Timeline, measured: Timeline) -> Comparison:
         raise InputError("the measured timeline has no events")
     p_by = {e.op: e for e in planned.events}
     m_by = {e.op: e for e in measured.events}
-    differs = schedule_difference(planned, measured)
-    if differs:
-        raise InputError(f"the plan and the measurement are different schedules: {differs}")
     common = [op for op in p_by if op in m_by]
     if not common:
         raise InputError("the plan and the measurement share no op id (were they made from the same plan?)")
+    differs = schedule_difference(planned, measured)
+    if differs:
+        raise InputError(f"the plan and the measurement are different schedules: {differs}")
     notes: list[str] = []
     span_p, span_m = planned.makespan, measured.makespan
     units = measured.meta.units
