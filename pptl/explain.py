@@ -33,7 +33,8 @@ from pptl.errors import InputError
 from pptl.ir import Op, Schedule
 from pptl.timeline import Event, Timeline
 
-__all__ = ["PARTS", "RankSplit", "LateInput", "PathStep", "Explanation", "explain", "explanation_lines"]
+__all__ = ["PARTS", "RankSplit", "LateInput", "PathStep", "Explanation", "explain", "explanation_lines",
+           "for_display"]
 
 #: The parts of idle time, in the order tables and figures show them.
 PARTS = ("bubble", "late_input", "transfer", "host", "imbalance")
@@ -398,9 +399,13 @@ def _host_note(events: list[Event], order: dict[int, list[int]], launch: dict[st
 # Text
 
 
+def for_display(x: Explanation) -> Explanation:
+    """Profiler traces are in us, and a step is tens of ms: show ms."""
+    return _scaled(x, 1e-3, "ms") if x.units == "us" else x
+
+
 def explanation_lines(x: Explanation, *, top: int = 8) -> list[str]:
-    if x.units == "us":  # profiler traces: a step is tens of ms; print ms
-        return explanation_lines(_scaled(x, 1e-3, "ms"), top=top)
+    x = for_display(x)
     u = x.units
     lines = [f"makespan {x.makespan:.4g} {u}; compute idle per rank and where it went ({u}):"]
     head = f"{'rank':>4}{'busy':>11}{'idle':>11}" + "".join(f"{PART_LABELS[p]:>17}" for p in PARTS)

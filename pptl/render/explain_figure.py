@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from pptl.explain import PART_LABELS, PARTS, Explanation
+from pptl.explain import PART_LABELS, PARTS, Explanation, for_display
 
 __all__ = ["explain_figure", "explain_bytes"]
 
@@ -17,6 +17,8 @@ _PART_COLOURS = {"busy": "#4E79A7", "bubble": "#BAB0AC", "late_input": "#E15759"
 def explain_figure(x: Explanation, title: str = "") -> Any:
     """Horizontal stacked bars, one per rank: busy, then each part of idle, summing to the makespan."""
     import matplotlib
+
+    x = for_display(x)
 
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
