@@ -121,7 +121,7 @@ def _one_timeline(n: int) -> dict:
     ("pptl.formats.profiler", "rank0.json",
      json.dumps([{"type": "F", "start_time": i, "end_time": i + 1, "minibatch": i} for i in range(11)]),
      r"11 events, more than the 10 pptl accepts"),
-    ("pptl.formats.profiler", "trace.json",
+    ("pptl.formats.trace_actions", "trace.json",
      json.dumps({"traceEvents": [{"ph": "X", "name": f"PP:0F{i}", "ts": i, "dur": 1} for i in range(11)]}),
      r"more than the 10 'PP:<action>' ranges pptl accepts"),
 ], ids=["timeline-events", "csv-actions", "event-list", "profiler-ranges"])

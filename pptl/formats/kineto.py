@@ -172,6 +172,10 @@ def parse_trace(data: Mapping, source: str) -> RankTrace:
             ts, dur = _num(e.get("ts")), _num(e.get("dur", 0))
             name = e.get("name")
             if ts is None or dur is None or dur < 0 or not isinstance(name, str):
+                if isinstance(name, str) and name.startswith(PP_PREFIX):
+                    # An action's own range: dropping it would lose the action; say which one is broken.
+                    raise InputError(f"{source}: range '{name}' at ts {e.get('ts')!r} has dur {e.get('dur', 0)!r}; "
+                                     f"expected a ts within +-{MAX_TIME:g} and a dur in 0..{MAX_TIME:g} microseconds")
                 skipped += 1
                 continue
             ts += base_us

@@ -167,8 +167,9 @@ def _pick(ks: list[Kernel], comm: bool) -> list[Kernel]:
 
 
 def _source_note(where: str, sources: Counter[str], rt: RankTrace) -> list[str]:
+    bad = [f"{where}: {rt.skipped} malformed event(s) left out"] if rt.skipped else []
     if not rt.has_gpu:
-        return [f"{where}: no GPU kernels in the trace; actions timed by their CPU ranges"]
+        return bad + [f"{where}: no GPU kernels in the trace; actions timed by their CPU ranges"]
     parts = [f"{sources['kernels']} from the kernels they launched"]
     if sources["gpu-annotation"]:
         parts.append(f"{sources['gpu-annotation']} from their GPU annotation (no launch tied to a kernel)")
@@ -176,7 +177,7 @@ def _source_note(where: str, sources: Counter[str], rt: RankTrace) -> list[str]:
         parts.append(f"{sources['stream']} launched no GPU work (zero length where the stream stood)")
     if sources["cpu"]:
         parts.append(f"{sources['cpu']} timed by their CPU range (nothing on the GPU to time them by)")
-    return [f"{where}: actions: " + ", ".join(parts)]
+    return bad + [f"{where}: actions: " + ", ".join(parts)]
 
 
 # ----------------------------------------------------------------------------------------------
