@@ -13,7 +13,8 @@ when an op X starts (or the step ends) and is cut, in time order, into:
   than the schedule at these durations implies; ``late`` names the op up the chain that made it
   late;
 - **transfer** (c): from then until the data was on this rank (the RECV's end; without RECV
-  events, zero: the wait ends at the producer);
+  events, zero: the wait ends at the producer); and, of what is left, the time this rank's own
+  SEND/RECV ran (a send on the compute stream, a stream waiting for an NCCL kernel);
 - **host** (d): the rest: X's inputs were there and the GPU was free, yet X had not started;
   in profiler traces X's kernel launch time says when the launching thread got to it.
 
@@ -258,6 +259,7 @@ def explain(tl: Timeline, plan: Schedule | None = None) -> Explanation:
     parts_of: dict[int, dict[str, float]] = {}
     late_rows: list[tuple[int, int, int, float]] = []  # (op, producer, its SEND, late part)
     splits: list[RankSplit] = []
+    p2p = _p2p_intervals(events)
     for r in sorted({e.rank for e in events}):
         ids = order.get(r, [])
         acc = dict.fromkeys(PARTS, 0.0)
@@ -267,7 +269,13 @@ def explain(tl: Timeline, plan: Schedule | None = None) -> Explanation:
             e = events[i]
             if e.start > prev:
                 p, src, send, _ = _split_gap(events, ins.needs.get(i, []), prev, e.start,
-                                                  g_b.get(i, 0.0), g_m.get(i, 0.0))
+                                             g_b.get(i, 0.0), g_m.get(i, 0.0))
+                if p["host"] > 0:
+                    # Of the rest, the time this rank's own messages ran is theirs, not the host's: a
+                    # send on the compute stream (sync-send), a stream waiting for an NCCL kernel.
+                    own = _overlap(p2p.get(r, []), e.start - p["host"], e.start)
+                    p["host"] -= own
+                    p["transfer"] += own
                 parts_of[i] = p
                 for k, v in p.items():
                     acc[k] += v
@@ -290,6 +298,36 @@ def explain(tl: Timeline, plan: Schedule | None = None) -> Explanation:
     late.sort(key=lambda x: -x.waited)
     path = _critical_path(events, order, ins.needs)
     return Explanation(tl.meta.units, tl.makespan, splits, late, path, notes)
+
+
+def _p2p_intervals(events: list[Event]) -> dict[int, list[tuple[float, float]]]:
+    """Per rank, the union of its SEND and RECV intervals, sorted and disjoint."""
+    per: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for e in events:
+        if e.kind in ("SEND", "RECV") and e.end > e.start:
+            per[e.rank].append((e.start, e.end))
+    out: dict[int, list[tuple[float, float]]] = {}
+    for r, iv in per.items():
+        iv.sort()
+        merged = [list(iv[0])]
+        for a, b in iv[1:]:
+            if a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        out[r] = [(a, b) for a, b in merged]
+    return out
+
+
+def _overlap(iv: list[tuple[float, float]], a: float, b: float) -> float:
+    import bisect
+
+    k = max(0, bisect.bisect_right(iv, (a, float("inf"))) - 1)
+    total = 0.0
+    while k < len(iv) and iv[k][0] < b:
+        total += max(0.0, min(b, iv[k][1]) - max(a, iv[k][0]))
+        k += 1
+    return total
 
 
 def _split_gap(events: list[Event], links: list[tuple[int, int, int]], a: float, b: float, g_bal: float,
