@@ -34,7 +34,7 @@ from pptl.errors import InputError
 from pptl.ir import Op, Schedule
 from pptl.timeline import Event, Timeline
 
-__all__ = ["PARTS", "RankSplit", "LateInput", "PathStep", "Explanation", "explain", "explanation_lines",
+__all__ = ["PARTS", "PART_LABELS", "RankSplit", "LateInput", "PathStep", "Explanation", "explain", "explanation_lines",
            "for_display"]
 
 #: The parts of idle time, in the order tables and figures show them.

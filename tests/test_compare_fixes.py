@@ -7,9 +7,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from kineto_synth import rank_traces, write
 from typer.testing import CliRunner
 
-from kineto_synth import rank_traces, write
 from pptl.cli import app
 from pptl.compare import compare_timelines, schedule_difference
 from pptl.config import config_from_mapping

@@ -11,9 +11,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from fuzzing import EXAMPLES, clean_run, mutate_json
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 DATA = Path(__file__).resolve().parent / "data" / "traces"
 # Small steps keep each example fast; the two single-stage ones and two multi-stage ones cover both paths.

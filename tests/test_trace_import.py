@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from kineto_synth import AUTOGRAD, GPU0, rank_traces, write
+
 from pptl.config import config_from_mapping
 from pptl.errors import InputError
 from pptl.formats.loader import load_any

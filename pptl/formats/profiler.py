@@ -25,15 +25,14 @@ from __future__ import annotations
 import glob
 import json
 import re
-from collections import defaultdict
 from pathlib import Path
 from typing import Any, Mapping
 
 from pptl.config import MAX_FILE_BYTES, MAX_OPS
 from pptl.errors import InputError
 from pptl.formats.kineto import parse_trace
+from pptl.formats.torch_csv import Action, schedule_from_rows
 from pptl.formats.trace_actions import rank_actions
-from pptl.formats.torch_csv import Action, parse_action, schedule_from_rows
 from pptl.timeline import MAX_TIME, Event, Timeline, TimelineMeta
 
 __all__ = ["MAX_RANKS", "read_json", "read_dir", "read_traces", "timeline_from_rows", "sniff"]

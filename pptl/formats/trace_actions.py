@@ -12,7 +12,8 @@ Single-stage schedules (Schedule1F1B, ScheduleGPipe) open no ``PP:`` range. Sche
 ``Forward i`` / ``Backward i`` ranges; otherwise the step is cut at the P2P calls into runs of
 forward ops (the main thread's ops that made autograd nodes: ``fwdbwd`` flow sources) and runs of
 backward nodes (``autograd::engine::evaluate_function``), numbered in order (both schedules run
-micro-batches first in, first out).
+micro-batches first in, first out); each ``c10d::send`` / ``c10d::recv_`` becomes a SEND / RECV
+timed by the NCCL kernels it launched (``nccl:coalesced`` groups them).
 """
 from __future__ import annotations
 
