@@ -147,3 +147,14 @@ def test_pptl_run_output_sums_to_its_idle(name: str) -> None:
     x = explain(tl)
     _assert_sums(x)
     assert sum(r.transfer for r in x.ranks) > 0  # RECV events tell waiting from transfer
+
+
+def test_cli_takes_one_trace_file_per_rank(tmp_path: Path) -> None:
+    s, _ = _sim("zbv")
+    folder = write(tmp_path / "t", rank_traces(s, simulate(s)))
+    files = [str(f) for f in sorted(folder.iterdir())]
+    r = runner.invoke(app, ["explain", *files, "--output", "json"])
+    assert r.exit_code == 0, r.output
+    assert [row["rank"] for row in json.loads(r.stdout)["ranks"]] == [0, 1, 2, 3]
+    r = runner.invoke(app, ["explain", files[0], str(tmp_path / "missing.json")])
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1
