@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -90,7 +91,9 @@ def main() -> int:
     part = {"F": 2.0 * BLOCKS / 2, "B": 4.0 * BLOCKS / 2, "activation": BLOCKS * a_mib, "weight": BLOCKS * w_mib}
     tune_cfg = {"pp": PP, "microbatches": list(MBS),
                 "model": {"layers": LAYERS, "layer": block, "embedding": part, "head": part,
-                          "message_bytes": t * h * esz, "w_activation": 1.0},
+                          "message_bytes": t * h * esz, "w_activation": 1.0,
+                          # I and W from the run's F and B through the block's FLOPs and bytes
+                          "work": "mlp"},
                 "workload": {"hidden": h, "tokens": t, "dtype": dtype},
                 "run_blocks": {"embedding": BLOCKS, "head": BLOCKS}}
     (work / "tune.json").write_text(json.dumps(tune_cfg))
@@ -106,6 +109,7 @@ def main() -> int:
     if p.returncode:
         sys.exit(f"baseline run failed: {p.stderr.strip()[-1000:]}")
     print(p.stdout, flush=True)
+    shutil.copy(work / "base.measured.json", out / "base.measured.json")  # to re-predict offline
 
     # 2. Tune from it: once without a limit to place one, then with it.
     p = _pptl("tune", str(work / "tune.json"), "--costs-from", str(work / "base.measured.json"), "--output", "json")
@@ -118,6 +122,7 @@ def main() -> int:
     ranked = json.loads(p.stdout)
 
     # The same search in process, for the plans to run (the library the CLI calls).
+    from pptl.planning import costs_from_timeline
     from pptl.run import run_plans
     from pptl.tune import load_tune_config, tune
     from pptl.tune.calibrate import calibrate_tune
@@ -150,7 +155,9 @@ def main() -> int:
         rows.append({"label": label, "family": r.structure.family, "microbatches": r.structure.microbatches,
                      "predicted_ms": r.step, "predicted_peak": list(r.peak), "fits": r.fits,
                      "measured_ms": tl.makespan, "wall_ms": x.get("median_untimed_step_ms"),
-                     "measured_peak": peak, "layout": r.layout, "stage_layers": list(r.split.layers)})
+                     "measured_peak": peak, "layout": r.layout, "stage_layers": list(r.split.layers),
+                     # measured mean per (stage, kind): what a later model change is checked against
+                     "op_means": costs_from_timeline(tl).get("stages")})
     checks = {}
     for m in MBS:
         rs = [x for x in rows if x["microbatches"] == m]

@@ -315,3 +315,58 @@ def test_sync_send_puts_message_time_on_the_producers_compute_lane():
     assert busy(sync[key]) - busy(over[key]) == pytest.approx(2 * 3 * 8 * 0.05)
     free = replace(base, comm_latency=0.0)
     assert tune(free).results[0].step == tune(replace(free, messages="overlap")).results[0].step
+
+
+# -- I and W from a run with B only (model.work) -----------------------------------------------
+
+def test_split_shares_recover_i_and_w_from_the_rates_f_and_b_imply():
+    from pptl.tune.calibrate import split_shares
+    from pptl.tune.model import mlp_block_work
+
+    work = mlp_block_work(4096, 2048, 2)
+    model = replace(_cfg().model, work=work)
+    x, y = 1.3e-12, 2.9e-10  # ms per FLOP, ms per byte
+    t = {k: w.flops * x + w.bytes * y for k, w in work.items()}
+    i, w = split_shares(model, t["F"], t["B"])
+    assert i * t["B"] == pytest.approx(t["I"]) and w * t["B"] == pytest.approx(t["W"])
+    # autograd's B adds each weight gradient into .grad in a pass of its own; W's addmm_ does not
+    assert i + w < 0.97
+    # F and B that no non-negative rates explain (B below twice F's GEMMs): no shares
+    assert split_shares(model, 1.0, 1.5) is None
+    assert split_shares(replace(model, work=None), t["F"], t["B"]) is None
+
+
+def test_split_shares_predict_the_measured_zero_bubble_steps_on_2x_h200():
+    # Per-block costs `pptl tune --costs-from` fitted to the 1F1B run of bench/gpu_tune.sh on 2x H200
+    # (2026-11-26, PP=2): F 0.87495 ms, B 1.98795 ms, message 0.08954 ms. Measured steps of the
+    # same launch: zb-h1 224.86 ms and zb-h2 227.15 ms at 8 micro-batches. Halving B over-predicted them
+    # by 6.6% and 5.0%.
+    from pptl.tune.calibrate import split_shares
+
+    h, t, esz = 4096, 2048, 2
+    w_mib, a_mib = 2 * (8 * h * h + 5 * h) * esz / 2**20, t * 10 * h * esz / 2**20
+    f, b = 0.87495, 1.98795
+    model = {"layers": 16, "layer": {"F": f, "B": b, "activation": a_mib, "weight": w_mib},
+             "embedding": {"F": 2 * f, "B": 2 * b, "activation": 2 * a_mib, "weight": 2 * w_mib},
+             "head": {"F": 2 * f, "B": 2 * b, "activation": 2 * a_mib, "weight": 2 * w_mib},
+             "message_bytes": t * h * esz, "w_activation": 1.0, "work": "mlp"}
+    data = {"pp": 2, "microbatches": 8, "model": model, "comm": {"latency": 0.08954},
+            "families": ["zb-h1", "zb-h2"], "workload": {"hidden": h, "tokens": t, "dtype": "bfloat16"}}
+    tc = tune_config_from_mapping(data, source="t.yaml")
+    i, w = split_shares(tc.model, f, b)
+    layer = replace(tc.model.layer, I=i * b, W=w * b)
+    tc = replace(tc, model=replace(tc.model, layer=layer))
+    steps = {r.structure.family: r.step for r in tune(tc).results if r.split and r.split.layers == (8, 8)}
+    assert steps["zb-h1"] == pytest.approx(224.86, rel=0.02)
+    assert steps["zb-h2"] == pytest.approx(227.15, rel=0.02)
+
+
+def test_model_work_is_validated_in_one_line():
+    from pptl.errors import InputError
+
+    data = yaml.safe_load(FIX.read_text())
+    data["model"]["work"] = {"F": {"flops": 1, "bytes": 1}}
+    with pytest.raises(InputError, match=r"model\.work.*expected work: mlp"):
+        tune_config_from_mapping(data, source="t.yaml")
+    data["model"]["work"] = "mlp"
+    assert tune_config_from_mapping(data, source="t.yaml").model.work["B"].flops > 0

@@ -5,8 +5,9 @@ split: ``measured_split``, default the even split), the embedding on the first s
 on the last, each stage's time is ``n_s * t + [s = 0] e + [s = last] h``. The middle stages give
 the layer's ``t`` (their mean of time / layers); the first and last stage then give ``e`` and ``h``.
 With two stages or fewer there is no middle stage, and ``e`` and ``h`` keep their ratio to ``t``
-from the model description. A run with only full backwards splits B into I and W in the model's
-I:W ratio (half each if the model gives neither).
+from the model description. A run with only full backwards gives I and W from the model's ``work``
+(:func:`split_shares`: the run's F and B fix a time per GEMM FLOP and per memory-bound byte), or
+without it splits B in the model's I:W ratio (half each if the model gives neither).
 
 When the run recorded peak memory per rank (``pptl run`` on CUDA), the model's activation memory is
 scaled up (never down) so that the measured family's predicted peak covers every rank's measurement
@@ -22,7 +23,32 @@ from pptl.errors import InputError
 from pptl.tune.model import LayerCost, ModelDesc, TuneConfig
 from pptl.tune.split import even_split
 
-__all__ = ["calibrate_tune", "fit_layer_costs"]
+__all__ = ["calibrate_tune", "fit_layer_costs", "split_shares"]
+
+
+def split_shares(model: ModelDesc, f: float, b: float) -> tuple[float, float] | None:
+    """(I / B, W / B) of a layer whose measured forward takes ``f`` and full backward ``b``.
+
+    Each kind's time is ``flops * x + bytes * y`` (GEMMs at one rate, memory-bound kernels at
+    another); F and B give ``x`` and ``y``; I and W follow from their own work. The shares need
+    not sum to 1: autograd's B does work a split backward does not (see
+    :func:`pptl.tune.model.mlp_block_work`). None without ``model.work``, or when the run's F
+    and B fit no pair of non-negative rates (the work does not describe what ran).
+    """
+    w = model.work
+    if w is None or b <= 0:
+        return None
+    wf, wb = w["F"], w["B"]
+    det = wf.flops * wb.bytes - wf.bytes * wb.flops
+    if abs(det) <= 1e-12 * max(1.0, abs(wf.flops * wb.bytes)):
+        return None
+    x = (f * wb.bytes - wf.bytes * b) / det
+    y = (wf.flops * b - f * wb.flops) / det
+    if x < 0 or y < 0:
+        return None
+    i = w["I"].flops * x + w["I"].bytes * y
+    wt = w["W"].flops * x + w["W"].bytes * y
+    return i / b, wt / b
 
 
 def fit_layer_costs(model: ModelDesc, split: Sequence[int], per_stage: Sequence[float],
@@ -75,12 +101,19 @@ def calibrate_tune(tc: TuneConfig, measured: Path) -> tuple[TuneConfig, str, lis
             if base else (0.0, 0.0)
         kinds[k] = fit_layer_costs(m, split, [stages[s][k] for s in range(S)], ratio)
     measured_split_bw = not any(e.kind == "I" for e in tl.events)
-    if measured_split_bw:  # B only: split it in the model's I:W ratio
-        i0, w0 = m.layer.get("I"), m.layer.get("W")
-        share = i0 / (i0 + w0) if i0 is not None and w0 is not None and i0 + w0 > 0 else 0.5
-        kinds["I"] = tuple(v * share for v in kinds["B"])  # type: ignore[assignment]
-        kinds["W"] = tuple(v * (1 - share) for v in kinds["B"])  # type: ignore[assignment]
-        notes.append(f"the run has no split backward: I and W take {share:.2f} and {1 - share:.2f} of B")
+    if measured_split_bw:  # B only: I and W from the model's work, else B split in its I:W ratio
+        shares = split_shares(m, kinds["F"][0], kinds["B"][0])
+        if shares is not None:
+            share_i, share_w = shares
+            how = "from the model's work and the run's F and B"
+        else:
+            i0, w0 = m.layer.get("I"), m.layer.get("W")
+            share_i = i0 / (i0 + w0) if i0 is not None and w0 is not None and i0 + w0 > 0 else 0.5
+            share_w = 1 - share_i
+            how = "in the model's I:W ratio" if m.work is None else "in the model's I:W ratio (work does not fit the run)"
+        kinds["I"] = tuple(v * share_i for v in kinds["B"])  # type: ignore[assignment]
+        kinds["W"] = tuple(v * share_w for v in kinds["B"])  # type: ignore[assignment]
+        notes.append(f"the run has no split backward: I and W take {share_i:.3f} and {share_w:.3f} of B ({how})")
 
     def part(idx: int, old: LayerCost) -> LayerCost:
         return replace(old, **{k: v[idx] for k, v in kinds.items()})

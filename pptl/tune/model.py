@@ -12,6 +12,7 @@ A tune config is its own file (YAML, TOML or JSON)::
       head:      {F: 2.0, B: 4.0, activation: 288, weight: 1024}
       message_bytes: 16777216
       w_activation: 0.5           # share of a layer's activation that I leaves held until W
+      work: mlp                   # or {F: {flops: .., bytes: ..}, B: .., I: .., W: ..} (see below)
     comm: {latency: 0.02, bandwidth: 2.0e7}
     families: [1f1b, zb-h1]       # optional subset (default: every training family and synth)
     workload: {hidden: 4096, tokens: 2048, dtype: bfloat16}   # what the best plan runs with pptl run
@@ -21,6 +22,11 @@ Durations are per layer and micro-batch; ``B`` defaults to ``I + W``; ``embeddin
 default to nothing (zero cost). ``activation`` is held per micro-batch from F to B (or split
 between I and W by ``w_activation``); ``weight`` counts parameters, gradients and optimizer state.
 Every validation error names the file and the field on one line (:class:`InputError`, exit 2).
+
+``work`` says what one layer's F, B, I and W compute: GEMM FLOPs and the bytes its memory-bound
+kernels move (``mlp``: ``pptl run``'s MLP block at the config's ``workload``, :func:`mlp_block_work`).
+``--costs-from`` a run without a split backward needs it to derive I and W: the run's F and B fix
+the time per FLOP and per byte, which then give I and W (:mod:`pptl.tune.calibrate`).
 """
 from __future__ import annotations
 
@@ -32,7 +38,7 @@ from typing import Any, Mapping
 from pptl.config import MAX_VALUE, Workload, read_structured
 from pptl.errors import InputError
 
-__all__ = ["LayerCost", "ModelDesc", "TuneConfig", "TRAINING_FAMILIES", "SPLIT_FAMILIES", "load_tune_config",
+__all__ = ["LayerCost", "Work", "ModelDesc", "mlp_block_work", "TuneConfig", "TRAINING_FAMILIES", "SPLIT_FAMILIES", "load_tune_config",
            "tune_config_from_mapping"]
 
 #: Families the search covers (``synth`` is the order ``pptl tune`` builds for the model).
@@ -69,6 +75,35 @@ class LayerCost:
 _ZERO = LayerCost(F=0.0, B=0.0, I=0.0, W=0.0)
 
 
+@dataclass(frozen=True)
+class Work:
+    """What one op kind of one layer computes: GEMM FLOPs and bytes of memory-bound kernels."""
+
+    flops: float
+    bytes: float
+
+
+def mlp_block_work(hidden: int, tokens: int, elem_bytes: int) -> dict[str, Work]:
+    """F, B, I and W of ``pptl run``'s block ``x + Linear(4h, h)(GELU(Linear(h, 4h)(x)))``
+    (:mod:`pptl.run.model`), per micro-batch of ``tokens``.
+
+    Every kind runs two GEMMs of ``2 t h 4h`` FLOPs (F: both Linears; I: the input gradient of
+    each; W: the weight gradient of each; B: all four). Memory-bound work, in elements of
+    ``t h`` and ``h^2``: F's GELU reads and writes ``4th`` each, its residual add reads ``2th`` and
+    writes ``th`` (11 th); I's GELU backward reads the pre-activation and its gradient and writes
+    one (12 th), plus the residual's gradient sum (3 th); W's ``addmm_`` reads the ``8h^2``
+    gradient it adds to, and the bias sums read ``5th``; B through autograd does I's and W's
+    element-wise work, but writes each weight gradient to a fresh tensor and then adds it into
+    ``.grad`` (read, read, write: ``24h^2``) where W's ``addmm_`` only reads it (``8h^2``). That
+    extra pass is why ``I + W`` is less than ``B`` (about 7% at hidden 4096, 2048 tokens, bf16).
+    """
+    h, t, e = float(hidden), float(tokens), float(elem_bytes)
+    gemm = 2 * t * h * 4 * h
+    th, hh = t * h * e, h * h * e
+    return {"F": Work(2 * gemm, 11 * th), "I": Work(2 * gemm, 15 * th), "W": Work(2 * gemm, 5 * th + 8 * hh),
+            "B": Work(4 * gemm, 20 * th + 24 * hh)}
+
+
 @dataclass(frozen=True, kw_only=True)
 class ModelDesc:
     """A stack of ``layers`` identical layers with an embedding before and a head after."""
@@ -81,6 +116,8 @@ class ModelDesc:
     """Bytes of one activation (or gradient) message between stages."""
     w_activation: float = 0.5
     """Share of the activation that I leaves held until W (zero-bubble families)."""
+    work: Mapping[str, Work] | None = None
+    """Per kind, what one layer computes (derives I and W from a run with B only)."""
 
     def part_cost(self, part: LayerCost, kind: str) -> float | None:
         """``kind``'s duration for ``part``; an embedding's or head's missing I or W splits its B
@@ -154,7 +191,8 @@ def tune_config_from_mapping(data: Mapping[str, Any], *, source: str) -> TuneCon
     if not mb_list or len(mb_list) > 64:
         raise InputError(f"{source}: field 'microbatches': expected an integer or a list of 1..64 integers")
     micro = tuple(sorted({_int(m, "microbatches", source, lo=1, hi=100_000, required=True) for m in mb_list}))
-    model = _model(data["model"], source)
+    workload = _workload(data.get("workload") or {}, source)
+    model = _model(data["model"], source, workload)
     if model.layers < pp:
         raise InputError(f"{source}: field 'model.layers': got {model.layers}, fewer than pp={pp} stages; "
                          f"give at least {pp} layers or a smaller pp")
@@ -194,16 +232,16 @@ def tune_config_from_mapping(data: Mapping[str, Any], *, source: str) -> TuneCon
         memory_limit=None if limit is None else _num(limit, "memory_limit", source, positive=True),
         comm_latency=_num(comm.get("latency", 0.0), "comm.latency", source),
         comm_bandwidth=_num(comm.get("bandwidth", math.inf), "comm.bandwidth", source, inf=True, positive=True),
-        families=families, workload=_workload(data.get("workload") or {}, source), run_blocks=run_blocks,
+        families=families, workload=workload, run_blocks=run_blocks,
         measured_split=split, ilp_time_limit=_num(data.get("ilp_time_limit", 2.0), "ilp_time_limit", source,
                                                   positive=True),
         source=source)
 
 
-def _model(data: Any, source: str) -> ModelDesc:
+def _model(data: Any, source: str, workload: Workload) -> ModelDesc:
     if not isinstance(data, Mapping):
         raise InputError(f"{source}: field 'model': expected a mapping with layers and layer")
-    known = ("layers", "layer", "embedding", "head", "message_bytes", "w_activation")
+    known = ("layers", "layer", "embedding", "head", "message_bytes", "w_activation", "work")
     for k in data:
         if k not in known:
             raise InputError(f"{source}: unknown field 'model.{k}'; known: {', '.join(known)}")
@@ -218,7 +256,26 @@ def _model(data: Any, source: str) -> ModelDesc:
         embedding=_layer(data.get("embedding"), "model.embedding", source, zero=True),
         head=_layer(data.get("head"), "model.head", source, zero=True),
         message_bytes=_num(data.get("message_bytes", 0.0), "model.message_bytes", source),
-        w_activation=w_act)
+        w_activation=w_act, work=_work(data.get("work"), source, workload))
+
+
+def _work(data: Any, source: str, workload: Workload) -> dict[str, Work] | None:
+    if data is None:
+        return None
+    if data == "mlp":
+        esz = {"float32": 4, "bfloat16": 2, "float16": 2}.get(workload.dtype, 4)
+        return mlp_block_work(workload.hidden, workload.tokens, esz)
+    example = "work: mlp, or work: {F: {flops: 5.5e11, bytes: 1.8e8}, B: ..., I: ..., W: ...}"
+    if not isinstance(data, Mapping) or set(data) != set(_KINDS):
+        raise InputError(f"{source}: field 'model.work': expected {example}")
+    out = {}
+    for k in _KINDS:
+        v = data[k]
+        if not isinstance(v, Mapping) or set(v) != {"flops", "bytes"}:
+            raise InputError(f"{source}: field 'model.work.{k}': expected a mapping of flops and bytes; {example}")
+        out[k] = Work(_num(v["flops"], f"model.work.{k}.flops", source),
+                      _num(v["bytes"], f"model.work.{k}.bytes", source))
+    return out
 
 
 def _layer(data: Any, name: str, source: str, *, zero: bool) -> LayerCost:
