@@ -172,3 +172,99 @@ def test_a_malformed_held_span_is_one_error():
     bad = replace(s, meta={**s.meta, "held": [[0, 0, 10 ** 6, 1, 1.0]]})
     with pytest.raises(InputError, match=r"meta.held\[0\]"):
         peak_memory(bad, sim.start, sim.end, 10, 0)
+
+
+# ----------------------------------------------------------------------------------------------
+# What the caching allocator counts follows the host's issue order (pptl run)
+
+
+def _bench_plan(offload: bool, copy_bandwidth: float):
+    """The GPU workload's shape in MiB (48 a tensor, 96 an offloaded layer), uncalibrated costs."""
+    return build_schedule(config_from_mapping({
+        "schedule": "moe-1f1b-overlap", "pp": 2, "vpp": 2, "microbatches": 8, "activation": 240,
+        "options": {"ep": 2, "layers_per_chunk": 2, "offload": offload,
+                    "costs": {"offload_bytes": 96, "hidden_bytes": 48, "offload_bandwidth": copy_bandwidth}}}))
+
+
+def _allocated_peak_in_issue_order(schedule: Schedule, issue) -> float:
+    """The allocated peak a host issuing ``issue`` sees: every tensor allocated and freed when the op
+    that makes or drops it is issued (an Offload drops its layer, an Onload allocates it)."""
+    from pptl.simulate import held_spans
+
+    pos = {i: k for k, i in enumerate(issue)}
+    ev = []
+    for a, _, b, _, amount in held_spans(schedule):
+        if a in pos:
+            ev += [(pos[a], 0, amount), (pos[b], 1, -amount)]
+    for i in issue:
+        op = schedule.ops[i]
+        if op.kind in ("OFFLOAD", "ONLOAD"):
+            ev.append((pos[i], op.kind == "OFFLOAD", -op.payload if op.kind == "OFFLOAD" else op.payload))
+    cur = best = 0.0
+    for _, _, d in sorted(ev):
+        cur += d
+        best = max(best, cur)
+    return best
+
+
+def test_copies_issued_at_their_producer_and_consumer_save_what_the_plan_saves():
+    from pptl.run.moe import copies_at_their_ends
+    from pptl.run.program import build_program
+
+    base = build_program(_bench_plan(False, 1.0))
+    no_offload = _allocated_peak_in_issue_order(base.schedule, base.ranks[0].issue)
+    # copies planned 50x too slow: the plan's start order issues each Offload late
+    slow = _bench_plan(True, 1.0)
+    prog = build_program(slow)
+    from pptl.schedules._moe_metrics import moe_metrics
+
+    peak = lambda s: moe_metrics(s, simulate(s))["moe"]["peak_activation"]  # noqa: E731
+    planned_saving = peak(_bench_plan(False, 45.0)) - peak(_bench_plan(True, 45.0))
+    as_planned = no_offload - _allocated_peak_in_issue_order(slow, prog.ranks[0].issue)
+    rp = prog.ranks[0]
+    moved = copies_at_their_ends(slow.ops, rp.issue, rp.waits)
+    saving = no_offload - _allocated_peak_in_issue_order(slow, moved)
+    assert as_planned < 0.8 * planned_saving <= saving
+    # a valid order: every op after what it needs on this rank, each copy lane in the plan's order
+    pos = {i: k for k, i in enumerate(moved)}
+    assert sorted(moved) == sorted(rp.issue)
+    assert all(pos[u] < pos[v] for u, v in slow.deps if u in pos and v in pos)
+    for lane in ("d2h", "h2d"):
+        assert [i for i in moved if slow.ops[i].lane == lane] == [i for i in rp.issue if slow.ops[i].lane == lane]
+    off = next(k for k, i in enumerate(moved) if slow.ops[i].kind == "OFFLOAD")
+    assert (slow.ops[moved[off - 1]].kind, slow.ops[moved[off - 1]].flow) == ("MLP", "F")
+
+
+def test_a_copy_move_that_would_skip_a_wait_keeps_the_order():
+    from pptl.run.moe import copies_at_their_ends
+    from pptl.run.program import build_program
+
+    s = _bench_plan(True, 1.0)
+    rp = build_program(s).ranks[0]
+    on = next(i for i in rp.issue if s.ops[i].kind == "ONLOAD")
+    later = rp.issue[-1]  # an op issued after every consumer: an Onload waiting on it cannot move up to its B.mlp
+    assert copies_at_their_ends(s.ops, rp.issue, {**rp.waits, on: (later,)}) == rp.issue
+
+
+def test_exposure_counts_an_all_to_all_from_its_last_member():
+    from pptl.schedules._moe_metrics import exposure
+
+    s = _schedule()
+    sim = simulate(s)
+    start, end = list(sim.start), list(sim.end)
+    same = exposure(s, start, end)
+    # member 1 of the first EP group starts its first dispatch 5 units early: it waits for member 0
+    # with compute idle. That wait is not all-to-all time on either side.
+    i = next(k for k, op in enumerate(s.ops) if op.kind == "A2A_DISPATCH" and op.rank == 1)
+    start[i] -= 5.0
+    late = exposure(s, start, end)
+    assert late["per_rank"]["exposed_ep"][1] == pytest.approx(same["per_rank"]["exposed_ep"][1])
+    # counted from its own start (the old rule), the wait shows on member 1 only
+    assert exposed_in_timeline(_timeline_of(s, start, end), EP_KINDS)[1][1] > same["per_rank"]["exposed_ep"][1] + 2
+    from pptl.schedules._moe_metrics import moe_metrics
+
+    assert moe_metrics(s, simulate(s))["moe"]["exposed_ep"] == pytest.approx(same["exposed_ep"])
+
+
+def _timeline_of(s: Schedule, start, end):
+    return replace(simulate(s), start=start, end=end).timeline()

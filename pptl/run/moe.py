@@ -61,7 +61,7 @@ from pptl.run.moe_model import (
 )
 from pptl.run.program import Program, workload_of
 
-__all__ = ["MoEExecutor"]
+__all__ = ["MoEExecutor", "copies_at_their_ends"]
 
 _MiB = float(1 << 20)
 
@@ -87,6 +87,8 @@ class MoEExecutor(Executor):
         self.member = next(g.index(rank) for g in groups if rank in g)
         self.ep_group = _ep_group(channels, groups, rank, device) if self.ep > 1 else None
         program = refine(program, issue=symmetric_issue(program, groups))
+        program = refine(program, issue={rp.rank: copies_at_their_ends(program.schedule.ops, rp.issue, rp.waits)
+                                         for rp in program.ranks})
         self.markers = frozenset(i for i in program.ranks[rank].issue if program.schedule.ops[i].lane == "pass")
         self.memory: list[dict[str, float]] = []
         self.hold = None
@@ -383,7 +385,7 @@ class MoEExecutor(Executor):
     @staticmethod
     def finish_timeline(schedule: Any, timeline: Any) -> Any:
         """Add the measured EP/copy exposure, memory and per-cost-key means (for calibration)."""
-        from pptl.schedules._moe_metrics import COPY_KINDS, EP_KINDS, exposed_in_timeline
+        from pptl.schedules._moe_metrics import EP_KINDS, exposure_of_timeline
 
         x = timeline.meta.extra
         group_of = {r: k for k, g in enumerate(schedule.meta.get("ep_groups", [])) for r in g}
@@ -394,16 +396,8 @@ class MoEExecutor(Executor):
             return (group_of.get(op.rank, op.rank), op.kind, op.flow, op.stage, op.mb, op.sub)
 
         x["cost_means"] = cost_means(schedule, timeline.events, a2a, contexts=True)
-        ep_total, ep_exposed = exposed_in_timeline(timeline, EP_KINDS)
-        cp_total, cp_exposed = exposed_in_timeline(timeline, COPY_KINDS)
+        moe: dict[str, Any] = exposure_of_timeline(schedule, timeline)
         ranks = range(schedule.pp)
-        per = lambda m: [m.get(r, 0.0) for r in ranks]  # noqa: E731
-        moe: dict[str, Any] = {
-            "ep_time": max(ep_total.values(), default=0.0), "exposed_ep": max(ep_exposed.values(), default=0.0),
-            "copy_time": max(cp_total.values(), default=0.0),
-            "exposed_copy": max(cp_exposed.values(), default=0.0),
-            "per_rank": {"ep_time": per(ep_total), "exposed_ep": per(ep_exposed), "copy_time": per(cp_total),
-                         "exposed_copy": per(cp_exposed)}}
         reports = x.get("reports", {})
         mems = [reports[str(r)]["memory"] for r in ranks if "memory" in reports.get(str(r), {})]
         if mems:
@@ -416,6 +410,49 @@ class MoEExecutor(Executor):
             moe["median_step_ms"] = statistics.median(steps)
         x["moe"] = moe
         return timeline
+
+
+def copies_at_their_ends(ops: Any, issue: tuple[int, ...], waits: Any) -> tuple[int, ...]:
+    """``issue`` with each Offload right after the F.mlp that makes its tensors and each Onload
+    right before the B.mlp that reads them (same direction, stage, micro-batch and layer).
+
+    Why: the caching allocator counts a tensor as freed when the host drops it and as allocated
+    when the host asks for it, so the allocated peak follows the host's issue order, not the GPU's
+    timing. The plan's order puts each copy at its planned start, which is late when the plan's
+    copy costs are off (a copy queued behind others on its lane): the host then keeps an
+    offloaded layer allocated until the late Offload, and allocates an Onload's destination
+    before the WGrad ahead of it has freed its layer. Issued at its producer, an Offload drops
+    its tensors at once (``record_stream`` keeps the blocks from reuse until the copy has read
+    them); issued at its consumer, an Onload allocates as late as it can. The copies still run
+    early on the GPU: their streams wait only on their producers' events, and the host runs
+    ahead of the GPU (:class:`pptl.run.hostlag.HostLag`). Each copy lane keeps its order (the
+    producers' and consumers' order); a copy without its producer or consumer on this rank
+    stays where it was, and ``issue`` is kept whole if a moved copy would be issued before an op
+    it waits for or after one that waits for it (``waits``: op -> the ops its stream waits on)."""
+    def key(i: int) -> tuple:
+        o = ops[i]
+        return (o.direction, o.stage, o.mb, o.sub)
+
+    fwd_mlp = {key(i) for i in issue if ops[i].kind == "MLP" and ops[i].flow == "F"}
+    bwd_mlp = {key(i) for i in issue if ops[i].kind == "MLP" and ops[i].flow == "B"}
+    off = {key(i): i for i in issue if ops[i].kind == "OFFLOAD" and key(i) in fwd_mlp}
+    on = {key(i): i for i in issue if ops[i].kind == "ONLOAD" and key(i) in bwd_mlp}
+    moved = set(off.values()) | set(on.values())
+    out: list[int] = []
+    for i in issue:
+        if i in moved:
+            continue
+        o = ops[i]
+        if o.kind == "MLP" and o.flow == "B" and key(i) in on:
+            out.append(on[key(i)])
+        out.append(i)
+        if o.kind == "MLP" and o.flow == "F" and key(i) in off:
+            out.append(off[key(i)])
+    pos = {i: k for k, i in enumerate(out)}
+    for v, us in waits.items():
+        if any(pos.get(u, -1) > pos.get(v, len(out)) for u in us if u in moved or v in moved):
+            return tuple(issue)  # waiting on an event not yet recorded would not wait at all
+    return tuple(out)
 
 
 def _ep_group(channels: dict[Any, Any], groups: list[list[int]], rank: int, device: torch.device) -> Any:
