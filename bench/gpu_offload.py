@@ -48,7 +48,8 @@ def config(a: argparse.Namespace, *, overlap: bool, offload: bool, hidden: int, 
 
     w = Workload(hidden=hidden, tokens=tokens, layers_per_stage=1, dtype=a.dtype)
     per_member = tokens * hidden * DTYPES[a.dtype].itemsize
-    return {"schedule": "moe-1f1b-overlap", "pp": a.gpus // a.ep, "vpp": 2, "microbatches": microbatches,
+    pp = a.gpus // a.ep  # 2 GPUs: pp 1 x ep 2 (the all-to-alls stay; no pipeline to interleave)
+    return {"schedule": "moe-1f1b-overlap", "pp": pp, "vpp": 2 if pp > 1 else 1, "microbatches": microbatches,
             "activation": a.layers * layer_bytes(w) / MiB,  # MiB: one chunk's saved tensors for one micro-batch
             "workload": {"hidden": hidden, "tokens": tokens, "dtype": a.dtype},
             "options": {"ep": a.ep, "layers_per_chunk": a.layers, "overlap": overlap, "offload": offload,
