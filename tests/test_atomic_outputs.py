@@ -226,6 +226,7 @@ def test_every_writer_goes_through_atomic_write() -> None:
         if rel in _DIRECT_OK:
             continue
         for n, line in enumerate(path.read_text().splitlines(), 1):
-            if _WRITES.search(line) and not line.lstrip().startswith("#"):
+            # /dev/null is no output (the HiGHS banner is sent there)
+            if _WRITES.search(line) and not line.lstrip().startswith("#") and "os.devnull" not in line:
                 offenders.append(f"{rel}:{n}: {line.strip()}")
     assert offenders == [], "write through pptl.fileio.atomic_write:\n" + "\n".join(offenders)
