@@ -1,13 +1,14 @@
 """The checker: every invalid fixture caught with its code; generated schedules pass; mutations fail."""
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mutations import drop_one, duplicate_one, move_before_dependency
+from mutations import drop_one, duplicate_one, lanes_of, move_before_dependency
 
 from pptl.checks import run_checks
 from pptl.config import Config
@@ -36,6 +37,22 @@ def test_invalid_fixture_is_caught(name: str, codes: set[str]) -> None:
     loaded = load_any(FIXTURES / "invalid" / name)
     found = {v.code for v in run_checks(loaded.schedule) if v.severity == "error"}
     assert codes <= found, found
+
+
+@pytest.mark.parametrize("kind", ["F", "B"])
+def test_two_different_ops_doing_the_same_work_are_duplicates(kind: str) -> None:
+    """Not a copy: the second op differs (a relabelled op on another lane), so only its work repeats."""
+    s = build_schedule(Config(schedule="1f1b", pp=2, microbatches=4))
+    lanes = lanes_of(s)
+    first = next(op for op in lanes[(1, "compute")] if op.kind == kind and op.mb == 2)
+    again = dataclasses.replace(first, lane="compute2", label="again")
+    lanes[(1, "compute2")] = [again]
+    dup = s.with_lanes(lanes)
+    found = [v for v in run_checks(dup) if v.code == "PP002"]
+    role = "F" if kind == "F" else "B (or I)"
+    assert found, f"{again.id} repeats {first.id}'s work and no PP002 was reported"
+    assert found[0].message == f"{role} of stage 1 mb 2 is done twice: by {first.id} and by {again.id}"
+    assert found[0].ops == (first.id, again.id)
 
 
 def test_deadlock_names_the_cycle_across_two_ranks() -> None:

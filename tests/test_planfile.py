@@ -1,13 +1,14 @@
 """The plan file: round trip, versioning, and clear errors for broken files."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
 from pptl.checks import run_checks
-from pptl.config import Config
+from pptl.config import Config, Costs, Workload
 from pptl.errors import InputError
 from pptl.formats.loader import load_any
 from pptl.formats.plan import PLAN_VERSION, dumps, load_plan, plan_from_dict, plan_to_dict
@@ -28,9 +29,34 @@ def test_round_trip_keeps_ops_order_deps_and_timeline(tmp_path: Path, name: str,
     assert {(s.ops[u], s.ops[v]) for u, v in s.deps} == {(back.ops[u], back.ops[v]) for u, v in back.deps}
     assert simulate(back).makespan == result.simulation.makespan
     assert timeline is not None and len(timeline.events) == len(s.ops)
-    assert back.config == result.schedule.config.__class__(**{**back.config.__dict__})  # a Config came back
-    assert back.config.costs.base == s.config.costs.base
+    assert _same_config(back.config, s.config)
     assert run_checks(back) == []
+
+
+def test_round_trip_keeps_every_config_field(tmp_path: Path) -> None:
+    """Fields off their defaults come back equal, so a reloaded plan simulates the same memory."""
+    cfg = Config(schedule="1f1b", pp=4, microbatches=8, split_backward=True, activation=2.5, w_activation=0.25,
+                 memory_limit=40.0, costs=Costs(base={"F": 1.0, "B": 2.0, "I": 1.5, "W": 0.5}, stages={3: {"F": 2.0}},
+                                                comm_latency=0.25, comm_bytes=1024.0, comm_bandwidth=4096.0),
+                 workload=Workload(hidden=128, tokens=32, layers_per_stage=2, dtype="bfloat16"))
+    result = plan(cfg)
+    path = tmp_path / "p.json"
+    path.write_text(dumps(plan_to_dict(result.schedule)))
+    back, _ = load_plan(path)
+    assert result.schedule.config.activation == 2.5  # the planned schedule holds the config asked for
+    assert _same_config(back.config, result.schedule.config)
+    again = simulate(back)
+    assert [r.peak_activation for r in again.ranks] == [r.peak_activation for r in result.simulation.ranks]
+    assert again.makespan == result.simulation.makespan
+
+
+def _same_config(back: Config, planned: Config) -> bool:
+    """Equal in every field but ``source`` (the reloaded one names the plan file it came from)."""
+    differ = [f.name for f in dataclasses.fields(Config)
+              if f.name != "source" and getattr(back, f.name) != getattr(planned, f.name)]
+    assert not differ, f"the reloaded config differs in {differ}: " + \
+        ", ".join(f"{n}={getattr(back, n)!r}, planned {getattr(planned, n)!r}" for n in differ)
+    return True
 
 
 def _minimal(**over) -> dict:

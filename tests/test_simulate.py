@@ -67,6 +67,33 @@ def test_comm_latency_adds_to_makespan() -> None:
     assert slow >= base + 6 * 0.5
 
 
+@pytest.mark.parametrize("p", [2, 4])
+def test_one_microbatch_pays_each_link_once_per_direction(p: int) -> None:
+    """One micro-batch is a single chain F0..F(p-1), B(p-1)..B0 with 2(p-1) messages: each message
+    costs its latency once (on the SEND; the RECV completes with it, so charging it again is a bug)."""
+    cfg = Config(schedule="1f1b", pp=p, microbatches=1, costs=Costs(base={"F": 1.0, "B": 2.0}, comm_latency=0.5))
+    s = build_schedule(cfg)
+    assert {op.kind for op in s.ops} >= {"SEND", "RECV"}
+    sim = simulate(s)
+    assert sim.makespan == pytest.approx(p * 3.0 + 2 * (p - 1) * 0.5), "a message is charged more than once"
+    for i, op in enumerate(s.ops):
+        if op.kind == "RECV":
+            assert sim.end[i] == sim.start[i], f"{op.id} takes time of its own"
+
+
+def test_makespan_is_the_last_end_not_the_last_op_in_dag_order() -> None:
+    """W s1 (100 units) ends last, while the op deepest in the DAG is rank 0's short W s0."""
+    costs = Costs(base={"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0}, stages={1: {"W": 100.0}})
+    s = build_schedule(Config(schedule="1f1b", pp=2, microbatches=1, split_backward=True, costs=costs))
+    sim = simulate(s)
+    ends = {op.id: sim.end[i] for i, op in enumerate(s.ops)}
+    # F s0, F s1, I s1, then W s1 for 100 units; rank 0's I and W finish long before.
+    assert ends["r1/compute/W s1 mb0"] == 103.0
+    assert ends["r0/compute/W s0 mb0"] == 5.0
+    assert sim.makespan == 103.0, f"makespan {sim.makespan}, but W s1 ends at 103"
+    assert sim.ranks[0].idle == 103.0 - 3.0
+
+
 def test_per_stage_override_slows_the_pipeline() -> None:
     cfg = Config(schedule="1f1b", pp=4, microbatches=8, costs=Costs(stages={3: {"F": 2.0, "B": 4.0}}))
     sim = simulate(build_schedule(cfg))
