@@ -91,6 +91,8 @@ class _Step:
     loss: torch.Tensor | None = None
     times: dict[int, list[float | None]] = field(default_factory=dict)
     """CPU: op index -> [start, end] host times (end None while pending)."""
+    started: list[int] = field(default_factory=list)
+    """Op indices in the order the host started them (CUDA: enqueued them on their streams)."""
 
 
 # How a CUDA rank runs its messages (``pptl run --messages``, :data:`MESSAGE_MODES`). What decides
@@ -255,6 +257,7 @@ class Executor:
                     nvtx.range_push(self.ids[i])
                 if i == self._fault_index:
                     self.fault.fire()
+                st.started.append(i)
                 self.actions[i](st)
                 if timed:
                     nvtx.range_pop()
@@ -272,7 +275,8 @@ class Executor:
         events = ([[i, self.anchor.elapsed_time(self.start_ev[i]), self.anchor.elapsed_time(self.end_ev[i])]
                    for i in self.rp.issue] if timed else [])
         loss = float(st.loss) if self._has_loss() else None
-        return {"step": k, "timed": timed, "step_ms": step_ms, "wall_ms": wall_ms, "loss": loss, "events": events}
+        return {"step": k, "timed": timed, "step_ms": step_ms, "wall_ms": wall_ms, "loss": loss, "events": events,
+                "started": st.started}
 
     def _before_issue(self, i: int) -> None:
         """CUDA: called before op ``i`` is issued (and timed); a family may hold the host back here."""
@@ -311,6 +315,7 @@ class Executor:
             if i == self._fault_index:
                 self.fault.fire()
             start = now()
+            st.started.append(i)
             self.actions[i](st)
             st.times[i] = [start, None if i in st.works else now()]
             self._cpu_reap(st, now)
@@ -320,7 +325,8 @@ class Executor:
         step_ms = max((t[1] for t in st.times.values()), default=0.0)
         events = [[i, t[0], t[1]] for i, t in st.times.items()] if timed else []
         loss = float(st.loss) if self._has_loss() else None
-        return {"step": k, "timed": timed, "step_ms": step_ms, "wall_ms": now(), "loss": loss, "events": events}
+        return {"step": k, "timed": timed, "step_ms": step_ms, "wall_ms": now(), "loss": loss, "events": events,
+                "started": st.started}
 
     def _cpu_wait(self, u: int, st: _Step, now: Callable[[], float]) -> None:
         works = st.works.pop(u, None)

@@ -2,9 +2,10 @@
 
 Every rank sends rank 0 one *payload* (a JSON-ready dict) per plan::
 
-    {"rank": r, "issue": [op index, ...],
+    {"rank": r,
      "steps": [{"step": k, "timed": bool, "step_ms": float, "wall_ms": float, "loss": float | None,
-                "events": [[op index, start_ms, end_ms], ...]}, ...],
+                "events": [[op index, start_ms, end_ms], ...],
+                "started": [op index, ...]}, ...],   # in the order the host started (CUDA: enqueued) them
      "partial": {"step": k, "events": [...]} | absent,   # the step a failure interrupted
      "info": {"device": ..., "torch": ...}}
 
@@ -41,12 +42,16 @@ def step_times(payloads: list[Mapping[str, Any]], *, timed: bool, key: str = "st
     return {k: max(v) for k, v in sorted(per.items()) if len(v) == len(payloads)}
 
 
-def executed_order(schedule: Schedule, payloads: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, list[str]]]:
-    """Per rank and lane: op ids in the order the rank issued them."""
+def executed_order(schedule: Schedule, payloads: Iterable[Mapping[str, Any]], step: int | None = None
+                   ) -> dict[str, dict[str, list[str]]]:
+    """Per rank and lane: op ids in the order the rank started them in ``step`` (default: its last
+    step), as each rank recorded while running, not the program it was given."""
     out: dict[str, dict[str, list[str]]] = {}
     for p in payloads:
+        steps = p.get("steps", [])
+        rec = next((st for st in steps if st["step"] == step), steps[-1] if steps else {})
         lanes: dict[str, list[str]] = {}
-        for i in p.get("issue", []):
+        for i in rec.get("started", []):
             op = schedule.ops[i]
             lanes.setdefault(op.lane, []).append(op.id)
         out[str(p["rank"])] = lanes
@@ -98,7 +103,7 @@ def build_timeline(schedule: Schedule, payloads: list[Mapping[str, Any]], *,
         "median_untimed_step_ms": statistics.median(bare_ms) if bare_ms else None,
         "overhead": (statistics.median(timed_ms) / statistics.median(bare_ms) - 1.0
                      if timed_ms and bare_ms and statistics.median(bare_ms) > 0 else None),
-        "executed": executed_order(schedule, payloads),
+        "executed": executed_order(schedule, payloads, meta_extra.get("step")),
     })
     losses = [st.get("loss") for p in payloads for st in p.get("steps", []) if st.get("loss") is not None]
     if losses:

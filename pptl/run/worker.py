@@ -126,7 +126,7 @@ def _run_plan(job: Job, k: int, pj: PlanJob, rank: int, world: int, device: torc
     info = _info(device, world)
     info["gated_receives"] = gates is not None
     info["messages"] = ex.messages
-    payload: dict[str, Any] = {"rank": rank, "issue": list(program.ranks[rank].issue), "steps": [], "info": info}
+    payload: dict[str, Any] = {"rank": rank, "steps": [], "info": info}
     state["executor"], state["payload"] = ex, payload
     total = job.warmup + 2 * job.steps
     if device.type == "cuda":  # the peak from here on: weights, gradients, activations, buffers
