@@ -9,16 +9,22 @@ install:
 	$(PIP) install -q -e .
 
 # Tests also run pptl's CPU executor (torch, gloo) and open the HTML in a headless browser
-# (Debian's chromium, driven by the playwright package from the test extra).
+# (Debian's chromium, driven by the playwright package from the test extra). Without them those
+# tests skip; under CI=true a missing one is an error (one line, exit 1), so a failed install cannot
+# pass as a green build with part of the suite unrun.
+MISSING = { if [ "$(CI)" = true ]; then echo "error: CI=true and $(1) is not installed ($(2)); the tests that need it would skip" >&2; exit 1; \
+	    else echo "$(1) not installed: the tests that need it will skip"; fi; }
+
 install-test: install
 	$(PIP) install -q -e '.[test]'
-	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0 || echo "torch not installed: run tests will skip"
+	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0 || true
+	@$(PY) -c "import torch" 2>/dev/null || $(call MISSING,torch,pip install torch==2.13.0 failed)
 	@$(MAKE) --no-print-directory install-browser
 
 install-browser:
 	@command -v chromium >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
-	  (apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1) \
-	  || echo "chromium not installed: the browser test will skip"; }
+	  (apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1); true; }
+	@command -v chromium >/dev/null 2>&1 || $(call MISSING,chromium,apt-get install chromium failed or needs root)
 
 demo: install
 	pptl demo --out $(OUT)
@@ -27,7 +33,7 @@ demo: install
 test: install-test
 	$(PY) -m ruff check pptl tests bench
 	$(PY) -m mypy
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	$(PY) -m pytest -q -rs -p no:cacheprovider tests
 
 bench: install
 	$(PY) bench/plan_scale.py

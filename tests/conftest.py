@@ -1,11 +1,33 @@
 from __future__ import annotations
 
+import importlib.util
+import os
+import shutil
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under CI=true, refuse to start when a part of the suite could not run.
+
+    The run tests skip without torch and the browser test without chromium: fine on a laptop, but in
+    CI a failed install would otherwise turn into a green build with those tests unrun.
+    """
+    if os.environ.get("CI", "").lower() not in ("true", "1"):
+        return
+    missing = []
+    if importlib.util.find_spec("torch") is None:
+        missing.append("torch (the `pptl run` tests)")
+    if not (shutil.which("chromium") or shutil.which("chromium-browser")):
+        missing.append("chromium (the browser test of the HTML)")
+    if missing:
+        verb = "is" if len(missing) == 1 else "are"
+        raise pytest.UsageError(f"CI=true but {' and '.join(missing)} {verb} not installed, so those tests would skip; "
+                                "run `make install-test` or unset CI")
 
 
 @pytest.fixture
