@@ -29,18 +29,35 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _training_schedule(name: str, pp: int):
     """The family's schedule at (pp, 2pp micro-batches) with the tiny workload, or None if it is not a
-    training family pptl run executes (e.g. a weight-update plan)."""
+    training family pptl run executes (e.g. a weight-update plan). A family that builds at neither
+    vpp=1 nor vpp=2 raises: it must be seen, not dropped from the grid."""
+    errors = []
     for vpp in (1, 2):
         try:
             s = build_schedule(config_from_mapping({"schedule": name, "pp": pp, "microbatches": 2 * pp, "vpp": vpp,
                                                     "workload": TINY}))
-        except InputError:
+        except InputError as e:
+            errors.append(str(e))
             continue
         return s if {op.kind for op in s.ops} <= RUN_KINDS else None
-    return None
+    raise AssertionError(f"family {name} builds at neither vpp=1 nor vpp=2 with pp={pp}: {errors}")
 
 
-TRAINING = [n for n in FAMILIES if _training_schedule(n, 2) is not None]
+def _families() -> tuple[list[str], dict[str, str]]:
+    """(training families, family -> why it is not in the grid): collection must not fail on one family."""
+    training, left_out = [], {}
+    for n in FAMILIES:
+        try:
+            s = _training_schedule(n, 2)
+        except AssertionError as e:
+            left_out[n] = str(e)
+            continue
+        if s is not None:
+            training.append(n)
+    return training, left_out
+
+
+TRAINING, LEFT_OUT = _families()
 GRID = [(pp, n) for pp in (2, 4) for n in TRAINING]
 
 
@@ -61,6 +78,15 @@ def runs():
 
 def test_training_families_found():
     assert {"gpipe", "1f1b", "interleaved-1f1b"} <= set(TRAINING)
+    # Every family either runs in the grid or is not a training plan; none is dropped by an error.
+    assert LEFT_OUT == {}
+
+
+@pytest.mark.parametrize("pp", [2, 4])
+def test_every_family_is_in_the_grid_or_not_a_training_plan(pp):
+    for n in FAMILIES:
+        s = _training_schedule(n, pp)
+        assert (s is not None) == (n in TRAINING), n
 
 
 @pytest.mark.parametrize("pp,family", GRID, ids=[f"pp{pp}-{n}" for pp, n in GRID])

@@ -33,6 +33,8 @@ from pptl.schedules import build_schedule
 
 torch = pytest.importorskip("torch")
 
+from pptl.run.worker import _LAUNCHER_MARGIN  # noqa: E402  (needs torch)
+
 # bench/run_faults.py measures the same cases on any device; one definition of "fault -> last exit".
 _spec = importlib.util.spec_from_file_location("run_faults", Path(__file__).resolve().parents[1]
                                                / "bench" / "run_faults.py")
@@ -166,8 +168,10 @@ def test_fault_stops_every_rank_and_keeps_measurements(tmp_path, monkeypatch, fa
     shutdown = _shutdown_seconds(rundir, fault)
     SHUTDOWN[fault] = shutdown
     print(f"shutdown after {fault}: {shutdown:.2f} s (run {took:.2f} s)")  # for docs/reliability.md (-rP)
-    assert shutdown <= TIMEOUT + STOP_SLACK, f"{shutdown:.2f} s from the fault to the last exit"
-    assert took < 30, took
+    # Stopped by the launcher (TIMEOUT + STOP_SLACK, about 5 s on an idle machine; bench/run_faults.py
+    # measures it), not by each rank's own collective timeout, TIMEOUT + the launcher's margin: that bound
+    # separates the two on a loaded machine, where a wall-clock budget for the whole run does not.
+    assert shutdown < TIMEOUT + _LAUNCHER_MARGIN, f"{shutdown:.2f} s from the fault to the last exit"
 
     # What was measured is written, marked partial, and drawable.
     data = json.loads(out.read_text())

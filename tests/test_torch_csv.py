@@ -115,6 +115,30 @@ def test_gap_in_microbatches_is_reported_not_accepted() -> None:
     assert "PP003" in codes and "PP004" in codes
 
 
+@pytest.mark.parametrize("counts,expected", [((3, 3, 4), 3), ((2, 3), 3), ((3, 2, 2), 2)],
+                         ids=["most-common-not-largest", "tie-takes-larger", "most-common-smaller"])
+def test_microbatches_are_the_most_common_forward_count(counts: tuple[int, ...], expected: int) -> None:
+    """Stage s runs ``counts[s]`` forwards (mb 0..n-1): the stages that agree set the count, and the
+    rest are reported against it (PP004 beyond it, PP003 short of it)."""
+    text = "\n".join(",".join([f"{s}F{mb}" for mb in range(n)] + [f"{s}B{mb}" for mb in range(n)])
+                     for s, n in enumerate(counts)) + "\n"
+    s, notes, _, _ = load_csv_text(text)
+    assert s.microbatches == expected, notes
+    codes = set(_errors(s))
+    assert ("PP004" in codes) == (max(counts) > expected), codes
+    assert ("PP003" in codes) == (min(counts) < expected), codes
+
+
+def test_overlapped_action_reads_the_same_with_b_first() -> None:
+    """(0B0;0F1)OVERLAP_F_B and (0F1;0B0)OVERLAP_F_B are one FB: the F of mb 1 beside the B of mb 0."""
+    f_first, _, _, _ = load_csv_text("0F0,(0F1;0B0)OVERLAP_F_B,0B1\n")
+    b_first, _, _, _ = load_csv_text("0F0,(0B0;0F1)OVERLAP_F_B,0B1\n")
+    [fb] = [op for op in b_first.ops if op.kind == "FB"]
+    assert (fb.stage, fb.mb, fb.pair) == (0, 1, (0, 0, 0))
+    assert b_first.ops == f_first.ops
+    assert _errors(b_first) == []
+
+
 def test_flags_override_inference() -> None:
     text = (FIXTURES / "csv/invalid/mb_gap.csv").read_text()
     s, notes, _, _ = load_csv_text(text, microbatches=8)

@@ -94,8 +94,11 @@ CASES = [(pp, m) for pp in (2, 3, 4, 8) for m in (pp, 2 * pp, 3 * pp, 2 * pp + 2
 def test_compute_order_equals_torch(torch_name: str, family: str, kw: dict, pp: int, m: int) -> None:
     try:
         sched = bench.torch_schedule(torch_name, pp, m)
-    except ValueError:
-        pytest.skip("torch refuses this size")
+    except ValueError as e:
+        # Only the refusal torch documents (DualPipeV needs m >= its 2*pp stages); any other error fails.
+        if torch_name == "DualPipeV" and m < 2 * pp and "at least as many microbatches as stages" in str(e):
+            pytest.skip(f"torch refuses this size: {e}")
+        raise
     rows, _ = to_rows(_plan(family, pp, m, **kw))
     assert rows == bench.compute_rows(sched)
 
