@@ -93,3 +93,14 @@ def test_an_out_of_range_forward_half_does_not_hide_the_backward_halfs_needs() -
     fb = Op(kind="FB", rank=0, lane="compute", stage=3, mb=1, pair=(1, 0, 0))
     ops = [F(0, 0), F(0, 1), fb, B(0, 0)]
     assert ("r0/compute/F s1 mb0", fb.id) in _edges(ops, 2)
+
+
+def test_a_weight_gradient_on_another_rank_still_follows_its_input_gradient() -> None:
+    """W s1 on rank 0, I s1 on rank 1 (PP005): W needs I directly, not the RECV of stage 0's gradient."""
+    i1 = Op(kind="I", rank=1, lane="compute", stage=1, mb=0)
+    w1 = Op(kind="W", rank=0, lane="compute", stage=1, mb=0)
+    ops = [F(0, 0), SEND(0, "F", 0, 1), RECV(1, "F", 1, 0), F(1, 1), i1, SEND(1, "B", 1, 0), RECV(0, "B", 0, 1),
+           B(0, 0), w1]
+    e = _edges(ops, 2)
+    assert (i1.id, w1.id) in e
+    assert ("r0/recv/RECV_B s0 mb0 <-r1", w1.id) not in e
