@@ -23,7 +23,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if importlib.util.find_spec("torch") is None:
         missing.append("torch (the `pptl run` tests)")
     if not (shutil.which("chromium") or shutil.which("chromium-browser")):
-        missing.append("chromium (the browser test of the HTML)")
+        missing.append("chromium (the browser tests)")
+    if importlib.util.find_spec("playwright") is None:
+        missing.append("playwright (the browser test of pptl serve)")
     if missing:
         verb = "is" if len(missing) == 1 else "are"
         raise pytest.UsageError(f"CI=true but {' and '.join(missing)} {verb} not installed, so those tests would skip; "
