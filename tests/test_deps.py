@@ -104,3 +104,18 @@ def test_a_weight_gradient_on_another_rank_still_follows_its_input_gradient() ->
     e = _edges(ops, 2)
     assert (i1.id, w1.id) in e
     assert ("r0/recv/RECV_B s0 mb0 <-r1", w1.id) not in e
+
+
+def test_an_overlapped_op_needs_the_forward_below_and_its_backward_halfs_inputs() -> None:
+    """FB = F s1 mb1 beside B s1 mb0: it needs F s0 mb1 (its F half) and F s1 mb0 (its B half)."""
+    fb = Op(kind="FB", rank=0, lane="compute", stage=1, mb=1, pair=(1, 0, 0))
+    ops = [F(0, 0, 0), F(0, 1, 0), F(0, 0, 1), fb, B(0, 1, 1), B(0, 0, 0), B(0, 0, 1)]
+    e = _edges(ops, 2)
+    assert ("r0/compute/F s0 mb1", fb.id) in e
+    assert ("r0/compute/F s1 mb0", fb.id) in e
+
+
+def test_an_overlapped_op_without_its_pair_adds_no_edge() -> None:
+    """A malformed FB (no pair, PP001) must not stop the facts of the other ops from being read."""
+    ops = [F(0, 0), Op(kind="FB", rank=0, lane="compute", stage=0, mb=0), B(0, 0)]
+    assert _edges(ops, 1) == {("r0/compute/F s0 mb0", "r0/compute/B s0 mb0")}
