@@ -122,3 +122,50 @@ def test_split_backward_1f1b_shortens_the_gradient_chain() -> None:
     split = simulate(build_schedule(_cfg("1f1b", 4, 8, split_backward=True))).makespan
     assert plain == 8 * 3 + 3 * (1 + 2)
     assert split == 8 * 3 + 3 * (1 + 1)
+
+
+def test_metrics_values() -> None:
+    """pp=2, m=2, F=1, B=2: makespan 9, each rank busy 6 (bubble 3 of 9), peaks 2 and 1."""
+    sim = simulate(build_schedule(_cfg("1f1b", 2, 2)))
+    m = sim.metrics()
+    assert m["makespan"] == 9.0 and m["ops"] == len(sim.schedule.ops)
+    assert m["ranks"] == [{"rank": 0, "busy": 6.0, "idle": 3.0, "bubble_fraction": 3.0 / 9.0, "peak_activation": 2.0},
+                          {"rank": 1, "busy": 6.0, "idle": 3.0, "bubble_fraction": 3.0 / 9.0, "peak_activation": 1.0}]
+    assert m["bubble_fraction"] == pytest.approx(3.0 / 9.0)
+    assert m["peak_activation"] == 2.0
+    assert m["critical_path"][0] == "r0/compute/F s0 mb0" and m["critical_path"][-1] == "r0/compute/B s0 mb1"
+
+
+def test_metrics_of_a_zero_length_plan() -> None:
+    """Costs of 0 give makespan 0: fractions are 0, not a division by zero."""
+    sim = simulate(build_schedule(_cfg("1f1b", 2, 2, f=0.0, b=0.0)))
+    m = sim.metrics()
+    assert m["makespan"] == 0.0 and m["bubble_fraction"] == 0.0
+    assert {r["bubble_fraction"] for r in m["ranks"]} == {0.0}
+
+
+def test_planned_timeline_carries_every_op_field_and_its_waits() -> None:
+    s = build_schedule(_cfg("interleaved-1f1b", 2, 4, 2))
+    sim = simulate(s)
+    tl = sim.timeline()
+    assert (tl.meta.source, tl.meta.units, tl.meta.family, tl.meta.pp, tl.meta.vpp, tl.meta.microbatches) == \
+        ("planned", "unit", "interleaved-1f1b", 2, 2, 4)
+    assert tl.meta.title == s.meta.get("title", "") and tl.meta.extra == {"makespan": sim.makespan}
+    waits: dict[int, set[str]] = {}
+    for u, v in s.deps:
+        waits.setdefault(v, set()).add(s.ops[u].id)
+    assert len(tl.events) == len(s.ops)
+    for i, (op, e) in enumerate(zip(s.ops, tl.events)):
+        assert (e.op, e.rank, e.lane, e.kind, e.stage, e.mb, e.direction, e.chunk, e.pair, e.label, e.sub, e.peer,
+                e.flow) == (op.id, op.rank, op.lane, op.kind, op.stage, op.mb, op.direction, op.chunk, op.pair,
+                            op.label, op.sub, op.peer, op.flow)
+        assert (e.start, e.end) == (sim.start[i], sim.end[i])
+        assert set(e.waits_on) == waits.get(i, set()), op.id
+    assert any(e.waits_on for e in tl.events)
+    assert all(e.waits_on == () for e in sim.timeline(with_waits=False).events)
+
+
+def test_zbv_timeline_counts_two_chunks_per_rank() -> None:
+    """zbv builds two chunks per rank whatever the config's vpp says."""
+    s = build_schedule(Config(schedule="zbv", pp=2, microbatches=4))
+    assert simulate(s).timeline().meta.vpp == 2
