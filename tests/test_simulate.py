@@ -1,6 +1,8 @@
 """The simulator against the textbook formulas, and its metrics."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from pptl.config import Config, Costs
@@ -142,6 +144,8 @@ def test_metrics_of_a_zero_length_plan() -> None:
     m = sim.metrics()
     assert m["makespan"] == 0.0 and m["bubble_fraction"] == 0.0
     assert {r["bubble_fraction"] for r in m["ranks"]} == {0.0}
+    short = simulate(build_schedule(_cfg("1f1b", 2, 2, f=0.1, b=0.2))).metrics()  # makespan 0.9: still a fraction
+    assert short["makespan"] == pytest.approx(0.9) and short["bubble_fraction"] == pytest.approx(1 / 3)
 
 
 def test_planned_timeline_carries_every_op_field_and_its_waits() -> None:
@@ -163,6 +167,8 @@ def test_planned_timeline_carries_every_op_field_and_its_waits() -> None:
         assert set(e.waits_on) == waits.get(i, set()), op.id
     assert any(e.waits_on for e in tl.events)
     assert all(e.waits_on == () for e in sim.timeline(with_waits=False).events)
+    timed = simulate(dataclasses.replace(s, meta={**s.meta, "units": "ms"}))  # a calibrated plan keeps its unit
+    assert timed.timeline().meta.units == "ms"
 
 
 def test_zbv_timeline_counts_two_chunks_per_rank() -> None:
