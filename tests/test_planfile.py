@@ -29,6 +29,10 @@ def test_round_trip_keeps_ops_order_deps_and_timeline(tmp_path: Path, name: str,
     assert {(s.ops[u], s.ops[v]) for u, v in s.deps} == {(back.ops[u], back.ops[v]) for u, v in back.deps}
     assert simulate(back).makespan == result.simulation.makespan
     assert timeline is not None and len(timeline.events) == len(s.ops)
+    waits = {s.ops[v].id: set() for _, v in s.deps}
+    for u, v in s.deps:
+        waits[s.ops[v].id].add(s.ops[u].id)
+    assert {e.op: set(e.waits_on) for e in timeline.events if e.waits_on} == waits  # the reloaded timeline names its waits
     assert _same_config(back.config, s.config)
     assert run_checks(back) == []
 

@@ -6,6 +6,7 @@ import dataclasses
 import pytest
 
 from pptl.config import Config, Costs
+from pptl.planning import plan
 from pptl.schedules import build_schedule, get_family
 from pptl.simulate import simulate
 
@@ -169,6 +170,19 @@ def test_planned_timeline_carries_every_op_field_and_its_waits() -> None:
     assert all(e.waits_on == () for e in sim.timeline(with_waits=False).events)
     timed = simulate(dataclasses.replace(s, meta={**s.meta, "units": "ms"}))  # a calibrated plan keeps its unit
     assert timed.timeline().meta.units == "ms"
+
+
+@pytest.mark.parametrize("cfg", [Config(schedule="dualpipe", pp=4, microbatches=8),
+                                 Config(schedule="moe-1f1b-overlap", pp=2, microbatches=4, vpp=2)],
+                         ids=["dualpipe", "moe-1f1b-overlap"])
+def test_planned_timeline_keeps_directions_pairs_labels_and_titles(cfg: Config) -> None:
+    """Fields the 1F1B families leave at their defaults: direction and FB pairs (DualPipe), labels
+    and sub-indices (MoE sub-ops), and the title a plan gets."""
+    result = plan(cfg)
+    s, tl = result.schedule, result.simulation.timeline()
+    assert tl.meta.title == s.meta["title"] != ""
+    fields = ("direction", "pair", "label", "sub", "chunk", "peer", "flow")
+    assert [[getattr(e, f) for f in fields] for e in tl.events] == [[getattr(op, f) for f in fields] for op in s.ops]
 
 
 def test_zbv_timeline_counts_two_chunks_per_rank() -> None:
