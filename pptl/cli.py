@@ -211,6 +211,25 @@ def _check_output(fmt: str, allowed: tuple[str, ...] = ("text", "json")) -> None
         raise InputError(f"--output: got '{fmt}', expected one of {', '.join(allowed)}")
 
 
+_IMAGES = ("png", "svg", "pdf")
+
+
+def _figure_format(path: Optional[Path], allowed: tuple[str, ...] = _IMAGES, *, name: str = "") -> str | None:
+    """The drawing format PATH's suffix names (None without PATH), after checking PATH can be written;
+    ``name`` prefixes the message with the option (``--figure``) where ``-o`` is not the one."""
+    if path is None:
+        return None
+    from pptl.fileio import check_writable
+
+    check_writable(path)  # a folder or a missing parent is named before the suffix
+    fmt = path.suffix.lower().lstrip(".")
+    if fmt not in allowed:
+        expected = ", ".join(f".{f}" for f in allowed[:-1]) + f" or .{allowed[-1]}"
+        got = f"'.{fmt}'" if fmt else "a name with no suffix"
+        raise InputError(f"{f'{name} ' if name else ''}{path}: cannot draw to {got}, expected {expected}")
+    return fmt
+
+
 # ----------------------------------------------------------------------------------------------
 # pptl plan
 
@@ -651,16 +670,11 @@ def compare(
 ) -> None:
     """Compare a plan with a measured run: makespan, bubble, per-kind and per-op errors."""
     from pptl.compare import compare_timelines, comparison_lines, planned_timeline
-    from pptl.fileio import atomic_write, check_writable
+    from pptl.fileio import atomic_write
     from pptl.formats.loader import load_any
 
     _check_output(output)
-    fmt = None
-    if out_file is not None:
-        fmt = out_file.suffix.lower().lstrip(".")
-        if fmt not in ("png", "svg", "pdf", "html"):
-            raise InputError(f"{out_file}: cannot draw to '.{fmt}', expected .png, .svg, .pdf or .html")
-        check_writable(out_file)
+    fmt = _figure_format(out_file, (*_IMAGES, "html"))
     m = load_any(measured).timeline
     if m is None:
         raise InputError(f"{measured}: has no timeline (expected the output of pptl run)")
@@ -696,16 +710,12 @@ def diagnose(
     """Explain a hung run: per rank the NCCL ops that never completed, the wait-for cycle across ranks,
     and NCCL order or collective mismatches. Exit 0 when no rank was left waiting, 1 when one was."""
     from pptl.diagnose import diagnose_dumps, diagnose_timeline, to_dict, to_text
-    from pptl.fileio import atomic_write, check_writable
+    from pptl.fileio import atomic_write
     from pptl.formats.flight_recorder import load_dump
+    from pptl.formats.loader import load_any
 
     _check_output(output)
-    fmt = None
-    if out_file is not None:
-        fmt = out_file.suffix.lower().lstrip(".")
-        if fmt not in ("png", "svg", "pdf"):
-            raise InputError(f"{out_file}: cannot draw to '.{fmt}', expected .png, .svg or .pdf")
-        check_writable(out_file)
+    fmt = _figure_format(out_file)
     files: list[Path] = []
     for p in dumps:
         if p.is_dir():
@@ -725,14 +735,10 @@ def diagnose(
         raise InputError(f"{timelines[1]}: give one pptl timeline (it holds every rank)")
     schedule = None
     if plan_file is not None:
-        from pptl.formats.loader import load_any
-
         schedule = load_any(plan_file).schedule
         if schedule is None:
             raise InputError(f"{plan_file}: has no plan (expected a plan, config or torch CSV)")
     if timelines:
-        from pptl.formats.loader import load_any
-
         if schedule is None:
             raise InputError(f"{timelines[0]}: a pptl timeline needs --plan (the plan that ran)")
         tl = load_any(timelines[0]).timeline
@@ -829,12 +835,8 @@ def tune(
     _check_output(output)
     if top < 1:
         raise InputError(f"--top: got {top}, expected at least 1")
-    fmt = None
-    if figure is not None:
-        fmt = figure.suffix.lower().lstrip(".")
-        if fmt not in ("png", "svg", "pdf"):
-            raise InputError(f"--figure {figure}: cannot draw to '.{fmt}', expected .png, .svg or .pdf")
-    for p in (out_file, figure, csv):
+    fmt = _figure_format(figure, name="--figure")
+    for p in (out_file, csv):
         if p is not None:
             check_writable(p)
     tc = load_tune_config(config)
@@ -916,16 +918,11 @@ def explain_cmd(
 ) -> None:
     """Where each rank's idle time went: schedule bubble, late input, transfer, host gap, imbalance."""
     from pptl.explain import explain, explanation_lines
-    from pptl.fileio import atomic_write, check_writable
+    from pptl.fileio import atomic_write
     from pptl.formats.loader import load_any
 
     _check_output(output)
-    fmt = None
-    if out_file is not None:
-        fmt = out_file.suffix.lower().lstrip(".")
-        if fmt not in ("png", "svg", "pdf"):
-            raise InputError(f"{out_file}: cannot draw to '.{fmt}', expected .png, .svg or .pdf")
-        check_writable(out_file)
+    fmt = _figure_format(out_file)
     if len(measured) > 1:  # one trace file per rank
         from pptl.formats.profiler import read_traces
 

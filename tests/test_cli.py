@@ -157,3 +157,23 @@ def test_check_json_lists_unreadable_files() -> None:
     data = json.loads(result.stdout)
     assert data["valid"] is False
     assert data["files"][0]["valid"] is True and "not valid YAML" in data["files"][1]["error"]
+
+
+MEASURED = Path(__file__).resolve().parent / "data" / "runs" / "1f1b_cpu.measured.json"
+DUMPS = FIXTURES / "flight_recorder" / "hang1_torch_csv"
+
+
+@pytest.mark.parametrize("args,line", [
+    (["explain", str(MEASURED), "-o", "{tmp}/noext"], "noext: cannot draw to a name with no suffix, expected .png, "
+                                                       ".svg or .pdf"),
+    (["explain", str(MEASURED), "-o", "{tmp}"], ": is a directory, expected a file name"),
+    (["diagnose", str(DUMPS), "-o", "{tmp}/d.html"], "d.html: cannot draw to '.html', expected .png, .svg or .pdf"),
+    (["tune", str(FIXTURES / "tune" / "uneven.yaml"), "--figure", "{tmp}/f"],
+     "--figure {tmp}/f: cannot draw to a name with no suffix, expected .png, .svg or .pdf"),
+    (["compare", str(FIXTURES / "1f1b.yaml"), str(MEASURED), "-o", "{tmp}/c.gif"],
+     "c.gif: cannot draw to '.gif', expected .png, .svg, .pdf or .html"),
+], ids=["explain-no-suffix", "explain-folder", "diagnose-html", "tune-figure-no-suffix", "compare-gif"])
+def test_figure_paths_are_checked_first_in_one_line(tmp_path: Path, args: list[str], line: str) -> None:
+    r = runner.invoke(app, [a.replace("{tmp}", str(tmp_path)) for a in args])
+    assert r.exit_code == 2, r.output
+    assert r.stderr.count("\n") == 1 and line.replace("{tmp}", str(tmp_path)) in r.stderr, r.stderr
