@@ -407,13 +407,14 @@ def export(
 
     if csv is not None and to != "torchtitan":
         raise InputError("--csv applies to --to torchtitan only")
-    if to == "torchtitan" and out_file is not None:
-        _export_torchtitan(source, out_file, csv, microbatches=microbatches, placement=placement)
-        return
-
     gz = out_file is not None and out_file.name.endswith(".gz")
     if gz and to != "chrome":
         raise InputError(f"-o {out_file}: .gz output is for --to chrome")
+    if to == "torchtitan" and out_file is not None:
+        if comms:
+            raise InputError("--comms applies to --to torch-csv only")
+        _export_torchtitan(source, out_file, csv, microbatches=microbatches, placement=placement)
+        return
     if out_file is not None:
         check_writable(out_file)
     result = export_file(source, to=to, comms=comms, gzip_output=gz, microbatches=microbatches, placement=placement)
@@ -922,6 +923,8 @@ def explain_cmd(
     from pptl.formats.loader import load_any
 
     _check_output(output)
+    if top < 0:
+        raise InputError(f"--top: got {top}, expected 0 or more")
     fmt = _figure_format(out_file)
     if len(measured) > 1:  # one trace file per rank
         from pptl.formats.profiler import read_traces

@@ -177,3 +177,17 @@ def test_figure_paths_are_checked_first_in_one_line(tmp_path: Path, args: list[s
     r = runner.invoke(app, [a.replace("{tmp}", str(tmp_path)) for a in args])
     assert r.exit_code == 2, r.output
     assert r.stderr.count("\n") == 1 and line.replace("{tmp}", str(tmp_path)) in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("args,line", [
+    (["explain", str(MEASURED), "--top", "-1"], "error: --top: got -1, expected 0 or more"),
+    (["export", str(FIXTURES / "1f1b.yaml"), "--to", "torchtitan", "-o", "{tmp}/pp.toml.gz"],
+     "error: -o {tmp}/pp.toml.gz: .gz output is for --to chrome"),
+    (["export", str(FIXTURES / "1f1b.yaml"), "--to", "torchtitan", "-o", "{tmp}/pp.toml", "--comms"],
+     "error: --comms applies to --to torch-csv only"),
+], ids=["explain-negative-top", "torchtitan-gz", "torchtitan-comms"])
+def test_new_commands_refuse_options_they_would_ignore(tmp_path: Path, args: list[str], line: str) -> None:
+    r = runner.invoke(app, [a.replace("{tmp}", str(tmp_path)) for a in args])
+    assert r.exit_code == 2, r.output
+    assert r.stderr.splitlines() == [line.replace("{tmp}", str(tmp_path))]
+    assert list(tmp_path.iterdir()) == []  # refused before anything was written
