@@ -173,6 +173,12 @@ def test_port_in_use_is_one_line() -> None:
         srv.server_close()
 
 
+def test_an_unknown_host_is_one_line_naming_the_host() -> None:
+    with pytest.raises(InputError, match=r"--host no-such-host\.invalid --port 0: cannot listen there: .*; "
+                       r"check --host$"):
+        make_server("no-such-host.invalid", 0)
+
+
 # -- the command line ---------------------------------------------------------------------------
 
 

@@ -16,6 +16,7 @@ change, so a web framework would add a dependency and nothing users see. Rules:
 """
 from __future__ import annotations
 
+import errno
 import json
 import sys
 import threading
@@ -120,7 +121,9 @@ def make_server(host: str = "127.0.0.1", port: int = 8000, *, config: Config | N
         return ExplorerServer((host, port), config=config, log=log)
     except OSError as e:
         reason = e.strerror or str(e)
-        raise InputError(f"--host {host} --port {port}: cannot listen there: {reason}; pick another --port") from None
+        # in use or privileged: the port is at fault; an unknown name or another machine's address: the host
+        fix = "pick another --port" if e.errno in (errno.EADDRINUSE, errno.EACCES) else "check --host"
+        raise InputError(f"--host {host} --port {port}: cannot listen there: {reason}; {fix}") from None
 
 
 class _Reply(Exception):
