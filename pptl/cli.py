@@ -779,7 +779,7 @@ def serve(
     config: Annotated[Optional[Path], typer.Argument(help="Config file to start from (YAML, TOML or JSON).",
                                                      show_default=False)] = None,
     port: Annotated[int, typer.Option("--port", help="TCP port (0 picks a free one).")] = 8000,
-    host: Annotated[str, typer.Option("--host", help="Address to listen on; other machines reach it only if "
+    host: Annotated[str, typer.Option("--host", metavar="ADDRESS", help="Address to listen on; other machines reach it only if "
                                       "you name a non-loopback one (e.g. 0.0.0.0).")] = "127.0.0.1",
 ) -> None:
     """Explore schedules in the browser, offline: change pp, micro-batches, costs, memory limit and see
@@ -812,7 +812,9 @@ def serve(
 def tune(
     config: Annotated[Path, typer.Argument(help="Tune config: model, pp, microbatches (see docs/tune.md).",
                                            show_default=False)],
-    memory_limit: MemoryLimit = None,
+    memory_limit: Annotated[Optional[float], typer.Option(
+        "--memory-limit", help="Peak memory per rank allowed, > 0, in the config's memory unit (default: its "
+        "memory_limit).")] = None,
     costs_from: Annotated[Optional[Path], typer.Option("--costs-from", help="Timeline of one pptl run: per-layer "
                                                        "costs (and activation memory) from it.")] = None,
     top: Annotated[int, typer.Option("--top", help="Rows of the ranked table.")] = 15,
@@ -910,8 +912,8 @@ def explain_cmd(
     measured: Annotated[list[Path], typer.Argument(help="A measured timeline (pptl run -o), or torch profiler "
                                                    "traces: a folder, a glob, or one file per rank.",
                                                    show_default=False)],
-    plan_file: Annotated[Optional[Path], typer.Option("--plan", help="The plan that ran (its data facts; "
-                                                      "default: derived from the measured ops).")] = None,
+    plan_file: Annotated[Optional[Path], typer.Option("--plan", help="The plan that ran: which op waits for "
+                                                      "which (default: derived from the measured ops).")] = None,
     out_file: Annotated[Optional[Path], typer.Option("-o", "--out", help="Stacked-bar figure: .png, .svg or "
                                                      ".pdf.")] = None,
     top: Annotated[int, typer.Option("--top", help="Late inputs listed.")] = 8,

@@ -191,3 +191,10 @@ def test_new_commands_refuse_options_they_would_ignore(tmp_path: Path, args: lis
     assert r.exit_code == 2, r.output
     assert r.stderr.splitlines() == [line.replace("{tmp}", str(tmp_path))]
     assert list(tmp_path.iterdir()) == []  # refused before anything was written
+
+
+@pytest.mark.parametrize("command", ["explain", "diagnose", "tune", "serve", "export"])
+def test_help_of_newer_commands_shows_no_raw_type_or_range(command: str) -> None:
+    r = runner.invoke(app, [command, "--help"], env={"COLUMNS": "120"})
+    assert r.exit_code == 0, r.output
+    assert "[x>=" not in r.stdout and "TEXT" not in r.stdout and "FLOAT" not in r.stdout, r.stdout
