@@ -31,6 +31,7 @@ from typing import Any
 
 from pptl.deps import training_deps
 from pptl.errors import InputError
+from pptl.intervals import union
 from pptl.ir import Op, Schedule
 from pptl.timeline import Event, Timeline
 
@@ -306,17 +307,7 @@ def _p2p_intervals(events: list[Event]) -> dict[int, list[tuple[float, float]]]:
     for e in events:
         if e.kind in ("SEND", "RECV") and e.end > e.start:
             per[e.rank].append((e.start, e.end))
-    out: dict[int, list[tuple[float, float]]] = {}
-    for r, iv in per.items():
-        iv.sort()
-        merged = [list(iv[0])]
-        for a, b in iv[1:]:
-            if a <= merged[-1][1]:
-                merged[-1][1] = max(merged[-1][1], b)
-            else:
-                merged.append([a, b])
-        out[r] = [(a, b) for a, b in merged]
-    return out
+    return {r: union(iv) for r, iv in per.items()}
 
 
 def _overlap(iv: list[tuple[float, float]], a: float, b: float) -> float:
