@@ -37,6 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from _common import env_info, log  # noqa: E402
+
 #: pptl family -> torch's built-in class for the same schedule (None: torch has none).
 BUILTIN = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved-1f1b": "Interleaved1F1B", "zb-h1": None,
            "zb-h2": None, "zbv": "ZBVZeroBubble", "dualpipev": "DualPipeV", "dualpipe": None}
@@ -45,10 +47,6 @@ FAMILIES = list(BUILTIN)
 
 # ----------------------------------------------------------------------------------------------
 # Driver
-
-
-def _log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def prepare(args: argparse.Namespace, work: Path) -> dict[str, dict]:
@@ -101,7 +99,7 @@ def run_torch(args: argparse.Namespace, jobs: dict[str, dict], work: Path) -> di
         progress.write_text("")
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.gpus}",
                str(Path(__file__).resolve()), "--worker", str(job_file), "--progress", str(progress)]
-        _log("  " + " ".join(cmd[1:]))
+        log("  " + " ".join(cmd[1:]))
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
         last, current, hung = time.time(), None, None
@@ -114,10 +112,10 @@ def run_torch(args: argparse.Namespace, jobs: dict[str, dict], work: Path) -> di
                 last = time.time()
                 if rec["event"] == "start":
                     current = rec["family"]
-                    _log(f"  {current}: started")
+                    log(f"  {current}: started")
                 else:
                     results[rec["family"]] = rec["result"]
-                    _log(f"  {rec['family']}: {json.dumps(rec['result'])}")
+                    log(f"  {rec['family']}: {json.dumps(rec['result'])}")
                     current = None
             seen = len(lines)
             if time.time() - last > args.family_timeout:
@@ -132,14 +130,14 @@ def run_torch(args: argparse.Namespace, jobs: dict[str, dict], work: Path) -> di
         done_or_hung = set(results) | ({hung} if hung else set())
         if hung:
             results[hung] = {"error": f"no progress for {args.family_timeout:g} s (killed)"}
-            _log(f"  {hung}: hang, killed after {args.family_timeout:g} s")
+            log(f"  {hung}: hang, killed after {args.family_timeout:g} s")
         elif proc.returncode != 0:
             stuck = next((f for f in todo if f not in results), None)
             if stuck is None:
                 break
             results[stuck] = {"error": f"launch exited {proc.returncode}: {output[-800:]}"}
             done_or_hung.add(stuck)
-            _log(f"  {stuck}: launch failed:\n{output[-3000:]}")
+            log(f"  {stuck}: launch failed:\n{output[-3000:]}")
         todo = [f for f in todo if f not in done_or_hung]
     return results
 
@@ -218,11 +216,9 @@ def main() -> int:
     # Plans, CSVs and measured timelines go beside OUT's two result files, not into OUT.
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="pptl_torch_runtime_"))
     work.mkdir(parents=True, exist_ok=True)
-    from _common import env_info
-
     t0 = time.time()
     jobs = prepare(args, work)
-    _log(f"planned and exported {len(jobs)} families ({time.time() - t0:.1f} s)")
+    log(f"planned and exported {len(jobs)} families ({time.time() - t0:.1f} s)")
     torch_res = run_torch(args, jobs, work)
     pptl_res: dict[str, dict] = {}
     if not args.skip_pptl:
@@ -230,13 +226,13 @@ def main() -> int:
             if "plan" in jobs[fam] and "error" not in jobs[fam]:
                 t = time.time()
                 pptl_res[fam] = run_pptl(args, jobs[fam]["plan"], work, fam)
-                _log(f"  pptl run {fam}: {pptl_res[fam]} ({time.time() - t:.1f} s)")
+                log(f"  pptl run {fam}: {pptl_res[fam]} ({time.time() - t:.1f} s)")
     lines = table(args.families, jobs, torch_res, pptl_res)
     print("\n".join(lines), flush=True)
     (out / "torch_runtime.md").write_text("\n".join(lines) + "\n")
     result = {"args": vars(args), "env": env_info(), "jobs": jobs, "torch": torch_res, "pptl": pptl_res}
     (out / "torch_runtime.json").write_text(json.dumps(result, indent=1, default=str))
-    _log(f"done in {time.time() - t0:.1f} s")
+    log(f"done in {time.time() - t0:.1f} s")
     bad = [f for f in args.families if "error" not in jobs[f]
            and not (torch_res.get(f, {}).get("verify") or {}).get("ok")]
     return 1 if bad else 0
