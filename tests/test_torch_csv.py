@@ -340,3 +340,39 @@ def test_compute_comms_export_reduces_each_stage_after_its_last_backward():
                 at = [i for i, c in enumerate(cells) if c == f"{st}REDUCE_GRAD"]
                 assert len(at) == 1, (name, r, st)
                 assert max(i for i, x in backward if x == st) == at[0] - 1, (name, r, st)
+
+
+def _reading(text: str, **kw):
+    try:
+        s, notes, problems, lines = load_csv_text(text, **kw)
+    except InputError as e:
+        return str(e)
+    return (s.ops, list(s.lanes.items()), s.deps, s.meta, s.num_stages, s.microbatches, notes,
+            [(p.code, p.message, p.line) for p in problems], lines)
+
+
+def test_whole_line_reading_agrees_with_the_csv_module_and_parse_action() -> None:
+    # Files without quotes or carriage returns are split by lines and commas and whole rows are
+    # matched at once; "\r\n" sends the same text through the csv module and cell-by-cell parsing.
+    import random
+
+    from fuzzing import mutate_cells
+
+    from pptl.formats.torch_csv import schedule_from_rows
+
+    paths = sorted((FIXTURES / "csv").glob("**/*.csv"))
+    rnd = random.Random(15)
+    texts = [p.read_text() for p in paths]
+    texts += [mutate_cells(t, rnd) for t in texts for _ in range(20)]
+    texts += ["0F0,,0UNSHARD,(1B0;0F1)OVERLAP_F_B, 0B1\n\n", "0F0,0F" + "9" * 5000 + "\n", "0F0,0F0,\n,\n\n"]
+    compared = 0
+    for text in texts:
+        for kw in ({}, {"report_problems": True}, {"placement": "loop", "report_problems": True}):
+            fast = _reading(text, **kw)
+            assert fast == _reading(text.replace("\n", "\r\n"), **kw), (text[:200], kw)
+            compared += not isinstance(fast, str)
+    assert compared > 100
+    for p in paths[:4]:
+        rows = [[a for a in map(parse_action, line.split(",")) if a is not None] for line in p.read_text().splitlines()]
+        s, _, _ = schedule_from_rows(rows)
+        assert s.ops == load_csv_text(p.read_text())[0].ops, p

@@ -28,12 +28,12 @@ import re
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterator
 
 from pptl.config import DEFAULT_COSTS, MAX_OPS, Config, Costs
 from pptl.deps import training_deps
 from pptl.errors import InputError
-from pptl.ir import Op, Schedule, ScheduleBuilder, register_kinds
+from pptl.ir import Op, Schedule, register_kinds
 
 __all__ = [
     "Action",
@@ -128,11 +128,47 @@ def parse_action(text: str) -> Action | None:
 # Reading
 
 
-@dataclass(frozen=True, slots=True)
-class _Cell:
-    action: Action
-    rank: int
-    col: int
+#: A parsed cell: (kind, stage, micro-batch or -1, B-half stage, B-half micro-batch); the B half is
+#: -1 except for OVERLAP_F_B, whose kind here is "FB" and whose stage/micro-batch are its F half's.
+_Parsed = tuple[str, int, int, int, int]
+
+# A row of plain compute and P2P cells (the whole of a file torch writes, bar FSDP and overlaps)
+# is checked by one match and split into its cells by one findall; any other row goes cell by cell.
+_SIMPLE_KINDS = "SEND_F|RECV_F|SEND_B|RECV_B|F|I|B|W"
+_SIMPLE_ROW = re.compile(rf"(?:\d+(?:{_SIMPLE_KINDS})\d+)?(?:,(?:\d+(?:{_SIMPLE_KINDS})\d+)?)*")
+_SIMPLE_CELL = re.compile(rf"(\d+)({_SIMPLE_KINDS})(\d+)")
+_SIMPLE_OVERLAP = re.compile(r"\((\d+)([FB])(\d+);(\d+)([FB])(\d+)\)OVERLAP_F_B")
+
+
+def _quick(cell: str) -> _Parsed | None:
+    """A plain or overlapped cell as torch writes it (no spaces, no FSDP), else None (then
+    :func:`parse_action` reads it and says what is wrong).
+
+    Raises:
+        ValueError: a number too long for ``int``.
+    """
+    m = _SIMPLE_CELL.fullmatch(cell)
+    if m is not None:
+        st, k, mb = m.groups()
+        return (k, int(st), int(mb), -1, -1)
+    m = _SIMPLE_OVERLAP.fullmatch(cell)
+    if m is None:
+        return None
+    s1, k1, m1, s2, k2, m2 = m.groups()
+    if k1 == k2:
+        return None
+    if k1 == "B":
+        s1, m1, s2, m2 = s2, m2, s1, m1
+    return ("FB", int(s1), int(m1), int(s2), int(m2))
+
+
+def _parsed(a: Action, rank: int) -> _Parsed:
+    if a.kind == "OVERLAP_F_B":
+        if sorted(x.kind for x in a.subs) != ["B", "F"]:  # parse_action makes none; a caller's Action may
+            raise InputError(f"rank {rank}: {a} overlaps {len(a.subs)} actions; expected one F and one B")
+        f, bw = (a.subs if a.subs[0].kind == "F" else a.subs[::-1])
+        return ("FB", f.stage, -1 if f.mb is None else f.mb, bw.stage, -1 if bw.mb is None else bw.mb)
+    return (a.kind, a.stage, -1 if a.mb is None else a.mb, -1, -1)
 
 
 def read_csv(path: str | Path, *, microbatches: int | None = None, placement: str | None = None,
@@ -171,6 +207,26 @@ def read_csv(path: str | Path, *, microbatches: int | None = None, placement: st
     return Loaded(str(p), schedule, None, "torch-csv", tuple(notes), problems=tuple(problems), locate=locate)
 
 
+def _records(text: str, source: str) -> Iterator[tuple[int, str | list[str]]]:
+    """Each CSV record with the line it starts on: a whole line when the text has no quotes, no
+    carriage returns and no NULs (then a record is a line and its cells are its commas' pieces,
+    exactly as the csv module splits it), else the csv module's cells."""
+    if '"' not in text and "\r" not in text and "\x00" not in text:
+        records = text.split("\n")
+        if records[-1] == "":  # the final newline ends the last record; it starts none
+            records.pop()
+        yield from enumerate(records, 1)
+        return
+    reader = csv.reader(io.StringIO(text), strict=True)
+    line = 1
+    try:
+        for raw in reader:
+            yield line, raw
+            line = reader.line_num + 1
+    except csv.Error as e:
+        raise InputError(f"{source}:{reader.line_num}: not valid CSV: {e}") from None
+
+
 def load_csv_text(text: str, *, source: str = "<csv>", microbatches: int | None = None,
                   placement: str | None = None, report_problems: bool = False
                   ) -> tuple[Schedule, list[str], list[Any], list[int]]:
@@ -181,17 +237,35 @@ def load_csv_text(text: str, *, source: str = "<csv>", microbatches: int | None 
         raise InputError(f"--placement: got '{placement}', expected one of {', '.join(PLACEMENTS)}")
     if microbatches is not None and microbatches < 1:
         raise InputError(f"--microbatches: got {microbatches}, expected an integer >= 1")
-    rows: list[list[_Cell]] = []
+    rows: list[list[_Parsed]] = []
     lines: list[int] = []
     problems: list[Violation] = []
-    reader = csv.reader(io.StringIO(text), strict=True)
-    line = 1
     count = 0
-    try:
-        for raw in reader:
-            rank = len(rows)
-            cells: list[_Cell] = []
-            for col, value in enumerate(raw):
+    simple_row = _SIMPLE_ROW.fullmatch
+    simple_cells = _SIMPLE_CELL.findall
+    for line, record in _records(text, source):
+        rank = len(rows)
+        cells: list[_Parsed] | None = None
+        if isinstance(record, str) and simple_row(record):
+            try:
+                cells = [(k, int(s), int(m), -1, -1) for s, k, m in simple_cells(record)]
+            except ValueError:  # a number too long for int(): the cell-by-cell path says which cell
+                cells = None
+        if cells is None:
+            if isinstance(record, str):
+                record = record.split(",")
+                limit = csv.field_size_limit()
+                if any(len(v) > limit for v in record):  # as the csv module refuses it
+                    raise InputError(f"{source}:{line}: not valid CSV: field larger than field limit ({limit})")
+            cells = []
+            for col, value in enumerate(record):
+                try:
+                    quick = _quick(value)
+                except ValueError:
+                    quick = None
+                if quick is not None:
+                    cells.append(quick)
+                    continue
                 try:
                     action = parse_action(value)
                 except ValueError as e:
@@ -201,23 +275,19 @@ def load_csv_text(text: str, *, source: str = "<csv>", microbatches: int | None 
                     problems.append(Violation("PP001", f"malformed op: {msg}", (), "error", line))
                     continue
                 if action is not None:
-                    cells.append(_Cell(action, rank, col))
-            count += len(cells)
-            if count > MAX_OPS:
-                raise InputError(f"{source}:{line}: more than the {MAX_OPS:,} actions pptl accepts")
-            rows.append(cells)
-            lines.append(line)
-            line = reader.line_num + 1
-    except csv.Error as e:
-        raise InputError(f"{source}:{reader.line_num}: not valid CSV: {e}") from None
+                    cells.append(_parsed(action, rank))
+        count += len(cells)
+        if count > MAX_OPS:
+            raise InputError(f"{source}:{line}: more than the {MAX_OPS:,} actions pptl accepts")
+        rows.append(cells)
+        lines.append(line)
     while rows and not rows[-1]:  # trailing blank lines are not ranks
         rows.pop()
         lines.pop()
     if not rows:
         raise InputError(f"{source}: no actions; expected one row per rank with cells such as 0F0")
-    schedule, notes, more = schedule_from_rows(
-        [[c.action for c in r] for r in rows], source=source, microbatches=microbatches, placement=placement,
-        lines=lines)
+    schedule, notes, more = _schedule(rows, source=source, microbatches=microbatches, placement=placement,
+                                      lines=lines, family="torch-csv")
     if more and not report_problems:
         raise InputError(f"{source}:{more[0].line}: {more[0].message}")
     problems.extend(more)
@@ -232,15 +302,38 @@ def schedule_from_rows(rows: list[list[Action]], *, source: str = "<csv>", micro
     Returns the schedule, notes saying what was inferred, and placement problems (violations
     with code PP036, when ``placement`` is given and the file disagrees).
     """
+    return _schedule([[_parsed(a, rank) for a in r] for rank, r in enumerate(rows)], source=source,
+                     microbatches=microbatches, placement=placement, lines=lines, family=family)
+
+
+# kind -> (op kind, lane, program letter, flow, step to the peer's stage). SEND_F goes to the next
+# stage, SEND_B to the previous one; RECVs come from the other side. FSDP kinds stay on compute.
+_OP_OF: dict[str, tuple[str, str, str, str, int]] = {
+    **{k: (k, "compute", "c", "", 0) for k in (*_COMPUTE, "FB", *FSDP_KINDS)},
+    "SEND_F": ("SEND", "send", "s", "F", 1), "SEND_B": ("SEND", "send", "s", "B", -1),
+    "RECV_F": ("RECV", "recv", "r", "F", -1), "RECV_B": ("RECV", "recv", "r", "B", 1),
+}
+
+
+def _schedule(rows: list[list[_Parsed]], *, source: str, microbatches: int | None, placement: str | None,
+              lines: list[int] | None, family: str) -> tuple[Schedule, list[str], list[Any]]:
     from pptl.checks import Violation
 
     pp = len(rows)
     lines = lines or [r + 1 for r in range(pp)]
     observed: dict[int, int] = {}
-    for rank, actions in enumerate(rows):
-        for a in actions:
-            for s in _stages_of(a):
-                observed.setdefault(s, rank)
+    # Micro-batches: the number of distinct forwards most stages run (torch's count), so that
+    # {0, 1, 2, 7} on a stage is read as 4 micro-batches with index 7 out of range.
+    fwd: dict[int, set[int]] = {}
+    for rank, cells in enumerate(rows):
+        stages = {c[1] for c in cells}
+        for k, st, mb, bst, _ in cells:
+            if k == "F" or k == "FB":
+                fwd.setdefault(st, set()).add(mb)
+                if k == "FB":
+                    stages.add(bst)
+        for st in sorted(stages):
+            observed.setdefault(st, rank)
     if not observed:
         raise InputError(f"{source}: no actions; expected one row per rank with cells such as 0F0")
     detected = _classify(observed, pp)
@@ -265,17 +358,9 @@ def schedule_from_rows(rows: list[list[Action]], *, source: str = "<csv>", micro
     else:
         num_stages = max_stage + 1
         spr = max(Counter(observed.values()).values())
-    rank_of = _memo(_rank_map(use, pp, observed))
-    chunk_of = _memo(_chunk_map(use, pp, observed))
+    rank_of = _rank_map(use, pp, observed)
+    chunk_of = _chunk_map(use, pp, observed)
 
-    # Micro-batches: the number of distinct forwards most stages run (torch's count), so that
-    # {0, 1, 2, 7} on a stage is read as 4 micro-batches with index 7 out of range.
-    fwd: dict[int, set[int]] = {}
-    for actions in rows:
-        for a in actions:
-            for sub in (a.subs or (a,)):
-                if sub.kind == "F" and sub.mb is not None:
-                    fwd.setdefault(sub.stage, set()).add(sub.mb)
     counts = Counter(len(v) for v in fwd.values())
     inferred = max(counts, key=lambda n: (counts[n], n)) if counts else 0
     if microbatches is None and inferred < 1:
@@ -287,16 +372,36 @@ def schedule_from_rows(rows: list[list[Action]], *, source: str = "<csv>", micro
         raise InputError(f"{source}: {num_stages} stages (highest stage index {max_stage}) x {m} micro-batches is "
                          f"more than the {MAX_OPS:,} units of work pptl checks")
 
-    b = ScheduleBuilder()
+    # One op per cell, built positionally from a per-(kind, stage) table of what the cell's kind
+    # and stage decide (op kind, lane, chunk, peer, flow), and the lanes filled as each rank's row
+    # is read: this is the whole cost of reading a large file.
+    ops: list[Op] = []
+    append = ops.append
+    lanes: dict[tuple[int, str], list[int]] = {}
     program: list[str] = []
     has_comm = False
-    for rank, actions in enumerate(rows):
+    table: dict[tuple[str, int], tuple[str, str, str, int, int, str]] = {}
+    for rank, cells in enumerate(rows):
+        own: dict[str, list[int]] = {}
         letters = []
-        for a in actions:
-            op = _to_op(a, rank, rank_of, chunk_of)
-            b.add(op)
-            letters.append(_LETTER[op.lane])
-            has_comm = has_comm or op.lane != "compute"
+        idx = len(ops)
+        for cell in cells:
+            k, st, mb, bst, bmb = cell
+            t = table.get((k, st))
+            if t is None:
+                kind, lane, letter, flow, step = _OP_OF[k]
+                t = table[(k, st)] = (kind, lane, letter, chunk_of(st), rank_of(st + step) if step else -1, flow)
+            kind, lane, letter, chunk, peer, flow = t
+            append(Op(kind, rank, lane, st, mb, 0, chunk, (bst, bmb, 0) if kind == "FB" else None, peer, flow))
+            got = own.get(lane)
+            if got is None:
+                got = own[lane] = []
+            got.append(idx)
+            idx += 1
+            letters.append(letter)
+        for lane, got in own.items():
+            lanes[(rank, lane)] = got
+        has_comm = has_comm or len(own) > 1 or (bool(own) and "compute" not in own)
         program.append("".join(letters))
     form = "compute_comms" if has_comm else "compute_only"
     cfg = Config(schedule=family, pp=pp, microbatches=m, vpp=spr,
@@ -304,34 +409,12 @@ def schedule_from_rows(rows: list[list[Action]], *, source: str = "<csv>", micro
     meta: dict[str, Any] = {"source_format": "torch-csv", "csv_format": form, "placement": use}
     if has_comm:
         meta["program_order"] = program
-    schedule = Schedule(family=family, pp=pp, num_stages=num_stages, microbatches=m, ops=b.ops, lanes=b.lanes,
-                        deps=training_deps(b.ops, num_stages), directions=1, config=cfg, meta=meta)
-    notes = [f"torch CSV ({form}): {_n(pp, 'rank')}, {_n(len(b.ops), 'action')}"]
+    schedule = Schedule(family=family, pp=pp, num_stages=num_stages, microbatches=m, ops=ops, lanes=lanes,
+                        deps=training_deps(ops, num_stages), directions=1, config=cfg, meta=meta)
+    notes = [f"torch CSV ({form}): {_n(pp, 'rank')}, {_n(len(ops), 'action')}"]
     notes.append(_placement_note(use, detected, placement, pp, num_stages, spr))
     notes.append(_microbatch_note(m, microbatches, inferred, fwd))
     return schedule, notes, problems
-
-
-_LETTER = {"compute": "c", "send": "s", "recv": "r"}
-
-
-def _memo(fn):
-    """Per-stage lookups are asked once per action; answer each stage once."""
-    table: dict[int, int] = {}
-
-    def get(s: int) -> int:
-        v = table.get(s)
-        if v is None:
-            v = table[s] = fn(s)
-        return v
-
-    return get
-
-
-def _stages_of(a: Action) -> Iterable[int]:
-    if a.kind == "OVERLAP_F_B":
-        return [s.stage for s in a.subs]
-    return [a.stage]
 
 
 def _classify(observed: dict[int, int], pp: int) -> str:
@@ -370,28 +453,6 @@ def _chunk_map(use: str, pp: int, observed: dict[int, int]):
         per_rank.setdefault(r, []).append(s)
     index = {s: i for ss in per_rank.values() for i, s in enumerate(ss)}
     return lambda s: index.get(s, -1)
-
-
-# SEND_F goes to the next stage, SEND_B to the previous one; RECVs come from the other side.
-_COMM_OPS = {"SEND_F": ("SEND", "F", 1, "send"), "SEND_B": ("SEND", "B", -1, "send"),
-             "RECV_F": ("RECV", "F", -1, "recv"), "RECV_B": ("RECV", "B", 1, "recv")}
-
-
-def _to_op(a: Action, rank: int, rank_of, chunk_of) -> Op:
-    comm = _COMM_OPS.get(a.kind)
-    if comm is not None:
-        kind, flow, step, lane = comm
-        return Op(kind=kind, rank=rank, lane=lane, stage=a.stage, mb=a.mb, chunk=chunk_of(a.stage),
-                  peer=rank_of(a.stage + step), flow=flow)
-    if a.kind in _COMPUTE:
-        return Op(kind=a.kind, rank=rank, lane="compute", stage=a.stage, mb=a.mb, chunk=chunk_of(a.stage))
-    if a.kind == "OVERLAP_F_B":
-        if sorted(x.kind for x in a.subs) != ["B", "F"]:  # parse_action makes none; a caller's Action may
-            raise InputError(f"rank {rank}: {a} overlaps {len(a.subs)} actions; expected one F and one B")
-        f, bw = (a.subs if a.subs[0].kind == "F" else a.subs[::-1])
-        return Op(kind="FB", rank=rank, lane="compute", stage=f.stage, mb=f.mb, chunk=chunk_of(f.stage),
-                  pair=(bw.stage, bw.mb, 0))
-    return Op(kind=a.kind, rank=rank, lane="compute", stage=a.stage, chunk=chunk_of(a.stage))  # FSDP kinds
 
 
 def _placement_note(use: str, detected: str, asked: str | None, pp: int, n: int, spr: int) -> str:
