@@ -60,25 +60,18 @@ def given_program(schedule: Schedule) -> dict[int, list[int]] | None:
     letters = schedule.meta.get("program_order")
     if not isinstance(letters, list) or len(letters) != schedule.pp:
         return None
-    lane_of = {"c": "compute", "s": "send", "r": "recv"}
     out: dict[int, list[int]] = {}
     for rank, text in enumerate(letters):
         if not isinstance(text, str):
             return None
-        pos = {lane: 0 for lane in lane_of.values()}
-        seq: list[int] = []
-        for ch in text:
-            lane = lane_of.get(ch)
-            if lane is None:
-                return None
-            order = schedule.lanes.get((rank, lane), [])
-            if pos[lane] >= len(order):
-                return None
-            seq.append(order[pos[lane]])
-            pos[lane] += 1
-        if any(pos[lane] != len(schedule.lanes.get((rank, lane), [])) for lane in pos):
+        orders = {ch: schedule.lanes.get((rank, lane), []) for ch, lane in (("c", "compute"), ("s", "send"),
+                                                                             ("r", "recv"))}
+        # Each letter takes the next op of its lane: every lane used up exactly, no other letter.
+        if any(text.count(ch) != len(order) for ch, order in orders.items()) or \
+                len(text) != sum(len(order) for order in orders.values()):
             return None
-        out[rank] = seq
+        nexts = {ch: iter(order).__next__ for ch, order in orders.items()}
+        out[rank] = [nexts[ch]() for ch in text]
     if sum(len(v) for v in out.values()) != len(schedule.ops):
         return None
     return out
@@ -276,13 +269,7 @@ def p2p_deadlock(ctx: Context) -> list[Violation]:
     node = list(range(n))
     for j, i in rep.items():
         node[j] = i
-    indeg = [0] * n
-    succ: list[list[int]] = [[] for _ in range(n)]
-    for u, v, _ in _edges(s, mode, prog, rep):
-        u, v = node[u], node[v]
-        if u != v:
-            succ[u].append(v)
-            indeg[v] += 1
+    succ, indeg = _wait_graph(s, mode, prog, rep, node)
     nodes = [i for i in range(n) if node[i] == i]
     ready = [i for i in nodes if indeg[i] == 0]
     seen = 0
@@ -388,6 +375,52 @@ def _edges(s: Schedule, mode: str, prog: dict[int, list[int]],
                 if last_compute >= 0:
                     yield last_compute, i, ("next on rank", rank)
                 last_compute = i
+
+
+def _wait_graph(s: Schedule, mode: str, prog: dict[int, list[int]], rep: dict[int, int],
+                node: list[int]) -> tuple[list[list[int]], list[int]]:
+    """Successors and in-degrees of :func:`_edges`' graph with merged RECVs mapped by ``node``:
+    the same edges, written out without a label per edge (the graph the cheap pass searches)."""
+    ops = s.ops
+    n = len(ops)
+    indeg = [0] * n
+    succ: list[list[int]] = [[] for _ in range(n)]
+    pairs: list[tuple[int, int]] = []
+    add = pairs.append
+    if rep:
+        for u, v in s.deps:
+            # Under positional matching the RECV meets whichever SEND is its match, not its data's.
+            if ops[u].kind == "SEND" and ops[v].kind == "RECV":
+                continue
+            add((u, v))
+    else:
+        pairs.extend(s.deps)
+    for seq in prog.values():
+        if mode == "blocking":
+            pairs.extend(zip(seq, seq[1:]))
+            continue
+        last_compute = -1
+        last_to: dict[int, int] = {}
+        for i in seq:
+            op = ops[i]
+            if op.lane != "compute":
+                if last_compute >= 0:
+                    add((last_compute, i))
+                if mode == "nccl":
+                    prev = last_to.get(op.peer)
+                    if prev is not None:
+                        add((prev, i))
+                    last_to[op.peer] = i
+            else:
+                if last_compute >= 0:
+                    add((last_compute, i))
+                last_compute = i
+    for u, v in pairs:
+        u, v = node[u], node[v]
+        if u != v:
+            succ[u].append(v)
+            indeg[v] += 1
+    return succ, indeg
 
 
 def _why(label: tuple) -> str:
