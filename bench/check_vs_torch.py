@@ -153,6 +153,12 @@ def pptl_check_file(path: str | Path, microbatches: int | None = None, p2p: str 
 def time_grid(grid: list[tuple[str, int, int]]) -> list[dict]:
     from torch.distributed.pipelining import schedules as S  # noqa: F401  (import cost outside the timing)
 
+    import pptl.checks  # noqa: F401  (pptl's imports outside the timing too, as torch's)
+    import pptl.formats.torch_csv  # noqa: F401
+    import pptl.simulate  # noqa: F401
+
+    pptl.checks.rule_table()  # imports the rule modules
+
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, pp, m in grid:

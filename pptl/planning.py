@@ -8,16 +8,18 @@ from __future__ import annotations
 import glob
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from pptl.checks import Violation, run_checks
 from pptl.config import Config, config_from_mapping, load_config, parse_cost_flags
 from pptl.errors import InputError, InvalidScheduleError
 from pptl.fileio import atomic_write, check_writable
 from pptl.ir import Schedule
-from pptl.schedules import Family, build_schedule, get_family
-from pptl.simulate import Simulation
 from pptl.timeline import Timeline
+
+if TYPE_CHECKING:
+    from pptl.schedules import Family
+    from pptl.simulate import Simulation
 
 __all__ = ["PlanResult", "FileReport", "make_config", "plan", "write_plan", "check_file", "expand_paths",
            "calibrate_config", "calibrate", "costs_from_timeline", "title_of", "github_input_error",
@@ -45,6 +47,7 @@ class PlanResult:
 def make_config(path: Path | None, flags: Mapping[str, Any], cost_flags: list[str] | None,
                 comm_latency: float | None) -> Config:
     """A config from a file (if given) with flags on top, or from flags alone."""
+    from pptl.schedules import get_family  # the family registry loads only when planning
     extra_costs = parse_cost_flags(cost_flags)
     schedule = flags.get("schedule")
     if extra_costs and schedule is not None:
@@ -77,6 +80,7 @@ def make_config(path: Path | None, flags: Mapping[str, Any], cost_flags: list[st
 def _check_cost_flags(costs: Mapping[str, float], schedule: str) -> None:
     """``--cost X=2`` names a cost key the family reads, or fails naming the known ones."""
     from pptl.config import TRAINING_COST_KEYS
+    from pptl.schedules import get_family  # the family registry loads only when planning
 
     if get_family(schedule).own_costs:
         return
@@ -118,6 +122,7 @@ def plan(cfg: Config, *, check: bool = True) -> PlanResult:
         InvalidScheduleError: the generated order deadlocks (the violations name the cycle).
     """
     from pptl.checks import Context, check_context
+    from pptl.schedules import build_schedule, get_family  # the family registry loads only when planning
 
     schedule = build_schedule(cfg)
     ctx = Context(schedule, memory_limit=cfg.memory_limit)

@@ -15,7 +15,6 @@ from collections import Counter
 
 from pptl.checks.base import Context, Violation
 from pptl.ir import Op
-from pptl.schedules.weight_update import USABLE_FRACTION, human_bytes
 
 __all__ = [
     "ipc_reuse_before_release",
@@ -29,6 +28,13 @@ __all__ = [
 
 #: Times closer than this (relative to the makespan) count as equal.
 _EPS = 1e-9
+
+
+def _human_bytes(n: float) -> str:
+    # The weight-update family (and with it the family registry) is imported only when a rule reports.
+    from pptl.schedules.weight_update import human_bytes
+
+    return human_bytes(n)
 
 
 def _is_update(ctx: Context) -> bool:
@@ -135,8 +141,8 @@ def bucket_over_buffer(ctx: Context) -> list[Violation]:
     for op in ctx.schedule.ops:
         if op.kind in ("H2D", "COPY", "BCAST") and op.payload > limit and op.mb not in worst:
             worst[op.mb] = op
-    return [Violation("PP051", f"bucket {b} is {human_bytes(op.payload)} ({op.payload:.0f} bytes), larger than the "
-                      f"{human_bytes(limit)} buffer ({limit:.0f} bytes) it is copied and broadcast through ({op.id})",
+    return [Violation("PP051", f"bucket {b} is {_human_bytes(op.payload)} ({op.payload:.0f} bytes), larger than the "
+                      f"{_human_bytes(limit)} buffer ({limit:.0f} bytes) it is copied and broadcast through ({op.id})",
                       (op.id,))
             for b, op in sorted(worst.items())]
 
@@ -155,8 +161,8 @@ def tensor_over_bucket(ctx: Context) -> list[Violation]:
         largest = info.get("largest", 0) if isinstance(info, dict) else 0
         if largest > limit:
             out.append(Violation(
-                "PP052", f"bucket {b} (owner rank {info.get('owner')}) holds a tensor of {human_bytes(largest)} "
-                f"({largest} bytes), larger than the bucket size {human_bytes(limit)} ({limit} bytes); raise "
+                "PP052", f"bucket {b} (owner rank {info.get('owner')}) holds a tensor of {_human_bytes(largest)} "
+                f"({largest} bytes), larger than the bucket size {_human_bytes(limit)} ({limit} bytes); raise "
                 "options.bucket_size (with bucket_size: auto, options.free_memory), or use h2d_buffer: false"))
     return out
 
@@ -251,11 +257,13 @@ def buffers_over_memory(ctx: Context) -> list[Violation]:
     size, free, n = meta.get("bucket_size"), meta.get("free_memory"), meta.get("buffers")
     if not _is_update(ctx) or not all(isinstance(x, (int, float)) for x in (size, free, n)):
         return []
+    from pptl.schedules.weight_update import USABLE_FRACTION
+
     usable = int(free * USABLE_FRACTION)
     if n * size <= usable:
         return []
-    return [Violation("PP056", f"{n} buffers of {human_bytes(size)} need {human_bytes(n * size)} of GPU memory, more "
-                      f"than the {human_bytes(usable)} usable (90% of free_memory {human_bytes(free)}); lower "
+    return [Violation("PP056", f"{n} buffers of {_human_bytes(size)} need {_human_bytes(n * size)} of GPU memory, more "
+                      f"than the {_human_bytes(usable)} usable (90% of free_memory {_human_bytes(free)}); lower "
                       "options.bucket_size or use h2d_buffer: false")]
 
 
