@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Iterable
 if TYPE_CHECKING:  # only for annotations: ir imports this module to derive the facts of a new lane order
     from pptl.ir import Op
 
-__all__ = ["roles", "training_deps", "training_deps_columns", "comm_key", "VECTOR_MIN_OPS"]
+__all__ = ["roles", "training_deps", "training_deps_again", "training_deps_columns", "comm_key", "VECTOR_MIN_OPS"]
 
 #: From this many ops on, the facts are derived with numpy key joins (:mod:`pptl._deps_np`);
 #: below, the plain loop is faster than importing numpy.
@@ -71,13 +71,30 @@ def training_deps(ops: list[Op], num_stages: int) -> list[tuple[int, int]]:
         One pass to index producers and messages, one to link consumers; written out per kind
         (no generator per op) because ``pptl plan`` and ``pptl check`` both run it on 400k ops.
     """
+    out: list[tuple[int, int]] | None = None
     if len(ops) >= VECTOR_MIN_OPS:
         from pptl._deps_np import deps_of_ops
 
-        vec = deps_of_ops(ops, num_stages)
-        if vec is not None:
-            return vec
-    return _training_deps_loop(ops, num_stages)
+        out = deps_of_ops(ops, num_stages)
+    if out is None:
+        out = _training_deps_loop(ops, num_stages)
+    global _last
+    _last = (ops, len(ops), num_stages, out)
+    return out
+
+
+# The last derivation: (ops list, its length, num_stages, result). Ops lists are not edited in
+# place (a new order or op set is a new Schedule), so the same list of the same length has the
+# same facts; `pptl plan -o` derives them when building and would again when writing.
+_last: tuple[list[Op], int, int, list[tuple[int, int]]] | None = None
+
+
+def training_deps_again(ops: list[Op], num_stages: int) -> list[tuple[int, int]]:
+    """:func:`training_deps`, reusing the previous result when it was derived from this very list."""
+    last = _last
+    if last is not None and last[0] is ops and last[1] == len(ops) and last[2] == num_stages:
+        return last[3]
+    return training_deps(ops, num_stages)
 
 
 def training_deps_columns(kind: list[str], rank: list[int], stage: list[int], mb: list[int], direction: list[int],

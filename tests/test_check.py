@@ -151,3 +151,17 @@ def test_interleaved_short_last_group_is_refused_before_it_can_deadlock() -> Non
     with pytest.raises(InputError, match="last group of 9 mod 4 = 1 micro-batch, fewer than pp=4 "
                                          "\\(Megatron-Core's last-group rule"):
         build_schedule(Config(schedule="interleaved-1f1b", pp=4, vpp=3, microbatches=9))
+
+
+def test_a_repeated_send_or_recv_is_a_duplicate_op() -> None:
+    # PP002 compares messages whole only when two share (kind, flow, direction, stage, mb).
+    from pptl.config import config_from_mapping
+    from pptl.schedules import build_schedule
+
+    s = build_schedule(config_from_mapping({"schedule": "1f1b", "pp": 4, "microbatches": 8}))
+    assert not [v for v in run_checks(s) if v.code == "PP002"]
+    for lane in ("send", "recv"):
+        lanes = {k: [s.ops[i] for i in v] for k, v in s.lanes.items()}
+        lanes[(1, lane)].append(lanes[(1, lane)][2])
+        got = [v.message for v in run_checks(s.with_lanes(lanes)) if v.code == "PP002"]
+        assert got == [f"duplicate op {lanes[(1, lane)][2].id}"], got

@@ -116,12 +116,15 @@ class WorkIndex:
     """Whether any unit of work is done by two ops (then some rules take their exact, slower path)."""
     comm: dict[tuple[str, str, int, int, int], int]
     """The first SEND or RECV of each (kind, flow, direction, stage, mb)."""
+    comm_repeated: bool = True
+    """Whether two SENDs or RECVs share a key of ``comm`` (if not, no two of them are the same op)."""
 
     @staticmethod
     def of(schedule: Schedule) -> WorkIndex:
         items: list[tuple[int, str, int, int, int]] = []
         add = items.append
         comm: dict[tuple[str, str, int, int, int], int] = {}
+        ncomm = 0
         for i, op in enumerate(schedule.ops):
             k = op.kind
             if k == "F":
@@ -135,6 +138,7 @@ class WorkIndex:
                 add((i, "W", op.direction, op.stage, op.mb))
             elif k == "SEND" or k == "RECV":
                 comm.setdefault((k, op.flow, op.direction, op.stage, op.mb), i)
+                ncomm += 1
             elif k == "FB" and op.pair is not None:
                 add((i, "F", op.direction, op.stage, op.mb))
                 ps, pm, pd = op.pair
@@ -143,4 +147,4 @@ class WorkIndex:
         producer: dict[WorkKey, int] = {}
         for i, role, d, st, mb in reversed(items):
             producer[(role, d, st, mb)] = i  # reversed: the first op wins
-        return WorkIndex(items, producer, len(producer) != len(items), comm)
+        return WorkIndex(items, producer, len(producer) != len(items), comm, ncomm != len(comm))

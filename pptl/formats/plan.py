@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeGuard
 
 from pptl.config import MAX_OPS, config_from_mapping, read_structured
-from pptl.deps import training_deps, training_deps_columns
+from pptl.deps import training_deps, training_deps_again, training_deps_columns
 from pptl.errors import InputError
 from pptl.ir import Op, Schedule, ScheduleBuilder
 from pptl.simulate import op_events
@@ -81,7 +81,7 @@ def plan_to_dict(schedule: Schedule, *, timeline: Timeline | None = None, metric
         position[i] = pos
     extra: list[tuple[int, int]] = []
     if schedule.deps:
-        derived_list = training_deps(ops, schedule.num_stages)
+        derived_list = training_deps_again(ops, schedule.num_stages)
         if derived_list != schedule.deps:  # a family's own facts, or an edited schedule (equal: the common case)
             derived = set(derived_list)
             extra = sorted((position[u], position[v]) for u, v in schedule.deps if (u, v) not in derived)
@@ -323,7 +323,7 @@ def _ops_v2(data: Mapping[str, Any], source: str, num_stages: int
             continue
         if not isinstance(col, list) or len(col) != n:
             raise InputError(f"{source}: ops.{name}: expected a list of {n} integers")
-        if not all(type(v) is int for v in col) or (n and (min(col) < -_MAX_INDEX or max(col) > _MAX_INDEX)):
+        if (n and set(map(type, col)) != {int}) or (n and (min(col) < -_MAX_INDEX or max(col) > _MAX_INDEX)):
             bad = next(v for v in col if type(v) is not int or abs(v) > _MAX_INDEX)
             raise InputError(f"{source}: ops.{name}: got {bad!r}, expected integers in -{_MAX_INDEX}..{_MAX_INDEX}")
         values[name] = col
@@ -369,9 +369,9 @@ def _str_column(col: Any, n: int, default: str, where: str) -> list[str]:
         raise InputError(f"{where}.values: expected a list of strings")
     if not isinstance(index, list) or len(index) != n:
         raise InputError(f"{where}.index: expected a list of {n} positions into 'values'")
-    if n and not (all(type(k) is int for k in index) and min(index) >= 0 and max(index) < len(table)):
+    if n and not (set(map(type, index)) == {int} and min(index) >= 0 and max(index) < len(table)):
         raise InputError(f"{where}.index: expected integers in 0..{len(table) - 1}")
-    return [table[k] for k in index]
+    return list(map(table.__getitem__, index))
 
 
 def _timeline_v2(raw: Mapping[str, Any], schedule: Schedule, source: str) -> Timeline:
