@@ -106,10 +106,12 @@ def assemble(cfg: Config, family: str, orders: dict[int, list[Op]], *, num_stage
     consumer's ``recv`` lane in the order their data is needed. Stages on one rank pass data
     locally (no SEND/RECV). With ``comm=False`` only compute lanes are built.
     """
+    # The work of every op, found once (placement, messages and receive positions all read it).
+    work = {rank: [roles(op) for op in ops] for rank, ops in orders.items()}
     place: dict[tuple[int, int], int] = {}
-    for rank, ops in orders.items():
-        for op in ops:
-            for _, d, s, _ in roles(op):
+    for rank, per_op in work.items():
+        for items in per_op:
+            for _, d, s, _ in items:
                 place.setdefault((d, s), rank)
     b = ScheduleBuilder()
     for rank in sorted(orders):
@@ -119,8 +121,8 @@ def assemble(cfg: Config, family: str, orders: dict[int, list[Op]], *, num_stage
         recvs: dict[int, list[tuple[int, int, Op]]] = {}
         last = num_stages - 1
         for rank in sorted(orders):
-            for pos, op in enumerate(orders[rank]):
-                for role, d, s, mb in roles(op):
+            for items in work[rank]:
+                for role, d, s, mb in items:
                     if role == "F" and s < last:
                         peer_stage, flow = s + 1, "F"
                     elif role == "G" and s > 0:
@@ -135,7 +137,7 @@ def assemble(cfg: Config, family: str, orders: dict[int, list[Op]], *, num_stage
                     recvs.setdefault(peer, []).append((0, 0, Op(kind="RECV", rank=peer, lane="recv", stage=peer_stage,
                                                                   mb=mb, direction=d, peer=rank, flow=flow)))
         # A RECV sits just before the op that needs it, in that rank's compute order.
-        need_pos = _need_positions(orders)
+        need_pos = _need_positions(orders, work)
         for rank, items in recvs.items():
             keyed = []
             for _, _, op in items:
@@ -150,7 +152,8 @@ def assemble(cfg: Config, family: str, orders: dict[int, list[Op]], *, num_stage
                     meta=dict(meta or {}))
 
 
-def _need_positions(orders: dict[int, list[Op]]) -> dict[tuple[int, str, int, int, int], int]:
+def _need_positions(orders: dict[int, list[Op]], work: dict[int, list[list[tuple[str, int, int, int]]]] | None = None
+                    ) -> dict[tuple[int, str, int, int, int], int]:
     """(rank, role needed, direction, stage of the receiver, mb) -> position of the first op needing it.
 
     role "F": the F at that stage needs activations; role "G": the op producing G at that stage
@@ -158,8 +161,9 @@ def _need_positions(orders: dict[int, list[Op]]) -> dict[tuple[int, str, int, in
     """
     out: dict[tuple[int, str, int, int, int], int] = {}
     for rank, ops in orders.items():
-        for pos, op in enumerate(ops):
-            for role, d, s, mb in roles(op):
+        per_op = work[rank] if work is not None else [roles(op) for op in ops]
+        for pos, items in enumerate(per_op):
+            for role, d, s, mb in items:
                 if role in ("F", "G"):
                     out.setdefault((rank, role, d, s, mb), pos)
     return out
