@@ -15,8 +15,8 @@ that same file:
 Then every invalid fixture that torch can read (CSV) goes through both, and the table says which
 tool rejects it. Run: ``python bench/check_vs_torch.py`` (about 4 minutes on 2 cores: pp 8, 16,
 32 with 64, 256, 512 micro-batches for each schedule, plus one pp=64 x 1024 corner), ``--quick``
-(seconds) or ``--full`` (the whole pp x micro-batch grid); ``--markdown`` prints tables for
-docs/benchmarks.md.
+(seconds) or ``--full`` (the whole pp x micro-batch grid); ``--repeat N`` times each file N times
+(alternating the tools) and keeps the least; ``--markdown`` prints tables for docs/benchmarks.md.
 """
 from __future__ import annotations
 
@@ -150,7 +150,7 @@ def pptl_check_file(path: str | Path, microbatches: int | None = None, p2p: str 
     return "ok", times
 
 
-def time_grid(grid: list[tuple[str, int, int]]) -> list[dict]:
+def time_grid(grid: list[tuple[str, int, int]], repeat: int = 1) -> list[dict]:
     from torch.distributed.pipelining import schedules as S  # noqa: F401  (import cost outside the timing)
 
     import pptl.checks  # noqa: F401  (pptl's imports outside the timing too, as torch's)
@@ -169,20 +169,22 @@ def time_grid(grid: list[tuple[str, int, int]]) -> list[dict]:
             n = pp * TORCH_SCHEDULES[name][1]
             actions = sum(1 for row in csv.reader(open(path)) for c in row if c)
             del sched
-            gc.collect()
-            t = time.perf_counter()
-            torch_result = torch_check_file(path, pp, n, m)
-            t_torch = time.perf_counter() - t
-            gc.collect()
-            t = time.perf_counter()
-            pptl_result, parts = pptl_check_file(path, microbatches=m)
-            t_pptl = time.perf_counter() - t
-            gc.collect()
+            t_torch = t_pptl = float("inf")
+            for _ in range(repeat):  # the least of `repeat` runs of each, alternating
+                gc.collect()
+                t = time.perf_counter()
+                torch_result = torch_check_file(path, pp, n, m)
+                t_torch = min(t_torch, time.perf_counter() - t)
+                gc.collect()
+                t = time.perf_counter()
+                pptl_result, parts = pptl_check_file(path, microbatches=m)
+                t_pptl = min(t_pptl, time.perf_counter() - t)
+                gc.collect()
             row = {"schedule": name, "pp": pp, "microbatches": m, "actions": actions, "torch_s": t_torch,
                    "pptl_s": t_pptl, "ratio": t_pptl / t_torch if t_torch else float("nan"), "torch": torch_result,
                    "pptl": pptl_result, **{f"pptl_{k}_s": v for k, v in parts.items()}}
             rows.append(row)
-            print(f"{name:16s} pp={pp:3d} m={m:5d} actions={actions:8d}  torch {t_torch:7.2f}s  pptl {t_pptl:7.2f}s "
+            print(f"{name:16s} pp={pp:3d} m={m:5d} actions={actions:8d}  torch {t_torch:7.3f}s  pptl {t_pptl:7.3f}s "
                   f"(load {parts.get('load', 0):.2f} check {parts.get('check', 0):.2f} "
                   f"sim {parts.get('simulate', 0):.2f})  ratio {row['ratio']:.2f}  [{torch_result} | {pptl_result}]",
                   file=sys.stderr, flush=True)
@@ -231,8 +233,8 @@ def _markdown(rows: list[dict], fixtures: list[dict]) -> str:
     lines = ["| schedule | pp | micro-batches | actions | torch (s) | pptl (s) | pptl / torch |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['schedule']} | {r['pp']} | {r['microbatches']} | {r['actions']} | {r['torch_s']:.2f} | "
-                     f"{r['pptl_s']:.2f} | {r['ratio']:.2f} |")
+        lines.append(f"| {r['schedule']} | {r['pp']} | {r['microbatches']} | {r['actions']} | {r['torch_s']:.3f} | "
+                     f"{r['pptl_s']:.3f} | {r['ratio']:.2f} |")
     lines += ["", "| fixture | torch (_validate_schedule + _simulate_comms_compute) | pptl nonblocking | pptl nccl "
               "| pptl blocking |", "|---|---|---|---|---|"]
     for f in fixtures:
@@ -248,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="a small grid (seconds)")
     ap.add_argument("--full", action="store_true", help="pp 8..64 x 64..1024 micro-batches (an hour or more)")
     ap.add_argument("--markdown", action="store_true", help="print tables for docs/benchmarks.md")
+    ap.add_argument("--repeat", type=int, default=1, help="time each file this many times, keep the least (default 1)")
     ap.add_argument("--schedules", default="Interleaved1F1B,ZBVZeroBubble,DualPipeV",
                     help="comma-separated torch schedule names")
     args = ap.parse_args(argv)
@@ -264,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         # torch itself needs ~70 s to generate one pp=64, m=1024 schedule: one such corner by default.
         grid = [(s, pp, m) for s in names for pp, m in ((8, 64), (16, 256), (32, 512))]
         grid.append((names[min(1, len(names) - 1)], 64, 1024))
-    rows = time_grid(grid)
+    rows = time_grid(grid, max(1, args.repeat))
     fixtures = fixture_table()
     if args.markdown:
         print(_markdown(rows, fixtures))
