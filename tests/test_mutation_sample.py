@@ -175,6 +175,22 @@ def test_schedule_without_config_keeps_no_weight_activation() -> None:
     assert peaks != [r.peak_activation for r in simulate(bare, costs, w_activation=1.0).ranks]
 
 
+# ---------------------------------------------------------------- pptl/deps.py
+
+
+def test_plan_file_columns_give_the_loops_edges_on_a_large_plan() -> None:
+    # deps training_deps_columns 9 (num_stages dropped); the plan-file reader takes this path
+    from pptl.deps import VECTOR_MIN_OPS, _training_deps_loop, training_deps_columns
+
+    s = build_schedule(Config(schedule="1f1b", pp=2, microbatches=VECTOR_MIN_OPS // 8 + 1))
+    ops = s.ops
+    assert len(ops) >= VECTOR_MIN_OPS
+    cols = training_deps_columns([o.kind for o in ops], [o.rank for o in ops], [o.stage for o in ops],
+                                 [o.mb for o in ops], [o.direction for o in ops], [o.flow for o in ops],
+                                 [o.pair for o in ops], s.num_stages)
+    assert cols == _training_deps_loop(ops, s.num_stages)
+
+
 # ---------------------------------------------------------------- pptl/schedules
 
 
