@@ -1,0 +1,294 @@
+"""Behaviour that the sampled mutation run (`make mutate-sample`, docs/testing.md) found no test pinning.
+
+Each test names the mutant it was written against; it fails with that mutant applied and passes on
+the tree as it is.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from pptl.checks import run_checks
+from pptl.checks.base import Violation
+from pptl.config import Config, Costs, config_from_mapping
+from pptl.errors import InputError, InvalidScheduleError
+from pptl.formats.torch_csv import load_csv_text
+from pptl.ir import Op, Schedule, ScheduleBuilder
+from pptl.schedules import build_schedule
+from pptl.simulate import durations, held_spans, simulate
+
+# ---------------------------------------------------------------- pptl/checks
+
+
+def test_violation_json_uses_the_documented_keys() -> None:
+    # checks.base to_dict 5: "severity" spelt otherwise
+    v = Violation("PP001", "m", ("a",), severity="warning", line=3)
+    assert v.to_dict() == {"code": "PP001", "severity": "warning", "message": "m", "ops": ["a"], "line": 3}
+    assert "line" not in Violation("PP001", "m").to_dict()
+
+
+def test_gradient_of_stage_1_without_its_send_is_reported() -> None:
+    # checks.comm unmatched_p2p 102: a G of stage 1 (`st > 1`) no longer needs a SEND to stage 0
+    text = ("0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\n"
+            "1RECV_F0,1RECV_F1,1F0,1F1,1B0,1B1,1SEND_B1\n")
+    messages = [v.message for v in run_checks(load_csv_text(text)[0]) if v.code == "PP008"]
+    assert "r1/compute/B s1 mb0 produces data for rank 0 but no SEND_B of stage 1 mb 0 carries it" in messages
+
+
+def test_nonblocking_hang_names_each_edge_of_the_cycle() -> None:
+    # checks.p2p _edges 12, 35: the "needed by" / "posted after" labels of the printed cycle
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "fixtures/invalid/p2p_recv_after_use.csv").read_text()
+    [v] = [v for v in run_checks(load_csv_text(text)[0]) if v.code == "PP031"]
+    pair = "[r1/send/SEND_B s1 mb0 ->r0 = r0/recv/RECV_B s0 mb0 <-r1]"
+    assert v.message == ("hangs under NCCL P2P (a send completes with its receive; per-peer order) across ranks 0, 1: "
+                         f"{pair} -> (needed by) r0/compute/B s0 mb0 -> (posted after) {pair}")
+
+
+def _zb(pp: int = 2, mb: int = 2) -> Schedule:
+    return build_schedule(Config(schedule="zb-h1", pp=pp, microbatches=mb))
+
+
+def _lanes(s: Schedule) -> dict[tuple[int, str], list[Op]]:
+    return {k: [s.ops[i] for i in v] for k, v in s.lanes.items()}
+
+
+@pytest.mark.parametrize("repeated", [False, True], ids=["unique", "repeated-work"])
+def test_backward_and_weight_gradient_before_their_inputs(repeated: bool) -> None:
+    # checks.order local_order 19 ("I" never a backward) and 69 (`g is None`): the path taken when
+    # some work is listed twice must report what the unique path reports
+    s = _zb()
+    lanes = _lanes(s)
+    rank0 = lanes[(0, "compute")]
+    i1 = next(op for op in rank0 if op.kind == "I" and op.mb == 1)
+    w0 = next(op for op in rank0 if op.kind == "W" and op.mb == 0)
+    rank0.remove(i1)
+    rank0.remove(w0)
+    rank0[:0] = [w0, i1]
+    if repeated:
+        rank0.append(rank0[-1])
+    got = sorted(v.message for v in run_checks(s.with_lanes(lanes)) if v.code == "PP006")
+    assert got == ["r0/compute/I s0 mb1 comes before r0/compute/F s0 mb1 on rank 0, but a backward needs its forward",
+                   "r0/compute/W s0 mb0 comes before r0/compute/I s0 mb0 on rank 0, but a weight gradient needs its "
+                   "input gradient"]
+
+
+def test_ep_order_mismatch_points_at_both_all_to_alls() -> None:
+    # checks.moe ep_a2a_order 45: the violation's ops
+    s = build_schedule(Config(schedule="moe-1f1b-overlap", pp=1, microbatches=2, options={"ep": 2, "layers_per_chunk": 1}))
+    lanes = _lanes(s)
+    comm = lanes[(1, "comm")]
+    comm[0], comm[1] = comm[1], comm[0]
+    [v] = [v for v in run_checks(s.with_lanes(lanes)) if v.code == "PP042"]
+    assert v.ops == (comm[0].id, lanes[(0, "comm")][0].id)
+
+
+def test_layer_missing_three_sub_ops_lists_them_all() -> None:
+    # checks.moe incomplete_layers 79 (" and 0 more" at exactly 3) and 85 (the violation's ops)
+    s = build_schedule(Config(schedule="moe-1f1b-overlap", pp=1, microbatches=1, options={"ep": 1, "layers_per_chunk": 1}))
+    lanes = _lanes(s)
+    lanes[(0, "compute")] = [op for op in lanes[(0, "compute")]
+                             if not (op.kind in ("MLP", "ATTN", "WGRAD") and op.flow == "B")]
+    [v] = [v for v in run_checks(s.with_lanes(lanes)) if v.code == "PP044"]
+    assert v.message == ("rank 0: the backward of stage 0 mb 0 lacks MLP of layer 0, ATTN of layer 0, WGRAD of "
+                         "layer 0 (each of its 1 layers needs every sub-op)")
+    assert v.ops == ("r0/comm/A2A_COMBINE_B EP-C s0 mb0 #0",)  # the first op left of that backward
+
+
+def _update(pp: int) -> Schedule:
+    opts = {"bucket_size": "1MiB", "h2d_bandwidth": "1MiB/s", "d2d_bandwidth": "1MiB/s", "bcast_bandwidth": "1MiB/s",
+            "reload_rate": "1MiB/s", "tensors": [["1MiB"] for _ in range(pp)]}
+    return build_schedule(config_from_mapping({"schedule": "weight-update", "pp": pp, "microbatches": 1,
+                                               "options": opts}))
+
+
+def test_update_without_broadcasts_is_still_an_update() -> None:
+    # checks.weight_update _is_update 6: a plan with RELOADs but no BCAST is checked as an update,
+    # and the missing ranks are plural
+    s = _update(2)
+    lanes = {k: [op for op in v if op.kind != "BCAST"] for k, v in _lanes(s).items()}
+    assert [(v.code, v.message) for v in run_checks(s.with_lanes(lanes))] == [
+        ("PP055", "bucket 0 is missing its broadcast on ranks 0, 1"),
+        ("PP055", "bucket 1 is missing its broadcast on ranks 0, 1")]
+
+
+def test_broadcast_from_the_wrong_rank_is_pp055() -> None:
+    # checks.weight_update incomplete_update 112, 116, 122: code, message and source rank
+    s = _update(3)
+    ops = [dataclasses.replace(op, peer=2) if op.kind == "BCAST" and op.mb == 0 and op.rank == 1 else op
+           for op in s.ops]
+    v = [v for v in run_checks(dataclasses.replace(s, ops=ops)) if v.code == "PP055"]
+    assert [(x.message, x.ops) for x in v] == [
+        ("bucket 0 belongs to rank 0 but r1/comm/BCAST Broadcast (dst) mb0 #0 broadcasts it from rank 2",
+         ("r1/comm/BCAST Broadcast (dst) mb0 #0",))]
+
+
+# ---------------------------------------------------------------- pptl/simulate.py
+
+
+def _copies(*ops: Op) -> Schedule:
+    b = ScheduleBuilder()
+    for op in ops:
+        b.add(op)
+    return Schedule("custom", 1, 1, len(ops), b.ops, b.lanes)
+
+
+@pytest.mark.parametrize("kind", ["OFFLOAD", "ONLOAD", "H2D", "COPY"])
+def test_a_copy_without_a_cost_takes_its_payload_over_the_bandwidth(kind: str) -> None:
+    # simulate durations 27 (`not in`), 33 ("h2d"): copies are timed from their bytes
+    s = _copies(Op(kind=kind, rank=0, lane="h2d", mb=0, payload=250.0))
+    assert durations(s, Costs(copy_bandwidth=100.0)) == [2.5]
+
+
+def test_compute_without_a_cost_is_refused() -> None:
+    s = _copies(Op(kind="ATTN_F", rank=0, lane="compute", mb=0, payload=250.0))
+    with pytest.raises(InvalidScheduleError, match="no cost for 'ATTN_F'"):
+        durations(s, Costs(copy_bandwidth=100.0))
+
+
+@pytest.mark.xfail(strict=True, reason="durations caches by (cost key, stage), so a second copy of other size "
+                   "takes the first one's time (simulate durations 16 removes the cache)")
+def test_copies_of_different_sizes_take_different_times() -> None:
+    s = _copies(Op(kind="H2D", rank=0, lane="h2d", mb=0, payload=100.0),
+                Op(kind="H2D", rank=0, lane="h2d", mb=1, payload=300.0))
+    assert durations(s, Costs(copy_bandwidth=100.0)) == [1.0, 3.0]
+
+
+@pytest.mark.parametrize("item", [[0, 0, 1, 1], 7, "0 0 1 1 1"])
+def test_malformed_held_entry_is_one_input_error(item: object) -> None:
+    # simulate held_spans 14: an entry that is not a 5-list is named, not unpacked
+    s = _zb(2, 2)
+    s = dataclasses.replace(s, meta={**s.meta, "held": [item]})
+    with pytest.raises(InputError, match=r"field 'meta\.held\[0\]'"):
+        held_spans(s)
+
+
+def test_schedule_without_config_keeps_no_weight_activation() -> None:
+    # simulate simulate 18: with no config, W holds nothing (w_activation 0), so I frees it all
+    s = _zb(2, 4)
+    costs = s.config.costs
+    bare = dataclasses.replace(s, config=None)
+    peaks = [r.peak_activation for r in simulate(bare, costs).ranks]
+    assert peaks == [r.peak_activation for r in simulate(bare, costs, w_activation=0.0).ranks]
+    assert peaks != [r.peak_activation for r in simulate(bare, costs, w_activation=1.0).ranks]
+
+
+# ---------------------------------------------------------------- pptl/deps.py
+
+
+def test_plan_file_columns_give_the_loops_edges_on_a_large_plan() -> None:
+    # deps training_deps_columns 9 (num_stages dropped); the plan-file reader takes this path
+    from pptl.deps import VECTOR_MIN_OPS, _training_deps_loop, training_deps_columns
+
+    s = build_schedule(Config(schedule="1f1b", pp=2, microbatches=VECTOR_MIN_OPS // 8 + 1))
+    ops = s.ops
+    assert len(ops) >= VECTOR_MIN_OPS
+    cols = training_deps_columns([o.kind for o in ops], [o.rank for o in ops], [o.stage for o in ops],
+                                 [o.mb for o in ops], [o.direction for o in ops], [o.flow for o in ops],
+                                 [o.pair for o in ops], s.num_stages)
+    assert cols == _training_deps_loop(ops, s.num_stages)
+
+
+# ---------------------------------------------------------------- pptl/schedules
+
+
+def _moe(**costs: float) -> Config:
+    return Config(schedule="moe-1f1b-overlap", pp=2, vpp=2, microbatches=4,
+                  options={"costs": {"attn": 1, "mlp": 1, **costs}})
+
+
+def test_moe_overlap_blames_all_to_alls_only_when_they_take_time() -> None:
+    # schedules.moe_overlap _assumptions 6 (`>= 0`)
+    from pptl.schedules.moe_overlap import _assumptions
+
+    assert _assumptions(_moe(dispatch=0, combine=0)) == []
+    assert _assumptions(_moe(dispatch=0.5, combine=0))[0].startswith("all-to-alls take time")
+
+
+def test_weight_update_plan_records_each_buckets_bytes() -> None:
+    # schedules.weight_update _meta 27: the plan file's bucket size field
+    assert [b["bytes"] for b in _update(2).meta["weight_update"]["buckets"]] == [1 << 20, 1 << 20]
+
+
+def test_weight_update_without_tensors_says_what_it_needs() -> None:
+    # schedules.weight_update spec_from_options 33
+    with pytest.raises(InputError, match=r"field 'options.tensors': got \[\], expected at least one tensor"):
+        build_schedule(config_from_mapping({"schedule": "weight-update", "pp": 2, "microbatches": 1,
+                                            "options": {"tensors": [[], []]}}))
+
+
+def test_zbv_plan_records_its_v_placement() -> None:
+    # schedules.zbv build 32: "v" is the placement name readers and the CSV writer match on
+    from pptl.formats.torch_csv import PLACEMENTS
+
+    placement = build_schedule(Config(schedule="zbv", pp=2, microbatches=4)).meta["placement"]
+    assert placement == "v" and placement in PLACEMENTS
+
+
+def test_zb_h1_formula_notes_per_stage_input_gradient_costs() -> None:
+    # schedules.zero_bubble assumptions_h1 11: "I" among the keys whose per-stage costs break the formula
+    from pptl.schedules.zero_bubble import assumptions_h1
+
+    cfg = Config(schedule="zb-h1", pp=2, microbatches=4)
+    cfg = dataclasses.replace(cfg, costs=dataclasses.replace(cfg.costs, stages={1: {"I": 3.0}}))
+    assert "per-stage costs for I (the formula assumes one value per kind)" in assumptions_h1(cfg)
+
+
+# ---------------------------------------------------------------- pptl/formats/torch_csv.py
+
+TWO_RANKS = "0F0,0F1,0B0,0B1\n1F0,1F1,1B0,1B1\n"
+
+
+def test_compute_only_csv_names_its_form() -> None:
+    # torch_csv schedule_from_rows 165
+    s, notes, _, _ = load_csv_text(TWO_RANKS)
+    assert s.meta["csv_format"] == "compute_only"
+    assert notes[0] == "torch CSV (compute_only): 2 ranks, 8 actions"
+
+
+def test_microbatches_are_counted_from_forwards_only() -> None:
+    # torch_csv schedule_from_rows 101: a backward of a micro-batch with no forward is not a forward
+    s, _, _, _ = load_csv_text("0F0,0F1,0B0,0B1,0B2\n")
+    assert s.microbatches == 2
+
+
+def test_one_microbatch_can_be_asked_for(tmp_path) -> None:
+    # torch_csv load_csv_text 12 (`<= 1` refuses 1) and read_csv 16 (the count not passed on)
+    from pptl.formats.torch_csv import read_csv
+
+    assert load_csv_text("0F0,0B0\n", microbatches=1)[0].microbatches == 1
+    path = tmp_path / "s.csv"
+    path.write_text(TWO_RANKS)
+    assert read_csv(path, microbatches=3).schedule.microbatches == 3
+
+
+def test_fsdp_action_keeps_its_stage_chunk_and_is_left_out_of_compute_only() -> None:
+    # torch_csv _to_op 83 (chunk None) and to_rows 36 (`break` drops the rest of the row)
+    from pptl.formats.torch_csv import to_rows
+
+    s, _, _, _ = load_csv_text("0UNSHARD,1UNSHARD,0F0,1F0,1B0,0B0\n")
+    assert [(op.kind, op.stage, op.chunk) for op in s.ops[:2]] == [("UNSHARD", 0, 0), ("UNSHARD", 1, 1)]
+    rows, notes = to_rows(s)
+    assert rows == [["0F0", "1F0", "1B0", "0B0"]]
+    assert notes == ["compute_only leaves out 2 UNSHARD (torch's runtime adds them when it lowers a compute_only "
+                     "schedule)"]
+
+
+def test_compute_only_plan_gets_its_sends_and_receives_added() -> None:
+    # torch_csv with_comms 11, 15, 28 and to_rows 88 (the note on where SEND/RECV go)
+    from pptl.formats.torch_csv import to_rows, with_comms
+
+    s, _, _, _ = load_csv_text(TWO_RANKS)
+    for plan in (s, dataclasses.replace(s, config=None)):
+        w = with_comms(plan)
+        assert w.microbatches == 2
+        assert sorted(op.id for op in w.ops if op.kind in ("SEND", "RECV")) == [
+            "r0/recv/RECV_B s0 mb0 <-r1", "r0/recv/RECV_B s0 mb1 <-r1", "r0/send/SEND_F s0 mb0 ->r1",
+            "r0/send/SEND_F s0 mb1 ->r1", "r1/recv/RECV_F s1 mb0 <-r0", "r1/recv/RECV_F s1 mb1 <-r0",
+            "r1/send/SEND_B s1 mb0 ->r0", "r1/send/SEND_B s1 mb1 ->r0"]
+    where = "SEND right after the op that produces its data"
+    assert any(n.startswith(where) for n in to_rows(s, comms=True)[1])
+    listed, _, _, _ = load_csv_text("0F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n")
+    assert not any(n.startswith(where) for n in to_rows(listed, comms=True)[1])
