@@ -60,3 +60,16 @@ def calibrate_one(cfg_path: Path, measured: Path) -> tuple[Any, Path, Any]:
     cal_path = measured.with_name(measured.name.replace("measured_", "calibrated_"))
     planning.write_plan(result, cal_path)
     return result, cal_path, compare_timelines(load_any(cal_path).timeline, load_any(measured).timeline)
+
+
+def add_moe_workload_args(ap: Any) -> None:
+    """The issue-8 MoE workload's options, shared by bench/gpu_issue8.py and bench/gpu_offload.py."""
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--gpus", type=int, default=4)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--ep", type=int, default=2)
+    ap.add_argument("--layers", type=int, default=2, help="MoE layers per model chunk")
+    ap.add_argument("--hidden", type=int, default=6144)
+    ap.add_argument("--tokens", type=int, default=4096, help="tokens per micro-batch per EP member")
+    ap.add_argument("--microbatches", type=int, default=8)
+    ap.add_argument("--dtype", default="bfloat16")

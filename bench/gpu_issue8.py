@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import T0, Stages, calibrate_one, env_info, log  # noqa: E402
+from _common import T0, Stages, add_moe_workload_args, calibrate_one, env_info, log  # noqa: E402
 
 from pptl import planning  # noqa: E402
 from pptl.compare import compare_timelines  # noqa: E402
@@ -311,15 +311,7 @@ def figures(paths: dict[str, dict[str, Path]], out: Path, work: Path) -> dict[st
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--gpus", type=int, default=4)
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--ep", type=int, default=2)
-    ap.add_argument("--layers", type=int, default=2, help="MoE layers per model chunk")
-    ap.add_argument("--hidden", type=int, default=6144)
-    ap.add_argument("--tokens", type=int, default=4096, help="tokens per micro-batch per EP member")
-    ap.add_argument("--microbatches", type=int, default=8)
-    ap.add_argument("--dtype", default="bfloat16")
+    add_moe_workload_args(ap)
     ap.add_argument("--wu-model", default="8GiB")
     ap.add_argument("--wu-tensor", default="128MiB")
     ap.add_argument("--wu-bucket", default="512MiB")

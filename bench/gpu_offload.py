@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import Stages, env_info, log  # noqa: E402
+from _common import Stages, add_moe_workload_args, env_info, log  # noqa: E402
 from gpu_issue8 import calibrate, launch, write_plan  # noqa: E402
 
 MiB = float(1 << 20)
@@ -208,15 +208,7 @@ def contexts(paths: dict[str, dict[str, Path]]) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--gpus", type=int, default=4)
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--ep", type=int, default=2)
-    ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--hidden", type=int, default=6144)
-    ap.add_argument("--tokens", type=int, default=4096)
-    ap.add_argument("--microbatches", type=int, default=8)
-    ap.add_argument("--dtype", default="bfloat16")
+    add_moe_workload_args(ap)
     ap.add_argument("--host-lag", type=int, default=4, help="compute sub-ops the host may run ahead (0: unbounded)")
     ap.add_argument("--copy-mib-per-ms", type=float, default=45.0,
                     help="offload/onload bandwidth the run's plan assumes (MiB per time unit)")
