@@ -244,14 +244,9 @@ def import_report(schedule: Any, timeline: Timeline, *, multi_stage: bool) -> li
 
 
 def _read(p: Path) -> Any:
-    try:
-        if p.stat().st_size > _MAX_BYTES:
-            raise InputError(f"{p}: file is larger than the {_MAX_BYTES} bytes accepted")
-        raw = p.read_bytes()
-    except OSError as e:
-        raise InputError(f"{p}: cannot read: {e.strerror or e}") from None
-    if p.name.endswith(".gz"):
-        raw = _gunzip(raw, p)
+    from pptl.fileio import read_bounded
+
+    raw = read_bounded(p, _MAX_BYTES)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:  # worded as read_structured words it, for every command
@@ -263,20 +258,6 @@ def _read(p: Path) -> Any:
     except (UnicodeDecodeError, ValueError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise InputError(f"{p}: not valid JSON: {first}") from None
-
-
-def _gunzip(raw: bytes, p: Path) -> bytes:
-    """Decompress with a bound, so a small file cannot expand into gigabytes (a gzip bomb)."""
-    import zlib
-
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        out = d.decompress(raw, _MAX_BYTES + 1)
-    except zlib.error as e:
-        raise InputError(f"{p}: not valid gzip: {e}") from None
-    if len(out) > _MAX_BYTES or d.unconsumed_tail:
-        raise InputError(f"{p}: decompresses to more than the {_MAX_BYTES} bytes accepted")
-    return out
 
 
 def _check_rank(rank: Any, f: Path) -> int:
