@@ -99,14 +99,23 @@ def training_deps_again(ops: list[Op], num_stages: int) -> list[tuple[int, int]]
 
 def training_deps_columns(kind: list[str], rank: list[int], stage: list[int], mb: list[int], direction: list[int],
                           flow: list[str], pair: list[tuple[int, int, int] | None],
-                          num_stages: int) -> list[tuple[int, int]] | None:
-    """:func:`training_deps` of ops given as columns (a plan file's), or None when the vector
-    path does not apply (few ops, or indices too wide to pack); the caller then builds ops."""
+                          num_stages: int, *, ops: list[Op] | None = None) -> list[tuple[int, int]] | None:
+    """:func:`training_deps` of ops given as columns (a plan file's, or the ones a family builds),
+    or None when the vector path does not apply (few ops, or indices too wide to pack); the
+    caller then derives them from the ops.
+
+    ``ops``: the op list the columns describe, when there is one; :func:`training_deps_again`
+    then reuses the result for it.
+    """
     if len(kind) < VECTOR_MIN_OPS:
         return None
     from pptl._deps_np import deps_of_columns
 
-    return deps_of_columns(kind, rank, stage, mb, direction, flow, pair, num_stages)
+    out = deps_of_columns(kind, rank, stage, mb, direction, flow, pair, num_stages)
+    if ops is not None and out is not None:
+        global _last
+        _last = (ops, len(ops), num_stages, out)
+    return out
 
 
 def _training_deps_loop(ops: list[Op], num_stages: int) -> list[tuple[int, int]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from itertools import chain
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeGuard
@@ -32,6 +33,8 @@ _INT_COLUMNS = (("stage", -1), ("mb", -1), ("direction", 0), ("chunk", -1), ("pe
 #: String op fields stored as a table of values plus one index per op.
 _STR_COLUMNS = (("kind", None), ("flow", ""), ("label", ""), ("cost", ""))
 _MAX_INDEX = 10_000_000
+_PAIR = attrgetter("pair")
+_PAYLOAD = attrgetter("payload")
 
 
 class PlanTimes:
@@ -55,34 +58,37 @@ def plan_to_dict(schedule: Schedule, *, timeline: Timeline | None = None, metric
     events are not the schedule's ops is stored whole, as in version 1.
     """
     ops = schedule.ops
-    keys = sorted(schedule.lanes)
-    order = [i for key in keys for i in schedule.lanes[key]]
-    seq = [ops[i] for i in order]
+    lanes = schedule.lanes
+    keys = sorted(lanes)
+    order = list(chain.from_iterable(map(lanes.__getitem__, keys)))
+    seq = list(map(ops.__getitem__, order))
+    n = len(seq)
     columns: dict[str, Any] = {}
     for name, text_default in _STR_COLUMNS:
         texts: list[str] = list(map(attrgetter(name), seq))
+        if text_default is not None and texts.count(text_default) == n:
+            continue  # all default (or no ops): left out
         table = list(dict.fromkeys(texts))
-        if text_default is not None and table in ([], [text_default]):
-            continue
         code = {v: k for k, v in enumerate(table)}
-        columns[name] = {"values": table, "index": [code[v] for v in texts]}
+        columns[name] = {"values": table, "index": list(map(code.__getitem__, texts))}
     for name, default in _INT_COLUMNS:
         values: list[int] = list(map(attrgetter(name), seq))
-        if values.count(default) != len(values):
+        if values.count(default) != n:
             columns[name] = values
-    pairs = [op.pair for op in seq]
-    if pairs.count(None) != len(pairs):
+    pairs = list(map(_PAIR, seq))
+    if pairs.count(None) != n:
         columns["pair"] = [list(p) if p is not None else None for p in pairs]
-    payload = [op.payload for op in seq]
-    if payload.count(0.0) != len(payload):
+    payload = list(map(_PAYLOAD, seq))
+    if payload.count(0.0) != n:
         columns["payload"] = _compact(payload)
-    position = [0] * len(ops)
-    for pos, i in enumerate(order):
-        position[i] = pos
     extra: list[tuple[int, int]] = []
     if schedule.deps:
         derived_list = training_deps_again(ops, schedule.num_stages)
-        if derived_list != schedule.deps:  # a family's own facts, or an edited schedule (equal: the common case)
+        # A family's own facts, or an edited schedule (equal, and usually the same list: the common case).
+        if derived_list is not schedule.deps and derived_list != schedule.deps:
+            position = [0] * len(ops)
+            for pos, i in enumerate(order):
+                position[i] = pos
             derived = set(derived_list)
             extra = sorted((position[u], position[v]) for u, v in schedule.deps if (u, v) not in derived)
     out: dict[str, Any] = {
@@ -102,8 +108,8 @@ def plan_to_dict(schedule: Schedule, *, timeline: Timeline | None = None, metric
             out["timeline"] = timeline.to_dict()
     if times is not None:
         meta = timeline_meta_dict(times.meta)
-        out["timeline"] = {"meta": meta, "start": _compact([times.start[i] for i in order]),
-                           "end": _compact([times.end[i] for i in order])}
+        out["timeline"] = {"meta": meta, "start": _compact(list(map(times.start.__getitem__, order))),
+                           "end": _compact(list(map(times.end.__getitem__, order)))}
     if metrics is not None:
         out["metrics"] = dict(metrics)
     return out

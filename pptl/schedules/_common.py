@@ -7,10 +7,12 @@ follows from the model (communication, dependencies) is built here the same way 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from operator import attrgetter, itemgetter
+from itertools import repeat
+from typing import Any, Callable, Iterable, Sequence
 
 from pptl.config import Config
-from pptl.deps import roles, training_deps
+from pptl.deps import VECTOR_MIN_OPS, training_deps, training_deps_columns
 from pptl.errors import InputError
 from pptl.ir import Op, Schedule, ScheduleBuilder
 
@@ -88,14 +90,40 @@ def v_rank(stage: int, pp: int) -> tuple[int, int]:
 
 def compute_op(kind: str, rank: int, stage: int, mb: int, chunk: int = 0, direction: int = 0,
                pair: tuple[int, int, int] | None = None) -> Op:
-    return Op(kind=kind, rank=rank, lane="compute", stage=stage, mb=mb, chunk=chunk, direction=direction, pair=pair)
+    # Positional: families build every compute op through here, and keywords cost a third more.
+    return Op(kind, rank, "compute", stage, mb, direction, chunk, pair)
 
 
 def backward_ops(cfg: Config, rank: int, stage: int, mb: int, chunk: int = 0, direction: int = 0) -> list[Op]:
     """B, or I then W when the config splits the backward."""
     if cfg.split_backward:
-        return [compute_op("I", rank, stage, mb, chunk, direction), compute_op("W", rank, stage, mb, chunk, direction)]
-    return [compute_op("B", rank, stage, mb, chunk, direction)]
+        return [Op("I", rank, "compute", stage, mb, direction, chunk), Op("W", rank, "compute", stage, mb, direction, chunk)]
+    return [Op("B", rank, "compute", stage, mb, direction, chunk)]
+
+
+#: A work item of a compute op, as assemble reads it: (role, direction, stage, mb, position in the
+#: rank's order). Roles as in :func:`pptl.deps.roles`; a B's "W" is left out (its place is its G's).
+_Item = tuple[str, int, int, int, int]
+
+
+def _items(ops: list[Op]) -> list[_Item]:
+    """The work items of one rank's compute order, in order (:func:`pptl.deps.roles` written out:
+    assemble reads every op of a plan through here)."""
+    out: list[_Item] = []
+    add = out.append
+    for pos, op in enumerate(ops):
+        k = op.kind
+        if k == "F":
+            add(("F", op.direction, op.stage, op.mb, pos))
+        elif k == "B" or k == "I":
+            add(("G", op.direction, op.stage, op.mb, pos))
+        elif k == "W":
+            add(("W", op.direction, op.stage, op.mb, pos))
+        elif k == "FB" and op.pair is not None:
+            s, m, d = op.pair
+            add(("F", op.direction, op.stage, op.mb, pos))
+            add(("G", d, s, m, pos))
+    return out
 
 
 def assemble(cfg: Config, family: str, orders: dict[int, list[Op]], *, num_stages: int, microbatches: int,
@@ -105,68 +133,100 @@ def assemble(cfg: Config, family: str, orders: dict[int, list[Op]], *, num_stage
     SENDs go on the producer's ``send`` lane in the order their data is produced; RECVs on the
     consumer's ``recv`` lane in the order their data is needed. Stages on one rank pass data
     locally (no SEND/RECV). With ``comm=False`` only compute lanes are built.
+
+    Notes:
+        O(ops). The messages are built as columns first; each SEND and RECV becomes an ``Op`` once,
+        in its final place, and the training facts are derived from the same columns.
     """
-    # The work of every op, found once (placement, messages and receive positions all read it).
-    work = {rank: [roles(op) for op in ops] for rank, ops in orders.items()}
-    place: dict[tuple[int, int], int] = {}
-    for rank, per_op in work.items():
-        for items in per_op:
-            for _, d, s, _ in items:
-                place.setdefault((d, s), rank)
+    ranks = sorted(orders)
     b = ScheduleBuilder()
-    for rank in sorted(orders):
+    for rank in ranks:
         b.extend(orders[rank])
+    ops = b.ops
+    n_compute = len(ops)
+    # The messages' columns (kind, rank, stage, mb, direction, flow) in op order, for the facts.
+    msg: tuple[list[Any], ...] = ([], [], [], [], [], [])
     if comm:
-        sends: dict[int, list[Op]] = {}
-        recvs: dict[int, list[tuple[int, int, Op]]] = {}
+        # The work of every op, found once (placement, messages and receive positions all read it).
+        work = {rank: _items(per_rank) for rank, per_rank in orders.items()}
+        place: dict[tuple[int, int], int] = {}
+        put = place.setdefault
+        for rank, items in work.items():
+            for _, d, s, _, _ in items:
+                put((d, s), rank)
+        # Per sending rank: (peer, stage, mb, direction, flow); per receiving rank: (need, sender, stage, mb, d, flow).
+        sends: dict[int, list[tuple[int, int, int, int, str]]] = {}
+        recvs: dict[int, list[tuple[int, int, int, int, int, str]]] = {}
+        # A RECV sits just before the op that needs it, in that rank's compute order: the first
+        # position where the receiving rank produces F (activations) or G (needs the gradient).
+        need: dict[tuple[int, str, int, int, int], int] = {}
+        for rank, items in work.items():
+            for role, d, s, mb, pos in items:
+                if role != "W":
+                    need.setdefault((rank, role, d, s, mb), pos)
         last = num_stages - 1
-        for rank in sorted(orders):
-            for items in work[rank]:
-                for role, d, s, mb in items:
-                    if role == "F" and s < last:
-                        peer_stage, flow = s + 1, "F"
-                    elif role == "G" and s > 0:
-                        peer_stage, flow = s - 1, "B"
-                    else:
+        far = 1 << 60
+        get_place = place.get
+        for rank in ranks:
+            out = None
+            for role, d, s, mb, _ in work[rank]:
+                if role == "F":
+                    if s >= last:
                         continue
-                    peer = place.get((d, peer_stage))
-                    if peer is None or peer == rank:
+                    peer_stage, flow, flag = s + 1, "F", 0
+                elif role == "G":
+                    if s <= 0:
                         continue
-                    sends.setdefault(rank, []).append(
-                        Op(kind="SEND", rank=rank, lane="send", stage=s, mb=mb, direction=d, peer=peer, flow=flow))
-                    recvs.setdefault(peer, []).append((0, 0, Op(kind="RECV", rank=peer, lane="recv", stage=peer_stage,
-                                                                  mb=mb, direction=d, peer=rank, flow=flow)))
-        # A RECV sits just before the op that needs it, in that rank's compute order.
-        need_pos = _need_positions(orders, work)
+                    peer_stage, flow, flag = s - 1, "B", 1
+                else:
+                    continue
+                peer = get_place((d, peer_stage))
+                if peer is None or peer == rank:
+                    continue
+                if out is None:
+                    out = sends.setdefault(rank, [])
+                out.append((peer, s, mb, d, flow))
+                at = need.get((peer, role, d, peer_stage, mb), far)
+                # Sorted below by (position needed, gradients after activations), stable.
+                recvs.setdefault(peer, []).append((2 * at + flag, rank, peer_stage, mb, d, flow))
+        lanes = b.lanes
         for rank, items in recvs.items():
-            keyed = []
-            for _, _, op in items:
-                role = "F" if op.flow == "F" else "G"
-                keyed.append((need_pos.get((rank, role, op.direction, op.stage, op.mb), 1 << 60), op.flow != "F", op))
-            keyed.sort(key=lambda t: (t[0], t[1]))
-            b.extend(op for _, _, op in keyed)
+            items.sort(key=_first)
+            _, src, s_r, mb_r, d_r, flow_r = zip(*items)
+            _add_messages(ops, lanes, msg, "RECV", rank, "recv", src, s_r, mb_r, d_r, flow_r)
         for rank in sorted(sends):
-            b.extend(sends[rank])
-    return Schedule(family=family, pp=cfg.pp, num_stages=num_stages, microbatches=microbatches, ops=b.ops,
-                    lanes=b.lanes, deps=training_deps(b.ops, num_stages), directions=directions, config=cfg,
-                    meta=dict(meta or {}))
+            peer, s_s, mb_s, d_s, flow_s = zip(*sends[rank])
+            _add_messages(ops, lanes, msg, "SEND", rank, "send", peer, s_s, mb_s, d_s, flow_s)
+    deps = None
+    if len(ops) >= VECTOR_MIN_OPS:
+        kind, rank_c, stage, mb_c, dir_c, flow_c = (list(c) + m for c, m in zip(zip(*map(_FIELDS, ops[:n_compute])), msg))
+        pair = list(map(_pair, ops[:n_compute])) + [None] * len(msg[0])
+        deps = training_deps_columns(kind, rank_c, stage, mb_c, dir_c, flow_c, pair, num_stages, ops=ops)
+    if deps is None:
+        deps = training_deps(ops, num_stages)
+    return Schedule(family=family, pp=cfg.pp, num_stages=num_stages, microbatches=microbatches, ops=ops,
+                    lanes=b.lanes, deps=deps, directions=directions, config=cfg, meta=dict(meta or {}))
 
 
-def _need_positions(orders: dict[int, list[Op]], work: dict[int, list[list[tuple[str, int, int, int]]]] | None = None
-                    ) -> dict[tuple[int, str, int, int, int], int]:
-    """(rank, role needed, direction, stage of the receiver, mb) -> position of the first op needing it.
+def _add_messages(ops: list[Op], lanes: dict[tuple[int, str], list[int]], columns: tuple[list[Any], ...], kind: str,
+                  rank: int, lane: str, peer: Sequence[int], stage: Sequence[int], mb: Sequence[int],
+                  direction: Sequence[int], flow: Sequence[str]) -> None:
+    """Append one lane's SENDs or RECVs, given as columns (``map`` calls ``Op`` without a Python loop),
+    and extend ``columns`` (kind, rank, stage, mb, direction, flow) with them."""
+    k = len(peer)
+    at = len(ops)
+    for col, values in zip(columns, (repeat(kind, k), repeat(rank, k), stage, mb, direction, flow)):
+        col += values
+    ops.extend(map(Op, repeat(kind, k), repeat(rank, k), repeat(lane, k), stage, mb, direction, repeat(-1, k),
+                   repeat(None, k), peer, flow))
+    lanes.setdefault((rank, lane), []).extend(range(at, at + k))
 
-    role "F": the F at that stage needs activations; role "G": the op producing G at that stage
-    needs the gradient from the next stage.
-    """
-    out: dict[tuple[int, str, int, int, int], int] = {}
-    for rank, ops in orders.items():
-        per_op = work[rank] if work is not None else [roles(op) for op in ops]
-        for pos, items in enumerate(per_op):
-            for role, d, s, mb in items:
-                if role in ("F", "G"):
-                    out.setdefault((rank, role, d, s, mb), pos)
-    return out
+
+_first = itemgetter(0)
+_FIELDS = attrgetter("kind", "rank", "stage", "mb", "direction", "flow")
+_pair = attrgetter("pair")
+
+
 def uniform_cost_assumptions(cfg: Config, keys: Iterable[str]) -> list[str]:
     """Reasons a textbook bubble formula over cost ``keys`` does not hold for ``cfg``.
 

@@ -30,10 +30,12 @@ would describe no real run. G = m always fits; the message lists the group sizes
 """
 from __future__ import annotations
 
+from itertools import repeat
+
 from pptl.config import Config
 from pptl.errors import InputError
 from pptl.ir import Op, Schedule
-from pptl.schedules._common import Family, assemble, backward_ops, compute_op, flush_bubble, require
+from pptl.schedules._common import Family, assemble, flush_bubble, require
 
 __all__ = ["FAMILY", "ORDERS", "build", "validate", "check_groups", "order_of", "schedule_table",
            "warmup_count", "group_sizes_that_fit"]
@@ -123,31 +125,40 @@ def build(cfg: Config) -> Schedule:
     p, m, v = cfg.pp, cfg.microbatches, cfg.vpp
     table = schedule_table(m, v, cfg.group)
     total = m * v
+    mbs = [mb for mb, _ in table]
+    chunks = [c for _, c in table]
+    back_chunks = [v - 1 - c for c in chunks]
+    back_kinds = ("I", "W") if cfg.split_backward else ("B",)
     orders: dict[int, list[Op]] = {}
     for r in range(p):
-        def fwd(k: int) -> Op:
-            mb, c = table[k]
-            return compute_op("F", r, c * p + r, mb, chunk=c)
-
-        def bwd(k: int) -> list[Op]:
-            mb, c = table[k]
-            c = v - 1 - c
-            return backward_ops(cfg, r, c * p + r, mb, chunk=c)
-
+        # F_k and B_k for every k (B_k runs table[k] on chunk V-1-c), then laid out by the phase table.
+        fwd = _ops("F", r, [c * p + r for c in chunks], mbs, chunks)
+        bwd = [_ops(kind, r, [c * p + r for c in back_chunks], mbs, back_chunks) for kind in back_kinds]
         w = warmup_count(cfg, r)
-        order: list[Op] = []
+        steady = total - w
         # Phase 1 (warmup): F_0 .. F_{w-1}
-        for k in range(w):
-            order.append(fwd(k))
-        # Phase 2 (steady): (F_{w+k}, B_k)
-        for k in range(total - w):
-            order.append(fwd(w + k))
-            order += bwd(k)
-        # Phase 3 (cooldown): B_{total-w} .. B_{total-1}
-        for k in range(total - w, total):
-            order += bwd(k)
+        order = fwd[:w]
+        # Phase 2 (steady): (F_{w+k}, B_k) for k < mV - w
+        step = 1 + len(bwd)
+        pairs: list[Op] = [fwd[0]] * (step * steady)
+        pairs[0::step] = fwd[w:]
+        for j, ops in enumerate(bwd, 1):
+            pairs[j::step] = ops[:steady]
+        order += pairs
+        # Phase 3 (cooldown): B_{mV-w} .. B_{mV-1}
+        tail: list[Op] = [fwd[0]] * (len(bwd) * w)
+        for j, ops in enumerate(bwd):
+            tail[j::len(bwd)] = ops[steady:]
+        order += tail
         orders[r] = order
     return assemble(cfg, "interleaved-1f1b", orders, num_stages=p * v, microbatches=m)
+
+
+def _ops(kind: str, rank: int, stages: list[int], mbs: list[int], chunks: list[int]) -> list[Op]:
+    """One compute op of ``kind`` per (stage, mb, chunk), in order (``map`` calls ``Op`` without a
+    Python loop: this builds every compute op of an interleaved plan)."""
+    n = len(stages)
+    return list(map(Op, repeat(kind, n), repeat(rank, n), repeat("compute", n), stages, mbs, repeat(0, n), chunks))
 
 
 def bubble(cfg: Config) -> float:
