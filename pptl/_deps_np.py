@@ -58,13 +58,13 @@ def deps_of_columns(kind: Sequence[str], rank: Sequence[int], stage: Sequence[in
                 has_pair[i] = True
                 ps[i], pm[i], pd[i] = p
     fbp = fb & has_pair
-    is_comm = (k == 6) | (k == 7)
-    # Flow codes: only messages read theirs; "F" and "B" are the two a consumer looks up.
+    # Flow codes: only messages read theirs; "F" and "B" are the two a consumer looks up. Every
+    # distinct flow gets a code (those of compute ops too: no message carries them, so no table
+    # is built for them), found with one C-level pass instead of a Python loop over the messages.
     flows: dict[str, int] = {"F": 0, "B": 1}
-    fl = np.zeros(n, dtype=_I64)
-    comm_idx = np.flatnonzero(is_comm)
-    if comm_idx.size:
-        fl[comm_idx] = [flows.setdefault(flow[i], len(flows)) for i in comm_idx.tolist()]
+    for value in set(flow):
+        flows.setdefault(value, len(flows))
+    fl = np.fromiter(map(flows.__getitem__, flow), dtype=_I64, count=n)
 
     # Pack (direction, stage, mb) with room for stage +-1; give up if that overflows int64.
     used = np.concatenate([np.flatnonzero(~fbp), np.flatnonzero(fbp)])

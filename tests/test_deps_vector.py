@@ -8,7 +8,7 @@ import pytest
 
 from pptl._deps_np import deps_of_columns, deps_of_ops
 from pptl.config import config_from_mapping
-from pptl.deps import VECTOR_MIN_OPS, _training_deps_loop, training_deps
+from pptl.deps import VECTOR_MIN_OPS, _training_deps_loop, training_deps, training_deps_again
 from pptl.ir import Op
 from pptl.schedules import build_schedule
 
@@ -60,6 +60,19 @@ def test_large_schedules_take_the_vector_path_with_the_same_edges() -> None:
                                            source="t"))
     assert len(s.ops) >= VECTOR_MIN_OPS
     assert training_deps(s.ops, s.num_stages) == _training_deps_loop(s.ops, s.num_stages) == s.deps
+
+
+@pytest.mark.parametrize("family,pp,m,extra", [
+    ("interleaved-1f1b", 8, 256, {"vpp": 3, "split_backward": True}), ("dualpipe", 16, 320, {}), ("zb-h1", 16, 400, {}),
+])
+def test_families_derive_the_loop_s_facts_from_their_columns(family: str, pp: int, m: int, extra: dict) -> None:
+    """assemble derives a large plan's facts from the columns it builds (split backward, FB pairs);
+    writing the plan reuses that list instead of deriving it again."""
+    s = build_schedule(config_from_mapping({"schedule": family, "pp": pp, "microbatches": m, **extra}, source="t"))
+    assert len(s.ops) >= VECTOR_MIN_OPS
+    assert s.deps == _training_deps_loop(s.ops, s.num_stages)
+    assert training_deps_again(s.ops, s.num_stages) is s.deps
+    assert training_deps_again(list(s.ops), s.num_stages) is not s.deps  # another list: derived again
 
 
 def test_indices_too_wide_to_pack_fall_back() -> None:

@@ -7,8 +7,8 @@ follows from the model (communication, dependencies) is built here the same way 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from operator import attrgetter, itemgetter
 from itertools import repeat
+from operator import attrgetter, itemgetter
 from typing import Any, Callable, Iterable, Sequence
 
 from pptl.config import Config
