@@ -190,13 +190,13 @@ def assemble(cfg: Config, family: str, orders: dict[int, list[Op]], *, num_stage
                 # Sorted below by (position needed, gradients after activations), stable.
                 recvs.setdefault(peer, []).append((2 * at + flag, rank, peer_stage, mb, d, flow))
         lanes = b.lanes
-        for rank, items in recvs.items():
-            items.sort(key=_first)
-            _, src, s_r, mb_r, d_r, flow_r = zip(*items)
+        for rank, received in recvs.items():
+            received.sort(key=_first)
+            _, src, s_r, mb_r, d_r, flow_r = zip(*received)
             _add_messages(ops, lanes, msg, "RECV", rank, "recv", src, s_r, mb_r, d_r, flow_r)
         for rank in sorted(sends):
-            peer, s_s, mb_s, d_s, flow_s = zip(*sends[rank])
-            _add_messages(ops, lanes, msg, "SEND", rank, "send", peer, s_s, mb_s, d_s, flow_s)
+            dst, s_s, mb_s, d_s, flow_s = zip(*sends[rank])
+            _add_messages(ops, lanes, msg, "SEND", rank, "send", dst, s_s, mb_s, d_s, flow_s)
     deps = None
     if len(ops) >= VECTOR_MIN_OPS:
         kind, rank_c, stage, mb_c, dir_c, flow_c = (list(c) + m for c, m in zip(zip(*map(_FIELDS, ops[:n_compute])), msg))
@@ -215,8 +215,9 @@ def _add_messages(ops: list[Op], lanes: dict[tuple[int, str], list[int]], column
     and extend ``columns`` (kind, rank, stage, mb, direction, flow) with them."""
     k = len(peer)
     at = len(ops)
-    for col, values in zip(columns, (repeat(kind, k), repeat(rank, k), stage, mb, direction, flow)):
-        col += values
+    values: tuple[Iterable[Any], ...] = (repeat(kind, k), repeat(rank, k), stage, mb, direction, flow)
+    for col, new in zip(columns, values):
+        col += new
     ops.extend(map(Op, repeat(kind, k), repeat(rank, k), repeat(lane, k), stage, mb, direction, repeat(-1, k),
                    repeat(None, k), peer, flow))
     lanes.setdefault((rank, lane), []).extend(range(at, at + k))
