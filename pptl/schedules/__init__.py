@@ -1,52 +1,63 @@
-"""Schedule families. Adding one is one module plus one line in ``_FAMILIES`` below."""
+"""Schedule families. Adding one is one module plus one line in ``_WHERE`` below.
+
+A family's module is imported when the family is asked for (``pptl plan`` of one family loads
+that one); ``FAMILIES`` and an alias load them all.
+"""
 from __future__ import annotations
+
+from importlib import import_module
 
 from pptl.config import MAX_PLAN_OPS, TRAINING_COST_KEYS, Config
 from pptl.errors import InputError
 from pptl.ir import Schedule
-from pptl.schedules import (
-    dualpipe,
-    dualpipev,
-    gpipe,
-    interleaved,
-    moe_overlap,
-    one_f_one_b,
-    weight_update,
-    zbv,
-    zero_bubble,
-)
 from pptl.schedules._common import Family
 
 __all__ = ["Family", "FAMILIES", "get_family", "build_schedule", "check_keys", "names"]
 
-_FAMILIES: tuple[Family, ...] = (
-    gpipe.FAMILY,
-    one_f_one_b.FAMILY,
-    interleaved.FAMILY,
-    zero_bubble.FAMILY_H1,
-    zero_bubble.FAMILY_H2,
-    zbv.FAMILY,
-    dualpipe.FAMILY,
-    dualpipev.FAMILY,
-    weight_update.FAMILY,
-    moe_overlap.FAMILY,
-)
+#: Every family, in the order ``pptl schedules`` lists them: its name -> (module, record).
+_WHERE: dict[str, tuple[str, str]] = {
+    "gpipe": ("gpipe", "FAMILY"),
+    "1f1b": ("one_f_one_b", "FAMILY"),
+    "interleaved-1f1b": ("interleaved", "FAMILY"),
+    "zb-h1": ("zero_bubble", "FAMILY_H1"),
+    "zb-h2": ("zero_bubble", "FAMILY_H2"),
+    "zbv": ("zbv", "FAMILY"),
+    "dualpipe": ("dualpipe", "FAMILY"),
+    "dualpipev": ("dualpipev", "FAMILY"),
+    "weight-update": ("weight_update", "FAMILY"),
+    "moe-1f1b-overlap": ("moe_overlap", "FAMILY"),
+}
 
-FAMILIES: dict[str, Family] = {f.name: f for f in _FAMILIES}
-_ALIASES: dict[str, str] = {a: f.name for f in _FAMILIES for a in f.aliases}
+
+def _load(name: str) -> Family:
+    module, record = _WHERE[name]
+    fam: Family = getattr(import_module(f"pptl.schedules.{module}"), record)
+    return fam
+
+
+def _families() -> dict[str, Family]:
+    return {name: _load(name) for name in _WHERE}
+
+
+def __getattr__(name: str) -> dict[str, Family]:
+    # ``FAMILIES`` (every family by name) imports every family module, so it is built when read.
+    if name == "FAMILIES":
+        return _families()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def names() -> list[str]:
-    return list(FAMILIES)
+    return list(_WHERE)
 
 
 def get_family(name: str) -> Family:
     """The family called ``name`` (or one of its aliases); InputError lists the known ones."""
     key = name.strip().lower()
-    key = _ALIASES.get(key, key)
-    if key not in FAMILIES:
-        raise InputError(f"unknown schedule '{name}'; known schedules: {', '.join(FAMILIES)}")
-    return FAMILIES[key]
+    if key not in _WHERE:  # an alias: the records hold them, so every family loads
+        key = {a: f.name for f in _families().values() for a in f.aliases}.get(key, key)
+        if key not in _WHERE:
+            raise InputError(f"unknown schedule '{name}'; known schedules: {', '.join(_WHERE)}")
+    return _load(key)
 
 
 def build_schedule(cfg: Config) -> Schedule:
@@ -76,7 +87,7 @@ def check_keys(cfg: Config, fam: Family | None = None) -> None:
     if cfg.options and not fam.takes_options:
         key = sorted(map(str, cfg.options))[0]
         raise InputError(f"{cfg.source}: field 'options.{key}' is unknown; schedule '{fam.name}' takes no options "
-                         f"(families with options: {', '.join(f.name for f in _FAMILIES if f.takes_options)})")
+                         f"(families with options: {', '.join(f.name for f in _families().values() if f.takes_options)})")
     if fam.own_costs:  # MoE and weight update: cost keys of their own, checked in their options
         return
     keys = set(cfg.costs.base) | {k for per in cfg.costs.stages.values() for k in per}
