@@ -35,6 +35,10 @@ _STR_COLUMNS = (("kind", None), ("flow", ""), ("label", ""), ("cost", ""))
 _MAX_INDEX = 10_000_000
 _PAIR = attrgetter("pair")
 _PAYLOAD = attrgetter("payload")
+#: Op fields that most families leave at their defaults (the training families: all of them).
+_RARE_NAMES = ("label", "cost", "direction", "sub", "pair", "payload")
+_RARE = attrgetter(*_RARE_NAMES)
+_RARE_DEFAULTS = ("", "", 0, -1, None, 0.0)
 
 
 class PlanTimes:
@@ -63,8 +67,12 @@ def plan_to_dict(schedule: Schedule, *, timeline: Timeline | None = None, metric
     order = list(chain.from_iterable(map(lanes.__getitem__, keys)))
     seq = list(map(ops.__getitem__, order))
     n = len(seq)
+    # Fields most plans leave at their defaults, checked in one pass (a column takes two).
+    rare_default = set(map(_RARE, ops)) <= {_RARE_DEFAULTS}
     columns: dict[str, Any] = {}
     for name, text_default in _STR_COLUMNS:
+        if rare_default and name in _RARE_NAMES:
+            continue
         texts: list[str] = list(map(attrgetter(name), seq))
         if text_default is not None and texts.count(text_default) == n:
             continue  # all default (or no ops): left out
@@ -72,14 +80,16 @@ def plan_to_dict(schedule: Schedule, *, timeline: Timeline | None = None, metric
         code = {v: k for k, v in enumerate(table)}
         columns[name] = {"values": table, "index": list(map(code.__getitem__, texts))}
     for name, default in _INT_COLUMNS:
+        if rare_default and name in _RARE_NAMES:
+            continue
         values: list[int] = list(map(attrgetter(name), seq))
         if values.count(default) != n:
             columns[name] = values
-    pairs = list(map(_PAIR, seq))
-    if pairs.count(None) != n:
+    pairs = [] if rare_default else list(map(_PAIR, seq))
+    if pairs.count(None) != len(pairs):
         columns["pair"] = [list(p) if p is not None else None for p in pairs]
-    payload = list(map(_PAYLOAD, seq))
-    if payload.count(0.0) != n:
+    payload = [] if rare_default else list(map(_PAYLOAD, seq))
+    if payload.count(0.0) != len(payload):
         columns["payload"] = _compact(payload)
     extra: list[tuple[int, int]] = []
     if schedule.deps:
