@@ -17,7 +17,10 @@ from pptl.simulate import simulate
 
 
 @pytest.mark.parametrize("name, kw", [("1f1b", {}), ("gpipe", {"split_backward": True}),
-                                      ("interleaved-1f1b", {"vpp": 2})], ids=["1f1b", "gpipe-split", "interleaved"])
+                                      ("interleaved-1f1b", {"vpp": 2}),
+                                      # ops with a direction and pairs; with labels, cost keys, sub-indices, payloads
+                                      ("dualpipe", {}), ("moe-1f1b-overlap", {"vpp": 2}), ("weight-update", {})],
+                         ids=["1f1b", "gpipe-split", "interleaved", "dualpipe", "moe", "weight-update"])
 def test_round_trip_keeps_ops_order_deps_and_timeline(tmp_path: Path, name: str, kw: dict) -> None:
     result = plan(Config(schedule=name, pp=4, microbatches=8, **kw))
     data = plan_to_dict(result.schedule, timeline=result.timeline, metrics=result.metrics)
@@ -34,7 +37,8 @@ def test_round_trip_keeps_ops_order_deps_and_timeline(tmp_path: Path, name: str,
         waits[s.ops[v].id].add(s.ops[u].id)
     assert {e.op: set(e.waits_on) for e in timeline.events if e.waits_on} == waits  # the reloaded timeline names its waits
     assert _same_config(back.config, s.config)
-    assert run_checks(back) == []
+    assert run_checks(back) == run_checks(s)
+    assert name == "moe-1f1b-overlap" or run_checks(back) == []  # moe: its formula's warning
 
 
 def test_round_trip_keeps_every_config_field(tmp_path: Path) -> None:
