@@ -23,9 +23,11 @@ DAG is acyclic: :func:`program` derives it, and ``pptl export --to torch-csv --c
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from itertools import chain
+from typing import TYPE_CHECKING, Any, Iterator
 
 from pptl.checks.base import Context, Violation
+from pptl.columns import KIND_CODE, LANE_CODE, Columns, columns, edge_arrays, use_arrays
 from pptl.deps import roles
 from pptl.ir import Schedule
 
@@ -47,6 +49,7 @@ __all__ = [
 ]
 
 _COMM = ("SEND", "RECV")
+_COMM_SET = frozenset(_COMM)
 _ORDINAL = {1: "1st", 2: "2nd", 3: "3rd"}
 
 
@@ -157,6 +160,13 @@ def _channels(schedule: Schedule) -> tuple[dict[tuple[int, int], list[int]], dic
 # Rules
 
 
+def _ctx_channels(ctx: Context) -> tuple[dict[tuple[int, int], list[int]], dict[tuple[int, int], list[int]]]:
+    """:func:`_channels` once per check run (PP030 and PP031 read it)."""
+    if "p2p.channels" not in ctx.options:
+        ctx.options["p2p.channels"] = _channels(ctx.schedule)
+    return ctx.options["p2p.channels"]
+
+
 def _given(ctx: Context) -> dict[int, list[int]] | None:
     """:func:`given_program` once per check run (four rules read it)."""
     if "p2p.program" not in ctx.options:
@@ -176,7 +186,7 @@ def fifo_order(ctx: Context) -> list[Violation]:
     if ctx.p2p == "nonblocking" or _given(ctx) is None:
         return []
     s = ctx.schedule
-    sends, recvs = _channels(s)
+    sends, recvs = _ctx_channels(ctx)
     out: list[Violation] = []
     for pair in sorted(set(sends) & set(recvs)):
         src, dst = pair
@@ -262,27 +272,20 @@ def p2p_deadlock(ctx: Context) -> list[Violation]:
     s = ctx.schedule
     mode = ctx.p2p
     prog = _given(ctx)
-    if prog is None or not any(op.kind in _COMM for op in s.ops):
+    if prog is None or not ctx.kinds & _COMM_SET:
         return []
-    rep = _rendezvous(s) if mode != "nonblocking" else {}
+    rep = _rendezvous(s, _ctx_channels(ctx)) if mode != "nonblocking" else {}
     n = len(s.ops)
+    cols = columns(s.ops) if use_arrays(n) else None
+    if cols is not None:
+        left = _left_in_cycles_arrays(s, cols, mode, prog, rep)
+    else:
+        left = _left_in_cycles(s, mode, prog, rep)
+    if not left:
+        return []
     node = list(range(n))
     for j, i in rep.items():
         node[j] = i
-    succ, indeg = _wait_graph(s, mode, prog, rep, node)
-    nodes = [i for i in range(n) if node[i] == i]
-    ready = [i for i in nodes if indeg[i] == 0]
-    seen = 0
-    while ready:
-        u = ready.pop()
-        seen += 1
-        for v in succ[u]:
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                ready.append(v)
-    if seen == len(nodes):
-        return []
-    left = {i for i in nodes if indeg[i] > 0}
     import networkx as nx  # only to find and print the cycle the cheap pass proved
 
     g = nx.DiGraph()
@@ -335,9 +338,10 @@ def _node_name(s: Schedule, u: int, merged: dict[int, int]) -> str:
     return s.ops[u].id
 
 
-def _rendezvous(s: Schedule) -> dict[int, int]:
+def _rendezvous(s: Schedule, channels: tuple[dict[tuple[int, int], list[int]], dict[tuple[int, int], list[int]]]
+                | None = None) -> dict[int, int]:
     """RECV index -> the SEND index it meets under positional (per-pair FIFO) matching."""
-    sends, recvs = _channels(s)
+    sends, recvs = channels if channels is not None else _channels(s)
     rep: dict[int, int] = {}
     for pair, ss in sends.items():
         for i, j in zip(ss, recvs.get(pair, [])):
@@ -347,7 +351,9 @@ def _rendezvous(s: Schedule) -> dict[int, int]:
 
 def _edges(s: Schedule, mode: str, prog: dict[int, list[int]],
            rep: dict[int, int]) -> Iterator[tuple[int, int, tuple]]:
-    """The wait-for edges of ``mode``, each with why it exists (for printing a cycle)."""
+    """The wait-for edges of ``mode`` (before merging RECVs into their SENDs), each with why it
+    exists (for printing a cycle). The one definition of the graph: the plain-Python cheap pass of
+    PP031 reads it, and :func:`_wait_arrays` derives the same edges on arrays (tests compare them)."""
     ops = s.ops
     for u, v in s.deps:
         # Under positional matching the RECV meets whichever SEND is its match, not its data's.
@@ -377,50 +383,103 @@ def _edges(s: Schedule, mode: str, prog: dict[int, list[int]],
                 last_compute = i
 
 
-def _wait_graph(s: Schedule, mode: str, prog: dict[int, list[int]], rep: dict[int, int],
-                node: list[int]) -> tuple[list[list[int]], list[int]]:
-    """Successors and in-degrees of :func:`_edges`' graph with merged RECVs mapped by ``node``:
-    the same edges, written out without a label per edge (the graph the cheap pass searches)."""
-    ops = s.ops
-    n = len(ops)
+def _left_in_cycles(s: Schedule, mode: str, prog: dict[int, list[int]], rep: dict[int, int]) -> set[int]:
+    """Kahn's algorithm on the wait-for graph (RECVs merged into the SENDs they meet): the nodes
+    it cannot order, i.e. on or behind a cycle (empty when the schedule cannot hang)."""
+    n = len(s.ops)
+    node = list(range(n))
+    for j, i in rep.items():
+        node[j] = i
     indeg = [0] * n
     succ: list[list[int]] = [[] for _ in range(n)]
-    pairs: list[tuple[int, int]] = []
-    add = pairs.append
-    if rep:
-        for u, v in s.deps:
-            # Under positional matching the RECV meets whichever SEND is its match, not its data's.
-            if ops[u].kind == "SEND" and ops[v].kind == "RECV":
-                continue
-            add((u, v))
-    else:
-        pairs.extend(s.deps)
-    for seq in prog.values():
-        if mode == "blocking":
-            pairs.extend(zip(seq, seq[1:]))
-            continue
-        last_compute = -1
-        last_to: dict[int, int] = {}
-        for i in seq:
-            op = ops[i]
-            if op.lane != "compute":
-                if last_compute >= 0:
-                    add((last_compute, i))
-                if mode == "nccl":
-                    prev = last_to.get(op.peer)
-                    if prev is not None:
-                        add((prev, i))
-                    last_to[op.peer] = i
-            else:
-                if last_compute >= 0:
-                    add((last_compute, i))
-                last_compute = i
-    for u, v in pairs:
+    for u, v, _ in _edges(s, mode, prog, rep):
         u, v = node[u], node[v]
         if u != v:
             succ[u].append(v)
             indeg[v] += 1
-    return succ, indeg
+    ready = [i for i in range(n) if node[i] == i and indeg[i] == 0]
+    for u in ready:  # the list grows as the loop runs
+        for v in succ[u]:
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                ready.append(v)
+    if len(ready) == n - len(rep):
+        return set()
+    return {i for i in range(n) if node[i] == i and indeg[i] > 0}
+
+
+def _wait_arrays(s: Schedule, cols: Columns, mode: str, prog: dict[int, list[int]],
+                 rep: dict[int, int]) -> tuple[Any, Any]:
+    """The edges of :func:`_edges` (without their labels) as two arrays (u, v), in another order."""
+    import numpy as np
+
+    du, dv = edge_arrays(s.deps)
+    if rep:
+        keep = ~((cols.kind[du] == KIND_CODE["SEND"]) & (cols.kind[dv] == KIND_CODE["RECV"]))
+        du, dv = du[keep], dv[keep]
+    us, vs = [du], [dv]
+    lengths = [len(seq) for seq in prog.values()]
+    total = sum(lengths)
+    seqs = np.fromiter(chain.from_iterable(prog.values()), dtype=np.int64, count=total)
+    pos = np.arange(total, dtype=np.int64)
+    first = np.repeat(np.cumsum([0] + lengths[:-1]).astype(np.int64), lengths)  # where each rank's sequence starts
+    if mode == "blocking":
+        ok = pos[1:] > first[1:]
+        us.append(seqs[:-1][ok])
+        vs.append(seqs[1:][ok])
+    else:
+        comp = cols.lane[seqs] == LANE_CODE["compute"]
+        # The last compute strictly before each position of its rank: compute -> compute is the
+        # rank's chain, compute -> P2P op is "posted after".
+        last = np.maximum.accumulate(np.where(comp, pos, -1))
+        before = np.empty_like(last)
+        if total:
+            before[0] = -1
+            before[1:] = last[:-1]
+        ok = before >= first
+        us.append(seqs[before[ok]])
+        vs.append(seqs[ok])
+        if mode == "nccl":
+            p2p = np.flatnonzero(~comp)
+            rank_of = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)[p2p]
+            peer = cols.peer[seqs[p2p]]
+            o = np.lexsort((p2p, peer, rank_of))  # per (rank, peer), in issue order
+            p2p, rank_of, peer = p2p[o], rank_of[o], peer[o]
+            same = (rank_of[1:] == rank_of[:-1]) & (peer[1:] == peer[:-1])
+            us.append(seqs[p2p[:-1][same]])
+            vs.append(seqs[p2p[1:][same]])
+    return np.concatenate(us), np.concatenate(vs)
+
+
+def _left_in_cycles_arrays(s: Schedule, cols: Columns, mode: str, prog: dict[int, list[int]],
+                           rep: dict[int, int]) -> set[int]:
+    """:func:`_left_in_cycles` with the graph built on arrays (same result)."""
+    import numpy as np
+
+    n = len(s.ops)
+    u, v = _wait_arrays(s, cols, mode, prog, rep)
+    node = np.arange(n, dtype=np.int64)
+    if rep:
+        node[np.fromiter(rep.keys(), dtype=np.int64, count=len(rep))] = np.fromiter(rep.values(), dtype=np.int64,
+                                                                                     count=len(rep))
+    u, v = node[u], node[v]
+    keep = u != v
+    u, v = u[keep], v[keep]
+    o = np.argsort(u, kind="stable")
+    succ = v[o].tolist()
+    start = np.searchsorted(u[o], np.arange(n + 1, dtype=np.int64)).tolist()
+    indeg_a = np.bincount(v, minlength=n)
+    is_node = node == np.arange(n)
+    indeg = indeg_a.tolist()
+    ready = np.flatnonzero(is_node & (indeg_a == 0)).tolist()
+    for x in ready:  # the list grows as the loop runs
+        for y in succ[start[x]:start[x + 1]]:
+            indeg[y] -= 1
+            if indeg[y] == 0:
+                ready.append(y)
+    if len(ready) == n - len(rep):
+        return set()
+    return set(np.flatnonzero(is_node & (np.array(indeg) > 0)).tolist())
 
 
 def _why(label: tuple) -> str:

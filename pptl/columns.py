@@ -1,0 +1,119 @@
+"""A schedule's ops as numpy columns, for the checks and simulator passes that run on arrays.
+
+Built once per ops list (one pass over the ``Op`` objects, or handed over by a reader that had
+the columns before it built the ops) and shared by the rules of one check run.
+
+numpy costs about 0.07 s to import, more than a pass over a few thousand ops, so the array paths
+run only where that import is already paid: from :data:`pptl.deps.VECTOR_MIN_OPS` ops up, or when
+something in the process (torch, a renderer, an earlier large file) has imported numpy already.
+Each array path has a plain-Python twin for the other case; tests run both on the same schedules.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from itertools import chain, repeat
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+from pptl.deps import VECTOR_MIN_OPS
+
+if TYPE_CHECKING:
+    from pptl.ir import Op
+
+__all__ = ["Columns", "KIND_CODE", "LANE_CODE", "FLOW_CODE", "use_arrays", "columns", "remember", "edge_arrays"]
+
+#: Kind codes (0: any other kind). The same numbering as :mod:`pptl._deps_np`.
+KIND_CODE = {"F": 1, "B": 2, "I": 3, "W": 4, "FB": 5, "SEND": 6, "RECV": 7}
+#: Lane codes (3: any other lane).
+LANE_CODE = {"compute": 0, "send": 1, "recv": 2}
+#: Flow codes (3: any other flow).
+FLOW_CODE = {"": 0, "F": 1, "B": 2}
+
+_FIELDS = ("kind", "rank", "lane", "stage", "mb", "direction", "peer", "flow")
+
+#: Forced path for tests: None decides by size, True/False force arrays or plain Python.
+FORCE: bool | None = None
+
+
+def use_arrays(n: int) -> bool:
+    """Whether passes over ``n`` ops run on numpy arrays (see the module docstring)."""
+    if FORCE is not None:
+        return FORCE
+    return n >= VECTOR_MIN_OPS or "numpy" in sys.modules
+
+
+@dataclass(frozen=True, slots=True)
+class Columns:
+    """One array per op field that the array passes read, indexed like ``schedule.ops``."""
+
+    kind: Any
+    """int8 :data:`KIND_CODE` of each op."""
+    rank: Any
+    lane: Any
+    """int8 :data:`LANE_CODE` of each op."""
+    stage: Any
+    mb: Any
+    direction: Any
+    peer: Any
+    flow: Any
+    """int8 :data:`FLOW_CODE` of each op."""
+
+    @property
+    def n(self) -> int:
+        return int(self.kind.size)
+
+
+# The columns of the last ops list seen (a reader hands over what it parsed; rules of one check run
+# share one). Ops lists are not edited in place (a new order or op set is a new list).
+_last: tuple[list[Op], int, Columns] | None = None
+
+
+def remember(ops: list[Op], kind: Iterable[str], rank: Iterable[int], lane: Iterable[str], stage: Iterable[int],
+             mb: Iterable[int], direction: Iterable[int], peer: Iterable[int], flow: Iterable[str]) -> Columns | None:
+    """Columns of ``ops`` from one iterable per field, in op order (a reader's), kept for
+    :func:`columns`; None when an index does not fit an int64 (then the plain-Python passes run)."""
+    import numpy as np
+
+    n = len(ops)
+    i64 = np.int64
+    try:
+        cols = _build(np, i64, n, kind, rank, lane, stage, mb, direction, peer, flow)
+    except (OverflowError, TypeError, ValueError):
+        return None
+    global _last
+    _last = (ops, n, cols)
+    return cols
+
+
+def _build(np: Any, i64: Any, n: int, kind: Iterable[str], rank: Iterable[int], lane: Iterable[str],
+           stage: Iterable[int], mb: Iterable[int], direction: Iterable[int], peer: Iterable[int],
+           flow: Iterable[str]) -> Columns:
+    return Columns(
+        kind=np.fromiter(map(KIND_CODE.get, kind, repeat(0)), dtype=np.int8, count=n),
+        rank=np.fromiter(rank, dtype=i64, count=n),
+        lane=np.fromiter(map(LANE_CODE.get, lane, repeat(3)), dtype=np.int8, count=n),
+        stage=np.fromiter(stage, dtype=i64, count=n),
+        mb=np.fromiter(mb, dtype=i64, count=n),
+        direction=np.fromiter(direction, dtype=i64, count=n),
+        peer=np.fromiter(peer, dtype=i64, count=n),
+        flow=np.fromiter(map(FLOW_CODE.get, flow, repeat(3)), dtype=np.int8, count=n),
+    )
+
+
+def columns(ops: list[Op]) -> Columns | None:
+    """The columns of ``ops`` (reused when a reader or an earlier rule built them for this list), or
+    None when an index does not fit an int64."""
+    last = _last
+    if last is not None and last[0] is ops and last[1] == len(ops):
+        return last[2]
+    # One map per field: faster than transposing a tuple per op.
+    return remember(ops, *(map(attrgetter(name), ops) for name in _FIELDS))
+
+
+def edge_arrays(edges: Sequence[tuple[int, int]]) -> tuple[Any, Any]:
+    """(producers, consumers) of a list of index pairs, as two int64 arrays."""
+    import numpy as np
+
+    flat = np.fromiter(chain.from_iterable(edges), dtype=np.int64, count=2 * len(edges))
+    return flat[0::2], flat[1::2]
