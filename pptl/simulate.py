@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
+from pptl.columns import KIND_CODE, LANE_CODE, Columns, columns, use_arrays
 from pptl.config import Costs
 from pptl.dag import Adjacency, adjacency, topological_order
 from pptl.errors import InputError, InvalidScheduleError
@@ -168,15 +169,35 @@ def simulate(schedule: Schedule, costs: Costs | None = None, *, dag: nx.DiGraph 
             v = via[v]
         path.reverse()
     peaks, peak_at = peak_memory(schedule, start, end, activation, w_activation)
-    busy: dict[int, float] = {r: 0.0 for r in range(schedule.pp)}
-    for i, op in enumerate(schedule.ops):
-        if op.lane == "compute":
-            busy[op.rank] = busy.get(op.rank, 0.0) + dur[i]
+    cols = columns(schedule.ops) if use_arrays(n) else None
+    busy = _busy_arrays(schedule, cols, dur) if cols is not None else None
+    if busy is None:
+        busy = {r: 0.0 for r in range(schedule.pp)}
+        for i, op in enumerate(schedule.ops):
+            if op.lane == "compute":
+                busy[op.rank] = busy.get(op.rank, 0.0) + dur[i]
     ranks = [
         RankMetrics(r, b, makespan - b, (makespan - b) / makespan if makespan > 0 else 0.0, peaks.get(r, 0.0))
         for r, b in sorted(busy.items())
     ]
     return Simulation(schedule, start, end, makespan, ranks, path, peak_at)
+
+
+def _busy_arrays(schedule: Schedule, cols: Columns, dur: list[float]) -> dict[int, float] | None:
+    """Compute-lane time per rank on arrays (None for ranks below 0: the plain loop takes those).
+    ``bincount`` adds each rank's durations in op order, as the loop does (same floats)."""
+    import numpy as np
+
+    comp = cols.lane == LANE_CODE["compute"]
+    ranks = cols.rank[comp]
+    if ranks.size and int(ranks.min()) < 0:
+        return None
+    sums = np.bincount(ranks, weights=np.asarray(dur, dtype=np.float64)[comp], minlength=schedule.pp)
+    busy = dict(enumerate(sums.tolist()))
+    seen = np.zeros(sums.size, dtype=bool)
+    seen[ranks] = True
+    seen[:schedule.pp] = True
+    return {r: busy[r] for r in np.flatnonzero(seen).tolist()}
 
 
 def _longest_path(order: list[int], pred: Any, dur: list[float], start: list[float], end: list[float],
@@ -304,6 +325,11 @@ def peak_memory(schedule: Schedule, start: list[float], end: list[float], activa
     Counts the training kinds and activation offloading (OFFLOAD frees its payload at its end,
     ONLOAD brings it back at its end; see :func:`memory_events`).
     """
+    if not skip and use_arrays(len(schedule.ops)) and not held_spans(schedule) and not (
+            isinstance(schedule.meta, dict) and schedule.meta.get("held_saved") is True):
+        cols = columns(schedule.ops)
+        if cols is not None:
+            return _peaks_arrays(schedule, cols, start, end, activation, w_activation)
     peaks: dict[int, float] = {}
     when: dict[int, float] = {}
     for r, evs in memory_timeline(schedule, start, end, activation, w_activation, skip).items():
@@ -316,3 +342,51 @@ def peak_memory(schedule: Schedule, start: list[float], end: list[float], activa
         peaks[r] = best
         when[r] = at
     return peaks, when
+
+
+def _peaks_arrays(schedule: Schedule, cols: Columns, start: list[float], end: list[float], activation: float,
+                  w_activation: float) -> tuple[dict[int, float], dict[int, float]]:
+    """:func:`peak_memory` (no skipped kinds, no held spans) on arrays, with the same floats: the
+    events sorted as :func:`memory_timeline` sorts them, each rank's running sum added in order
+    (``cumsum`` is sequential), and the peak's tolerance applied where the running sum reaches a
+    new high (the only places the loop can move its peak)."""
+    import numpy as np
+
+    n = len(schedule.ops)
+    k = cols.kind
+    alloc = np.zeros(n)
+    free = np.zeros(n)
+    code = KIND_CODE
+    alloc[(k == code["F"]) | (k == code["FB"])] = activation
+    free[(k == code["B"]) | (k == code["FB"])] = activation
+    free[k == code["I"]] = activation * (1.0 - w_activation)
+    free[k == code["W"]] = activation * w_activation
+    for i in np.flatnonzero(k == 0).tolist():  # family kinds (OFFLOAD, ONLOAD...): as the loop says
+        alloc[i], free[i] = memory_events(schedule.ops[i], activation, w_activation)
+    a = np.flatnonzero(alloc)
+    f = np.flatnonzero(free)
+    idx = np.concatenate([a, f])
+    t = np.concatenate([np.asarray(start, dtype=np.float64)[a], np.asarray(end, dtype=np.float64)[f]])
+    flag = np.concatenate([np.ones(a.size, dtype=np.int8), np.zeros(f.size, dtype=np.int8)])
+    delta = np.concatenate([alloc[a], -free[f]])
+    rank = cols.rank[idx]
+    o = np.lexsort((idx, delta, flag, t, rank))
+    t, delta, rank, idx = t[o], delta[o], rank[o], idx[o]
+    bounds = np.flatnonzero(np.diff(rank)) + 1
+    starts = [0, *bounds.tolist()]
+    stops = [*bounds.tolist(), int(rank.size)]
+    found: list[tuple[int, int, float, float]] = []
+    for lo, hi in zip(starts, stops):
+        if lo == hi:
+            continue
+        cur = np.cumsum(delta[lo:hi])
+        high = np.maximum(np.maximum.accumulate(cur), 0.0)
+        new = np.flatnonzero(cur > np.concatenate(([0.0], high[:-1])))
+        best = at = 0.0
+        for j in new.tolist():
+            c = float(cur[j])
+            if c > best + 1e-12:
+                best, at = c, float(t[lo + j])
+        found.append((int(idx[lo:hi].min()), int(rank[lo]), best, at))
+    found.sort()  # ranks in the order their first event's op comes, as the loop's dict fills
+    return {r: p for _, r, p, _ in found}, {r: w for _, r, _, w in found}

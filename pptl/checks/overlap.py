@@ -44,28 +44,37 @@ def w_fifo_order(ctx: Context) -> list[Violation]:
     the head costs a scan of the pending queue).
     """
     s = ctx.schedule
+    if "I" not in ctx.kinds or "W" not in ctx.kinds:
+        return []  # no split backward: no FIFO
+    ops = s.ops
     per_rank = s.meta.get("weight_grad_store") == "rank"
     out: list[Violation] = []
     for (rank, lane), order in s.lanes.items():
-        queues: dict[tuple, deque] = {}
-        reported: set[tuple] = set()
+        queues: dict[tuple[int, ...], deque[tuple[tuple[int, int, int], int]]] = {}
+        reported: set[tuple[int, ...]] = set()
         for i in order:
-            op = s.ops[i]
-            if op.kind not in ("I", "W"):
+            op = ops[i]
+            kind = op.kind
+            if kind != "I" and kind != "W":
                 continue
             key = (op.direction, op.stage, op.mb)
-            fifo = () if per_rank else (op.direction, op.stage)
-            q = queues.setdefault(fifo, deque())
-            if op.kind == "I":
-                q.append((key, op.id))
+            fifo = () if per_rank else key[:2]
+            q = queues.get(fifo)
+            if q is None:
+                q = queues[fifo] = deque()
+            if kind == "I":
+                q.append((key, i))  # the op's index: its id is built only if a message names it
+                continue
+            if q and q[0][0] == key:  # the usual case: W pops the head
+                q.popleft()
                 continue
             pos = next((k for k, (item, _) in enumerate(q) if item == key), None)
             if pos is None:
                 continue  # no earlier I: PP003 or PP006 says so
-            if pos > 0 and fifo not in reported:
+            if fifo not in reported:
                 reported.add(fifo)
                 where = f"rank {rank}" if per_rank else f"rank {rank}, stage {op.stage}{_dir(op.direction)}"
-                head = q[0][1]
+                head = ops[q[0][1]].id
                 out.append(Violation(
                     "PP021", f"{op.id} pops the weight-gradient FIFO of {where} before {head.replace('/I ', '/W ', 1)}: "
                     f"its I ran after {head}, and W drains in the order of its I", (op.id, head)))

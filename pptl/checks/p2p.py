@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from pptl.checks.base import Context, Violation
 from pptl.columns import KIND_CODE, LANE_CODE, Columns, columns, edge_arrays, use_arrays
-from pptl.deps import roles
 from pptl.ir import Schedule
 
 if TYPE_CHECKING:
@@ -229,21 +228,34 @@ def _issue_positions(ctx: Context) -> dict[str, list[Violation]]:
     s = ctx.schedule
     prog = _given(ctx)
     out: dict[str, list[Violation]] = {"SEND": [], "RECV": []}
+    ops = s.ops
     for rank, seq in (prog or {}).items():
-        made: dict[tuple, int] = {}  # (role, d, stage, mb) -> position on this rank
+        # (role, d, stage, mb) -> first position on this rank; only F and G are looked up below.
+        made: dict[tuple[str, int, int, int], int] = {}
+        put = made.setdefault
+        p2p: list[tuple[int, int]] = []
         for pos, i in enumerate(seq):
-            if s.ops[i].lane == "compute":
-                for key in roles(s.ops[i]):
-                    made.setdefault(key, pos)
-        for pos, i in enumerate(seq):
-            op = s.ops[i]
-            if op.lane == "compute" or op.flow not in ("F", "B"):
+            op = ops[i]
+            if op.lane != "compute":
+                if op.flow == "F" or op.flow == "B":
+                    p2p.append((pos, i))
                 continue
+            k = op.kind
+            if k == "F":
+                put(("F", op.direction, op.stage, op.mb), pos)
+            elif k == "B" or k == "I":
+                put(("G", op.direction, op.stage, op.mb), pos)
+            elif k == "FB" and op.pair is not None:
+                put(("F", op.direction, op.stage, op.mb), pos)
+                ps, pm, pd = op.pair
+                put(("G", pd, ps, pm), pos)
+        for pos, i in p2p:
+            op = ops[i]
             # A SEND carries what its stage made; a RECV feeds the op making F (or G) at its stage.
             at = made.get(("F" if op.flow == "F" else "G", op.direction, op.stage, op.mb))
             if at is None:
                 continue
-            other = s.ops[seq[at]]
+            other = ops[seq[at]]
             if op.kind == "SEND" and at > pos:
                 out["SEND"].append(Violation(
                     "PP032", f"rank {rank} issues {_short(op)} at step {pos}, before {other.id} (step {at}) "
