@@ -1,11 +1,8 @@
 """Rules about the op set itself: well-formed, unique, complete, in range, one rank per stage."""
 from __future__ import annotations
 
-from typing import Iterable
-
 from pptl.checks.base import Context, Violation
-from pptl.columns import FLOW_CODE, KIND_CODE, LANE_CODE, columns, use_arrays
-from pptl.ir import COMM_KINDS, COMPUTE_KINDS, KINDS, Op
+from pptl.ir import COMM_KINDS, COMPUTE_KINDS, KINDS
 
 __all__ = ["malformed_ops", "duplicate_ops", "missing_work", "index_out_of_range", "stage_on_two_ranks"]
 
@@ -20,53 +17,27 @@ def malformed_ops(ctx: Context) -> list[Violation]:
     Fixture: fixtures/invalid/malformed.json. Notes: O(ops).
     """
     s = ctx.schedule
-    unknown = {k for k in ctx.kinds if k not in KINDS}  # asked once per kind, not per op
-    ops = s.ops
     out: list[Violation] = []
-    for i in _malformed_candidates(ctx):
-        op = ops[i]
-        why = _malformed_why(op, s.pp, unknown)
+    unknown = {k for k in ctx.kinds if k not in KINDS}  # asked once per kind, not per op
+    for op in s.ops:
+        why = ""
+        if op.kind in unknown:
+            why = f"unknown kind '{op.kind}'"
+        elif not 0 <= op.rank < s.pp:
+            why = f"rank {op.rank} is outside 0..{s.pp - 1}"
+        elif not op.lane:
+            why = "has no lane"
+        elif op.kind in COMPUTE_KINDS and (op.stage < 0 or op.mb < 0):
+            why = f"{op.kind} needs a stage and a micro-batch"
+        elif op.kind == "FB" and op.pair is None:
+            why = "FB must name the backward it overlaps (pair)"
+        elif op.kind in ("SEND", "RECV") and (op.flow not in ("F", "B") or not 0 <= op.peer < s.pp):
+            why = f"{op.kind} needs flow F or B and a peer rank in 0..{s.pp - 1}"
+        elif op.kind in ("SEND", "RECV") and op.peer == op.rank:
+            why = f"{op.kind} to its own rank"
         if why:
             out.append(Violation("PP001", f"malformed op {op.id}: {why}", (op.id,)))
     return out
-
-
-def _malformed_why(op: Op, pp: int, unknown: set[str]) -> str:
-    if op.kind in unknown:
-        return f"unknown kind '{op.kind}'"
-    if not 0 <= op.rank < pp:
-        return f"rank {op.rank} is outside 0..{pp - 1}"
-    if not op.lane:
-        return "has no lane"
-    if op.kind in COMPUTE_KINDS and (op.stage < 0 or op.mb < 0):
-        return f"{op.kind} needs a stage and a micro-batch"
-    if op.kind == "FB" and op.pair is None:
-        return "FB must name the backward it overlaps (pair)"
-    if op.kind in ("SEND", "RECV") and (op.flow not in ("F", "B") or not 0 <= op.peer < pp):
-        return f"{op.kind} needs flow F or B and a peer rank in 0..{pp - 1}"
-    if op.kind in ("SEND", "RECV") and op.peer == op.rank:
-        return f"{op.kind} to its own rank"
-    return ""
-
-
-def _malformed_candidates(ctx: Context) -> Iterable[int]:
-    """Every op, or on arrays only those :func:`_malformed_why` could flag (a superset: family
-    kinds and lanes, FB ops, and any index out of range), in op order."""
-    s = ctx.schedule
-    n = len(s.ops)
-    cols = columns(s.ops) if use_arrays(n) else None
-    if cols is None:
-        return range(n)
-    import numpy as np
-
-    k, pp = cols.kind, s.pp
-    compute = (k >= KIND_CODE["F"]) & (k <= KIND_CODE["FB"])
-    comm = (k == KIND_CODE["SEND"]) | (k == KIND_CODE["RECV"])
-    flow_ok = (cols.flow == FLOW_CODE["F"]) | (cols.flow == FLOW_CODE["B"])
-    peer_ok = (cols.peer >= 0) & (cols.peer < pp) & (cols.peer != cols.rank)
-    maybe = ((k == 0) | (k == KIND_CODE["FB"]) | (cols.lane > LANE_CODE["recv"]) | (cols.rank < 0) | (cols.rank >= pp)
-             | (compute & ((cols.stage < 0) | (cols.mb < 0))) | (comm & ~(flow_ok & peer_ok)))
-    return np.flatnonzero(maybe).tolist()  # type: ignore[no-any-return]
 
 
 def duplicate_ops(ctx: Context) -> list[Violation]:
