@@ -8,10 +8,8 @@ checker builds only when the cheap pass finds a cycle, to find and print it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import chain
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from pptl.columns import edge_arrays, use_arrays
 from pptl.ir import Schedule
 
 if TYPE_CHECKING:
@@ -32,8 +30,6 @@ class Adjacency:
 def adjacency(schedule: Schedule) -> Adjacency:
     """The DAG's edges (data facts, then lane order) as lists. Notes: O(ops + edges)."""
     n = len(schedule.ops)
-    if use_arrays(n):
-        return _adjacency_arrays(schedule)
     pred: list[list[int]] = [[] for _ in range(n)]
     succ: list[list[int]] = [[] for _ in range(n)]
     for u, v in schedule.deps:
@@ -44,35 +40,6 @@ def adjacency(schedule: Schedule) -> Adjacency:
             succ[u].append(v)
             pred[v].append(u)
     return Adjacency(pred, succ)
-
-
-def _adjacency_arrays(schedule: Schedule) -> Adjacency:
-    """:func:`adjacency` grouped with a stable sort (each op's edges in the same order: data facts
-    as listed, then lane order), then cut into per-op lists."""
-    import numpy as np
-
-    n = len(schedule.ops)
-    du, dv = edge_arrays(schedule.deps)
-    lanes = list(schedule.lanes.values())
-    lengths = [len(order) for order in lanes]
-    total = sum(lengths)
-    flat = np.fromiter(chain.from_iterable(lanes), dtype=np.int64, count=total)
-    first = np.zeros(total, dtype=bool)
-    first[np.cumsum([0, *lengths[:-1]], dtype=np.int64)[np.asarray(lengths) > 0]] = True  # each lane's first op
-    nxt = ~first[1:]
-    u = np.concatenate([du, flat[:-1][nxt]])
-    v = np.concatenate([dv, flat[1:][nxt]])
-    return Adjacency(_grouped(v, u, n), _grouped(u, v, n))
-
-
-def _grouped(key: Any, value: Any, n: int) -> list[list[int]]:
-    """``out[k]``: the values whose key is k, in their order."""
-    import numpy as np
-
-    o = np.argsort(key, kind="stable")
-    vals = value[o].tolist()
-    cuts = np.searchsorted(key[o], np.arange(n + 1, dtype=np.int64)).tolist()
-    return [vals[a:b] for a, b in zip(cuts, cuts[1:])]
 
 
 def topological_order(adj: Adjacency) -> list[int] | None:

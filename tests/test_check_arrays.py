@@ -122,24 +122,3 @@ def test_context_reuses_one_set_of_columns() -> None:
     s = build_schedule(Config(schedule="1f1b", pp=2, microbatches=2))
     assert columns.columns(s.ops) is columns.columns(s.ops)
     assert Context(s).schedule is s
-
-
-@pytest.mark.parametrize("name,schedule", SCHEDULES[::3], ids=[n for n, _ in SCHEDULES[::3]])
-def test_adjacency_on_arrays_keeps_each_ops_edge_order(name: str, schedule: Schedule, force) -> None:
-    from pptl.dag import adjacency
-
-    force(False)
-    plain = adjacency(schedule)
-    force(True)
-    assert adjacency(schedule) == plain
-
-
-def test_adjacency_of_a_plan_with_an_empty_lane(force) -> None:
-    from pptl.dag import adjacency
-
-    s = build_schedule(Config(schedule="1f1b", pp=2, microbatches=3))
-    s.lanes[(0, "spare")] = []
-    force(False)
-    plain = adjacency(s)
-    force(True)
-    assert adjacency(s) == plain and sum(map(len, plain.pred)) > 0
