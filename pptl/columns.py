@@ -21,7 +21,7 @@ from pptl.deps import VECTOR_MIN_OPS
 if TYPE_CHECKING:
     from pptl.ir import Op
 
-__all__ = ["Columns", "KIND_CODE", "LANE_CODE", "FLOW_CODE", "use_arrays", "columns", "remember", "edge_arrays"]
+__all__ = ["Columns", "KIND_CODE", "LANE_CODE", "FLOW_CODE", "use_arrays", "columns", "cached", "remember", "edge_arrays"]
 
 #: Kind codes (0: any other kind). The same numbering as :mod:`pptl._deps_np`.
 KIND_CODE = {"F": 1, "B": 2, "I": 3, "W": 4, "FB": 5, "SEND": 6, "RECV": 7}
@@ -109,6 +109,15 @@ def columns(ops: list[Op]) -> Columns | None:
         return last[2]
     # One map per field: faster than transposing a tuple per op.
     return remember(ops, *(map(attrgetter(name), ops) for name in _FIELDS))
+
+
+def cached(ops: list[Op]) -> Columns | None:
+    """The columns of ``ops`` if something built them already, else None (for passes that are
+    only faster on arrays when they need not build them)."""
+    last = _last
+    if last is not None and last[0] is ops and last[1] == len(ops):
+        return last[2]
+    return None
 
 
 def edge_arrays(edges: Sequence[tuple[int, int]]) -> tuple[Any, Any]:

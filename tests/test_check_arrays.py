@@ -104,6 +104,7 @@ def test_simulation_is_the_same_on_both_paths(family: str, pp: int, mb: int, for
     force(False)
     plain = simulate(s)
     force(True)
+    assert columns.columns(s.ops) is not None  # the array passes use columns a rule built
     arrays = simulate(s)
     assert (arrays.start, arrays.end, arrays.makespan, arrays.critical_path) == \
         (plain.start, plain.end, plain.makespan, plain.critical_path)
