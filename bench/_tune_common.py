@@ -1,0 +1,114 @@
+"""What bench/gpu_tune.py and bench/tune_offline.py share: the bench's tune config, the re-timing of
+one candidate from its label and stage layers, and the checks of issue 19 on measured rows."""
+from __future__ import annotations
+
+import re
+from typing import Any, Sequence
+
+#: MLP blocks pptl run executes for the embedding and for the head (a heavier first and last stage).
+BLOCKS = 2
+
+
+def tune_config(pp: int, micro: Sequence[int], hidden: int, tokens: int, dtype: str) -> dict[str, Any]:
+    """The bench's model: ``8 pp`` MLP layers plus an embedding and a head of ``BLOCKS`` blocks each.
+
+    Memory in MiB (the unit pptl run measures): an MLP block holds W_up, W_down and biases plus their
+    gradients; its forward keeps the block input (h), the GELU input and output (4h each) and, with
+    a split backward, the block's last Linear output (h): 10h per token. After I, the Linear inputs
+    (5h) and output gradients (5h) wait for W, so w_activation is 1.
+    """
+    esz = 2 if dtype in ("bfloat16", "float16") else 4
+    w_mib = 2 * (8 * hidden * hidden + 5 * hidden) * esz / 2**20
+    a_mib = tokens * 10 * hidden * esz / 2**20
+    block = {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0, "activation": a_mib, "weight": w_mib}
+    part = {"F": 1.0 * BLOCKS, "B": 2.0 * BLOCKS, "activation": BLOCKS * a_mib, "weight": BLOCKS * w_mib}
+    return {"pp": pp, "microbatches": list(micro),
+            "model": {"layers": 8 * pp, "layer": block, "embedding": part, "head": part,
+                      "message_bytes": tokens * hidden * esz, "w_activation": 1.0,
+                      # I and W from the run's F and B through the block's FLOPs and bytes
+                      "work": "mlp"},
+            "workload": {"hidden": hidden, "tokens": tokens, "dtype": dtype},
+            "run_blocks": {"embedding": BLOCKS, "head": BLOCKS}}
+
+
+_LABEL = re.compile(r"^(?P<fam>[a-z0-9-]+)(?: vpp=(?P<vpp>\d+))?(?: G=(?P<g>\d+))?"
+                    r"(?: (?P<mem>mem-limit)| inflight=(?P<inf>\d+))?(?P<ilp> ilp)? m=(?P<m>\d+)"
+                    r"(?: split=(?P<split>[a-z-]+))?$")
+
+
+def structure_of(label: str) -> Any:
+    """The :class:`~pptl.tune.candidates.Structure` a result label names (``Result.label``)."""
+    from pptl.tune.candidates import Structure
+
+    x = _LABEL.match(label)
+    if x is None:
+        raise ValueError(f"not a pptl tune label: {label!r}")
+    fam = x["fam"]
+    vpp = int(x["vpp"]) if x["vpp"] else (2 if fam in ("zbv", "dualpipev") else 1)
+    return Structure(fam, int(x["m"]), vpp, int(x["g"]) if x["g"] else None,
+                     int(x["inf"]) if x["inf"] else None, "ilp" if x["ilp"] else "greedy")
+
+
+def retime(tc: Any, label: str, stage_layers: Sequence[int]) -> Any:
+    """``label``'s candidate timed under ``tc`` with the split that ran (a Result, or None when the
+    structure no longer builds). synth rebuilds its order from ``tc``'s costs and limit."""
+    from pptl.schedules import get_family
+    from pptl.tune.rank import _check, _time, _time_synth, config_for
+    from pptl.tune.split import Split
+
+    st = structure_of(label)
+    sp = Split(label.rsplit("split=", 1)[-1], tuple(stage_layers))
+    if st.family == "synth":
+        return _time_synth(tc, st, sp)
+    sched = get_family(st.family).build(config_for(tc, st))
+    ctx = _check(sched)
+    return None if isinstance(ctx, str) else _time(tc, st, sched, ctx, sp)
+
+
+def spearman(a: list[float], b: list[float]) -> float:
+    def ranks(x: list[float]) -> list[float]:
+        order = sorted(range(len(x)), key=x.__getitem__)
+        r = [0.0] * len(x)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and x[order[j + 1]] == x[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                r[order[k]] = (i + j) / 2
+            i = j + 1
+        return r
+
+    ra, rb = ranks(a), ranks(b)
+    n = len(a)
+    ma, mb = sum(ra) / n, sum(rb) / n
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    va = sum((x - ma) ** 2 for x in ra) ** 0.5
+    vb = sum((y - mb) ** 2 for y in rb) ** 0.5
+    return cov / (va * vb) if va and vb else float("nan")
+
+
+def checks(rows: list[dict[str, Any]], limit: float, picks: dict[int, str | None]) -> dict[str, Any]:
+    """Issue 19's checks over measured ``rows`` (label, microbatches, predicted_ms, measured_ms,
+    predicted_peak, measured_peak, fits); ``picks``: the tuner's pick per micro-batch count."""
+    out: dict[str, Any] = {}
+    for m in sorted({x["microbatches"] for x in rows}):
+        rs = [x for x in rows if x["microbatches"] == m]
+        pick = next((x for x in rs if x["label"] == picks.get(m)), None)
+        fit_meas = [x for x in rs if x["measured_peak"] is None or max(x["measured_peak"]) <= limit]
+        fastest = min(fit_meas, key=lambda x: x["measured_ms"]) if fit_meas else None
+        out[f"m{m}_pick_within_2pct"] = (pick is not None and fastest is not None
+                                         and pick["measured_ms"] <= 1.02 * fastest["measured_ms"])
+        out[f"m{m}_pick"] = picks.get(m) if pick is not None else f"{picks.get(m)} (not measured)"
+        out[f"m{m}_fastest_fitting"] = fastest and fastest["label"]
+        out[f"m{m}_spearman"] = spearman([x["predicted_ms"] for x in rs], [x["measured_ms"] for x in rs])
+    errs = [(x["predicted_ms"] - x["measured_ms"]) / x["measured_ms"] for x in rows]
+    out["max_abs_err"] = max(abs(e) for e in errs)
+    out["families_within_3pct"] = all(abs(e) <= 0.03 for e in errs)
+    out["fitting_over_limit"] = [x["label"] for x in rows
+                                 if x["fits"] and x["measured_peak"] and max(x["measured_peak"]) > limit]
+    mem = [(max(x["predicted_peak"]) - max(x["measured_peak"])) / max(x["measured_peak"])
+           for x in rows if x["measured_peak"]]
+    if mem:
+        out["peak_err_min"], out["peak_err_max"] = min(mem), max(mem)
+    return out
