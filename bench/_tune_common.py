@@ -49,15 +49,46 @@ def structure_of(label: str) -> Any:
                      int(x["inf"]) if x["inf"] else None, "ilp" if x["ilp"] else "greedy")
 
 
-def retime(tc: Any, label: str, stage_layers: Sequence[int]) -> Any:
+_OP = re.compile(r"^r\d+/compute/([FIWB]) s\d+ mb(\d+)$")
+
+
+def executed_orders(timeline: dict[str, Any]) -> dict[int, list[tuple[str, int]]] | None:
+    """Per rank, the (kind, micro-batch) compute order a measured one-stage-per-rank run executed
+    (``meta.extra.executed``), or None."""
+    ex = (timeline.get("meta", {}).get("extra") or {}).get("executed")
+    if not isinstance(ex, dict):
+        return None
+    out: dict[int, list[tuple[str, int]]] = {}
+    for r, lanes in ex.items():
+        seq = []
+        for op in (lanes or {}).get("compute", []):
+            x = _OP.match(str(op))
+            if x is None:
+                return None
+            seq.append((x[1], int(x[2])))
+        out[int(r)] = seq
+    return out
+
+
+def retime(tc: Any, label: str, stage_layers: Sequence[int],
+           orders: dict[int, list[tuple[str, int]]] | None = None) -> Any:
     """``label``'s candidate timed under ``tc`` with the split that ran (a Result, or None when the
-    structure no longer builds). synth rebuilds its order from ``tc``'s costs and limit."""
+    structure no longer builds). synth runs ``orders`` (the order that ran) when given, else
+    rebuilds its order from ``tc``'s costs and limit."""
     from pptl.schedules import get_family
     from pptl.tune.rank import _check, _time, _time_synth, config_for
     from pptl.tune.split import Split
+    from pptl.tune.synth import SynthInput, build_synth
 
     st = structure_of(label)
     sp = Split(label.rsplit("split=", 1)[-1], tuple(stage_layers))
+    if st.family == "synth" and orders is not None:
+        cfg = config_for(tc, st, sp)
+        x = SynthInput(pp=tc.pp, microbatches=st.microbatches, F=[], I=[], W=[], activation=[], limit=[],
+                       w_activation=tc.model.w_activation, message=0.0)
+        sched = build_synth(cfg, x, orders=orders)
+        ctx = _check(sched)
+        return None if isinstance(ctx, str) else _time(tc, st, sched, ctx, sp, cfg=cfg)
     if st.family == "synth":
         return _time_synth(tc, st, sp)
     sched = get_family(st.family).build(config_for(tc, st))

@@ -23,13 +23,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _tune_common import checks, retime, tune_config  # noqa: E402
+from _tune_common import checks, executed_orders, retime, tune_config  # noqa: E402
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("rows", type=Path)
-    ap.add_argument("base", type=Path)
+    ap.add_argument("base", type=Path, help="the calibrating timeline; cand<i>.measured.json beside it are "
+                    "the candidates' timelines in row order (optional)")
     ap.add_argument("--config", type=Path)
     ap.add_argument("--json", type=Path, help="write the re-predicted rows and checks here")
     a = ap.parse_args()
@@ -57,15 +58,21 @@ def main() -> int:
         best = next((r for r in res.results if r.structure.microbatches == m), None)
         picks[m] = (best.structure.label, best.split.layers) if best is not None and best.fits else None
     rows = []
-    for old in saved["rows"]:
-        r = retime(tc, old["label"], old["stage_layers"])
+    for i, old in enumerate(saved["rows"]):
+        # bench/gpu_tune.py keeps every candidate's timeline beside the calibrating one, in row order:
+        # synth is then re-timed on the order that ran, not rebuilt from the new costs.
+        cand = a.base.parent / f"cand{i}.measured.json"
+        orders = (executed_orders(json.loads(cand.read_text()))
+                  if old["family"] == "synth" and cand.is_file() else None)
+        r = retime(tc, old["label"], old["stage_layers"], orders)
         if r is None or r.step is None:
             print(f"{old['label']}: no longer builds ({getattr(r, 'rejected', None)})")
             continue
         rows.append({**{k: old[k] for k in ("label", "microbatches", "measured_ms", "measured_peak",
                                            "stage_layers")},
                      "old_predicted_ms": old["predicted_ms"], "old_peak": max(old["predicted_peak"]),
-                     "predicted_ms": r.step, "predicted_peak": list(r.peak), "fits": r.fits})
+                     "predicted_ms": r.step, "predicted_peak": list(r.peak), "fits": r.fits,
+                     "order": "as run" if orders is not None else "rebuilt"})
     labels: dict[int, str | None] = {}
     for m, p in picks.items():
         hit = next((x["label"] for x in rows if p is not None and x["label"].rsplit(" split=", 1)[0] == p[0]
@@ -81,7 +88,9 @@ def main() -> int:
         mp = max(x["measured_peak"]) if x["measured_peak"] else float("nan")
         print(f"{x['label'][:44]:44s} {str(x['stage_layers'])[:22]:>22s} {x['measured_ms']:8.2f} "
               f"{x['old_predicted_ms']:8.2f} {100 * e0:+5.1f}% {x['predicted_ms']:8.2f} {100 * e1:+5.1f}% "
-              f"{mp:8.0f} {x['old_peak']:8.0f} {max(x['predicted_peak']):8.0f} {'yes' if x['fits'] else 'no'}")
+              f"{mp:8.0f} {x['old_peak']:8.0f} {max(x['predicted_peak']):8.0f} {'yes' if x['fits'] else 'no'}"
+              + ("  (synth order rebuilt from the new costs)" if x["label"].startswith("synth")
+                 and x["order"] == "rebuilt" else ""))
     old = checks([{**x, "predicted_ms": x["old_predicted_ms"]} for x in rows], limit, labels)
     print("spearman as run: " + ", ".join(f"{k} {v:.3f}" for k, v in old.items() if k.endswith("spearman"))
           + f"; max abs err as run {old['max_abs_err']:.3f}")

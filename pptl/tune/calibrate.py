@@ -9,6 +9,15 @@ from the model description. A run with only full backwards gives I and W from th
 (:func:`split_shares`: the run's F and B fix a time per GEMM FLOP and per memory-bound byte), or
 without it splits B in the model's I:W ratio (half each if the model gives neither).
 
+Under a power cap a busy GPU clocks lower (``device.duty_exponent``, alpha: compute takes
+``u ** alpha`` of its full-duty time on a rank busy a share ``u`` of the step). The run's ranks
+differ in duty (1F1B's first and last ranks are the busiest), so each stage's time is first
+divided by its rank's ``u ** alpha``; the costs are then full-duty costs. alpha is the config's,
+or fitted (:func:`fit_duty_exponent`): with the model's embedding and head given relative to a
+layer, every stage's work is known up to the layer's cost, and the stages' times against their
+ranks' duty give alpha by least squares. Where the ranks' duty barely differs (or the fit falls
+outside 0..1) alpha is 0, today's model of fixed durations.
+
 When the run recorded peak memory per rank (``pptl run`` on CUDA), the model's activation memory is
 scaled up (never down) so that the measured family's predicted peak covers every rank's measurement
 (weights are taken as given): the model stays an upper bound.
@@ -23,7 +32,11 @@ from pptl.errors import InputError
 from pptl.tune.model import LayerCost, ModelDesc, TuneConfig
 from pptl.tune.split import even_split
 
-__all__ = ["calibrate_tune", "fit_layer_costs", "split_shares"]
+__all__ = ["calibrate_tune", "fit_layer_costs", "fit_duty_exponent", "rank_duty", "split_shares"]
+
+#: Least spread of the run's ranks' duty (max / min) for which alpha is fitted: below it the fit
+#: divides noise by almost nothing.
+MIN_DUTY_SPREAD = 1.05
 
 
 def split_shares(model: ModelDesc, f: float, b: float) -> tuple[float, float] | None:
@@ -69,6 +82,57 @@ def fit_layer_costs(model: ModelDesc, split: Sequence[int], per_stage: Sequence[
     return t, ratio[0] * t, ratio[1] * t
 
 
+def rank_duty(tl: Any) -> tuple[dict[int, float], dict[int, int]]:
+    """(busy share of the step per rank, rank per stage) of a measured timeline: compute-lane time
+    over the makespan (first start to last end)."""
+    t0 = min(e.start for e in tl.events)
+    span = max(e.end for e in tl.events) - t0
+    busy: dict[int, float] = {}
+    rank_of: dict[int, int] = {}
+    for e in tl.events:
+        if e.lane == "compute":
+            busy[e.rank] = busy.get(e.rank, 0.0) + e.duration
+            if e.stage >= 0:
+                rank_of.setdefault(e.stage, e.rank)
+    return ({r: min(1.0, b / span) for r, b in busy.items()} if span > 0 else {}), rank_of
+
+
+def fit_duty_exponent(work: Sequence[float], times: Sequence[Sequence[float]],
+                      duty: Sequence[float]) -> float | None:
+    """alpha of ``time[k][s] = c_k * work[s] * duty[s] ** alpha`` by least squares in logs.
+
+    ``work[s]``: stage ``s``'s work in layers (the model's embedding and head as their ratio to a
+    layer); ``times[k]``: per kind (F, B, ...), the measured time of every stage; ``duty[s]``: its
+    rank's busy share. One alpha for every kind, one ``c_k`` per kind. None when the duty spreads
+    less than :data:`MIN_DUTY_SPREAD` or a value is not positive.
+
+    Example: work [10, 8, 8, 10], duty [0.88, 0.65, 0.64, 0.87] and times ``c * work * duty**0.3``
+    give back 0.3.
+    """
+    import math
+
+    S = len(work)
+    if S < 2 or min(duty) <= 0 or max(duty) / min(duty) < MIN_DUTY_SPREAD or min(work) <= 0:
+        return None
+    xs, ys, groups = [], [], []
+    for k, row in enumerate(times):
+        if len(row) != S or min(row) <= 0:
+            return None
+        for s in range(S):
+            xs.append(math.log(duty[s]))
+            ys.append(math.log(row[s] / work[s]))
+            groups.append(k)
+    # Per kind, remove the mean (that is c_k); alpha is the pooled slope.
+    num = den = 0.0
+    for k in set(groups):
+        idx = [i for i, g in enumerate(groups) if g == k]
+        mx = sum(xs[i] for i in idx) / len(idx)
+        my = sum(ys[i] for i in idx) / len(idx)
+        num += sum((xs[i] - mx) * (ys[i] - my) for i in idx)
+        den += sum((xs[i] - mx) ** 2 for i in idx)
+    return num / den if den > 0 else None
+
+
 def calibrate_tune(tc: TuneConfig, measured: Path) -> tuple[TuneConfig, str, list[str]]:
     """The config with costs from ``measured``; also its time unit and notes for the user."""
     from pptl.formats.loader import load_any
@@ -92,6 +156,7 @@ def calibrate_tune(tc: TuneConfig, measured: Path) -> tuple[TuneConfig, str, lis
         raise InputError(f"{measured}: the run has {S} stages, more than model.layers={tc.model.layers}")
     m = tc.model
     notes: list[str] = []
+    tc, stages = _normalise_duty(tc, tl, split, stages, notes)
     kinds: dict[str, tuple[float, float, float]] = {}
     for k in ("F", "B", "I", "W"):
         if not all(k in stages[s] for s in range(S)):
@@ -131,6 +196,41 @@ def calibrate_tune(tc: TuneConfig, measured: Path) -> tuple[TuneConfig, str, lis
         if note:
             notes.append(note)
     return tc, tl.meta.units, notes
+
+
+def _normalise_duty(tc: TuneConfig, tl: Any, split: Sequence[int], stages: dict[int, dict[str, float]],
+                    notes: list[str]) -> tuple[TuneConfig, dict[int, dict[str, float]]]:
+    """The config with its duty exponent (given, fitted or 0) and the stages' times at full duty."""
+    duty, rank_of = rank_duty(tl)
+    S = len(split)
+    if any(s not in rank_of or rank_of[s] not in duty for s in range(S)):
+        return replace(tc, duty_exponent=tc.duty_exponent or 0.0), stages
+    u = [duty[rank_of[s]] for s in range(S)]
+    shown = ", ".join(f"{duty[r]:.2f}" for r in sorted(duty))
+    alpha = tc.duty_exponent
+    if alpha is None:
+        m = tc.model
+        base = m.part_cost(m.layer, "F") or 0.0
+        re = (m.part_cost(m.embedding, "F") or 0.0) / base if base else 0.0
+        rh = (m.part_cost(m.head, "F") or 0.0) / base if base else 0.0
+        work = [split[s] + (re if s == 0 else 0.0) + (rh if s == S - 1 else 0.0) for s in range(S)]
+        kinds = [k for k in ("F", "B", "I", "W") if all(k in stages[s] for s in range(S))]
+        fitted = fit_duty_exponent(work, [[stages[s][k] for s in range(S)] for k in kinds], u)
+        if fitted is None:
+            notes.append(f"duty exponent 0: the run's ranks are busy {shown} of the step, too alike to fit how "
+                         f"speed depends on duty (set device.duty_exponent to use one)")
+            return replace(tc, duty_exponent=0.0), stages
+        alpha = min(1.0, max(0.0, fitted))
+        notes.append(f"duty exponent {alpha:.3f} fitted (least squares {fitted:.3f}, clamped to 0..1): ranks busy "
+                     f"{shown} of the step, stage work {[round(w, 2) for w in work]} layers (the model's embedding "
+                     f"and head relative to a layer); compute takes duty^{alpha:.3f} of its full-duty time "
+                     f"(set device.duty_exponent to fix it, 0 to turn it off)")
+    elif alpha > 0:
+        notes.append(f"duty exponent {alpha:.3f} (device.duty_exponent): ranks busy {shown} of the step")
+    if alpha <= 0:
+        return replace(tc, duty_exponent=0.0), stages
+    full = {s: {k: v / u[s] ** alpha for k, v in stages[s].items()} for s in range(S)}
+    return replace(tc, duty_exponent=alpha), full
 
 
 def _fit_memory(tc: TuneConfig, meta: Any, split: Sequence[int], memory: dict) -> tuple[TuneConfig, str | None]:

@@ -17,6 +17,7 @@ A tune config is its own file (YAML, TOML or JSON)::
     families: [1f1b, zb-h1]       # optional subset (default: every training family and synth)
     workload: {hidden: 4096, tokens: 2048, dtype: bfloat16}   # what the best plan runs with pptl run
     run_blocks: {embedding: 2, head: 2}   # MLP blocks pptl run executes for the embedding and head
+    device: {duty_exponent: 0.3}  # optional; see below
 
 Durations are per layer and micro-batch; ``B`` defaults to ``I + W``; ``embedding`` and ``head``
 default to nothing (zero cost). ``activation`` is held per micro-batch from F to B (or split
@@ -27,6 +28,12 @@ Every validation error names the file and the field on one line (:class:`InputEr
 kernels move (``mlp``: ``pptl run``'s MLP block at the config's ``workload``, :func:`mlp_block_work`).
 ``--costs-from`` a run without a split backward needs it to derive I and W: the run's F and B fix
 the time per FLOP and per byte, which then give I and W (:mod:`pptl.tune.calibrate`).
+
+``device.duty_exponent`` (alpha) says how a GPU's speed depends on how busy it is: under a power
+cap, a rank busy a share ``u`` of the step runs its compute at ``u ** alpha`` of its full-duty
+duration (an idle-ish GPU keeps higher clocks). The costs above are then full-duty durations and
+the timing iterates simulate -> per-rank duty -> rescale (:mod:`pptl.tune.rank`). Not given, it
+is 0 (no effect), or fitted by ``--costs-from`` from the run's ranks when their duty differs.
 """
 from __future__ import annotations
 
@@ -161,7 +168,15 @@ class TuneConfig:
     """Seconds HiGHS may spend on each exact synthesised order."""
     measured_split: tuple[int, ...] | None = None
     """Layers per stage of the run ``--costs-from`` reads (default: the even split)."""
+    duty_exponent: float | None = None
+    """alpha of ``device.duty_exponent``: a rank busy a share u of the step runs its compute at
+    u ** alpha of the full-duty cost (None: fitted by ``--costs-from`` where the run allows, else 0)."""
     source: str = "<config>"
+
+    @property
+    def alpha(self) -> float:
+        """The duty exponent the timing uses (0 when neither given nor fitted)."""
+        return self.duty_exponent or 0.0
 
 
 def load_tune_config(path: str | Path) -> TuneConfig:
@@ -172,7 +187,7 @@ def load_tune_config(path: str | Path) -> TuneConfig:
 
 
 _TOP = ("pp", "microbatches", "model", "memory_limit", "comm", "families", "workload", "measured_split",
-        "run_blocks", "ilp_time_limit", "messages", "name", "description")
+        "run_blocks", "ilp_time_limit", "messages", "device", "name", "description")
 
 
 def tune_config_from_mapping(data: Mapping[str, Any], *, source: str) -> TuneConfig:
@@ -227,8 +242,17 @@ def tune_config_from_mapping(data: Mapping[str, Any], *, source: str) -> TuneCon
     messages = data.get("messages", "sync-send")
     if messages not in ("sync-send", "overlap"):
         raise InputError(f"{source}: field 'messages': got {messages!r}, expected sync-send or overlap")
+    device = data.get("device") or {}
+    if not isinstance(device, Mapping) or any(k != "duty_exponent" for k in device):
+        raise InputError(f"{source}: field 'device': expected a mapping such as {{duty_exponent: 0.3}}")
+    alpha = device.get("duty_exponent")
+    if alpha is not None:
+        alpha = _num(alpha, "device.duty_exponent", source)
+        if alpha > 2:
+            raise InputError(f"{source}: field 'device.duty_exponent': got {alpha}, expected 0..2 "
+                             f"(0: speed does not depend on how busy a GPU is)")
     return TuneConfig(
-        pp=pp, microbatches=micro, model=model, messages=messages,
+        pp=pp, microbatches=micro, model=model, messages=messages, duty_exponent=alpha,
         memory_limit=None if limit is None else _num(limit, "memory_limit", source, positive=True),
         comm_latency=_num(comm.get("latency", 0.0), "comm.latency", source),
         comm_bandwidth=_num(comm.get("bandwidth", math.inf), "comm.bandwidth", source, inf=True, positive=True),

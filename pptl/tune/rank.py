@@ -29,6 +29,9 @@ from pptl.tune.synth import SynthInput, build_synth
 
 __all__ = ["Result", "TuneResult", "tune", "config_for"]
 
+#: Most simulate -> duty -> rescale passes with a duty exponent (they stop once duty moves < 1e-4).
+_DUTY_PASSES = 6
+
 
 @dataclass
 class Result:
@@ -44,6 +47,8 @@ class Result:
     rejected: str | None = None
     schedule: Schedule | None = field(default=None, repr=False)
     notes: tuple[str, ...] = ()
+    duty: tuple[float, ...] = ()
+    """Per rank: busy share of the step the timing converged to (empty when ``duty_exponent`` is 0)."""
 
     @property
     def label(self) -> str:
@@ -284,21 +289,26 @@ def _time(tc: TuneConfig, st: Structure, schedule: Schedule, ctx: Context, sp: S
     cfg = cfg or config_for(tc, st, sp)
     costs = stage_costs(tc.model, sp.layers)
     act, weight = stage_memory(tc.model, sp.layers)
-    dur = []
+    comp: list[float] = []  # compute time at full duty (rescaled by the rank's duty, see below)
+    dur: list[float] = []  # the rest: messages (and, with sync-send, sends on their producer)
     producer: dict[tuple[str, int, int, int], int] = {}  # (role F or G, direction, stage, mb) -> op
     for i, op in enumerate(schedule.ops):
         k = op.kind
+        c = 0.0
         if k == "SEND":
             dur.append(cfg.costs.comm_time(op.payload))
         elif k == "RECV":
             dur.append(0.0)
         elif k == "FB":
             bstage = op.pair[0] if op.pair else op.stage
-            dur.append(costs[op.stage]["F"] + costs[bstage]["B"])
+            c = costs[op.stage]["F"] + costs[bstage]["B"]
+            dur.append(0.0)
         elif k in ("F", "B", "I", "W"):
-            dur.append(costs[op.stage][k])
+            c = costs[op.stage][k]
+            dur.append(0.0)
         else:
             raise InvalidScheduleError(f"pptl tune: op kind {k} of {op.id} has no model cost")
+        comp.append(c)
         if op.lane == "compute":
             for role, d, stg, mb in roles(op):
                 if role in ("F", "G"):
@@ -313,15 +323,37 @@ def _time(tc: TuneConfig, st: Structure, schedule: Schedule, ctx: Context, sp: S
                 if j is not None:
                     dur[j] += dur[i]
                     dur[i] = 0.0
+    ranks = [op.rank for op in schedule.ops]
     n = len(dur)
     start, end = [0.0] * n, [0.0] * n
     pred = ctx.dag.pred
-    for v in ctx.order:  # type: ignore[union-attr]
-        t = 0.0
-        for u in pred[v]:
-            if end[u] > t:
-                t = end[u]
-        start[v], end[v] = t, t + dur[v]
+    order = ctx.order
+    alpha = tc.alpha
+    scale = [1.0] * tc.pp
+    duty: tuple[float, ...] = ()
+    # Under a power cap a busy GPU clocks lower: compute runs at duty ** alpha of its full-duty
+    # time. The duty depends on the timing, so iterate to a fixed point (a few passes converge:
+    # each rescale moves the makespan by a fraction of alpha times the change in duty).
+    for k in range(_DUTY_PASSES if alpha > 0 else 1):
+        for v in order:  # type: ignore[union-attr]
+            t = 0.0
+            for u in pred[v]:
+                if end[u] > t:
+                    t = end[u]
+            start[v], end[v] = t, t + comp[v] * scale[ranks[v]] + dur[v]
+        makespan = max(end, default=0.0)
+        if alpha <= 0 or makespan <= 0:
+            break
+        work = [0.0] * tc.pp
+        for i, c in enumerate(comp):
+            work[ranks[i]] += c * scale[ranks[i]]
+        new = tuple(min(1.0, w / makespan) for w in work)
+        done = bool(duty) and max(abs(a - b) for a, b in zip(new, duty)) < 1e-4
+        duty = new
+        if done or k == _DUTY_PASSES - 1:
+            break  # start/end stay those of ``scale``
+        scale = [max(d, 1e-3) ** alpha for d in duty]
+    dur = [comp[i] * scale[ranks[i]] + dur[i] for i in range(n)]
     makespan = max(end, default=0.0)
     busy = [0.0] * tc.pp
     held: dict[int, set[tuple[int, int]]] = {r: set() for r in range(tc.pp)}
@@ -355,7 +387,7 @@ def _time(tc: TuneConfig, st: Structure, schedule: Schedule, ctx: Context, sp: S
     fits = tc.memory_limit is None or max(peaks) <= tc.memory_limit * (1 + 1e-9)
     return Result(st, sp, step=makespan, bubble=bubble, peak=tuple(peaks), fits=fits,
                   rejected=None if fits else f"peak {max(peaks):g} over the limit {tc.memory_limit:g}",
-                  schedule=schedule)
+                  schedule=schedule, duty=duty)
 
 
 def best_schedule(tc: TuneConfig, result: Result) -> Schedule:
