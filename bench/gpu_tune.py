@@ -27,10 +27,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _tune_common import BLOCKS, tune_config  # noqa: E402
+from _tune_common import checks as tune_checks  # noqa: E402
 
 # PP=2 runs the same study on a 2-GPU machine (8 layers a stage, as at 4).
 PP = int(os.environ.get("PP", "4"))
-LAYERS, BLOCKS, MBS = 8 * PP, 2, (8, 16)
+LAYERS, MBS = 8 * PP, (8, 16)
 
 
 def _pptl(*args: str) -> subprocess.CompletedProcess:
@@ -40,29 +44,6 @@ def _pptl(*args: str) -> subprocess.CompletedProcess:
     if p.returncode not in (0, 1):
         sys.exit(f"pptl {args[0]} failed ({p.returncode}): {p.stderr.strip()[-2000:]}")
     return p
-
-
-def _spearman(a: list[float], b: list[float]) -> float:
-    def ranks(x: list[float]) -> list[float]:
-        order = sorted(range(len(x)), key=x.__getitem__)
-        r = [0.0] * len(x)
-        i = 0
-        while i < len(order):
-            j = i
-            while j + 1 < len(order) and x[order[j + 1]] == x[order[i]]:
-                j += 1
-            for k in range(i, j + 1):
-                r[order[k]] = (i + j) / 2
-            i = j + 1
-        return r
-
-    ra, rb = ranks(a), ranks(b)
-    n = len(a)
-    ma, mb = sum(ra) / n, sum(rb) / n
-    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
-    va = sum((x - ma) ** 2 for x in ra) ** 0.5
-    vb = sum((y - mb) ** 2 for y in rb) ** 0.5
-    return cov / (va * vb) if va and vb else float("nan")
 
 
 def main() -> int:
@@ -80,22 +61,7 @@ def main() -> int:
     h, t, dtype = (4096, 2048, "bfloat16") if cuda else (64, 16, "float32")
     t0 = time.time()
 
-    # Model memory in MiB (the unit pptl run measures): an MLP block holds W_up, W_down and biases
-    # plus their gradients; its forward keeps the block input (h), the GELU input and output (4h
-    # each) and, with a split backward, the block's last Linear output (h): 10h per token. After I,
-    # the Linear inputs (5h) and output gradients (5h) wait for W, so w_activation is 1.
-    esz = 2 if dtype == "bfloat16" else 4
-    w_mib = 2 * (8 * h * h + 5 * h) * esz / 2**20
-    a_mib = t * 10 * h * esz / 2**20
-    block = {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0, "activation": a_mib, "weight": w_mib}
-    part = {"F": 2.0 * BLOCKS / 2, "B": 4.0 * BLOCKS / 2, "activation": BLOCKS * a_mib, "weight": BLOCKS * w_mib}
-    tune_cfg = {"pp": PP, "microbatches": list(MBS),
-                "model": {"layers": LAYERS, "layer": block, "embedding": part, "head": part,
-                          "message_bytes": t * h * esz, "w_activation": 1.0,
-                          # I and W from the run's F and B through the block's FLOPs and bytes
-                          "work": "mlp"},
-                "workload": {"hidden": h, "tokens": t, "dtype": dtype},
-                "run_blocks": {"embedding": BLOCKS, "head": BLOCKS}}
+    tune_cfg = tune_config(PP, MBS, h, t, dtype)
     (work / "tune.json").write_text(json.dumps(tune_cfg))
 
     # 1. One measured run of 1F1B with the even split.
@@ -152,28 +118,17 @@ def main() -> int:
         x = tl.meta.extra
         mem = x.get("memory") or {}
         peak = [mem[str(k)]["peak_mib"] for k in range(PP)] if mem else None
+        # What each rank held before the first step (weights, inputs, and what earlier plans of
+        # this launch left allocated): tells a launch's leftovers from the plan's own peak.
+        base_mem = [mem[str(k)]["base_mib"] for k in range(PP)] if mem else None
         rows.append({"label": label, "family": r.structure.family, "microbatches": r.structure.microbatches,
                      "predicted_ms": r.step, "predicted_peak": list(r.peak), "fits": r.fits,
                      "measured_ms": tl.makespan, "wall_ms": x.get("median_untimed_step_ms"),
-                     "measured_peak": peak, "layout": r.layout, "stage_layers": list(r.split.layers),
+                     "measured_peak": peak, "measured_base": base_mem, "layout": r.layout, "stage_layers": list(r.split.layers),
                      # measured mean per (stage, kind): what a later model change is checked against
                      "op_means": costs_from_timeline(tl).get("stages")})
-    checks = {}
-    for m in MBS:
-        rs = [x for x in rows if x["microbatches"] == m]
-        pick = next((x for x in rs if x["label"] == _best_label(res, m)), None)
-        fit_meas = [x for x in rs if x["measured_peak"] is None or max(x["measured_peak"]) <= limit]
-        fastest = min(fit_meas, key=lambda x: x["measured_ms"]) if fit_meas else None
-        checks[f"m{m}_pick_within_2pct"] = (pick is not None and fastest is not None
-                                            and pick["measured_ms"] <= 1.02 * fastest["measured_ms"])
-        checks[f"m{m}_pick"] = pick and pick["label"]
-        checks[f"m{m}_fastest_fitting"] = fastest and fastest["label"]
-        checks[f"m{m}_spearman"] = _spearman([x["predicted_ms"] for x in rs], [x["measured_ms"] for x in rs])
+    checks = tune_checks(rows, limit, {m: _best_label(res, m) for m in MBS})
     errs = {x["label"]: (x["predicted_ms"] - x["measured_ms"]) / x["measured_ms"] for x in rows}
-    checks["max_abs_err"] = max(abs(e) for e in errs.values())
-    checks["families_within_3pct"] = all(abs(e) <= 0.03 for e in errs.values())
-    over = [x["label"] for x in rows if x["fits"] and x["measured_peak"] and max(x["measured_peak"]) > limit]
-    checks["fitting_over_limit"] = over
     result = {"device": a.device, "limit_mib": limit, "units": units, "checks": checks, "rows": rows,
               "tune_best": ranked.get("best"), "seconds": time.time() - t0}
     (out / "tune_gpu.json").write_text(json.dumps(result, indent=1))

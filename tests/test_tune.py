@@ -291,8 +291,20 @@ def test_gpu_script_limit_and_spearman():
     spec.loader.exec_module(mod)
     limit = mod._pick_limit([10.0, 10.2, 12.0, 15.0, 15.1])
     assert 10.2 * 1.04 <= limit <= 12.0 * 0.96 or 12.0 * 1.04 <= limit <= 15.0 * 0.96
-    assert mod._spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
-    assert mod._spearman([1, 2, 3, 4], [40, 30, 20, 10]) == pytest.approx(-1.0)
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from _tune_common import spearman, structure_of
+
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [40, 30, 20, 10]) == pytest.approx(-1.0)
+    # bench/tune_offline.py rebuilds each measured candidate from its label
+    st = structure_of("interleaved vpp=3 G=4 m=16 split=balanced")
+    assert (st.family, st.vpp, st.group, st.microbatches) == ("interleaved", 3, 4, 16)
+    assert structure_of("zbv vpp=2 m=8 split=rank-balanced").vpp == 2
+    st = structure_of("synth mem-limit ilp m=8 split=balanced")
+    assert (st.inflight, st.method) == (None, "ilp")
+    assert structure_of("synth inflight=4 m=8 split=even").inflight == 4
 
 
 def test_hostile_sizes_are_rejected_not_built():
@@ -370,3 +382,100 @@ def test_model_work_is_validated_in_one_line():
         tune_config_from_mapping(data, source="t.yaml")
     data["model"]["work"] = "mlp"
     assert tune_config_from_mapping(data, source="t.yaml").model.work["B"].flops > 0
+
+
+# -- duty cycle (device.duty_exponent) -------------------------------------------------------------
+
+def _duty_run(tmp_path, alpha: float, makespan: float = 550.0) -> tuple[Path, list[float]]:
+    """A measured 1F1B-like timeline of 4 ranks, 16 micro-batches, stage work [10, 8, 8, 10] layers
+    (8 layers each plus an embedding and a head of 2 layers), full-duty F 1 and B 2 per layer, where
+    each rank's compute takes duty ** alpha of that. Duty u solves u = busy(u) / makespan, i.e.
+    u ** (1 - alpha) = 48 * work / makespan. Returns the file and the ranks' duty."""
+    from pptl.timeline import Event, Timeline, TimelineMeta
+
+    work = [10, 8, 8, 10]
+    duty = [(48 * w / makespan) ** (1 / (1 - alpha)) for w in work]
+    events = []
+    for r, (w, u) in enumerate(zip(work, duty)):
+        f, b = w * u ** alpha, 2 * w * u ** alpha
+        ops = [("F", mb, f) for mb in range(16)] + [("B", mb, b) for mb in range(16)]
+        # the first op at 0, the rest back to back so the last ends at the makespan
+        t = makespan - sum(d for *_, d in ops[1:])
+        for k, (kind, mb, d) in enumerate(ops):
+            start = 0.0 if k == 0 else t
+            events.append(Event(op=f"r{r}/compute/{kind} s{r} mb{mb}", rank=r, lane="compute", start=start,
+                                end=start + d, kind=kind, stage=r, mb=mb))
+            if k:
+                t += d
+    tl = Timeline(events, TimelineMeta(source="measured", units="ms", family="1f1b", pp=4, microbatches=16))
+    p = tmp_path / f"run{alpha}.json"
+    p.write_text(json.dumps(tl.to_dict()))
+    return p, duty
+
+
+def test_fit_duty_exponent_recovers_a_known_exponent():
+    from pptl.tune.calibrate import fit_duty_exponent
+
+    work, duty = [10.0, 8.0, 8.0, 10.0], [0.88, 0.65, 0.64, 0.87]
+    times = [[c * w * u ** 0.3 for w, u in zip(work, duty)] for c in (0.8, 1.9)]
+    assert fit_duty_exponent(work, times, duty) == pytest.approx(0.3)
+    assert fit_duty_exponent(work, [[w for w in work]], duty) == pytest.approx(0.0)
+    # ranks about as busy as each other: nothing to fit from
+    assert fit_duty_exponent(work, times, [0.80, 0.79, 0.78, 0.80]) is None
+
+
+def test_costs_from_fits_duty_exponent_and_full_duty_costs(tmp_path):
+    from pptl.tune.calibrate import calibrate_tune
+
+    path, duty = _duty_run(tmp_path, 0.3)
+    assert max(duty) / min(duty) > 1.3
+    tc, _, notes = calibrate_tune(_cfg(memory_limit=None), path)
+    assert tc.duty_exponent == pytest.approx(0.3, abs=1e-6)
+    m = tc.model
+    # full-duty costs come back: 1 and 2 per layer, the embedding and head 2 layers each
+    assert m.layer.F == pytest.approx(1.0) and m.layer.B == pytest.approx(2.0)
+    assert m.embedding.F == pytest.approx(2.0) and m.head.B == pytest.approx(4.0)
+    assert any("duty exponent 0.300 fitted" in n for n in notes)
+    # the config's exponent wins over the fit; 0 is today's fixed durations (per-stage means)
+    fixed, _, notes = calibrate_tune(replace(_cfg(memory_limit=None), duty_exponent=0.0), path)
+    assert fixed.duty_exponent == 0.0 and fixed.model.layer.F == pytest.approx(8 * duty[1] ** 0.3 / 8, rel=0.05)
+    assert not any("duty exponent" in n for n in notes)
+
+
+def test_costs_from_a_run_without_duty_effect_fits_zero(tmp_path):
+    from pptl.tune.calibrate import calibrate_tune
+
+    path, duty = _duty_run(tmp_path, 0.0, makespan=600.0)  # durations do not depend on duty
+    tc, _, notes = calibrate_tune(_cfg(memory_limit=None), path)
+    assert tc.duty_exponent == pytest.approx(0.0, abs=1e-9)
+    assert tc.model.layer.F == pytest.approx(1.0) and tc.model.embedding.F == pytest.approx(2.0)
+
+
+def test_duty_timing_is_a_fixed_point_and_zero_is_unchanged():
+    base = _cfg(families=["1f1b", "gpipe", "zbv"], microbatches=8, memory_limit=None, messages="overlap")
+    plain = {r.label: r for r in tune(base).results}
+    same = {r.label: r for r in tune(replace(base, duty_exponent=0.0)).results}
+    assert {k: r.step for k, r in plain.items()} == {k: r.step for k, r in same.items()}
+    assert all(r.duty == () for r in plain.values())
+    duty = {r.label: r for r in tune(replace(base, duty_exponent=0.3)).results}
+    for label, r in duty.items():
+        # idle time lets a rank clock higher: no step is longer than at fixed durations, and one
+        # whose busiest rank idles at times is shorter (a rank busy all the step keeps its cost)
+        assert r.step <= plain[label].step * (1 + 1e-12)
+        if max(r.duty) < 1:
+            assert r.step < plain[label].step
+        # the duty the timing converged to is the busy share of its own step
+        assert sum(r.duty) / len(r.duty) == pytest.approx(1 - r.bubble, abs=1e-3)
+        assert all(0 < d <= 1 for d in r.duty)
+    assert duty["1f1b m=8 split=even"].step < plain["1f1b m=8 split=even"].step
+
+
+def test_duty_exponent_config_errors():
+    from pptl.errors import InputError
+
+    assert _cfg(device={"duty_exponent": 0.25}).duty_exponent == 0.25
+    assert _cfg().duty_exponent is None and _cfg().alpha == 0.0
+    with pytest.raises(InputError, match=r"field 'device.duty_exponent': got 3.0, expected 0..2"):
+        _cfg(device={"duty_exponent": 3.0})
+    with pytest.raises(InputError, match=r"field 'device': expected a mapping such as"):
+        _cfg(device={"clock": 1})
