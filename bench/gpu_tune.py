@@ -10,7 +10,8 @@ micro-batches. Steps:
   2. `pptl tune --costs-from` that timeline (no limit), to pick a memory limit that rules some
      candidates out (between two predicted peaks, >= 4% from every one), then again with it;
   3. every family's fastest candidate and the top 5 at each micro-batch count, in one launch;
-  4. the checks of issue 19; writes tune_gpu.md and tune_gpu.json (and pareto.png) to OUTDIR.
+  4. the checks of issue 19; writes tune_gpu.md and tune_gpu.json (and pareto.png) to OUTDIR, with
+     base.measured.json and every cand<i>.measured.json (bench/tune_offline.py re-predicts from them).
 --device cpu runs a tiny float32 workload on gloo (a smoke test of the script; no memory numbers).
 """
 from __future__ import annotations
@@ -111,6 +112,9 @@ def main() -> int:
         plans.append((s, work / f"cand{k}.measured.json"))
     print(f"running {len(plans)} candidates in one launch", flush=True)
     tls = run_plans(plans, gpus=PP, device=a.device, steps=a.steps, warmup=a.warmup)
+    for _, path in plans:  # beside base.measured.json: bench/tune_offline.py re-times synth on the order that ran
+        if path.is_file() and path.parent != out:
+            shutil.copy(path, out / path.name)
 
     # 3. Compare.
     rows = []
