@@ -422,6 +422,9 @@ def test_fit_duty_exponent_recovers_a_known_exponent():
     assert fit_duty_exponent(work, [[w for w in work]], duty) == pytest.approx(0.0)
     # ranks about as busy as each other: nothing to fit from
     assert fit_duty_exponent(work, times, [0.80, 0.79, 0.78, 0.80]) is None
+    # times that scatter around no trend in duty: no exponent is read from noise
+    noisy = [[w * f for w, f in zip(work, (1.0, 1.06, 0.93, 1.01))], [w * f for w, f in zip(work, (0.95, 1.0, 1.04, 1.0))]]
+    assert fit_duty_exponent(work, noisy, duty) is None
 
 
 def test_costs_from_fits_duty_exponent_and_full_duty_costs(tmp_path):

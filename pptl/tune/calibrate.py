@@ -104,7 +104,8 @@ def fit_duty_exponent(work: Sequence[float], times: Sequence[Sequence[float]],
     ``work[s]``: stage ``s``'s work in layers (the model's embedding and head as their ratio to a
     layer); ``times[k]``: per kind (F, B, ...), the measured time of every stage; ``duty[s]``: its
     rank's busy share. One alpha for every kind, one ``c_k`` per kind. None when the duty spreads
-    less than :data:`MIN_DUTY_SPREAD` or a value is not positive.
+    less than :data:`MIN_DUTY_SPREAD`, a value is not positive, or alpha is within 3 standard errors
+    of 0 (the times scatter more than duty explains).
 
     Example: work [10, 8, 8, 10], duty [0.88, 0.65, 0.64, 0.87] and times ``c * work * duty**0.3``
     give back 0.3.
@@ -130,7 +131,23 @@ def fit_duty_exponent(work: Sequence[float], times: Sequence[Sequence[float]],
         my = sum(ys[i] for i in idx) / len(idx)
         num += sum((xs[i] - mx) * (ys[i] - my) for i in idx)
         den += sum((xs[i] - mx) ** 2 for i in idx)
-    return num / den if den > 0 else None
+    if den <= 0:
+        return None
+    alpha = num / den
+    # The stages' times must follow their duty, not scatter around it: with more points than
+    # unknowns, alpha must stand 3 standard errors clear of 0 (a noisy CPU run fits nothing).
+    free = len(xs) - len(set(groups)) - 1
+    if free > 0:
+        ssr = 0.0
+        for k in set(groups):
+            idx = [i for i, g in enumerate(groups) if g == k]
+            mx = sum(xs[i] for i in idx) / len(idx)
+            my = sum(ys[i] for i in idx) / len(idx)
+            ssr += sum((ys[i] - my - alpha * (xs[i] - mx)) ** 2 for i in idx)
+        se = math.sqrt(ssr / free / den)
+        if abs(alpha) < 3 * se:
+            return None
+    return alpha
 
 
 def calibrate_tune(tc: TuneConfig, measured: Path) -> tuple[TuneConfig, str, list[str]]:
@@ -217,8 +234,9 @@ def _normalise_duty(tc: TuneConfig, tl: Any, split: Sequence[int], stages: dict[
         kinds = [k for k in ("F", "B", "I", "W") if all(k in stages[s] for s in range(S))]
         fitted = fit_duty_exponent(work, [[stages[s][k] for s in range(S)] for k in kinds], u)
         if fitted is None:
-            notes.append(f"duty exponent 0: the run's ranks are busy {shown} of the step, too alike to fit how "
-                         f"speed depends on duty (set device.duty_exponent to use one)")
+            notes.append(f"duty exponent 0: the run's ranks (busy {shown} of the step) do not show how speed "
+                         f"depends on duty: too alike, or their times scatter more than duty explains "
+                         f"(set device.duty_exponent to use one)")
             return replace(tc, duty_exponent=0.0), stages
         alpha = min(1.0, max(0.0, fitted))
         notes.append(f"duty exponent {alpha:.3f} fitted (least squares {fitted:.3f}, clamped to 0..1): ranks busy "
