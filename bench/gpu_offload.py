@@ -15,21 +15,24 @@ tokens a member; ``bench/gpu_issue8.py``) planned with the run's working memory 
               (held out: the calibrated plan as a prediction);
 4. report     per rank: max_memory_reserved, allocated activation peak, planned peak; the saving against the
               plan's; step times; exposed all-to-all of the worst rank planned vs measured; each target
-              with pass/fail. OUT gets table.md and results.json (the .sh adds suite.log).
+              with pass/fail. OUT gets table.md, results.json and work.tar.gz (configs, plans,
+              timelines; the .sh adds suite.log).
 
 On CPU (``--device cpu --hidden 64 --tokens 32``) it runs end to end without a GPU (no memory numbers).
 
     PYTHONPATH=. python3 bench/gpu_offload.py --evaluate-only WORK --out OUT
 
-redoes steps 3-4 from a saved work folder (the ``/tmp/pptl-gpu_offload.*`` a GPU run leaves: cfg_*, plan_*,
-measured_*, rerun_*), with the library as it is now, on any machine; WORK is only read (the calibrated plans
-go to OUT/work).
+redoes steps 3-4 from a saved work folder (``work/`` of a run's OUT/work.tar.gz: cfg_*, plan_*, measured_*,
+rerun_*), with the library as it is now, on any machine: the plans made again from the configs, the measured
+timelines' calibration data derived again, then calibration and targets. WORK is only read (what is made goes
+to OUT/work).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import tarfile
 import time
 from pathlib import Path
 from typing import Any
@@ -260,6 +263,8 @@ def main() -> int:
     report(results, paths, out, stage, work)
     results["seconds"] = time.time() - t0
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    with tarfile.open(out / "work.tar.gz", "w:gz") as tar:  # for --evaluate-only later
+        tar.add(work, arcname="work")
     log("done")
     return 0
 
@@ -289,6 +294,30 @@ def report(results: dict[str, Any], paths: dict[str, dict[str, Path]], out: Path
     print("\n".join(lines), flush=True)
 
 
+def refresh(paths: dict[str, dict[str, Path]], cal_dir: Path) -> None:
+    """The plans and the measured timelines' calibration data (per cost key and context) and
+    exposure made again by the library as it is now (``finish_timeline``, what ``pptl run`` does at
+    the end of a run), written to ``cal_dir``; ``paths`` then point there. A plan made again is
+    used only if it has the same ops (ids) as the one that ran (its cost keys may differ)."""
+    from pptl.formats.loader import load_any
+    from pptl.run.moe import MoEExecutor
+
+    for n, p in paths.items():
+        fresh = write_plan(n, json.loads(p["cfg"].read_text()), cal_dir, "main")
+        schedule = load_any(fresh["plan"]).schedule
+        if {op.id for op in schedule.ops} == {op.id for op in load_any(p["plan"]).schedule.ops}:
+            p["cfg"], p["plan"] = fresh["cfg"], fresh["plan"]
+        else:
+            log(f"  {n}: the plan made again has other ops than the one that ran; keeping that one")
+            schedule = load_any(p["plan"]).schedule
+        for key in ("measured", "rerun"):
+            if key in p:
+                tl = MoEExecutor.finish_timeline(schedule, load_any(p[key]).timeline)
+                dst = cal_dir / p[key].name
+                dst.write_text(json.dumps(tl.to_dict(), separators=(",", ":"), allow_nan=False))
+                p[key] = dst
+
+
 def evaluate_only(a: argparse.Namespace, out: Path) -> int:
     """``--evaluate-only WORK``: steps 3-4 again from a saved work folder (read only)."""
     saved = Path(a.evaluate_only)
@@ -301,6 +330,7 @@ def evaluate_only(a: argparse.Namespace, out: Path) -> int:
     cal_dir.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"args": vars(a), "env": env_info(), "targets": TARGETS, "evaluated_from": str(saved)}
     stage = Stages(results, out)
+    refresh(paths, cal_dir)
     results["run"] = summarize(paths, "measured")
     if any("rerun" in p for p in paths.values()):
         results["rerun"] = summarize({n: p for n, p in paths.items() if "rerun" in p}, "rerun")
