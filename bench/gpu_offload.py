@@ -9,8 +9,8 @@ tokens a member; ``bench/gpu_issue8.py``) planned with the run's working memory 
 1. smoke      a tiny plan with offloading, ``--verify`` (loss and every gradient against one process);
 2. run        moe-overlap (no offloading), moe-offload, moe-no-overlap in one launch, then (``--rerun 1``)
               the same three plans in a second launch;
-3. calibrate  ``pptl plan --costs-from`` each first-launch timeline (means per cost key and per context:
-              alone or beside compute) and ``pptl compare``; makespan and exposed all-to-all are checked
+3. calibrate  ``pptl plan --costs-from`` each first-launch timeline (per cost key, and per context:
+              alone or beside compute of a kind, ``pptl.contexts``) and ``pptl compare``; makespan and exposed all-to-all are checked
               against the run the costs were learned from (in-sample) and against the second launch
               (held out: the calibrated plan as a prediction);
 4. report     per rank: max_memory_reserved, allocated activation peak, planned peak; the saving against the
