@@ -42,7 +42,7 @@ def test_contexts_read_off_the_lanes_of_one_rank():
     pytest.param(0.5, 0.1 + 0.5 * 0.9, id="alone-until-the-attention-then-beside-it"),
 ])
 def test_an_op_progresses_at_the_rate_of_each_context_it_passes(start, expected):
-    from pptl.contexts import paced_duration, _compute_by_rank
+    from pptl.contexts import _compute_by_rank, paced_duration
 
     comp = _compute_by_rank([Span(0, "compute", "MLP", -1.0, 0.3), Span(0, "compute", "ATTN", 0.6, 5.0)],
                             "compute")[0]
@@ -54,7 +54,7 @@ def test_an_op_progresses_at_the_rate_of_each_context_it_passes(start, expected)
 def _paced_timeline(truth: dict[str, float], starts: list[float]) -> list[Span]:
     """A rank whose compute runs MLP [0, 1), ATTN [1.2, 3); one all-to-all from each start, timed by
     the rule the simulator uses (what a run that follows it would measure)."""
-    from pptl.contexts import paced_duration, _compute_by_rank
+    from pptl.contexts import _compute_by_rank, paced_duration
 
     comp = [Span(0, "compute", "MLP", 0.0, 1.0), Span(0, "compute", "ATTN", 1.2, 3.0)]
     c = _compute_by_rank(comp, "compute")[0]
