@@ -47,9 +47,9 @@ class Stages:
             (self.out / "results.json").write_text(json.dumps(self.results, indent=1, default=str))
 
 
-def calibrate_one(cfg_path: Path, measured: Path) -> tuple[Any, Path, Any]:
-    """``pptl plan CONFIG --costs-from MEASURED`` written beside the measured timeline (calibrated_*), and
-    ``pptl compare`` of it against that timeline: (plan result, its path, comparison)."""
+def calibrate_one(cfg_path: Path, measured: Path, out_dir: Path | None = None) -> tuple[Any, Path, Any]:
+    """``pptl plan CONFIG --costs-from MEASURED`` written beside the measured timeline (calibrated_*; in
+    ``out_dir`` if given), and ``pptl compare`` of it against that timeline: (plan result, its path, comparison)."""
     from pptl import planning
     from pptl.compare import compare_timelines
     from pptl.formats.loader import load_any
@@ -57,7 +57,7 @@ def calibrate_one(cfg_path: Path, measured: Path) -> tuple[Any, Path, Any]:
     cfg, units = planning.calibrate(planning.make_config(cfg_path, {}, None, None), measured)
     result = planning.plan(cfg)
     result.schedule.meta["units"] = units
-    cal_path = measured.with_name(measured.name.replace("measured_", "calibrated_"))
+    cal_path = (out_dir or measured.parent) / measured.name.replace("measured_", "calibrated_")
     planning.write_plan(result, cal_path)
     return result, cal_path, compare_timelines(load_any(cal_path).timeline, load_any(measured).timeline)
 

@@ -99,8 +99,13 @@ def launch(paths: dict[str, dict[str, Path]], a: argparse.Namespace, *, plan_key
         error = f"{type(e).__name__}: {e}"
         log(f"  launch failed: {error}")
     log(f"  {len(names)} plans in one launch: {time.time() - t:.1f} s")
+    return summarize(paths, out_key, error)
+
+
+def summarize(paths: dict[str, dict[str, Path]], out_key: str, error: str | None = None) -> dict[str, Any]:
+    """Name -> summary of the timeline each plan wrote (step times, memory and reports per rank)."""
     out: dict[str, Any] = {}
-    for n in names:
+    for n in paths:
         p = paths[n][out_key]
         if not p.exists():
             out[n] = {"error": error or "no timeline"}
@@ -122,13 +127,14 @@ def launch(paths: dict[str, dict[str, Path]], a: argparse.Namespace, *, plan_key
     return out
 
 
-def calibrate(paths: dict[str, dict[str, Path]]) -> dict[str, Any]:
+def calibrate(paths: dict[str, dict[str, Path]], out_dir: Path | None = None) -> dict[str, Any]:
+    """``calibrate_one`` per plan; the calibrated plans go beside the timelines, or in ``out_dir``."""
     out: dict[str, Any] = {}
     for n, p in paths.items():
         if not p["measured"].exists():
             continue
         try:
-            result, p["calibrated"], cmp = calibrate_one(p["cfg"], p["measured"])
+            result, p["calibrated"], cmp = calibrate_one(p["cfg"], p["measured"], out_dir)
             out[n] = {"predicted_ms": cmp.makespan_planned, "measured_ms": cmp.makespan_measured,
                       "error": cmp.makespan_error, "kinds": {k.kind: [k.planned_mean, k.measured_mean]
                                                              for k in cmp.kinds},

@@ -9,21 +9,30 @@ tokens a member; ``bench/gpu_issue8.py``) planned with the run's working memory 
 1. smoke      a tiny plan with offloading, ``--verify`` (loss and every gradient against one process);
 2. run        moe-overlap (no offloading), moe-offload, moe-no-overlap in one launch, then (``--rerun 1``)
               the same three plans in a second launch;
-3. calibrate  ``pptl plan --costs-from`` each first-launch timeline (means per cost key and per context:
-              alone or beside compute) and ``pptl compare``; makespan and exposed all-to-all are checked
+3. calibrate  ``pptl plan --costs-from`` each first-launch timeline (per cost key, and per context:
+              alone or beside compute of a kind, ``pptl.contexts``) and ``pptl compare``; makespan and exposed all-to-all are checked
               against the run the costs were learned from (in-sample) and against the second launch
               (held out: the calibrated plan as a prediction);
 4. report     per rank: max_memory_reserved, allocated activation peak, planned peak; the saving against the
               plan's; step times; exposed all-to-all of the worst rank planned vs measured; each target
-              with pass/fail. OUT gets table.md and results.json (the .sh adds suite.log).
+              with pass/fail. OUT gets table.md, results.json and work.tar.gz (configs, plans,
+              timelines; the .sh adds suite.log).
 
 On CPU (``--device cpu --hidden 64 --tokens 32``) it runs end to end without a GPU (no memory numbers).
+
+    PYTHONPATH=. python3 bench/gpu_offload.py --evaluate-only WORK --out OUT
+
+redoes steps 3-4 from a saved work folder (``work/`` of a run's OUT/work.tar.gz: cfg_*, plan_*, measured_*,
+rerun_*), with the library as it is now, on any machine: the plans made again from the configs, the measured
+timelines' calibration data derived again, then calibration and targets. WORK is only read (what is made goes
+to OUT/work).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import tarfile
 import time
 from pathlib import Path
 from typing import Any
@@ -33,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from _common import Stages, add_moe_workload_args, env_info, log  # noqa: E402
-from gpu_issue8 import calibrate, launch, write_plan  # noqa: E402
+from gpu_issue8 import calibrate, launch, summarize, write_plan  # noqa: E402
 
 MiB = float(1 << 20)
 RUNS = (("moe-overlap", True, False), ("moe-offload", True, True), ("moe-no-overlap", False, False))
@@ -218,9 +227,13 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=90)
     ap.add_argument("--skip-smoke", action="store_true")
     ap.add_argument("--work", default="")
+    ap.add_argument("--evaluate-only", default="", metavar="WORK",
+                    help="no run: calibrate and check the targets again from a saved work folder")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    if a.evaluate_only:
+        return evaluate_only(a, out)
     work = Path(a.work) if a.work else out / "work"
     work.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"args": vars(a), "env": env_info(), "targets": TARGETS}
@@ -247,16 +260,82 @@ def main() -> int:
             paths[n]["rerun"] = work / f"rerun_{n}.json"
         results["rerun"] = stage("rerun (the same plans, a second launch)", lambda: launch(
             paths, a, plan_key="plan", out_key="rerun", steps=a.steps, warmup=a.warmup, verify=False))
-    results["calibration"] = stage("calibrate (per cost key and context)", lambda: calibrate(paths))
+    report(results, paths, out, stage, work)
+    results["seconds"] = time.time() - t0
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    with tarfile.open(out / "work.tar.gz", "w:gz") as tar:  # for --evaluate-only later
+        tar.add(work, arcname="work")
+    log("done")
+    return 0
+
+
+def saved_paths(work: Path) -> dict[str, dict[str, Path]]:
+    """The files a GPU run left in ``work``, per run (those whose measured timeline is there)."""
+    paths: dict[str, dict[str, Path]] = {}
+    for n, _, _ in RUNS:
+        p = {"cfg": work / f"cfg_{n}_main.json", "plan": work / f"plan_{n}_main.json",
+             "measured": work / f"measured_{n}_main.json"}
+        if all(x.exists() for x in p.values()):
+            if (work / f"rerun_{n}.json").exists():
+                p["rerun"] = work / f"rerun_{n}.json"
+            paths[n] = p
+    return paths
+
+
+def report(results: dict[str, Any], paths: dict[str, dict[str, Path]], out: Path, stage: Stages,
+           cal_dir: Path) -> None:
+    """Steps 3-4: calibrate (plans written to ``cal_dir``), exposure, contexts, targets; OUT/table.md."""
+    results["calibration"] = stage("calibrate (per cost key and context)", lambda: calibrate(paths, cal_dir))
     results["exposure"] = stage("exposure", lambda: exposure(paths))
     results["contexts"] = stage("contexts", lambda: contexts(paths))
     results["evaluation"] = stage("evaluate", lambda: evaluate(results))
     lines = table(results)
     (out / "table.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines), flush=True)
-    results["seconds"] = time.time() - t0
+
+
+def refresh(paths: dict[str, dict[str, Path]], cal_dir: Path) -> None:
+    """The plans and the measured timelines' calibration data (per cost key and context) and
+    exposure made again by the library as it is now (``finish_timeline``, what ``pptl run`` does at
+    the end of a run), written to ``cal_dir``; ``paths`` then point there. A plan made again is
+    used only if it has the same ops (ids) as the one that ran (its cost keys may differ)."""
+    from pptl.formats.loader import load_any
+    from pptl.run.moe import MoEExecutor
+
+    for n, p in paths.items():
+        fresh = write_plan(n, json.loads(p["cfg"].read_text()), cal_dir, "main")
+        schedule = load_any(fresh["plan"]).schedule
+        if {op.id for op in schedule.ops} == {op.id for op in load_any(p["plan"]).schedule.ops}:
+            p["cfg"], p["plan"] = fresh["cfg"], fresh["plan"]
+        else:
+            log(f"  {n}: the plan made again has other ops than the one that ran; keeping that one")
+            schedule = load_any(p["plan"]).schedule
+        for key in ("measured", "rerun"):
+            if key in p:
+                tl = MoEExecutor.finish_timeline(schedule, load_any(p[key]).timeline)
+                dst = cal_dir / p[key].name
+                dst.write_text(json.dumps(tl.to_dict(), separators=(",", ":"), allow_nan=False))
+                p[key] = dst
+
+
+def evaluate_only(a: argparse.Namespace, out: Path) -> int:
+    """``--evaluate-only WORK``: steps 3-4 again from a saved work folder (read only)."""
+    saved = Path(a.evaluate_only)
+    paths = saved_paths(saved)
+    if not paths:
+        print(f"{saved}: no cfg_/plan_/measured_*_main.json of {', '.join(n for n, _, _ in RUNS)} "
+              "(expected the work folder of bench/gpu_offload.sh)", file=sys.stderr)
+        return 2
+    cal_dir = out / "work"
+    cal_dir.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {"args": vars(a), "env": env_info(), "targets": TARGETS, "evaluated_from": str(saved)}
+    stage = Stages(results, out)
+    refresh(paths, cal_dir)
+    results["run"] = summarize(paths, "measured")
+    if any("rerun" in p for p in paths.values()):
+        results["rerun"] = summarize({n: p for n, p in paths.items() if "rerun" in p}, "rerun")
+    report(results, paths, out, stage, cal_dir)
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
-    log("done")
     return 0
 
 

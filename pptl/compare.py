@@ -161,18 +161,37 @@ def compare_timelines(planned: Timeline, measured: Timeline) -> Comparison:
                       _contexts([(p_by[op], m_by[op]) for op in common], scale))
 
 
+_COLLECTIVES = frozenset({"A2A_DISPATCH", "A2A_COMBINE"})
+
+
+def _from_last_member(events: list[Event]) -> dict[str, float]:
+    """Per all-to-all event: the latest start among the copies of that all-to-all (same kind, flow,
+    stage, micro-batch, layer; a stage sits on one EP group's members). A copy that starts early
+    waits for its peers; that wait is no transfer time (the plan, like ``--costs-from``, times an
+    all-to-all from its last member's start)."""
+    latest: dict[tuple, float] = {}
+    for e in events:
+        if e.kind in _COLLECTIVES:
+            k = (e.kind, e.flow, e.stage, e.mb, e.sub, e.chunk)
+            latest[k] = max(latest.get(k, e.start), e.start)
+    return {e.op: min(e.end, latest[(e.kind, e.flow, e.stage, e.mb, e.sub, e.chunk)])
+            for e in events if e.kind in _COLLECTIVES}
+
+
 def _contexts(pairs: list[tuple[Event, Event]], scale: float) -> list[Any]:
     """Per-context rows of the side-lane ops other than messages (none for plain training plans)."""
     from pptl.contexts import Span, context_errors
 
-    def span(e: Event) -> Span:
-        return Span(e.rank, e.lane, e.kind, e.start, e.end)
-
     side = [(p, m) for p, m in pairs if p.lane not in ("compute", "pass") and p.kind not in ("SEND", "RECV")]
     if not side:
         return []
+    starts = [_from_last_member([p for p, _ in pairs]), _from_last_member([m for _, m in pairs])]
+
+    def span(e: Event, k: int) -> Span:
+        return Span(e.rank, e.lane, e.kind, max(e.start, starts[k].get(e.op, e.start)), e.end)
+
     # contexts need each side's compute ops too; only side-lane rows come back
-    rows = context_errors([(span(p), span(m)) for p, m in pairs if p.lane != "pass"
+    rows = context_errors([(span(p, 0), span(m, 1)) for p, m in pairs if p.lane != "pass"
                            and p.kind not in ("SEND", "RECV")], scale)
     return rows
 

@@ -5,13 +5,20 @@ the compute lane of its rank: measured on H200s, an MoE all-to-all paired with a
 as long as one that runs alone. One mean per cost key is then wrong both ways (too slow where the
 op is alone and exposed, too fast where it hides behind compute).
 
-The **context** of an op is ``"alone"``, or the kind of the compute op of its rank that overlaps it
-longest (``"ATTN"``, ``"MLP"``, ``"F"`` ...) when that overlap covers at least half of the op.
-``Costs.context`` maps cost key -> context -> duration; :func:`context_durations` re-times a
-plan's ops from it (the simulator calls it until the contexts settle), :func:`measure_contexts`
-learns it from a measured timeline (``pptl plan --costs-from``), and :func:`context_errors` is
-``pptl compare``'s error per context. Nothing here knows a family: the context is read off the
-lanes of one rank.
+``Costs.context`` maps cost key -> context -> duration, where a context is ``"alone"`` or the kind
+of a compute op (``"ATTN"``, ``"MLP"``, ``"F"`` ...): the time the op takes when all of it runs in
+that context. An op that is beside compute for part of its length **progresses at the rate of each
+context it passes through** (:func:`paced_duration`): an all-to-all that starts 0.3 ms before an
+attention kernel ends does 0.3 / 1.1 of its work beside it and the rest at the alone rate, not
+1.1 ms beside compute (what a single context per op gives, leaving 0.8 ms of it exposed) nor
+0.15 ms alone. :func:`context_durations` re-times a plan's ops this way (the simulator calls it
+until the durations settle); :func:`measure_contexts` learns the durations from a measured
+timeline (``pptl plan --costs-from``) by the same rule read backwards: the alone duration from the
+ops with no compute beside them, then per compute kind the time spent beside it over the work
+done there. :func:`contexts_of` names one context per op (``"alone"``, or the kind of the compute
+op that overlaps it longest when that covers at least half of it): ``pptl compare``'s error per
+context (:func:`context_errors`) is grouped by it. Nothing here knows a family: the context is read
+off the lanes of one rank.
 
 Notes:
     O(ops log ops): compute intervals sorted per rank, each op looks at the ones it overlaps.
@@ -22,15 +29,19 @@ import bisect
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
-__all__ = ["ALONE", "BUSY", "Span", "ContextRow", "contexts_of", "context_durations", "measure_contexts",
-           "context_errors", "CONTEXT_PASSES"]
+__all__ = ["ALONE", "BUSY", "Span", "ContextRow", "contexts_of", "paced_duration", "context_durations",
+           "measure_contexts", "context_errors", "CONTEXT_PASSES"]
 
 ALONE = "alone"
 BUSY = "busy"
 """The learned mean over every overlapped context: the fallback for a context never measured."""
 CONTEXT_PASSES = 6
-"""Most re-timings the simulator makes; a plan whose contexts flip back and forth keeps the last."""
+"""Most re-timings the simulator makes; a plan whose durations still move keeps the last."""
 _COVER = 0.5
+_ALONE_COVER = 0.05
+"""An op with compute beside it for at most this share of its length times the alone duration."""
+_SETTLED = 1e-9
+"""Relative change below which a re-timed duration keeps its previous value (so re-timing ends)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,57 +94,162 @@ def contexts_of(spans: Sequence[Span], *, compute_lane: str = "compute") -> list
     return out
 
 
-def lookup(table: Mapping[str, Mapping[str, float]], key: str, context: str | None) -> float | None:
-    """The duration of ``key`` in ``context``: that context, else :data:`BUSY` for an overlapped one."""
-    row = table.get(key)
-    if row is None or context is None:
-        return None
-    if context in row:
-        return row[context]
-    return row.get(BUSY) if context != ALONE else None
+class _Compute:
+    """The compute intervals of one rank, sorted, with what a search from a time needs."""
+
+    __slots__ = ("spans", "starts", "longest")
+
+    def __init__(self, spans: list[tuple[float, float, str]]) -> None:
+        spans.sort()
+        self.spans = spans
+        self.starts = [a for a, _, _ in spans]
+        self.longest = max((b - a for a, b, _ in spans), default=0.0)
+
+    def first(self, t: float) -> int:
+        """Index of the first interval that may end after ``t``."""
+        return bisect.bisect_left(self.starts, t - self.longest)
+
+
+def _compute_by_rank(spans: Sequence[Span], compute_lane: str) -> dict[int, _Compute]:
+    comp: dict[int, list[tuple[float, float, str]]] = {}
+    for s in spans:
+        if s.lane == compute_lane and s.end > s.start:
+            comp.setdefault(s.rank, []).append((s.start, s.end, s.kind))
+    return {r: _Compute(v) for r, v in comp.items()}
+
+
+def paced_duration(start: float, compute: _Compute | None, alone: float,
+                   beside: Callable[[str], float]) -> float:
+    """How long an op that starts at ``start`` runs, doing its work at the rate of the context it is
+    in: ``1 / alone`` per unit of time while its rank's compute lane is idle, ``1 / beside(kind)``
+    while compute of that kind runs (a duration of 0 finishes the rest at once).
+
+    Example: alone 0.2, beside MLP 0.6, an MLP running until 0.3 after the start: the first 0.3 do
+    half the work, the rest takes 0.1 alone, so 0.4.
+    """
+    if compute is None or not compute.spans:
+        return alone
+    v = compute.spans
+    j = compute.first(start)
+    t, left = start, 1.0  # share of the op's work still to do
+    while True:
+        while j < len(v) and v[j][1] <= t:
+            j += 1
+        if j == len(v):
+            return t + left * alone - start
+        a, b, kind = v[j]
+        if a > t:  # idle compute lane until a
+            if t + left * alone <= a:
+                return t + left * alone - start
+            left -= (a - t) / alone
+            t = a
+        d = beside(kind)
+        if d <= 0 or t + left * d <= b:
+            return t + left * max(d, 0.0) - start
+        left -= (b - t) / d
+        t = b
+        j += 1
 
 
 def context_durations(spans: Sequence[Span], keys: Sequence[str], base: Sequence[float],
-                      table: Mapping[str, Mapping[str, float]], sticky: list[str | None] | None = None) -> list[float]:
-    """``base`` with each op whose key has contexts in ``table`` timed for the context it has in ``spans``.
+                      table: Mapping[str, Mapping[str, float]], memo: list[float | None] | None = None
+                      ) -> list[float]:
+    """``base`` with each side-lane op whose key has contexts in ``table`` re-timed by
+    :func:`paced_duration` from its start in ``spans`` and the compute intervals of its rank there.
 
-    ``sticky`` (one entry per op, updated in place) keeps an op that was once beside compute there:
-    a slower op can overlap less than half of the compute it sat beside and flip back to alone,
-    then fast again, and so on; once beside compute stays beside compute, so re-timing settles."""
-    ctx = contexts_of(spans)
-    if sticky is not None:
-        for i, c in enumerate(ctx):
-            if c == ALONE and sticky[i] not in (None, ALONE):
-                ctx[i] = sticky[i]
-            elif c is not None:
-                sticky[i] = c
+    The alone duration is ``table[key]["alone"]`` (else the op's ``base``); a compute kind not in
+    the table takes :data:`BUSY`, else the alone duration. ``memo`` (one entry per op, updated in
+    place) holds the durations of the previous call: one that moved by less than a relative 1e-9
+    keeps its old value, so a caller re-timing until nothing changes stops."""
+    comp = _compute_by_rank(spans, "compute")
     out = list(base)
-    for i, (key, c) in enumerate(zip(keys, ctx)):
-        d = lookup(table, key, c)
-        if d is not None:
-            out[i] = d
+    for i, (s, key) in enumerate(zip(spans, keys)):
+        row = table.get(key)
+        if row is None or s.lane == "compute":
+            continue
+        alone = row.get(ALONE, base[i])
+        busy = row.get(BUSY, alone)
+        d = paced_duration(s.start, comp.get(s.rank), alone, lambda kind: row.get(kind, busy))
+        if memo is not None:
+            prev = memo[i]
+            if prev is not None and abs(d - prev) <= _SETTLED * max(1.0, abs(prev)):
+                d = prev
+            memo[i] = d
+        out[i] = d
+    return out
+
+
+def _overlap_by_kind(s: Span, comp: _Compute | None) -> dict[str, float]:
+    out: dict[str, float] = {}
+    if comp is None:
+        return out
+    v = comp.spans
+    j = comp.first(s.start)
+    while j < len(v) and v[j][0] < s.end:
+        a, b, kind = v[j]
+        ov = min(b, s.end) - max(a, s.start)
+        if ov > 0:
+            out[kind] = out.get(kind, 0.0) + ov
+        j += 1
     return out
 
 
 def measure_contexts(spans: Sequence[Span], keys: Sequence[str | None],
                      durations: Sequence[float] | None = None, *, min_count: int = 1
                      ) -> dict[str, dict[str, float]]:
-    """Mean duration per (key, context) of the side-lane spans whose key is not None, plus
-    :data:`BUSY` (every overlapped one). ``durations`` overrides a span's own length (a
-    collective timed from its last participant). Contexts seen fewer than ``min_count`` times
-    are left out."""
-    ctx = contexts_of(spans)
-    sums: dict[str, dict[str, list[float]]] = {}
-    for i, (s, key, c) in enumerate(zip(spans, keys, ctx)):
-        if key is None or c is None:
+    """Duration per (key, context) of the side-lane spans whose key is not None, under the rule
+    :func:`paced_duration` times them by, plus :data:`BUSY` (every compute kind together).
+
+    - alone: the mean length of the ops with compute beside them for at most 5% of their length
+      (if none, of those beside compute for less than half);
+    - a compute kind K: (time the ops spent beside K) / (work they did there), where an op with
+      ``t0`` alone and ``tc`` beside compute did ``1 - t0 / alone`` of its work beside compute, shared
+      among the kinds by time. A ratio of sums, so short overlaps weigh little.
+
+    ``durations`` overrides a span's own length (a collective timed from its last participant).
+    Contexts seen fewer than ``min_count`` times are left out."""
+    comp = _compute_by_rank(spans, "compute")
+    rows: dict[str, list[tuple[float, dict[str, float]]]] = {}
+    for i, (s, key) in enumerate(zip(spans, keys)):
+        if key is None or s.lane == "compute":
             continue
-        d = durations[i] if durations is not None else s.end - s.start
-        row = sums.setdefault(key, {})
-        row.setdefault(c, []).append(d)
-        if c != ALONE:
-            row.setdefault(BUSY, []).append(d)
-    return {k: {c: sum(v) / len(v) for c, v in sorted(row.items()) if len(v) >= min_count}
-            for k, row in sorted(sums.items())}
+        t = durations[i] if durations is not None else s.end - s.start
+        rows.setdefault(key, []).append((max(t, 0.0), _overlap_by_kind(s, comp.get(s.rank))))
+    out: dict[str, dict[str, float]] = {}
+    for key, ops in sorted(rows.items()):
+        out[key] = _fit(ops, min_count)
+    return out
+
+
+def _fit(ops: list[tuple[float, dict[str, float]]], min_count: int) -> dict[str, float]:
+    """One key's durations per context from (length, time beside each compute kind) per op."""
+    res: dict[str, float] = {}
+    pure = [t for t, by in ops if sum(by.values()) <= _ALONE_COVER * t]
+    if not pure:
+        pure = [t for t, by in ops if sum(by.values()) < _COVER * t]
+    if pure and len(pure) >= min_count:
+        res[ALONE] = sum(pure) / len(pure)
+    alone = res.get(ALONE)
+    time: dict[str, float] = {}
+    work: dict[str, float] = {}
+    count: dict[str, int] = {}
+    for t, by in ops:
+        tc = sum(by.values())
+        if tc <= _ALONE_COVER * t or tc <= 0:
+            continue
+        t0 = max(0.0, t - tc)
+        # without a pure-alone op to time against, the alone part counts as no work done
+        done = max(0.0, 1.0 - t0 / alone) if alone else 1.0
+        for kind, ov in by.items():
+            for k in (kind, BUSY):
+                time[k] = time.get(k, 0.0) + ov
+                work[k] = work.get(k, 0.0) + done * ov / tc
+            count[kind] = count.get(kind, 0) + 1
+        count[BUSY] = count.get(BUSY, 0) + 1
+    for k in sorted(time):
+        if count[k] >= min_count and work[k] > 0:
+            res[k] = time[k] / work[k]
+    return dict(sorted(res.items()))
 
 
 @dataclass(frozen=True)

@@ -219,17 +219,17 @@ def _longest_path(order: list[int], pred: Any, dur: list[float], start: list[flo
 def _retime_in_context(schedule: Schedule, costs: Costs, order: list[int], pred: Any, dur: list[float],
                        start: list[float], end: list[float], via: list[int]) -> list[float]:
     """Context hook (:mod:`pptl.contexts`): ops whose cost key has durations per context (alone, or
-    beside compute of a kind) take the one their timed context gives; re-timed until the contexts
-    settle. Family-agnostic: the context is read off the lanes of each op's rank."""
+    beside compute of a kind) progress at the rate of the context they are in along their timed
+    span; re-timed until the durations settle. Family-agnostic: read off the lanes of each rank."""
     from pptl.contexts import CONTEXT_PASSES, Span, context_durations
 
     ops = schedule.ops
     keys = [op.cost_key for op in ops]
     base = dur
-    sticky: list[str | None] = [None] * len(ops)
+    memo: list[float | None] = [None] * len(ops)
     for _ in range(CONTEXT_PASSES):
         spans = [Span(op.rank, op.lane, op.kind, start[i], end[i]) for i, op in enumerate(ops)]
-        new = context_durations(spans, keys, base, costs.context, sticky)
+        new = context_durations(spans, keys, base, costs.context, memo)
         if new == dur:
             break
         dur = new

@@ -101,6 +101,19 @@ def test_calibration_latency_is_send_start_to_recv_end():
     assert costs_from_timeline(tl)["comm"] == {"latency": 0.5}
 
 
+def test_calibration_latency_leaves_out_the_wait_for_a_late_receiver():
+    # the receiver posts its RECV at 4, 3 after the SEND started: the message then takes 0.5;
+    # the simulator already makes the RECV wait for its lane, so the wait is no latency
+    events = [Event(op=o, rank=r, lane=lane, kind=k, start=s, end=e, stage=st, mb=mb, flow="F")
+              for o, r, lane, k, s, e, st, mb in [
+                  ("s0", 0, "send", "SEND", 1, 4.5, 0, 0), ("r0", 1, "recv", "RECV", 4, 4.5, 1, 0),
+                  ("s1", 0, "send", "SEND", 6, 6.5, 0, 1), ("r1", 1, "recv", "RECV", 5, 6.5, 1, 1),
+                  ("s2", 0, "send", "SEND", 8, 10, 0, 2), ("r2", 1, "recv", "RECV", 9.5, 10, 1, 2)]]
+    tl = _tl([("p", 0, "compute", "F", 0, 1, 0)])
+    tl.events += events
+    assert costs_from_timeline(tl)["comm"] == {"latency": 0.5}
+
+
 def test_cli_compare_writes_html_and_refuses_other_suffixes(tmp_path: Path):
     from pptl.planning import plan, write_plan
 

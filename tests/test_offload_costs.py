@@ -33,8 +33,57 @@ def test_contexts_read_off_the_lanes_of_one_rank():
     spans = [Span(0, "compute", "MLP", 0, 4), Span(0, "comm", "A2A", 1, 3), Span(0, "comm", "A2A", 5, 6),
              Span(1, "comm", "A2A", 1, 3), Span(0, "comm", "A2A", 3.5, 5.5)]
     assert contexts_of(spans) == [None, "MLP", ALONE, ALONE, ALONE]  # last: 0.5 of 2 beside compute
-    m = measure_contexts(spans, [None, "a2a", "a2a", "a2a", "a2a"])
-    assert m["a2a"]["MLP"] == 2 and m["a2a"][ALONE] == pytest.approx(5 / 3) and m["a2a"][BUSY] == 2
+
+
+@pytest.mark.parametrize("start, expected", [
+    pytest.param(0.0, 0.3 + 0.5 * 0.2, id="half-the-work-beside-mlp-then-alone"),
+    pytest.param(-0.1, 0.4 + (1 - 0.4 / 0.6) * 0.2, id="two-thirds-beside-mlp"),
+    pytest.param(0.3, 0.2, id="after-the-compute"),
+    pytest.param(0.5, 0.1 + 0.5 * 0.9, id="alone-until-the-attention-then-beside-it"),
+])
+def test_an_op_progresses_at_the_rate_of_each_context_it_passes(start, expected):
+    from pptl.contexts import _compute_by_rank, paced_duration
+
+    comp = _compute_by_rank([Span(0, "compute", "MLP", -1.0, 0.3), Span(0, "compute", "ATTN", 0.6, 5.0)],
+                            "compute")[0]
+    beside = {"MLP": 0.6, "ATTN": 0.9}.__getitem__
+    assert paced_duration(start, comp, 0.2, beside) == pytest.approx(expected)
+    assert paced_duration(start, None, 0.2, beside) == 0.2  # no compute on the rank: alone
+
+
+def _paced_timeline(truth: dict[str, float], starts: list[float]) -> list[Span]:
+    """A rank whose compute runs MLP [0, 1), ATTN [1.2, 3); one all-to-all from each start, timed by
+    the rule the simulator uses (what a run that follows it would measure)."""
+    from pptl.contexts import _compute_by_rank, paced_duration
+
+    comp = [Span(0, "compute", "MLP", 0.0, 1.0), Span(0, "compute", "ATTN", 1.2, 3.0)]
+    c = _compute_by_rank(comp, "compute")[0]
+    side = [Span(0, "comm", "A2A", a, a + paced_duration(a, c, truth[ALONE], truth.__getitem__))
+            for a in starts]
+    return comp + side
+
+
+def test_measured_durations_per_context_are_the_rates_the_run_went_at():
+    truth = {ALONE: 0.2, "MLP": 0.6, "ATTN": 1.0}
+    # alone (3.5, 4), wholly beside MLP (0.1), beside MLP then alone (0.8), alone into ATTN (1.1),
+    # beside ATTN then alone (2.5): every mix of contexts
+    spans = _paced_timeline(truth, [3.5, 4.0, 0.1, 0.8, 1.1, 2.5])
+    m = measure_contexts(spans, [None, None] + ["a2a"] * 6)["a2a"]
+    assert m[ALONE] == pytest.approx(0.2)
+    assert m["MLP"] == pytest.approx(0.6) and m["ATTN"] == pytest.approx(1.0)
+    assert 0.6 < m[BUSY] < 1.0
+    # the mean length per dominant context (the old statistic) is off for the partly overlapped ones
+    lengths = [s.end - s.start for s in spans[2:]]
+    assert lengths[3] != pytest.approx(0.6) and lengths[5] != pytest.approx(1.0)
+    # and durations given apart (a collective from its last member) replace the span's own length
+    longer = measure_contexts(spans, [None, None] + ["a2a"] * 6, [0, 0] + [x + 0.1 for x in lengths])["a2a"]
+    assert longer[ALONE] == pytest.approx(0.3)
+
+
+def test_contexts_seen_too_rarely_are_left_out():
+    spans = _paced_timeline({ALONE: 0.2, "MLP": 0.6, "ATTN": 1.0}, [3.5, 4.0, 0.1, 2.5])
+    m = measure_contexts(spans, [None, None] + ["a2a"] * 4, min_count=2)["a2a"]
+    assert set(m) == {ALONE, BUSY}  # MLP and ATTN once each; alone twice; busy twice
 
 
 def _truth(schedule: Schedule) -> dict:
@@ -268,3 +317,36 @@ def test_exposure_counts_an_all_to_all_from_its_last_member():
 
 def _timeline_of(s: Schedule, start, end):
     return replace(simulate(s), start=start, end=end).timeline()
+
+
+def test_compare_times_an_all_to_all_from_its_last_member():
+    from pptl.timeline import Event, Timeline, TimelineMeta
+
+    def tl(early: float, source: str) -> Timeline:
+        ev = [Event(op=f"r{r}/comm/d", rank=r, lane="comm", kind="A2A_DISPATCH", start=1.0 - (early if r else 0),
+                    end=1.2, stage=0, mb=0, direction=r, sub=0, flow="F") for r in (0, 1)]
+        ev += [Event(op=f"r{r}/compute/a", rank=r, lane="compute", kind="ATTN", start=0.0,
+                     end=0.5, stage=0, mb=0, direction=r, sub=0, flow="F") for r in (0, 1)]
+        return Timeline(ev, TimelineMeta(source=source, units="ms", family="moe-1f1b-overlap", pp=2))
+
+    # member 1 starts 0.3 early and waits for member 0: both copies move data for 0.2
+    rows = compare_timelines(tl(0.0, "planned"), tl(0.3, "measured")).contexts
+    assert [(r.kind, r.context, r.measured_mean, r.error) for r in rows] == [
+        ("A2A_DISPATCH", ALONE, pytest.approx(0.2), pytest.approx(0.0))]
+
+
+def test_the_last_stages_last_forward_combine_is_timed_apart():
+    s = _schedule({"combine_loss": 0.9})
+    keys = {op.cost_key for op in s.ops if op.kind == "A2A_COMBINE" and op.flow == "F" and op.stage == 3
+            and op.sub == 1}
+    assert keys == {"combine_loss"}
+    others = {op.cost_key for op in s.ops if op.kind == "A2A_COMBINE" and op.cost_key != "combine_loss"}
+    assert others == {"combine"}
+    assert sum(op.cost_key == "combine_loss" for op in s.ops) == 4 * 2  # 4 micro-batches x 2 EP members
+    sim = simulate(s)
+    i = next(k for k, op in enumerate(s.ops) if op.cost_key == "combine_loss")
+    assert sim.end[i] - sim.start[i] == pytest.approx(0.9)
+    # unset, it is the combine's; costs calibrated without it (an older run) take the calibrated combine
+    assert _schedule().config.costs.lookup("combine_loss") == 0.3
+    old = build_schedule(replace(config_from_mapping(MOE), costs=costs_from_mapping({"combine": 0.7})))
+    assert old.config.costs.lookup("combine_loss") == 0.7

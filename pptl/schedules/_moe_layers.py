@@ -51,6 +51,8 @@ class Costs:
     wgrad: float = 2.0
     dispatch: float = 0.5
     combine: float = 0.5
+    combine_loss: float = 0.5
+    """The last stage's last forward combine, which also computes the loss and its gradient."""
     offload_bytes: float = 0.25
     offload: float = 0.25
     """Time of one layer's Offload (offload_bytes / offload_bandwidth)."""
@@ -86,6 +88,8 @@ class _Builder:
     # -- adding ops ------------------------------------------------------------------------
     def sub(self, part: str, rank: int, e: int, s: int, mb: int, layer: int) -> Key:
         kind, flow, lane, cost = _PART[part]
+        if part == "FC" and s == self.last and layer == self.layers - 1:
+            cost = "combine_loss"  # the run computes the loss and its gradient there too
         payload = self.payload if part in ("OFF", "ON") else 0.0
         key = (part, e, s, mb, layer)
         self.at[key] = self.sb.add(Op(kind=kind, rank=rank, lane=lane, stage=s, mb=mb, direction=e,

@@ -59,7 +59,8 @@ their time.
 
 Assumptions: looped placement (stage c*pp + r on rank r); every chunk holds ``layers_per_chunk``
 identical MoE layers; an all-to-all takes ``dispatch``/``combine`` (or latency + bytes /
-bandwidth) whatever the other members do; offloaded bytes are off the GPU from the end of their
+bandwidth) whatever the other members do (``combine_loss``, default ``combine``, for the last
+stage's last forward combine, which in ``pptl run`` also computes the loss and its gradient); offloaded bytes are off the GPU from the end of their
 Offload to the end of their Onload; memory is counted in ``Config.activation`` units (one chunk's
 activations for one micro-batch), so ``offload_bytes`` uses that unit too.
 
@@ -87,8 +88,8 @@ __all__ = ["FAMILY", "NAME", "MoEOptions", "parse_options", "validate", "build",
 NAME = "moe-1f1b-overlap"
 
 #: Keys of ``options.costs`` (per layer, in time units; bytes and bandwidths in memory units).
-COST_KEYS = ("attn", "mlp", "attn_b", "mlp_b", "wgrad", "dispatch", "combine", "a2a_bytes", "ep_bandwidth",
-             "ep_latency", "offload_bytes", "offload_bandwidth", "onload_bandwidth", "hidden_bytes")
+COST_KEYS = ("attn", "mlp", "attn_b", "mlp_b", "wgrad", "dispatch", "combine", "combine_loss", "a2a_bytes",
+             "ep_bandwidth", "ep_latency", "offload_bytes", "offload_bandwidth", "onload_bandwidth", "hidden_bytes")
 _OPTION_KEYS = ("layers_per_chunk", "ep", "overlap", "offload", "extra_warmup", "order", "costs", "host_lag")
 
 Step = tuple[tuple[int, int] | None, tuple[int, int] | None]
@@ -191,6 +192,7 @@ def parse_options(cfg: Config) -> MoEOptions:
         wgrad=c.get("wgrad", attn + mlp),
         dispatch=0.5 if a2a["dispatch"] is None else a2a["dispatch"],
         combine=0.5 if a2a["combine"] is None else a2a["combine"],
+        combine_loss=c.get("combine_loss", 0.5 if a2a["combine"] is None else a2a["combine"]),
         offload_bytes=off_bytes, offload=off_bytes / off_bw, onload=off_bytes / c.get("onload_bandwidth", off_bw))
     hidden = c.get("hidden_bytes", 0.0)
     lag = _int(data.get("host_lag", 4), "options.host_lag", cfg, 0, 1 << 20)
@@ -252,7 +254,11 @@ def build(cfg: Config) -> Schedule:
     validate(cfg)
     opts = parse_options(cfg)
     per_rank = {r: steps(cfg, r, opts) for r in range(cfg.pp)}
-    cfg = replace(cfg, costs=cfg.costs.with_defaults(opts.costs.table()))
+    defaults = opts.costs.table()
+    if "combine_loss" not in cfg.costs.base and "combine" in cfg.costs.base:
+        # costs learned from a run that did not time the loss's combine apart: the combine's
+        defaults["combine_loss"] = cfg.costs.base["combine"]
+    cfg = replace(cfg, costs=cfg.costs.with_defaults(defaults))
     meta = {
         "layers_per_chunk": opts.layers, "ep": opts.ep, "overlap": opts.overlap, "offload": opts.offload,
         "extra_warmup": opts.extra_warmup if opts.overlap else 0,
