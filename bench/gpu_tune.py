@@ -7,8 +7,8 @@ Workload: the anchor (hidden 4096, tokens 2048, bf16) on 4 ranks; a model of 32 
 embedding and a head that each run as 2 MLP blocks (a heavier first and last stage); 8 and 16
 micro-batches. Steps:
   1. `pptl run` of 1F1B, even split (stage_layers 10/8/8/10), 16 micro-batches;
-  2. `pptl tune --costs-from` that timeline (no limit), to pick a memory limit that rules some
-     candidates out (between two predicted peaks, >= 4% from every one), then again with it;
+  2. `pptl tune --costs-from` that timeline (no limit), to pick a memory limit that rules out the
+     fastest candidate of each micro-batch count (in a gap between predicted peaks), then again with it;
   3. every family's fastest candidate and the top 5 at each micro-batch count, in one launch;
   4. the checks of issue 19; writes tune_gpu.md and tune_gpu.json (and pareto.png) to OUTDIR, with
      base.measured.json and every cand<i>.measured.json (bench/tune_offline.py re-predicts from them).
@@ -81,9 +81,8 @@ def main() -> int:
     # 2. Tune from it: once without a limit to place one, then with it.
     p = _pptl("tune", str(work / "tune.json"), "--costs-from", str(work / "base.measured.json"), "--output", "json")
     free = json.loads(p.stdout)
-    peaks = sorted({round(c["peak_memory"] and max(c["peak_memory"]), 3) for c in free["candidates"]
-                    if c["step"] is not None})
-    limit = _pick_limit(peaks)
+    timed = [c for c in free["candidates"] if c["step"] is not None and c["peak_memory"]]
+    limit = _pick_limit([(c["microbatches"], c["step"], max(c["peak_memory"])) for c in timed])
     p = _pptl("tune", str(work / "tune.json"), "--costs-from", str(work / "base.measured.json"), "--output", "json",
               "--memory-limit", f"{limit:.3f}", "--figure", str(out / "pareto.png"))
     ranked = json.loads(p.stdout)
@@ -159,20 +158,29 @@ def _best_label(res: object, m: int) -> str | None:
     return None
 
 
-def _pick_limit(peaks: list[float]) -> float:
-    """A limit between two predicted peaks, >= 4% from both, near the middle of the range, so
-    some candidates fit and some do not and a prediction error of a few percent flips none."""
-    best, score = None, None
+def _pick_limit(cands: list[tuple[int, float, float]]) -> float:
+    """A limit that rules out the predicted-fastest candidate of every micro-batch count (so the
+    limit changes the answer) while some candidates of each count still fit: the middle of the
+    widest gap between predicted peaks below the lowest of those winners' peaks. Predicted peaks
+    are upper bounds, so a gap a few percent wide is enough. Without such a gap, the middle of the
+    range (the older rule)."""
+    best_peak = {}
+    for m, step, peak in sorted(cands, key=lambda c: c[1]):
+        best_peak.setdefault(m, peak)
+    top = min(best_peak.values())
+    peaks = sorted({round(p, 3) for _, _, p in cands})
+    below = [p for p in peaks if p < top] + [top]
+    gaps = [(hi / lo, (lo * hi) ** 0.5) for lo, hi in zip(below, below[1:]) if hi > lo * 1.03]
+    fits_each = all(any(p < top for mm, _, p in cands if mm == m) for m in best_peak)
+    if gaps and fits_each:
+        return max(gaps)[1]
     mid = len(peaks) // 2
+    best, score = None, None
     for i in range(len(peaks) - 1):
         lo, hi = peaks[i], peaks[i + 1]
-        if hi > lo * 1.04 / 0.96:
-            cand = (lo * 1.04 + hi * 0.96) / 2
-            s = abs(i - mid)
-            if score is None or s < score:
-                best, score = cand, s
+        if hi > lo * 1.04 / 0.96 and (score is None or abs(i - mid) < score):
+            best, score = (lo * 1.04 + hi * 0.96) / 2, abs(i - mid)
     return best if best is not None else peaks[-1] * 1.05
-
 
 if __name__ == "__main__":
     sys.exit(main())
