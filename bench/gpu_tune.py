@@ -124,10 +124,13 @@ def main() -> int:
         # What each rank held before the first step (weights, inputs, and what earlier plans of
         # this launch left allocated): tells a launch's leftovers from the plan's own peak.
         base_mem = [mem[str(k)]["base_mib"] for k in range(PP)] if mem else None
+        # What each rank held when the plan started, before its own setup: 0 unless earlier plans
+        # of the launch left something allocated.
+        start_mem = [mem[str(k)].get("start_mib") for k in range(PP)] if mem else None
         rows.append({"label": label, "family": r.structure.family, "microbatches": r.structure.microbatches,
                      "predicted_ms": r.step, "predicted_peak": list(r.peak), "fits": r.fits,
                      "measured_ms": tl.makespan, "wall_ms": x.get("median_untimed_step_ms"),
-                     "measured_peak": peak, "measured_base": base_mem, "layout": r.layout, "stage_layers": list(r.split.layers),
+                     "measured_peak": peak, "measured_base": base_mem, "measured_start": start_mem, "layout": r.layout, "stage_layers": list(r.split.layers),
                      # measured mean per (stage, kind): what a later model change is checked against
                      "op_means": costs_from_timeline(tl).get("stages")})
     checks = tune_checks(rows, limit, {m: _best_label(res, m) for m in MBS})
@@ -144,7 +147,10 @@ def main() -> int:
         lines.append(f"| {x['label']} | {x['stage_layers']} | {x['predicted_ms']:.2f} | {x['measured_ms']:.2f} | "
                      f"{100 * errs[x['label']]:+.1f}% | {x['wall_ms'] or 0:.2f} | {max(x['predicted_peak']):.0f} | "
                      f"{mp} | {'yes' if x['fits'] else 'no'} |")
+    starts = [v for x in rows for v in (x["measured_start"] or []) if v is not None]
     lines += ["", "checks: " + json.dumps(checks)]
+    if starts:  # each plan of the launch should start from what a launch of it alone starts from
+        lines.append(f"allocated at a plan's start, most on any rank: {max(starts):.1f} MiB")
     (out / "tune_gpu.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     print(f"done in {time.time() - t0:.0f} s")
