@@ -2,8 +2,6 @@
 one starts (what a plan measures must not include what earlier plans of the launch left)."""
 from __future__ import annotations
 
-import json
-
 import pytest
 
 torch = pytest.importorskip("torch")
