@@ -289,8 +289,14 @@ def test_gpu_script_limit_and_spearman():
     spec = importlib.util.spec_from_file_location("gpu_tune", ROOT / "bench" / "gpu_tune.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    limit = mod._pick_limit([10.0, 10.2, 12.0, 15.0, 15.1])
-    assert 10.2 * 1.04 <= limit <= 12.0 * 0.96 or 12.0 * 1.04 <= limit <= 15.0 * 0.96
+    # (micro-batches, predicted step, predicted peak): the fastest of each count (peaks 15.0 and
+    # 12.0) must not fit, something of each count must, and the limit sits in the widest gap below.
+    cands = [(8, 1.0, 15.0), (8, 2.0, 10.0), (8, 3.0, 10.2), (16, 1.5, 12.0), (16, 2.5, 10.0)]
+    limit = mod._pick_limit(cands)
+    assert 10.2 < limit < 12.0
+    assert limit == pytest.approx((10.2 * 12.0) ** 0.5)
+    # no count keeps a fitting candidate below its winner: the middle of the range instead
+    assert mod._pick_limit([(8, 1.0, 10.0), (8, 2.0, 12.0), (8, 3.0, 15.0)]) > 10.0
     import sys
 
     sys.path.insert(0, str(ROOT / "bench"))
