@@ -289,10 +289,8 @@ def _plan(config: Optional[Path], schedule: Optional[str], pp: Optional[int], mi
     if from_ is not None:
         if config is not None or schedule is not None or costs_from is not None:
             raise InputError("--from takes the schedule from its file; drop the config, --schedule and --costs-from")
-        from pptl.export import plan_from_file
-
-        result = plan_from_file(from_, microbatches=microbatches, cost_flags=cost, comm_latency=comm_latency,
-                                memory_limit=memory_limit)
+        result = planning.plan_from_file(from_, microbatches=microbatches, cost_flags=cost,
+                                         comm_latency=comm_latency, memory_limit=memory_limit)
         for note in result.metrics.get("notes", ()):
             err.print(f"note: {note}", markup=False)
     elif config is None and schedule is None:

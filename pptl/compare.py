@@ -107,16 +107,12 @@ def bubble_fraction(tl: Timeline) -> float:
 def planned_timeline(path: str) -> Timeline:
     """The planned timeline of a plan file (its stored one) or of a config (simulated now)."""
     from pptl.formats.loader import load_any
-    from pptl.simulate import simulate
+    from pptl.planning import timeline_of
 
-    loaded = load_any(path)
-    if loaded.schedule is None:
-        if loaded.timeline is not None:
-            return loaded.timeline  # a timeline file can stand for a plan (e.g. an earlier run)
+    tl = timeline_of(load_any(path))  # a timeline file can stand for a plan (e.g. an earlier run)
+    if tl is None:
         raise InputError(f"{path}: has no schedule or timeline to compare")
-    if loaded.timeline is not None and loaded.timeline.events:
-        return loaded.timeline
-    return simulate(loaded.schedule).timeline()
+    return tl
 
 
 def compare_timelines(planned: Timeline, measured: Timeline) -> Comparison:

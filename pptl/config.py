@@ -9,7 +9,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 from pptl.errors import InputError
 
@@ -21,6 +21,8 @@ __all__ = [
     "load_config",
     "config_from_mapping",
     "parse_cost_flags",
+    "apply_cost_flags",
+    "backward_from_split",
     "read_structured",
     "MAX_FILE_BYTES",
     "MAX_OPS",
@@ -401,8 +403,7 @@ def costs_from_mapping(data: Any, *, source: str = "<flags>") -> Costs:
                 context[str(k)] = {str(c): _duration(v, f"costs.context.{k}.{c}", source) for c, v in row.items()}
         else:
             base[str(key)] = _duration(value, f"costs.{key}", source)
-    if "B" not in data and ("I" in data or "W" in data):
-        base["B"] = base["I"] + base["W"]  # a user who sets I and W means B = I + W
+    base = backward_from_split(base, data)
     known_comm = {"latency", "bandwidth", "bytes", "copy_bandwidth"}
     for k in comm:
         if k not in known_comm:
@@ -431,6 +432,33 @@ def parse_cost_flags(values: list[str] | None) -> dict[str, float]:
                 raise InputError(f"--cost: got '{item}', expected KIND=VALUE such as F=1")
             out[key.strip()] = _duration(num.strip(), f"--cost {key.strip()}", "<flags>")
     return out
+
+
+def backward_from_split(base: Mapping[str, float], given: Collection[str]) -> dict[str, float]:
+    """``base`` with B = I + W when ``given`` (the keys a user or a measurement set) names I or W
+    but not B: whoever sets the split means the full backward is its sum. The one place pptl
+    decides that; unchanged while I or W has no value.
+    """
+    out = dict(base)
+    if "B" not in given and ("I" in given or "W" in given) and "I" in out and "W" in out:
+        out["B"] = out["I"] + out["W"]
+    return out
+
+
+def apply_cost_flags(costs: Costs, flags: Mapping[str, float], comm_latency: float | None = None) -> Costs:
+    """``costs`` with ``--cost KEY=VALUE`` flags (parsed by :func:`parse_cost_flags`) and
+    ``--comm-latency`` on top; I or W without B sets B = I + W (:func:`backward_from_split`).
+
+    Raises:
+        InputError: ``comm_latency`` is negative or NaN.
+    """
+    if flags:
+        costs = replace(costs, base=backward_from_split({**costs.base, **flags}, flags))
+    if comm_latency is not None:
+        if not comm_latency >= 0:  # also NaN
+            raise InputError(f"--comm-latency: got {comm_latency}, expected a number >= 0")
+        costs = replace(costs, comm_latency=comm_latency)
+    return costs
 
 
 def _workload(data: Any, source: str) -> Workload:

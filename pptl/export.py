@@ -1,18 +1,16 @@
-"""What ``pptl export`` and ``pptl plan --from`` do, as library calls (no printing here).
+"""What ``pptl export`` does, as library calls (no printing here).
 
 ``export_file`` turns anything ``load_any`` reads (plan, config, torch CSV, timeline, profiler
-traces) into another tool's format; ``plan_from_file`` plans an existing schedule (a torch CSV, a
-plan file) instead of generating one from a family.
+traces) into another tool's format. (``pptl plan --from`` is :func:`pptl.planning.plan_from_file`.)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from pptl.errors import InputError, InvalidScheduleError
+from pptl.errors import InputError
 
-__all__ = ["EXPORT_FORMATS", "Exported", "TorchtitanFiles", "export_file", "export_torchtitan", "plan_from_file"]
+__all__ = ["EXPORT_FORMATS", "Exported", "TorchtitanFiles", "export_file", "export_torchtitan"]
 
 EXPORT_FORMATS = ("torch-csv", "chrome", "torchtitan")
 
@@ -49,13 +47,12 @@ def export_file(path: str | Path, *, to: str, comms: bool = False, gzip_output: 
         text, more = export_csv(loaded.schedule, comms=comms)
         return Exported(text.encode("utf-8"), tuple(notes + more))
     from pptl.formats.chrome_trace import dumps_chrome
+    from pptl.planning import timeline_of
 
-    timeline = loaded.timeline
-    cfg = loaded.schedule.config if loaded.schedule is not None else None
+    timeline = timeline_of(loaded)
     if timeline is None:
-        from pptl.simulate import simulate
-
-        timeline = simulate(loaded.schedule).timeline()
+        raise InputError(f"{path}: has no schedule or timeline to export")
+    cfg = loaded.schedule.config if loaded.schedule is not None else None
     act = cfg.activation if cfg is not None else 1.0
     wact = cfg.w_activation if cfg is not None else 0.0
     payloads = ({op.id: op.payload for op in loaded.schedule.ops if op.kind in ("OFFLOAD", "ONLOAD")}
@@ -133,53 +130,3 @@ def _toml_str(value: str) -> str:
     import json
 
     return json.dumps(value)  # a TOML basic string: JSON's escapes are TOML's
-
-
-def plan_from_file(path: str | Path, *, microbatches: int | None = None, placement: str | None = None,
-                   cost_flags: list[str] | None = None, comm_latency: float | None = None,
-                   memory_limit: float | None = None) -> Any:
-    """Check, simulate and summarise an existing schedule; returns a :class:`pptl.planning.PlanResult`.
-
-    Raises:
-        InputError: the file holds no schedule, or a flag is bad.
-        InvalidScheduleError: the schedule deadlocks (the message walks the cycle).
-    """
-    from pptl.checks import run_checks
-    from pptl.config import Config, parse_cost_flags
-    from pptl.formats.loader import load_any
-    from pptl.planning import PlanResult, title_of
-    from pptl.simulate import simulate
-
-    loaded = load_any(path, microbatches=microbatches, placement=placement)
-    schedule = loaded.schedule
-    if schedule is None:
-        raise InputError(f"{path}: is a {loaded.kind}, not a schedule; --from takes a torch CSV, plan or config")
-    cfg = schedule.config or Config(schedule=schedule.family, pp=schedule.pp, microbatches=schedule.microbatches)
-    extra = parse_cost_flags(cost_flags)
-    costs = cfg.costs
-    if extra:
-        base = {**costs.base, **extra}
-        if ("I" in extra or "W" in extra) and "B" not in extra:
-            base["B"] = base["I"] + base["W"]
-        costs = replace(costs, base=base)
-    if comm_latency is not None:
-        if comm_latency < 0 or comm_latency != comm_latency:
-            raise InputError(f"--comm-latency: got {comm_latency}, expected a number >= 0")
-        costs = replace(costs, comm_latency=comm_latency)
-    cfg = replace(cfg, costs=costs, memory_limit=memory_limit if memory_limit is not None else cfg.memory_limit)
-    schedule = replace(schedule, config=cfg)
-    violations = run_checks(schedule, memory_limit=cfg.memory_limit)
-    cycle = next((v for v in violations if v.code == "PP007"), None)
-    if cycle is not None:
-        raise InvalidScheduleError(f"{path}: cannot run: {cycle.message}")
-    sim = simulate(schedule)
-    metrics = sim.metrics()
-    metrics.update({"schedule": schedule.family, "pp": schedule.pp, "vpp": cfg.vpp,
-                    "microbatches": schedule.microbatches, "textbook_bubble": None, "source": str(path),
-                    "notes": list(loaded.notes), "violations": [v.to_dict() for v in violations]})
-    title = title_of(schedule, sim.makespan, metrics["bubble_fraction"])
-    schedule.meta.setdefault("title", title)
-    kw: dict[str, Any] = {"schedule": schedule, "simulation": sim, "family": None, "metrics": metrics, "title": title}
-    if "violations" in {f.name for f in fields(PlanResult)}:
-        kw["violations"] = violations
-    return PlanResult(**kw)

@@ -1,7 +1,9 @@
 """What the CLI's plan and check commands do, as library calls (no printing here).
 
-``make_config`` merges a file and flags; ``plan`` builds, simulates and measures a schedule;
-``check_file`` loads any supported file and runs the checker.
+``make_config`` merges a file and flags; ``plan`` builds, simulates and measures a family's schedule,
+``plan_from_file`` an existing one (both through one path); ``timeline_of`` is the one place a
+loaded file becomes a timeline (stored, or simulated now); ``check_file`` loads any supported file
+and runs the checker.
 """
 from __future__ import annotations
 
@@ -11,17 +13,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from pptl.checks import Violation, run_checks
-from pptl.config import Config, config_from_mapping, load_config, parse_cost_flags
+from pptl.config import (
+    Config,
+    apply_cost_flags,
+    backward_from_split,
+    config_from_mapping,
+    load_config,
+    parse_cost_flags,
+)
 from pptl.errors import InputError, InvalidScheduleError
 from pptl.fileio import atomic_write, check_writable
 from pptl.ir import Schedule
 from pptl.timeline import Timeline
 
 if TYPE_CHECKING:
+    from pptl.formats.loader import Loaded
     from pptl.schedules import Family
     from pptl.simulate import Simulation
 
-__all__ = ["PlanResult", "FileReport", "make_config", "plan", "write_plan", "check_file", "expand_paths",
+__all__ = ["PlanResult", "FileReport", "make_config", "plan", "plan_from_file", "timeline_of", "write_plan", "check_file", "expand_paths",
            "calibrate_config", "calibrate", "costs_from_timeline", "title_of", "github_input_error",
            "expand_paths_reporting"]
 
@@ -61,16 +71,7 @@ def make_config(path: Path | None, flags: Mapping[str, Any], cost_flags: list[st
                              "(e.g. pptl plan --schedule 1f1b --pp 4 --microbatches 8)")
         cfg = config_from_mapping({k: v for k, v in flags.items() if v is not None}, source="<flags>")
     if extra_costs or comm_latency is not None:
-        base = dict(cfg.costs.base)
-        base.update(extra_costs)
-        if ("I" in extra_costs or "W" in extra_costs) and "B" not in extra_costs:
-            base["B"] = base["I"] + base["W"]
-        costs = replace(cfg.costs, base=base)
-        if comm_latency is not None:
-            if comm_latency < 0 or comm_latency != comm_latency:
-                raise InputError(f"--comm-latency: got {comm_latency}, expected a number >= 0")
-            costs = replace(costs, comm_latency=comm_latency)
-        cfg = replace(cfg, costs=costs)
+        cfg = replace(cfg, costs=apply_cost_flags(cfg.costs, extra_costs, comm_latency))
     if extra_costs and schedule is None:
         _check_cost_flags(extra_costs, cfg.schedule)
     get_family(cfg.schedule)  # unknown names fail here, listing the known ones
@@ -121,33 +122,84 @@ def plan(cfg: Config, *, check: bool = True) -> PlanResult:
         InputError: the family refuses the config.
         InvalidScheduleError: the generated order deadlocks (the violations name the cycle).
     """
-    from pptl.checks import Context, check_context
     from pptl.schedules import build_schedule, get_family  # the family registry loads only when planning
 
-    schedule = build_schedule(cfg)
-    ctx = Context(schedule, memory_limit=cfg.memory_limit)
-    violations: list[Violation] = check_context(ctx) if check else []
-    if ctx.order is None:
-        cycle = next((v.message for v in violations if v.code == "PP007"), "its DAG has a cycle")
-        raise InvalidScheduleError(f"{cfg.schedule} with this config cannot run: {cycle}")
-    sim = ctx.simulation  # the rules may have simulated already; the context keeps one
-    metrics = sim.metrics()
     fam = get_family(cfg.schedule)
     try:
         textbook = fam.bubble(cfg)
     except Exception:  # a formula undefined for this config (e.g. missing cost key)
         textbook = None
-    metrics["textbook_bubble"] = textbook
-    metrics["schedule"] = fam.name
-    metrics["pp"] = cfg.pp
-    metrics["vpp"] = cfg.vpp
-    metrics["microbatches"] = cfg.microbatches
-    if fam.extra_metrics is not None:
-        metrics.update(fam.extra_metrics(schedule, sim))
+    header = {"textbook_bubble": textbook, "schedule": fam.name, "pp": cfg.pp, "vpp": cfg.vpp,
+              "microbatches": cfg.microbatches}
+    return _plan_schedule(build_schedule(cfg), family=fam, header=header, check=check,
+                          what=f"{cfg.schedule} with this config")
+
+
+def plan_from_file(path: str | Path, *, microbatches: int | None = None, placement: str | None = None,
+                   cost_flags: list[str] | None = None, comm_latency: float | None = None,
+                   memory_limit: float | None = None) -> PlanResult:
+    """:func:`plan` for an existing schedule (a torch CSV, a plan file) instead of a family's:
+    check, simulate and summarise it, with ``--cost`` flags on top of its costs.
+
+    Raises:
+        InputError: the file holds no schedule, or a flag is bad.
+        InvalidScheduleError: the schedule deadlocks (the message walks the cycle).
+    """
+    from pptl.formats.loader import load_any
+
+    loaded = load_any(path, microbatches=microbatches, placement=placement)
+    schedule = loaded.schedule
+    if schedule is None:
+        raise InputError(f"{path}: is a {loaded.kind}, not a schedule; --from takes a torch CSV, plan or config")
+    cfg = schedule.config or Config(schedule=schedule.family, pp=schedule.pp, microbatches=schedule.microbatches)
+    cfg = replace(cfg, costs=apply_cost_flags(cfg.costs, parse_cost_flags(cost_flags), comm_latency),
+                  memory_limit=memory_limit if memory_limit is not None else cfg.memory_limit)
+    header = {"schedule": schedule.family, "pp": schedule.pp, "vpp": cfg.vpp, "microbatches": schedule.microbatches,
+              "textbook_bubble": None, "source": str(path), "notes": list(loaded.notes)}
+    return _plan_schedule(replace(schedule, config=cfg), family=None, header=header, check=True,
+                          what=f"{path}:")
+
+
+def _plan_schedule(schedule: Schedule, *, family: Family | None, header: dict[str, Any], check: bool,
+                   what: str) -> PlanResult:
+    """Check (every rule, unless ``check`` is off), simulate and summarise ``schedule``; ``header``
+    holds the metrics that say what was planned, ``what`` names it in the deadlock error."""
+    from pptl.checks import Context, check_context
+
+    cfg = schedule.config
+    ctx = Context(schedule, memory_limit=cfg.memory_limit if cfg is not None else None)
+    violations: list[Violation] = check_context(ctx) if check else []
+    if ctx.order is None:
+        cycle = next((v.message for v in violations if v.code == "PP007"), "its DAG has a cycle")
+        raise InvalidScheduleError(f"{what} cannot run: {cycle}")
+    sim = ctx.simulation  # the rules may have simulated already; the context keeps one
+    metrics = sim.metrics()
+    metrics.update(header)
+    if family is not None and family.extra_metrics is not None:
+        metrics.update(family.extra_metrics(schedule, sim))
     title = title_of(schedule, sim.makespan, metrics["bubble_fraction"])
     schedule.meta.setdefault("title", title)
     metrics["violations"] = [v.to_dict() for v in violations]
-    return PlanResult(schedule, sim, fam, metrics, title, violations)
+    return PlanResult(schedule, sim, family, metrics, title, violations)
+
+
+def timeline_of(loaded: Loaded) -> Timeline | None:
+    """What a loaded file says ran or will run: its stored timeline (a plan's planned times, a
+    run's measured ones), else its schedule simulated now (a config, a torch CSV), else the stored
+    timeline even if empty; None when the file holds neither. ``pptl draw``, ``compare`` and
+    ``export`` read files through this.
+
+    Raises:
+        InvalidScheduleError: the schedule cannot be simulated (a cycle, a missing cost).
+    """
+    from pptl.simulate import simulate
+
+    stored = loaded.timeline
+    if stored is not None and stored.events:
+        return stored
+    if loaded.schedule is not None:
+        return simulate(loaded.schedule).timeline()
+    return stored
 
 
 def write_plan(result: PlanResult, path: Path) -> None:
@@ -367,9 +419,7 @@ def _fill_split(means: dict[str, float]) -> dict[str, float]:
     out = dict(means)
     if "B" in out and "I" not in out and "W" not in out:
         out["I"] = out["W"] = out["B"] / 2
-    if "B" not in out and "I" in out and "W" in out:
-        out["B"] = out["I"] + out["W"]
-    return out
+    return backward_from_split(out, means)
 
 
 def calibrate_config(cfg: Config, measured: Path) -> Config:

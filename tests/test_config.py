@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from pptl.config import config_from_mapping, load_config, parse_cost_flags
+from pptl.config import Costs, apply_cost_flags, backward_from_split, config_from_mapping, load_config, parse_cost_flags
 from pptl.errors import InputError
 
 
@@ -40,6 +40,23 @@ def test_costs_stage_overrides_and_fb_default() -> None:
 def test_i_and_w_imply_b() -> None:
     cfg = config_from_mapping({"schedule": "1f1b", "pp": 2, "microbatches": 2, "costs": {"I": 1.5, "W": 0.5}})
     assert cfg.costs.lookup("B") == 2.0
+
+
+def test_backward_from_split_only_when_the_split_is_given_without_b() -> None:
+    assert backward_from_split({"I": 1.5, "W": 0.5, "B": 9.0}, {"I"})["B"] == 2.0
+    assert backward_from_split({"I": 1.5, "W": 0.5, "B": 9.0}, {"I", "B"})["B"] == 9.0  # B given: kept
+    assert backward_from_split({"F": 1.0, "B": 9.0}, {"F"})["B"] == 9.0  # the split not touched
+    assert "B" not in backward_from_split({"I": 1.5}, {"I"})  # W unknown: no sum to take
+
+
+def test_cost_flags_set_b_from_the_split_and_the_latency() -> None:
+    costs = apply_cost_flags(Costs(), {"W": 3.0}, 0.25)
+    assert (costs.lookup("B"), costs.lookup("W"), costs.comm_latency) == (4.0, 3.0, 0.25)  # B = I + W = 1 + 3
+    assert apply_cost_flags(Costs(), {"B": 5.0, "W": 3.0}).lookup("B") == 5.0
+    assert apply_cost_flags(Costs(), {}) == Costs()
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(InputError, match=r"--comm-latency: got .*, expected a number >= 0"):
+            apply_cost_flags(Costs(), {}, bad)
 
 
 def test_parse_cost_flags() -> None:

@@ -12,7 +12,7 @@ from pptl.config import Config, Costs, Workload
 from pptl.errors import InputError
 from pptl.formats.loader import load_any
 from pptl.formats.plan import PLAN_VERSION, dumps, load_plan, plan_from_dict, plan_to_dict
-from pptl.planning import plan
+from pptl.planning import plan, plan_from_file, timeline_of, write_plan
 from pptl.simulate import simulate
 
 
@@ -56,6 +56,37 @@ def test_round_trip_keeps_every_config_field(tmp_path: Path) -> None:
     again = simulate(back)
     assert [r.peak_activation for r in again.ranks] == [r.peak_activation for r in result.simulation.ranks]
     assert again.makespan == result.simulation.makespan
+
+
+def test_plan_from_file_summarises_as_plan_does(tmp_path: Path) -> None:
+    """``plan --from`` a written plan goes through plan's own path: the same makespan, ranks,
+    critical path and violations; ``--cost W=3`` then makes B = I + W = 4."""
+    result = plan(Config(schedule="zb-h1", pp=4, microbatches=8))
+    path = tmp_path / "p.json"
+    write_plan(result, path)
+    again = plan_from_file(path)
+    for key in ("makespan", "ops", "ranks", "bubble_fraction", "peak_activation", "critical_path", "violations"):
+        assert again.metrics[key] == result.metrics[key], key
+    assert (again.metrics["schedule"], again.metrics["source"], again.metrics["textbook_bubble"]) == \
+        ("zb-h1", str(path), None)
+    assert again.title == result.title and again.family is None
+    slower = plan_from_file(path, cost_flags=["W=3"])
+    assert slower.schedule.config.costs.lookup("B") == 4.0
+    assert slower.metrics["makespan"] > result.metrics["makespan"]
+
+
+def test_timeline_of_prefers_the_stored_timeline_and_simulates_the_rest(tmp_path: Path, fixtures: Path) -> None:
+    result = plan(Config(schedule="1f1b", pp=2, microbatches=4))
+    path = tmp_path / "p.json"
+    write_plan(result, path)
+    loaded = load_any(path)
+    assert timeline_of(loaded) is loaded.timeline  # a plan's stored times, not a fresh simulation
+    from_config = timeline_of(load_any(fixtures / "1f1b.yaml"))
+    assert from_config is not None and len(from_config.events) == len(load_any(fixtures / "1f1b.yaml").schedule.ops)
+    tl_path = tmp_path / "t.json"
+    tl_path.write_text(json.dumps(result.timeline.to_dict()))
+    tl_loaded = load_any(tl_path)
+    assert tl_loaded.schedule is None and timeline_of(tl_loaded) is tl_loaded.timeline
 
 
 def _same_config(back: Config, planned: Config) -> bool:

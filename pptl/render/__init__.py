@@ -55,15 +55,12 @@ def parse_window(text: str | None) -> tuple[float, float] | None:
 def load_timeline(path: str | Path) -> Timeline:
     """The timeline of a plan or timeline file; a config or bare schedule is planned on the fly."""
     from pptl.formats.loader import load_any
+    from pptl.planning import timeline_of
 
-    loaded = load_any(path)
-    if loaded.timeline is not None and loaded.timeline.events:
-        return loaded.timeline
-    if loaded.schedule is None:
+    tl = timeline_of(load_any(path))
+    if tl is None or not tl.events:
         raise InputError(f"{path}: has no events to draw")
-    from pptl.simulate import simulate
-
-    return simulate(loaded.schedule).timeline()
+    return tl
 
 
 def write_file(tl: Timeline, path: str | Path, *, style: str = "auto",
