@@ -5,8 +5,8 @@ moving each timeline to start at 0. When the units differ (a plan in cost-model 
 run in ms) the plan is scaled so its makespan equals the measured one, which compares shapes only;
 ``pptl plan --costs-from MEASURED`` makes a plan in ms whose error is the model's real error.
 
-Bubble is the share of the makespan the compute lanes are idle, over all ranks (as ``pptl plan``
-reports it).
+Bubble is :func:`pptl.timeline.bubble_fraction`: the share of the makespan the compute lanes are
+idle, over all ranks (as ``pptl plan`` reports it).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any
 from pptl.errors import InputError
 from pptl.timeline import Event, Timeline
 
-__all__ = ["KindRow", "OpRow", "Comparison", "compare_timelines", "bubble_fraction", "planned_timeline",
+__all__ = ["KindRow", "OpRow", "Comparison", "compare_timelines", "planned_timeline",
            "comparison_lines", "schedule_difference"]
 
 
@@ -95,15 +95,6 @@ class Comparison:
         return sorted(self.ops, key=lambda o: (-abs(o.end_error), o.op))[:n]
 
 
-def bubble_fraction(tl: Timeline) -> float:
-    """Idle share of the compute lanes over all ranks and the whole makespan."""
-    stats = tl.rank_stats("compute")
-    span = tl.makespan
-    if not stats or span <= 0:
-        return 0.0
-    return sum(s.idle for s in stats) / (span * len(stats))
-
-
 def planned_timeline(path: str) -> Timeline:
     """The planned timeline of a plan file (its stored one) or of a config (simulated now)."""
     from pptl.formats.loader import load_any
@@ -152,8 +143,8 @@ def compare_timelines(planned: Timeline, measured: Timeline) -> Comparison:
         notes.append(f"{len(missing)} planned ops were not measured (a failed or partial run?)")
     if measured.meta.extra.get("failed"):
         notes.append(f"the run failed: {measured.meta.extra['failed']}")
-    return Comparison(planned, measured, scale, units, span_p * scale, span_m, bubble_fraction(planned),
-                      bubble_fraction(measured), rows, ops, missing, notes,
+    return Comparison(planned, measured, scale, units, span_p * scale, span_m, planned.bubble_fraction(),
+                      measured.bubble_fraction(), rows, ops, missing, notes,
                       _contexts([(p_by[op], m_by[op]) for op in common], scale))
 
 

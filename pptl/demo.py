@@ -69,7 +69,6 @@ def run_demo(out: Path, *, fixtures: Path | None = None, style: str = "auto",
     from dataclasses import replace
 
     from pptl.render import load_timeline, plain_counterpart, write_file
-    from pptl.render.layout import overall_bubble
     from pptl.render.moe_figure import grid_caption
     from pptl.render.options import RenderOptions
     from pptl.render.styles import resolve_style
@@ -102,7 +101,7 @@ def run_demo(out: Path, *, fixtures: Path | None = None, style: str = "auto",
                     warnings += write_file(tl, target, options=opts, compare=plain)
                     written.append(str(target))
             items.append(DemoItem(path.name, tl.meta.family, resolve_style(style, tl).name, len(tl.events),
-                                  tl.makespan, overall_bubble(tl), tuple(written), tuple(warnings)))
+                                  tl.makespan, tl.bubble_fraction(), tuple(written), tuple(warnings)))
         except PptlError as e:
             items.append(DemoItem(path.name, error=str(e)))
     return items

@@ -14,7 +14,7 @@ from pptl.config import Costs
 from pptl.dag import Adjacency, adjacency, topological_order
 from pptl.errors import InputError, InvalidScheduleError
 from pptl.ir import Op, Schedule
-from pptl.timeline import Event, Timeline, TimelineMeta
+from pptl.timeline import Event, RankStats, Timeline, TimelineMeta, bubble_fraction
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -24,13 +24,9 @@ __all__ = ["Simulation", "RankMetrics", "durations", "simulate", "memory_events"
 
 
 @dataclass(frozen=True, slots=True)
-class RankMetrics:
-    rank: int
-    busy: float
-    """Time the compute lane is busy."""
-    idle: float
-    """Makespan minus busy: the bubble."""
-    bubble_fraction: float
+class RankMetrics(RankStats):
+    """A rank's compute-lane :class:`~pptl.timeline.RankStats` in the plan, with its peak memory."""
+
     peak_activation: float
     """Peak activation memory (units of ``Config.activation``)."""
 
@@ -58,8 +54,7 @@ class Simulation:
                  "peak_activation": r.peak_activation}
                 for r in self.ranks
             ],
-            "bubble_fraction": (sum(r.idle for r in self.ranks) / (self.makespan * len(self.ranks))
-                                if self.ranks and self.makespan > 0 else 0.0),
+            "bubble_fraction": bubble_fraction(self.ranks, self.makespan),
             "peak_activation": max((r.peak_activation for r in self.ranks), default=0.0),
             "critical_path": [ops[i].id for i in self.critical_path],
         }
@@ -179,7 +174,7 @@ def simulate(schedule: Schedule, costs: Costs | None = None, *, dag: nx.DiGraph 
             if op.lane == "compute":
                 busy[op.rank] = busy.get(op.rank, 0.0) + dur[i]
     ranks = [
-        RankMetrics(r, b, makespan - b, (makespan - b) / makespan if makespan > 0 else 0.0, peaks.get(r, 0.0))
+        RankMetrics.of(r, b, makespan, peak_activation=peaks.get(r, 0.0))
         for r, b in sorted(busy.items())
     ]
     return Simulation(schedule, start, end, makespan, ranks, path, peak_at)

@@ -5,12 +5,12 @@ Planned and measured timelines are the same type, so every renderer and exporter
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence, TypeVar
 
 from pptl.config import MAX_OPS
 from pptl.errors import InputError
 
-__all__ = ["Event", "TimelineMeta", "Timeline", "timeline_from_dict", "RankStats", "MAX_INDEX", "MAX_TIME"]
+__all__ = ["Event", "TimelineMeta", "Timeline", "timeline_from_dict", "RankStats", "bubble_fraction", "MAX_INDEX", "MAX_TIME"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,10 +73,35 @@ class TimelineMeta:
 
 @dataclass(frozen=True, slots=True)
 class RankStats:
+    """One rank's time on a lane (compute, unless asked otherwise)."""
+
     rank: int
     busy: float
+    """Time the lane is busy."""
     idle: float
+    """Makespan minus busy: the rank's bubble."""
     bubble_fraction: float
+    """Idle over the makespan (0 for an empty timeline)."""
+
+    @classmethod
+    def of(cls: type[_Stats], rank: int, busy: float, makespan: float, **more: Any) -> _Stats:
+        """The stats of a rank busy for ``busy`` of ``makespan``; ``more`` fills a subclass's
+        fields (the simulator's peak memory)."""
+        idle = makespan - busy
+        return cls(rank, busy, idle, idle / makespan if makespan > 0 else 0.0, **more)
+
+
+_Stats = TypeVar("_Stats", bound=RankStats)
+
+
+def bubble_fraction(ranks: Sequence[RankStats], makespan: float) -> float:
+    """The bubble of a plan or run: idle share of the ranks' lanes over the whole makespan, every
+    rank counted alike (what ``pptl plan``, ``draw``, ``compare`` and ``run`` report). The one
+    definition; each family's textbook formula (``Family.bubble``) is another thing: a prediction.
+    """
+    if not ranks or makespan <= 0:
+        return 0.0
+    return sum(r.idle for r in ranks) / (makespan * len(ranks))
 
 
 @dataclass
@@ -113,7 +138,11 @@ class Timeline:
         for e in self.events:
             if e.lane == lane:
                 busy[e.rank] += e.duration
-        return [RankStats(r, b, span - b, (span - b) / span if span > 0 else 0.0) for r, b in sorted(busy.items())]
+        return [RankStats.of(r, b, span) for r, b in sorted(busy.items())]
+
+    def bubble_fraction(self, lane: str = "compute") -> float:
+        """:func:`bubble_fraction` of this timeline's ranks (those with an event) on ``lane``."""
+        return bubble_fraction(self.rank_stats(lane), self.makespan)
 
     def select(self, ranks: Iterable[int] | None = None, lanes: Iterable[str] | None = None) -> "Timeline":
         rs = set(ranks) if ranks is not None else None

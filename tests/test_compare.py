@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pptl.cli import app
-from pptl.compare import bubble_fraction, compare_timelines, comparison_lines
+from pptl.compare import compare_timelines, comparison_lines
 from pptl.config import config_from_mapping
 from pptl.errors import InputError
 from pptl.planning import costs_from_timeline
@@ -76,7 +76,7 @@ def test_report_lines():
 
 def test_bubble_fraction_counts_compute_lanes_only():
     tl = _tl(PLAN + [("s", 0, "send", "SEND", 1, 6)])
-    assert bubble_fraction(tl) == pytest.approx(0.5)
+    assert tl.bubble_fraction() == pytest.approx(0.5)
 
 
 # ----------------------------------------------------------------------------------------------

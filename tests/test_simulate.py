@@ -139,6 +139,25 @@ def test_metrics_values() -> None:
     assert m["critical_path"][0] == "r0/compute/F s0 mb0" and m["critical_path"][-1] == "r0/compute/B s0 mb1"
 
 
+def test_plan_timeline_and_title_report_one_bubble() -> None:
+    """One definition (``timeline.bubble_fraction``): the plan's metrics, its planned timeline
+    (what draw, compare and run report) and a rank's stats agree, ZB-H1 with uneven stages."""
+    from pptl.render.layout import title_line
+    from pptl.timeline import RankStats, bubble_fraction
+
+    result = plan(Config(schedule="zb-h1", pp=4, microbatches=8, costs=Costs(stages={3: {"F": 2.0}})))
+    sim = result.simulation
+    assert all(isinstance(r, RankStats) for r in sim.ranks)
+    tl_stats = result.timeline.rank_stats()
+    assert [(s.rank, s.busy, s.idle, s.bubble_fraction) for s in tl_stats] == \
+        [(r.rank, r.busy, r.idle, r.bubble_fraction) for r in sim.ranks]
+    expected = sum(r.idle for r in sim.ranks) / (4 * sim.makespan)
+    assert 0 < expected < 1
+    assert result.metrics["bubble_fraction"] == expected == result.timeline.bubble_fraction()
+    assert bubble_fraction(sim.ranks, sim.makespan) == expected and bubble_fraction([], 5.0) == 0.0
+    assert f"bubble={100 * expected:.1f}%" in title_line(result.timeline)
+
+
 def test_metrics_of_a_zero_length_plan() -> None:
     """Costs of 0 give makespan 0: fractions are 0, not a division by zero."""
     sim = simulate(build_schedule(_cfg("1f1b", 2, 2, f=0.0, b=0.0)))

@@ -14,7 +14,7 @@ from pptl.render.base import Category, Grid, GridCell, RowSpec, Style
 from pptl.render.styles import resolve_style
 from pptl.timeline import Timeline
 
-__all__ = ["Row", "Blocks", "GridCell", "Grid", "Layout", "build_layout", "title_line", "overall_bubble"]
+__all__ = ["Row", "Blocks", "GridCell", "Grid", "Layout", "build_layout", "title_line"]
 
 
 @dataclass(frozen=True)
@@ -77,12 +77,6 @@ class Layout:
         return self.t1 - self.t0
 
 
-def overall_bubble(tl: Timeline) -> float:
-    """Mean idle fraction of the ranks' compute lanes (what ``pptl plan`` reports)."""
-    stats = tl.rank_stats()
-    return sum(s.bubble_fraction for s in stats) / len(stats) if stats else 0.0
-
-
 def title_line(tl: Timeline) -> str:
     """"<family>: pp=.. vpp=.. micro-batches=.. makespan=.. bubble=..%", with the source if measured."""
     m = tl.meta
@@ -97,7 +91,7 @@ def title_line(tl: Timeline) -> str:
         buckets = len({e.mb for e in tl.events if e.mb >= 0})
         return f"{head}: {pp} devices, {buckets} buckets, makespan={tl.makespan:g}{units}"
     return (f"{head}: pp={pp} vpp={m.vpp} micro-batches={mbs} makespan={tl.makespan:g}{units} "
-            f"bubble={100 * overall_bubble(tl):.1f}%")
+            f"bubble={100 * tl.bubble_fraction():.1f}%")
 
 
 def build_layout(tl: Timeline, style: Style | str = "auto", *, window: tuple[float, float] | None = None,

@@ -10,13 +10,11 @@ __all__ = ["summary", "summary_lines"]
 
 def summary(tl: Timeline, out: str | None = None) -> dict[str, Any]:
     """JSON-ready numbers of a measured run (the contract of ``pptl run --output json``)."""
-    from pptl.compare import bubble_fraction
-
     x = tl.meta.extra
     return {
         "family": tl.meta.family, "pp": tl.meta.pp, "device": x.get("device"), "backend": x.get("backend"),
         "median_step_ms": x.get("median_step_ms"), "median_untimed_step_ms": x.get("median_untimed_step_ms"),
-        "overhead": x.get("overhead"), "makespan_ms": tl.makespan, "bubble_fraction": bubble_fraction(tl),
+        "overhead": x.get("overhead"), "makespan_ms": tl.makespan, "bubble_fraction": tl.bubble_fraction(),
         "ranks": [{"rank": s.rank, "busy_ms": s.busy, "idle_ms": s.idle, "bubble_fraction": s.bubble_fraction}
                   for s in tl.rank_stats("compute")],
         "loss": x.get("loss"), "verify": x.get("verify"), "failed": x.get("failed"), "out": out,
