@@ -20,7 +20,7 @@ facts of a re-ordered schedule (``Schedule.with_lanes``).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # only for annotations: ir imports this module to derive the facts of a new lane order
     from pptl.ir import Op
@@ -208,25 +208,3 @@ def _training_deps_loop(ops: list[Op], num_stages: int) -> list[tuple[int, int]]
             if send is not None:
                 add((send, i))
     return sorted(e for e in edges if e[0] != e[1])
-
-
-def _needs(op: Op) -> Iterable[tuple[str, int, int, int, bool]]:
-    """Work items an op consumes: (role, direction, stage, mb, crosses a stage boundary)."""
-    k = op.kind
-    if k == "F":
-        if op.stage > 0:
-            yield ("F", op.direction, op.stage - 1, op.mb, True)
-    elif k in ("B", "I"):
-        yield from _grad_needs(op.direction, op.stage, op.mb)
-    elif k == "W":
-        yield ("G", op.direction, op.stage, op.mb, False)
-    elif k == "FB" and op.pair is not None:
-        if op.stage > 0:
-            yield ("F", op.direction, op.stage - 1, op.mb, True)
-        s, m, d = op.pair
-        yield from _grad_needs(d, s, m)
-
-
-def _grad_needs(d: int, s: int, mb: int) -> Iterable[tuple[str, int, int, int, bool]]:
-    yield ("F", d, s, mb, False)
-    yield ("G", d, s + 1, mb, True)
