@@ -1,7 +1,8 @@
 """Which executor runs a plan, and the program refinements the non-training families need (pure).
 
-Training plans run on :class:`pptl.run.executor.Executor`. Two families have executors of their
-own, dispatched here by ``Schedule.family``:
+Training plans run on :class:`pptl.run.executor.Executor`. A family whose record declares a
+:class:`~pptl.schedules.Runtime` (its executor, the op kinds it runs, a check of the plan) runs
+on that executor instead; today two do:
 
 - ``moe-1f1b-overlap`` -> :class:`pptl.run.moe.MoEExecutor` (attention-like and expert parts,
   all-to-alls in the EP group, offload/onload copies);
@@ -29,31 +30,23 @@ handling) and change what is run and, through :func:`refine`, two things of the 
 """
 from __future__ import annotations
 
-from pptl.ir import Schedule
-from pptl.run.family_program import (
-    MOE,
-    WEIGHT_UPDATE,
-    check_runnable,
-    cost_means,
-    refine,
-    remote_hop_waits,
-    symmetric_issue,
-)
+from importlib import import_module
 
-__all__ = ["executor_class", "check_runnable", "refine", "symmetric_issue", "remote_hop_waits", "cost_means", "MOE",
-           "WEIGHT_UPDATE"]
+from pptl.ir import Schedule
+from pptl.run.family_program import cost_means, refine, remote_hop_waits, symmetric_issue
+from pptl.schedules import find_family
+
+__all__ = ["executor_class", "refine", "symmetric_issue", "remote_hop_waits", "cost_means"]
+
+#: The executor of plans whose family declares none (training plans, imported schedules).
+_TRAINING = "pptl.run.executor:Executor"
 
 
 def executor_class(schedule: Schedule) -> type:
-    """The executor class for ``schedule`` (imports torch)."""
-    if schedule.family == MOE:
-        from pptl.run.moe import MoEExecutor
-
-        return MoEExecutor
-    if schedule.family == WEIGHT_UPDATE:
-        from pptl.run.weight_update import WeightUpdateExecutor
-
-        return WeightUpdateExecutor
-    from pptl.run.executor import Executor
-
-    return Executor
+    """The executor class for ``schedule``: its family's (``Family.runtime``), else the training
+    one (imports torch)."""
+    fam = find_family(schedule.family)
+    path = fam.runtime.executor if fam is not None and fam.runtime is not None else _TRAINING
+    module, _, name = path.partition(":")
+    cls: type = getattr(import_module(module), name)
+    return cls

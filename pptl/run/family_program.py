@@ -1,4 +1,4 @@
-"""What the non-training families change in a run's program, and what they need to run (pure).
+"""What the non-training families change in a run's program (pure).
 
 :mod:`pptl.run.families` picks the executor per family and explains why these refinements exist;
 they live here, apart from that dispatcher, because the executors themselves use them (a module
@@ -14,40 +14,7 @@ from pptl.ir import Schedule
 if TYPE_CHECKING:
     from pptl.run.program import Program
 
-__all__ = ["check_runnable", "refine", "symmetric_issue", "remote_hop_waits", "cost_means", "MOE", "WEIGHT_UPDATE"]
-
-MOE = "moe-1f1b-overlap"
-WEIGHT_UPDATE = "weight-update"
-
-
-def check_runnable(schedule: Schedule, source: str = "plan") -> None:
-    """Refuse, before any process starts, what a family's executor cannot run.
-
-    Raises:
-        InputError: an MoE plan whose tokens do not split evenly over its EP members, or a plan
-            without the metadata its family's executor reads (a hand-written plan file).
-    """
-    from pptl.errors import InputError
-
-    meta = schedule.meta
-    if schedule.family == MOE:
-        if "ep_groups" not in meta or "layers_per_chunk" not in meta:
-            raise InputError(f"{source}: an {MOE} plan needs meta.ep_groups and meta.layers_per_chunk "
-                             "(write it with pptl plan)")
-        ep = int(meta.get("ep", 1))
-        tokens = schedule.config.workload.tokens if schedule.config is not None else None
-        if tokens is not None and tokens % ep:
-            raise InputError(f"{source}: field 'workload.tokens': got {tokens}, expected a multiple of options.ep = "
-                             f"{ep} (an all-to-all sends each EP member an equal block of tokens)")
-    if schedule.family == WEIGHT_UPDATE:
-        wu = meta.get("weight_update", {})
-        if "buckets" not in wu or "bucket_size" not in wu:
-            raise InputError(f"{source}: a {WEIGHT_UPDATE} plan needs meta.weight_update.buckets and bucket_size "
-                             "(write it with pptl plan)")
-        for g, b in enumerate(wu["buckets"]):
-            if b["bytes"] > wu["bucket_size"]:
-                raise InputError(f"{source}: bucket {g} holds {b['bytes']} bytes, more than the buffers' "
-                                 f"bucket_size {wu['bucket_size']} (a tensor larger than a bucket; run 'pptl check')")
+__all__ = ["refine", "symmetric_issue", "remote_hop_waits", "cost_means"]
 
 
 def refine(program: Program, *, issue: Mapping[int, tuple[int, ...]] | None = None,

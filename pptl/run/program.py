@@ -29,20 +29,15 @@ from typing import Mapping
 from pptl.config import Workload
 from pptl.errors import InputError, InvalidScheduleError
 from pptl.ir import Op, Schedule
+from pptl.schedules import find_family, names
 
-__all__ = ["RUN_KINDS", "FAMILY_KINDS", "COMPUTE", "Channel", "RankProgram", "Program", "build_program", "channel_of",
+__all__ = ["RUN_KINDS", "COMPUTE", "Channel", "RankProgram", "Program", "build_program", "channel_of",
            "message_key", "workload_of", "tighten_messages"]
 
 #: The op kinds ``pptl run`` executes.
 COMPUTE = frozenset({"F", "B", "I", "W", "FB"})
 RUN_KINDS = COMPUTE | {"SEND", "RECV"}
-#: More kinds for the families with an executor of their own (:mod:`pptl.run.families`).
-FAMILY_KINDS: Mapping[str, frozenset[str]] = {
-    "moe-1f1b-overlap": frozenset({"ATTN", "MLP", "WGRAD", "A2A_DISPATCH", "A2A_COMBINE", "OFFLOAD", "ONLOAD"}),
-    "weight-update": frozenset({"H2D", "COPY", "BCAST", "RELOAD"}),
-}
-#: Families whose data crosses ranks through collectives (a broadcast), not SEND/RECV.
-_COLLECTIVE_FAMILIES = frozenset({"weight-update"})
+# Families with an executor of their own declare more kinds in their record (``Family.runtime``).
 
 #: (sender, receiver, flow, direction, sender's stage), with "*"/-1 where a channel carries every
 #: flow, direction or stage of its pair: one ordered stream of messages, carried by its own
@@ -120,12 +115,14 @@ def build_program(schedule: Schedule, *, source: str = "plan") -> Program:
         O(ops log ops + deps), dominated by the sort and the plan's topological order.
     """
     ops = schedule.ops
-    kinds = RUN_KINDS | FAMILY_KINDS.get(schedule.family, frozenset())
+    fam = find_family(schedule.family)
+    runtime = fam.runtime if fam is not None else None
+    kinds = RUN_KINDS | runtime.kinds if runtime is not None else RUN_KINDS
     for op in ops:
         if op.kind not in kinds:
+            own = sorted(n for n in names() if getattr(find_family(n), "runtime", None) is not None)
             raise InputError(f"{source}: op {op.id} has kind {op.kind}; pptl run executes training plans "
-                             f"(kinds {', '.join(sorted(RUN_KINDS))}) and the {', '.join(sorted(FAMILY_KINDS))} "
-                             "families")
+                             f"(kinds {', '.join(sorted(RUN_KINDS))}) and the {', '.join(own)} families")
         if op.kind in ("SEND", "RECV") and op.flow not in ("F", "B"):
             raise InvalidScheduleError(f"{source}: op {op.id} has flow {op.flow!r}, expected F or B")
         if not 0 <= op.rank < schedule.pp:
@@ -134,12 +131,10 @@ def build_program(schedule: Schedule, *, source: str = "plan") -> Program:
     if layers is not None and len(layers) != schedule.num_stages:
         raise InputError(f"{source}: field 'workload.stage_layers': got {len(layers)} entries, expected one per "
                          f"stage ({schedule.num_stages} for {schedule.family} with these sizes)")
-    if schedule.family in FAMILY_KINDS:
-        from pptl.run.family_program import check_runnable
-
-        check_runnable(schedule, source)
+    if runtime is not None and runtime.check is not None:
+        runtime.check(schedule, source)
     placement = _placement(schedule, source)
-    if schedule.family not in _COLLECTIVE_FAMILIES:
+    if runtime is None or not runtime.collectives:
         _check_crossings(schedule, source)
     channel = _channels(schedule, source)
     key = _issue_key(schedule)

@@ -10,9 +10,9 @@ from importlib import import_module
 from pptl.config import MAX_PLAN_OPS, TRAINING_COST_KEYS, Config
 from pptl.errors import InputError
 from pptl.ir import Schedule
-from pptl.schedules._common import Family
+from pptl.schedules._common import Family, Runtime
 
-__all__ = ["Family", "FAMILIES", "get_family", "build_schedule", "check_keys", "names"]
+__all__ = ["Family", "Runtime", "FAMILIES", "get_family", "find_family", "build_schedule", "check_keys", "names"]
 
 #: Every family, in the order ``pptl schedules`` lists them: its name -> (module, record).
 _WHERE: dict[str, tuple[str, str]] = {
@@ -58,6 +58,12 @@ def get_family(name: str) -> Family:
         if key not in _WHERE:
             raise InputError(f"unknown schedule '{name}'; known schedules: {', '.join(_WHERE)}")
     return _load(key)
+
+
+def find_family(name: str) -> Family | None:
+    """The family a schedule names (``Schedule.family``, the canonical name), or None for a
+    schedule no family built (an imported torch CSV, a hand-written plan)."""
+    return _load(name) if name in _WHERE else None
 
 
 def build_schedule(cfg: Config) -> Schedule:

@@ -18,6 +18,7 @@ from pptl.ir import Op, Schedule, ScheduleBuilder
 
 __all__ = [
     "Family",
+    "Runtime",
     "flush_bubble",
     "loop_rank",
     "v_rank",
@@ -29,6 +30,24 @@ __all__ = [
     "span_idle",
     "overlap_metrics",
 ]
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """How ``pptl run`` executes a family whose ops are not all training ops (F, B, I, W, FB,
+    SEND, RECV). Names only: the executor is imported by :mod:`pptl.run.families`, with torch,
+    so the core never imports the runtime."""
+
+    executor: str
+    """``module:Class`` of the family's executor (a subclass of :class:`pptl.run.executor.Executor`)."""
+    kinds: frozenset[str]
+    """The op kinds, beyond training's, that the executor runs."""
+    check: Callable[[Schedule, str], None] | None = None
+    """(schedule, source) -> None: refuses, before any process starts, a plan the executor cannot
+    run (metadata a hand-written plan lacks...), raising InputError."""
+    collectives: bool = False
+    """Data crosses ranks through collectives (a broadcast), not SEND/RECV pairs, so the check that
+    every crossing has its SEND/RECV does not apply."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +83,8 @@ class Family:
     extra_metrics: Callable[[Schedule, Any], dict] | None = None
     """Family metrics merged into ``pptl plan``'s (schedule, simulation) -> JSON-ready dict; its
     optional ``report`` key holds lines the text output prints."""
+    runtime: Runtime | None = None
+    """How ``pptl run`` executes it; None: the training executor runs it."""
 
 
 def require(cond: bool, cfg: Config, field_name: str, value: object, expected: str) -> None:

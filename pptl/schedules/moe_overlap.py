@@ -77,13 +77,13 @@ from pptl.config import MAX_OPS, Config
 from pptl.errors import InputError
 from pptl.ir import Schedule
 from pptl.schedules import interleaved
-from pptl.schedules._common import Family, require
+from pptl.schedules._common import Family, Runtime, require
 from pptl.schedules._moe_layers import Costs as LayerCosts
 from pptl.schedules._moe_layers import build_ops
 from pptl.schedules._moe_metrics import moe_metrics
 
 __all__ = ["FAMILY", "NAME", "MoEOptions", "parse_options", "validate", "build", "steps", "warmup",
-           "bubble", "memory", "COST_KEYS"]
+           "bubble", "memory", "runnable", "COST_KEYS"]
 
 NAME = "moe-1f1b-overlap"
 
@@ -312,6 +312,20 @@ def _assumptions(cfg: Config) -> list[str]:
     return out
 
 
+def runnable(schedule: Schedule, source: str) -> None:
+    """Refuse what the MoE executor cannot run: a plan without its EP groups and layers (a
+    hand-written file), or tokens that do not split evenly over the EP members."""
+    meta = schedule.meta
+    if "ep_groups" not in meta or "layers_per_chunk" not in meta:
+        raise InputError(f"{source}: an {NAME} plan needs meta.ep_groups and meta.layers_per_chunk "
+                         "(write it with pptl plan)")
+    ep = int(meta.get("ep", 1))
+    tokens = schedule.config.workload.tokens if schedule.config is not None else None
+    if tokens is not None and tokens % ep:
+        raise InputError(f"{source}: field 'workload.tokens': got {tokens}, expected a multiple of options.ep = "
+                         f"{ep} (an all-to-all sends each EP member an equal block of tokens)")
+
+
 FAMILY = Family(
     name=NAME,
     summary="Megatron-Core combined 1F1B: interleaved 1F1B whose steady steps overlap F of one micro-batch "
@@ -334,4 +348,6 @@ FAMILY = Family(
     extra_metrics=moe_metrics,
     takes_options=True,
     own_costs=True,
+    runtime=Runtime(executor="pptl.run.moe:MoEExecutor", check=runnable,
+                    kinds=frozenset({"ATTN", "MLP", "WGRAD", "A2A_DISPATCH", "A2A_COMBINE", "OFFLOAD", "ONLOAD"})),
 )

@@ -55,7 +55,7 @@ from pptl.config import MAX_OPS, Config
 from pptl.errors import InputError
 from pptl.intervals import overlap_length
 from pptl.ir import Op, Schedule, ScheduleBuilder
-from pptl.schedules._common import Family
+from pptl.schedules._common import Family, Runtime
 
 __all__ = [
     "FAMILY",
@@ -70,6 +70,7 @@ __all__ = [
     "validate",
     "build",
     "update_metrics",
+    "runnable",
     "human_bytes",
 ]
 
@@ -508,6 +509,19 @@ def human_bytes(nbytes: float) -> str:
 # --------------------------------------------------------------------------------------------
 # Estimates over ranks and model size
 
+def runnable(schedule: Schedule, source: str) -> None:
+    """Refuse what the weight-update executor cannot run: a plan without its buckets (a
+    hand-written file), or a bucket larger than the buffers."""
+    wu = schedule.meta.get("weight_update", {})
+    if "buckets" not in wu or "bucket_size" not in wu:
+        raise InputError(f"{source}: a {NAME} plan needs meta.weight_update.buckets and bucket_size "
+                         "(write it with pptl plan)")
+    for g, b in enumerate(wu["buckets"]):
+        if b["bytes"] > wu["bucket_size"]:
+            raise InputError(f"{source}: bucket {g} holds {b['bytes']} bytes, more than the buffers' "
+                             f"bucket_size {wu['bucket_size']} (a tensor larger than a bucket; run 'pptl check')")
+
+
 FAMILY = Family(
     name=NAME,
     summary="weight update: H2D, broadcast through a double IPC buffer, reload (checkpoint-engine)",
@@ -524,4 +538,6 @@ FAMILY = Family(
     extra_metrics=update_metrics,
     takes_options=True,
     own_costs=True,
+    runtime=Runtime(executor="pptl.run.weight_update:WeightUpdateExecutor", check=runnable, collectives=True,
+                    kinds=frozenset({"H2D", "COPY", "BCAST", "RELOAD"})),
 )
