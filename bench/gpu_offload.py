@@ -305,17 +305,53 @@ def refresh(paths: dict[str, dict[str, Path]], cal_dir: Path) -> None:
     for n, p in paths.items():
         fresh = write_plan(n, json.loads(p["cfg"].read_text()), cal_dir, "main")
         schedule = load_any(fresh["plan"]).schedule
-        if {op.id for op in schedule.ops} == {op.id for op in load_any(p["plan"]).schedule.ops}:
+        ran = load_any(p["plan"]).schedule
+        renamed = _moved_lanes(ran, schedule)
+        if renamed is not None:
             p["cfg"], p["plan"] = fresh["cfg"], fresh["plan"]
+            if renamed:
+                log(f"  {n}: {len(renamed)} ops are on other lanes in the plan made again (PP transfers on "
+                    "send/recv since 2026-11-26); the measured timelines' events are renamed to match")
         else:
             log(f"  {n}: the plan made again has other ops than the one that ran; keeping that one")
-            schedule = load_any(p["plan"]).schedule
+            schedule = ran
         for key in ("measured", "rerun"):
             if key in p:
-                tl = MoEExecutor.finish_timeline(schedule, load_any(p[key]).timeline)
+                tl = load_any(p[key]).timeline
+                if renamed:
+                    tl = _renamed(tl, renamed, {op.id: op.lane for op in schedule.ops})
+                tl = MoEExecutor.finish_timeline(schedule, tl)
                 dst = cal_dir / p[key].name
                 dst.write_text(json.dumps(tl.to_dict(), separators=(",", ":"), allow_nan=False))
                 p[key] = dst
+
+
+def _moved_lanes(ran: Any, fresh: Any) -> dict[str, str] | None:
+    """Old id -> new id of the ops that only changed lanes between the plan that ran and the plan
+    made again ({} when none did); None when the plans differ otherwise. A lane is where the plan
+    times an op; ``pptl run`` issues SEND/RECV on their channels' streams whatever their lane, so
+    a run's measurement of such an op stands for the new plan's op."""
+    def key(op: Any) -> tuple:
+        return (op.rank, op.id.split("/", 2)[2])
+
+    old = {key(op): op.id for op in ran.ops}
+    new = {key(op): op.id for op in fresh.ops}
+    if len(old) != len(ran.ops) or len(new) != len(fresh.ops) or set(old) != set(new):
+        return None
+    moved = {old[k]: new[k] for k in old if old[k] != new[k]}
+    kinds = {op.id: op.kind for op in ran.ops}
+    return moved if all(kinds[i] in ("SEND", "RECV") for i in moved) else None
+
+
+def _renamed(tl: Any, ids: dict[str, str], lane_of: dict[str, str]) -> Any:
+    """``tl`` with each event's op id (and the ids it waits on) renamed by ``ids``, on its new lane."""
+    from dataclasses import replace as dc_replace
+
+    def new(e: Any) -> Any:
+        op = ids.get(e.op, e.op)
+        return dc_replace(e, op=op, lane=lane_of.get(op, e.lane),
+                          waits_on=tuple(ids.get(w, w) for w in e.waits_on))
+    return dc_replace(tl, events=[new(e) for e in tl.events])
 
 
 def evaluate_only(a: argparse.Namespace, out: Path) -> int:

@@ -5,8 +5,9 @@ What the seed draws, computed from the plan's op times (nothing is placed by han
 - top, three sections side by side, each a close-up of ONE step of one device (``device``):
   warmup (forward only), steady state (one paired step) and cooldown (backward only), rows
   Computation / Communication / Offload. A section's window is the step's span: the first start
-  and the last end of the step's own compute and communication ops; every op of the device that
-  overlaps the window is drawn in it, clipped, so the close-up shows what the device does then;
+  and the last end of the step's own compute and communication ops; the step's own ops are
+  drawn in it, clipped, with its own Offloads and the Onloads that start while it computes
+  (prefetches for the backwards to come), so the close-up shows one step as the seed does;
 - below, the order grid of every device: one cell per step at its plan time, micro-batch numbers
   (1-based, like the seed), forward blue, backward red, a paired step split in two, PP transfers
   as green marks. The grid's time axis is mapped piecewise so that each phase of ``device``
@@ -235,6 +236,15 @@ def _section(tl: "Timeline", rank: int, name: str, step: _Step, cooldown_from: f
         row = _ROW_OF_LANE.get(e.lane)
         # Ops that started before the window are the previous step's tail: the close-up leaves them out.
         if e.rank != rank or row is None or e.duration <= 0 or e.start < lo or e.start >= hi:
+            continue
+        # One step, as the seed draws it: compute and communication of other steps that start in
+        # the window (the next step's attention beside this one's last combine and PP send, the
+        # previous backward's last WGrad) are left out, and so are the copies of earlier steps (an
+        # Offload follows its own forward's MLP). An Onload belongs to a backward still to come:
+        # the ones this step's compute issues are drawn.
+        if row != "Offload" and (e.stage, e.mb, e.flow) not in own:
+            continue
+        if row == "Offload" and (e.start < step.start or (e.kind == "OFFLOAD" and (e.stage, e.mb, e.flow) not in own)):
             continue
         label = e.label or _LABEL.get(e.kind, e.kind)
         cat, col = block_kind(e, label, cooldown_from)

@@ -59,7 +59,7 @@ def moe_mpl_figure(fig_data: MoEFigure, d: MoEDraw):
 
     fs = d.font
     left, right = 0.95, 0.08
-    gap = 0.12
+    gap = 0.1
     heights = _section_heights([s.tracks for s in fig_data.sections])
     sec_h = sum(heights)
     grid_h = _GRID_ROW_IN * len(fig_data.devices)
@@ -75,7 +75,7 @@ def moe_mpl_figure(fig_data: MoEFigure, d: MoEDraw):
     if d.title:
         fig.text(0.1 / d.width, 1 - 0.18 / height, d.title, fontsize=fs + 2, fontweight="bold", va="center")
     avail = d.width - left - right - gap * (len(fig_data.sections) - 1)
-    weights = [max(1.0, sum(1 for b in s.blocks if b.row == "Computation")) + 1.0 for s in fig_data.sections]
+    weights = [_section_weight(s) for s in fig_data.sections]
     widths = [avail * w / sum(weights) for w in weights]
     xs = np.concatenate([[left], left + np.cumsum([w + gap for w in widths])])[:-1]
     sec_bottom = height - title_h - head_h - sec_h
@@ -96,6 +96,20 @@ def moe_mpl_figure(fig_data: MoEFigure, d: MoEDraw):
     if d.legend != "none":
         _legend(fig, list(fig_data.categories), legend_cols, fs, d, height, legend_h)
     return fig
+
+
+def _section_weight(sec: Section) -> float:
+    """A section's share of the width: its compute blocks, plus one, or, where the step's window
+    also holds idle compute time (its first all-to-all runs while the previous step still
+    computes), the window's length in compute blocks, so blocks keep the width of the other
+    sections' and their labels; at most twice the block count, so a long wait in a measured step
+    cannot squeeze the other sections."""
+    comp = [b.end - b.start for b in sec.blocks if b.row == "Computation" and b.end > b.start]
+    base = max(1.0, len(comp)) + 1.0
+    if not comp:
+        return base
+    typical = float(np.median(comp))
+    return min(2 * base, max(base, (sec.t1 - sec.t0) / typical)) if typical > 0 else base
 
 
 def _draw_section(ax, sec: Section, heights: list[float], width_in: float, fs: float, units: str,

@@ -1,9 +1,9 @@
 """Expanding the steps of ``moe-1f1b-overlap`` into layer sub-ops on lanes, with their data facts.
 
-Per rank the lanes are ``compute`` (Attn, MLP, WGrad), ``comm`` (EP-D, EP-C, PP), ``d2h``
-(Offload), ``h2d`` (Onload) and ``pass`` (zero-time F/I/W markers that carry the training roles,
-see :mod:`pptl.schedules.moe_overlap`). Ops are appended in the order the rank's program issues
-them, so each lane's order is its stream's order.
+Per rank the lanes are ``compute`` (Attn, MLP, WGrad), ``comm`` (EP-D, EP-C), ``send`` and
+``recv`` (PP), ``d2h`` (Offload), ``h2d`` (Onload) and ``pass`` (zero-time F/I/W markers that
+carry the training roles, see :mod:`pptl.schedules.moe_overlap`). Ops are appended in the order
+the rank's program issues them, so each lane's order is its stream's order.
 
 Keys name sub-ops while the schedule is built: ``(part, direction, stage, mb, layer)`` where part
 is FA/FD/FM/FC (forward attention, dispatch, MLP, combine), BC/BM/BD/BA/WG (backward combine, MLP,
@@ -105,7 +105,11 @@ class _Builder:
 
     def p2p(self, kind: str, flow: str, rank: int, peer: int, e: int, s: int, mb: int) -> Key:
         key = (kind, flow, e, s, mb)
-        self.at[key] = self.sb.add(Op(kind=kind, rank=rank, lane="comm", stage=s, mb=mb, direction=e,
+        # Own lanes, not ``comm``: PP and EP are different communicators, whose kernels NCCL runs on
+        # different streams (``pptl run`` too: each PP channel has its stream), so a transfer
+        # overlaps the all-to-alls rather than queueing behind them.
+        lane = "send" if kind == "SEND" else "recv"
+        self.at[key] = self.sb.add(Op(kind=kind, rank=rank, lane=lane, stage=s, mb=mb, direction=e,
                                       chunk=self.chunk_of(s), peer=peer, flow=flow, label="PP"))
         return key
 
