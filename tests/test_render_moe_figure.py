@@ -36,7 +36,7 @@ def test_sections_are_warmup_steady_cooldown_of_the_last_device(fig) -> None:
 def test_section_windows_come_from_the_plans_op_times(tl, fig) -> None:
     for sec in fig.sections:
         parts = [p.split() for p in sec.what.split(" | ")]
-        own = [e for e in tl.events if e.rank == 3 and e.duration > 0 and e.lane in ("compute", "comm")
+        own = [e for e in tl.events if e.rank == 3 and e.duration > 0 and e.lane in ("compute", "comm", "send")
                and any(e.flow == f and e.mb + 1 == int(mb) for f, _m, mb, *_ in parts)
                and (e.lane == "comm" or e.kind != "WGRAD" or e.flow == "B")
                and any(e.chunk == int(p[-1].rstrip(")")) for p in parts)]
@@ -54,6 +54,11 @@ def test_every_block_is_labelled_and_coloured_by_kind(fig) -> None:
     assert [(lab, col) for row, lab, col in steady if row == "Computation"] == [
         ("Attn", "moe.forward"), ("MLP", "moe.backward"), ("MLP", "moe.forward"), ("Attn", "moe.backward"),
         ("WGrad", "moe.backward")]
+    # one step, as the seed draws it: the next step's ops that start in the window are not drawn
+    assert [lab for row, lab, _c in steady if row == "Communication"] == ["EP-C", "EP-D", "EP-D", "EP-C", "PP", "PP"]
+    assert [lab for row, lab, _c in steady if row == "Offload"] == ["Offload", "Onload"]
+    assert [[b.label for b in s.blocks if b.row == "Computation"] for s in (fig.sections[0], fig.sections[2])] == [
+        ["Attn", "MLP"], ["MLP", "Attn", "WGrad"]]
     comm = [(lab, col) for row, lab, col in steady if row == "Communication"]
     assert ("EP-D", "moe.ep.forward") in comm and ("EP-D", "moe.ep.backward") in comm  # by the pass served
     assert ("EP-C", "moe.ep.forward") in comm and ("EP-C", "moe.ep.backward") in comm

@@ -52,7 +52,9 @@ def test_overlap_hides_communication_and_offloading_saves_memory(m: int) -> None
     cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
     inter, comb, off = ({"makespan": float(c[2]), "ep": float(c[3]), "exposed": float(c[4]), "peak": float(c[5])}
                         for c in cells)
-    assert inter["exposed"] == inter["ep"]  # without overlap every all-to-all stalls the compute lane
+    # without overlap nearly every all-to-all stalls the compute lane: only where two passes meet does
+    # one run beside compute (a forward's last combine beside the next forward's attention), 3 of 64 or 256
+    assert inter["ep"] - 3 == inter["exposed"]
     assert comb["exposed"] <= inter["exposed"] / 2 and comb["makespan"] < inter["makespan"]
     assert comb["peak"] == inter["peak"] + 1  # the "+1" warmup micro-batch holds one more chunk
     assert off["peak"] < comb["peak"] and off["makespan"] == comb["makespan"]

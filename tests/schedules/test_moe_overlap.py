@@ -104,14 +104,37 @@ def test_sub_ops_carry_the_contract_fields() -> None:
     s = build_schedule(moe(options={"offload": True}))
     lanes = {(op.kind, op.lane, op.label) for op in s.ops}
     assert {("ATTN", "compute", "Attn"), ("MLP", "compute", "MLP"), ("WGRAD", "compute", "WGrad"),
-            ("A2A_DISPATCH", "comm", "EP-D"), ("A2A_COMBINE", "comm", "EP-C"), ("SEND", "comm", "PP"),
-            ("RECV", "comm", "PP"), ("OFFLOAD", "d2h", "Offload"), ("ONLOAD", "h2d", "Onload")} <= lanes
+            ("A2A_DISPATCH", "comm", "EP-D"), ("A2A_COMBINE", "comm", "EP-C"), ("SEND", "send", "PP"),
+            ("RECV", "recv", "PP"), ("OFFLOAD", "d2h", "Offload"), ("ONLOAD", "h2d", "Onload")} <= lanes
     for op in s.ops:
         if op.lane != "pass":
             assert op.flow in ("F", "B") and op.mb >= 0 and op.stage >= 0
             assert op.chunk == op.stage // 4
         if op.kind in ("ATTN", "MLP", "WGRAD", "A2A_DISPATCH", "A2A_COMBINE", "OFFLOAD", "ONLOAD"):
             assert 0 <= op.sub < 2
+
+
+@pytest.mark.parametrize("ov", [True, False], ids=["overlap", "no-overlap"])
+def test_pp_transfers_run_beside_the_all_to_alls(ov: bool) -> None:
+    """PP and EP are different communicators (each on its own stream, in NCCL and in ``pptl run``):
+    SEND and RECV take the send/recv lanes, so a slow transfer runs while its rank's all-to-alls go
+    on, and a lone forward's attention does not wait for the previous forward's combine and SEND."""
+    slow = Costs(comm_latency=3.0)
+    s = build_schedule(Config(schedule=NAME, pp=2, vpp=2, microbatches=4, costs=slow, options={"overlap": ov}))
+    assert {op.lane for op in s.ops if op.kind == "SEND"} == {"send"}
+    assert {op.lane for op in s.ops if op.kind == "RECV"} == {"recv"}
+    assert all(op.kind in ("A2A_DISPATCH", "A2A_COMBINE") for r in range(2) for op in s.lane_ops(r, "comm"))
+    sim = simulate(s)
+    at = {op.id: i for i, op in enumerate(s.ops)}
+    beside = [(o.id, a.id) for i, o in enumerate(s.ops) if o.kind == "SEND"
+              for j, a in enumerate(s.ops) if a.rank == o.rank and a.kind.startswith("A2A")
+              and sim.start[j] < sim.end[i] and sim.start[i] < sim.end[j]]
+    assert beside  # on one lane they could never overlap
+    # stage 1's second forward starts when its input has come and its first forward's last MLP is
+    # done, not after that forward's combine and 3-unit SEND to stage 2
+    fa = at["r1/compute/ATTN_F Attn s1 mb1 #0"]
+    ready = max(sim.end[at["r1/compute/MLP_F MLP s1 mb0 #1"]], sim.end[at["r1/recv/RECV_F PP s1 mb1 <-r0"]])
+    assert sim.start[fa] == ready < sim.end[at["r1/send/SEND_F PP s1 mb0 ->r0"]]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -281,9 +304,9 @@ runner = CliRunner()
 def test_plan_fixture_prints_overlap_report() -> None:
     result = runner.invoke(app, ["plan", str(FIXTURES / "moe_overlap.yaml")])
     assert result.exit_code == 0, result.output
-    assert result.output.startswith("moe-1f1b-overlap: pp=4 vpp=2 microbatches=8 makespan=250.25 ")
-    assert "EP all-to-all: 64 per rank, 32 exposed (compute idle) on the worst rank" in result.output
-    assert "offload/onload: 15.5 per rank, 4.25 exposed; peak activation 7 with offloading, 12 without" in result.output
+    assert result.output.startswith("moe-1f1b-overlap: pp=4 vpp=2 microbatches=8 makespan=249.5 ")
+    assert "EP all-to-all: 64 per rank, 30.5 exposed (compute idle) on the worst rank" in result.output
+    assert "offload/onload: 15.5 per rank, 3 exposed; peak activation 7 with offloading, 12 without" in result.output
 
 
 def test_check_without_plus_one_exits_1_naming_the_pair() -> None:
