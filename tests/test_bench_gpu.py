@@ -65,3 +65,33 @@ def test_gpu_issue8_runs_every_stage(tmp_path):
     assert all(c["predicted_ms"] > 0 and c["measured_ms"] > 0 for c in res["calibration"].values())
     assert sorted(p.name for p in tmp_path.glob("*.png")) == ["moe_offload.png", "moe_overlap.png",
                                                              "moe_overlap_step.png", "weight_update.png"]
+
+
+def test_gpu_offload_evaluate_only_renames_ops_that_only_changed_lanes():
+    """A saved run whose plan had PP transfers on the comm lane is evaluated against today's plan
+    (send/recv lanes): those ops are renamed, anything else that differs keeps the old plan."""
+    import importlib.util
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from pptl.config import Config
+    from pptl.schedules import build_schedule
+    from pptl.timeline import Event, Timeline
+
+    spec = importlib.util.spec_from_file_location("gpu_offload", ROOT / "bench" / "gpu_offload.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    fresh = build_schedule(Config(schedule="moe-1f1b-overlap", pp=2, vpp=2, microbatches=2))
+    p2p = ("SEND", "RECV")
+    ran = SimpleNamespace(ops=[replace(op, lane="comm") if op.kind in p2p else op for op in fresh.ops])
+    moved = mod._moved_lanes(ran, fresh)
+    assert len(moved) == sum(op.kind in p2p for op in fresh.ops) > 0
+    assert moved["r0/comm/SEND_F PP s0 mb0 ->r1"] == "r0/send/SEND_F PP s0 mb0 ->r1"
+    assert mod._moved_lanes(fresh, fresh) == {}
+    attn_moved = SimpleNamespace(ops=[replace(op, lane="comm") if op.kind == "ATTN" else op for op in fresh.ops])
+    assert mod._moved_lanes(attn_moved, fresh) is None  # a compute op on another lane is another plan
+    assert mod._moved_lanes(SimpleNamespace(ops=ran.ops[:-1]), fresh) is None
+    tl = Timeline([Event(op="r1/comm/RECV_F PP s1 mb0 <-r0", rank=1, lane="comm", start=0.0, end=1.0, kind="RECV",
+                         waits_on=("r0/comm/SEND_F PP s0 mb0 ->r1",))])
+    [e] = mod._renamed(tl, moved, {op.id: op.lane for op in fresh.ops}).events
+    assert (e.op, e.lane, e.waits_on) == ("r1/recv/RECV_F PP s1 mb0 <-r0", "recv", ("r0/send/SEND_F PP s0 mb0 ->r1",))
