@@ -14,17 +14,22 @@ def tune_config(pp: int, micro: Sequence[int], hidden: int, tokens: int, dtype: 
 
     Memory in MiB (the unit pptl run measures): an MLP block holds W_up, W_down and biases plus their
     gradients; its forward keeps the block input (h), the GELU input and output (4h each) and, with
-    a split backward, the block's last Linear output (h): 10h per token. After I, the Linear inputs
-    (5h) and output gradients (5h) wait for W, so w_activation is 1.
+    a split backward, the block's last Linear output (h): 10h per token (a full backward's autograd
+    keeps 9h: the fit from the 1F1B run scales it). After I, the Linear inputs (5h) and output
+    gradients (5h) wait for W, so w_activation is 1; while I runs, the Linear outputs (5h) are still
+    held as their gradients are made, so i_working is 0.5. The head's MSE loss also keeps its fp32
+    difference (4 bytes per element of the last block's output).
     """
     esz = 2 if dtype in ("bfloat16", "float16") else 4
     w_mib = 2 * (8 * hidden * hidden + 5 * hidden) * esz / 2**20
     a_mib = tokens * 10 * hidden * esz / 2**20
+    loss_mib = tokens * hidden * 4 / 2**20
     block = {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0, "activation": a_mib, "weight": w_mib}
     part = {"F": 1.0 * BLOCKS, "B": 2.0 * BLOCKS, "activation": BLOCKS * a_mib, "weight": BLOCKS * w_mib}
+    head = {**part, "activation": BLOCKS * a_mib + loss_mib}
     return {"pp": pp, "microbatches": list(micro),
-            "model": {"layers": 8 * pp, "layer": block, "embedding": part, "head": part,
-                      "message_bytes": tokens * hidden * esz, "w_activation": 1.0,
+            "model": {"layers": 8 * pp, "layer": block, "embedding": part, "head": head,
+                      "message_bytes": tokens * hidden * esz, "w_activation": 1.0, "i_working": 0.5,
                       # I and W from the run's F and B through the block's FLOPs and bytes
                       "work": "mlp"},
             "workload": {"hidden": hidden, "tokens": tokens, "dtype": dtype},

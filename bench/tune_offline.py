@@ -8,8 +8,9 @@ calibrates from BASE as `pptl tune --costs-from` does, re-times every row's cand
 split that ran (synth rebuilds its order from the new costs), runs the full search at the run's
 memory limit for the pick, and prints the rows and the checks of bench/gpu_tune.py against the
 saved measurements: per-candidate error, Spearman per micro-batch count, the pick against the
-fastest measured candidate that fits, and memory (predicted over measured peak; fitting candidates
-over the limit). Without --config it uses the bench's own model for the run's pp and workload.
+fastest measured candidate that fits, and memory (predicted over measured peak per candidate and its
+range; candidates whose fit by prediction differs from their fit by measurement at the run's limit;
+fitting candidates over the limit). Without --config it uses the bench's own model for the run's pp and workload.
 """
 from __future__ import annotations
 
@@ -81,19 +82,29 @@ def main() -> int:
     c = checks(rows, limit, labels)
     print(f"memory limit {limit:.0f} MiB; units {units}")
     print(f"{'candidate':44s} {'layers':>22s} {'meas ms':>8s} {'old ms':>8s} {'err':>6s} {'new ms':>8s} "
-          f"{'err':>6s} {'meas MiB':>8s} {'old MiB':>8s} {'new MiB':>8s} fits")
+          f"{'err':>6s} {'meas MiB':>8s} {'old MiB':>8s} {'new MiB':>8s} {'err':>6s} fits  fits(meas)")
     for x in sorted(rows, key=lambda x: (x["microbatches"], x["measured_ms"])):
         e0 = (x["old_predicted_ms"] - x["measured_ms"]) / x["measured_ms"]
         e1 = (x["predicted_ms"] - x["measured_ms"]) / x["measured_ms"]
         mp = max(x["measured_peak"]) if x["measured_peak"] else float("nan")
         print(f"{x['label'][:44]:44s} {str(x['stage_layers'])[:22]:>22s} {x['measured_ms']:8.2f} "
               f"{x['old_predicted_ms']:8.2f} {100 * e0:+5.1f}% {x['predicted_ms']:8.2f} {100 * e1:+5.1f}% "
-              f"{mp:8.0f} {x['old_peak']:8.0f} {max(x['predicted_peak']):8.0f} {'yes' if x['fits'] else 'no'}"
+              f"{mp:8.0f} {x['old_peak']:8.0f} {max(x['predicted_peak']):8.0f} "
+              f"{100 * (max(x['predicted_peak']) - mp) / mp:+5.1f}% {'yes' if x['fits'] else 'no ':4s}  "
+              f"{'yes' if mp <= limit else 'no'}"
               + ("  (synth order rebuilt from the new costs)" if x["label"].startswith("synth")
                  and x["order"] == "rebuilt" else ""))
     old = checks([{**x, "predicted_ms": x["old_predicted_ms"]} for x in rows], limit, labels)
     print("spearman as run: " + ", ".join(f"{k} {v:.3f}" for k, v in old.items() if k.endswith("spearman"))
           + f"; max abs err as run {old['max_abs_err']:.3f}")
+    wrong = [x["label"] for x in rows if x["measured_peak"] and x["fits"] != (max(x["measured_peak"]) <= limit)]
+    print(f"memory: predicted over measured peak {100 * c.get('peak_err_min', 0):+.1f}% .. "
+          f"{100 * c.get('peak_err_max', 0):+.1f}%; fits by prediction != by measurement at {limit:.0f} MiB: "
+          f"{', '.join(wrong) or 'none'}; reported fitting but over the limit: "
+          f"{', '.join(c['fitting_over_limit']) or 'none'}; picks: "
+          + ", ".join(f"m={m} {labels[m]} ({'within 2%' if c[f'm{m}_pick_within_2pct'] else 'NOT within 2%'} of "
+                      f"{c[f'm{m}_fastest_fitting']})" for m in sorted(labels)))
+    c["fits_mismatch"] = wrong
     print("checks: " + json.dumps(c))
     if a.json is not None:
         a.json.write_text(json.dumps({"limit_mib": limit, "notes": notes, "checks": c, "rows": rows}, indent=1))

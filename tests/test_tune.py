@@ -268,21 +268,6 @@ def test_ilp_finds_an_order_no_slower_than_greedy_within_the_memory_limit():
         assert peak <= 2.0 + 1e-9
 
 
-def test_memory_calibration_only_scales_activation_up():
-    from pptl.timeline import TimelineMeta
-    from pptl.tune.calibrate import _fit_memory
-
-    tc = _cfg(families=["1f1b"], microbatches=8, memory_limit=None)
-    meta = TimelineMeta(source="measured", units="ms", family="1f1b", pp=4, microbatches=8)
-    split = (8, 8, 8, 8)
-    # 1F1B at 8 micro-batches: rank 1 holds 3 micro-batches of 8 layers (0.15 each) + 8 x 0.5 of weights.
-    pred_act, weights = 3 * 8 * 0.15, 8 * 0.5
-    up, note = _fit_memory(tc, meta, split, {"1": {"peak_mib": weights + 2 * pred_act}})
-    assert up.model.layer.activation == pytest.approx(0.3) and "scaled by 2.000" in note
-    same, _ = _fit_memory(tc, meta, split, {"1": {"peak_mib": weights + 0.5 * pred_act}})
-    assert same.model.layer.activation == pytest.approx(0.15)
-
-
 def test_gpu_script_limit_and_spearman():
     import importlib.util
 

@@ -18,9 +18,11 @@ layer, every stage's work is known up to the layer's cost, and the stages' times
 ranks' duty give alpha by least squares. Where the ranks' duty barely differs (or the fit falls
 outside 0..1) alpha is 0, today's model of fixed durations.
 
-When the run recorded peak memory per rank (``pptl run`` on CUDA), the model's activation memory is
-scaled up (never down) so that the measured family's predicted peak covers every rank's measurement
-(weights are taken as given): the model stays an upper bound.
+When the run recorded peak memory per rank (``pptl run`` on CUDA), the memory model's coefficients
+are fitted to it (:func:`pptl.tune.memory.fit_memory`): the activation scale of the run's backward
+kind and a working memory per rank by least squares over the ranks, the working memory then raised
+to cover the worst rank; inputs and targets from what the ranks held before the first step beyond
+their weights; each message held to the step's end at ``message_bytes`` (MiB, as the run measures).
 """
 from __future__ import annotations
 
@@ -252,48 +254,59 @@ def _normalise_duty(tc: TuneConfig, tl: Any, split: Sequence[int], stages: dict[
 
 
 def _fit_memory(tc: TuneConfig, meta: Any, split: Sequence[int], memory: dict) -> tuple[TuneConfig, str | None]:
+    """The config with :class:`~pptl.tune.memory.MemoryModel` coefficients fitted to the run's
+    measured peaks (``memory``: per rank ``peak_mib``, and ``base_mib`` before the first step)."""
+    from pptl.schedules import get_family
     from pptl.tune.candidates import Structure
-    from pptl.tune.rank import _evaluate  # the same timing and memory count as the search
-    from pptl.tune.split import Split
+    from pptl.tune.memory import MemoryModel, data_count, fit_memory
+    from pptl.tune.rank import _check, _timing, config_for
+    from pptl.tune.split import Split, stage_memory
 
     fam = meta.family
     vpp = meta.vpp if fam == "interleaved" else (2 if fam in ("zbv", "dualpipev") else 1)
     st = Structure(fam, int(meta.microbatches), vpp, tc.pp if fam == "interleaved" else None)
     probe = replace(tc, memory_limit=None, microbatches=(st.microbatches,))
-    try:
-        results = [r for r in _evaluate(probe, st) if r.split is not None]
-    except Exception:  # a family the model cannot rebuild: keep the given memory
-        return tc, None
-    chosen = next((r for r in results if r.split.layers == tuple(split)), None)
-    if chosen is None:
-        from pptl.schedules import get_family
-        from pptl.tune.rank import _check, _time, config_for
-
+    sp = Split("measured", tuple(split))
+    try:  # the same timing and memory count as the search, on the split that ran
         sched = get_family(fam).build(config_for(probe, st))
         ctx = _check(sched)
         if isinstance(ctx, str):
             return tc, None
-        chosen = _time(probe, st, sched, ctx, Split("measured", tuple(split)))
-    from pptl.tune.split import stage_memory
-
-    _, weight = stage_memory(tc.model, split)
-    ratios = []
-    for r, pred in enumerate(chosen.peak):
-        got = memory.get(str(r), {}).get("peak_mib")
-        held_w = sum(weight[s] for s in range(len(split)) if _rank_holds(chosen, r, s))
-        act = pred - held_w
-        if got is not None and act > 0:
-            ratios.append((got - held_w) / act)
-    if not ratios:
+        start, end, _, _ = _timing(probe, st, sched, ctx, sp)
+    except Exception:  # a family the model cannot rebuild: keep the given memory
         return tc, None
-    # Only ever scaled up: the model stays an upper bound, so "fits" stays a promise.
-    k = max(1.0, max(ratios))
-    m = tc.model
-    scale = lambda p: replace(p, activation=p.activation * k)  # noqa: E731
-    tc = replace(tc, model=replace(m, layer=scale(m.layer), embedding=scale(m.embedding), head=scale(m.head)))
-    return tc, f"activation memory scaled by {k:.3f} to match the measured peak (worst rank)"
+    peaks: dict[int, float] = {}
+    bases: dict[int, float] = {}
+    for k, v in memory.items():
+        if not (isinstance(k, str) and k.isdigit() and isinstance(v, dict)):
+            continue
+        p, b = v.get("peak_mib"), v.get("base_mib")
+        if isinstance(p, (int, float)) and not isinstance(p, bool) and 0 <= p < 1e12:
+            peaks[int(k)] = float(p)
+        if isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1e12:
+            bases[int(k)] = float(b)
+    act, weight = stage_memory(tc.model, split)
+    copies = {(op.rank, op.direction, op.stage) for op in sched.ops if op.kind in ("F", "FB")}
+    held: dict[int, float] = {}
+    for r, _, s in copies:  # DualPipe holds two copies of each stage
+        held[r] = held.get(r, 0.0) + weight[s]
+    # Inputs and targets: what the ranks hold before the first step beyond their weights, per
+    # micro-batch input or target they hold.
+    count = data_count(sched)
+    per = [(bases[r] - held.get(r, 0.0)) / count[r] for r in bases if count.get(r)]
+    data = max(0.0, max(per)) if per else 0.0
+    # pptl run keeps every message buffer until the step ends (memory in MiB, as the run measures it).
+    message = tc.model.message_bytes / 2**20
+    fit = fit_memory(sched, start, end, act, weight, peaks, pp=tc.pp, w_activation=tc.model.w_activation,
+                     i_working=tc.model.i_working, base=MemoryModel(message=message, data=data))
+    if fit is None:
+        return tc, None
+    mm = fit.model
+    other = "split" if fit.kind == "full" else "full"
+    note = (f"memory fitted to the {fit.ranks} ranks' peaks of the {fam} run: activation x{getattr(mm, fit.kind + '_scale'):.3f} "
+            f"for micro-batches with a {fit.kind} backward (least squares {fit.scale:.3f}), x"
+            f"{getattr(mm, other + '_scale'):.3f} for {other} (not measured: never below the model), "
+            f"working memory {mm.working:.4g} per rank (the worst rank, {fit.residual:.3g} above the fit, covered twice), "
+            f"{message:.4g} per message held to the step's end, {data:.4g} per input or target")
+    return replace(tc, memory=mm), note
 
-
-def _rank_holds(result: Any, rank: int, stage: int) -> bool:
-    sched = result.schedule
-    return any(op.rank == rank and op.stage == stage and op.kind in ("F", "FB") for op in sched.ops)

@@ -12,6 +12,7 @@ A tune config is its own file (YAML, TOML or JSON)::
       head:      {F: 2.0, B: 4.0, activation: 288, weight: 1024}
       message_bytes: 16777216
       w_activation: 0.5           # share of a layer's activation that I leaves held until W
+      i_working: 0.5              # share of it I allocates on top while it runs (default 0)
       work: mlp                   # or {F: {flops: .., bytes: ..}, B: .., I: .., W: ..} (see below)
     comm: {latency: 0.02, bandwidth: 2.0e7}
     families: [1f1b, zb-h1]       # optional subset (default: every training family and synth)
@@ -44,6 +45,7 @@ from typing import Any, Mapping
 
 from pptl.config import MAX_VALUE, Workload, read_structured
 from pptl.errors import InputError
+from pptl.tune.memory import MemoryModel
 
 __all__ = ["LayerCost", "Work", "ModelDesc", "mlp_block_work", "TuneConfig", "TRAINING_FAMILIES", "SPLIT_FAMILIES", "load_tune_config",
            "tune_config_from_mapping"]
@@ -123,6 +125,9 @@ class ModelDesc:
     """Bytes of one activation (or gradient) message between stages."""
     w_activation: float = 0.5
     """Share of the activation that I leaves held until W (zero-bubble families)."""
+    i_working: float = 0.0
+    """Share of the stage's activation I allocates on top while it runs (the gradients W will
+    need are made before the forward's saved tensors go)."""
     work: Mapping[str, Work] | None = None
     """Per kind, what one layer computes (derives I and W from a run with B only)."""
 
@@ -171,6 +176,9 @@ class TuneConfig:
     duty_exponent: float | None = None
     """alpha of ``device.duty_exponent``: a rank busy a share u of the step runs its compute at
     u ** alpha of the full-duty cost (None: fitted by ``--costs-from`` where the run allows, else 0)."""
+    memory: MemoryModel = field(default_factory=MemoryModel)
+    """Coefficients of the per-rank peak memory (:mod:`pptl.tune.memory`): the model as given,
+    or fitted by ``--costs-from`` a run that measured memory."""
     source: str = "<config>"
 
     @property
@@ -265,7 +273,7 @@ def tune_config_from_mapping(data: Mapping[str, Any], *, source: str) -> TuneCon
 def _model(data: Any, source: str, workload: Workload) -> ModelDesc:
     if not isinstance(data, Mapping):
         raise InputError(f"{source}: field 'model': expected a mapping with layers and layer")
-    known = ("layers", "layer", "embedding", "head", "message_bytes", "w_activation", "work")
+    known = ("layers", "layer", "embedding", "head", "message_bytes", "w_activation", "i_working", "work")
     for k in data:
         if k not in known:
             raise InputError(f"{source}: unknown field 'model.{k}'; known: {', '.join(known)}")
@@ -280,7 +288,8 @@ def _model(data: Any, source: str, workload: Workload) -> ModelDesc:
         embedding=_layer(data.get("embedding"), "model.embedding", source, zero=True),
         head=_layer(data.get("head"), "model.head", source, zero=True),
         message_bytes=_num(data.get("message_bytes", 0.0), "model.message_bytes", source),
-        w_activation=w_act, work=_work(data.get("work"), source, workload))
+        w_activation=w_act, i_working=_num(data.get("i_working", 0.0), "model.i_working", source),
+        work=_work(data.get("work"), source, workload))
 
 
 def _work(data: Any, source: str, workload: Workload) -> dict[str, Work] | None:

@@ -9,7 +9,8 @@ split: an overlapped FB costs the F of its stage plus the B of its pair's stage.
 Peak memory of a rank = weights of every stage it holds (DualPipe holds two copies of the model)
 + the peak of its activations over the timed ops (F allocates at its start; B, or I and W by
 ``w_activation``, free at their end; FB allocates its F half at its start and frees its B half at
-its end).
+its end), with the coefficients of ``TuneConfig.memory`` (:mod:`pptl.tune.memory`: activation
+scales, messages and data the runtime holds, working memory).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from pptl.errors import InputError, InvalidScheduleError
 from pptl.ir import Schedule
 from pptl.schedules import get_family
 from pptl.tune.candidates import Structure, structures
+from pptl.tune.memory import rank_peaks
 from pptl.tune.model import SPLIT_FAMILIES, TuneConfig
 from pptl.tune.split import Split, megatron_layout, splits_for, stage_costs, stage_memory
 from pptl.tune.synth import SynthInput, build_synth
@@ -233,10 +235,16 @@ def _time_synth(tc: TuneConfig, st: Structure, sp: Split) -> Result:
     costs = stage_costs(tc.model, sp.layers)
     act, weight = stage_memory(tc.model, sp.layers)
     p = tc.pp
+    mm = tc.memory
+    act = [a * mm.split_scale for a in act]  # every micro-batch of synth splits its backward
     if st.inflight is not None:
         limit = [st.inflight * act[r] for r in range(p)]
     else:
-        limit = [max(0.0, tc.memory_limit - weight[r]) for r in range(p)]  # type: ignore[operator]
+        # What the activations may use: the limit less what the rank holds anyway (the messages the
+        # runtime keeps grow over the step and are left to the timed peak, which decides "fits").
+        data = [mm.data * st.microbatches * ((r == 0) + (r == p - 1)) for r in range(p)]
+        limit = [max(0.0, tc.memory_limit - weight[r] - data[r] - mm.working  # type: ignore[operator]
+                      - tc.model.i_working * act[r]) for r in range(p)]
     cfg = config_for(tc, st, sp)
     message = cfg.costs.comm_time(0.0)
     x = SynthInput(pp=p, microbatches=st.microbatches, F=[costs[s]["F"] for s in range(p)],
@@ -286,9 +294,27 @@ def _held_peak(seq: list[tuple[str, int]], act: float, w: float) -> float:
 
 def _time(tc: TuneConfig, st: Structure, schedule: Schedule, ctx: Context, sp: Split,
           cfg: Config | None = None) -> Result:
+    start, end, dur, duty = _timing(tc, st, schedule, ctx, sp, cfg)
+    makespan = max(end, default=0.0)
+    act, weight = stage_memory(tc.model, sp.layers)
+    busy = [0.0] * tc.pp
+    for i, op in enumerate(schedule.ops):
+        if op.lane == "compute":
+            busy[op.rank] += dur[i]
+    peaks = list(rank_peaks(schedule, start, end, act, weight, pp=tc.pp, w_activation=tc.model.w_activation,
+                            i_working=tc.model.i_working, mm=tc.memory))
+    bubble = 1 - sum(busy) / (makespan * tc.pp) if makespan > 0 else 0.0
+    fits = tc.memory_limit is None or max(peaks) <= tc.memory_limit * (1 + 1e-9)
+    return Result(st, sp, step=makespan, bubble=bubble, peak=tuple(peaks), fits=fits,
+                  rejected=None if fits else f"peak {max(peaks):g} over the limit {tc.memory_limit:g}",
+                  schedule=schedule, duty=duty)
+
+
+def _timing(tc: TuneConfig, st: Structure, schedule: Schedule, ctx: Context, sp: Split,
+           cfg: Config | None = None) -> tuple[list[float], list[float], list[float], tuple[float, ...]]:
+    """(start, end, duration of every op, converged duty per rank) of ``schedule`` under ``sp``'s costs."""
     cfg = cfg or config_for(tc, st, sp)
     costs = stage_costs(tc.model, sp.layers)
-    act, weight = stage_memory(tc.model, sp.layers)
     comp: list[float] = []  # compute time at full duty (rescaled by the rank's duty, see below)
     dur: list[float] = []  # the rest: messages (and, with sync-send, sends on their producer)
     producer: dict[tuple[str, int, int, int], int] = {}  # (role F or G, direction, stage, mb) -> op
@@ -354,40 +380,7 @@ def _time(tc: TuneConfig, st: Structure, schedule: Schedule, ctx: Context, sp: S
             break  # start/end stay those of ``scale``
         scale = [max(d, 1e-3) ** alpha for d in duty]
     dur = [comp[i] * scale[ranks[i]] + dur[i] for i in range(n)]
-    makespan = max(end, default=0.0)
-    busy = [0.0] * tc.pp
-    held: dict[int, set[tuple[int, int]]] = {r: set() for r in range(tc.pp)}
-    events: dict[int, list[tuple[float, int, float]]] = {r: [] for r in range(tc.pp)}
-    w = tc.model.w_activation
-    for i, op in enumerate(schedule.ops):
-        if op.lane != "compute":
-            continue
-        busy[op.rank] += dur[i]
-        k, r = op.kind, op.rank
-        if k in ("F", "FB"):
-            held[r].add((op.direction, op.stage))
-            events[r].append((start[i], 1, act[op.stage]))
-        if k == "B":
-            events[r].append((end[i], 0, -act[op.stage]))
-        elif k == "I":
-            events[r].append((end[i], 0, -act[op.stage] * (1 - w)))
-        elif k == "W":
-            events[r].append((end[i], 0, -act[op.stage] * w))
-        elif k == "FB":
-            bstage = op.pair[0] if op.pair else op.stage
-            events[r].append((end[i], 0, -act[bstage]))
-    peaks = []
-    for r in range(tc.pp):
-        cur = best = 0.0
-        for _, _, d in sorted(events[r]):
-            cur += d
-            best = max(best, cur)
-        peaks.append(best + sum(weight[s] for _, s in held[r]))
-    bubble = 1 - sum(busy) / (makespan * tc.pp) if makespan > 0 else 0.0
-    fits = tc.memory_limit is None or max(peaks) <= tc.memory_limit * (1 + 1e-9)
-    return Result(st, sp, step=makespan, bubble=bubble, peak=tuple(peaks), fits=fits,
-                  rejected=None if fits else f"peak {max(peaks):g} over the limit {tc.memory_limit:g}",
-                  schedule=schedule, duty=duty)
+    return start, end, dur, duty
 
 
 def best_schedule(tc: TuneConfig, result: Result) -> Schedule:
