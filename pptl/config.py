@@ -65,6 +65,12 @@ class Costs:
     context: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     """Cost key -> context -> duration: side-lane ops alone or beside compute of a kind
     (:mod:`pptl.contexts`); a key with contexts takes the one its op has in the timed plan."""
+    rank_scale: Mapping[int, float] = field(default_factory=dict)
+    """Rank -> factor on the durations of that rank's compute-lane ops (1: as the stage's costs
+    say). Ranks that share a stage (expert- or data-parallel members) get one cost per stage, yet
+    their GPUs need not run at one speed (clocks under a power cap differ by a few percent); the
+    faster member then waits at every collective of the group. Empty: every rank at its stage's
+    costs."""
 
     def lookup(self, key: str, stage: int = -1) -> float | None:
         """The duration of ``key`` at ``stage``, or ``None`` if no value is known."""
@@ -101,6 +107,8 @@ class Costs:
             out["comm"] = comm
         if self.context:
             out["context"] = {k: dict(v) for k, v in self.context.items()}
+        if self.rank_scale:
+            out["rank_scale"] = {str(r): f for r, f in sorted(self.rank_scale.items())}
         return out
 
 
@@ -375,6 +383,7 @@ def costs_from_mapping(data: Any, *, source: str = "<flags>") -> Costs:
     stages: dict[int, dict[str, float]] = {}
     comm: Mapping[str, Any] = {}
     context: dict[str, dict[str, float]] = {}
+    rank_scale: dict[int, float] = {}
     for key, value in data.items():
         if key == "stages":
             if not isinstance(value, Mapping):
@@ -401,6 +410,8 @@ def costs_from_mapping(data: Any, *, source: str = "<flags>") -> Costs:
                 if not isinstance(row, Mapping):
                     raise InputError(f"{source}: field 'costs.context.{k}': expected a mapping context -> duration")
                 context[str(k)] = {str(c): _duration(v, f"costs.context.{k}.{c}", source) for c, v in row.items()}
+        elif key == "rank_scale":
+            rank_scale = _rank_scale(value, source)
         else:
             base[str(key)] = _duration(value, f"costs.{key}", source)
     base = backward_from_split(base, data)
@@ -416,7 +427,27 @@ def costs_from_mapping(data: Any, *, source: str = "<flags>") -> Costs:
         comm_bytes=_duration(comm.get("bytes", 0.0), "comm.bytes", source),
         copy_bandwidth=_positive(comm.get("copy_bandwidth", math.inf), "comm.copy_bandwidth", source),
         context=context,
+        rank_scale=rank_scale,
     )
+
+
+def _rank_scale(value: Any, source: str) -> dict[int, float]:
+    """``costs.rank_scale``: rank (an integer >= 0) -> a factor > 0 on its compute ops' durations."""
+    if not isinstance(value, Mapping):
+        raise InputError(f"{source}: field 'costs.rank_scale': got {_typename(value)}, expected a mapping rank -> "
+                         "factor such as {0: 0.97, 1: 1.03}")
+    out: dict[int, float] = {}
+    for r, f in value.items():
+        ok = (isinstance(r, int) and not isinstance(r, bool) and r >= 0) or (
+            isinstance(r, str) and r.strip().isdigit() and len(r) < 10)
+        if not ok:
+            raise InputError(f"{source}: field 'costs.rank_scale': rank {r!r} is not an integer >= 0")
+        rank = int(r)
+        factor = _float(f, f"costs.rank_scale.{rank}", source)
+        if not 0 < factor <= MAX_VALUE:  # also inf and NaN
+            raise InputError(f"{source}: field 'costs.rank_scale.{rank}': got {f!r}, expected a finite number > 0")
+        out[rank] = factor
+    return out
 
 
 def parse_cost_flags(values: list[str] | None) -> dict[str, float]:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from pptl.simulate import Simulation
 
 __all__ = ["PlanResult", "FileReport", "make_config", "plan", "plan_from_file", "timeline_of", "write_plan", "check_file", "expand_paths",
-           "calibrate_config", "calibrate", "costs_from_timeline", "title_of", "github_input_error",
+           "calibrate_config", "calibrate", "costs_from_timeline", "rank_scale_of", "title_of", "github_input_error",
            "expand_paths_reporting"]
 
 
@@ -342,7 +342,8 @@ def expand_paths(patterns: list[str]) -> list[str]:
 def costs_from_timeline(timeline: Timeline) -> dict[str, Any]:
     """Mean measured duration per op kind (base) and per (stage, kind) (overrides).
 
-    Only compute lanes calibrate F/B/I/W/FB; SEND times give the P2P latency.
+    Only compute lanes calibrate F/B/I/W/FB; SEND times give the P2P latency. Ranks that share a
+    stage get their speed relative to each other (``rank_scale``, :func:`rank_scale_of`).
     """
     sums: dict[tuple[int, str], list[float]] = {}
     base: dict[str, list[float]] = {}
@@ -370,10 +371,45 @@ def costs_from_timeline(timeline: Timeline) -> dict[str, Any]:
         context = _contexts_by_kind(timeline)
     if context:
         costs["context"] = context
+    scale = rank_scale_of(timeline)
+    if scale:
+        costs["rank_scale"] = scale
     latency = _message_latency(timeline)
     if latency is not None:
         costs["comm"] = {"latency": latency}
     return costs
+
+
+def rank_scale_of(timeline: Timeline) -> dict[int, float]:
+    """Per rank that shares a stage with others (expert- or data-parallel members): its measured
+    compute time over what its stage's mean durations give for the same ops (:attr:`Costs.rank_scale`).
+
+    One factor per rank, over all its shared ops weighted by their time, rather than one per cost
+    key: a GPU's clock slows all its kernels, and on 4 H200s under a 700 W cap (2026-11-26) the
+    per-kind ratios of one rank moved from launch to launch by more than the overall one (ATTN
+    0.946, WGRAD 0.932, MLP 1.008 between the two members of a stage), so per key they would
+    fit noise. Ranks alone on their stages are left out: their stage's costs are their own (1).
+
+    Notes:
+        O(events).
+    """
+    # (stage, kind) -> rank -> [time, ops]
+    groups: dict[tuple[int, str], dict[int, list[float]]] = {}
+    for e in timeline.events:
+        if e.lane == "compute" and e.stage >= 0:
+            acc = groups.setdefault((e.stage, e.kind), {}).setdefault(e.rank, [0.0, 0.0])
+            acc[0] += e.duration
+            acc[1] += 1
+    own: dict[int, float] = {}
+    expected: dict[int, float] = {}
+    for by_rank in groups.values():
+        if len(by_rank) < 2:
+            continue
+        mean = sum(t for t, _ in by_rank.values()) / sum(n for _, n in by_rank.values())
+        for r, (t, n) in by_rank.items():
+            own[r] = own.get(r, 0.0) + t
+            expected[r] = expected.get(r, 0.0) + n * mean
+    return {r: own[r] / expected[r] for r in sorted(own) if expected[r] > 0 and own[r] > 0}
 
 
 def _contexts_by_kind(timeline: Timeline) -> dict[str, dict[str, float]]:

@@ -113,7 +113,20 @@ def durations(schedule: Schedule, costs: Costs) -> list[float]:
                 raise InvalidScheduleError(f"no cost for '{op.cost_key}' (op {op.id}); set it with --cost {op.cost_key}=VALUE")
             cache[key] = d
         out.append(d)
+
+    if costs.rank_scale:
+        _scale_ranks(schedule, costs.rank_scale, out)
     return out
+
+
+def _scale_ranks(schedule: Schedule, scale: Any, out: list[float]) -> None:
+    """``Costs.rank_scale``: each rank's compute-lane ops at its own speed (side lanes keep theirs:
+    an all-to-all or a copy is not the rank's compute)."""
+    for i, op in enumerate(schedule.ops):
+        if op.lane == "compute":
+            f = scale.get(op.rank)
+            if f is not None:
+                out[i] *= f
 
 
 def simulate(schedule: Schedule, costs: Costs | None = None, *, dag: nx.DiGraph | Adjacency | None = None,

@@ -68,6 +68,10 @@ class Costs:
 Key = tuple
 
 
+_A2A_PARTS = frozenset(("FD", "FC", "BC", "BD"))
+"""The sub-op parts that are all-to-all copies (one per EP member)."""
+
+
 class _Builder:
     def __init__(self, cfg: Config, layers: int, ep: int, offload: bool, delay_wgrad: bool) -> None:
         self.cfg, self.layers, self.ep, self.offload = cfg, layers, ep, offload
@@ -276,9 +280,31 @@ class _Builder:
                 out.append([at[key], 0, at[key], 1, self.payload])
         return sorted(out)
 
+    def rendezvous(self) -> set[tuple[int, int]]:
+        """Edges from what each EP member's copy of an all-to-all needs to every other member's copy.
+
+        An all-to-all's output on one member holds tokens from all of them, so no copy ends before
+        every member has issued its own; without these edges the members' pipelines are not
+        connected in the DAG, and a member whose compute runs faster (``Costs.rank_scale``) would
+        never wait for the slower one as it does on GPUs. The twins' comm-lane predecessors are
+        left out: they are the twins of the copy's own predecessor (one order per EP group, PP042).
+        """
+        if self.ep < 2:
+            return set()
+        needs: dict[Key, list[Key]] = {}
+        for u, v in self.edges:
+            if v[0] in _A2A_PARTS:
+                needs.setdefault(v, []).append(u)
+        out: set[tuple[int, int]] = set()
+        for v in needs:
+            for e in range(self.ep):
+                if e != v[1]:
+                    out.update((self.at[u], self.at[v]) for u in needs.get((v[0], e, *v[2:]), ()))
+        return out
+
     def schedule(self, family: str, meta: dict[str, Any]) -> Schedule:
         ops = self.sb.ops
-        explicit = {(self.at[u], self.at[v]) for u, v in self.edges}
+        explicit = {(self.at[u], self.at[v]) for u, v in self.edges} | self.rendezvous()
         deps = sorted(set(training_deps(ops, self.last + 1)) | explicit)
         cfg = self.cfg
         return Schedule(family=family, pp=cfg.pp * self.ep, num_stages=self.last + 1, microbatches=cfg.microbatches,

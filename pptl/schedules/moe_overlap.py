@@ -351,6 +351,7 @@ FAMILY = Family(
     extra_metrics=moe_metrics,
     takes_options=True,
     own_costs=True,
-    runtime=Runtime(executor="pptl.run.moe:MoEExecutor", check=runnable,
+    # collectives: an all-to-all's copies need every EP member's inputs (edges across the members)
+    runtime=Runtime(executor="pptl.run.moe:MoEExecutor", check=runnable, collectives=True,
                     kinds=frozenset({"ATTN", "MLP", "WGRAD", "A2A_DISPATCH", "A2A_COMBINE", "OFFLOAD", "ONLOAD"})),
 )
