@@ -546,7 +546,7 @@ def to_rows(schedule: Schedule, *, comms: bool = False) -> tuple[list[list[str]]
             notes.append("compute_only leaves out " + ", ".join(f"{n} {k}" for k, n in sorted(dropped.items()))
                          + " (torch's runtime adds them when it lowers a compute_only schedule)")
         return rows, notes
-    from pptl.checks.p2p import program
+    from pptl.issue_order import program
 
     sched = with_comms(schedule)
     if sched is not schedule:
