@@ -586,10 +586,10 @@ def _with_reduce_grad(row: list[str], microbatches: int) -> list[str]:
 
 def with_comms(schedule: Schedule) -> Schedule:
     """``schedule`` itself when it lists its SEND/RECV, else a copy with them added the way
-    pptl's families add them (:func:`pptl.schedules._common.assemble`)."""
+    pptl's families add them (:func:`pptl.schedules.assemble`)."""
     if any(op.kind in ("SEND", "RECV") for op in schedule.ops):
         return schedule
-    from pptl.schedules._common import assemble
+    from pptl.schedules import assemble
 
     cfg = schedule.config or Config(schedule=schedule.family, pp=schedule.pp, microbatches=schedule.microbatches)
     orders = {r: schedule.lane_ops(r, "compute") for r in range(schedule.pp)}
