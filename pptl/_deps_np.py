@@ -1,7 +1,7 @@
 """The training facts of :mod:`pptl.deps`, derived with numpy key joins (large schedules).
 
 Same rules and same result as ``pptl.deps._training_deps_loop`` (tests compare the two): each
-work item (role, direction, stage, mb) and each message (kind, flow, direction, stage, mb) is
+work item (role, direction, stage, mb) and each message (kind, flow, direction, sender's stage, mb) is
 packed into one int64; "the first op producing X" is a sort plus a first-of-run; every consumer
 looks its producer up with ``searchsorted``. Returns None when the indices are too wide to pack,
 and the caller falls back to the loop.
@@ -15,6 +15,8 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
+
+from pptl.messages import sender_stage
 
 if TYPE_CHECKING:
     from pptl.ir import Op
@@ -92,8 +94,11 @@ def deps_of_columns(kind: Sequence[str], rank: Sequence[int], stage: Sequence[in
         return keys[first], where[first]
 
     def lookup(tab: tuple[Any, Any], dd: Any, ss: Any, mm: Any) -> Any:
-        keys, vals = tab
         q, ok = pack(dd, ss, mm)
+        return lookup_packed(tab, q, ok)
+
+    def lookup_packed(tab: tuple[Any, Any], q: Any, ok: Any = True) -> Any:
+        keys, vals = tab
         if keys.size == 0:
             return np.full(q.size, -1, dtype=_I64)
         pos = np.searchsorted(keys, q)
@@ -114,12 +119,14 @@ def deps_of_columns(kind: Sequence[str], rank: Sequence[int], stage: Sequence[in
 
     prod_f = producers(fwd, False)
     prod_g = producers(grad_own, True)  # no fact reads a W, so W producers are not indexed
+    # Messages are keyed as pptl.messages.message_key keys them: by the sender's stage, on both ends.
     comm_tabs: dict[tuple[int, int], tuple[Any, Any]] = {}
     for kc in (6, 7):
-        for fc in range(len(flows)):
+        for name, fc in flows.items():
             sel = (k == kc) & (fl == fc)
             if sel.any():
-                comm_tabs[(kc, fc)] = table(pack(d[sel], st[sel], m[sel])[0], idx[sel])
+                ss = st[sel] if kc == 6 else sender_stage(name, st[sel])
+                comm_tabs[(kc, fc)] = table(pack(d[sel], ss, m[sel])[0], idx[sel])
     empty = (np.zeros(0, dtype=_I64), np.zeros(0, dtype=_I64))
     last = num_stages - 1
     us: list[Any] = []
@@ -129,10 +136,10 @@ def deps_of_columns(kind: Sequence[str], rank: Sequence[int], stage: Sequence[in
         us.append(u)
         vs.append(v)
 
-    def link(src: Any, dst: Any, fc: int, dd: Any, s_src: Any, s_dst: Any, mm: Any) -> None:
+    def link(src: Any, dst: Any, fc: int, dd: Any, s_src: Any, mm: Any) -> None:
         same = r[src] == r[dst]
         send = lookup(comm_tabs.get((6, fc), empty), dd, s_src, mm)
-        recv = lookup(comm_tabs.get((7, fc), empty), dd, s_dst, mm)
+        recv = lookup(comm_tabs.get((7, fc), empty), dd, s_src, mm)
         direct = same | ((send < 0) & (recv < 0))
         add(src[direct], dst[direct])
         cross = ~direct
@@ -150,7 +157,7 @@ def deps_of_columns(kind: Sequence[str], rank: Sequence[int], stage: Sequence[in
     i, prev, dd, mm = i[sel], prev[sel], d[fwd][sel], m[fwd][sel]
     src = lookup(prod_f, dd, prev, mm)
     ok = (src >= 0) & (src != i)
-    link(src[ok], i[ok], 0, dd[ok], prev[ok], prev[ok] + 1, mm[ok])
+    link(src[ok], i[ok], 0, dd[ok], prev[ok], mm[ok])
 
     # G needs F of its own stage and G of the next: B and I for themselves, FB for its B half.
     gi = np.concatenate([idx[grad_own], idx[fbp]])
@@ -165,7 +172,7 @@ def deps_of_columns(kind: Sequence[str], rank: Sequence[int], stage: Sequence[in
     sel = (nxt >= 0) & (nxt <= last)
     src = lookup(prod_g, gd[sel], nxt[sel], gm[sel])
     ok = (src >= 0) & (src != gi[sel])
-    link(src[ok], gi[sel][ok], 1, gd[sel][ok], nxt[sel][ok], gs[sel][ok], gm[sel][ok])
+    link(src[ok], gi[sel][ok], 1, gd[sel][ok], nxt[sel][ok], gm[sel][ok])
 
     # W needs G of its stage.
     w = k == 4
@@ -176,14 +183,13 @@ def deps_of_columns(kind: Sequence[str], rank: Sequence[int], stage: Sequence[in
 
     # Every message (first of its key) hangs off its producer (SEND) or its SEND (RECV).
     f_code = 0
-    for (kc, fc), (_, first) in comm_tabs.items():
-        dd, ss, mm = d[first], st[first], m[first]
+    for (kc, fc), (keys, first) in comm_tabs.items():
         if kc == 6:
-            src = lookup(prod_f if fc == f_code else prod_g, dd, ss, mm)
+            src = lookup(prod_f if fc == f_code else prod_g, d[first], st[first], m[first])
             ok = src >= 0
             add(src[ok], first[ok])
         else:
-            send = lookup(comm_tabs.get((6, fc), empty), dd, ss - 1 if fc == f_code else ss + 1, mm)
+            send = lookup_packed(comm_tabs.get((6, fc), empty), keys)
             ok = send >= 0
             add(send[ok], first[ok])
 

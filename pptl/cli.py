@@ -709,7 +709,7 @@ def compare(
         raise InputError(f"{measured}: has no timeline (expected the output of pptl run)")
     cmp = compare_timelines(planned_timeline(str(plan_file)), m)
     if out_file is not None:
-        from pptl.compare_render import overlay_bytes, overlay_html
+        from pptl.render.compare import overlay_bytes, overlay_html
 
         atomic_write(out_file, overlay_html(cmp, top) if fmt == "html" else overlay_bytes(cmp, fmt))
     if output == "json":

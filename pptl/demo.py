@@ -69,7 +69,6 @@ def run_demo(out: Path, *, fixtures: Path | None = None, style: str = "auto",
     from dataclasses import replace
 
     from pptl.render import load_timeline, plain_counterpart, write_file
-    from pptl.render.moe_figure import grid_caption
     from pptl.render.options import RenderOptions
     from pptl.render.styles import resolve_style
 
@@ -94,7 +93,7 @@ def run_demo(out: Path, *, fixtures: Path | None = None, style: str = "auto",
                 target = out / f"{path.stem}{suffix}"
                 warnings += write_file(tl, target, options=opts, plotlyjs=plotlyjs)
                 written.append(str(target))
-            if tl.meta.family == "moe-1f1b-overlap" and grid_caption(tl) == "VPP + 1 warmup":
+            if resolve_style("auto", tl).compares_warmup(tl):  # the family's style decides, not the drawing one
                 plain = plain_counterpart(tl, path)
                 for suffix in (".png", ".pdf"):
                     target = out / f"{path.stem}_compare_warmup{suffix}"

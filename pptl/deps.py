@@ -11,16 +11,21 @@ Facts:
 - W(d, s, mb) needs G(d, s, mb) when they are separate ops (I then W).
 - Across ranks, data goes producer -> SEND -> RECV -> consumer; when the schedule has no
   SEND/RECV for a crossing (a compute-only schedule), the edge is direct.
+- A message of flow ``F`` goes from stage ``s`` to ``s + 1`` of its direction, one of flow ``B``
+  from ``s`` to ``s - 1``; a SEND and the RECV of its data share
+  :func:`pptl.messages.message_key`.
 
 Notes:
     O(n) in the number of ops, with dict lookups keyed by tuples.
 
-This module needs no other pptl module at run time: :mod:`pptl.ir` imports it to derive the
+This module needs no other pptl module at run time but :mod:`pptl.messages`: :mod:`pptl.ir` imports it to derive the
 facts of a re-ordered schedule (``Schedule.with_lanes``).
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from pptl.messages import message_key
 
 if TYPE_CHECKING:  # only for annotations: ir imports this module to derive the facts of a new lane order
     from pptl.ir import Op
@@ -52,7 +57,8 @@ def roles(op: Op) -> list[_Key]:
 
 
 def comm_key(op: Op) -> tuple[str, str, int, int, int]:
-    """(kind, flow, direction, stage, mb) of a SEND or RECV."""
+    """(kind, flow, direction, stage, mb) of a SEND or RECV: the op's own stage (the sender's for
+    a SEND, the receiver's for a RECV). To pair a SEND with its RECV, use :func:`pptl.messages.message_key`."""
     return (op.kind, op.flow, op.direction, op.stage, op.mb)
 
 
@@ -121,7 +127,7 @@ def training_deps_columns(kind: list[str], rank: list[int], stage: list[int], mb
 def _training_deps_loop(ops: list[Op], num_stages: int) -> list[tuple[int, int]]:
     """:func:`training_deps` in one Python pass (the reference the vector path is tested against)."""
     prod: dict[_Key, int] = {}
-    comm: dict[tuple[str, str, int, int, int], int] = {}
+    comm: dict[tuple[str, str, int, int, int], int] = {}  # (kind, *message_key) -> first such op
     put = prod.setdefault
     for i, op in enumerate(ops):
         k = op.kind
@@ -136,7 +142,7 @@ def _training_deps_loop(ops: list[Op], num_stages: int) -> list[tuple[int, int]]
         elif k == "W":
             put(("W", op.direction, op.stage, op.mb), i)
         elif k == "SEND" or k == "RECV":
-            comm.setdefault((k, op.flow, op.direction, op.stage, op.mb), i)
+            comm.setdefault((k, *message_key(op)), i)
         elif k == "FB" and op.pair is not None:
             put(("F", op.direction, op.stage, op.mb), i)
             ps, pm, pd = op.pair
@@ -149,12 +155,12 @@ def _training_deps_loop(ops: list[Op], num_stages: int) -> list[tuple[int, int]]
     last = num_stages - 1
     cget = comm.get
 
-    def link(src: int, dst: int, flow: str, d: int, s_src: int, s_dst: int, mb: int) -> None:
+    def link(src: int, dst: int, flow: str, d: int, s_src: int, mb: int) -> None:
         if ops[src].rank == ops[dst].rank:
             add((src, dst))
             return
         send = cget(("SEND", flow, d, s_src, mb))
-        recv = cget(("RECV", flow, d, s_dst, mb))
+        recv = cget(("RECV", flow, d, s_src, mb))
         if send is None and recv is None:
             add((src, dst))  # compute-only schedule: communication is implicit
             return
@@ -174,7 +180,7 @@ def _training_deps_loop(ops: list[Op], num_stages: int) -> list[tuple[int, int]]
         if 0 <= st + 1 <= last:
             src = get(("G", d, st + 1, mb))
             if src is not None and src != i:
-                link(src, i, "B", d, st + 1, st, mb)
+                link(src, i, "B", d, st + 1, mb)
 
     for i, op in enumerate(ops):
         k = op.kind
@@ -185,7 +191,7 @@ def _training_deps_loop(ops: list[Op], num_stages: int) -> list[tuple[int, int]]
             if 0 <= st <= last:
                 src = get(("F", op.direction, st, op.mb))
                 if src is not None and src != i:
-                    link(src, i, "F", op.direction, st, st + 1, op.mb)
+                    link(src, i, "F", op.direction, st, op.mb)
             if k == "FB":
                 ps, pm, pd = op.pair  # type: ignore[misc]
                 grad(i, pd, ps, pm)
@@ -204,7 +210,7 @@ def _training_deps_loop(ops: list[Op], num_stages: int) -> list[tuple[int, int]]
             if src is not None:
                 add((src, i))
         else:
-            send = cget(("SEND", flow, d, s - 1 if flow == "F" else s + 1, mb))
+            send = cget(("SEND", flow, d, s, mb))
             if send is not None:
                 add((send, i))
     return sorted(e for e in edges if e[0] != e[1])

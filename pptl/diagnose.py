@@ -17,7 +17,7 @@ The wait-for model (the same as ``pptl check --p2p nccl``, PP031, seen from the 
 
 A cycle in that graph is the hang, printed op by op as PP031 prints it: ``A -> (why) B`` means B
 waits for A. With a plan, each NCCL op is named by the plan's op id: a rank's send/receive order
-(:func:`pptl.checks.p2p.program`) is aligned with the dump's, skipping set-up messages and
+(:func:`pptl.issue_order.program`) is aligned with the dump's, skipping set-up messages and
 repeating per step.
 
 Vocabulary: *front* is a rank's first op that never completed; *pending* is any such op.
@@ -422,7 +422,7 @@ def _name_by_plan(ops: dict[int, list[NcclOp]], schedule: Schedule, notes: list[
     (repeated once per step, after whatever set-up messages came first)."""
     from dataclasses import replace
 
-    from pptl.checks.p2p import program
+    from pptl.issue_order import program
 
     prog = program(schedule)
     out: dict[int, list[NcclOp]] = {}
@@ -469,7 +469,8 @@ def diagnose_timeline(timeline: Timeline, schedule: Schedule) -> Diagnosis:
     Completed ops are the timeline's events (the interrupted step's); every other op of the plan
     is pending. The cycle is PP031's (:func:`pptl.checks.p2p.wait_edges`) among pending ops.
     """
-    from pptl.checks.p2p import node_name, program, wait_edges
+    from pptl.checks.p2p import node_name, wait_edges
+    from pptl.issue_order import program
 
     done = {e.op for e in timeline.events}
     prog = program(schedule)

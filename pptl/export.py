@@ -92,6 +92,7 @@ def export_torchtitan(path: str | Path, *, csv_path: str, microbatches: int | No
     """
     from pptl.formats.loader import load_any
     from pptl.formats.torch_csv import export_csv
+    from pptl.schedules import find_family
 
     loaded = load_any(path, microbatches=microbatches, placement=placement)
     s = loaded.schedule
@@ -99,13 +100,10 @@ def export_torchtitan(path: str | Path, *, csv_path: str, microbatches: int | No
         raise InputError(f"{path}: is a {loaded.kind}, not a schedule; torchtitan needs a plan, config or schedule")
     text, notes = export_csv(s, comms=False)
     per_rank = s.num_stages // max(1, s.pp)
-    v_shaped = s.meta.get("placement") == "v" or s.family in ("zbv", "dualpipev")
-    if v_shaped:
-        name = "DualPipeV" if s.family == "dualpipev" else "ZBVZeroBubble"
-    elif per_rank == 1:
-        name = "GPipe" if s.family == "gpipe" else "1F1B"
-    else:
-        name = "Interleaved1F1B"
+    fam = find_family(s.family)
+    own = fam.torch_schedule if fam is not None else ""  # "" for imported schedules too
+    v_shaped = s.meta.get("placement") == "v"  # the V families (ZB-V, DualPipeV) say so in their meta
+    name = own or ("ZBVZeroBubble" if v_shaped else "1F1B" if per_rank == 1 else "Interleaved1F1B")
     lines = [f"# pptl export {path} --to torchtitan: {s.family}, pp={s.pp}, {per_rank} stage(s) per rank, "
              f"{s.microbatches} micro-batches",
              "[parallelism]",

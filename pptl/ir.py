@@ -19,44 +19,20 @@ the model (see :mod:`pptl.deps`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 __all__ = [
     "COMPUTE_KINDS",
     "COMM_KINDS",
-    "KINDS",
     "Op",
     "Schedule",
     "ScheduleBuilder",
-    "register_kinds",
 ]
 
 #: Kinds of the training families. ``FB`` is one op that runs F of one micro-batch and B of
 #: another at once; its ``pair`` names the B half.
 COMPUTE_KINDS = frozenset({"F", "B", "I", "W", "FB"})
 COMM_KINDS = frozenset({"SEND", "RECV"})
-
-_KINDS: set[str] = set(COMPUTE_KINDS | COMM_KINDS | {
-    "A2A_DISPATCH", "A2A_COMBINE", "OFFLOAD", "ONLOAD", "H2D", "BCAST", "RELOAD", "COPY",
-    "OPT", "REDUCE_GRAD", "ATTN", "MLP", "WGRAD", "PP",
-})
-
-
-def register_kinds(*kinds: str) -> None:
-    """Declare extra op kinds a family uses, so the checker does not flag them as unknown."""
-    _KINDS.update(kinds)
-
-
-class _KindsView:
-    def __contains__(self, kind: object) -> bool:
-        return kind in _KINDS
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(sorted(_KINDS))
-
-
-#: Every known op kind (families may add kinds with :func:`register_kinds`).
-KINDS = _KindsView()
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +43,8 @@ class Op:
     """
 
     kind: str
-    """Op kind: F, B, I, W, FB, SEND, RECV, or a family kind (see :data:`KINDS`)."""
+    """Op kind: F, B, I, W, FB, SEND, RECV, or one a family or a file format declares
+    (:func:`pptl.kinds.known_kinds`)."""
     rank: int
     """The rank that runs the op."""
     lane: str

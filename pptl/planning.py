@@ -434,13 +434,14 @@ def _message_latency(timeline: Timeline) -> float | None:
     makespan). A measured SEND alone can last much longer (it ends when the transport reports it,
     e.g. at the end of a gloo step), so it is used only for timelines without the RECV side.
     """
-    recv: dict[tuple, tuple[float, float]] = {}
+    from pptl.messages import message_key
+
+    recv: dict[tuple[str, int, int, int], tuple[float, float]] = {}
     for e in timeline.events:
         if e.kind == "RECV":
-            sender_stage = e.stage - 1 if e.flow == "F" else e.stage + 1
-            recv[(e.flow, e.direction, sender_stage, e.mb)] = (e.start, e.end)
+            recv[message_key(e)] = (e.start, e.end)
     gaps = sorted(recv[k][1] - max(e.start, recv[k][0]) for e in timeline.events if e.kind == "SEND"
-                  for k in [(e.flow, e.direction, e.stage, e.mb)] if k in recv)
+                  for k in [message_key(e)] if k in recv)
     if not gaps:
         gaps = sorted(e.duration for e in timeline.events if e.kind == "SEND")
     if not gaps:

@@ -8,8 +8,8 @@ import gzip
 import json
 from pathlib import Path
 
-from pptl.checks.p2p import program
 from pptl.formats.torch_csv import action_of
+from pptl.issue_order import program
 
 MAIN, AUTOGRAD = 100, 101
 COMPUTE_STREAM, COMM_STREAM, ANN_STREAM = 7, 20, 7

@@ -13,10 +13,11 @@ import pytest
 
 from pptl import columns
 from pptl.checks import Context, run_checks
-from pptl.checks.p2p import _edges, _rendezvous, _wait_arrays, given_program
+from pptl.checks.p2p import _edges, _rendezvous, _wait_arrays
 from pptl.config import Config
 from pptl.formats.torch_csv import load_csv_text, to_rows
 from pptl.ir import Schedule
+from pptl.issue_order import given_program
 from pptl.schedules import build_schedule
 from pptl.simulate import simulate
 

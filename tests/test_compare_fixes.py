@@ -92,7 +92,7 @@ def test_readme_calibration_flow(tmp_path: Path) -> None:
 
 
 def test_overlay_axis_starts_at_zero(tmp_path: Path) -> None:
-    from pptl.compare_render import overlay_figure
+    from pptl.render.compare import overlay_figure
 
     measured = load_any(RUNS / "1f1b_h200.measured.json").timeline
     plan = load_any(RUNS / "1f1b_plan.json")

@@ -13,10 +13,10 @@ from fuzzing import EXAMPLES, clean_run, gzip_bytes, mutate_bytes, mutate_json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pptl.checks.p2p import program
 from pptl.config import config_from_mapping
 from pptl.formats.plan import dumps, plan_to_dict
 from pptl.formats.torch_csv import action_of
+from pptl.issue_order import program
 from pptl.schedules import build_schedule
 from pptl.simulate import simulate
 

@@ -7,11 +7,11 @@ import pytest
 from typer.testing import CliRunner
 
 from pptl.checks import run_checks
-from pptl.checks.p2p import given_program, program
 from pptl.cli import app
 from pptl.config import config_from_mapping
 from pptl.errors import InputError
 from pptl.formats.torch_csv import load_csv_text
+from pptl.issue_order import given_program, program
 from pptl.schedules import build_schedule
 
 runner = CliRunner()

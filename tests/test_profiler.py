@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from pptl.checks.p2p import program
 from pptl.config import config_from_mapping
 from pptl.errors import InputError
 from pptl.formats.loader import load_any
 from pptl.formats.torch_csv import action_of
+from pptl.issue_order import program
 from pptl.schedules import build_schedule
 from pptl.simulate import simulate
 

@@ -1,6 +1,8 @@
 """Figure styles: rows, legend, colours and labels of the default and the three seed styles."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pptl.errors import InputError
@@ -81,6 +83,28 @@ def test_default_chunks_get_their_own_shade_and_entry() -> None:
 def test_title_states_schedule_pp_vpp_microbatches_makespan_bubble() -> None:
     tl = dualpipe_sample()
     assert title_line(tl) == "dualpipe: pp=2 vpp=1 micro-batches=4 makespan=8 bubble=18.8%"
+
+
+def test_title_is_worded_by_the_family_style_whatever_style_draws() -> None:
+    # weight-update moves buckets, not micro-batches, and has no pipeline bubble: its style says so,
+    # and a figure of it drawn in the default style keeps that title.
+    tl = weight_update_sample()
+    buckets = len({e.mb for e in tl.events if e.mb >= 0})
+    want = f"weight-update: {tl.meta.pp} devices, {buckets} buckets, makespan={tl.makespan:g}"
+    assert title_line(tl) == want
+    assert build_layout(tl, "default").title == want
+    assert "bubble" not in want and "bubble=" in resolve_style("default", tl).title(tl)
+
+
+@pytest.mark.parametrize("fixture, wanted", [("moe_seed", True), ("moe_interleaved", False),
+                                             ("moe_paired_step", False), ("interleaved", False)])
+def test_the_family_style_decides_the_warmup_comparison(fixture: str, wanted: bool) -> None:
+    # pptl demo draws the "+1 warmup" comparison where the MoE plan pairs F and B under interleaving.
+    from pptl.render import load_timeline
+
+    tl = load_timeline(Path(__file__).resolve().parent.parent / "fixtures" / f"{fixture}.yaml")
+    assert resolve_style("auto", tl).compares_warmup(tl) is wanted
+    assert not resolve_style("default", tl).compares_warmup(tl)
 
 
 # -- DualPipe (seed 004) ----------------------------------------------------------------------

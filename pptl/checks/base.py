@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from pptl.dag import Adjacency, adjacency, build_dag, topological_order
 from pptl.ir import Schedule
+from pptl.messages import message_key
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -115,7 +116,8 @@ class WorkIndex:
     repeated: bool
     """Whether any unit of work is done by two ops (then some rules take their exact, slower path)."""
     comm: dict[tuple[str, str, int, int, int], int]
-    """The first SEND or RECV of each (kind, flow, direction, stage, mb)."""
+    """The first SEND or RECV of each (kind, *:func:`pptl.messages.message_key`): a SEND and its
+    RECV differ only in the kind."""
     comm_repeated: bool = True
     """Whether two SENDs or RECVs share a key of ``comm`` (if not, no two of them are the same op)."""
 
@@ -137,7 +139,7 @@ class WorkIndex:
             elif k == "W":
                 add((i, "W", op.direction, op.stage, op.mb))
             elif k == "SEND" or k == "RECV":
-                comm.setdefault((k, op.flow, op.direction, op.stage, op.mb), i)
+                comm.setdefault((k, *message_key(op)), i)
                 ncomm += 1
             elif k == "FB" and op.pair is not None:
                 add((i, "F", op.direction, op.stage, op.mb))

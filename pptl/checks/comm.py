@@ -20,14 +20,11 @@ def unmatched_p2p(ctx: Context) -> list[Violation]:
         return []  # a compute-only schedule: communication is implicit
     out: list[Violation] = []
     for key, i in comm.items():
-        kind, flow, d, st, mb = key
+        kind, flow = key[0], key[1]
         if flow not in ("F", "B"):
             continue
         op = ops[i]
-        if kind == "SEND":
-            j = comm.get(("RECV", flow, d, st + 1 if flow == "F" else st - 1, mb))
-        else:
-            j = comm.get(("SEND", flow, d, st - 1 if flow == "F" else st + 1, mb))
+        j = comm.get(("RECV" if kind == "SEND" else "SEND", *key[1:]))
         partner: Op | None = None if j is None else ops[j]
         if partner is None:
             other = "RECV" if kind == "SEND" else "SEND"

@@ -19,26 +19,21 @@ The issue order is the rank's *program*: the order of a torch ``compute_comms`` 
 ``schedule.meta["program_order"]`` by :mod:`pptl.formats.torch_csv`, and in plan files made from
 it). These rules examine given issue orders only. A schedule without one (pptl's plans, whose
 ``send``/``recv`` lanes model streams, not an NCCL issue order) always has a safe one whenever its
-DAG is acyclic: :func:`program` derives it, and ``pptl export --to torch-csv --comms`` writes it.
+DAG is acyclic: :func:`pptl.issue_order.program` derives it, and ``pptl export --to torch-csv
+--comms`` writes it.
 """
 from __future__ import annotations
 
 from itertools import chain
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator
 
 from pptl.checks.base import Context, Violation
 from pptl.columns import KIND_CODE, LANE_CODE, Columns, columns, edge_arrays, use_arrays
 from pptl.ir import Schedule
-
-if TYPE_CHECKING:
-    import networkx as nx
-
-    from pptl.dag import Adjacency
+from pptl.issue_order import given_program
+from pptl.messages import message_key
 
 __all__ = [
-    "program",
-    "given_program",
-    "transfer_key",
     "fifo_order",
     "p2p_deadlock",
     "wait_edges",
@@ -53,92 +48,7 @@ _ORDINAL = {1: "1st", 2: "2nd", 3: "3rd"}
 
 
 # ----------------------------------------------------------------------------------------------
-# Programs (issue order per rank)
-
-
-def given_program(schedule: Schedule) -> dict[int, list[int]] | None:
-    """Each rank's issue order from ``meta["program_order"]``, or None when the schedule has none
-    or its lanes no longer fit it (a copy whose lanes were reordered)."""
-    letters = schedule.meta.get("program_order")
-    if not isinstance(letters, list) or len(letters) != schedule.pp:
-        return None
-    out: dict[int, list[int]] = {}
-    for rank, text in enumerate(letters):
-        if not isinstance(text, str):
-            return None
-        orders = {ch: schedule.lanes.get((rank, lane), []) for ch, lane in (("c", "compute"), ("s", "send"),
-                                                                             ("r", "recv"))}
-        # Each letter takes the next op of its lane: every lane used up exactly, no other letter.
-        if any(text.count(ch) != len(order) for ch, order in orders.items()) or \
-                len(text) != sum(len(order) for order in orders.values()):
-            return None
-        nexts = {ch: iter(order).__next__ for ch, order in orders.items()}
-        out[rank] = [nexts[ch]() for ch in text]
-    if sum(len(v) for v in out.values()) != len(schedule.ops):
-        return None
-    return out
-
-
-def program(schedule: Schedule, *, dag: nx.DiGraph | Adjacency | None = None, order: list[int] | None = None,
-            start: list[float] | None = None) -> dict[int, list[int]]:
-    """Each rank's issue order: the given one (:func:`given_program`), else derived.
-
-    Derived: all ops sorted by (simulated start, position in a topological order) — a linear
-    extension of the DAG — and each RECV moved to the position of its SEND. Every pair of ranks
-    then sees its transfers in one global order, a SEND follows the op that produces its data, and
-    a RECV precedes the op that needs it, so the result passes all three P2P models.
-
-    Raises:
-        InvalidScheduleError: the schedule deadlocks or lacks a cost (from the simulator).
-    """
-    given = given_program(schedule)
-    if given is not None:
-        return given
-    from pptl.dag import Adjacency, adjacency, topological_order
-    from pptl.errors import InvalidScheduleError
-    from pptl.simulate import simulate
-
-    if dag is None:
-        dag = adjacency(schedule)
-    if order is None:
-        order = topological_order(dag if isinstance(dag, Adjacency) else adjacency(schedule))
-        if order is None:
-            raise InvalidScheduleError("the schedule deadlocks (its DAG has a cycle); run 'pptl check' "
-                                       "to see the cycle")
-    if start is None:
-        start = simulate(schedule, dag=dag, order=order).start
-    topo = [0] * len(schedule.ops)
-    for k, v in enumerate(order):
-        topo[v] = k
-    key: list[tuple[float, int]] = [(start[i], topo[i]) for i in range(len(schedule.ops))]
-    sends = _by_identity(schedule, "SEND")
-    for j, op in enumerate(schedule.ops):
-        if op.kind == "RECV":
-            i = sends.get(transfer_key(op))
-            if i is not None:
-                key[j] = key[i]  # keys are unique (topological position), so no ties remain
-    out: dict[int, list[int]] = {}
-    for i, op in enumerate(schedule.ops):
-        out.setdefault(op.rank, []).append(i)
-    for r in out:
-        out[r].sort(key=key.__getitem__)
-    return out
-
-
-def transfer_key(op) -> tuple[str, int, int, int]:
-    """(flow, direction, sending stage, mb): the same for a SEND and the RECV of its data."""
-    if op.kind == "SEND":
-        return (op.flow, op.direction, op.stage, op.mb)
-    src = op.stage - 1 if op.flow == "F" else op.stage + 1
-    return (op.flow, op.direction, src, op.mb)
-
-
-def _by_identity(schedule: Schedule, kind: str) -> dict[tuple, int]:
-    out: dict[tuple, int] = {}
-    for i, op in enumerate(schedule.ops):
-        if op.kind == kind:
-            out.setdefault(transfer_key(op), i)
-    return out
+# Channels (per pair of ranks, in lane order)
 
 
 def _channels(schedule: Schedule) -> tuple[dict[tuple[int, int], list[int]], dict[tuple[int, int], list[int]]]:
@@ -190,7 +100,7 @@ def fifo_order(ctx: Context) -> list[Violation]:
     for pair in sorted(set(sends) & set(recvs)):
         src, dst = pair
         for k, (i, j) in enumerate(zip(sends[pair], recvs[pair])):
-            if transfer_key(s.ops[i]) != transfer_key(s.ops[j]):
+            if message_key(s.ops[i]) != message_key(s.ops[j]):
                 nth = _ORDINAL.get(k + 1, f"{k + 1}th")
                 out.append(Violation(
                     "PP030", f"{ctx.p2p} matches P2P in order per pair of ranks: rank {src}'s {nth} send to "

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from pptl.checks.base import Context, Violation
-from pptl.ir import COMM_KINDS, COMPUTE_KINDS, KINDS
+from pptl.ir import COMM_KINDS, COMPUTE_KINDS
+from pptl.kinds import is_known
 
 __all__ = ["malformed_ops", "duplicate_ops", "missing_work", "index_out_of_range", "stage_on_two_ranks"]
 
@@ -18,7 +19,7 @@ def malformed_ops(ctx: Context) -> list[Violation]:
     """
     s = ctx.schedule
     out: list[Violation] = []
-    unknown = {k for k in ctx.kinds if k not in KINDS}  # asked once per kind, not per op
+    unknown = {k for k in ctx.kinds if not is_known(k)}  # asked once per kind, not per op
     for op in s.ops:
         why = ""
         if op.kind in unknown:

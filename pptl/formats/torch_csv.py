@@ -33,11 +33,12 @@ from typing import Any, Iterator
 from pptl.config import DEFAULT_COSTS, MAX_OPS, Config, Costs
 from pptl.deps import training_deps
 from pptl.errors import InputError
-from pptl.ir import Op, Schedule, register_kinds
+from pptl.ir import Op, Schedule
 
 __all__ = [
     "Action",
     "FSDP_KINDS",
+    "OP_KINDS",
     "PLACEMENTS",
     "parse_action",
     "torch_reading",
@@ -53,7 +54,8 @@ __all__ = [
 #: Actions torch's runtime runs that pptl keeps as zero-cost ops on the compute lane.
 FSDP_KINDS = ("UNSHARD", "RESHARD", "REDUCE_GRAD")
 PLACEMENTS = ("loop", "v")
-register_kinds(*FSDP_KINDS)
+#: The op kinds this reader produces beyond training's (:func:`pptl.kinds.known_kinds` reads them).
+OP_KINDS = frozenset(FSDP_KINDS)
 
 _COMPUTE = ("F", "I", "B", "W")
 _COMM = ("SEND_F", "RECV_F", "SEND_B", "RECV_B")
@@ -231,7 +233,7 @@ def load_csv_text(text: str, *, source: str = "<csv>", microbatches: int | None 
                   placement: str | None = None, report_problems: bool = False
                   ) -> tuple[Schedule, list[str], list[Any], list[int]]:
     """Parse CSV text into (schedule, notes, problems, line of each rank's row)."""
-    from pptl.checks import Violation
+    from pptl.checks.base import Violation
 
     if placement is not None and placement not in PLACEMENTS:
         raise InputError(f"--placement: got '{placement}', expected one of {', '.join(PLACEMENTS)}")
@@ -317,7 +319,7 @@ _OP_OF: dict[str, tuple[str, str, str, str, int]] = {
 
 def _schedule(rows: list[list[_Parsed]], *, source: str, microbatches: int | None, placement: str | None,
               lines: list[int] | None, family: str) -> tuple[Schedule, list[str], list[Any]]:
-    from pptl.checks import Violation
+    from pptl.checks.base import Violation
 
     pp = len(rows)
     lines = lines or [r + 1 for r in range(pp)]
@@ -546,7 +548,7 @@ def to_rows(schedule: Schedule, *, comms: bool = False) -> tuple[list[list[str]]
             notes.append("compute_only leaves out " + ", ".join(f"{n} {k}" for k, n in sorted(dropped.items()))
                          + " (torch's runtime adds them when it lowers a compute_only schedule)")
         return rows, notes
-    from pptl.checks.p2p import program
+    from pptl.issue_order import program
 
     sched = with_comms(schedule)
     if sched is not schedule:
@@ -584,10 +586,10 @@ def _with_reduce_grad(row: list[str], microbatches: int) -> list[str]:
 
 def with_comms(schedule: Schedule) -> Schedule:
     """``schedule`` itself when it lists its SEND/RECV, else a copy with them added the way
-    pptl's families add them (:func:`pptl.schedules._common.assemble`)."""
+    pptl's families add them (:func:`pptl.schedules.assemble`)."""
     if any(op.kind in ("SEND", "RECV") for op in schedule.ops):
         return schedule
-    from pptl.schedules._common import assemble
+    from pptl.schedules import assemble
 
     cfg = schedule.config or Config(schedule=schedule.family, pp=schedule.pp, microbatches=schedule.microbatches)
     orders = {r: schedule.lane_ops(r, "compute") for r in range(schedule.pp)}

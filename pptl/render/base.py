@@ -29,6 +29,8 @@ __all__ = [
     "chunk_colour",
     "Grid",
     "GridCell",
+    "title_head",
+    "title_units",
 ]
 
 _BASE: dict[str, str] = {
@@ -274,6 +276,34 @@ class Style:
     def grid(self, tl: "Timeline") -> Grid | None:
         """An extra panel below the timeline (the MoE figures' order grid); none by default."""
         return None
+
+    def compares_warmup(self, tl: "Timeline") -> bool:
+        """Whether ``pptl demo`` also draws ``tl`` beside the same config planned without its extra
+        warm-up (``--compare-warmup``); only the MoE overlap's style asks for it."""
+        return False
+
+    def title(self, tl: "Timeline") -> str:
+        """"<family>: pp=.. vpp=.. micro-batches=.. makespan=.. bubble=..%", with the source if measured.
+
+        A figure's title is the one the timeline's *family* style gives (:func:`pptl.render.layout.title_line`),
+        whatever style draws it: a family that is no training pipeline words its own."""
+        m = tl.meta
+        directions = max((e.direction for e in tl.events), default=0) + 1
+        mbs = m.microbatches * directions if m.microbatches else len({(e.direction, e.mb) for e in tl.events
+                                                                      if e.mb >= 0})
+        return (f"{title_head(tl)}: pp={m.pp or len(tl.ranks())} vpp={m.vpp} micro-batches={mbs} "
+                f"makespan={tl.makespan:g}{title_units(tl)} bubble={100 * tl.bubble_fraction():.1f}%")
+
+
+def title_head(tl: "Timeline") -> str:
+    """The family (or "timeline"), marked when measured: what every style's title starts with."""
+    head = tl.meta.family or "timeline"
+    return head + " (measured)" if tl.meta.source == "measured" else head
+
+
+def title_units(tl: "Timeline") -> str:
+    """" ms" after a time, or nothing for the plan's unit."""
+    return "" if tl.meta.units in ("", "unit") else f" {tl.meta.units}"
 
 
 _DEFAULT_KINDS: dict[str, tuple[str, str]] = {

@@ -78,20 +78,8 @@ class Layout:
 
 
 def title_line(tl: Timeline) -> str:
-    """"<family>: pp=.. vpp=.. micro-batches=.. makespan=.. bubble=..%", with the source if measured."""
-    m = tl.meta
-    directions = max((e.direction for e in tl.events), default=0) + 1
-    pp = m.pp or len(tl.ranks())
-    mbs = m.microbatches * directions if m.microbatches else len({(e.direction, e.mb) for e in tl.events if e.mb >= 0})
-    units = "" if m.units in ("", "unit") else f" {m.units}"
-    head = m.family or "timeline"
-    if m.source == "measured":
-        head += " (measured)"
-    if m.family == "weight-update":  # buckets, not micro-batches; no pipeline bubble
-        buckets = len({e.mb for e in tl.events if e.mb >= 0})
-        return f"{head}: {pp} devices, {buckets} buckets, makespan={tl.makespan:g}{units}"
-    return (f"{head}: pp={pp} vpp={m.vpp} micro-batches={mbs} makespan={tl.makespan:g}{units} "
-            f"bubble={100 * tl.bubble_fraction():.1f}%")
+    """The figure title of ``tl``, as its family's style words it (:meth:`Style.title`)."""
+    return resolve_style("auto", tl).title(tl)
 
 
 def build_layout(tl: Timeline, style: Style | str = "auto", *, window: tuple[float, float] | None = None,

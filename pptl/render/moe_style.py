@@ -87,6 +87,12 @@ class MoEStyle(Style):
     def grid(self, tl: "Timeline") -> Grid | None:
         return order_grid(tl)
 
+    def compares_warmup(self, tl: "Timeline") -> bool:
+        # Megatron's extra warm-up forward exists only where F and B pair under interleaving.
+        from pptl.render.moe_figure import grid_caption
+
+        return grid_caption(tl) == "VPP + 1 warmup"
+
 
 def order_grid(tl: "Timeline") -> Grid | None:
     """The per-rank order of forward and backward blocks, numbered 1-based (seeds 000-002)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Hashable
 
-from pptl.render.base import Category, Part, RowSpec, Style
+from pptl.render.base import Category, Part, RowSpec, Style, title_head, title_units
 
 if TYPE_CHECKING:
     from pptl.timeline import Event, Timeline
@@ -27,6 +27,12 @@ class WeightUpdateStyle(Style):
     seed = True
     show_bubble = False
     idle_band = False
+
+    def title(self, tl: "Timeline") -> str:
+        # Buckets, not micro-batches, and no pipeline: no bubble to report.
+        buckets = len({e.mb for e in tl.events if e.mb >= 0})
+        return (f"{title_head(tl)}: {tl.meta.pp or len(tl.ranks())} devices, {buckets} buckets, "
+                f"makespan={tl.makespan:g}{title_units(tl)}")
 
     def rows(self, tl: "Timeline") -> list[RowSpec]:
         kinds = {e.kind for e in tl.events}

@@ -25,7 +25,8 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from pptl.run.program import Program, message_key
+from pptl.messages import message_key
+from pptl.run.program import Program
 
 __all__ = ["Gates", "gates_path"]
 

@@ -243,7 +243,8 @@ def _stuck_rank(posts: list[Any], schedules: list[Schedule], world: int) -> int:
     order, or in a later step) is not what the rank waits for: then the rank itself is stuck there,
     e.g. it stopped before posting its receive while its peer went on to wait for it.
     """
-    from pptl.run.program import build_program, message_key
+    from pptl.messages import message_key
+    from pptl.run.program import build_program
 
     issue: dict[tuple[int, int], dict[int, int]] = {}
 

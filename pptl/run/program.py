@@ -15,9 +15,9 @@ executor's message modes may start them from the compute stream instead, in the 
 
 Vocabulary: an op's *producers* are the ops whose data it needs (the plan's dependencies);
 *waits* are the producers on the same rank but another stream (a CUDA event wait; on one stream
-the stream order already holds). The *issue order* is the order the host enqueues a rank's ops: the
-rank's ops sorted by their planned start, ties broken by a topological order of the whole plan.
-That order is a linear extension of the plan's DAG on every rank at once, so (a) on CUDA every
+the stream order already holds). The *issue order* is the order the host enqueues a rank's ops:
+:func:`pptl.issue_order.issue_key`, the rank's ops sorted by their planned start, ties broken by a
+topological order of the whole plan. That order is a linear extension of the plan's DAG on every rank at once, so (a) on CUDA every
 event a stream waits on is recorded before the wait is enqueued, and (b) on CPU, where a compute
 op blocks its host until its data has arrived, the ranks can never wait on each other in a cycle.
 """
@@ -29,10 +29,12 @@ from typing import Mapping
 from pptl.config import Workload
 from pptl.errors import InputError, InvalidScheduleError
 from pptl.ir import Op, Schedule
+from pptl.issue_order import issue_key
+from pptl.messages import message_key
 from pptl.schedules import find_family, names
 
 __all__ = ["RUN_KINDS", "COMPUTE", "Channel", "RankProgram", "Program", "build_program", "channel_of",
-           "message_key", "workload_of", "tighten_messages"]
+           "workload_of", "tighten_messages"]
 
 #: The op kinds ``pptl run`` executes.
 COMPUTE = frozenset({"F", "B", "I", "W", "FB"})
@@ -95,14 +97,6 @@ def channel_of(op: Op) -> Channel:
     return (sender, receiver, flow, d, stage)
 
 
-def message_key(op: Op) -> tuple[str, int, int, int]:
-    """(flow, direction, sender's stage, mb): the same for a SEND and the RECV that matches it."""
-    if op.kind == "SEND":
-        return (op.flow, op.direction, op.stage, op.mb)
-    sender_stage = op.stage - 1 if op.flow == "F" else op.stage + 1
-    return (op.flow, op.direction, sender_stage, op.mb)
-
-
 def build_program(schedule: Schedule, *, source: str = "plan") -> Program:
     """Split a validated schedule into per-rank programs.
 
@@ -137,7 +131,7 @@ def build_program(schedule: Schedule, *, source: str = "plan") -> Program:
     if runtime is None or not runtime.collectives:
         _check_crossings(schedule, source)
     channel = _channels(schedule, source)
-    key = _issue_key(schedule)
+    key = issue_key(schedule, untimed=True)
     by_rank: dict[int, list[int]] = {r: [] for r in range(schedule.pp)}
     for i, op in enumerate(ops):
         by_rank[op.rank].append(i)
@@ -247,28 +241,6 @@ _ANY = "*"
 
 def _same_messages(ops: list[Op], sends: list[int], recvs: list[int]) -> bool:
     return len(sends) == len(recvs) and all(message_key(ops[u]) == message_key(ops[v]) for u, v in zip(sends, recvs))
-
-
-def _issue_key(schedule: Schedule) -> list[tuple[float, int]]:
-    """(planned start, topological position) per op: a linear extension of the plan's DAG."""
-    import networkx as nx
-
-    from pptl.dag import build_dag
-    from pptl.simulate import simulate
-
-    dag = build_dag(schedule)
-    try:
-        topo = list(nx.topological_sort(dag))
-    except nx.NetworkXUnfeasible:
-        raise InvalidScheduleError("the plan deadlocks (its DAG has a cycle); run 'pptl check' to see it") from None
-    pos = [0] * len(schedule.ops)
-    for k, v in enumerate(topo):
-        pos[v] = k
-    try:
-        start = simulate(schedule, dag=dag).start
-    except Exception:  # a plan without usable costs: the topological order alone is still valid
-        start = [0.0] * len(schedule.ops)
-    return [(start[i], pos[i]) for i in range(len(schedule.ops))]
 
 
 def tighten_messages(program: Program) -> Program:

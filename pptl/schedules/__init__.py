@@ -10,9 +10,9 @@ from importlib import import_module
 from pptl.config import MAX_PLAN_OPS, TRAINING_COST_KEYS, Config
 from pptl.errors import InputError
 from pptl.ir import Schedule
-from pptl.schedules._common import Family, Runtime
+from pptl.schedules._common import Family, Runtime, assemble
 
-__all__ = ["Family", "Runtime", "FAMILIES", "get_family", "find_family", "build_schedule", "check_keys", "names"]
+__all__ = ["Family", "Runtime", "assemble", "FAMILIES", "get_family", "find_family", "build_schedule", "check_keys", "names"]
 
 #: Every family, in the order ``pptl schedules`` lists them: its name -> (module, record).
 _WHERE: dict[str, tuple[str, str]] = {

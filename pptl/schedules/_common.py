@@ -85,6 +85,10 @@ class Family:
     optional ``report`` key holds lines the text output prints."""
     runtime: Runtime | None = None
     """How ``pptl run`` executes it; None: the training executor runs it."""
+    torch_schedule: str = ""
+    """torch.distributed.pipelining's schedule class that places its stages, where it is not the one
+    its placement implies (1F1B for one stage per rank, Interleaved1F1B for a loop, ZBVZeroBubble
+    for a V): ``pptl export --to torchtitan`` names it."""
 
 
 def require(cond: bool, cfg: Config, field_name: str, value: object, expected: str) -> None:

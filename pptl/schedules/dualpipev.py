@@ -70,6 +70,7 @@ FAMILY = Family(
     memory_formula="2p+1 stage activations per rank (PP+1 with PP = 2p stages)",
     source="torch.distributed.pipelining ScheduleDualPipeV; deepseek-ai/DualPipe dualpipev.py",
     style="dualpipe",
+    torch_schedule="DualPipeV",
     assumptions=assumptions,
     extra_metrics=overlap_metrics,
     aliases=("dual-pipe-v",),

@@ -40,4 +40,5 @@ FAMILY = Family(
     memory=lambda cfg: float(cfg.microbatches) * cfg.activation,
     memory_formula="m",
     source="Huang et al. 2019, GPipe",
+    torch_schedule="GPipe",
 )
