@@ -80,6 +80,20 @@ def test_measured_durations_per_context_are_the_rates_the_run_went_at():
     assert longer[ALONE] == pytest.approx(0.3)
 
 
+def test_an_op_never_alone_learns_its_alone_duration_from_its_tails():
+    # every all-to-all starts beside compute (the last stage's loss combine); two outlive it
+    truth = {ALONE: 0.4, "MLP": 0.6, "ATTN": 3.0}
+    spans = _paced_timeline(truth, [0.1, 0.6, 1.2, 1.5, 2.0])
+    keys = [None, None] + ["a2a"] * 5
+    m = measure_contexts(spans, keys)["a2a"]
+    # ratios of sums over ops that mix contexts: close to the truth, not exact
+    assert m[ALONE] == pytest.approx(0.4, rel=0.01)
+    assert m["MLP"] == pytest.approx(0.6, rel=0.01) and m["ATTN"] == pytest.approx(3.0, rel=0.01)
+    # no tail at all: nothing to learn it from, the alone duration stays unknown
+    inside = measure_contexts(spans[:2] + [Span(0, "comm", "A2A", 1.3, 2.2)], [None, None, "a2a"])["a2a"]
+    assert ALONE not in inside and inside["ATTN"] == pytest.approx(0.9)
+
+
 def test_contexts_seen_too_rarely_are_left_out():
     spans = _paced_timeline({ALONE: 0.2, "MLP": 0.6, "ATTN": 1.0}, [3.5, 4.0, 0.1, 2.5])
     m = measure_contexts(spans, [None, None] + ["a2a"] * 4, min_count=2)["a2a"]
