@@ -70,7 +70,12 @@ class Costs:
     say). Ranks that share a stage (expert- or data-parallel members) get one cost per stage, yet
     their GPUs need not run at one speed (clocks under a power cap differ by a few percent); the
     faster member then waits at every collective of the group. Empty: every rank at its stage's
-    costs."""
+    costs. With :attr:`beside`, the factor is the rank's speed alone."""
+    beside: Mapping[int, Mapping[str, float]] = field(default_factory=dict)
+    """Stage -> compute cost key -> duration with a side-lane op (an all-to-all, a copy) beside it
+    all along, for every rank of the stage (no rank factor); the op progresses at this rate while
+    one runs beside it and at its stage cost (times its rank factor) otherwise
+    (:mod:`pptl.contexts`). Empty: compute runs at one rate whatever runs beside it."""
 
     def lookup(self, key: str, stage: int = -1) -> float | None:
         """The duration of ``key`` at ``stage``, or ``None`` if no value is known."""
@@ -109,6 +114,8 @@ class Costs:
             out["context"] = {k: dict(v) for k, v in self.context.items()}
         if self.rank_scale:
             out["rank_scale"] = {str(r): f for r, f in sorted(self.rank_scale.items())}
+        if self.beside:
+            out["beside"] = {str(k): dict(v) for k, v in sorted(self.beside.items())}
         return out
 
 
@@ -384,20 +391,22 @@ def costs_from_mapping(data: Any, *, source: str = "<flags>") -> Costs:
     comm: Mapping[str, Any] = {}
     context: dict[str, dict[str, float]] = {}
     rank_scale: dict[int, float] = {}
+    beside: dict[int, dict[str, float]] = {}
     for key, value in data.items():
-        if key == "stages":
+        if key in ("stages", "beside"):
             if not isinstance(value, Mapping):
-                raise InputError(f"{source}: field 'costs.stages': expected a mapping stage -> {{kind: duration}}")
+                raise InputError(f"{source}: field 'costs.{key}': expected a mapping stage -> {{kind: duration}}")
+            into = stages if key == "stages" else beside
             for s, overrides in value.items():
                 try:
                     stage = int(s)
                 except (TypeError, ValueError):
-                    raise InputError(f"{source}: field 'costs.stages': stage {s!r} is not an integer") from None
+                    raise InputError(f"{source}: field 'costs.{key}': stage {s!r} is not an integer") from None
                 if stage < 0:
-                    raise InputError(f"{source}: field 'costs.stages': stage {stage} is negative")
+                    raise InputError(f"{source}: field 'costs.{key}': stage {stage} is negative")
                 if not isinstance(overrides, Mapping):
-                    raise InputError(f"{source}: field 'costs.stages.{stage}': expected a mapping kind -> duration")
-                stages[stage] = {str(k): _duration(v, f"costs.stages.{stage}.{k}", source) for k, v in overrides.items()}
+                    raise InputError(f"{source}: field 'costs.{key}.{stage}': expected a mapping kind -> duration")
+                into[stage] = {str(k): _duration(v, f"costs.{key}.{stage}.{k}", source) for k, v in overrides.items()}
         elif key == "comm":
             if not isinstance(value, Mapping):
                 raise InputError(f"{source}: field 'comm': expected a mapping with latency, bandwidth, bytes")
@@ -428,6 +437,7 @@ def costs_from_mapping(data: Any, *, source: str = "<flags>") -> Costs:
         copy_bandwidth=_positive(comm.get("copy_bandwidth", math.inf), "comm.copy_bandwidth", source),
         context=context,
         rank_scale=rank_scale,
+        beside=beside,
     )
 
 

@@ -20,6 +20,14 @@ op that overlaps it longest when that covers at least half of it): ``pptl compar
 context (:func:`context_errors`) is grouped by it. Nothing here knows a family: the context is read
 off the lanes of one rank.
 
+The same holds the other way: a compute op beside a side-lane op (an all-to-all's copy kernel
+holds SMs, even while it waits for its peers) runs at another rate than alone. ``Costs.beside``
+holds, per stage and compute cost key, its duration with a side-lane op beside it all along (no
+rank factor: measured on 4 H200s, 2026-11-26, the EP member whose GPU computes 5-11% faster alone
+ran its MLPs beside a copy no faster than its partner, 1.04 against 1.00 ms), and
+``Costs.rank_scale`` applies to the alone rate only. :func:`measure_compute_contexts` learns both
+from a timeline, :func:`compute_context_durations` paces compute ops by them in the simulator.
+
 Notes:
     O(ops log ops): compute intervals sorted per rank, each op looks at the ones it overlaps.
 """
@@ -29,14 +37,18 @@ import bisect
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
-__all__ = ["ALONE", "BUSY", "Span", "ContextRow", "contexts_of", "paced_duration", "context_durations",
-           "measure_contexts", "context_errors", "CONTEXT_PASSES"]
+__all__ = ["ALONE", "BUSY", "Span", "ContextRow", "ComputeContexts", "contexts_of", "paced_duration",
+           "context_durations", "measure_contexts", "is_side", "measure_compute_contexts", "compute_context_durations",
+           "context_errors", "CONTEXT_PASSES", "BESIDE_PASSES"]
 
 ALONE = "alone"
 BUSY = "busy"
 """The learned mean over every overlapped context: the fallback for a context never measured."""
 CONTEXT_PASSES = 6
 """Most re-timings the simulator makes; a plan whose durations still move keeps the last."""
+BESIDE_PASSES = 12
+""":data:`CONTEXT_PASSES` for plans whose compute is paced too (``Costs.beside``): their halved
+steps settle in about 10 (an MoE plan of 2 EP members, 2026-11-26)."""
 _COVER = 0.5
 _ALONE_COVER = 0.05
 """An op with compute beside it for at most this share of its length times the alone duration."""
@@ -172,6 +184,133 @@ def context_durations(spans: Sequence[Span], keys: Sequence[str], base: Sequence
         d = paced_duration(s.start, comp.get(s.rank), alone, lambda kind: row.get(kind, busy))
         if memo is not None:
             prev = memo[i]
+            if prev is not None and abs(d - prev) <= _SETTLED * max(1.0, abs(prev)):
+                d = prev
+            memo[i] = d
+        out[i] = d
+    return out
+
+
+def is_side(lane: str, kind: str) -> bool:
+    """An op that shares its rank's GPU with the compute lane: not compute, not a zero-length
+    marker (``pass``), not a pipeline message (SEND/RECV: measured beside them, compute runs at
+    its alone rate)."""
+    return lane not in ("compute", "pass") and kind not in ("SEND", "RECV")
+
+
+def _side_union(spans: Sequence[Span]) -> dict[int, _Compute]:
+    """Per rank, the union of its side-lane ops' intervals (lanes may overlap each other), as the
+    sorted disjoint intervals :func:`paced_duration` walks (kind ``"side"``)."""
+    per: dict[int, list[tuple[float, float]]] = {}
+    for s in spans:
+        if s.end > s.start and is_side(s.lane, s.kind):
+            per.setdefault(s.rank, []).append((s.start, s.end))
+    out: dict[int, _Compute] = {}
+    for r, v in per.items():
+        v.sort()
+        merged: list[tuple[float, float, str]] = []
+        for a, b in v:
+            if merged and a <= merged[-1][1]:
+                if b > merged[-1][1]:
+                    merged[-1] = (merged[-1][0], b, "side")
+            else:
+                merged.append((a, b, "side"))
+        out[r] = _Compute(merged)
+    return out
+
+
+def _covered(s: Span, side: _Compute | None) -> float:
+    """Time of ``s`` with a side-lane op of its rank beside it."""
+    if side is None:
+        return 0.0
+    v, j, t = side.spans, side.first(s.start), 0.0
+    while j < len(v) and v[j][0] < s.end:
+        t += max(0.0, min(v[j][1], s.end) - max(v[j][0], s.start))
+        j += 1
+    return t
+
+
+@dataclass(frozen=True)
+class ComputeContexts:
+    """What :func:`measure_compute_contexts` learns: per stage and cost key, the duration alone
+    (the mean of the ops with no side-lane op beside them) and beside a side-lane op; per rank
+    that shares a stage, its speed alone relative to the others (``Costs.rank_scale``)."""
+
+    alone: dict[int, dict[str, float]]
+    beside: dict[int, dict[str, float]]
+    rank_scale: dict[int, float]
+
+
+def measure_compute_contexts(spans: Sequence[Span], keys: Sequence[str | None], stages: Sequence[int]
+                             ) -> ComputeContexts:
+    """Compute-lane rates alone and beside side-lane ops (:func:`is_side`), read off a timeline.
+
+    ``keys``: the cost key of each compute span (None: not learned from). An op is alone when a
+    side-lane op covers at most 5% of it. The rank factor of each rank that shares a stage is its
+    alone time over what the stage's alone means give for the same ops; the beside duration of a
+    (stage, key) is, under the rule :func:`paced_duration` times by, (time its ops spent beside a
+    side-lane op) / (work they did there), an op with ``t0`` alone having done ``t0 / (alone *
+    factor)`` of its work alone. A (stage, key) never timed alone learns nothing here."""
+    side = _side_union(spans)
+    ops: list[tuple[int, str, int, float, float]] = []  # stage, key, rank, length, covered
+    for s, key, stage in zip(spans, keys, stages):
+        if key is None or s.lane != "compute" or s.end <= s.start or stage < 0:
+            continue
+        t = s.end - s.start
+        ops.append((stage, key, s.rank, t, _covered(s, side.get(s.rank))))
+    # alone means per (stage, key), and per rank within it
+    groups: dict[tuple[int, str], dict[int, list[float]]] = {}
+    for stage, key, rank, t, tc in ops:
+        if tc <= _ALONE_COVER * t:
+            acc = groups.setdefault((stage, key), {}).setdefault(rank, [0.0, 0.0])
+            acc[0] += t
+            acc[1] += 1
+    alone: dict[int, dict[str, float]] = {}
+    own: dict[int, float] = {}
+    expected: dict[int, float] = {}
+    for (stage, key), by_rank in sorted(groups.items()):
+        mean = sum(t for t, _ in by_rank.values()) / sum(n for _, n in by_rank.values())
+        alone.setdefault(stage, {})[key] = mean
+        if len(by_rank) < 2:
+            continue
+        for r, (t, n) in by_rank.items():
+            own[r] = own.get(r, 0.0) + t
+            expected[r] = expected.get(r, 0.0) + n * mean
+    scale = {r: own[r] / expected[r] for r in sorted(own) if expected[r] > 0 and own[r] > 0}
+    time: dict[tuple[int, str], float] = {}
+    work: dict[tuple[int, str], float] = {}
+    for stage, key, rank, t, tc in ops:
+        a = alone.get(stage, {}).get(key)
+        if a is None or tc <= _ALONE_COVER * t:
+            continue
+        done_alone = (t - tc) / (a * scale.get(rank, 1.0))
+        time[stage, key] = time.get((stage, key), 0.0) + tc
+        work[stage, key] = work.get((stage, key), 0.0) + max(0.0, 1.0 - done_alone)
+    beside: dict[int, dict[str, float]] = {}
+    for (stage, key), tc in sorted(time.items()):
+        if work[stage, key] > 0:
+            beside.setdefault(stage, {})[key] = tc / work[stage, key]
+    return ComputeContexts(alone, beside, scale)
+
+
+def compute_context_durations(spans: Sequence[Span], base: Sequence[float],
+                              beside: Sequence[tuple[int, float]], memo: list[float | None] | None = None
+                              ) -> list[float]:
+    """``base`` with each compute op ``i`` of ``beside`` (index, duration beside a side-lane op)
+    re-timed by :func:`paced_duration` from its start in ``spans``: at its ``base`` rate (alone,
+    rank factor included) while no side-lane op of its rank runs, at the beside rate while one
+    does. ``memo`` as in :func:`context_durations`."""
+    side = _side_union(spans)
+    out = list(base)
+    for i, b in beside:
+        s = spans[i]
+        d = paced_duration(s.start, side.get(s.rank), base[i], lambda _kind: b)
+        if memo is not None:
+            prev = memo[i]
+            if prev is not None:
+                # half way: the members of a collective pace each other, and full steps swing
+                # the lead from one to the other from pass to pass
+                d = 0.5 * (d + prev)
             if prev is not None and abs(d - prev) <= _SETTLED * max(1.0, abs(prev)):
                 d = prev
             memo[i] = d

@@ -364,6 +364,9 @@ def costs_from_timeline(timeline: Timeline) -> dict[str, Any]:
         costs.update(keyed.get("base", {}))
         for s, v in keyed.get("stages", {}).items():
             stages.setdefault(int(s), {}).update(v)
+    beside = _compute_contexts(timeline, keyed, stages)
+    if beside:
+        costs["beside"] = beside
     if stages:
         costs["stages"] = {s: _fill_split(v) for s, v in sorted(stages.items())}
     context = keyed.get("context") if isinstance(keyed, dict) else None
@@ -382,34 +385,58 @@ def costs_from_timeline(timeline: Timeline) -> dict[str, Any]:
 
 def rank_scale_of(timeline: Timeline) -> dict[int, float]:
     """Per rank that shares a stage with others (expert- or data-parallel members): its measured
-    compute time over what its stage's mean durations give for the same ops (:attr:`Costs.rank_scale`).
+    compute time alone (no side-lane op beside it) over what its stage's mean durations alone give
+    for the same ops (:attr:`Costs.rank_scale`, :func:`pptl.contexts.measure_compute_contexts`).
 
     One factor per rank, over all its shared ops weighted by their time, rather than one per cost
     key: a GPU's clock slows all its kernels, and on 4 H200s under a 700 W cap (2026-11-26) the
     per-kind ratios of one rank moved from launch to launch by more than the overall one (ATTN
     0.946, WGRAD 0.932, MLP 1.008 between the two members of a stage), so per key they would
-    fit noise. Ranks alone on their stages are left out: their stage's costs are their own (1).
+    fit noise. Alone only: beside an all-to-all's copy kernel the faster member computed no faster
+    than its partner (``Costs.beside`` times that). Ranks alone on their stages are left out:
+    their stage's costs are their own (1).
 
     Notes:
-        O(events).
+        O(events log events).
     """
-    # (stage, kind) -> rank -> [time, ops]
-    groups: dict[tuple[int, str], dict[int, list[float]]] = {}
-    for e in timeline.events:
-        if e.lane == "compute" and e.stage >= 0:
-            acc = groups.setdefault((e.stage, e.kind), {}).setdefault(e.rank, [0.0, 0.0])
-            acc[0] += e.duration
-            acc[1] += 1
-    own: dict[int, float] = {}
-    expected: dict[int, float] = {}
-    for by_rank in groups.values():
-        if len(by_rank) < 2:
+    from pptl.contexts import measure_compute_contexts
+
+    spans, keys, stages = _compute_spans(timeline)
+    return measure_compute_contexts(spans, keys, stages).rank_scale
+
+
+def _compute_spans(timeline: Timeline) -> tuple[list[Any], list[str | None], list[int]]:
+    from pptl.contexts import Span
+
+    spans = [Span(e.rank, e.lane, e.kind, e.start, e.end) for e in timeline.events]
+    keys = [e.kind if e.lane == "compute" else None for e in timeline.events]
+    return spans, keys, [e.stage for e in timeline.events]
+
+
+def _compute_contexts(timeline: Timeline, keyed: Any, stages: dict[int, dict[str, float]]
+                      ) -> dict[int, dict[str, float]]:
+    """``Costs.beside`` per stage and compute cost key, and in ``stages`` (updated) the alone mean
+    of each key that has one (the rank factors are relative to it). From ``cost_means.compute_context``
+    where the run stored it (cost keys other than kinds), else from the timeline by kind."""
+    from pptl.contexts import measure_compute_contexts
+
+    stored = keyed.get("compute_context") if isinstance(keyed, dict) else None
+    if isinstance(stored, dict):
+        alone, beside = stored.get("alone", {}), stored.get("beside", {})
+    else:
+        found = measure_compute_contexts(*_compute_spans(timeline))
+        alone, beside = found.alone, found.beside
+    out: dict[int, dict[str, float]] = {}
+    for s, row in beside.items():
+        if not isinstance(row, dict):
             continue
-        mean = sum(t for t, _ in by_rank.values()) / sum(n for _, n in by_rank.values())
-        for r, (t, n) in by_rank.items():
-            own[r] = own.get(r, 0.0) + t
-            expected[r] = expected.get(r, 0.0) + n * mean
-    return {r: own[r] / expected[r] for r in sorted(own) if expected[r] > 0 and own[r] > 0}
+        for k, b in row.items():
+            a = (alone.get(s) or alone.get(str(s)) or {}).get(k) if isinstance(alone, dict) else None
+            if a is None:
+                continue
+            stages.setdefault(int(s), {})[k] = a
+            out.setdefault(int(s), {})[k] = b
+    return out
 
 
 def _contexts_by_kind(timeline: Timeline) -> dict[str, dict[str, float]]:

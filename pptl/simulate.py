@@ -162,7 +162,7 @@ def simulate(schedule: Schedule, costs: Costs | None = None, *, dag: nx.DiGraph 
     if order is None:
         raise InvalidScheduleError("the schedule deadlocks (its DAG has a cycle); run 'pptl check' to see the cycle")
     _longest_path(order, pred, dur, start, end, via)
-    if costs.context:
+    if costs.context or costs.beside:
         dur = _retime_in_context(schedule, costs, order, pred, dur, start, end, via)
     makespan = max(end, default=0.0) - min(start, default=0.0)
     if not makespan < float("inf"):  # also NaN; every renderer and writer needs finite times
@@ -228,16 +228,39 @@ def _retime_in_context(schedule: Schedule, costs: Costs, order: list[int], pred:
                        start: list[float], end: list[float], via: list[int]) -> list[float]:
     """Context hook (:mod:`pptl.contexts`): ops whose cost key has durations per context (alone, or
     beside compute of a kind) progress at the rate of the context they are in along their timed
-    span; re-timed until the durations settle. Family-agnostic: read off the lanes of each rank."""
-    from pptl.contexts import CONTEXT_PASSES, Span, context_durations
+    span, and so do compute ops with a duration beside a side-lane op (``Costs.beside``);
+    re-timed until the durations settle. Family-agnostic: read off the lanes of each rank."""
+    from pptl.contexts import BESIDE_PASSES, CONTEXT_PASSES, Span, compute_context_durations, context_durations, is_side
 
     ops = schedule.ops
     keys = [op.cost_key for op in ops]
     base = dur
+    beside: list[tuple[int, float]] = []
+    issued: list[tuple[int, list[int]]] = []
+    if costs.beside:
+        for i, op in enumerate(ops):
+            if op.lane == "compute":
+                b = costs.beside.get(op.stage, {}).get(op.cost_key)
+                if b is not None:
+                    beside.append((i, b))
+            elif is_side(op.lane, op.kind):
+                issued.append((i, [u for u in pred[i] if ops[u].rank == op.rank]))
     memo: list[float | None] = [None] * len(ops)
-    for _ in range(CONTEXT_PASSES):
+    for _ in range(BESIDE_PASSES if beside else CONTEXT_PASSES):
         spans = [Span(op.rank, op.lane, op.kind, start[i], end[i]) for i, op in enumerate(ops)]
-        new = context_durations(spans, keys, base, costs.context, memo)
+        new = context_durations(spans, keys, base, costs.context, memo) if costs.context else list(base)
+        if beside:
+            # both from the previous pass's spans: a compute op's rate depends on the side-lane
+            # ops beside it and theirs on the compute beside them. A side-lane op holds its GPU
+            # from when its own rank's inputs are ready: a collective's kernel, issued then, waits
+            # there for its peers (the plan starts it when all are ready), as measured.
+            held = list(spans)
+            for i, us in issued:
+                a = max((end[u] for u in us), default=start[i])
+                held[i] = Span(ops[i].rank, ops[i].lane, ops[i].kind, min(a, start[i]), end[i])
+            paced = compute_context_durations(held, base, beside, memo)
+            for i, _ in beside:
+                new[i] = paced[i]
         if new == dur:
             break
         dur = new

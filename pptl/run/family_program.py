@@ -121,4 +121,18 @@ def cost_means(schedule: Schedule, events: Iterable[Any],
             keys.append(op.cost_key if side else None)
             durs.append(max(0.0, e.end - a))
         out["context"] = measure_contexts(spans, keys, durs)
+        out["compute_context"] = _compute_contexts(evs)
     return out
+
+
+def _compute_contexts(evs: list[tuple[Any, Any]]) -> dict[str, Any]:
+    """Compute ops' alone and beside-a-side-lane-op durations per stage and cost key
+    (:func:`pptl.contexts.measure_compute_contexts`), on the side-lane ops' own spans: a
+    collective's copy kernel holds SMs from its own start, waiting for its peers included."""
+    from pptl.contexts import Span, measure_compute_contexts
+
+    spans = [Span(op.rank, op.lane, op.kind, e.start, e.end) for op, e in evs]
+    keys = [op.cost_key if op.lane == "compute" else None for op, _ in evs]
+    found = measure_compute_contexts(spans, keys, [op.stage for op, _ in evs])
+    return {"alone": {str(s): v for s, v in found.alone.items()},
+            "beside": {str(s): v for s, v in found.beside.items()}}
