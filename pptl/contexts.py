@@ -47,8 +47,8 @@ BUSY = "busy"
 CONTEXT_PASSES = 6
 """Most re-timings the simulator makes; a plan whose durations still move keeps the last."""
 BESIDE_PASSES = 12
-""":data:`CONTEXT_PASSES` for plans whose compute is paced too (``Costs.beside``): their halved
-steps settle in about 10 (an MoE plan of 2 EP members, 2026-11-26)."""
+""":data:`CONTEXT_PASSES` for plans whose compute is paced too (``Costs.beside``): with steps back
+halved, an MoE plan of 2 EP members settles in about 10 (2026-11-26)."""
 _COVER = 0.5
 _ALONE_COVER = 0.05
 """An op with compute beside it for at most this share of its length times the alone duration."""
@@ -294,12 +294,13 @@ def measure_compute_contexts(spans: Sequence[Span], keys: Sequence[str | None], 
 
 
 def compute_context_durations(spans: Sequence[Span], base: Sequence[float],
-                              beside: Sequence[tuple[int, float]], memo: list[float | None] | None = None
-                              ) -> list[float]:
+                              beside: Sequence[tuple[int, float]], memo: list[float | None] | None = None,
+                              swing: list[float] | None = None) -> list[float]:
     """``base`` with each compute op ``i`` of ``beside`` (index, duration beside a side-lane op)
     re-timed by :func:`paced_duration` from its start in ``spans``: at its ``base`` rate (alone,
     rank factor included) while no side-lane op of its rank runs, at the beside rate while one
-    does. ``memo`` as in :func:`context_durations`."""
+    does. ``memo`` as in :func:`context_durations`; ``swing`` (one entry per op, 0 at first,
+    updated in place) holds each op's last change, so a change back is halved."""
     side = _side_union(spans)
     out = list(base)
     for i, b in beside:
@@ -307,10 +308,14 @@ def compute_context_durations(spans: Sequence[Span], base: Sequence[float],
         d = paced_duration(s.start, side.get(s.rank), base[i], lambda _kind: b)
         if memo is not None:
             prev = memo[i]
-            if prev is not None:
-                # half way: the members of a collective pace each other, and full steps swing
-                # the lead from one to the other from pass to pass
-                d = 0.5 * (d + prev)
+            if prev is not None and swing is not None:
+                # a half step where the last went the other way: the members of a collective pace
+                # each other, and full steps swing the lead from one to the other pass by pass
+                step = d - prev
+                if step * swing[i] < 0:
+                    step *= 0.5
+                swing[i] = step
+                d = prev + step
             if prev is not None and abs(d - prev) <= _SETTLED * max(1.0, abs(prev)):
                 d = prev
             memo[i] = d

@@ -246,6 +246,7 @@ def _retime_in_context(schedule: Schedule, costs: Costs, order: list[int], pred:
             elif is_side(op.lane, op.kind):
                 issued.append((i, [u for u in pred[i] if ops[u].rank == op.rank]))
     memo: list[float | None] = [None] * len(ops)
+    swing = [0.0] * len(ops) if beside else []
     for _ in range(BESIDE_PASSES if beside else CONTEXT_PASSES):
         spans = [Span(op.rank, op.lane, op.kind, start[i], end[i]) for i, op in enumerate(ops)]
         new = context_durations(spans, keys, base, costs.context, memo) if costs.context else list(base)
@@ -258,7 +259,7 @@ def _retime_in_context(schedule: Schedule, costs: Costs, order: list[int], pred:
             for i, us in issued:
                 a = max((end[u] for u in us), default=start[i])
                 held[i] = Span(ops[i].rank, ops[i].lane, ops[i].kind, min(a, start[i]), end[i])
-            paced = compute_context_durations(held, base, beside, memo)
+            paced = compute_context_durations(held, base, beside, memo, swing)
             for i, _ in beside:
                 new[i] = paced[i]
         if new == dur:

@@ -86,7 +86,15 @@ def test_a_member_faster_alone_keeps_pace_with_its_partner_beside_copies():
     assert skew > 1.0  # one factor on all compute: the faster member waits at every all-to-all
     assert paced < 0.7 * skew  # 5.0 against 7.6: it slows to its partner's pace beside each copy
     # the faster member's compute beside a copy ran at the shared rate, alone at its own
-    comm = [(sim.start[i], sim.end[i]) for i, op in enumerate(s.ops) if op.rank == 0 and op.lane == "comm"]
+    # (a copy holds its GPU from when its own rank's inputs are ready, waiting for its peer included)
+    own = {}
+    for u, v in s.deps:
+        if s.ops[u].rank == s.ops[v].rank:
+            own[v] = max(own.get(v, 0.0), sim.end[u])
+    comm = [(min(own.get(i, sim.start[i]), sim.start[i]), sim.end[i]) for i, op in enumerate(s.ops)
+            if op.rank == 0 and op.lane == "comm"]
+    assert any(a < sim.start[i] for (a, _), i in zip(comm, [i for i, op in enumerate(s.ops)
+                                                          if op.rank == 0 and op.lane == "comm"]))
     alone = [i for i, op in enumerate(s.ops) if op.rank == 0 and op.lane == "compute"
              and not any(a < sim.end[i] and b > sim.start[i] for a, b in comm)]
     assert alone
