@@ -269,7 +269,8 @@ def measure_compute_contexts(spans: Sequence[Span], keys: Sequence[str | None], 
     own: dict[int, float] = {}
     expected: dict[int, float] = {}
     for (stage, key), by_rank in sorted(groups.items()):
-        mean = sum(t for t, _ in by_rank.values()) / sum(n for _, n in by_rank.values())
+        # the mean over ranks of each rank's mean: ranks need not be alone equally often
+        mean = sum(t / n for t, n in by_rank.values()) / len(by_rank)
         alone.setdefault(stage, {})[key] = mean
         if len(by_rank) < 2:
             continue
