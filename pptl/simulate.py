@@ -14,6 +14,7 @@ from pptl.config import Costs
 from pptl.dag import Adjacency, adjacency, topological_order
 from pptl.errors import InputError, InvalidScheduleError
 from pptl.ir import Op, Schedule
+from pptl.schedules._moe_meta import MoEMeta
 from pptl.timeline import Event, RankStats, Timeline, TimelineMeta, bubble_fraction
 
 if TYPE_CHECKING:
@@ -306,7 +307,7 @@ def memory_timeline(schedule: Schedule, start: list[float], end: list[float], ac
     per_rank: dict[int, list[tuple[float, int, float, int]]] = {}
     # A family whose held spans carry the saved activations layer by layer (meta['held_saved']):
     # its training-role markers hold nothing, or the activations would count twice.
-    saved = isinstance(schedule.meta, dict) and schedule.meta.get("held_saved") is True
+    saved = MoEMeta.of(schedule).held_saved is True
     for i, op in enumerate(schedule.ops):
         if op.kind in skip or (saved and op.kind in _TRAINING_KINDS):
             continue
@@ -331,22 +332,15 @@ def held_spans(schedule: Schedule) -> list[tuple[int, int, int, int, float]]:
     """``meta['held']``: ``[op a, 0 start | 1 end, op b, 0 | 1, amount]`` — ``amount`` activation
     units held on op a's rank from that edge of a to that edge of b. Plan files are input from
     elsewhere: a malformed entry is an error naming it."""
-    raw = schedule.meta.get("held") if isinstance(schedule.meta, dict) else None
-    if not raw:
+    held = MoEMeta.of(schedule).held
+    if not held:
         return []
     n = len(schedule.ops)
     out: list[tuple[int, int, int, int, float]] = []
-    for k, item in enumerate(raw if isinstance(raw, list) else [raw]):
-        ok = isinstance(item, (list, tuple)) and len(item) == 5
-        if ok:
-            a, ea, b, eb, amount = item
-            ok = (all(isinstance(x, int) and not isinstance(x, bool) for x in (a, ea, b, eb))
-                  and 0 <= a < n and 0 <= b < n and ea in (0, 1) and eb in (0, 1)
-                  and isinstance(amount, (int, float)) and not isinstance(amount, bool)
-                  and 0 <= amount < float("inf") and schedule.ops[a].rank == schedule.ops[b].rank)
-        if not ok:
-            raise InputError(f"field 'meta.held[{k}]': got {str(item)[:80]}, expected [op index, 0|1, op index on the "
-                             "same rank, 0|1, amount >= 0]")
+    for k, (a, ea, b, eb, amount) in enumerate(held):
+        if not (a < n and b < n and schedule.ops[a].rank == schedule.ops[b].rank):
+            raise InputError(f"field 'meta.held[{k}]': got {[a, ea, b, eb, amount]}, expected [op index, 0|1, op "
+                             "index on the same rank, 0|1, amount >= 0]")
         out.append((a, ea, b, eb, float(amount)))
     return out
 
@@ -359,8 +353,8 @@ def peak_memory(schedule: Schedule, start: list[float], end: list[float], activa
     Counts the training kinds and activation offloading (OFFLOAD frees its payload at its end,
     ONLOAD brings it back at its end; see :func:`memory_events`).
     """
-    if not skip and use_arrays(len(schedule.ops)) and not held_spans(schedule) and not (
-            isinstance(schedule.meta, dict) and schedule.meta.get("held_saved") is True):
+    if (not skip and use_arrays(len(schedule.ops)) and not held_spans(schedule)
+            and MoEMeta.of(schedule).held_saved is not True):
         cols = cached(schedule.ops)
         if cols is not None:
             return _peaks_arrays(schedule, cols, start, end, activation, w_activation)

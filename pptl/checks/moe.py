@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pptl.checks.base import Context, Violation
 from pptl.ir import Op
+from pptl.schedules._moe_meta import MoEMeta
 
 __all__ = ["backward_before_onload", "onload_without_offload", "ep_a2a_order", "paired_self_dependency",
            "incomplete_layers"]
@@ -122,13 +123,14 @@ def ep_a2a_order(ctx: Context) -> list[Violation]:
     without EP groups are not checked. Fixture: fixtures/invalid/moe_ep_a2a_order.json.
     Notes: O(ops).
     """
-    groups = ctx.schedule.meta.get("ep_groups")
-    if not isinstance(groups, list):
+    groups = MoEMeta.of(ctx.schedule).ep_groups
+    if groups is None:
         return []
     out: list[Violation] = []
-    for group in groups:
-        if not isinstance(group, list) or len(group) < 2 or not all(isinstance(r, int) for r in group):
+    for members in groups:
+        if len(members) < 2:
             continue
+        group = list(members)  # named as the file writes it: [0, 1]
         ref_rank = group[0]
         ref = _a2a_sequence(ctx, ref_rank)
         for rank in group[1:]:
@@ -191,8 +193,8 @@ def incomplete_layers(ctx: Context) -> list[Violation]:
     (backward). Schedules without that key are not checked. Notes: O(ops).
     """
     s = ctx.schedule
-    L = s.meta.get("layers_per_chunk")
-    if not isinstance(L, int) or isinstance(L, bool) or L < 1:
+    L = MoEMeta.of(s).layers_per_chunk
+    if L is None:
         return []
     have: dict[tuple, set[tuple]] = {}
     where: dict[tuple, str] = {}

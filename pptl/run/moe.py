@@ -60,6 +60,7 @@ from pptl.run.moe_model import (
     reference_step,
 )
 from pptl.run.program import Program, workload_of
+from pptl.schedules._moe_meta import MoEMeta
 
 __all__ = ["MoEExecutor", "copies_at_their_ends"]
 
@@ -80,10 +81,10 @@ class MoEExecutor(Executor):
 
     def __init__(self, program: Program, rank: int, device: torch.device, channels: dict[Any, Any],
                  **kw: Any) -> None:
-        meta = program.schedule.meta
-        self.layers = int(meta.get("layers_per_chunk", 1))
-        self.ep = int(meta.get("ep", 1))
-        groups = [list(g) for g in meta.get("ep_groups", [[r] for r in range(program.world)])]
+        meta = MoEMeta.of(program.schedule)
+        self.layers = meta.layers_per_chunk or 1
+        self.ep = meta.ep_size
+        groups = [list(g) for g in (meta.ep_groups or [[r] for r in range(program.world)])]
         self.member = next(g.index(rank) for g in groups if rank in g)
         self.ep_group = _ep_group(channels, groups, rank, device) if self.ep > 1 else None
         program = refine(program, issue=symmetric_issue(program, groups))
@@ -95,7 +96,7 @@ class MoEExecutor(Executor):
         if device.type == "cuda":
             from pptl.run.hostlag import HostLag
 
-            self.hold = HostLag(int(meta.get("host_lag", 0)), torch.cuda.Event, timeout=float(kw.get("timeout", 60)))
+            self.hold = HostLag(meta.host_lag or 0, torch.cuda.Event, timeout=float(kw.get("timeout", 60)))
         super().__init__(program, rank, device, channels, **kw)
         self.compute_ops = frozenset(i for i in self.rp.issue if self.ops[i].lane == "compute")
         if self.ep_group is not None:  # the communicator's set-up, outside any step
@@ -362,8 +363,8 @@ class MoEExecutor(Executor):
         from pptl.run.verify import TOLERANCE, VerifyResult
 
         s = program.schedule
-        meta, w = s.meta, workload_of(s)
-        layers, ep = int(meta.get("layers_per_chunk", 1)), int(meta.get("ep", 1))
+        meta, w = MoEMeta.of(s), workload_of(s)
+        layers, ep = meta.layers_per_chunk or 1, meta.ep_size
         loss_ref, ref = reference_step(w, num_stages=s.num_stages, ep=ep, layers=layers,
                                        microbatches=s.microbatches, device=device)
         names = ("attn w1", "attn b1", "attn w2", "attn b2", "expert w1", "expert b1", "expert w2", "expert b2")
@@ -388,7 +389,7 @@ class MoEExecutor(Executor):
         from pptl.schedules._moe_metrics import EP_KINDS, exposure_of_timeline
 
         x = timeline.meta.extra
-        group_of = {r: k for k, g in enumerate(schedule.meta.get("ep_groups", [])) for r in g}
+        group_of = MoEMeta.of(schedule).group_of()
 
         def a2a(op: Any) -> Any:  # the copies of one all-to-all: the twins on one EP group's members
             if op.kind not in EP_KINDS:

@@ -13,12 +13,12 @@ receiver's for RECV, as :func:`pptl.deps.comm_key`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass, fields, replace
 
 from pptl.config import Config
 from pptl.deps import training_deps
 from pptl.ir import Op, Schedule, ScheduleBuilder
+from pptl.schedules._moe_meta import HeldSpan, MoEMeta
 
 __all__ = ["Costs", "build_ops", "SUB_OPS", "LABELS"]
 
@@ -213,7 +213,7 @@ class _Builder:
             if b is not None:
                 n_bwd += 1
 
-    def held(self, hidden: float) -> list[list[float]]:
+    def held(self, hidden: float) -> list[HeldSpan]:
         """What a layer in flight holds beyond its saved activations, as ``meta['held']`` spans
         ``[op a, 0 start | 1 end, op b, 0 | 1, amount]`` (:func:`pptl.simulate.memory_timeline`),
         in units of one tokens x hidden tensor of ``hidden`` activation units, as ``pptl run``'s
@@ -237,7 +237,7 @@ class _Builder:
 
         def span(a: Key, ea: int, b: Key, eb: int, n: float) -> None:
             if a in at and b in at:
-                out.append([at[a], ea, at[b], eb, n * hidden])
+                out.append((at[a], ea, at[b], eb, n * hidden))
 
         for key in list(at):
             if key[0] == "FA":
@@ -277,7 +277,7 @@ class _Builder:
             elif key[0] == "ON":
                 # the run allocates an Onload's destination when it issues the copy, not when the
                 # copy ends (where ONLOAD's own memory event puts the data back)
-                out.append([at[key], 0, at[key], 1, self.payload])
+                out.append((at[key], 0, at[key], 1, self.payload))
         return sorted(out)
 
     def rendezvous(self) -> set[tuple[int, int]]:
@@ -302,17 +302,17 @@ class _Builder:
                     out.update((self.at[u], self.at[v]) for u in needs.get((v[0], e, *v[2:]), ()))
         return out
 
-    def schedule(self, family: str, meta: dict[str, Any]) -> Schedule:
+    def schedule(self, family: str, meta: MoEMeta) -> Schedule:
         ops = self.sb.ops
         explicit = {(self.at[u], self.at[v]) for u, v in self.edges} | self.rendezvous()
         deps = sorted(set(training_deps(ops, self.last + 1)) | explicit)
         cfg = self.cfg
         return Schedule(family=family, pp=cfg.pp * self.ep, num_stages=self.last + 1, microbatches=cfg.microbatches,
-                        ops=ops, lanes=self.sb.lanes, deps=deps, directions=self.ep, config=cfg, meta=meta)
+                        ops=ops, lanes=self.sb.lanes, deps=deps, directions=self.ep, config=cfg, meta=meta.to_meta())
 
 
 def build_ops(cfg: Config, family: str, per_rank: dict[int, list], *, layers: int, ep: int, offload: bool,
-              offload_bytes: float, delay_wgrad: bool, meta: dict[str, Any], hidden_bytes: float = 0.0) -> Schedule:
+              offload_bytes: float, delay_wgrad: bool, meta: MoEMeta, hidden_bytes: float = 0.0) -> Schedule:
     """The full schedule: each pipeline rank's steps, for each EP member (direction).
 
     With ``delay_wgrad`` (combined 1F1B) a layer's input gradient moves on before its WGrad runs;
@@ -324,5 +324,5 @@ def build_ops(cfg: Config, family: str, per_rank: dict[int, list], *, layers: in
         for e in range(ep):
             b.rank_steps(r, e, per_rank[r])
     if hidden_bytes > 0:
-        meta = {**meta, "held": b.held(hidden_bytes), "held_saved": True}
+        meta = replace(meta, held=tuple(b.held(hidden_bytes)), held_saved=True)
     return b.schedule(family, meta)

@@ -20,6 +20,7 @@ from typing import Any, Iterable, Sequence
 
 from pptl.intervals import overlap_length, union
 from pptl.ir import Schedule
+from pptl.schedules._moe_meta import MoEMeta
 from pptl.simulate import peak_memory
 
 __all__ = ["EP_KINDS", "COPY_KINDS", "exposed_time", "exposed_in_timeline", "exposure", "exposure_of_timeline",
@@ -63,8 +64,7 @@ def exposure(schedule: Schedule, start: Sequence[float], end: Sequence[float]) -
     ``start``/``end`` are per op of ``schedule`` (NaN: not run). Each all-to-all copy starts at
     the latest start among the copies of that all-to-all on the members of its EP group."""
     ops = schedule.ops
-    group_of = {r: k for k, g in enumerate(schedule.meta.get("ep_groups", []) if isinstance(schedule.meta, dict)
-                                           else []) for r in g}
+    group_of = MoEMeta.of(schedule).group_of()
     latest: dict[tuple[Any, ...], float] = {}
     for i, op in enumerate(ops):
         if op.kind in EP_KINDS and start[i] == start[i]:

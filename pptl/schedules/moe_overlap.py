@@ -83,6 +83,7 @@ from pptl.schedules import interleaved
 from pptl.schedules._common import Family, Runtime, require
 from pptl.schedules._moe_layers import Costs as LayerCosts
 from pptl.schedules._moe_layers import build_ops
+from pptl.schedules._moe_meta import MoEMeta
 from pptl.schedules._moe_metrics import moe_metrics
 
 __all__ = ["FAMILY", "NAME", "MoEOptions", "parse_options", "validate", "build", "steps", "warmup",
@@ -262,13 +263,13 @@ def build(cfg: Config) -> Schedule:
         # costs learned from a run that did not time the loss's combine apart: the combine's
         defaults["combine_loss"] = cfg.costs.base["combine"]
     cfg = replace(cfg, costs=cfg.costs.with_defaults(defaults))
-    meta = {
-        "layers_per_chunk": opts.layers, "ep": opts.ep, "overlap": opts.overlap, "offload": opts.offload,
-        "extra_warmup": opts.extra_warmup if opts.overlap else 0,
-        "ep_groups": [[r * opts.ep + e for e in range(opts.ep)] for r in range(cfg.pp)],
-        "warmup": [warmup(cfg, r, opts) for r in range(cfg.pp)],
-        "host_lag": opts.host_lag,
-    }
+    meta = MoEMeta(
+        layers_per_chunk=opts.layers, ep=opts.ep, overlap=opts.overlap, offload=opts.offload,
+        extra_warmup=opts.extra_warmup if opts.overlap else 0,
+        ep_groups=tuple(tuple(r * opts.ep + e for e in range(opts.ep)) for r in range(cfg.pp)),
+        warmup=tuple(warmup(cfg, r, opts) for r in range(cfg.pp)),
+        host_lag=opts.host_lag,
+    )
     return build_ops(cfg, NAME, per_rank, layers=opts.layers, ep=opts.ep, offload=opts.offload,
                      offload_bytes=opts.costs.offload_bytes, delay_wgrad=opts.overlap, meta=meta,
                      hidden_bytes=opts.hidden_bytes)
@@ -318,11 +319,11 @@ def _assumptions(cfg: Config) -> list[str]:
 def runnable(schedule: Schedule, source: str) -> None:
     """Refuse what the MoE executor cannot run: a plan without its EP groups and layers (a
     hand-written file), or tokens that do not split evenly over the EP members."""
-    meta = schedule.meta
-    if "ep_groups" not in meta or "layers_per_chunk" not in meta:
+    meta = MoEMeta.of(schedule)
+    if meta.ep_groups is None or meta.layers_per_chunk is None:
         raise InputError(f"{source}: an {NAME} plan needs meta.ep_groups and meta.layers_per_chunk "
                          "(write it with pptl plan)")
-    ep = int(meta.get("ep", 1))
+    ep = meta.ep_size
     tokens = schedule.config.workload.tokens if schedule.config is not None else None
     if tokens is not None and tokens % ep:
         raise InputError(f"{source}: field 'workload.tokens': got {tokens}, expected a multiple of options.ep = "
