@@ -15,6 +15,7 @@ from collections import Counter
 
 from pptl.checks.base import Context, Violation
 from pptl.ir import Op
+from pptl.schedules._weight_update_meta import WeightUpdateMeta
 
 __all__ = [
     "ipc_reuse_before_release",
@@ -41,9 +42,8 @@ def _is_update(ctx: Context) -> bool:
     return "BCAST" in ctx.kinds or "RELOAD" in ctx.kinds
 
 
-def _meta(ctx: Context) -> dict:
-    m = ctx.schedule.meta.get("weight_update")
-    return m if isinstance(m, dict) else {}
+def _meta(ctx: Context) -> WeightUpdateMeta:
+    return WeightUpdateMeta.of(ctx.schedule)
 
 
 def _writes_half(op: Op) -> bool:
@@ -134,8 +134,8 @@ def bucket_over_buffer(ctx: Context) -> list[Violation]:
 
     Notes: O(ops). Needs ``meta['weight_update']['bucket_size']``; skipped without it.
     """
-    limit = _meta(ctx).get("bucket_size")
-    if not _is_update(ctx) or not isinstance(limit, (int, float)):
+    limit = _meta(ctx).bucket_size
+    if not _is_update(ctx) or limit is None:
         return []
     worst: dict[int, Op] = {}
     for op in ctx.schedule.ops:
@@ -153,15 +153,15 @@ def tensor_over_bucket(ctx: Context) -> list[Violation]:
     Notes: O(buckets), from ``meta['weight_update']['buckets']``.
     """
     meta = _meta(ctx)
-    limit = meta.get("bucket_size")
-    if not _is_update(ctx) or not isinstance(limit, (int, float)):
+    limit = meta.bucket_size
+    if not _is_update(ctx) or limit is None:
         return []
     out: list[Violation] = []
-    for b, info in enumerate(meta.get("buckets", ())):
-        largest = info.get("largest", 0) if isinstance(info, dict) else 0
+    for b, info in enumerate(meta.buckets or ()):
+        largest = info.largest
         if largest > limit:
             out.append(Violation(
-                "PP052", f"bucket {b} (owner rank {info.get('owner')}) holds a tensor of {_human_bytes(largest)} "
+                "PP052", f"bucket {b} (owner rank {info.owner}) holds a tensor of {_human_bytes(largest)} "
                 f"({largest} bytes), larger than the bucket size {_human_bytes(limit)} ({limit} bytes); raise "
                 "options.bucket_size (with bucket_size: auto, options.free_memory), or use h2d_buffer: false"))
     return out
@@ -210,19 +210,17 @@ def incomplete_update(ctx: Context) -> list[Violation]:
         return []
     s = ctx.schedule
     meta = _meta(ctx)
-    buckets = meta.get("buckets")
-    count = len(buckets) if isinstance(buckets, list) else 1 + max((op.mb for op in s.ops), default=-1)
+    buckets = meta.buckets
+    count = len(buckets) if buckets is not None else 1 + max((op.mb for op in s.ops), default=-1)
     have: dict[tuple[str, int, int], Op] = {}
     owner: dict[int, int] = {}
     for op in s.ops:
         have.setdefault((op.kind, op.mb, op.rank), op)
         if op.kind in ("H2D", "COPY"):
             owner.setdefault(op.mb, op.rank)
-    if isinstance(buckets, list):
-        for b, info in enumerate(buckets):
-            if isinstance(info, dict) and isinstance(info.get("owner"), int):
-                owner[b] = info["owner"]
-    use_copy = meta.get("h2d_buffer", "COPY" in ctx.kinds)
+    for b, info in enumerate(buckets or ()):
+        owner[b] = info.owner
+    use_copy = meta.h2d_buffer if meta.h2d_buffer is not None else "COPY" in ctx.kinds
     out: list[Violation] = []
     for b in range(count):
         o = owner.get(b)
@@ -254,8 +252,8 @@ def buffers_over_memory(ctx: Context) -> list[Violation]:
     Notes: O(1), from ``meta['weight_update']``.
     """
     meta = _meta(ctx)
-    size, free, n = meta.get("bucket_size"), meta.get("free_memory"), meta.get("buffers")
-    if not _is_update(ctx) or not all(isinstance(x, (int, float)) for x in (size, free, n)):
+    size, free, n = meta.bucket_size, meta.free_memory, meta.buffers
+    if not _is_update(ctx) or size is None or free is None or n is None:
         return []
     from pptl.schedules.weight_update import USABLE_FRACTION
 

@@ -19,6 +19,8 @@ from pptl.config import MAX_OPS, config_from_mapping, read_structured
 from pptl.deps import training_deps, training_deps_again, training_deps_columns
 from pptl.errors import InputError
 from pptl.ir import Op, Schedule, ScheduleBuilder
+from pptl.schedules._moe_meta import MoEMeta
+from pptl.schedules._weight_update_meta import WeightUpdateMeta
 from pptl.simulate import op_events
 from pptl.timeline import MAX_TIME, Timeline, TimelineMeta, timeline_from_dict
 
@@ -225,6 +227,10 @@ def read_plan_dict(data: Any, *, source: str = "<plan>") -> tuple[Schedule, Call
     meta = head.get("meta", {})
     if not isinstance(meta, Mapping):
         raise InputError(f"{source}: field 'schedule.meta': expected an object")
+    # The families' typed metadata, read once here: a malformed value is one line now rather than
+    # a crash in a check, the simulator or the executor later.
+    MoEMeta.from_meta(meta, source)
+    WeightUpdateMeta.from_meta(meta, source)
     cfg = None
     if data.get("config") is not None:
         if not isinstance(data["config"], Mapping):

@@ -34,6 +34,7 @@ from pptl.errors import RunError
 from pptl.run.executor import Executor
 from pptl.run.family_program import cost_means, refine, remote_hop_waits
 from pptl.run.program import Program
+from pptl.schedules._weight_update_meta import WeightUpdateMeta
 
 __all__ = ["WeightUpdateExecutor", "Layout", "layout_of"]
 
@@ -61,8 +62,8 @@ class Layout:
 def layout_of(schedule: Any) -> Layout:
     """The tensors of each bucket: the plan's buckets (owner, bytes, tensor count) over the config's
     tensor sizes; one tensor per bucket where the plan carries no config."""
-    meta = schedule.meta["weight_update"]
-    rows = meta["buckets"]
+    meta = WeightUpdateMeta.of(schedule)
+    rows = meta.buckets or ()
     owners_sizes: list[list[int]] | None = None
     if schedule.config is not None:
         from pptl.schedules.weight_update import spec_from_config
@@ -74,7 +75,7 @@ def layout_of(schedule: Any) -> Layout:
     host_off: dict[int, int] = {}
     buckets = []
     for b in rows:
-        o, n, count = int(b["owner"]), int(b["bytes"]), int(b["tensors"])
+        o, n, count = b.owner, b.bytes, b.tensors
         k = next_tensor.get(o, 0)
         mine = owners_sizes[o][k:k + count] if owners_sizes is not None else []
         if sum(mine) != n or len(mine) != count:
@@ -87,10 +88,11 @@ def layout_of(schedule: Any) -> Layout:
             sizes.append(size)
             owner_of.append(o)
             off += size
-        buckets.append((o, int(b["half"]), n, host_off.get(o, 0), first, tuple(parts)))
+        buckets.append((o, b.half, n, host_off.get(o, 0), first, tuple(parts)))
         host_off[o] = host_off.get(o, 0) + n
-    return Layout(tuple(sizes), tuple(owner_of), tuple(buckets), int(meta["bucket_size"]), int(meta["ipc_halves"]),
-                  bool(meta["h2d_buffer"]))
+    # runnable() has refused a plan without buckets and bucket_size; the others have their defaults
+    return Layout(tuple(sizes), tuple(owner_of), tuple(buckets), meta.bucket_size or 0,
+                  2 if meta.ipc_halves is None else meta.ipc_halves, bool(meta.h2d_buffer))
 
 
 def _values(tensor: int, nbytes: int, device: torch.device) -> torch.Tensor:

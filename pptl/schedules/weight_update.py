@@ -56,6 +56,7 @@ from pptl.errors import InputError
 from pptl.intervals import overlap_length
 from pptl.ir import Op, Schedule, ScheduleBuilder
 from pptl.schedules._common import Family, Runtime
+from pptl.schedules._weight_update_meta import BucketMeta, WeightUpdateMeta
 
 __all__ = [
     "FAMILY",
@@ -430,20 +431,20 @@ def build(cfg: Config) -> Schedule:
         reload.append(row_r)
         round_end[bk.round] = g
     config = replace(cfg, costs=cfg.costs.with_defaults(costs))
-    meta = {"units": "ms", "weight_update": _meta(spec, buckets)}
+    meta = {"units": "ms", **_meta(spec, buckets).to_meta()}
     return Schedule(family=NAME, pp=p, num_stages=1, microbatches=max(1, len(buckets)), ops=b.ops, lanes=b.lanes,
                     deps=deps, config=config, meta=meta)
 
 
-def _meta(spec: UpdateSpec, buckets: list[Bucket]) -> dict[str, Any]:
-    return {
-        "bucket_size": spec.bucket_size, "bucket_auto": spec.bucket_auto, "free_memory": spec.free_memory,
-        "max_bucket_size": spec.max_bucket_size, "h2d_buffer": spec.h2d_buffer, "h2d_overlap": spec.h2d_overlap,
-        "ipc_halves": spec.ipc_halves, "buffers": spec.buffers, "model_bytes": spec.model_bytes,
-        "largest_tensor": spec.largest_tensor,
-        "buckets": [{"owner": k.owner, "round": k.round, "bytes": k.nbytes, "tensors": k.tensors,
-                     "largest": k.largest, "half": k.half} for k in buckets],
-    }
+def _meta(spec: UpdateSpec, buckets: list[Bucket]) -> WeightUpdateMeta:
+    return WeightUpdateMeta(
+        bucket_size=spec.bucket_size, bucket_auto=spec.bucket_auto, free_memory=spec.free_memory,
+        max_bucket_size=spec.max_bucket_size, h2d_buffer=spec.h2d_buffer, h2d_overlap=spec.h2d_overlap,
+        ipc_halves=spec.ipc_halves, buffers=spec.buffers, model_bytes=spec.model_bytes,
+        largest_tensor=spec.largest_tensor,
+        buckets=tuple(BucketMeta(owner=k.owner, round=k.round, bytes=k.nbytes, tensors=k.tensors,
+                                 largest=k.largest, half=k.half) for k in buckets),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -478,15 +479,15 @@ def update_metrics(schedule: Schedule, sim: Any) -> dict[str, Any]:
             if total > 0:  # no COPY ops without an H2D buffer: nothing to hide
                 hidden[lane] = covered / total
     bcast = stages["comm"]["max_rank"]
-    meta = schedule.meta.get("weight_update", {})
+    meta = WeightUpdateMeta.of(schedule)
     out = {"update_time": sim.makespan, "stages": stages, "hidden": hidden, "exposed": sim.makespan - bcast,
-           "buckets": len(meta.get("buckets", ())), "bucket_size": meta.get("bucket_size"),
-           "h2d_buffer": meta.get("h2d_buffer"), "ipc_halves": meta.get("ipc_halves")}
+           "buckets": len(meta.buckets or ()), "bucket_size": meta.bucket_size,
+           "h2d_buffer": meta.h2d_buffer, "ipc_halves": meta.ipc_halves}
     unit = schedule.meta.get("units", "unit")
-    mode = "H2D buffer" if meta.get("h2d_buffer") else "no H2D buffer: H2D serialised per owner"
+    mode = "H2D buffer" if meta.h2d_buffer else "no H2D buffer: H2D serialised per owner"
     report = [
-        f"weight update: {out['buckets']} buckets of at most {human_bytes(meta.get('bucket_size', 0))} "
-        f"({mode}, {meta.get('ipc_halves')} IPC halves) · update time {sim.makespan:.4g} {unit}",
+        f"weight update: {out['buckets']} buckets of at most {human_bytes(meta.bucket_size or 0)} "
+        f"({mode}, {meta.ipc_halves} IPC halves) · update time {sim.makespan:.4g} {unit}",
         "stage busy on the busiest rank: " + " · ".join(
             f"{name} {stages[lane]['max_rank']:.4g}" for name, lane in
             (("H2D", "h2d"), ("IPC copy", "ipc"), ("broadcast", "comm"), ("reload", "compute"))) + f" {unit}",
@@ -512,14 +513,14 @@ def human_bytes(nbytes: float) -> str:
 def runnable(schedule: Schedule, source: str) -> None:
     """Refuse what the weight-update executor cannot run: a plan without its buckets (a
     hand-written file), or a bucket larger than the buffers."""
-    wu = schedule.meta.get("weight_update", {})
-    if "buckets" not in wu or "bucket_size" not in wu:
+    wu = WeightUpdateMeta.of(schedule)
+    if wu.buckets is None or wu.bucket_size is None:
         raise InputError(f"{source}: a {NAME} plan needs meta.weight_update.buckets and bucket_size "
                          "(write it with pptl plan)")
-    for g, b in enumerate(wu["buckets"]):
-        if b["bytes"] > wu["bucket_size"]:
-            raise InputError(f"{source}: bucket {g} holds {b['bytes']} bytes, more than the buffers' "
-                             f"bucket_size {wu['bucket_size']} (a tensor larger than a bucket; run 'pptl check')")
+    for g, b in enumerate(wu.buckets):
+        if b.bytes > wu.bucket_size:
+            raise InputError(f"{source}: bucket {g} holds {b.bytes} bytes, more than the buffers' "
+                             f"bucket_size {wu.bucket_size} (a tensor larger than a bucket; run 'pptl check')")
 
 
 FAMILY = Family(
