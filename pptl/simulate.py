@@ -93,10 +93,17 @@ def op_events(schedule: Schedule, start: Sequence[float], end: Sequence[float], 
     ]
 
 
+_COPIES = frozenset(("OFFLOAD", "ONLOAD", "H2D", "COPY"))
+"""Copy kinds: with no cost of their own they take ``payload / Costs.copy_bandwidth``."""
+
+
 def durations(schedule: Schedule, costs: Costs) -> list[float]:
     """Duration of every op. Raises InvalidScheduleError for a cost key with no value."""
     out: list[float] = []
-    cache: dict[tuple[str, int], float] = {}
+    # The cost table's answer per (cost key, stage), looked up once: plans run to 100k+ ops. A copy
+    # with no cost of its own is timed from its payload, so only the table's answer is cached,
+    # never a duration derived from one op's bytes.
+    cache: dict[tuple[str, int], float | None] = {}
     for op in schedule.ops:
         if op.kind == "SEND":
             out.append(costs.comm_time(op.payload))
@@ -105,14 +112,15 @@ def durations(schedule: Schedule, costs: Costs) -> list[float]:
             out.append(0.0)  # the transfer is on the SEND; a RECV completes with it
             continue
         key = (op.cost_key, op.stage)
-        d = cache.get(key)
+        try:
+            d = cache[key]
+        except KeyError:  # first op of this key and stage (few: the hits pay no exception)
+            d = cache[key] = costs.lookup(op.cost_key, op.stage)
         if d is None:
-            d = costs.lookup(op.cost_key, op.stage)
-            if d is None and op.payload and op.kind in ("OFFLOAD", "ONLOAD", "H2D", "COPY"):
+            if op.payload and op.kind in _COPIES:
                 d = op.payload / costs.copy_bandwidth
-            if d is None:
+            else:
                 raise InvalidScheduleError(f"no cost for '{op.cost_key}' (op {op.id}); set it with --cost {op.cost_key}=VALUE")
-            cache[key] = d
         out.append(d)
 
     if costs.rank_scale:

@@ -148,12 +148,24 @@ def test_compute_without_a_cost_is_refused() -> None:
         durations(s, Costs(copy_bandwidth=100.0))
 
 
-@pytest.mark.xfail(strict=True, reason="durations caches by (cost key, stage), so a second copy of other size "
-                   "takes the first one's time (simulate durations 16 removes the cache)")
 def test_copies_of_different_sizes_take_different_times() -> None:
+    # durations cached a copy's time by (cost key, stage), so a second copy of another size took the
+    # first one's time; an explicit cost still wins over the payload, for every copy of that key
     s = _copies(Op(kind="H2D", rank=0, lane="h2d", mb=0, payload=100.0),
-                Op(kind="H2D", rank=0, lane="h2d", mb=1, payload=300.0))
-    assert durations(s, Costs(copy_bandwidth=100.0)) == [1.0, 3.0]
+                Op(kind="H2D", rank=0, lane="h2d", mb=1, payload=300.0),
+                Op(kind="H2D", rank=0, lane="h2d", mb=2, payload=100.0),
+                Op(kind="COPY", rank=0, lane="h2d", mb=0, payload=50.0),
+                Op(kind="COPY", rank=0, lane="h2d", mb=1, payload=500.0))
+    assert durations(s, Costs(copy_bandwidth=100.0)) == [1.0, 3.0, 1.0, 0.5, 5.0]
+    assert durations(s, Costs(base={"H2D": 7.0}, copy_bandwidth=100.0)) == [7.0, 7.0, 7.0, 0.5, 5.0]
+
+
+def test_simulated_copies_of_different_sizes_end_at_their_own_times() -> None:
+    # the same bug seen through simulate: two copies in a row on one lane end at 1 and 1 + 3
+    s = _copies(Op(kind="OFFLOAD", rank=0, lane="d2h", mb=0, payload=100.0),
+                Op(kind="OFFLOAD", rank=0, lane="d2h", mb=1, payload=300.0))
+    sim = simulate(s, Costs(copy_bandwidth=100.0))
+    assert (sim.end, sim.makespan) == ([1.0, 4.0], 4.0)
 
 
 @pytest.mark.parametrize("item", [[0, 0, 1, 1], 7, "0 0 1 1 1"])
