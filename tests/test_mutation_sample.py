@@ -125,6 +125,85 @@ def test_broadcast_from_the_wrong_rank_is_pp055() -> None:
          ("r1/comm/BCAST Broadcast (dst) mb0 #0",))]
 
 
+def test_forward_crossing_ranks_without_its_send_is_reported() -> None:
+    # checks.comm unmatched_p2p 88: an F whose activations go to the next rank with no SEND_F
+    text = ("0F0,0SEND_F0,0F1,0RECV_B0,0B0,0RECV_B1,0B1\n"
+            "1RECV_F0,1F0,1F1,1B0,1SEND_B0,1B1,1SEND_B1\n")
+    assert [(v.code, v.message) for v in run_checks(load_csv_text(text)[0])] == [
+        ("PP008", "r0/compute/F s0 mb1 produces data for rank 1 but no SEND_F of stage 0 mb 1 carries it")]
+
+
+def test_forward_missing_four_sub_ops_names_three_and_counts_the_rest() -> None:
+    # checks.moe incomplete_layers 71 (the pass named "backward" for a forward) and 78 (" and N more")
+    s = build_schedule(Config(schedule="moe-1f1b-overlap", pp=1, microbatches=1,
+                              options={"ep": 1, "layers_per_chunk": 2}))
+    lanes = {k: [op for op in v if not (op.kind in ("ATTN", "MLP") and op.flow == "F")] for k, v in _lanes(s).items()}
+    assert [v.message for v in run_checks(s.with_lanes(lanes)) if v.code == "PP044"] == [
+        "rank 0: the forward of stage 0 mb 0 lacks ATTN of layer 0, MLP of layer 0, ATTN of layer 1 and 1 more "
+        "(each of its 2 layers needs every sub-op)"]
+
+
+def test_overlapped_f_and_b_before_the_forward_of_its_backward() -> None:
+    # checks.order _local_order_unique 31: an FB's backward half needs the forward of its pair
+    s = build_schedule(Config(schedule="dualpipe", pp=4, microbatches=8))
+    lanes = _lanes(s)
+    rank0 = lanes[(0, "compute")]
+    fb = next(op for op in rank0 if op.kind == "FB")
+    ps, pm, pd = fb.pair
+    f = next(op for op in rank0 if op.kind == "F" and (op.direction, op.stage, op.mb) == (pd, ps, pm))
+    rank0.remove(f)
+    rank0.insert(rank0.index(fb) + 1, f)
+    assert [v.message for v in run_checks(s.with_lanes(lanes)) if v.code == "PP006"] == [
+        f"{fb.id} comes before {f.id} on rank 0, but a backward needs its forward"]
+
+
+def test_missing_input_gradient_is_named_i() -> None:
+    # checks.structure missing_work 50: G missing while W is there is "missing I"
+    s = _zb(2, 2)
+    lanes = {k: [op for op in v if not (op.kind == "I" and op.stage == 0 and op.mb == 1)] for k, v in _lanes(s).items()}
+    assert [v.message for v in run_checks(s.with_lanes(lanes)) if v.code == "PP003"] == ["missing I for stage 0 mb 1"]
+
+
+def _update_buckets(pp: int, buckets: int) -> Schedule:
+    opts = {"bucket_size": "1MiB", "h2d_bandwidth": "1MiB/s", "d2d_bandwidth": "1MiB/s", "bcast_bandwidth": "1MiB/s",
+            "reload_rate": "1MiB/s", "tensors": [["1MiB"] * buckets for _ in range(pp)]}
+    return build_schedule(config_from_mapping({"schedule": "weight-update", "pp": pp, "microbatches": 1,
+                                               "options": opts}))
+
+
+def test_rank_that_stops_broadcasting_early_is_pp053() -> None:
+    # checks.weight_update broadcast_order 60: a rank whose broadcasts are a prefix of the others'
+    # has no op at the differing position (the mutant indexed past its list)
+    s = _update_buckets(3, 2)
+    lanes = _lanes(s)
+    comm = lanes[(2, "comm")]
+    comm.remove([op for op in comm if op.kind == "BCAST"][-1])
+    assert [(v.message, v.ops) for v in run_checks(s.with_lanes(lanes)) if v.code == "PP053"] == [
+        ("rank 2 broadcasts nothing as its broadcast #5, but the other ranks broadcast bucket 5 from rank 2 there "
+         "(a collective must run in the same order on every rank)", ())]
+
+
+def test_missing_ipc_copy_is_found_without_the_h2d_buffer_field() -> None:
+    # checks.weight_update incomplete_update 43: a plan whose meta does not say h2d_buffer uses one
+    # when it has COPY ops, so a bucket without its COPY is incomplete
+    s = _update_buckets(2, 2)
+    meta = {**s.meta, "weight_update": {k: v for k, v in s.meta["weight_update"].items() if k != "h2d_buffer"}}
+    lanes = {k: [op for op in v if not (op.kind == "COPY" and op.mb == 1)] for k, v in _lanes(s).items()}
+    broken = dataclasses.replace(s.with_lanes(lanes), meta=meta)
+    assert [(v.code, v.message) for v in run_checks(broken)] == [("PP055", "bucket 1 is missing its IPC copy on owner "
+                                                                   "rank 1")]
+
+
+def test_ipc_half_rewritten_counts_the_other_early_write() -> None:
+    # checks.weight_update ipc_reuse_before_release 77: two early writes of a bucket (the owner's
+    # COPY and the other rank's broadcast) say "and 1 more"
+    s = _update_buckets(2, 2)
+    one_half = dataclasses.replace(s, ops=[dataclasses.replace(op, sub=0) if op.sub >= 0 else op for op in s.ops])
+    first = run_checks(one_half, select={"PP050"})[0].message
+    assert first.startswith("IPC half 0 is rewritten with bucket 1 by r1/ipc/COPY IPC mb1 #0 at t=1000 (and 1 more "
+                            "writes) before r0/compute/RELOAD Reload weights mb0 #0 released bucket 0 from it at t=4000")
+
+
 # ---------------------------------------------------------------- pptl/simulate.py
 
 
@@ -187,6 +266,49 @@ def test_schedule_without_config_keeps_no_weight_activation() -> None:
     assert peaks != [r.peak_activation for r in simulate(bare, costs, w_activation=1.0).ranks]
 
 
+def test_malformed_held_entry_message_says_what_is_expected() -> None:
+    # simulate held_spans 54: the whole one-line message
+    s = _zb(2, 2)
+    s = dataclasses.replace(s, meta={**s.meta, "held": [[0, 0, 1]]})
+    with pytest.raises(InputError) as e:
+        held_spans(s)
+    assert str(e.value) == ("field 'meta.held[0]': got [0, 0, 1], expected [op index, 0|1, op index on the same rank, "
+                            "0|1, amount >= 0]")
+
+
+def test_peak_without_copies_drops_exactly_the_spans_that_touch_them() -> None:
+    # simulate memory_timeline 39 (`break` at the first span touching a skipped op): leaving the
+    # copies out is the same as a plan whose held spans never named them
+    from pptl.simulate import peak_memory
+
+    s = build_schedule(config_from_mapping({
+        "schedule": "moe-1f1b-overlap", "pp": 2, "vpp": 2, "microbatches": 4, "activation": 10,
+        "options": {"ep": 1, "layers_per_chunk": 2, "offload": True,
+                    "costs": {"offload_bytes": 2, "hidden_bytes": 0.5}}}))
+    sim = simulate(s)
+    copies = frozenset({"OFFLOAD", "ONLOAD"})
+    kept = [sp for sp in s.meta["held"] if s.ops[sp[0]].kind not in copies and s.ops[sp[2]].kind not in copies]
+    assert len(kept) < len(s.meta["held"])
+    by_hand = dataclasses.replace(s, meta={**s.meta, "held": kept})
+    peaks = peak_memory(s, sim.start, sim.end, 10, 0, copies)
+    assert peaks == peak_memory(by_hand, sim.start, sim.end, 10, 0, copies)
+    assert peaks[0] != peak_memory(s, sim.start, sim.end, 10, 0)[0]
+
+
+def test_peak_time_is_when_each_rank_first_reaches_its_peak() -> None:
+    # simulate simulate 170 (peak_time dropped): GPipe pp=2, F=1: rank 0 holds 2 from F mb1's start
+    # at 1, rank 1 from its F mb1's start at 2
+    sim = simulate(build_schedule(Config(schedule="gpipe", pp=2, microbatches=2)))
+    assert [r.peak_activation for r in sim.ranks] == [2.0, 2.0]
+    assert sim.peak_time == {0: 1.0, 1: 2.0}
+
+
+def test_schedule_with_no_ops_simulates_to_nothing() -> None:
+    # simulate simulate 89 (`min(start, default=None)`)
+    sim = simulate(Schedule("custom", 1, 1, 1, [], {}))
+    assert (sim.makespan, sim.start, sim.critical_path) == (0.0, [], [])
+
+
 # ---------------------------------------------------------------- pptl/deps.py
 
 
@@ -201,6 +323,18 @@ def test_plan_file_columns_give_the_loops_edges_on_a_large_plan() -> None:
                                  [o.mb for o in ops], [o.direction for o in ops], [o.flow for o in ops],
                                  [o.pair for o in ops], s.num_stages)
     assert cols == _training_deps_loop(ops, s.num_stages)
+
+
+def test_deps_are_reused_only_for_the_same_list() -> None:
+    # deps training_deps_again 7 (`is not`): another list of the same length and stages is derived anew
+    from pptl.deps import training_deps, training_deps_again
+
+    ops = _zb(2, 2).ops
+    other = list(reversed(ops))
+    want = training_deps(list(other), 2)
+    assert training_deps(ops, 2) != want
+    assert training_deps_again(other, 2) == want
+    assert training_deps_again(ops, 2) == training_deps(list(ops), 2)
 
 
 # ---------------------------------------------------------------- pptl/schedules
@@ -304,6 +438,58 @@ def test_compute_only_plan_gets_its_sends_and_receives_added() -> None:
     assert any(n.startswith(where) for n in to_rows(s, comms=True)[1])
     listed, _, _, _ = load_csv_text("0F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n")
     assert not any(n.startswith(where) for n in to_rows(listed, comms=True)[1])
+
+
+def test_csv_files_are_read_by_the_torch_csv_reader(tmp_path) -> None:
+    # torch_csv _register 5 (".csv" registered under another suffix) and read_csv 28 (the line of
+    # an op whose rank the file does not have)
+    from pptl.formats.loader import load_any
+
+    path = tmp_path / "s.csv"
+    path.write_text(TWO_RANKS)
+    loaded = load_any(path)
+    assert (loaded.kind, loaded.schedule.pp) == ("torch-csv", 2)
+    assert loaded.locate is not None
+    assert [loaded.locate(i) for i in ("r1/compute/F s1 mb0", "r7/compute/F s1 mb0", "not an op")] == [2, None, None]
+
+
+def test_bad_cell_raises_naming_the_file_and_its_line(tmp_path) -> None:
+    # torch_csv read_csv 1 (report_problems on by default: no error) and 24 (the source named "None")
+    from pptl.formats.torch_csv import read_csv
+
+    path = tmp_path / "bad.csv"
+    path.write_text("0F0,0X1\n")
+    with pytest.raises(InputError) as e:
+        read_csv(path)
+    assert str(e.value).startswith(f"{path}:1: rank 0, step 1: '0X1' is not an action")
+
+
+def test_overlap_of_two_forwards_is_refused_with_an_example() -> None:
+    # torch_csv parse_action 33: the example in the message is torch's spelling
+    from pptl.formats.torch_csv import parse_action
+
+    with pytest.raises(ValueError) as e:
+        parse_action("(0F7;1F3)OVERLAP_F_B")
+    assert str(e.value) == ("'(0F7;1F3)OVERLAP_F_B': OVERLAP_F_B must overlap one F and one B (pptl's FB op), such as "
+                            "(0F7;7B3)OVERLAP_F_B")
+
+
+def test_fsdp_actions_of_a_csv_take_no_time() -> None:
+    # torch_csv _schedule 264 (the schedule built without its config): the CSV's config gives the
+    # FSDP kinds zero cost, so F 1 and B 2 on two ranks end at 6
+    s, _, _, _ = load_csv_text("0UNSHARD,0F0,0B0\n1UNSHARD,1F0,1B0\n")
+    assert s.config is not None and (s.config.pp, s.config.microbatches) == (2, 1)
+    assert simulate(s).makespan == 6.0
+
+
+def test_added_comms_keep_the_plans_config() -> None:
+    # torch_csv with_comms 45: the copy with SEND/RECV keeps the plan's own config (its costs and source)
+    from pptl.formats.torch_csv import with_comms
+
+    s, _, _, _ = load_csv_text("0UNSHARD,0F0,0B0\n1UNSHARD,1F0,1B0\n")
+    w = with_comms(s)
+    assert w.config == s.config
+    assert simulate(w).makespan == 6.0
 
 
 # ---------------------------------------------------------------- pptl/schedules: MoE layers and assemble
