@@ -483,13 +483,15 @@ def test_fsdp_actions_of_a_csv_take_no_time() -> None:
 
 
 def test_added_comms_keep_the_plans_config() -> None:
-    # torch_csv with_comms 45: the copy with SEND/RECV keeps the plan's own config (its costs and source)
+    # torch_csv with_comms 45: the copy with SEND/RECV keeps the plan's own config (its costs and
+    # source), and a plan without one stays without: the stand-in config is only for building the copy
     from pptl.formats.torch_csv import with_comms
 
     s, _, _, _ = load_csv_text("0UNSHARD,0F0,0B0\n1UNSHARD,1F0,1B0\n")
     w = with_comms(s)
     assert w.config == s.config
     assert simulate(w).makespan == 6.0
+    assert with_comms(dataclasses.replace(s, config=None)).config is None
 
 
 # ---------------------------------------------------------------- pptl/schedules: MoE layers and assemble
