@@ -204,6 +204,57 @@ def test_ipc_half_rewritten_counts_the_other_early_write() -> None:
                             "writes) before r0/compute/RELOAD Reload weights mb0 #0 released bucket 0 from it at t=4000")
 
 
+def test_missing_work_of_the_second_direction_names_it() -> None:
+    # checks.structure _dir 1: DualPipe's reverse direction is named in the message
+    s = build_schedule(Config(schedule="dualpipe", pp=4, microbatches=8))
+    lanes = _lanes(s)
+    victim = next(op for op in lanes[(0, "compute")] if op.kind == "F" and op.direction == 1)
+    lanes = {k: [op for op in v if op is not victim] for k, v in lanes.items()}
+    assert [v.message for v in run_checks(s.with_lanes(lanes)) if v.code == "PP003"] == [
+        f"missing F for stage {victim.stage} mb {victim.mb} (direction 1)"]
+
+
+def test_send_to_a_rank_that_does_not_exist_is_malformed() -> None:
+    # checks.structure malformed_ops 40: a SEND's peer outside the ranks
+    s = load_csv_text("0F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n")[0]
+    ops = [dataclasses.replace(op, peer=5) if op.kind == "SEND" and op.rank == 0 else op for op in s.ops]
+    assert [v.message for v in run_checks(dataclasses.replace(s, ops=ops)) if v.code == "PP001"] == [
+        "malformed op r0/send/SEND_F s0 mb0 ->r5: SEND needs flow F or B and a peer rank in 0..1"]
+
+
+def _one_half(s: Schedule) -> Schedule:
+    return dataclasses.replace(s, ops=[dataclasses.replace(op, sub=0) if op.sub >= 0 else op for op in s.ops])
+
+
+@pytest.mark.parametrize("h2d_buffer", [True, False], ids=["copy-writes", "h2d-writes"])
+def test_ipc_half_writes_are_the_copies_and_the_received_broadcasts(h2d_buffer: bool) -> None:
+    # checks.weight_update _writes_half 9 ("h2d": an H2D straight into the half is no write) and 14 (the
+    # broadcast's source counted as a write instead of its destinations): every bucket in half 0
+    opts = {"bucket_size": "1MiB", "h2d_bandwidth": "1MiB/s", "d2d_bandwidth": "1MiB/s", "bcast_bandwidth": "1MiB/s",
+            "reload_rate": "1MiB/s", "tensors": [["1MiB"] * 2 for _ in range(2)], "h2d_buffer": h2d_buffer}
+    s = _one_half(build_schedule(config_from_mapping({"schedule": "weight-update", "pp": 2, "microbatches": 1,
+                                                      "options": opts})))
+    write = "ipc/COPY IPC" if h2d_buffer else "h2d/H2D H2D"
+    t = (1000, 4000, 5000) if h2d_buffer else (0, 3000, 4000)
+    got = [v.message.split(" before ")[0] for v in run_checks(s, select={"PP050"})]
+    assert got == [f"IPC half 0 is rewritten with bucket 1 by r1/{write} mb1 #0 at t={t[0]} (and 1 more writes)",
+                   f"IPC half 0 is rewritten with bucket 2 by r0/{write} mb2 #0 at t={t[1]}",
+                   f"IPC half 0 is rewritten with bucket 3 by r1/{write} mb3 #0 at t={t[2]} (and 1 more writes)"]
+
+
+@pytest.mark.parametrize("buckets", [[{"bytes": 1 << 20}] * 4, ["x", None, 3, []], "absent"],
+                         ids=["no-owner", "not-objects", "absent"])
+def test_update_checks_read_hostile_bucket_records(buckets: object) -> None:
+    # checks.weight_update incomplete_update 37 (`or`: a record without an owner read as one) and
+    # tensor_over_bucket 14 (no buckets: enumerate(None)); a plan file is input from elsewhere, and
+    # the owners come from the H2D ops when the records do not say
+    s = _update_buckets(2, 2)
+    wu = {k: v for k, v in s.meta["weight_update"].items() if k != "buckets"}
+    if buckets != "absent":
+        wu["buckets"] = buckets
+    assert run_checks(dataclasses.replace(s, meta={**s.meta, "weight_update": wu})) == []
+
+
 # ---------------------------------------------------------------- pptl/simulate.py
 
 
@@ -309,6 +360,21 @@ def test_schedule_with_no_ops_simulates_to_nothing() -> None:
     assert (sim.makespan, sim.start, sim.critical_path) == (0.0, [], [])
 
 
+def test_saved_in_held_spans_counts_no_markers_on_the_array_path_too(monkeypatch) -> None:
+    # simulate peak_memory 11: meta held_saved (the layers' spans hold the activations) with no spans
+    # left: the F/B markers hold nothing, whichever path (plain or arrays) counts the events
+    from pptl import columns
+    from pptl.simulate import peak_memory
+
+    s = build_schedule(Config(schedule="1f1b", pp=2, microbatches=4))
+    sim = simulate(s)
+    saved = dataclasses.replace(s, meta={**s.meta, "held_saved": True})
+    for force in (False, True):
+        monkeypatch.setattr(columns, "FORCE", force)
+        assert peak_memory(s, sim.start, sim.end, 1.0, 0.0)[0] == {0: 2.0, 1: 1.0}
+        assert peak_memory(saved, sim.start, sim.end, 1.0, 0.0)[0] == {}
+
+
 # ---------------------------------------------------------------- pptl/deps.py
 
 
@@ -335,6 +401,22 @@ def test_deps_are_reused_only_for_the_same_list() -> None:
     assert training_deps(ops, 2) != want
     assert training_deps_again(other, 2) == want
     assert training_deps_again(ops, 2) == training_deps(list(ops), 2)
+
+
+def test_roles_of_each_compute_kind() -> None:
+    # deps roles 9 ("b": B produces nothing) and 28 (an FB with a pair read as one without)
+    from pptl.deps import roles
+
+    def op(kind: str, pair: tuple[int, int, int] | None = None) -> Op:
+        return Op(kind=kind, rank=0, lane="compute", stage=2, mb=3, direction=1, pair=pair)
+
+    assert roles(op("F")) == [("F", 1, 2, 3)]
+    assert roles(op("B")) == [("G", 1, 2, 3), ("W", 1, 2, 3)]
+    assert roles(op("I")) == [("G", 1, 2, 3)]
+    assert roles(op("W")) == [("W", 1, 2, 3)]
+    assert roles(op("FB", pair=(5, 0, 0))) == [("F", 1, 2, 3), ("G", 0, 5, 0), ("W", 0, 5, 0)]
+    assert roles(op("FB")) == []  # no pair: PP001 reports it; it produces nothing
+    assert roles(op("SEND")) == []
 
 
 # ---------------------------------------------------------------- pptl/schedules
@@ -380,6 +462,58 @@ def test_zb_h1_formula_notes_per_stage_input_gradient_costs() -> None:
     cfg = Config(schedule="zb-h1", pp=2, microbatches=4)
     cfg = dataclasses.replace(cfg, costs=dataclasses.replace(cfg.costs, stages={1: {"I": 3.0}}))
     assert "per-stage costs for I (the formula assumes one value per kind)" in assumptions_h1(cfg)
+
+
+def test_moe_metrics_per_rank_peaks_are_the_simulators() -> None:
+    # schedules._moe_metrics moe_metrics 76: the per-rank key the JSON output documents
+    from pptl.schedules._moe_metrics import moe_metrics
+
+    s = build_schedule(_moe(dispatch=0.5, combine=0.5))
+    sim = simulate(s)
+    per_rank = moe_metrics(s, sim)["moe"]["per_rank"]
+    assert per_rank["peak_activation"] == [round(r.peak_activation, 9) for r in sim.ranks]
+
+
+def test_dualpipe_notes_an_input_gradient_shorter_than_the_forward() -> None:
+    # schedules.dualpipe assumptions 42: the reason a line says, not None
+    from pptl.schedules.dualpipe import assumptions
+
+    cfg = Config(schedule="dualpipe", pp=4, microbatches=8, split_backward=True)
+    cfg = dataclasses.replace(cfg, costs=dataclasses.replace(cfg.costs, base={"F": 1.0, "B": 1.5, "I": 0.5, "W": 1.0}))
+    assert assumptions(cfg) == ["I=0.5 < F=1: each rank idles (H-1)((F-I)+max(0,W-I)) = 1 more than the formula"]
+
+
+def test_moe_plan_too_large_names_the_options_to_reduce() -> None:
+    # schedules.moe_overlap validate 64: the fix in the message names the options in the file's spelling
+    # (11 x 8 + 7) ops per layer chunk x 2 x 2 x 2000 x 8 = 6,080,000, more than MAX_OPS (5,000,000)
+    cfg = config_from_mapping({"schedule": "moe-1f1b-overlap", "pp": 2, "vpp": 2, "microbatches": 2000,
+                               "options": {"ep": 8, "layers_per_chunk": 8}})
+    with pytest.raises(InputError, match=r"about 6,080,000 ops, .* \(reduce microbatches, options\.layers_per_chunk "
+                       r"or options\.ep\)"):
+        build_schedule(cfg)
+
+
+def test_human_bytes_uses_binary_units() -> None:
+    # schedules.weight_update human_bytes 5 (a TiB of 3**40)
+    from pptl.schedules.weight_update import human_bytes
+
+    assert [human_bytes(n) for n in (2**40, 3 * 2**40, 8 * 2**30, 1536, 100)] == [
+        "1 TiB", "3 TiB", "8 GiB", "1.5 KiB", "100 B"]
+
+
+def test_update_metrics_only_for_updates_and_without_the_plans_record() -> None:
+    # schedules.weight_update update_metrics 3 (a training plan given update metrics) and 80 (a plan
+    # file without meta.weight_update: the metrics still come from its ops)
+    from pptl.schedules.weight_update import update_metrics
+
+    train = _zb(2, 2)
+    assert update_metrics(train, simulate(train)) == {}
+    s = _update(2)
+    bare = dataclasses.replace(s, meta={k: v for k, v in s.meta.items() if k != "weight_update"})
+    sim = simulate(bare)
+    got = update_metrics(bare, sim)["weight_update"]
+    assert (got["update_time"], got["buckets"], got["bucket_size"]) == (sim.makespan, 0, None)
+    assert got["stages"] == update_metrics(s, simulate(s))["weight_update"]["stages"]
 
 
 # ---------------------------------------------------------------- pptl/formats/torch_csv.py
