@@ -519,6 +519,17 @@ def test_update_metrics_only_for_updates_and_without_the_plans_record() -> None:
     assert got["stages"] == update_metrics(s, simulate(s))["weight_update"]["stages"]
 
 
+def test_overlap_metrics_of_a_plan_without_compute_ops() -> None:
+    # schedules._common overlap_metrics 55 (`max` of no spans raises): a plan file is input from
+    # elsewhere; one of a zero-bubble family with no compute op reports no idle time, not a traceback
+    from pptl.schedules._common import overlap_metrics
+
+    s = Schedule("zb-h1", 2, 2, 1, [], {})
+    got = overlap_metrics(s, simulate(s))
+    assert (got["span_idle"], got["stages_per_rank"]) == ([0.0, 0.0], 0)
+    assert got["report"][0] == "idle within each rank's own span (first op to last op): max 0"
+
+
 # ---------------------------------------------------------------- pptl/formats/torch_csv.py
 
 TWO_RANKS = "0F0,0F1,0B0,0B1\n1F0,1F1,1B0,1B1\n"
