@@ -378,6 +378,28 @@ def test_saved_in_held_spans_counts_no_markers_on_the_array_path_too(monkeypatch
         assert peak_memory(saved, sim.start, sim.end, 1.0, 0.0)[0] == {}
 
 
+def test_array_passes_count_a_rank_without_compute_and_the_copies(monkeypatch) -> None:
+    # simulate _busy_arrays 16 (no minlength: a last rank with no compute op dropped from the ranks)
+    # and _peaks_arrays 40 (a family kind's memory read off no op): the array passes (FORCE, columns
+    # built as a check builds them) give what the loops give
+    from pptl import columns
+
+    idle_rank = Schedule("custom", 2, 1, 1, [Op(kind="F", rank=0, lane="compute", stage=0, mb=0)],
+                         {(0, "compute"): [0]})
+    offload = build_schedule(config_from_mapping({
+        "schedule": "moe-1f1b-overlap", "pp": 2, "vpp": 2, "microbatches": 4, "activation": 10,
+        "options": {"ep": 1, "layers_per_chunk": 2, "offload": True, "costs": {"offload_bytes": 2}}}))
+    assert "held" not in offload.meta  # no held spans: the array pass may take it
+    for s in (idle_rank, offload):
+        monkeypatch.setattr(columns, "FORCE", False)
+        plain = simulate(s)
+        monkeypatch.setattr(columns, "FORCE", True)
+        columns.columns(s.ops)
+        arrays = simulate(s)
+        assert arrays.ranks == plain.ranks and arrays.peak_time == plain.peak_time
+    assert [(r.rank, r.busy) for r in simulate(idle_rank).ranks] == [(0, 1.0), (1, 0.0)]
+
+
 # ---------------------------------------------------------------- pptl/deps.py
 
 
