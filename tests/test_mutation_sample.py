@@ -400,6 +400,15 @@ def test_array_passes_count_a_rank_without_compute_and_the_copies(monkeypatch) -
     assert [(r.rank, r.busy) for r in simulate(idle_rank).ranks] == [(0, 1.0), (1, 0.0)]
 
 
+def test_makespan_overflowing_a_float_is_one_input_error() -> None:
+    # simulate simulate 98 (the message dropped): what is out of scale and what works
+    s = build_schedule(Config(schedule="gpipe", pp=2, microbatches=2))
+    with pytest.raises(InputError) as e:
+        simulate(s, Costs(base={"F": 1e308, "B": 1e308}))
+    assert str(e.value) == ("the timed schedule overflows a float (makespan inf): a cost, comm.bytes or a bandwidth "
+                            "is out of scale; costs up to 1e15 and bandwidths that keep bytes / bandwidth finite work")
+
+
 # ---------------------------------------------------------------- pptl/deps.py
 
 
@@ -550,6 +559,37 @@ def test_overlap_metrics_of_a_plan_without_compute_ops() -> None:
     got = overlap_metrics(s, simulate(s))
     assert (got["span_idle"], got["stages_per_rank"]) == ([0.0, 0.0], 0)
     assert got["report"][0] == "idle within each rank's own span (first op to last op): max 0"
+
+
+def test_interleaved_with_one_chunk_names_the_vpp_field() -> None:
+    # schedules.interleaved validate 13
+    with pytest.raises(InputError) as e:
+        build_schedule(Config(schedule="interleaved-1f1b", pp=2, microbatches=4, vpp=1))
+    assert str(e.value) == ("<flags>: field 'vpp': got 1, expected at least 2 chunks per rank (use 1f1b for one) for "
+                            "schedule 'interleaved-1f1b'")
+
+
+def test_all_to_all_on_a_rank_without_compute_is_all_exposed() -> None:
+    # schedules._moe_metrics exposed_time 40 (no default for a rank with no compute interval): a
+    # measured timeline may lack a rank's compute events
+    from pptl.schedules._moe_metrics import EP_KINDS, exposed_time
+
+    spans = [(0, "compute", "ATTN", 0.0, 2.0), (0, "comm", "A2A_DISPATCH", 1.0, 3.0),
+             (1, "comm", "A2A_DISPATCH", 1.0, 3.0)]
+    assert exposed_time(spans, EP_KINDS) == ({0: 2.0, 1: 2.0}, {0: 1.0, 1: 2.0})
+
+
+def test_fast_estimate_equals_simulation_with_sub_millisecond_stages() -> None:
+    # schedules.weight_update_estimate fast_update_time 128 (the first reload waits for t=1): with the
+    # default bandwidths a MiB moves in well under a millisecond
+    from pptl.schedules.weight_update import spec_from_config
+    from pptl.schedules.weight_update_estimate import fast_update_time
+
+    cfg = config_from_mapping({"schedule": "weight-update", "pp": 2, "microbatches": 1,
+                               "options": {"tensors": [["1MiB", "2MiB"], ["1MiB"]], "bucket_size": "1MiB"}})
+    sim = simulate(build_schedule(cfg))
+    assert sim.makespan < 1.0 and sim.schedule.meta["units"] == "ms"
+    assert fast_update_time(spec_from_config(cfg))["update_time"] == pytest.approx(sim.makespan)
 
 
 # ---------------------------------------------------------------- pptl/formats/torch_csv.py
