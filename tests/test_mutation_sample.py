@@ -409,6 +409,17 @@ def test_makespan_overflowing_a_float_is_one_input_error() -> None:
                             "is out of scale; costs up to 1e15 and bandwidths that keep bytes / bandwidth finite work")
 
 
+def test_each_send_takes_its_own_payload_over_the_link() -> None:
+    # simulate durations 7 (every SEND charged the default comm_bytes): latency + payload / bandwidth,
+    # comm_bytes only for a SEND that names no payload
+    s = _copies(Op(kind="SEND", rank=0, lane="send", mb=0, peer=1, flow="F", payload=100.0),
+                Op(kind="SEND", rank=0, lane="send", mb=1, peer=1, flow="F", payload=300.0),
+                Op(kind="SEND", rank=0, lane="send", mb=2, peer=1, flow="F"),
+                Op(kind="RECV", rank=0, lane="recv", mb=0, peer=1, flow="B", payload=100.0))
+    costs = Costs(comm_latency=0.5, comm_bandwidth=100.0, comm_bytes=50.0)
+    assert durations(s, costs) == [1.5, 3.5, 1.0, 0.0]
+
+
 # ---------------------------------------------------------------- pptl/deps.py
 
 
@@ -590,6 +601,26 @@ def test_fast_estimate_equals_simulation_with_sub_millisecond_stages() -> None:
     sim = simulate(build_schedule(cfg))
     assert sim.makespan < 1.0 and sim.schedule.meta["units"] == "ms"
     assert fast_update_time(spec_from_config(cfg))["update_time"] == pytest.approx(sim.makespan)
+
+
+def test_dualpipe_notes_a_backward_that_is_not_i_plus_w() -> None:
+    # schedules.dualpipe assumptions 16 (B left out of the keys the formula reads)
+    from pptl.schedules.dualpipe import assumptions
+
+    cfg = Config(schedule="dualpipe", pp=4, microbatches=8)
+    cfg = dataclasses.replace(cfg, costs=dataclasses.replace(cfg.costs, base={"F": 1.0, "B": 3.0, "I": 1.0, "W": 1.0}))
+    assert assumptions(cfg) == ["B=3 is not I+W=2"]
+
+
+def test_weight_update_report_lines() -> None:
+    # schedules.weight_update update_metrics 175: the report `pptl plan` prints, at 1 MiB/s per stage
+    from pptl.schedules.weight_update import update_metrics
+
+    s = _update(2)
+    assert update_metrics(s, simulate(s))["report"] == [
+        "weight update: 2 buckets of at most 1 MiB (H2D buffer, 2 IPC halves) · update time 5000 ms",
+        "stage busy on the busiest rank: H2D 1000 · IPC copy 1000 · broadcast 2000 · reload 2000 ms",
+        "hidden behind broadcast: H2D 0% · IPC copy 0% · reload 50% · exposed 3000 ms"]
 
 
 # ---------------------------------------------------------------- pptl/formats/torch_csv.py
