@@ -256,6 +256,52 @@ def test_update_checks_read_hostile_bucket_records(buckets: object) -> None:
     assert run_checks(dataclasses.replace(s, meta={**s.meta, "weight_update": wu})) == []
 
 
+def test_send_without_its_receive_points_at_the_send() -> None:
+    # checks.comm unmatched_p2p 46: the violation's ops (what `pptl check` annotates)
+    s = load_csv_text("0F0,0SEND_F0,0RECV_B0,0B0\n1F0,1B0,1SEND_B0\n")[0]
+    assert [(v.code, v.message, v.ops) for v in run_checks(s)] == [
+        ("PP008", "r0/send/SEND_F s0 mb0 ->r1 has no matching RECV on rank 1", ("r0/send/SEND_F s0 mb0 ->r1",))]
+
+
+def test_op_on_rank_pp_is_outside_the_ranks() -> None:
+    # checks.structure malformed_ops 13 (`<= pp`): ranks are 0..pp-1
+    s = _zb(2, 2)
+    ops = list(s.ops)
+    ops[0] = dataclasses.replace(ops[0], rank=2)
+    assert [v.message for v in run_checks(dataclasses.replace(s, ops=ops)) if v.code == "PP001"] == [
+        f"malformed op {ops[0].id}: rank 2 is outside 0..1"]
+
+
+def test_stage_on_two_ranks_points_at_one_op_on_each() -> None:
+    # checks.structure stage_on_two_ranks 31: the violation's ops
+    s = load_csv_text("0F0,0B0\n0F1,0B1\n")[0]
+    [v] = [v for v in run_checks(s) if v.code == "PP005"]
+    assert (v.message, v.ops) == ("stage 0 runs on ranks r0, r1", ("r0/compute/F s0 mb0", "r1/compute/F s0 mb1"))
+
+
+def test_nccl_hang_names_the_ranks_of_each_channel() -> None:
+    # checks.p2p _why 8: "between ranks 1 and 0"
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "fixtures/invalid/p2p_nccl_hang.csv").read_text()
+    [v] = [v for v in run_checks(load_csv_text(text)[0]) if v.code == "PP031"]
+    b0 = "[r1/send/SEND_B s1 mb0 ->r0 = r0/recv/RECV_B s0 mb0 <-r1]"
+    f1 = "[r0/send/SEND_F s0 mb1 ->r1 = r1/recv/RECV_F s1 mb1 <-r0]"
+    assert v.message == ("hangs under NCCL P2P (a send completes with its receive; per-peer order) across ranks 0, 1: "
+                         f"{b0} -> (next P2P between ranks 1 and 0) {f1} -> (next P2P between ranks 0 and 1) {b0}")
+
+
+def test_buffer_check_reads_only_numbers_from_the_plans_record() -> None:
+    # checks.weight_update buffers_over_memory 13 (`and`): a plan file whose record gives sizes as
+    # text is not checked for memory (and does not crash the checker); numbers are
+    s = _update_buckets(2, 1)
+    wu = s.meta["weight_update"]
+    as_text = dataclasses.replace(s, meta={**s.meta, "weight_update": {**wu, "bucket_size": "1MiB"}})
+    assert run_checks(as_text) == []
+    small = dataclasses.replace(s, meta={**s.meta, "weight_update": {**wu, "free_memory": 1 << 20}})
+    assert [v.code for v in run_checks(small)] == ["PP056"]
+
+
 # ---------------------------------------------------------------- pptl/simulate.py
 
 
