@@ -466,6 +466,22 @@ def test_each_send_takes_its_own_payload_over_the_link() -> None:
     assert durations(s, costs) == [1.5, 3.5, 1.0, 0.0]
 
 
+def test_array_peak_pass_applies_the_loops_tolerance(monkeypatch) -> None:
+    # simulate _peaks_arrays 115 (`>=`): a running sum that reaches exactly the tolerance above the
+    # peak (1e-12 activation units) is no new peak on arrays either, as in memory_timeline's loop
+    from pptl import columns
+    from pptl.simulate import peak_memory
+
+    s = build_schedule(Config(schedule="gpipe", pp=2, microbatches=1))
+    sim = simulate(s)
+    monkeypatch.setattr(columns, "FORCE", False)
+    plain = peak_memory(s, sim.start, sim.end, 1e-12, 0.0)
+    monkeypatch.setattr(columns, "FORCE", True)
+    columns.columns(s.ops)
+    assert peak_memory(s, sim.start, sim.end, 1e-12, 0.0) == plain
+    assert plain[0] == {0: 0.0, 1: 0.0}
+
+
 # ---------------------------------------------------------------- pptl/deps.py
 
 
