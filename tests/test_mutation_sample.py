@@ -243,16 +243,23 @@ def test_ipc_half_writes_are_the_copies_and_the_received_broadcasts(h2d_buffer: 
                    f"{more if b % 2 else ''}" for b, t in zip(range(1, 6), times)]
 
 
-@pytest.mark.parametrize("buckets", [[{"bytes": 1 << 20}] * 4, ["x", None, 3, []], "absent"],
-                         ids=["no-owner", "not-objects", "absent"])
-def test_update_checks_read_hostile_bucket_records(buckets: object) -> None:
-    # checks.weight_update incomplete_update 37 (`or`: a record without an owner read as one) and
-    # tensor_over_bucket 14 (no buckets: enumerate(None)); a plan file is input from elsewhere, and
-    # the owners come from the H2D ops when the records do not say
+@pytest.mark.parametrize(("buckets", "got"), [([{"bytes": 1 << 20}] * 4, "{'bytes': 1048576}"), (["x"], "x")],
+                         ids=["no-owner", "not-objects"])
+def test_update_checks_refuse_hostile_bucket_records(buckets: object, got: str) -> None:
+    # a plan file is input from elsewhere: a bucket record that is not one is one line naming it
+    s = _update_buckets(2, 2)
+    wu = {**s.meta["weight_update"], "buckets": buckets}
+    with pytest.raises(InputError) as e:
+        run_checks(dataclasses.replace(s, meta={**s.meta, "weight_update": wu}))
+    assert str(e.value) == (f"field 'meta.weight_update.buckets[0]': got {got}, expected an object with owner, round, "
+                            "bytes, tensors, largest, half")
+
+
+def test_update_checks_without_bucket_records_take_the_owners_from_the_ops() -> None:
+    # checks.weight_update tensor_over_bucket (no records: nothing to enumerate) and incomplete_update
+    # (the owner of each bucket from its H2D)
     s = _update_buckets(2, 2)
     wu = {k: v for k, v in s.meta["weight_update"].items() if k != "buckets"}
-    if buckets != "absent":
-        wu["buckets"] = buckets
     assert run_checks(dataclasses.replace(s, meta={**s.meta, "weight_update": wu})) == []
 
 
@@ -293,11 +300,12 @@ def test_nccl_hang_names_the_ranks_of_each_channel() -> None:
 
 def test_buffer_check_reads_only_numbers_from_the_plans_record() -> None:
     # checks.weight_update buffers_over_memory 13 (`and`): a plan file whose record gives sizes as
-    # text is not checked for memory (and does not crash the checker); numbers are
+    # text is refused in one line (the mutant crashed on it); numbers are checked
     s = _update_buckets(2, 1)
     wu = s.meta["weight_update"]
     as_text = dataclasses.replace(s, meta={**s.meta, "weight_update": {**wu, "bucket_size": "1MiB"}})
-    assert run_checks(as_text) == []
+    with pytest.raises(InputError, match=r"^field 'meta\.weight_update\.bucket_size': got 1MiB, expected an integer"):
+        run_checks(as_text)
     small = dataclasses.replace(s, meta={**s.meta, "weight_update": {**wu, "free_memory": 1 << 20}})
     assert [v.code for v in run_checks(small)] == ["PP056"]
 
@@ -878,11 +886,12 @@ def _two_chunks_on_one_rank() -> Schedule:
     # Two stages on one rank (chunk 0 then chunk 1): moe-1f1b-overlap itself refuses vpp > 1 at pp = 1,
     # so the builder is called directly; its chunks then hand data over locally, with no PP transfer.
     from pptl.schedules._moe_layers import build_ops
+    from pptl.schedules._moe_meta import MoEMeta
 
     cfg = Config(schedule="moe-1f1b-overlap", pp=1, vpp=2, microbatches=1)
     steps = [((0, 0), None), ((0, 1), None), (None, (0, 1)), (None, (0, 0))]
     return build_ops(cfg, "moe-1f1b-overlap", {0: steps}, layers=1, ep=1, offload=False, offload_bytes=0.0,
-                     delay_wgrad=True, meta={}, hidden_bytes=1.0)
+                     delay_wgrad=True, meta=MoEMeta(), hidden_bytes=1.0)
 
 
 def test_moe_chunks_on_one_rank_hand_over_after_the_combine() -> None:
