@@ -15,6 +15,7 @@ from pptl.config import Config
 from pptl.deps import VECTOR_MIN_OPS, training_deps, training_deps_columns
 from pptl.errors import InputError
 from pptl.ir import Op, Schedule, ScheduleBuilder
+from pptl.schedules._pipeline_meta import PipelineMeta
 
 __all__ = [
     "Family",
@@ -298,7 +299,7 @@ def overlap_metrics(schedule: Schedule, sim: Any) -> dict[str, Any]:
     within each rank's span, the model copies the pipeline holds (DualPipe: 2) and the stages
     (weights) each rank holds."""
     spans = span_idle(schedule, sim.start, sim.end)
-    copies = int(schedule.meta.get("parameter_copies", 1))
+    copies = PipelineMeta.of(schedule).copies
     held: dict[int, set[tuple[int, int]]] = {}
     for op in schedule.ops:
         if op.lane == "compute" and op.kind in ("F", "FB"):
