@@ -15,7 +15,6 @@ from pptl.config import Config
 from pptl.deps import VECTOR_MIN_OPS, training_deps, training_deps_columns
 from pptl.errors import InputError
 from pptl.ir import Op, Schedule, ScheduleBuilder
-from pptl.schedules._pipeline_meta import PipelineMeta
 
 __all__ = [
     "Family",
@@ -298,6 +297,8 @@ def overlap_metrics(schedule: Schedule, sim: Any) -> dict[str, Any]:
     """Family metrics of the zero-bubble and DualPipe families (``Family.extra_metrics``): idle time
     within each rank's span, the model copies the pipeline holds (DualPipe: 2) and the stages
     (weights) each rank holds."""
+    from pptl.schedules._pipeline_meta import PipelineMeta  # here: asking for one family loads only its module
+
     spans = span_idle(schedule, sim.start, sim.end)
     copies = PipelineMeta.of(schedule).copies
     held: dict[int, set[tuple[int, int]]] = {}
