@@ -93,6 +93,7 @@ def export_torchtitan(path: str | Path, *, csv_path: str, microbatches: int | No
     from pptl.formats.loader import load_any
     from pptl.formats.torch_csv import export_csv
     from pptl.schedules import find_family
+    from pptl.schedules._pipeline_meta import PipelineMeta
 
     loaded = load_any(path, microbatches=microbatches, placement=placement)
     s = loaded.schedule
@@ -102,7 +103,7 @@ def export_torchtitan(path: str | Path, *, csv_path: str, microbatches: int | No
     per_rank = s.num_stages // max(1, s.pp)
     fam = find_family(s.family)
     own = fam.torch_schedule if fam is not None else ""  # "" for imported schedules too
-    v_shaped = s.meta.get("placement") == "v"  # the V families (ZB-V, DualPipeV) say so in their meta
+    v_shaped = PipelineMeta.of(s).placement == "v"  # the V families (ZB-V, DualPipeV) say so in their meta
     name = own or ("ZBVZeroBubble" if v_shaped else "1F1B" if per_rank == 1 else "Interleaved1F1B")
     lines = [f"# pptl export {path} --to torchtitan: {s.family}, pp={s.pp}, {per_rank} stage(s) per rank, "
              f"{s.microbatches} micro-batches",

@@ -21,6 +21,7 @@ from pptl.dag import Adjacency, adjacency, topological_order
 from pptl.errors import InputError, InvalidScheduleError
 from pptl.ir import Schedule
 from pptl.messages import message_key
+from pptl.schedules._pipeline_meta import PipelineMeta
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -71,13 +72,11 @@ def issue_key(schedule: Schedule, *, dag: nx.DiGraph | Adjacency | None = None, 
 def given_program(schedule: Schedule) -> dict[int, list[int]] | None:
     """Each rank's issue order from ``meta["program_order"]``, or None when the schedule has none
     or its lanes no longer fit it (a copy whose lanes were reordered)."""
-    letters = schedule.meta.get("program_order")
-    if not isinstance(letters, list) or len(letters) != schedule.pp:
+    letters = PipelineMeta.of(schedule).program_order
+    if letters is None or len(letters) != schedule.pp:
         return None
     out: dict[int, list[int]] = {}
     for rank, text in enumerate(letters):
-        if not isinstance(text, str):
-            return None
         orders = {ch: schedule.lanes.get((rank, lane), []) for ch, lane in (("c", "compute"), ("s", "send"),
                                                                              ("r", "recv"))}
         # Each letter takes the next op of its lane: every lane used up exactly, no other letter.

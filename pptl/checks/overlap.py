@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import deque
 
 from pptl.checks.base import Context, Violation
+from pptl.schedules._pipeline_meta import PipelineMeta
 
 __all__ = ["fb_self_dependency", "w_fifo_order", "formula_assumptions"]
 
@@ -47,7 +48,7 @@ def w_fifo_order(ctx: Context) -> list[Violation]:
     if "I" not in ctx.kinds or "W" not in ctx.kinds:
         return []  # no split backward: no FIFO
     ops = s.ops
-    per_rank = s.meta.get("weight_grad_store") == "rank"
+    per_rank = PipelineMeta.of(s).per_rank_store
     out: list[Violation] = []
     for (rank, lane), order in s.lanes.items():
         queues: dict[tuple[int, ...], deque[tuple[tuple[int, int, int], int]]] = {}

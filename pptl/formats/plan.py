@@ -20,6 +20,7 @@ from pptl.deps import training_deps, training_deps_again, training_deps_columns
 from pptl.errors import InputError
 from pptl.ir import Op, Schedule, ScheduleBuilder
 from pptl.schedules._moe_meta import MoEMeta
+from pptl.schedules._pipeline_meta import PipelineMeta
 from pptl.schedules._weight_update_meta import WeightUpdateMeta
 from pptl.simulate import op_events
 from pptl.timeline import MAX_TIME, Timeline, TimelineMeta, timeline_from_dict
@@ -231,6 +232,7 @@ def read_plan_dict(data: Any, *, source: str = "<plan>") -> tuple[Schedule, Call
     # a crash in a check, the simulator or the executor later.
     MoEMeta.from_meta(meta, source)
     WeightUpdateMeta.from_meta(meta, source)
+    PipelineMeta.from_meta(meta, source)  # cached on its values, which the schedule's meta shares
     cfg = None
     if data.get("config") is not None:
         if not isinstance(data["config"], Mapping):

@@ -33,6 +33,7 @@ from pptl.errors import InputError
 from pptl.formats.kineto import parse_trace
 from pptl.formats.torch_csv import Action, schedule_from_rows
 from pptl.formats.trace_actions import rank_actions
+from pptl.schedules._pipeline_meta import PipelineMeta
 from pptl.timeline import MAX_TIME, Event, Timeline, TimelineMeta
 
 __all__ = ["MAX_RANKS", "read_json", "read_dir", "read_traces", "timeline_from_rows", "sniff"]
@@ -165,7 +166,7 @@ def read_traces(files: list[Path], *, source: str, preread: dict[Path, Any] | No
         if not multi:
             # Single-stage schedules post P2P in groups (nccl:coalesced): no one sequential issue
             # order stands for a group, so the P2P checks derive a safe one (as for pptl's plans).
-            schedule.meta.pop("program_order", None)
+            schedule.meta = PipelineMeta.without_program_order(schedule.meta)
         notes.extend(import_report(schedule, timeline, multi_stage=multi))
     return Loaded(source, schedule, timeline, "profiler" if kind == "profiler" else "events", tuple(notes))
 

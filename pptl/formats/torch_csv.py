@@ -34,6 +34,7 @@ from pptl.config import DEFAULT_COSTS, MAX_OPS, Config, Costs
 from pptl.deps import training_deps
 from pptl.errors import InputError
 from pptl.ir import Op, Schedule
+from pptl.schedules._pipeline_meta import PipelineMeta
 
 __all__ = [
     "Action",
@@ -408,9 +409,8 @@ def _schedule(rows: list[list[_Parsed]], *, source: str, microbatches: int | Non
     form = "compute_comms" if has_comm else "compute_only"
     cfg = Config(schedule=family, pp=pp, microbatches=m, vpp=spr,
                  costs=Costs(base={**DEFAULT_COSTS, **{k: 0.0 for k in FSDP_KINDS}}), source=source)
-    meta: dict[str, Any] = {"source_format": "torch-csv", "csv_format": form, "placement": use}
-    if has_comm:
-        meta["program_order"] = program
+    meta = PipelineMeta(source_format="torch-csv", csv_format=form, placement=use,
+                        program_order=tuple(program) if has_comm else None).to_meta()
     schedule = Schedule(family=family, pp=pp, num_stages=num_stages, microbatches=m, ops=ops, lanes=lanes,
                         deps=training_deps(ops, num_stages), directions=1, config=cfg, meta=meta)
     notes = [f"torch CSV ({form}): {_n(pp, 'rank')}, {_n(len(ops), 'action')}"]
@@ -560,7 +560,7 @@ def to_rows(schedule: Schedule, *, comms: bool = False) -> tuple[list[list[str]]
         rows = [_with_reduce_grad(row, sched.microbatches) for row in rows]
         notes.append("REDUCE_GRAD after each stage's last backward (torch's runtime scales the gradients there; "
                      "its compute_only lowering adds the same)")
-    if "program_order" not in sched.meta or sched is not schedule:
+    if PipelineMeta.of(sched).program_order is None or sched is not schedule:
         notes.append("SEND right after the op that produces its data; RECV at the moment its data is sent "
                      "(so every pair of ranks sees its transfers in one order: no NCCL hang)")
     return rows, notes
@@ -593,7 +593,7 @@ def with_comms(schedule: Schedule) -> Schedule:
 
     cfg = schedule.config or Config(schedule=schedule.family, pp=schedule.pp, microbatches=schedule.microbatches)
     orders = {r: schedule.lane_ops(r, "compute") for r in range(schedule.pp)}
-    meta = {k: v for k, v in schedule.meta.items() if k != "program_order"}
+    meta = PipelineMeta.without_program_order(schedule.meta)
     out = assemble(cfg, schedule.family, orders, num_stages=schedule.num_stages,
                    microbatches=schedule.microbatches, directions=schedule.directions, meta=meta)
     return replace(out, config=schedule.config)

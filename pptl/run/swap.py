@@ -17,6 +17,7 @@ from dataclasses import replace
 from pptl.errors import InputError
 from pptl.ir import Schedule
 from pptl.run.program import Program
+from pptl.schedules._pipeline_meta import PipelineMeta
 
 __all__ = ["parse_swap", "swap_sends", "issued_plan"]
 
@@ -66,4 +67,5 @@ def issued_plan(program: Program) -> Schedule:
             chars.append(letter[lane])
             lanes.setdefault((rp.rank, lane), []).append(i)
         text.append("".join(chars))
-    return replace(s, lanes=lanes, meta={**s.meta, "program_order": text})
+    given = replace(PipelineMeta.of(s), program_order=tuple(text)).to_meta()
+    return replace(s, lanes=lanes, meta={**s.meta, **given})

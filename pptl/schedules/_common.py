@@ -297,8 +297,10 @@ def overlap_metrics(schedule: Schedule, sim: Any) -> dict[str, Any]:
     """Family metrics of the zero-bubble and DualPipe families (``Family.extra_metrics``): idle time
     within each rank's span, the model copies the pipeline holds (DualPipe: 2) and the stages
     (weights) each rank holds."""
+    from pptl.schedules._pipeline_meta import PipelineMeta  # here: asking for one family loads only its module
+
     spans = span_idle(schedule, sim.start, sim.end)
-    copies = int(schedule.meta.get("parameter_copies", 1))
+    copies = PipelineMeta.of(schedule).copies
     held: dict[int, set[tuple[int, int]]] = {}
     for op in schedule.ops:
         if op.lane == "compute" and op.kind in ("F", "FB"):

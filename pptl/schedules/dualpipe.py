@@ -40,6 +40,7 @@ from typing import Callable
 from pptl.config import Config
 from pptl.ir import Op, Schedule
 from pptl.schedules._common import Family, assemble, compute_op, overlap_metrics, require, uniform_cost_assumptions
+from pptl.schedules._pipeline_meta import PipelineMeta
 
 __all__ = ["FAMILY", "NAME", "build", "validate", "steps", "Step", "realize", "bubble", "memory", "assumptions"]
 
@@ -170,7 +171,7 @@ def build(cfg: Config) -> Schedule:
     for r in range(n):
         h = min(r, n - 1 - r)
         orders[r] = realize(r, steps(h, big_h, c // 2 - n + h + 1), _place(r, n))
-    meta = {"parameter_copies": 2, "weight_grad_store": "rank"}
+    meta = PipelineMeta(parameter_copies=2, weight_grad_store="rank").to_meta()
     return assemble(cfg, NAME, orders, num_stages=n, microbatches=c // 2, directions=2, meta=meta)
 
 

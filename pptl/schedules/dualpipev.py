@@ -13,6 +13,7 @@ from __future__ import annotations
 from pptl.config import Config
 from pptl.ir import Op, Schedule
 from pptl.schedules._common import Family, assemble, overlap_metrics, require, v_rank
+from pptl.schedules._pipeline_meta import PipelineMeta
 from pptl.schedules.dualpipe import assumptions as _assumptions
 from pptl.schedules.dualpipe import realize, steps
 
@@ -39,7 +40,7 @@ def build(cfg: Config) -> Schedule:
             return stages[phase], 0, phase
 
         orders[r] = realize(r, steps(r, n, c - 2 * n + r + 1), place)
-    meta = {"parameter_copies": 1, "weight_grad_store": "rank", "placement": "v"}
+    meta = PipelineMeta(parameter_copies=1, weight_grad_store="rank", placement="v").to_meta()
     return assemble(cfg, NAME, orders, num_stages=2 * n, microbatches=c, meta=meta)
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 from pptl.config import Config
 from pptl.ir import Op, Schedule
 from pptl.schedules._common import Family, assemble, compute_op, overlap_metrics, require
+from pptl.schedules._pipeline_meta import PipelineMeta
 from pptl.schedules.zero_bubble import zero_bubble_assumptions
 
 __all__ = ["FAMILY", "NAME", "build", "validate", "phase_table"]
@@ -86,7 +87,7 @@ def build(cfg: Config) -> Schedule:
     p, m = cfg.pp, cfg.microbatches
     orders = {r: phase_table(r, p, m) for r in range(p)}
     return assemble(cfg, NAME, orders, num_stages=2 * p, microbatches=m,
-                    meta={"weight_grad_store": "stage", "placement": "v"})
+                    meta=PipelineMeta(weight_grad_store="stage", placement="v").to_meta())
 
 
 def bubble(cfg: Config) -> float | None:

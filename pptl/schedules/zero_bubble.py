@@ -24,6 +24,7 @@ from __future__ import annotations
 from pptl.config import Config
 from pptl.ir import Op, Schedule
 from pptl.schedules._common import Family, assemble, compute_op, overlap_metrics, require, uniform_cost_assumptions
+from pptl.schedules._pipeline_meta import PipelineMeta
 
 __all__ = ["FAMILY_H1", "FAMILY_H2", "build_h1", "build_h2", "phase_table", "validate_h1", "validate_h2",
            "assumptions_h1", "assumptions_h2", "zero_bubble_assumptions"]
@@ -71,7 +72,7 @@ def _build(cfg: Config, k: int, name: str) -> Schedule:
     _validate(cfg, k)
     p, m = cfg.pp, cfg.microbatches
     orders = {r: phase_table(r, p, m, k) for r in range(p)}
-    return assemble(cfg, name, orders, num_stages=p, microbatches=m, meta={"weight_grad_store": "stage"})
+    return assemble(cfg, name, orders, num_stages=p, microbatches=m, meta=PipelineMeta(weight_grad_store="stage").to_meta())
 
 
 def build_h1(cfg: Config) -> Schedule:

@@ -26,6 +26,7 @@ from typing import Sequence
 from pptl.config import Config
 from pptl.ir import Schedule
 from pptl.schedules._common import assemble, compute_op
+from pptl.schedules._pipeline_meta import PipelineMeta
 
 __all__ = ["SynthInput", "greedy_orders", "build_synth"]
 
@@ -134,4 +135,4 @@ def build_synth(cfg: Config, x: SynthInput, *, name: str = "synth",
     seqs = orders if orders is not None else greedy_orders(x)
     ops = {r: [compute_op(k, r, r, mb) for k, mb in seq] for r, seq in seqs.items()}
     return assemble(cfg, name, ops, num_stages=x.pp, microbatches=x.microbatches,
-                    meta={"weight_grad_store": "stage", "synthesised": how})
+                    meta=PipelineMeta(weight_grad_store="stage", synthesised=how).to_meta())
