@@ -943,3 +943,108 @@ def test_plan_names_its_weight_gradient_fifo(family: str, store: str) -> None:
     # zero-bubble runtime) or "rank" (DualPipe's one WeightGradStore per rank); PP021 reads it
     cfg = Config(schedule=family, pp=4, microbatches=8, split_backward=True)
     assert build_schedule(cfg).meta["weight_grad_store"] == store
+
+
+# ------------------------------------------- sample of the tree with typed PipelineMeta (2026-11-26)
+
+
+def test_compute_op_without_a_micro_batch_and_a_receive_from_itself_are_pp001() -> None:
+    # checks.structure malformed_ops 28 (no reason given: the compute op passed) and 62 (a RECV to its
+    # own rank spelt "recv": only SENDs were caught)
+    s = _zb(2, 2)
+    ops = list(s.ops)
+    f = next(k for k, op in enumerate(ops) if op.kind == "F" and op.rank == 1)
+    r = next(k for k, op in enumerate(ops) if op.kind == "RECV" and op.rank == 1)
+    ops[f] = dataclasses.replace(ops[f], mb=-1)
+    ops[r] = dataclasses.replace(ops[r], peer=1)
+    got = [(v.message, v.ops) for v in run_checks(dataclasses.replace(s, ops=ops)) if v.code == "PP001"]
+    assert got == [("malformed op r1/compute/F s1: F needs a stage and a micro-batch", ("r1/compute/F s1",)),
+                   ("malformed op r1/recv/RECV_F s1 mb0 <-r1: RECV to its own rank", ("r1/recv/RECV_F s1 mb0 <-r1",))]
+
+
+def test_update_without_reloads_is_still_an_update() -> None:
+    # checks.weight_update _is_update 2: a plan with BCASTs but no RELOAD is checked as an update
+    s = _update(2)
+    lanes = {k: [op for op in v if op.kind != "RELOAD"] for k, v in _lanes(s).items()}
+    assert [(v.code, v.message) for v in run_checks(s.with_lanes(lanes))] == [
+        ("PP055", "bucket 0 is missing its reload on ranks 0, 1"),
+        ("PP055", "bucket 1 is missing its reload on ranks 0, 1")]
+
+
+def test_rank_with_an_extra_broadcast_is_told_the_others_broadcast_nothing() -> None:
+    # checks.weight_update broadcast_order 52: past the end of the reference sequence the others
+    # broadcast "nothing" (the mutant indexed past it)
+    s = _update_buckets(3, 2)
+    lanes = _lanes(s)
+    comm = lanes[(2, "comm")]
+    last = [op for op in comm if op.kind == "BCAST"][-1]
+    comm.append(last)
+    assert [(v.message, v.ops) for v in run_checks(s.with_lanes(lanes)) if v.code == "PP053"] == [
+        ("rank 2 broadcasts bucket 5 from rank 2 as its broadcast #6, but the other ranks broadcast nothing there "
+         "(a collective must run in the same order on every rank)", (last.id,))]
+
+
+def test_send_issued_before_the_overlapped_op_that_makes_its_data_is_pp032() -> None:
+    # checks.p2p _issue_positions 61: an FB's forward half produces what a SEND_F carries
+    ok = ("0F0,0SEND_F0,0RECV_B0,(0F1;0B0)OVERLAP_F_B,0SEND_F1,0RECV_B1,0B1\n"
+          "1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1\n")
+    early = ok.replace("0F0,0SEND_F0,0RECV_B0,(0F1;0B0)OVERLAP_F_B,0SEND_F1,",
+                       "0F0,0SEND_F0,0SEND_F1,0RECV_B0,(0F1;0B0)OVERLAP_F_B,")
+    assert run_checks(load_csv_text(ok)[0]) == []
+    assert [(v.message, v.ops) for v in run_checks(load_csv_text(early)[0]) if v.code == "PP032"] == [
+        ("rank 0 issues SEND_F stage 0 mb 1 at step 2, before r0/compute/FB s0 mb1 +B s0 mb0 (step 4) produces its data",
+         ("r0/send/SEND_F s0 mb1 ->r1", "r0/compute/FB s0 mb1 +B s0 mb0"))]
+
+
+def test_wait_graph_defaults_to_the_nccl_model() -> None:
+    # checks.p2p wait_edges 2 (default "NCCL", no model): without a mode the graph has NCCL's
+    # per-peer edges
+    from pptl.checks.p2p import wait_edges
+    from pptl.issue_order import given_program
+
+    s = load_csv_text("0F0,0SEND_F0,0RECV_B0,0F1,0SEND_F1,0RECV_B1,0B0,0B1\n"
+                      "1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1\n")[0]
+    prog = given_program(s)
+    assert prog is not None
+    edges, merged = wait_edges(s, prog)
+    assert (edges, merged) == wait_edges(s, prog, "nccl")
+    assert any(why == "next P2P between ranks 0 and 1" for _, _, why in edges)
+
+
+def test_overlapped_op_before_its_backwards_forward_with_work_listed_twice() -> None:
+    # checks.order local_order 34: on the path taken when some work repeats, an FB's backward half
+    # still needs the forward of its pair
+    s = build_schedule(Config(schedule="dualpipe", pp=4, microbatches=8))
+    lanes = _lanes(s)
+    rank0 = lanes[(0, "compute")]
+    fb = next(op for op in rank0 if op.kind == "FB")
+    ps, pm, pd = fb.pair
+    f = next(op for op in rank0 if op.kind == "F" and (op.direction, op.stage, op.mb) == (pd, ps, pm))
+    rank0.remove(f)
+    rank0.insert(rank0.index(fb) + 1, f)
+    rank0.append(rank0[-1])
+    assert [v.message for v in run_checks(s.with_lanes(lanes)) if v.code == "PP006"] == [
+        f"{fb.id} comes before {f.id} on rank 0, but a backward needs its forward"]
+
+
+def test_held_span_across_ranks_message_says_what_is_expected() -> None:
+    # simulate held_spans 15: the whole message for an entry whose second op is on another rank
+    s = _zb(2, 2)
+    other = next(k for k, op in enumerate(s.ops) if op.rank == 1)
+    with pytest.raises(InputError) as e:
+        held_spans(dataclasses.replace(s, meta={**s.meta, "held": [[0, 1, other, 0, 2]]}))
+    assert str(e.value) == (f"field 'meta.held[0]': got [0, 1, {other}, 0, 2], expected [op index, 0|1, op index on "
+                            "the same rank, 0|1, amount >= 0]")
+
+
+def test_simulating_a_cycle_says_to_run_check() -> None:
+    # simulate simulate 51: the whole one-line message
+    s = _zb(2, 2)
+    lanes = _lanes(s)
+    rank0 = lanes[(0, "compute")]
+    i1 = next(op for op in rank0 if op.kind == "I" and op.mb == 1)
+    rank0.remove(i1)
+    rank0.insert(0, i1)
+    with pytest.raises(InvalidScheduleError) as e:
+        simulate(s.with_lanes(lanes))
+    assert str(e.value) == "the schedule deadlocks (its DAG has a cycle); run 'pptl check' to see the cycle"
