@@ -1048,3 +1048,18 @@ def test_simulating_a_cycle_says_to_run_check() -> None:
     with pytest.raises(InvalidScheduleError) as e:
         simulate(s.with_lanes(lanes))
     assert str(e.value) == "the schedule deadlocks (its DAG has a cycle); run 'pptl check' to see the cycle"
+
+
+def test_plan_without_paced_compute_is_retimed_at_most_context_passes_times(monkeypatch: pytest.MonkeyPatch) -> None:
+    # simulate _retime_in_context 33 (BESIDE_PASSES, the limit for paced compute, taken always): all-to-alls
+    # 3x slower beside compute settle in two re-timings here; held to one, the first one's times stay
+    import pptl.contexts
+
+    s = build_schedule(Config(schedule="moe-1f1b-overlap", pp=1, microbatches=2, options={"ep": 2, "layers_per_chunk": 1}))
+    base = s.config.costs
+    costs = dataclasses.replace(base, context={k: {"alone": base.base[k], "busy": 3 * base.base[k]}
+                                               for k in ("dispatch", "combine")})
+    assert not costs.beside
+    assert simulate(s, costs).makespan == pytest.approx(41 / 3)
+    monkeypatch.setattr(pptl.contexts, "CONTEXT_PASSES", 1)
+    assert simulate(s, costs).makespan == 15.0
