@@ -1063,3 +1063,65 @@ def test_plan_without_paced_compute_is_retimed_at_most_context_passes_times(monk
     assert simulate(s, costs).makespan == pytest.approx(41 / 3)
     monkeypatch.setattr(pptl.contexts, "CONTEXT_PASSES", 1)
     assert simulate(s, costs).makespan == 15.0
+
+
+@pytest.mark.parametrize(("text", "placement"), [("0F0,0B0\n1F0,2F0,2B0,1B0\n", "V (rank r holds stages r and 3-r)"),
+                                                 ("0F0,2F0,2B0,0B0\n1F0,1B0\n", "loop (stage s on rank s % 2, 2 per rank)")],
+                         ids=["v", "loop"])
+def test_placement_counts_the_stage_no_cell_names(text: str, placement: str) -> None:
+    # formats.torch_csv _schedule 73 ("loop" read as custom), 82 ("v" read as custom) and 85 (3 stages per
+    # rank in a V): stage 3 has no cell, yet both placements hold 2 stages per rank on 2 ranks
+    s, notes, problems, _ = load_csv_text(text)
+    assert (s.num_stages, s.config.vpp, problems) == (4, 2, [])
+    assert f"placement: {placement}, 4 stages (inferred)" in notes
+
+
+def test_overlapped_op_without_its_backward_has_no_torch_action() -> None:
+    # formats.torch_csv action_of 12 (`or`: an FB without pair unpacked None): one line naming the op
+    from pptl.formats.torch_csv import action_of
+
+    with pytest.raises(InputError) as e:
+        action_of(Op(kind="FB", rank=0, lane="compute", stage=0, mb=0))
+    assert str(e.value).startswith("r0/compute/FB s0 mb0: kind FB has no torch CSV action (torch has F, I, B, W, ")
+
+
+def test_too_many_actions_names_the_line_and_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    # formats.torch_csv load_csv_text 85: the whole message (the limit lowered from 5,000,000)
+    monkeypatch.setattr("pptl.formats.torch_csv.MAX_OPS", 3)
+    with pytest.raises(InputError) as e:
+        load_csv_text("0F0,0F1\n1F0,1F1\n", source="x.csv")
+    assert str(e.value) == "x.csv:2: more than the 3 actions pptl accepts"
+
+
+def test_a_file_with_receives_only_keeps_its_own() -> None:
+    # formats.torch_csv with_comms 5: a file listing a RECV (and no SEND) lists its messages itself;
+    # none are added
+    from pptl.formats.torch_csv import with_comms
+
+    s = load_csv_text("0F0\n1RECV_F0,1F0\n")[0]
+    assert with_comms(s) is s
+
+
+def _update_error(options: dict) -> str:
+    with pytest.raises(InputError) as e:
+        build_schedule(config_from_mapping({"schedule": "weight-update", "pp": 2, "microbatches": 1,
+                                            "options": {"tensors": [["1MiB"], ["1MiB"]], **options}}, source="u.yaml"))
+    return str(e.value)
+
+
+def test_weight_update_errors_name_the_file_and_the_field() -> None:
+    # schedules.weight_update spec_from_options 91 (max_bucket_size's error without its file) and 141
+    # (no room for the buckets: the mutant looked the value up under another key, a KeyError)
+    assert _update_error({"max_bucket_size": "lots"}) == (
+        "u.yaml: field 'options.max_bucket_size': got 'lots', expected a size > 0 in bytes or with a unit, such as "
+        "8GiB for schedule 'weight-update'")
+    assert _update_error({"bucket_size": "auto", "free_memory": 2}) == (
+        "u.yaml: field 'options.free_memory': got 2, expected room for 3 buckets for schedule 'weight-update'")
+
+
+@pytest.mark.parametrize(("m", "left"), [(10, "2 micro-batches"), (9, "1 micro-batch")])
+def test_interleaved_last_group_names_what_is_left(m: int, left: str) -> None:
+    # schedules.interleaved check_groups 73: "micro-batches" for more than one left over
+    with pytest.raises(InputError) as e:
+        build_schedule(Config(schedule="interleaved", pp=4, vpp=2, microbatches=m, group_size=4))
+    assert f"which leaves a last group of {m} mod 4 = {left}, fewer than pp=4 " in str(e.value)
