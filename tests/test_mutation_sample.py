@@ -992,7 +992,8 @@ def test_send_issued_before_the_overlapped_op_that_makes_its_data_is_pp032() -> 
                        "0F0,0SEND_F0,0SEND_F1,0RECV_B0,(0F1;0B0)OVERLAP_F_B,")
     assert run_checks(load_csv_text(ok)[0]) == []
     assert [(v.message, v.ops) for v in run_checks(load_csv_text(early)[0]) if v.code == "PP032"] == [
-        ("rank 0 issues SEND_F stage 0 mb 1 at step 2, before r0/compute/FB s0 mb1 +B s0 mb0 (step 4) produces its data",
+        ("rank 0 issues SEND_F stage 0 mb 1 at step 2, before r0/compute/FB s0 mb1 +B s0 mb0 (step 4) produces its "
+         "data",
          ("r0/send/SEND_F s0 mb1 ->r1", "r0/compute/FB s0 mb1 +B s0 mb0"))]
 
 
@@ -1055,7 +1056,8 @@ def test_plan_without_paced_compute_is_retimed_at_most_context_passes_times(monk
     # 3x slower beside compute settle in two re-timings here; held to one, the first one's times stay
     import pptl.contexts
 
-    s = build_schedule(Config(schedule="moe-1f1b-overlap", pp=1, microbatches=2, options={"ep": 2, "layers_per_chunk": 1}))
+    s = build_schedule(Config(schedule="moe-1f1b-overlap", pp=1, microbatches=2,
+                              options={"ep": 2, "layers_per_chunk": 1}))
     base = s.config.costs
     costs = dataclasses.replace(base, context={k: {"alone": base.base[k], "busy": 3 * base.base[k]}
                                                for k in ("dispatch", "combine")})
@@ -1065,9 +1067,10 @@ def test_plan_without_paced_compute_is_retimed_at_most_context_passes_times(monk
     assert simulate(s, costs).makespan == 15.0
 
 
-@pytest.mark.parametrize(("text", "placement"), [("0F0,0B0\n1F0,2F0,2B0,1B0\n", "V (rank r holds stages r and 3-r)"),
-                                                 ("0F0,2F0,2B0,0B0\n1F0,1B0\n", "loop (stage s on rank s % 2, 2 per rank)")],
-                         ids=["v", "loop"])
+@pytest.mark.parametrize(("text", "placement"), [
+    ("0F0,0B0\n1F0,2F0,2B0,1B0\n", "V (rank r holds stages r and 3-r)"),
+    ("0F0,2F0,2B0,0B0\n1F0,1B0\n", "loop (stage s on rank s % 2, 2 per rank)"),
+], ids=["v", "loop"])
 def test_placement_counts_the_stage_no_cell_names(text: str, placement: str) -> None:
     # formats.torch_csv _schedule 73 ("loop" read as custom), 82 ("v" read as custom) and 85 (3 stages per
     # rank in a V): stage 3 has no cell, yet both placements hold 2 stages per rank on 2 ranks
@@ -1132,7 +1135,8 @@ def test_exposure_of_a_timeline_is_the_exposure_of_its_times() -> None:
     # starts): a run's timeline matched by op id gives what the simulated times give
     from pptl.schedules._moe_metrics import exposure, exposure_of_timeline
 
-    s = build_schedule(Config(schedule="moe-1f1b-overlap", pp=1, microbatches=2, options={"ep": 2, "layers_per_chunk": 1}))
+    s = build_schedule(Config(schedule="moe-1f1b-overlap", pp=1, microbatches=2,
+                              options={"ep": 2, "layers_per_chunk": 1}))
     sim = simulate(s)
     got = exposure_of_timeline(s, sim.timeline())
     assert got == exposure(s, sim.start, sim.end)
