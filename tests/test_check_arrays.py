@@ -60,19 +60,20 @@ def _schedules() -> list[tuple[str, Schedule]]:
 
 
 SCHEDULES = _schedules()
+# the wait-for graph needs an issue order: the files that give one (compute_comms CSVs and their mutants)
+ORDERED = [(n, s) for n, s in SCHEDULES if given_program(s) is not None]
 
 
 def test_fixtures_are_there() -> None:
     assert len(CSVS) >= 15
-    assert any(given_program(s) is not None for _, s in SCHEDULES)
+    assert len(ORDERED) >= 5
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("name,schedule", SCHEDULES, ids=[n for n, _ in SCHEDULES])
+@pytest.mark.parametrize("name,schedule", ORDERED, ids=[n for n, _ in ORDERED])
 def test_wait_for_edges_on_arrays_are_the_labelled_edges(name: str, schedule: Schedule, mode: str) -> None:
     prog = given_program(schedule)
-    if prog is None:
-        pytest.skip("no issue order")
+    assert prog is not None
     rep = _rendezvous(schedule) if mode != "nonblocking" else {}
     cols = columns.columns(schedule.ops)
     assert cols is not None
