@@ -5,13 +5,13 @@ and is raised as :class:`pptl.errors.InputError` (exit code 2).
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Collection, Mapping
 
 from pptl.errors import InputError
+from pptl.formats.structured import read_structured
 
 __all__ = [
     "DEFAULT_COSTS",
@@ -23,8 +23,6 @@ __all__ = [
     "parse_cost_flags",
     "apply_cost_flags",
     "backward_from_split",
-    "read_structured",
-    "MAX_FILE_BYTES",
     "MAX_OPS",
     "MAX_PLAN_OPS",
     "TRAINING_COST_KEYS",
@@ -34,8 +32,6 @@ __all__ = [
 #: forwards and splits evenly into input and weight gradients, as in the zero-bubble paper.
 DEFAULT_COSTS: dict[str, float] = {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0}
 
-#: Inputs larger than this are refused before parsing (a plan of 400k ops is ~60 MB).
-MAX_FILE_BYTES = 512 * 2**20
 #: Plans larger than this are refused before building (bounded work on hostile input).
 MAX_OPS = 5_000_000
 #: Schedules pptl generates from a family are refused past this many ops, estimated before building:
@@ -191,137 +187,6 @@ class Config:
         if self.options:
             out["options"] = dict(self.options)
         return out
-
-
-# --------------------------------------------------------------------------------------------
-# Reading
-
-
-def read_structured(path: str | Path) -> Any:
-    """Parse a YAML, TOML or JSON file by its suffix; raise InputError with the file and reason."""
-    path = Path(path)
-    try:
-        size = path.stat().st_size
-    except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
-    if path.is_dir():
-        raise InputError(f"{path}: is a directory, expected a file")
-    if size > MAX_FILE_BYTES:
-        raise InputError(f"{path}: file is {size} bytes, larger than the {MAX_FILE_BYTES} accepted")
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
-    suffix = path.suffix.lower()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not UTF-8 text") from None
-    try:
-        if suffix == ".toml":
-            import tomllib
-
-            return tomllib.loads(text)
-        if suffix in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.load(text, Loader=_UniqueKeyLoader)
-            _check_aliases(data)
-            return data
-        if suffix == ".json":
-            return json.loads(text, object_pairs_hook=_unique_pairs, parse_constant=_no_constant)
-    except InputError as e:
-        raise InputError(f"{path}: {e}") from None
-    except RecursionError:
-        raise InputError(f"{path}: nested too deeply") from None
-    except Exception as e:  # each parser has its own error type; all mean "not valid"
-        mark = getattr(e, "problem_mark", None)  # YAML: where the parser stopped
-        if mark is not None:
-            problem = getattr(e, "problem", None) or type(e).__name__
-            raise InputError(f"{path}: not valid YAML at line {mark.line + 1}, column {mark.column + 1}: "
-                             f"{problem}") from None
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise InputError(f"{path}: not valid {suffix[1:].upper()}: {first}") from None
-    raise InputError(f"{path}: unknown file type '{suffix}', expected .yaml, .yml, .toml or .json")
-
-
-#: Values a YAML document may expand to once its aliases are followed (a legit config has hundreds).
-_MAX_YAML_VALUES = 1_000_000
-
-
-def _check_aliases(data: Any) -> None:
-    """Refuse YAML whose aliases make it huge once expanded ("billion laughs": nine lines of
-    ``&a [*b, *b, ...]`` are 10**9 values to anything that walks or writes them) or make it
-    contain itself. Shared nodes are counted once per use, each distinct node visited once."""
-    sizes: dict[int, int] = {}
-    active: set[int] = set()
-
-    def size(x: Any) -> int:
-        if not isinstance(x, (list, dict)):
-            return 1
-        key = id(x)
-        if key in sizes:
-            return sizes[key]
-        if key in active:
-            raise InputError("an alias refers to a value that contains it (a cycle)")
-        active.add(key)
-        total = 1 + sum(size(v) for v in (x.values() if isinstance(x, dict) else x))
-        active.discard(key)
-        if total > _MAX_YAML_VALUES:
-            raise InputError(f"aliases expand it to more than {_MAX_YAML_VALUES:,} values")
-        sizes[key] = total
-        return total
-
-    size(data)
-
-
-def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out:
-            raise InputError(f"duplicate key '{k}'")
-        out[k] = v
-    return out
-
-
-def _no_constant(name: str) -> Any:
-    raise InputError(f"'{name}' is not a number JSON allows")
-
-
-def _make_unique_loader() -> type:
-    import yaml
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    def construct_mapping(loader: Any, node: Any, deep: bool = False) -> dict:
-        loader.flatten_mapping(node)
-        out: dict = {}
-        for key_node, value_node in node.value:
-            key = loader.construct_object(key_node, deep=deep)
-            try:
-                hash(key)
-            except TypeError:
-                raise InputError(f"line {key_node.start_mark.line + 1}: a key must be a plain value") from None
-            if key in out:
-                raise InputError(f"line {key_node.start_mark.line + 1}: duplicate key '{key}'")
-            out[key] = loader.construct_object(value_node, deep=deep)
-        return out
-
-    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
-    return Loader
-
-
-class _LazyLoader:
-    _cls: type | None = None
-
-    def __call__(self, stream: Any) -> Any:
-        if _LazyLoader._cls is None:
-            _LazyLoader._cls = _make_unique_loader()
-        return _LazyLoader._cls(stream)
-
-
-_UniqueKeyLoader = _LazyLoader()
 
 
 def load_config(path: str | Path, **overrides: Any) -> Config:

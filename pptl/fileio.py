@@ -1,5 +1,5 @@
-"""Writing files safely: to a temporary file beside the target, then renamed into place, so an
-interrupted command never leaves a truncated output."""
+"""Files, safely: outputs written to a temporary file beside the target, then renamed into place,
+so an interrupted command never leaves a truncated output; inputs read with a bound on their size."""
 from __future__ import annotations
 
 import os
@@ -8,7 +8,10 @@ from pathlib import Path
 
 from pptl.errors import InputError
 
-__all__ = ["atomic_write", "check_new", "check_writable", "read_bounded"]
+__all__ = ["MAX_FILE_BYTES", "atomic_write", "check_new", "check_writable", "read_bounded"]
+
+#: Inputs larger than this are refused before parsing (a plan of 400k ops is ~60 MB).
+MAX_FILE_BYTES = 512 * 2**20
 
 
 def check_writable(path: str | Path) -> Path:

@@ -94,7 +94,7 @@ def _check_cost_flags(costs: Mapping[str, float], schedule: str) -> None:
 def _load_config_or_plan(path: Path, overrides: Mapping[str, Any]) -> Config:
     """A config file, or a plan file's config (``pptl plan plan.json --costs-from measured.json``
     re-plans what ran, with measured costs)."""
-    from pptl.config import read_structured
+    from pptl.formats.structured import read_structured
 
     data = read_structured(path)
     if isinstance(data, Mapping) and data.get("format") == "pptl-plan":

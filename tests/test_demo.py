@@ -7,9 +7,9 @@ import pytest
 from typer.testing import CliRunner
 
 from pptl.cli import app
-from pptl.config import read_structured
 from pptl.demo import default_fixtures_dir, example_files, run_demo
 from pptl.errors import InputError
+from pptl.formats.structured import read_structured
 from pptl.schedules import FAMILIES, get_family
 
 runner = CliRunner()

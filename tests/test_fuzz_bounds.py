@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from fuzzing import clean_run, gzip_bomb
 
-from pptl.config import MAX_FILE_BYTES
+from pptl.fileio import MAX_FILE_BYTES
 from pptl.schedules import FAMILIES
 
 GIB = 2**30
@@ -117,7 +117,7 @@ def _one_timeline(n: int) -> dict:
 
 
 @pytest.mark.parametrize("module,name,content,match", [
-    ("pptl.timeline", "t.json", json.dumps(_one_timeline(11)), r"11 events, more than the 10 pptl accepts"),
+    ("pptl.formats.timeline", "t.json", json.dumps(_one_timeline(11)), r"11 events, more than the 10 pptl accepts"),
     ("pptl.formats.torch_csv", "s.csv", ",".join(f"0F{i}" for i in range(11)) + "\n",
      r"s\.csv:1: more than the 10 actions pptl accepts"),
     ("pptl.formats.profiler", "rank0.json",

@@ -11,7 +11,7 @@ from fuzzing import EXAMPLES, clean_run, mutate_bytes, mutate_json, to_toml, to_
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pptl.config import read_structured
+from pptl.formats.structured import read_structured
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 CONFIGS = sorted(p for p in FIXTURES.glob("*") if p.suffix in (".yaml", ".toml", ".json"))

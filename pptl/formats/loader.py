@@ -9,10 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from pptl.config import config_from_mapping, read_structured
+from pptl.config import config_from_mapping
 from pptl.errors import InputError
+from pptl.formats.structured import read_structured
+from pptl.formats.timeline import timeline_from_dict
 from pptl.ir import Schedule
-from pptl.timeline import Timeline, timeline_from_dict
+from pptl.timeline import Timeline
 
 __all__ = ["Loaded", "load_any", "register_reader"]
 

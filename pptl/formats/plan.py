@@ -15,15 +15,18 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeGuard
 
-from pptl.config import MAX_OPS, config_from_mapping, read_structured
+from pptl.config import MAX_OPS, config_from_mapping
 from pptl.deps import training_deps, training_deps_again, training_deps_columns
 from pptl.errors import InputError
+from pptl.fileio import MAX_FILE_BYTES, read_bounded
+from pptl.formats.structured import read_structured
+from pptl.formats.timeline import timeline_from_dict
 from pptl.ir import Op, Schedule, ScheduleBuilder
 from pptl.schedules._moe_meta import MoEMeta
 from pptl.schedules._pipeline_meta import PipelineMeta
 from pptl.schedules._weight_update_meta import WeightUpdateMeta
 from pptl.simulate import op_events
-from pptl.timeline import MAX_TIME, Timeline, TimelineMeta, timeline_from_dict
+from pptl.timeline import MAX_TIME, Timeline, TimelineMeta
 
 __all__ = ["PLAN_FORMAT", "PLAN_VERSION", "PlanTimes", "plan_to_dict", "plan_from_dict", "read_plan_dict", "load_plan",
            "dumps"]
@@ -173,9 +176,6 @@ def dumps(data: Mapping[str, Any]) -> str:
 def load_plan(path: str | Path) -> tuple[Schedule, Timeline | None]:
     name = str(path).lower()
     if name.endswith(".json.gz"):
-        from pptl.config import MAX_FILE_BYTES
-        from pptl.fileio import read_bounded
-
         try:
             data = json.loads(read_bounded(path, MAX_FILE_BYTES))
         except (UnicodeDecodeError, ValueError) as e:

@@ -28,8 +28,9 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from pptl.config import MAX_FILE_BYTES, MAX_OPS
+from pptl.config import MAX_OPS
 from pptl.errors import InputError
+from pptl.fileio import MAX_FILE_BYTES
 from pptl.formats.kineto import parse_trace
 from pptl.formats.torch_csv import Action, schedule_from_rows
 from pptl.formats.trace_actions import rank_actions

@@ -188,7 +188,7 @@ def read_csv(path: str | Path, *, microbatches: int | None = None, placement: st
     Raises:
         InputError: unreadable file, or (without ``report_problems``) a bad cell.
     """
-    from pptl.config import MAX_FILE_BYTES
+    from pptl.fileio import MAX_FILE_BYTES
     from pptl.formats.loader import Loaded
 
     p = Path(path)

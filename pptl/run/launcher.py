@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from pptl.errors import InputError, RunError
+from pptl.formats.timeline import timeline_from_dict
 from pptl.ir import Schedule
 from pptl.run.options import Job, PlanJob
-from pptl.timeline import Timeline, timeline_from_dict
+from pptl.timeline import Timeline
 
 __all__ = ["check_device", "launch"]
 

@@ -43,8 +43,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from pptl.config import MAX_VALUE, Workload, read_structured
+from pptl.config import MAX_VALUE, Workload
 from pptl.errors import InputError
+from pptl.formats.structured import read_structured
 from pptl.tune.memory import MemoryModel
 
 __all__ = ["LayerCost", "Work", "ModelDesc", "mlp_block_work", "TuneConfig", "TRAINING_FAMILIES", "SPLIT_FAMILIES", "load_tune_config",
