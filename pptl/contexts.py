@@ -69,35 +69,14 @@ class Span:
 
 def contexts_of(spans: Sequence[Span], *, compute_lane: str = "compute") -> list[str | None]:
     """The context of every span: None on the compute lane, else :data:`ALONE` or a compute kind."""
-    comp: dict[int, list[tuple[float, float, str]]] = {}
-    for s in spans:
-        if s.lane == compute_lane and s.end > s.start:
-            comp.setdefault(s.rank, []).append((s.start, s.end, s.kind))
-    starts: dict[int, list[float]] = {}
-    longest: dict[int, float] = {}
-    for r, v in comp.items():
-        v.sort()
-        starts[r] = [a for a, _, _ in v]
-        longest[r] = max(b - a for a, b, _ in v)
+    comp = _compute_by_rank(spans, compute_lane)
     out: list[str | None] = []
     for s in spans:
         if s.lane == compute_lane:
             out.append(None)
             continue
         span = s.end - s.start
-        v = comp.get(s.rank)
-        if not v or span <= 0:
-            out.append(ALONE)
-            continue
-        # compute ops that may overlap: those starting after s.start - (longest compute op)
-        j = bisect.bisect_left(starts[s.rank], s.start - longest[s.rank])
-        by_kind: dict[str, float] = {}
-        while j < len(v) and v[j][0] < s.end:
-            a, b, kind = v[j]
-            ov = min(b, s.end) - max(a, s.start)
-            if ov > 0:
-                by_kind[kind] = by_kind.get(kind, 0.0) + ov
-            j += 1
+        by_kind = _overlap_by_kind(s, comp.get(s.rank)) if span > 0 else {}
         if not by_kind:
             out.append(ALONE)
             continue

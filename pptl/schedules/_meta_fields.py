@@ -8,11 +8,11 @@ A plan file's meta comes from elsewhere: each reader checks one value once and r
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Callable, Generic, Mapping, TypeVar
 
 from pptl.errors import InputError
 
-__all__ = ["meta_of", "read_int", "read_bool", "read_number", "read_list", "fail"]
+__all__ = ["meta_of", "read_int", "read_bool", "read_number", "read_list", "fail", "ViewCache"]
 
 _MISSING: Any = object()
 
@@ -57,3 +57,30 @@ def read_list(x: object, field: str, source: str, limit: int = 10_000_000) -> li
     if not isinstance(x, list) or len(x) > limit:
         raise fail(source, field, x, f"a list (at most {limit:,} items)")
     return x
+
+
+V = TypeVar("V")
+
+
+class ViewCache(Generic[V]):
+    """Typed views keyed on the identity of the meta values they were read from.
+
+    A view is read once per set of values (``held`` and ``program_order`` have an entry per sub-op
+    or op, and several checks ask): a key set or removed since (``meta={**meta, k: v}``,
+    ``meta.pop(k)``) gives other values and is read anew. Each entry holds its values, so their ids
+    cannot be reused while it is cached; the oldest entry goes past ``size``."""
+
+    def __init__(self, size: int = 16) -> None:
+        self._size = size
+        self._views: dict[tuple[int, ...], tuple[tuple[Any, ...], V]] = {}
+
+    def get(self, values: tuple[Any, ...], read: Callable[[], V]) -> V:
+        stamp = tuple(map(id, values))
+        hit = self._views.get(stamp)
+        if hit is not None:
+            return hit[1]
+        out = read()
+        if len(self._views) >= self._size:
+            self._views.pop(next(iter(self._views)))
+        self._views[stamp] = (values, out)
+        return out

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from pptl.ir import Schedule
-from pptl.schedules._meta_fields import fail, meta_of, read_bool, read_int, read_list
+from pptl.schedules._meta_fields import ViewCache, fail, meta_of, read_bool, read_int, read_list
 
 __all__ = ["MoEMeta", "HeldSpan"]
 
@@ -56,21 +56,11 @@ class MoEMeta:
 
     @classmethod
     def of(cls, schedule: Schedule) -> MoEMeta:
-        """The typed view of ``schedule.meta`` (all ``None`` for a schedule of another family).
-
-        Cached: the simulator asks for it several times a run and ``held`` has a span per layer
-        sub-op. An entry is reused only for the same dict whose MoE values are the same objects,
-        so a meta changed by key since (``meta={**meta, "held": ...}``, ``meta[k] = v``) is read anew."""
+        """The typed view of ``schedule.meta`` (all ``None`` for a schedule of another family),
+        read once per set of values (:class:`~pptl.schedules._meta_fields.ViewCache`): the simulator
+        asks for it several times a run and ``held`` has a span per layer sub-op."""
         meta = meta_of(schedule.meta)
-        stamp = tuple(id(meta.get(k)) for k in _KEYS)
-        hit = _CACHE.get(id(meta))
-        if hit is not None and hit[0] is meta and hit[1] == stamp:
-            return hit[2]
-        out = cls.from_meta(meta)
-        if len(_CACHE) >= 16:
-            _CACHE.pop(next(iter(_CACHE)))
-        _CACHE[id(meta)] = (meta, stamp, out)  # holds meta: its id cannot be reused while cached
-        return out
+        return _CACHE.get(tuple(meta.get(k) for k in _KEYS), lambda: cls.from_meta(meta))
 
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any], source: str = "") -> MoEMeta:
@@ -133,4 +123,4 @@ def _held(raw: object, source: str) -> tuple[HeldSpan, ...] | None:
 
 
 _EMPTY = MoEMeta()
-_CACHE: dict[int, tuple[Mapping[str, Any], tuple[int, ...], MoEMeta]] = {}
+_CACHE: ViewCache[MoEMeta] = ViewCache()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from pptl.ir import Schedule
-from pptl.schedules._meta_fields import fail, meta_of, read_int, read_list
+from pptl.schedules._meta_fields import ViewCache, fail, meta_of, read_int, read_list
 
 __all__ = ["PipelineMeta"]
 
@@ -67,23 +67,13 @@ class PipelineMeta:
     def from_meta(cls, meta: Mapping[str, Any], source: str = "") -> PipelineMeta:
         """Read the pipeline keys of ``meta``; a malformed value is an :class:`InputError` naming it.
 
-        Cached on the values' identity: ``program_order`` holds one letter per op (100k+ at scale)
-        and is read by several checks, so it is checked once per value (at load, for a plan file:
-        the schedule's meta holds the same values), not per read. A key set or removed since
-        (``meta={**meta, "program_order": ...}``, ``meta.pop(...)``) is read anew; the cache holds
-        the values, so their ids cannot be reused while cached."""
+        Read once per set of values (:class:`~pptl.schedules._meta_fields.ViewCache`):
+        ``program_order`` holds one letter per op (100k+ at scale) and is read by several checks; a
+        plan file's schedule holds the values checked at load, so no later read checks them again."""
         values = tuple(meta.get(k) for k in _KEYS)
         if not any(v is not None for v in values):
             return _EMPTY
-        stamp = tuple(map(id, values))
-        hit = _CACHE.get(stamp)
-        if hit is not None:
-            return hit[1]
-        out = cls._read(meta, source)
-        if len(_CACHE) >= 16:
-            _CACHE.pop(next(iter(_CACHE)))
-        _CACHE[stamp] = (values, out)
-        return out
+        return _CACHE.get(values, lambda: cls._read(meta, source))
 
     @classmethod
     def _read(cls, meta: Mapping[str, Any], source: str) -> PipelineMeta:
@@ -131,4 +121,4 @@ def _program_order(raw: object, source: str) -> tuple[str, ...]:
 
 
 _EMPTY = PipelineMeta()
-_CACHE: dict[tuple[int, ...], tuple[tuple[Any, ...], PipelineMeta]] = {}
+_CACHE: ViewCache[PipelineMeta] = ViewCache()
