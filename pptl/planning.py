@@ -364,7 +364,10 @@ def costs_from_timeline(timeline: Timeline) -> dict[str, Any]:
         costs.update(keyed.get("base", {}))
         for s, v in keyed.get("stages", {}).items():
             stages.setdefault(int(s), {}).update(v)
-    beside = _compute_contexts(timeline, keyed, stages)
+    from pptl.contexts import measure_compute_contexts
+
+    found = measure_compute_contexts(*_compute_spans(timeline))  # once: rank speeds and the beside rates
+    beside = _compute_contexts(found, keyed, stages)
     if beside:
         costs["beside"] = beside
     if stages:
@@ -374,9 +377,8 @@ def costs_from_timeline(timeline: Timeline) -> dict[str, Any]:
         context = _contexts_by_kind(timeline)
     if context:
         costs["context"] = context
-    scale = rank_scale_of(timeline)
-    if scale:
-        costs["rank_scale"] = scale
+    if found.rank_scale:
+        costs["rank_scale"] = found.rank_scale
     latency = _message_latency(timeline)
     if latency is not None:
         costs["comm"] = {"latency": latency}
@@ -413,18 +415,14 @@ def _compute_spans(timeline: Timeline) -> tuple[list[Any], list[str | None], lis
     return spans, keys, [e.stage for e in timeline.events]
 
 
-def _compute_contexts(timeline: Timeline, keyed: Any, stages: dict[int, dict[str, float]]
-                      ) -> dict[int, dict[str, float]]:
+def _compute_contexts(found: Any, keyed: Any, stages: dict[int, dict[str, float]]) -> dict[int, dict[str, float]]:
     """``Costs.beside`` per stage and compute cost key, and in ``stages`` (updated) the alone mean
     of each key that has one (the rank factors are relative to it). From ``cost_means.compute_context``
-    where the run stored it (cost keys other than kinds), else from the timeline by kind."""
-    from pptl.contexts import measure_compute_contexts
-
+    where the run stored it (cost keys other than kinds), else ``found``, measured from the timeline by kind."""
     stored = keyed.get("compute_context") if isinstance(keyed, dict) else None
     if isinstance(stored, dict):
         alone, beside = stored.get("alone", {}), stored.get("beside", {})
     else:
-        found = measure_compute_contexts(*_compute_spans(timeline))
         alone, beside = found.alone, found.beside
     out: dict[int, dict[str, float]] = {}
     for s, row in beside.items():
@@ -443,9 +441,9 @@ def _contexts_by_kind(timeline: Timeline) -> dict[str, dict[str, float]]:
     """Side-lane ops' mean duration per context (:mod:`pptl.contexts`), keyed by kind: the cost key
     of every family whose run does not store its own (``cost_means.context``). Messages are left
     out (their time is the send-to-receive latency)."""
-    from pptl.contexts import Span, measure_contexts
+    from pptl.contexts import measure_contexts
 
-    spans = [Span(e.rank, e.lane, e.kind, e.start, e.end) for e in timeline.events]
+    spans, _, _ = _compute_spans(timeline)
     keys = [None if e.lane == "compute" or e.kind in ("SEND", "RECV") else e.kind for e in timeline.events]
     return measure_contexts(spans, keys)
 
