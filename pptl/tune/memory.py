@@ -130,21 +130,27 @@ def _peak(evs: Sequence[_Event], mm: MemoryModel) -> tuple[float, tuple[float, f
     return best, at
 
 
+def weights_held(schedule: Schedule, weight: Sequence[float], pp: int) -> list[float]:
+    """Per rank, the weights of the stages it runs an F of (each direction's copy: DualPipe holds two)."""
+    held: dict[int, set[tuple[int, int]]] = {r: set() for r in range(pp)}
+    for op in schedule.ops:
+        if op.kind in ("F", "FB") and op.lane == "compute":
+            held[op.rank].add((op.direction, op.stage))
+    return [sum(weight[s] for _, s in held[r]) for r in range(pp)]
+
+
 def rank_peaks(schedule: Schedule, start: Sequence[float], end: Sequence[float], act: Sequence[float],
                weight: Sequence[float], *, pp: int, w_activation: float, i_working: float,
                mm: MemoryModel) -> tuple[float, ...]:
     """Peak memory of every rank (weights of the stages it runs an F of, DualPipe's two copies
     included)."""
-    held: dict[int, set[tuple[int, int]]] = {r: set() for r in range(pp)}
-    for op in schedule.ops:
-        if op.kind in ("F", "FB") and op.lane == "compute":
-            held[op.rank].add((op.direction, op.stage))
+    weights = weights_held(schedule, weight, pp)
     ev = rank_events(schedule, start, end, act, w_activation=w_activation, i_working=i_working)
     data = data_count(schedule) if mm.data else {}
     out = []
     for r in range(pp):
         top, _ = _peak(ev.get(r, []), mm)
-        out.append(sum(weight[s] for _, s in held[r]) + mm.data * data.get(r, 0) + top + mm.working)
+        out.append(weights[r] + mm.data * data.get(r, 0) + top + mm.working)
     return tuple(out)
 
 
@@ -167,13 +173,10 @@ def fit_memory(schedule: Schedule, start: Sequence[float], end: Sequence[float],
     if not ranks:
         return None
     kind = "split" if _split_keys(schedule) else "full"
-    held: dict[int, set[tuple[int, int]]] = {r: set() for r in range(pp)}
-    for op in schedule.ops:
-        if op.kind in ("F", "FB") and op.lane == "compute":
-            held[op.rank].add((op.direction, op.stage))
+    weights = weights_held(schedule, weight, pp)
     ev = rank_events(schedule, start, end, act, w_activation=w_activation, i_working=i_working)
     data = data_count(schedule)
-    fixed = {r: sum(weight[s] for _, s in held[r]) + base.data * data.get(r, 0) for r in ranks}
+    fixed = {r: weights[r] + base.data * data.get(r, 0) for r in ranks}
     scale = base.full_scale if kind == "full" else base.split_scale
 
     def model(s: float) -> MemoryModel:
