@@ -21,7 +21,8 @@ def test_records_declare_the_runtime_of_the_families_that_have_one() -> None:
     assert set(own) == {"moe-1f1b-overlap", "weight-update"}
     assert own["moe-1f1b-overlap"].executor == "pptl.run.moe:MoEExecutor"
     # both cross ranks without SEND/RECV: broadcasts, and the all-to-all rendezvous of EP members
-    assert own["weight-update"].collectives and own["moe-1f1b-overlap"].collectives
+    assert own["weight-update"].collectives == {"BCAST", "RELOAD"}
+    assert own["moe-1f1b-overlap"].collectives == {"A2A_DISPATCH", "A2A_COMBINE"}
     assert all(f.runtime is None or f.name in own for f in FAMILIES.values())
     assert find_family("torch-csv") is None  # an imported schedule: the training executor
 
@@ -53,7 +54,7 @@ def test_collective_families_skip_the_send_recv_crossing_check(monkeypatch: pyte
     build_program(u)
     fam = find_family("weight-update")
     assert fam is not None and fam.runtime is not None
-    no_collectives = replace(fam, runtime=replace(fam.runtime, collectives=False))
+    no_collectives = replace(fam, runtime=replace(fam.runtime, collectives=frozenset()))
     monkeypatch.setattr(program, "find_family", lambda name: no_collectives)
     with pytest.raises(InvalidScheduleError, match=r"BCAST .* crosses ranks without a SEND/RECV"):
         build_program(u)
@@ -71,3 +72,13 @@ def test_executor_class_comes_from_the_record() -> None:
     one = build_schedule(config_from_mapping({"schedule": "1f1b", "pp": 2, "microbatches": 2}))
     assert executor_class(one) is Executor
     assert executor_class(replace(one, family="torch-csv")) is Executor
+
+
+def test_a_crossing_outside_the_collectives_is_still_refused() -> None:
+    """The MoE record lets dependencies cross ranks into its all-to-alls, and no other."""
+    s = build_schedule(config_from_mapping(MOE))
+    build_program(s)  # the rendezvous edges across EP members are into all-to-alls
+    a = next(i for i, op in enumerate(s.ops) if op.rank == 0 and op.kind == "ATTN")
+    b = next(i for i, op in enumerate(s.ops) if op.rank == 1 and op.kind == "MLP")
+    with pytest.raises(InvalidScheduleError, match=r"ATTN.* -> .*MLP.* crosses ranks without a SEND/RECV"):
+        build_program(replace(s, deps=[*s.deps, (a, b)]))

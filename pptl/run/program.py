@@ -128,8 +128,7 @@ def build_program(schedule: Schedule, *, source: str = "plan") -> Program:
     if runtime is not None and runtime.check is not None:
         runtime.check(schedule, source)
     placement = _placement(schedule, source)
-    if runtime is None or not runtime.collectives:
-        _check_crossings(schedule, source)
+    _check_crossings(schedule, source, runtime.collectives if runtime is not None else frozenset())
     channel = _channels(schedule, source)
     key = issue_key(schedule, untimed=True)
     by_rank: dict[int, list[int]] = {r: [] for r in range(schedule.pp)}
@@ -173,11 +172,12 @@ def _placement(schedule: Schedule, source: str) -> dict[tuple[int, int], int]:
     return where
 
 
-def _check_crossings(schedule: Schedule, source: str) -> None:
+def _check_crossings(schedule: Schedule, source: str, collectives: frozenset[str]) -> None:
     ops = schedule.ops
     for u, v in schedule.deps:
         a, b = ops[u], ops[v]
-        if a.rank != b.rank and not (a.kind == "SEND" and b.kind == "RECV"):
+        if a.rank != b.rank and not (a.kind == "SEND" and b.kind == "RECV") \
+                and a.kind not in collectives and b.kind not in collectives:
             raise InvalidScheduleError(f"{source}: {a.id} -> {b.id} crosses ranks without a SEND/RECV; pptl run "
                                        "needs the communication ops (plan it with pptl plan)")
 

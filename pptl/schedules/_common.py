@@ -45,9 +45,10 @@ class Runtime:
     check: Callable[[Schedule, str], None] | None = None
     """(schedule, source) -> None: refuses, before any process starts, a plan the executor cannot
     run (metadata a hand-written plan lacks...), raising InputError."""
-    collectives: bool = False
-    """Data crosses ranks through collectives (a broadcast), not SEND/RECV pairs, so the check that
-    every crossing has its SEND/RECV does not apply."""
+    collectives: frozenset[str] = frozenset()
+    """Kinds through which the family's ranks share data without SEND/RECV pairs: collectives (a
+    broadcast, an all-to-all) and reads of buffers other ranks fill (IPC halves, the H2D buffer). A dependency
+    may cross ranks into or out of one of these; every other crossing still needs its SEND/RECV."""
 
 
 @dataclass(frozen=True)

@@ -352,7 +352,8 @@ FAMILY = Family(
     extra_metrics=moe_metrics,
     takes_options=True,
     own_costs=True,
-    # collectives: an all-to-all's copies need every EP member's inputs (edges across the members)
-    runtime=Runtime(executor="pptl.run.moe:MoEExecutor", check=runnable, collectives=True,
+    # an all-to-all's copies need every EP member's inputs (edges across the members)
+    runtime=Runtime(executor="pptl.run.moe:MoEExecutor", check=runnable,
+                    collectives=frozenset({"A2A_DISPATCH", "A2A_COMBINE"}),
                     kinds=frozenset({"ATTN", "MLP", "WGRAD", "A2A_DISPATCH", "A2A_COMBINE", "OFFLOAD", "ONLOAD"})),
 )

@@ -539,6 +539,7 @@ FAMILY = Family(
     extra_metrics=update_metrics,
     takes_options=True,
     own_costs=True,
-    runtime=Runtime(executor="pptl.run.weight_update:WeightUpdateExecutor", check=runnable, collectives=True,
+    runtime=Runtime(executor="pptl.run.weight_update:WeightUpdateExecutor", check=runnable,
+                    collectives=frozenset({"BCAST", "RELOAD"}),  # RELOAD frees a shared buffer for the next writer
                     kinds=frozenset({"H2D", "COPY", "BCAST", "RELOAD"})),
 )
