@@ -180,10 +180,23 @@ def _label(ax, b, y0: float, h: float, end: float, pt_per_t: float, fs: float,
         ax.text(b.start - 1.5 / pt_per_t, y0 + h / 2, b.label, ha="right", va="center", fontsize=fs,
                 color=colour("text.dark"))
         row_blocks.append((b.start - need, b.start))
-    elif fs - 1 >= MIN_PRINT_PT and _text_width_pt(b.label, fs - 1) + 2 <= h_pt and (fs - 1) * 1.05 <= w_pt:
-        ax.text((b.start + end) / 2, y0 + h / 2, b.label, ha="center", va="center", fontsize=fs - 1, color=ink,
-                rotation=90)
-    # else: no room anywhere; an overprinted label would be worse (--size wider, or the HTML hover, shows it)
+    else:
+        _label_smaller(ax, b, y0, h, end, w_pt, h_pt, fs - 1, ink, bbox)
+
+
+def _label_smaller(ax, b, y0: float, h: float, end: float, w_pt: float, h_pt: float, small: float, ink: str,
+                   bbox: dict | None) -> None:
+    """One point smaller inside (horizontal, else vertical), where neither the block nor its row had
+    room: a close-up whose window also holds other steps' time draws its blocks a little narrower."""
+    if small < MIN_PRINT_PT:
+        return  # no room anywhere; an overprinted label would be worse (--size wider, or the HTML hover, shows it)
+    sw = _text_width_pt(b.label, small)
+    if sw + 2 <= w_pt and small * 1.1 <= h_pt:
+        ax.text((b.start + end) / 2, y0 + h / 2, b.label, ha="center", va="center", fontsize=small, color=ink,
+                bbox=bbox)
+    elif sw + 2 <= h_pt and small * 1.05 <= w_pt:
+        ax.text((b.start + end) / 2, y0 + h / 2, b.label, ha="center", va="center", fontsize=small, color=ink,
+                rotation=90, bbox=bbox)
 
 
 def grid_map(fig_data: MoEFigure, bounds: list[tuple[float, float]], left: float):
