@@ -20,8 +20,9 @@ from pptl.messages import sender_stage
 
 if TYPE_CHECKING:
     from pptl.ir import Op
+    from pptl.optable import OpTable
 
-__all__ = ["deps_of_ops", "deps_of_columns"]
+__all__ = ["deps_of_ops", "deps_of_columns", "deps_of_table"]
 
 _I64 = np.int64
 _FIELDS = attrgetter("kind", "rank", "stage", "mb", "direction", "flow", "pair")
@@ -43,11 +44,6 @@ def deps_of_columns(kind: Sequence[str], rank: Sequence[int], stage: Sequence[in
         return []
     get = _KIND_CODE.get
     k = np.fromiter(map(get, kind, (0,) * n), dtype=np.int8, count=n)
-    r = np.array(rank, dtype=_I64)
-    st = np.array(stage, dtype=_I64)
-    m = np.array(mb, dtype=_I64)
-    d = np.array(direction, dtype=_I64)
-    idx = np.arange(n, dtype=_I64)
     fb = k == 5
     has_pair = np.zeros(n, dtype=bool)
     ps = np.zeros(n, dtype=_I64)
@@ -59,7 +55,6 @@ def deps_of_columns(kind: Sequence[str], rank: Sequence[int], stage: Sequence[in
             if p is not None:
                 has_pair[i] = True
                 ps[i], pm[i], pd[i] = p
-    fbp = fb & has_pair
     # Flow codes: only messages read theirs; "F" and "B" are the two a consumer looks up. Every
     # distinct flow gets a code (those of compute ops too: no message carries them, so no table
     # is built for them), found with one C-level pass instead of a Python loop over the messages.
@@ -67,6 +62,39 @@ def deps_of_columns(kind: Sequence[str], rank: Sequence[int], stage: Sequence[in
     for value in set(flow):
         flows.setdefault(value, len(flows))
     fl = np.fromiter(map(flows.__getitem__, flow), dtype=_I64, count=n)
+    e = _dep_keys(k, np.array(rank, dtype=_I64), np.array(stage, dtype=_I64), np.array(mb, dtype=_I64),
+                  np.array(direction, dtype=_I64), fl, flows, has_pair, ps, pm, pd, num_stages)
+    if e is None:
+        return None
+    return list(zip((e // n).tolist(), (e % n).tolist()))
+
+
+def deps_of_table(table: OpTable, num_stages: int) -> tuple[Any, Any] | None:
+    """The facts of an :class:`pptl.optable.OpTable` as (producers, consumers) int64 arrays,
+    sorted by (producer, consumer), or None when the indices are too wide to pack."""
+    n = table.n
+    if n == 0:
+        return np.zeros(0, dtype=_I64), np.zeros(0, dtype=_I64)
+    k = table.code_of("kind", _KIND_CODE, 0)
+    flows: dict[str, int] = {"F": 0, "B": 1}
+    for value in table.flow_names:
+        flows.setdefault(value, len(flows))
+    lut = np.array([flows[v] for v in table.flow_names] or [0], dtype=_I64)
+    fl = lut[table.flow]
+    e = _dep_keys(k, table.rank, table.stage, table.mb, table.direction, fl, flows, table.has_pair & (k == 5),
+                  table.pair[:, 0], table.pair[:, 1], table.pair[:, 2], num_stages)
+    if e is None:
+        return None
+    return e // n, e % n
+
+
+def _dep_keys(k: Any, r: Any, st: Any, m: Any, d: Any, fl: Any, flows: dict[str, int], has_pair: Any, ps: Any,
+              pm: Any, pd: Any, num_stages: int) -> Any:
+    """The facts as sorted, distinct ``producer * n + consumer`` keys (None: indices too wide)."""
+    n = int(k.size)
+    idx = np.arange(n, dtype=_I64)
+    fb = k == 5
+    fbp = fb & has_pair
 
     # Pack (direction, stage, mb) with room for stage +-1; give up if that overflows int64.
     used = np.concatenate([np.flatnonzero(~fbp), np.flatnonzero(fbp)])
@@ -199,4 +227,4 @@ def deps_of_columns(kind: Sequence[str], rank: Sequence[int], stage: Sequence[in
     e = np.sort(u[keep] * n + v[keep])  # sort and drop repeats: faster here than np.unique's hash table
     if e.size:
         e = e[np.concatenate(([True], e[1:] != e[:-1]))]
-    return list(zip((e // n).tolist(), (e % n).tolist()))
+    return e

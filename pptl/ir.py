@@ -19,7 +19,10 @@ the model (see :mod:`pptl.deps`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
+
+if TYPE_CHECKING:
+    from pptl.optable import OpTable
 
 __all__ = [
     "COMPUTE_KINDS",
@@ -168,6 +171,91 @@ class Schedule:
     """The :class:`pptl.config.Config` it came from (``None`` for imported schedules)."""
     meta: dict[str, Any] = field(default_factory=dict)
     """Family extras: placement, parameter copies, notes; plain JSON values only."""
+
+    @classmethod
+    def from_table(cls, *, family: str, pp: int, num_stages: int, microbatches: int, table: OpTable,
+                   lanes: dict[tuple[int, str], list[int]], dep_arrays: tuple[Any, Any], directions: int = 1,
+                   config: Any = None, meta: dict[str, Any] | None = None, order_hint: Any = None) -> Schedule:
+        """A schedule whose ops are the rows of ``table`` and whose facts are ``dep_arrays``
+        (producers, consumers): ``ops`` and ``deps`` are built only when something reads them.
+
+        ``order_hint``: a claimed topological position per op (a plan file's); the checker uses it
+        only after verifying that every edge goes forward in it.
+        """
+        s = cls.__new__(cls)
+        s.__dict__.update(family=family, pp=pp, num_stages=num_stages, microbatches=microbatches, lanes=lanes,
+                          directions=directions, config=config, meta=dict(meta or {}), _table=table, _table_ops=None,
+                          _dep_arrays=dep_arrays, _deps_list=None, _order_hint=order_hint)
+        return s
+
+    def __getattr__(self, name: str) -> Any:
+        # Reached only when normal lookup fails: the ops or facts of a schedule made from a table.
+        d = self.__dict__
+        if name == "ops" and "_table" in d:
+            ops = d["_table"].ops()
+            d["ops"] = d["_table_ops"] = ops
+            return ops
+        if name == "deps" and "_dep_arrays" in d:
+            u, v = d["_dep_arrays"]
+            deps = list(zip(u.tolist(), v.tolist()))
+            d["deps"] = d["_deps_list"] = deps
+            return deps
+        raise AttributeError(f"'Schedule' object has no attribute '{name}'")
+
+    @property
+    def n_ops(self) -> int:
+        """``len(self.ops)``, without building the ops of a schedule made from a table."""
+        d = self.__dict__
+        ops = d.get("ops")
+        return len(ops) if ops is not None else int(d["_table"].n)
+
+    def attach_table(self, table: OpTable, ops: list[Op]) -> None:
+        """Keep ``table`` as the columns of ``ops`` (what :func:`pptl.optable.table_of` built)."""
+        self.__dict__.update(_table=table, _table_ops=ops)
+
+    def built_table(self) -> OpTable | None:
+        """The ops as columns (:class:`pptl.optable.OpTable`) if the schedule was made from a table
+        or :func:`pptl.optable.table_of` built one for its current ``ops``, else None."""
+        d = self.__dict__
+        t = d.get("_table")
+        ops = d.get("ops")
+        if t is not None and (ops is None or (ops is d.get("_table_ops") and len(ops) == t.n)):
+            return t  # type: ignore[no-any-return]
+        return None
+
+    def has_ops(self) -> bool:
+        """Whether ``ops`` exists as objects (false for a table-made schedule nothing has read yet)."""
+        return "ops" in self.__dict__
+
+    def dep_arrays(self) -> tuple[Any, Any]:
+        """``deps`` as (producers, consumers) int64 arrays (kept while ``deps`` is the same list)."""
+        d = self.__dict__
+        arrs = d.get("_dep_arrays")
+        deps = d.get("deps")
+        if arrs is not None and (deps is None or deps is d.get("_deps_list")):
+            return arrs  # type: ignore[no-any-return]
+        from pptl.columns import edge_arrays
+
+        deps = self.deps
+        arrs = edge_arrays(deps)
+        d["_dep_arrays"], d["_deps_list"] = arrs, deps
+        return arrs
+
+    def order_hint(self) -> Any:
+        """A plan file's claimed topological position per op, or None (unverified: see :meth:`from_table`)."""
+        return self.__dict__.get("_order_hint")
+
+    def copy_with(self, **changes: Any) -> Schedule:
+        """``dataclasses.replace`` that keeps a table-made schedule's table, facts and order hint
+        when neither the ops, the lanes nor the facts change."""
+        d = self.__dict__
+        if "_table" in d and "ops" not in d and not ({"ops", "lanes", "deps"} & changes.keys()):
+            fields = {k: d[k] for k in ("family", "pp", "num_stages", "microbatches", "lanes", "directions",
+                                        "config", "meta")}
+            fields.update(changes)
+            return Schedule.from_table(table=d["_table"], dep_arrays=self.dep_arrays(),
+                                       order_hint=d.get("_order_hint"), **fields)
+        return replace(self, **changes)
 
     def lane_ops(self, rank: int, lane: str) -> list[Op]:
         return [self.ops[i] for i in self.lanes.get((rank, lane), [])]

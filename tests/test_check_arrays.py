@@ -125,3 +125,16 @@ def test_context_reuses_one_set_of_columns() -> None:
     s = build_schedule(Config(schedule="1f1b", pp=2, microbatches=2))
     assert columns.columns(s.ops) is columns.columns(s.ops)
     assert Context(s).schedule is s
+
+
+def test_a_table_made_schedule_reads_as_its_ops():
+    from tests.table_copy import table_made
+
+    s = build_schedule(Config(schedule="dualpipe", pp=4, microbatches=8))
+    t = table_made(s)
+    assert not t.has_ops() and t.n_ops == len(s.ops)
+    assert t.built_table().kinds() == {op.kind for op in s.ops}
+    assert [t.built_table().op(i) for i in range(len(s.ops))] == s.ops  # one row at a time
+    assert not t.has_ops()
+    assert t.deps == s.deps and t.ops == s.ops and t.has_ops()
+    assert t == s

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable
 
+from pptl.columns import Columns, use_arrays
 from pptl.dag import Adjacency, adjacency, build_dag, topological_order
 from pptl.ir import Schedule
 from pptl.messages import message_key
@@ -16,6 +17,7 @@ from pptl.messages import message_key
 if TYPE_CHECKING:
     import networkx as nx
 
+    from pptl.optable import OpTable
     from pptl.simulate import Simulation
 
 __all__ = ["Violation", "Context", "Rule", "WorkIndex", "P2P_MODES"]
@@ -78,7 +80,35 @@ class Context:
     @cached_property
     def kinds(self) -> frozenset[str]:
         """The op kinds present (family rules return at once when theirs are absent)."""
+        if self.table is not None:
+            return self.table.kinds()
         return frozenset(op.kind for op in self.schedule.ops)
+
+    @cached_property
+    def n(self) -> int:
+        """The number of ops (without building them)."""
+        return self.schedule.n_ops
+
+    @cached_property
+    def table(self) -> OpTable | None:
+        """The ops as columns when the rules run on arrays (:func:`pptl.columns.use_arrays`), else None.
+
+        A rule's array path returns what its plain path would; ``schedule.ops`` is built only when a
+        rule has something to report (a table-made schedule has no ``Op`` objects until then).
+        """
+        if not use_arrays(self.n):
+            return None
+        from pptl.optable import table_of  # numpy: only for schedules the array paths serve
+
+        try:
+            return table_of(self.schedule)
+        except (OverflowError, TypeError, ValueError):  # an index wider than int64: the plain paths
+            return None
+
+    @cached_property
+    def columns(self) -> Columns | None:
+        """:attr:`table` in the fixed codes of :mod:`pptl.columns` (None when rules run on objects)."""
+        return self.table.columns if self.table is not None else None
 
     @cached_property
     def work(self) -> WorkIndex:

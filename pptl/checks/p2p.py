@@ -28,7 +28,7 @@ from itertools import chain
 from typing import Any, Iterator
 
 from pptl.checks.base import Context, Violation
-from pptl.columns import KIND_CODE, LANE_CODE, Columns, columns, edge_arrays, use_arrays
+from pptl.columns import KIND_CODE, LANE_CODE, Columns, edge_arrays
 from pptl.ir import Schedule
 from pptl.issue_order import given_program
 from pptl.messages import message_key
@@ -197,8 +197,8 @@ def p2p_deadlock(ctx: Context) -> list[Violation]:
     if prog is None or not ctx.kinds & _COMM_SET:
         return []
     rep = _rendezvous(s, _ctx_channels(ctx)) if mode != "nonblocking" else {}
-    n = len(s.ops)
-    cols = columns(s.ops) if use_arrays(n) else None
+    n = ctx.n
+    cols = ctx.columns
     if cols is not None:
         left = _left_in_cycles_arrays(s, cols, mode, prog, rep)
     else:

@@ -1,0 +1,207 @@
+"""A schedule's ops as one table of numpy columns: what large plans are built, read, checked and
+written as, so that no ``Op`` object exists unless a rule reports one or a renderer draws it.
+
+A :class:`pptl.ir.Schedule` made with :meth:`pptl.ir.Schedule.from_table` holds its ops here and
+builds ``schedule.ops`` (the ``Op`` list every other module reads) only when something asks for it;
+:func:`table_of` gives the table of any schedule (building it once from the ops when it has none).
+
+String fields (kind, lane, flow, label, cost) are stored as small integer codes into a tuple of
+names per field, in first-seen order; integer fields as int64; ``pair`` as an (n, 3) array plus a
+mask of the ops that have one; ``payload`` as float64. Fields every op leaves at its default are
+still full columns (cheap, and no reader needs a special case).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from itertools import repeat
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+import numpy as np
+
+from pptl.columns import FLOW_CODE, KIND_CODE, LANE_CODE, Columns
+from pptl.ir import Op
+
+if TYPE_CHECKING:
+    from pptl.ir import Schedule
+
+__all__ = ["OpTable", "table_of", "dep_arrays", "lane_edge_arrays", "encode"]
+
+_I64 = np.int64
+#: The integer fields, with their defaults.
+INT_FIELDS = (("stage", -1), ("mb", -1), ("direction", 0), ("chunk", -1), ("peer", -1), ("sub", -1))
+#: The string fields, with their defaults (kind and lane have none).
+STR_FIELDS = (("kind", None), ("lane", None), ("flow", ""), ("label", ""), ("cost", ""))
+
+
+def encode(values: Sequence[str]) -> tuple[Any, tuple[str, ...]]:
+    """(codes, names): ``names`` in first-seen order, ``codes[i]`` the position of ``values[i]``."""
+    names = tuple(dict.fromkeys(values))
+    code = {v: k for k, v in enumerate(names)}
+    return np.fromiter(map(code.__getitem__, values), dtype=np.int32, count=len(values)), names
+
+
+@dataclass(frozen=True, eq=False)
+class OpTable:
+    """Every op of a schedule, one column per :class:`pptl.ir.Op` field, indexed like ``schedule.ops``."""
+
+    kind: Any
+    kind_names: tuple[str, ...]
+    rank: Any
+    lane: Any
+    lane_names: tuple[str, ...]
+    stage: Any
+    mb: Any
+    direction: Any
+    chunk: Any
+    peer: Any
+    sub: Any
+    flow: Any
+    flow_names: tuple[str, ...]
+    label: Any
+    label_names: tuple[str, ...]
+    cost: Any
+    cost_names: tuple[str, ...]
+    pair: Any
+    """(n, 3) int64: stage, mb, direction of the B half (rows without a pair hold -1)."""
+    has_pair: Any
+    """bool per op: whether ``pair`` is set."""
+    payload: Any
+    """float64 per op."""
+
+    @property
+    def n(self) -> int:
+        return int(self.kind.size)
+
+    # --- building -------------------------------------------------------------------------------
+
+    @staticmethod
+    def from_ops(ops: Sequence[Op]) -> OpTable:
+        """The table of an ``Op`` list (one pass per field)."""
+        n = len(ops)
+        strs = {name: encode(list(map(attrgetter(name), ops))) for name, _ in STR_FIELDS}
+        ints = {name: np.fromiter(map(attrgetter(name), ops), dtype=_I64, count=n)
+                for name in ("rank", *(f for f, _ in INT_FIELDS))}
+        pairs = list(map(attrgetter("pair"), ops))
+        return OpTable.of_columns(n, strs, ints, pairs, np.fromiter(map(attrgetter("payload"), ops), dtype=np.float64,
+                                                                  count=n))
+
+    @staticmethod
+    def of_columns(n: int, strs: dict[str, tuple[Any, tuple[str, ...]]], ints: dict[str, Any],
+                   pairs: Sequence[Sequence[int] | None] | None, payload: Any) -> OpTable:
+        """A table from encoded string columns (:data:`STR_FIELDS`), int64 columns (rank and
+        :data:`INT_FIELDS`), the pairs (None: no op has one) and the payloads (None: all zero)."""
+        pair = np.full((n, 3), -1, dtype=_I64)
+        has_pair = np.zeros(n, dtype=bool)
+        if pairs is not None:
+            for i, p in enumerate(pairs):
+                if p is not None:
+                    pair[i] = p
+                    has_pair[i] = True
+        return OpTable(
+            kind=strs["kind"][0], kind_names=strs["kind"][1], rank=ints["rank"],
+            lane=strs["lane"][0], lane_names=strs["lane"][1],
+            stage=ints["stage"], mb=ints["mb"], direction=ints["direction"], chunk=ints["chunk"],
+            peer=ints["peer"], sub=ints["sub"],
+            flow=strs["flow"][0], flow_names=strs["flow"][1], label=strs["label"][0], label_names=strs["label"][1],
+            cost=strs["cost"][0], cost_names=strs["cost"][1], pair=pair, has_pair=has_pair,
+            payload=payload if payload is not None else np.zeros(n, dtype=np.float64))
+
+    @staticmethod
+    def concat(parts: Iterable[OpTable]) -> OpTable:
+        """The ops of ``parts`` one after the other (codes re-numbered onto merged name tables)."""
+        parts = list(parts)
+        merged: dict[str, Any] = {}
+        for name, _ in STR_FIELDS:
+            names: dict[str, int] = {}
+            codes = []
+            for p in parts:
+                own = getattr(p, f"{name}_names")
+                remap = np.array([names.setdefault(v, len(names)) for v in own] or [0], dtype=np.int32)
+                codes.append(remap[getattr(p, name)])
+            merged[name] = np.concatenate(codes) if codes else np.zeros(0, dtype=np.int32)
+            merged[f"{name}_names"] = tuple(names)
+        for name in ("rank", "stage", "mb", "direction", "chunk", "peer", "sub", "has_pair", "payload"):
+            merged[name] = np.concatenate([getattr(p, name) for p in parts])
+        merged["pair"] = np.concatenate([p.pair for p in parts]).reshape(-1, 3)
+        return OpTable(**merged)
+
+    # --- reading --------------------------------------------------------------------------------
+
+    def strings(self, name: str) -> list[str]:
+        """One string field as a list, op by op."""
+        names = getattr(self, f"{name}_names")
+        return list(map(names.__getitem__, getattr(self, name).tolist()))
+
+    def pairs(self) -> list[tuple[int, int, int] | None]:
+        out: list[tuple[int, int, int] | None] = [None] * self.n
+        for i in np.flatnonzero(self.has_pair).tolist():
+            s, m, d = self.pair[i].tolist()
+            out[i] = (s, m, d)
+        return out
+
+    def ops(self) -> list[Op]:
+        """The ``Op`` of every row (what ``schedule.ops`` is when something asks for it)."""
+        n = self.n
+        tl = np.ndarray.tolist
+        return list(map(Op, self.strings("kind"), tl(self.rank), self.strings("lane"), tl(self.stage), tl(self.mb),
+                        tl(self.direction), tl(self.chunk), self.pairs() if self.has_pair.any() else repeat(None, n),
+                        tl(self.peer), self.strings("flow"), tl(self.sub), self.strings("label"), tl(self.payload),
+                        self.strings("cost")))
+
+    def op(self, i: int) -> Op:
+        """Row ``i`` as an ``Op`` (for a rule's message), without building the others."""
+        p = tuple(self.pair[i].tolist()) if self.has_pair[i] else None
+        return Op(self.kind_names[self.kind[i]], int(self.rank[i]), self.lane_names[self.lane[i]], int(self.stage[i]),
+                  int(self.mb[i]), int(self.direction[i]), int(self.chunk[i]), p,  # type: ignore[arg-type]
+                  int(self.peer[i]), self.flow_names[self.flow[i]], int(self.sub[i]), self.label_names[self.label[i]],
+                  float(self.payload[i]), self.cost_names[self.cost[i]])
+
+    def kinds(self) -> frozenset[str]:
+        """The kinds present."""
+        present = np.unique(self.kind).tolist() if self.n else []
+        return frozenset(self.kind_names[c] for c in present)
+
+    def code_of(self, field: str, table: dict[str, int], other: int) -> Any:
+        """A string field re-coded through ``table`` (names not in it get ``other``)."""
+        names = getattr(self, f"{field}_names")
+        lut = np.array([table.get(v, other) for v in names] or [other], dtype=np.int8)
+        return lut[getattr(self, field)]
+
+    @cached_property
+    def columns(self) -> Columns:
+        """The fixed-code view the array passes of :mod:`pptl.columns` read."""
+        return Columns(kind=self.code_of("kind", KIND_CODE, 0), rank=self.rank, lane=self.code_of("lane", LANE_CODE, 3),
+                       stage=self.stage, mb=self.mb, direction=self.direction, peer=self.peer,
+                       flow=self.code_of("flow", FLOW_CODE, 3))
+
+
+def table_of(schedule: Schedule) -> OpTable:
+    """The schedule's table: the one it was made from, else built from its ops once (and kept
+    while ``schedule.ops`` is the same list)."""
+    t = schedule.built_table()
+    if t is None:
+        ops = schedule.ops
+        t = OpTable.from_ops(ops)
+        schedule.attach_table(t, ops)
+    return t
+
+
+def dep_arrays(schedule: Schedule) -> tuple[Any, Any]:
+    """The schedule's data facts as (producers, consumers) int64 arrays."""
+    return schedule.dep_arrays()
+
+
+def lane_edge_arrays(schedule: Schedule) -> tuple[Any, Any]:
+    """Consecutive ops on each (rank, lane), as (earlier, later) int64 arrays."""
+    us: list[Any] = []
+    vs: list[Any] = []
+    for order in schedule.lanes.values():
+        if len(order) > 1:
+            a = np.asarray(order, dtype=_I64)
+            us.append(a[:-1])
+            vs.append(a[1:])
+    if not us:
+        return np.zeros(0, dtype=_I64), np.zeros(0, dtype=_I64)
+    return np.concatenate(us), np.concatenate(vs)
