@@ -26,7 +26,7 @@ from pptl.ir import Op
 if TYPE_CHECKING:
     from pptl.ir import Schedule
 
-__all__ = ["OpTable", "table_of", "dep_arrays", "lane_edge_arrays", "encode"]
+__all__ = ["OpTable", "table_of", "dep_arrays", "lane_edge_arrays", "encode", "verified_order"]
 
 _I64 = np.int64
 #: The integer fields, with their defaults.
@@ -205,3 +205,21 @@ def lane_edge_arrays(schedule: Schedule) -> tuple[Any, Any]:
     if not us:
         return np.zeros(0, dtype=_I64), np.zeros(0, dtype=_I64)
     return np.concatenate(us), np.concatenate(vs)
+
+
+def verified_order(schedule: Schedule, hint: Any) -> list[int] | None:
+    """The ops sorted by ``hint`` (a claimed topological position per op), when every edge of the
+    graph (the facts and each lane's order) goes strictly forward in it; else None.
+
+    A plan file carries such a hint; checking it is one comparison per edge, where finding an
+    order is a walk over every op. The hint is never trusted: a graph with a cycle has no
+    labelling in which every edge goes forward, so a passing hint proves the graph acyclic.
+    """
+    n = schedule.n_ops
+    hint = np.asarray(hint)
+    if hint.shape != (n,) or hint.dtype.kind not in "iu":
+        return None
+    for u, v in (schedule.dep_arrays(), lane_edge_arrays(schedule)):
+        if u.size and not (hint[u] < hint[v]).all():
+            return None
+    return np.argsort(hint, kind="stable").tolist()  # type: ignore[no-any-return]

@@ -44,6 +44,8 @@ class PlanResult:
     metrics: dict
     title: str
     violations: list[Violation] = field(default_factory=list)
+    order: list[int] | None = None
+    """A topological order of the ops (the checker's), written into large plan files."""
 
     @property
     def valid(self) -> bool:
@@ -180,7 +182,7 @@ def _plan_schedule(schedule: Schedule, *, family: Family | None, header: dict[st
     title = title_of(schedule, sim.makespan, metrics["bubble_fraction"])
     schedule.meta.setdefault("title", title)
     metrics["violations"] = [v.to_dict() for v in violations]
-    return PlanResult(schedule, sim, family, metrics, title, violations)
+    return PlanResult(schedule, sim, family, metrics, title, violations, ctx.order)
 
 
 def timeline_of(loaded: Loaded) -> Timeline | None:
@@ -209,7 +211,7 @@ def write_plan(result: PlanResult, path: Path) -> None:
     check_writable(path)
     sim = result.simulation
     times = PlanTimes(sim.start, sim.end, sim.timeline_meta()) if sim is not None else None
-    text = dumps(plan_to_dict(result.schedule, times=times, metrics=result.metrics))
+    text = dumps(plan_to_dict(result.schedule, times=times, metrics=result.metrics, topo=result.order))
     if str(path).lower().endswith(".gz"):
         import gzip
 

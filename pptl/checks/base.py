@@ -68,7 +68,15 @@ class Context:
 
     @cached_property
     def order(self) -> list[int] | None:
-        """A topological order, or None when the DAG has a cycle."""
+        """A topological order, or None when the DAG has a cycle (a plan file's order, once
+        verified edge by edge, saves the walk: :func:`pptl.optable.verified_order`)."""
+        hint = self.schedule.order_hint()
+        if hint is not None:
+            from pptl.optable import verified_order
+
+            order = verified_order(self.schedule, hint)
+            if order is not None:
+                return order
         return topological_order(self.adjacency)
 
     @cached_property

@@ -165,6 +165,9 @@ def paired_self_dependency(ctx: Context) -> list[Violation]:
     bad: dict[int, list[Op]] = {}
     if "F" not in ctx.kinds:
         return []
+    t = ctx.table
+    if t is not None and not t.has_pair.any():
+        return []  # no paired step at all (read off the table: no op built)
     for op in ctx.schedule.ops:
         if op.kind == "F" and op.pair is not None and op.pair[1] == op.mb and op.pair[2] == op.direction:
             bad.setdefault(op.rank, []).append(op)

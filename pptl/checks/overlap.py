@@ -21,6 +21,8 @@ def fb_self_dependency(ctx: Context) -> list[Violation]:
     fixtures/invalid/dualpipe_fb_self_dependency.json. Notes: O(ops).
     """
     out: list[Violation] = []
+    if "FB" not in ctx.kinds:
+        return out
     for op in ctx.schedule.ops:
         if op.kind != "FB" or op.pair is None:
             continue

@@ -13,8 +13,9 @@ import math
 from itertools import chain
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, TypeGuard
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeGuard
 
+from pptl.columns import use_arrays
 from pptl.config import MAX_OPS, config_from_mapping
 from pptl.deps import training_deps, training_deps_again, training_deps_columns
 from pptl.errors import InputError
@@ -22,6 +23,9 @@ from pptl.fileio import MAX_FILE_BYTES, read_bounded
 from pptl.formats.structured import read_structured
 from pptl.formats.timeline import timeline_from_dict
 from pptl.ir import Op, Schedule, ScheduleBuilder
+
+if TYPE_CHECKING:
+    from pptl.optable import OpTable
 from pptl.schedules._moe_meta import MoEMeta
 from pptl.schedules._pipeline_meta import PipelineMeta
 from pptl.schedules._weight_update_meta import WeightUpdateMeta
@@ -59,7 +63,7 @@ class PlanTimes:
 
 
 def plan_to_dict(schedule: Schedule, *, timeline: Timeline | None = None, metrics: Mapping[str, Any] | None = None,
-                 times: PlanTimes | None = None) -> dict[str, Any]:
+                 times: PlanTimes | None = None, topo: Sequence[int] | None = None) -> dict[str, Any]:
     """Serialise a schedule (format version 2).
 
     Training dependencies are not stored (they are derived from the ops on load); family-specific
@@ -67,9 +71,13 @@ def plan_to_dict(schedule: Schedule, *, timeline: Timeline | None = None, metric
     come from ``times`` (cheap: what the simulator computed) or from ``timeline``; a timeline whose
     events are not the schedule's ops is stored whole, as in version 1.
     """
-    ops = schedule.ops
     lanes = schedule.lanes
     keys = sorted(lanes)
+    if use_arrays(schedule.n_ops):
+        written = _table_to_dict(schedule, keys, times, topo)
+        if written is not None:
+            return _finish(written, schedule, keys, timeline, metrics)
+    ops = schedule.ops
     order = list(chain.from_iterable(map(lanes.__getitem__, keys)))
     seq = list(map(ops.__getitem__, order))
     n = len(seq)
@@ -107,6 +115,29 @@ def plan_to_dict(schedule: Schedule, *, timeline: Timeline | None = None, metric
                 position[i] = pos
             derived = set(derived_list)
             extra = sorted((position[u], position[v]) for u, v in schedule.deps if (u, v) not in derived)
+    if times is None and timeline is not None:
+        times = _times_of(schedule, timeline)
+    written = _Written(columns, [x for e in extra for x in e], None, None)
+    if times is not None:
+        written.timeline = {"meta": timeline_meta_dict(times.meta),
+                            "start": _compact(list(map(times.start.__getitem__, order))),
+                            "end": _compact(list(map(times.end.__getitem__, order)))}
+    return _finish(written, schedule, keys, timeline, metrics)
+
+
+class _Written:
+    """What differs between the object and the table writers: the op columns, the extra facts, the
+    planned times and the topological positions, all in file order."""
+
+    __slots__ = ("columns", "deps", "timeline", "order")
+
+    def __init__(self, columns: dict[str, Any], deps: list[int], timeline: dict[str, Any] | None,
+                 order: list[int] | None) -> None:
+        self.columns, self.deps, self.timeline, self.order = columns, deps, timeline, order
+
+
+def _finish(written: _Written, schedule: Schedule, keys: list[tuple[int, str]], timeline: Timeline | None,
+            metrics: Mapping[str, Any] | None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "format": PLAN_FORMAT,
         "version": PLAN_VERSION,
@@ -115,20 +146,105 @@ def plan_to_dict(schedule: Schedule, *, timeline: Timeline | None = None, metric
                      "microbatches": schedule.microbatches, "directions": schedule.directions,
                      "meta": schedule.meta},
         "lanes": [{"rank": r, "lane": lane, "count": len(schedule.lanes[(r, lane)])} for r, lane in keys],
-        "ops": columns,
-        "deps": [x for e in extra for x in e],
+        "ops": written.columns,
+        "deps": written.deps,
     }
-    if times is None and timeline is not None:
-        times = _times_of(schedule, timeline)
-        if times is None:
-            out["timeline"] = timeline.to_dict()
-    if times is not None:
-        meta = timeline_meta_dict(times.meta)
-        out["timeline"] = {"meta": meta, "start": _compact(list(map(times.start.__getitem__, order))),
-                           "end": _compact(list(map(times.end.__getitem__, order)))}
+    if written.order is not None:
+        out["order"] = written.order
+    if written.timeline is not None:
+        out["timeline"] = written.timeline
+    elif timeline is not None:
+        out["timeline"] = timeline.to_dict()  # its events are not the schedule's ops: stored whole
     if metrics is not None:
         out["metrics"] = dict(metrics)
     return out
+
+
+def _table_to_dict(schedule: Schedule, keys: list[tuple[int, str]], times: PlanTimes | None,
+                   topo: Sequence[int] | None) -> _Written | None:
+    """:func:`plan_to_dict`'s columns, facts and times from the schedule's table (the same JSON
+    as the object writer, without an ``Op`` per row), or None when the facts cannot be derived on
+    arrays."""
+    if times is None and timeline is not None:
+        return None  # the times come from matching events to op ids: the object writer's job
+    import numpy as np
+
+    from pptl._deps_np import deps_of_table
+    from pptl.optable import table_of
+
+    t = table_of(schedule)
+    n = t.n
+    lanes = schedule.lanes
+    order = np.fromiter(chain.from_iterable(map(lanes.__getitem__, keys)), dtype=np.int64, count=n)
+
+    def names_at(name: str) -> list[str]:
+        table = getattr(t, f"{name}_names")
+        return [table[c] for c in np.unique(getattr(t, name)).tolist()] if n else []
+
+    rare_default = (set(names_at("label")) <= {""} and set(names_at("cost")) <= {""}
+                    and not (t.direction != 0).any() and not (t.sub != -1).any() and not t.has_pair.any()
+                    and not (t.payload != 0.0).any())
+    columns: dict[str, Any] = {}
+    for name, text_default in _STR_COLUMNS:
+        if rare_default and name in _RARE_NAMES:
+            continue
+        codes = getattr(t, name)[order]
+        table = getattr(t, f"{name}_names")
+        used, first = np.unique(codes, return_index=True)
+        if text_default is not None and all(table[c] == text_default for c in used.tolist()):
+            continue  # all default (or no ops): left out
+        seen = used[np.argsort(first, kind="stable")]  # codes in first-seen order, as the table lists them
+        remap = np.zeros(max(len(table), 1), dtype=np.int64)
+        remap[seen] = np.arange(seen.size)
+        columns[name] = {"values": [table[c] for c in seen.tolist()], "index": remap[codes].tolist()}
+    for name, default in _INT_COLUMNS:
+        if rare_default and name in _RARE_NAMES:
+            continue
+        values = getattr(t, name)[order]
+        if (values != default).any():
+            columns[name] = values.tolist()
+    if not rare_default:
+        has = t.has_pair[order]
+        if has.any():
+            rows = t.pair[order].tolist()
+            columns["pair"] = [p if h else None for p, h in zip(rows, has.tolist())]
+        payload = t.payload[order]
+        if (payload != 0.0).any():
+            columns["payload"] = _compact_array(payload)
+    position = np.empty(n, dtype=np.int64)
+    position[order] = np.arange(n, dtype=np.int64)
+    extra: list[int] = []
+    u, v = schedule.dep_arrays()
+    if u.size:
+        derived = deps_of_table(t, schedule.num_stages)
+        if derived is None:
+            return None
+        du, dv = derived
+        if not (du.size == u.size and (du == u).all() and (dv == v).all()):
+            keep = ~np.isin(u * n + v, du * n + dv)
+            pu, pv = position[u[keep]], position[v[keep]]
+            by = np.lexsort((pv, pu))
+            extra = np.stack([pu[by], pv[by]], axis=1).ravel().tolist()
+    written = _Written(columns, extra, None, None)
+    if times is not None:
+        written.timeline = {"meta": timeline_meta_dict(times.meta),
+                            "start": _compact_array(np.asarray(times.start, dtype=np.float64)[order]),
+                            "end": _compact_array(np.asarray(times.end, dtype=np.float64)[order])}
+    if topo is not None and len(topo) == n:
+        rank_in = np.empty(n, dtype=np.int64)
+        rank_in[np.asarray(topo, dtype=np.int64)] = np.arange(n, dtype=np.int64)
+        written.order = rank_in[order].tolist()
+    return written
+
+
+def _compact_array(values: Any) -> list[float] | list[int]:
+    """:func:`_compact` of a float64 array."""
+    import numpy as np
+
+    if values.size and np.isfinite(values).all() and np.abs(values).max() < 2.0 ** 53:
+        if (values == np.trunc(values)).all():
+            return values.astype(np.int64).tolist()  # type: ignore[no-any-return]
+    return _compact(values.tolist())
 
 
 def timeline_meta_dict(meta: TimelineMeta) -> dict[str, Any]:
@@ -239,17 +355,23 @@ def read_plan_dict(data: Any, *, source: str = "<plan>") -> tuple[Schedule, Call
             raise InputError(f"{source}: field 'config': expected an object")
         cfg = config_from_mapping(data["config"], source=f"{source}: config")
     derived: list[tuple[int, int]] | None = None
+    raw_deps = data.get("deps", [])
+    if not isinstance(raw_deps, list):
+        raise InputError(f"{source}: field 'deps': expected a list of producer, consumer op positions")
     if version == 1:
         ops, lanes = _ops_v1(data, source)
     else:
-        ops, lanes, derived = _ops_v2(data, source, sizes["num_stages"])
+        raw = _raw_v2(data, source)
+        if use_arrays(raw.n):
+            made = _from_table(raw, raw_deps, data.get("order"), family=family, sizes=sizes, cfg=cfg, meta=meta,
+                               source=source)
+            if made is not None:
+                return made, _timeline_reader(data, made, version, source)
+        ops, lanes, derived = _ops_v2(raw, sizes["num_stages"])
     n = len(ops)
     if derived is None:
         derived = training_deps(ops, sizes["num_stages"])
     deps: dict[tuple[int, int], None] = dict.fromkeys(derived)
-    raw_deps = data.get("deps", [])
-    if not isinstance(raw_deps, list):
-        raise InputError(f"{source}: field 'deps': expected a list of producer, consumer op positions")
     if version == 1:
         for k, e in enumerate(raw_deps):
             if not (isinstance(e, list) and len(e) == 2 and all(_is_int(x) and 0 <= x < n for x in e)):
@@ -263,12 +385,52 @@ def read_plan_dict(data: Any, *, source: str = "<plan>") -> tuple[Schedule, Call
     schedule = Schedule(family=family, pp=sizes["pp"], num_stages=sizes["num_stages"],
                         microbatches=sizes["microbatches"], ops=ops, lanes=lanes, deps=list(deps),
                         directions=sizes["directions"], config=cfg, meta=dict(meta))
+    return schedule, _timeline_reader(data, schedule, version, source)
+
+
+def _timeline_reader(data: Mapping[str, Any], schedule: Schedule, version: int,
+                     source: str) -> Callable[[], Timeline | None]:
     raw_timeline = data.get("timeline")
     if raw_timeline is None:
-        return schedule, lambda: None
+        return lambda: None
     if isinstance(raw_timeline, Mapping) and "format" not in raw_timeline and version >= 2:
-        return schedule, lambda: _timeline_v2(raw_timeline, schedule, source)
-    return schedule, lambda: timeline_from_dict(raw_timeline, source=f"{source}: timeline")
+        return lambda: _timeline_v2(raw_timeline, schedule, source)
+    return lambda: timeline_from_dict(raw_timeline, source=f"{source}: timeline")
+
+
+def _from_table(raw: _RawColumns, raw_deps: list[Any], raw_order: Any, *, family: str, sizes: dict[str, int],
+                cfg: Any, meta: Mapping[str, Any], source: str) -> Schedule | None:
+    """A large plan as a table-made schedule (no ``Op`` objects until something reads them), or
+    None when the facts cannot be derived on arrays (then the caller builds the ops)."""
+    import numpy as np
+
+    from pptl._deps_np import deps_of_table
+
+    n = raw.n
+    table = _table_v2(raw)
+    derived = deps_of_table(table, sizes["num_stages"])
+    if derived is None:
+        return None
+    if len(raw_deps) % 2 or not all(_is_int(x) and 0 <= x < n for x in raw_deps):
+        raise InputError(f"{source}: field 'deps': expected an even-length list of op positions in 0..{n - 1}")
+    u, v = derived
+    if raw_deps:
+        # The extra facts after the derived ones, each once, in file order (as the object path keeps them).
+        flat = np.asarray(raw_deps, dtype=np.int64)
+        keys = flat[0::2] * n + flat[1::2]
+        _, first = np.unique(keys, return_index=True)
+        keys = keys[np.sort(first)]
+        keys = keys[~np.isin(keys, u * n + v)]
+        u, v = np.concatenate([u, keys // n]), np.concatenate([v, keys % n])
+    hint = None
+    if raw_order is not None:
+        if not isinstance(raw_order, list) or len(raw_order) != n or (n and set(map(type, raw_order)) != {int}):
+            raise InputError(f"{source}: field 'order': expected a list of {n} integers (a topological position "
+                             "per op, in file order)")
+        hint = np.asarray(raw_order, dtype=np.int64)
+    return Schedule.from_table(family=family, pp=sizes["pp"], num_stages=sizes["num_stages"],
+                               microbatches=sizes["microbatches"], table=table, lanes=raw.lanes, dep_arrays=(u, v),
+                               directions=sizes["directions"], config=cfg, meta=dict(meta), order_hint=hint)
 
 
 def _is_int(x: Any) -> TypeGuard[int]:
@@ -299,18 +461,32 @@ def _ops_v1(data: Mapping[str, Any], source: str) -> tuple[list[Op], dict[tuple[
     return b.ops, b.lanes
 
 
-def _ops_v2(data: Mapping[str, Any], source: str, num_stages: int
-            ) -> tuple[list[Op], dict[tuple[int, str], list[int]], list[tuple[int, int]] | None]:
-    """The ops, the lanes, and the training facts derived from the columns (None: derive from the ops)."""
+class _RawColumns:
+    """A version 2 file's op columns, validated but not yet turned into ops: each string field as
+    (index list, value table), each integer field as a list, pairs and payloads (None: absent)."""
+
+    __slots__ = ("n", "lanes", "lane_rank", "lane_name", "lane_count", "strs", "ints", "pairs", "payloads")
+
+    def __init__(self, n: int, lanes: dict[tuple[int, str], list[int]], lane_rank: list[int], lane_name: list[str],
+                 lane_count: list[int], strs: dict[str, tuple[list[int], list[str]] | None],
+                 ints: dict[str, list[int] | None], pairs: list[tuple[int, int, int] | None] | None,
+                 payloads: list[float] | None) -> None:
+        self.n, self.lanes, self.lane_rank, self.lane_name, self.lane_count = n, lanes, lane_rank, lane_name, lane_count
+        self.strs, self.ints, self.pairs, self.payloads = strs, ints, pairs, payloads
+
+
+def _raw_v2(data: Mapping[str, Any], source: str) -> _RawColumns:
     raw_lanes = data.get("lanes")
     if not isinstance(raw_lanes, list):
         raise InputError(f"{source}: field 'lanes': expected a list of {{rank, lane, count}}")
     total = sum(e["count"] for e in raw_lanes if isinstance(e, Mapping) and _is_int(e.get("count")) and e["count"] > 0)
     if total > MAX_OPS:
         raise InputError(f"{source}: {total:,} ops, more than the {MAX_OPS:,} pptl accepts")
-    ranks: list[int] = []
-    lane_col: list[str] = []
     lanes: dict[tuple[int, str], list[int]] = {}
+    lane_rank: list[int] = []
+    lane_name: list[str] = []
+    lane_count: list[int] = []
+    n = 0
     for li, entry in enumerate(raw_lanes):
         where = f"{source}: lanes[{li}]"
         if not isinstance(entry, Mapping):
@@ -322,10 +498,11 @@ def _ops_v2(data: Mapping[str, Any], source: str, num_stages: int
             raise InputError(f"{where}.lane: got {lane!r}, expected a lane name")
         if not _is_int(count) or count < 0:
             raise InputError(f"{where}.count: got {count!r}, expected an integer >= 0")
-        lanes.setdefault((rank, lane), []).extend(range(len(ranks), len(ranks) + count))
-        ranks += [rank] * count
-        lane_col += [lane] * count
-    n = len(ranks)
+        lanes.setdefault((rank, lane), []).extend(range(n, n + count))
+        lane_rank.append(rank)
+        lane_name.append(lane)
+        lane_count.append(count)
+        n += count
     cols = data.get("ops")
     if not isinstance(cols, Mapping):
         raise InputError(f"{source}: field 'ops': expected an object of columns (kind, stage, mb, ...)")
@@ -335,26 +512,26 @@ def _ops_v2(data: Mapping[str, Any], source: str, num_stages: int
         raise InputError(f"{source}: ops.{unknown[0]}: unknown column; known: {', '.join(sorted(known))}")
     if "kind" not in cols:
         raise InputError(f"{source}: ops.kind: required (the kind of every op)")
-    values: dict[str, list[Any]] = {}
-    for name, default in _STR_COLUMNS:
-        values[name] = _str_column(cols.get(name), n, default or "", f"{source}: ops.{name}")
-    if not all(values["kind"]):
+    strs = {name: _str_column(cols.get(name), n, f"{source}: ops.{name}") for name, _ in _STR_COLUMNS}
+    kinds = strs["kind"]
+    empty = {k for k, v in enumerate(kinds[1]) if not v} if kinds is not None else set()
+    if kinds is not None and empty and not empty.isdisjoint(kinds[0]):
         raise InputError(f"{source}: ops.kind: got an empty kind, expected an op kind such as F")
-    for name, int_default in _INT_COLUMNS:
+    ints: dict[str, list[int] | None] = {}
+    for name, _ in _INT_COLUMNS:
         col = cols.get(name)
         if col is None:
-            values[name] = [int_default] * n
+            ints[name] = None
             continue
         if not isinstance(col, list) or len(col) != n:
             raise InputError(f"{source}: ops.{name}: expected a list of {n} integers")
         if (n and set(map(type, col)) != {int}) or (n and (min(col) < -_MAX_INDEX or max(col) > _MAX_INDEX)):
             bad = next(v for v in col if type(v) is not int or abs(v) > _MAX_INDEX)
             raise InputError(f"{source}: ops.{name}: got {bad!r}, expected integers in -{_MAX_INDEX}..{_MAX_INDEX}")
-        values[name] = col
+        ints[name] = col
     pair = cols.get("pair")
-    if pair is None:
-        pairs: list[tuple[int, int, int] | None] = [None] * n
-    else:
+    pairs: list[tuple[int, int, int] | None] | None = None
+    if pair is not None:
         if not isinstance(pair, list) or len(pair) != n:
             raise InputError(f"{source}: ops.pair: expected a list of {n} entries, each null or [stage, mb, direction]")
         pairs = []
@@ -366,26 +543,80 @@ def _ops_v2(data: Mapping[str, Any], source: str, num_stages: int
             else:
                 raise InputError(f"{source}: ops.pair: got {p!r}, expected null or [stage, mb, direction]")
     payload = cols.get("payload")
-    if payload is None:
-        payloads: list[float] = [0.0] * n
-    else:
+    payloads: list[float] | None = None
+    if payload is not None:
         if not isinstance(payload, list) or len(payload) != n:
             raise InputError(f"{source}: ops.payload: expected a list of {n} numbers")
         for v in payload:
             if type(v) not in (int, float) or not 0 <= v < math.inf:
                 raise InputError(f"{source}: ops.payload: got {v!r}, expected a finite number >= 0")
         payloads = [float(v) for v in payload]
+    return _RawColumns(n, lanes, lane_rank, lane_name, lane_count, strs, ints, pairs, payloads)
+
+
+def _ops_v2(raw: _RawColumns, num_stages: int
+            ) -> tuple[list[Op], dict[tuple[int, str], list[int]], list[tuple[int, int]] | None]:
+    """The ops, the lanes, and the training facts derived from the columns (None: derive from the ops)."""
+    n = raw.n
+    ranks: list[int] = []
+    lane_col: list[str] = []
+    for rank, lane, count in zip(raw.lane_rank, raw.lane_name, raw.lane_count):
+        ranks += [rank] * count
+        lane_col += [lane] * count
+    values: dict[str, list[Any]] = {}
+    for name, default in _STR_COLUMNS:
+        col = raw.strs[name]
+        values[name] = [default or ""] * n if col is None else list(map(col[1].__getitem__, col[0]))
+    for name, int_default in _INT_COLUMNS:
+        ints = raw.ints[name]
+        values[name] = [int_default] * n if ints is None else ints
+    pairs = raw.pairs if raw.pairs is not None else [None] * n
+    payloads = raw.payloads if raw.payloads is not None else [0.0] * n
     ops = list(map(Op, values["kind"], ranks, lane_col, values["stage"], values["mb"], values["direction"],
                    values["chunk"], pairs, values["peer"], values["flow"], values["sub"], values["label"],
                    payloads, values["cost"]))
     derived = training_deps_columns(values["kind"], ranks, values["stage"], values["mb"], values["direction"],
                                     values["flow"], pairs, num_stages)
-    return ops, lanes, derived
+    return ops, raw.lanes, derived
 
 
-def _str_column(col: Any, n: int, default: str, where: str) -> list[str]:
+def _table_v2(raw: _RawColumns) -> OpTable:
+    """The columns as an :class:`pptl.optable.OpTable`, without an ``Op`` per row."""
+    import numpy as np
+
+    from pptl.optable import OpTable
+
+    n = raw.n
+    i64 = np.int64
+    counts = np.asarray(raw.lane_count, dtype=i64)
+    lane_names = tuple(dict.fromkeys(raw.lane_name))
+    where = {v: k for k, v in enumerate(lane_names)}
+    strs: dict[str, tuple[Any, tuple[str, ...]]] = {
+        "lane": (np.repeat(np.asarray([where[v] for v in raw.lane_name], dtype=np.int32), counts), lane_names)}
+    for name, default in _STR_COLUMNS:
+        col = raw.strs[name]
+        if col is None:
+            strs[name] = (np.zeros(n, dtype=np.int32), (default or "",))
+            continue
+        index, table = col
+        names = tuple(dict.fromkeys(table))  # a table may list a value twice: one code per value
+        codes = np.asarray(index, dtype=np.int32)
+        if len(names) != len(table):
+            first = {v: k for k, v in enumerate(names)}
+            codes = np.asarray([first[v] for v in table], dtype=np.int32)[codes]
+        strs[name] = (codes, names or (default or "",))
+    ints = {"rank": np.repeat(np.asarray(raw.lane_rank, dtype=i64), counts)}
+    for name, default in _INT_COLUMNS:
+        col = raw.ints[name]
+        ints[name] = np.full(n, default, dtype=i64) if col is None else np.asarray(col, dtype=i64)
+    payload = np.asarray(raw.payloads, dtype=np.float64) if raw.payloads is not None else None
+    return OpTable.of_columns(n, strs, ints, raw.pairs, payload)
+
+
+def _str_column(col: Any, n: int, where: str) -> tuple[list[int], list[str]] | None:
+    """A string column as (one index per op, the table of values); None when the file leaves it out."""
     if col is None:
-        return [default] * n
+        return None
     if not isinstance(col, Mapping):
         raise InputError(f"{where}: expected an object with 'values' (strings) and 'index' (one per op)")
     table, index = col.get("values"), col.get("index")
@@ -395,7 +626,7 @@ def _str_column(col: Any, n: int, default: str, where: str) -> list[str]:
         raise InputError(f"{where}.index: expected a list of {n} positions into 'values'")
     if n and not (set(map(type, index)) == {int} and min(index) >= 0 and max(index) < len(table)):
         raise InputError(f"{where}.index: expected integers in 0..{len(table) - 1}")
-    return list(map(table.__getitem__, index))
+    return index, table
 
 
 def _timeline_v2(raw: Mapping[str, Any], schedule: Schedule, source: str) -> Timeline:
