@@ -74,7 +74,7 @@ def plan_to_dict(schedule: Schedule, *, timeline: Timeline | None = None, metric
     lanes = schedule.lanes
     keys = sorted(lanes)
     if use_arrays(schedule.n_ops):
-        written = _table_to_dict(schedule, keys, times, topo)
+        written = _table_to_dict(schedule, keys, times, topo, timeline)
         if written is not None:
             return _finish(written, schedule, keys, timeline, metrics)
     ops = schedule.ops
@@ -161,7 +161,7 @@ def _finish(written: _Written, schedule: Schedule, keys: list[tuple[int, str]], 
 
 
 def _table_to_dict(schedule: Schedule, keys: list[tuple[int, str]], times: PlanTimes | None,
-                   topo: Sequence[int] | None) -> _Written | None:
+                   topo: Sequence[int] | None, timeline: Timeline | None) -> _Written | None:
     """:func:`plan_to_dict`'s columns, facts and times from the schedule's table (the same JSON
     as the object writer, without an ``Op`` per row), or None when the facts cannot be derived on
     arrays."""
