@@ -570,7 +570,7 @@ def _ops_v2(raw: _RawColumns, num_stages: int
     for name, int_default in _INT_COLUMNS:
         ints = raw.ints[name]
         values[name] = [int_default] * n if ints is None else ints
-    pairs = raw.pairs if raw.pairs is not None else [None] * n
+    pairs: list[tuple[int, int, int] | None] = raw.pairs if raw.pairs is not None else [None] * n
     payloads = raw.payloads if raw.payloads is not None else [0.0] * n
     ops = list(map(Op, values["kind"], ranks, lane_col, values["stage"], values["mb"], values["direction"],
                    values["chunk"], pairs, values["peer"], values["flow"], values["sub"], values["label"],
@@ -606,9 +606,9 @@ def _table_v2(raw: _RawColumns) -> OpTable:
             codes = np.asarray([first[v] for v in table], dtype=np.int32)[codes]
         strs[name] = (codes, names or (default or "",))
     ints = {"rank": np.repeat(np.asarray(raw.lane_rank, dtype=i64), counts)}
-    for name, default in _INT_COLUMNS:
-        col = raw.ints[name]
-        ints[name] = np.full(n, default, dtype=i64) if col is None else np.asarray(col, dtype=i64)
+    for name, int_default in _INT_COLUMNS:
+        int_col = raw.ints[name]
+        ints[name] = np.full(n, int_default, dtype=i64) if int_col is None else np.asarray(int_col, dtype=i64)
     payload = np.asarray(raw.payloads, dtype=np.float64) if raw.payloads is not None else None
     return OpTable.of_columns(n, strs, ints, raw.pairs, payload)
 
