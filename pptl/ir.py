@@ -218,8 +218,8 @@ class Schedule:
         or :func:`pptl.optable.table_of` built one for its current ``ops``, else None."""
         d = self.__dict__
         t = d.get("_table")
-        ops: list[Op] | None = d.get("ops")
-        if t is not None and (ops is None or (ops is d.get("_table_ops") and len(ops) == t.n)):
+        ops = d.get("ops")
+        if t is not None and (ops is None or (ops is d.get("_table_ops") and len(ops) == t.n)):  # type: ignore[arg-type]
             return t  # type: ignore[no-any-return]
         return None
 
