@@ -1,9 +1,21 @@
-"""Rules about the op set itself: well-formed, unique, complete, in range, one rank per stage."""
+"""Rules about the op set itself: well-formed, unique, complete, in range, one rank per stage.
+
+Each rule has two paths that return the same violations: a plain one over ``schedule.ops`` and
+``ctx.work``, and one over numpy columns when the context has an op table (large plans; see
+:attr:`pptl.checks.base.Context.table`). The array paths build an ``Op`` only for a row they
+report, so checking a valid table-made plan builds none.
+"""
 from __future__ import annotations
 
+from itertools import repeat
+from typing import TYPE_CHECKING, Any, Callable
+
 from pptl.checks.base import Context, Violation
-from pptl.ir import COMM_KINDS, COMPUTE_KINDS
+from pptl.ir import COMM_KINDS, COMPUTE_KINDS, Op, Schedule
 from pptl.kinds import is_known
+
+if TYPE_CHECKING:
+    from pptl.optable import OpTable
 
 __all__ = ["malformed_ops", "duplicate_ops", "missing_work", "index_out_of_range", "stage_on_two_ranks"]
 
@@ -18,27 +30,47 @@ def malformed_ops(ctx: Context) -> list[Violation]:
     Fixture: fixtures/invalid/malformed.json. Notes: O(ops).
     """
     s = ctx.schedule
+    unknown = frozenset(k for k in ctx.kinds if not is_known(k))  # asked once per kind, not per op
+    if ctx.table is not None:
+        import numpy as np
+
+        from pptl.checks import work_arrays as wa
+
+        # Rows that may be malformed: each test of _malformed, on columns; only these become Ops.
+        t = ctx.table
+        suspects = wa.kind_mask(t, unknown) | (t.rank < 0) | (t.rank >= s.pp) | _lut(t.lane_names, lambda v: not v)[t.lane]
+        suspects |= wa.kind_mask(t, COMPUTE_KINDS) & ((t.stage < 0) | (t.mb < 0))
+        suspects |= wa.kind_mask(t, frozenset({"FB"})) & ~t.has_pair
+        bad_flow = _lut(t.flow_names, lambda v: v not in ("F", "B"))[t.flow]
+        suspects |= wa.kind_mask(t, COMM_KINDS) & (bad_flow | (t.peer < 0) | (t.peer >= s.pp) | (t.peer == t.rank))
+        ops: Any = map(t.op, np.flatnonzero(suspects).tolist())
+    else:
+        ops = s.ops
     out: list[Violation] = []
-    unknown = {k for k in ctx.kinds if not is_known(k)}  # asked once per kind, not per op
-    for op in s.ops:
-        why = ""
-        if op.kind in unknown:
-            why = f"unknown kind '{op.kind}'"
-        elif not 0 <= op.rank < s.pp:
-            why = f"rank {op.rank} is outside 0..{s.pp - 1}"
-        elif not op.lane:
-            why = "has no lane"
-        elif op.kind in COMPUTE_KINDS and (op.stage < 0 or op.mb < 0):
-            why = f"{op.kind} needs a stage and a micro-batch"
-        elif op.kind == "FB" and op.pair is None:
-            why = "FB must name the backward it overlaps (pair)"
-        elif op.kind in ("SEND", "RECV") and (op.flow not in ("F", "B") or not 0 <= op.peer < s.pp):
-            why = f"{op.kind} needs flow F or B and a peer rank in 0..{s.pp - 1}"
-        elif op.kind in ("SEND", "RECV") and op.peer == op.rank:
-            why = f"{op.kind} to its own rank"
+    for op in ops:
+        why = _malformed(op, unknown, s.pp)
         if why:
             out.append(Violation("PP001", f"malformed op {op.id}: {why}", (op.id,)))
     return out
+
+
+def _malformed(op: Op, unknown: frozenset[str], pp: int) -> str:
+    """What is wrong with ``op`` ("" if nothing)."""
+    if op.kind in unknown:
+        return f"unknown kind '{op.kind}'"
+    if not 0 <= op.rank < pp:
+        return f"rank {op.rank} is outside 0..{pp - 1}"
+    if not op.lane:
+        return "has no lane"
+    if op.kind in COMPUTE_KINDS and (op.stage < 0 or op.mb < 0):
+        return f"{op.kind} needs a stage and a micro-batch"
+    if op.kind == "FB" and op.pair is None:
+        return "FB must name the backward it overlaps (pair)"
+    if op.kind in ("SEND", "RECV") and (op.flow not in ("F", "B") or not 0 <= op.peer < pp):
+        return f"{op.kind} needs flow F or B and a peer rank in 0..{pp - 1}"
+    if op.kind in ("SEND", "RECV") and op.peer == op.rank:
+        return f"{op.kind} to its own rank"
+    return ""
 
 
 def duplicate_ops(ctx: Context) -> list[Violation]:
@@ -46,6 +78,8 @@ def duplicate_ops(ctx: Context) -> list[Violation]:
 
     Notes: O(ops) (one look-up per unit of work; ops are compared only where work repeats).
     """
+    if ctx.table is not None:
+        return _duplicates_on_arrays(ctx.table)
     s = ctx.schedule
     ops = s.ops
     work = ctx.work
@@ -64,26 +98,99 @@ def duplicate_ops(ctx: Context) -> list[Violation]:
             if j != i:
                 found.append((i, 0, Violation("PP002", f"duplicate op {op.id}", (op.id,))))
     if work.repeated:
-        done_by: dict[tuple[str, int, int, int], list[int]] = {}
-        twins: set[int] = set()
-        for i, role, d, st, mb in work.items:
-            if i in twins:
-                continue
-            key = (role, d, st, mb)
-            earlier = done_by.setdefault(key, [i])
-            if earlier[0] == i:
-                continue
-            op = ops[i]
-            if any(ops[k] == op for k in earlier):
-                twins.add(i)  # an identical op repeats all its work: one message, not one per role
-                found.append((i, 0, Violation("PP002", f"duplicate op {op.id}", (op.id,))))
-                continue
-            earlier.append(i)
-            a, b = ops[earlier[0]].id, op.id
-            found.append((i, 1, Violation("PP002", f"{_ROLE_NAMES[role]} of stage {st} mb {mb}{_dir(d)} is done twice: "
-                                          f"by {a} and by {b}", (a, b))))
+        found += _work_done_twice(work.items, ops.__getitem__)
     found.sort(key=lambda t: (t[0], t[1]))
     return [v for _, _, v in found]
+
+
+def _work_done_twice(items: Any, op_at: Callable[[int], Op]) -> list[tuple[int, int, Violation]]:
+    """PP002's reports on work done by two ops, from ``items`` ((op, role, direction, stage, mb) in
+    op order; items whose work no other op does may be left out: they report nothing)."""
+    found: list[tuple[int, int, Violation]] = []
+    done_by: dict[tuple[str, int, int, int], list[int]] = {}
+    twins: set[int] = set()
+    for i, role, d, st, mb in items:
+        if i in twins:
+            continue
+        key = (role, d, st, mb)
+        earlier = done_by.setdefault(key, [i])
+        if earlier[0] == i:
+            continue
+        op = op_at(i)
+        if any(op_at(k) == op for k in earlier):
+            twins.add(i)  # an identical op repeats all its work: one message, not one per role
+            found.append((i, 0, Violation("PP002", f"duplicate op {op.id}", (op.id,))))
+            continue
+        earlier.append(i)
+        a, b = op_at(earlier[0]).id, op.id
+        found.append((i, 1, Violation("PP002", f"{_ROLE_NAMES[role]} of stage {st} mb {mb}{_dir(d)} is done twice: "
+                                      f"by {a} and by {b}", (a, b))))
+    return found
+
+
+def _duplicates_on_arrays(t: OpTable) -> list[Violation]:
+    """PP002 on columns: whole ops compared where no unit of work tells them apart, work indexed
+    by :mod:`pptl.checks.work_arrays`; ``Op`` objects only for the rows reported."""
+    import numpy as np
+
+    from pptl.checks import work_arrays as wa
+
+    whole = ~wa.kind_mask(t, _WORK_KINDS) | (wa.kind_mask(t, frozenset({"FB"})) & ~t.has_pair)
+    comm = wa.kind_mask(t, COMM_KINDS)
+    if comm.any():
+        # As the plain path: SENDs and RECVs whose (kind, message key) are all distinct cannot be
+        # equal. Within one kind and flow the key's stage is the op's shifted by a constant, so
+        # (kind, flow, direction, stage, mb) repeats exactly where the key does.
+        c = np.flatnonzero(comm)
+        recv = wa.kind_mask(t, frozenset({"RECV"}))[c]
+        ids, size = wa.group_ids(recv.astype(np.int64), _canonical(t.flow_names)[t.flow[c]], t.direction[c],
+                                 t.stage[c], t.mb[c])
+        if not (np.bincount(ids, minlength=size) > 1).any():
+            whole &= ~comm
+    found: list[tuple[int, int, Violation]] = []
+    for i in _equal_to_an_earlier(t, np.flatnonzero(whole)):
+        op = t.op(i)
+        found.append((i, 0, Violation("PP002", f"duplicate op {op.id}", (op.id,))))
+    w = wa.work_arrays(t)
+    rows = np.flatnonzero(w.repeated)
+    if rows.size:
+        items = zip(w.op[rows].tolist(), [wa.ROLES[r] for r in w.role[rows].tolist()], w.direction[rows].tolist(),
+                    w.stage[rows].tolist(), w.mb[rows].tolist())
+        built: dict[int, Op] = {}
+
+        def op_at(i: int) -> Op:
+            op = built.get(i)
+            if op is None:
+                op = built[i] = t.op(i)
+            return op
+
+        found += _work_done_twice(items, op_at)
+    found.sort(key=lambda x: (x[0], x[1]))
+    return [v for _, _, v in found]
+
+
+def _equal_to_an_earlier(t: OpTable, rows: Any) -> list[int]:
+    """The rows (of ``rows``, ascending) whose op equals the op of an earlier one, in order."""
+    import numpy as np
+
+    from pptl.checks import work_arrays as wa
+
+    payload = t.payload[rows]
+    # A NaN payload makes an Op equal to no other (float NaN is unequal to itself).
+    rows = rows[~np.isnan(payload)]
+    if rows.size < 2:
+        return []
+    bits = (t.payload[rows] + 0.0).view(np.int64)  # + 0.0: -0.0 and 0.0 are equal floats
+    cols = [_canonical(t.kind_names)[t.kind[rows]], t.rank[rows], _canonical(t.lane_names)[t.lane[rows]],
+            t.stage[rows], t.mb[rows], t.direction[rows], t.chunk[rows], t.has_pair[rows].astype(np.int64),
+            *np.where(t.has_pair[rows, None], t.pair[rows], -1).T, t.peer[rows], _canonical(t.flow_names)[t.flow[rows]], t.sub[rows],
+            _canonical(t.label_names)[t.label[rows]], bits, _canonical(t.cost_names)[t.cost[rows]]]
+    ids, _ = wa.group_ids(*(np.ascontiguousarray(c, dtype=np.int64) for c in cols))
+    order = np.argsort(ids, kind="stable")
+    later = np.ones(rows.size, dtype=bool)
+    later[0] = False
+    later[1:] = ids[order][1:] == ids[order][:-1]  # not the first row of its group
+    return sorted(rows[order[later]].tolist())
 
 
 def missing_work(ctx: Context) -> list[Violation]:
@@ -95,8 +202,12 @@ def missing_work(ctx: Context) -> list[Violation]:
     Notes: O(directions x stages x microbatches).
     """
     s = ctx.schedule
-    if s.ops and not (ctx.kinds & (COMPUTE_KINDS | COMM_KINDS)):
+    if ctx.n and not (ctx.kinds & (COMPUTE_KINDS | COMM_KINDS)):
         return []
+    if ctx.table is not None:
+        found = _missing_on_arrays(ctx.table, s)
+        if found is not None:
+            return found
     have = ctx.work.producer
     out: list[Violation] = []
     for d in range(s.directions):
@@ -105,12 +216,38 @@ def missing_work(ctx: Context) -> list[Violation]:
                 if ("F", d, st, mb) in have and ("G", d, st, mb) in have and ("W", d, st, mb) in have:
                     continue
                 missing = [r for r in ("F", "G", "W") if (r, d, st, mb) not in have]
-                names = ["F"] if "F" in missing else []
-                if "G" in missing:
-                    names.append("B" if "W" in missing else "I")
-                elif "W" in missing:
-                    names.append("W")
-                out.append(Violation("PP003", f"missing {' and '.join(names)} for stage {st} mb {mb}{_dir(d)}"))
+                out.append(_missing(missing, d, st, mb))
+    return out
+
+
+def _missing(missing: list[str], d: int, st: int, mb: int) -> Violation:
+    """PP003's report for the roles ``missing`` of one stage and micro-batch."""
+    names = ["F"] if "F" in missing else []
+    if "G" in missing:
+        names.append("B" if "W" in missing else "I")
+    elif "W" in missing:
+        names.append("W")
+    return Violation("PP003", f"missing {' and '.join(names)} for stage {st} mb {mb}{_dir(d)}")
+
+
+def _missing_on_arrays(t: OpTable, s: Schedule) -> list[Violation] | None:
+    """PP003 on columns, or None when the schedule's sizes are too large for a dense mask."""
+    import numpy as np
+
+    from pptl.checks import work_arrays as wa
+
+    D, S, M = max(s.directions, 0), max(s.num_stages, 0), max(s.microbatches, 0)
+    w = wa.work_arrays(t)
+    if 3 * D * S * M > 8 * (w.n + t.n) + (1 << 22):
+        return None  # far more slots than ops: almost all missing, and the plain path lists them as cheaply
+    have = np.zeros((3, D, S, M), dtype=bool)
+    ok = w.in_range(S, M, D)
+    have[w.role[ok], w.direction[ok], w.stage[ok], w.mb[ok]] = True
+    out: list[Violation] = []
+    for flat in np.flatnonzero(~have.all(axis=0)).tolist():  # direction, then stage, then mb: the plain order
+        d, rest = divmod(flat, S * M)
+        st, mb = divmod(rest, M)
+        out.append(_missing([r for k, r in enumerate(wa.ROLES) if not have[k, d, st, mb]], d, st, mb))
     return out
 
 
@@ -121,12 +258,26 @@ def index_out_of_range(ctx: Context) -> list[Violation]:
     """
     s = ctx.schedule
     S, M, D = s.num_stages, s.microbatches, s.directions
+    items: Any
+    op_at: Callable[[int], Op]
+    if ctx.table is not None:
+        import numpy as np
+
+        from pptl.checks import work_arrays as wa
+
+        w = wa.work_arrays(ctx.table)
+        rows = np.flatnonzero(~w.in_range(S, M, D))
+        items = zip(w.op[rows].tolist(), repeat(0), w.direction[rows].tolist(), w.stage[rows].tolist(),
+                    w.mb[rows].tolist())
+        op_at = ctx.table.op
+    else:
+        items, op_at = ctx.work.items, s.ops.__getitem__
     out: list[Violation] = []
     last = -1
-    for i, _, d, st, mb in ctx.work.items:
+    for i, _, d, st, mb in items:
         if i != last and not (0 <= st < S and 0 <= mb < M and 0 <= d < D):
             last = i  # one violation per op
-            op = s.ops[i]
+            op = op_at(i)
             out.append(Violation(
                 "PP004", f"{op.id}: stage {st}, mb {mb}, direction {d} outside stages 0..{S - 1}, "
                 f"micro-batches 0..{M - 1}, directions 0..{D - 1}", (op.id,)))
@@ -138,11 +289,31 @@ def stage_on_two_ranks(ctx: Context) -> list[Violation]:
 
     Notes: O(ops).
     """
-    ops = ctx.schedule.ops
+    items: Any
+    id_of: Callable[[int], str]
+    if ctx.table is not None:
+        import numpy as np
+
+        from pptl.checks import work_arrays as wa
+
+        t = ctx.table
+        w = wa.work_arrays(t)
+        rank = t.rank[w.op]
+        ids, size = wa.group_ids(w.direction, w.stage)
+        some = np.zeros(size, dtype=np.int64)
+        some[ids] = rank  # one rank of each (direction, stage): every other must equal it
+        bad = np.zeros(size, dtype=bool)
+        bad[ids[rank != some[ids]]] = True
+        rows = np.flatnonzero(bad[ids])  # every unit of work of a stage on two ranks, in order
+        items = zip(w.op[rows].tolist(), w.direction[rows].tolist(), w.stage[rows].tolist(), rank[rows].tolist())
+        id_of = lambda i: t.op(i).id  # noqa: E731
+    else:
+        ops = ctx.schedule.ops
+        items = ((i, d, st, ops[i].rank) for i, _, d, st, _ in ctx.work.items)
+        id_of = lambda i: ops[i].id  # noqa: E731
     first: dict[tuple[int, int], tuple[int, int]] = {}
     more: dict[tuple[int, int], dict[int, int]] = {}
-    for i, _, d, st, _ in ctx.work.items:
-        rank = ops[i].rank
+    for i, d, st, rank in items:
         r0 = first.setdefault((d, st), (rank, i))
         if r0[0] != rank:
             more.setdefault((d, st), {}).setdefault(rank, i)
@@ -152,9 +323,25 @@ def stage_on_two_ranks(ctx: Context) -> list[Violation]:
         ranks = {rank0: op0, **others}
         names = ", ".join(f"r{r}" for r in sorted(ranks))
         out.append(Violation("PP005", f"stage {st}{_dir(d)} runs on ranks {names}",
-                             tuple(ops[i].id for i in ranks.values())))
+                             tuple(id_of(i) for i in ranks.values())))
     return out
 
 
 def _dir(d: int) -> str:
     return f" (direction {d})" if d else ""
+
+
+def _lut(names: tuple[str, ...], test: Callable[[str], bool]) -> Any:
+    """``test`` of each name, as a bool array to index with a column's codes."""
+    import numpy as np
+
+    return np.array([test(v) for v in names] or [False], dtype=bool)
+
+
+def _canonical(names: tuple[str, ...]) -> Any:
+    """Codes to index with a column's codes: equal names get equal codes (a table's names need
+    not be distinct)."""
+    import numpy as np
+
+    first: dict[str, int] = {}
+    return np.array([first.setdefault(v, k) for k, v in enumerate(names)] or [0], dtype=np.int64)
