@@ -17,6 +17,7 @@ from pptl.messages import message_key
 if TYPE_CHECKING:
     import networkx as nx
 
+    from pptl.checks.work_arrays import WorkArrays
     from pptl.optable import OpTable
     from pptl.simulate import Simulation
 
@@ -112,6 +113,20 @@ class Context:
             return table_of(self.schedule)
         except (OverflowError, TypeError, ValueError):  # an index wider than int64: the plain paths
             return None
+
+    @cached_property
+    def work_arrays(self) -> WorkArrays:
+        """:attr:`work` as arrays (:mod:`pptl.checks.work_arrays`), for the array paths (those that
+        run where :attr:`table` is not None).
+
+        Raises:
+            ValueError: the rules run on objects here (misuse: read :attr:`work` instead).
+        """
+        if self.table is None:
+            raise ValueError("Context.work_arrays is for the array paths; this context has no table")
+        from pptl.checks.work_arrays import work_arrays
+
+        return work_arrays(self.table)
 
     @cached_property
     def columns(self) -> Columns | None:

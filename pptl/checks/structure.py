@@ -15,6 +15,7 @@ from pptl.ir import COMM_KINDS, COMPUTE_KINDS, Op, Schedule
 from pptl.kinds import is_known
 
 if TYPE_CHECKING:
+    from pptl.checks.work_arrays import WorkArrays
     from pptl.optable import OpTable
 
 __all__ = ["malformed_ops", "duplicate_ops", "missing_work", "index_out_of_range", "stage_on_two_ranks"]
@@ -79,7 +80,7 @@ def duplicate_ops(ctx: Context) -> list[Violation]:
     Notes: O(ops) (one look-up per unit of work; ops are compared only where work repeats).
     """
     if ctx.table is not None:
-        return _duplicates_on_arrays(ctx.table)
+        return _duplicates_on_arrays(ctx.table, ctx.work_arrays)
     s = ctx.schedule
     ops = s.ops
     work = ctx.work
@@ -128,7 +129,7 @@ def _work_done_twice(items: Any, op_at: Callable[[int], Op]) -> list[tuple[int, 
     return found
 
 
-def _duplicates_on_arrays(t: OpTable) -> list[Violation]:
+def _duplicates_on_arrays(t: OpTable, w: WorkArrays) -> list[Violation]:
     """PP002 on columns: whole ops compared where no unit of work tells them apart, work indexed
     by :mod:`pptl.checks.work_arrays`; ``Op`` objects only for the rows reported."""
     import numpy as np
@@ -151,7 +152,6 @@ def _duplicates_on_arrays(t: OpTable) -> list[Violation]:
     for i in _equal_to_an_earlier(t, np.flatnonzero(whole)):
         op = t.op(i)
         found.append((i, 0, Violation("PP002", f"duplicate op {op.id}", (op.id,))))
-    w = wa.work_arrays(t)
     rows = np.flatnonzero(w.repeated)
     if rows.size:
         items = zip(w.op[rows].tolist(), [wa.ROLES[r] for r in w.role[rows].tolist()], w.direction[rows].tolist(),
@@ -205,7 +205,7 @@ def missing_work(ctx: Context) -> list[Violation]:
     if ctx.n and not (ctx.kinds & (COMPUTE_KINDS | COMM_KINDS)):
         return []
     if ctx.table is not None:
-        found = _missing_on_arrays(ctx.table, s)
+        found = _missing_on_arrays(ctx.table, ctx.work_arrays, s)
         if found is not None:
             return found
     have = ctx.work.producer
@@ -230,14 +230,13 @@ def _missing(missing: list[str], d: int, st: int, mb: int) -> Violation:
     return Violation("PP003", f"missing {' and '.join(names)} for stage {st} mb {mb}{_dir(d)}")
 
 
-def _missing_on_arrays(t: OpTable, s: Schedule) -> list[Violation] | None:
+def _missing_on_arrays(t: OpTable, w: WorkArrays, s: Schedule) -> list[Violation] | None:
     """PP003 on columns, or None when the schedule's sizes are too large for a dense mask."""
     import numpy as np
 
     from pptl.checks import work_arrays as wa
 
     D, S, M = max(s.directions, 0), max(s.num_stages, 0), max(s.microbatches, 0)
-    w = wa.work_arrays(t)
     if 3 * D * S * M > 8 * (w.n + t.n) + (1 << 22):
         return None  # far more slots than ops: almost all missing, and the plain path lists them as cheaply
     have = np.zeros((3, D, S, M), dtype=bool)
@@ -263,9 +262,8 @@ def index_out_of_range(ctx: Context) -> list[Violation]:
     if ctx.table is not None:
         import numpy as np
 
-        from pptl.checks import work_arrays as wa
 
-        w = wa.work_arrays(ctx.table)
+        w = ctx.work_arrays
         rows = np.flatnonzero(~w.in_range(S, M, D))
         items = zip(w.op[rows].tolist(), repeat(0), w.direction[rows].tolist(), w.stage[rows].tolist(),
                     w.mb[rows].tolist())
@@ -297,7 +295,7 @@ def stage_on_two_ranks(ctx: Context) -> list[Violation]:
         from pptl.checks import work_arrays as wa
 
         t = ctx.table
-        w = wa.work_arrays(t)
+        w = ctx.work_arrays
         rank = t.rank[w.op]
         ids, size = wa.group_ids(w.direction, w.stage)
         some = np.zeros(size, dtype=np.int64)

@@ -3,7 +3,7 @@
 One row per unit of work (role, direction, stage, mb), in the order ``WorkIndex.items`` lists
 them: op by op, and within an op F, then G (input gradient), then W. Rules that run on an
 :class:`pptl.optable.OpTable` (PP002-PP005, and any other that indexes work) read it instead of
-building ``Op`` objects; it is built once per table and shared by the rules of one check run.
+building ``Op`` objects; it is built once per check run (:attr:`pptl.checks.base.Context.work_arrays`) and shared by its rules.
 
 Roles are coded 0 (F), 1 (G), 2 (W): :data:`ROLES` gives the names ``WorkIndex`` uses.
 """
@@ -98,20 +98,6 @@ class WorkArrays:
 
 
 def work_arrays(table: OpTable) -> WorkArrays:
-    """The work of ``table``'s ops (built once per table, then reused)."""
-    global _last
-    last = _last
-    if last is not None and last[0] is table:
-        return last[1]
-    w = _build(table)
-    _last = (table, w)
-    return w
-
-
-_last: tuple[OpTable, WorkArrays] | None = None
-
-
-def _build(table: OpTable) -> WorkArrays:
     count_of = np.array([_SHAPE.get(k, (0, 0))[0] for k in table.kind_names] or [0], dtype=_I64)
     first_of = np.array([_SHAPE.get(k, (0, 0))[1] for k in table.kind_names] or [0], dtype=_I64)
     counts = count_of[table.kind]
