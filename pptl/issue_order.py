@@ -85,7 +85,7 @@ def given_program(schedule: Schedule) -> dict[int, list[int]] | None:
             return None
         nexts = {ch: iter(order).__next__ for ch, order in orders.items()}
         out[rank] = [nexts[ch]() for ch in text]
-    if sum(len(v) for v in out.values()) != len(schedule.ops):
+    if sum(len(v) for v in out.values()) != schedule.n_ops:
         return None
     return out
 

@@ -6,9 +6,11 @@ copies go through both, under the three P2P models.
 from __future__ import annotations
 
 import random
+from itertools import chain
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pptl import columns
@@ -77,7 +79,12 @@ def test_wait_for_edges_on_arrays_are_the_labelled_edges(name: str, schedule: Sc
     rep = _rendezvous(schedule) if mode != "nonblocking" else {}
     cols = columns.columns(schedule.ops)
     assert cols is not None
-    u, v = _wait_arrays(schedule, cols, mode, prog, rep)
+    seqs = np.fromiter(chain.from_iterable(prog.values()), dtype=np.int64)
+    matched = None
+    if mode != "nonblocking":
+        js = list(rep)
+        matched = (np.array([rep[j] for j in js], dtype=np.int64), np.array(js, dtype=np.int64))
+    u, v = _wait_arrays(schedule, cols, mode, seqs, [len(q) for q in prog.values()], matched)
     assert Counter(zip(u.tolist(), v.tolist())) == Counter((a, b) for a, b, _ in _edges(schedule, mode, prog, rep))
 
 

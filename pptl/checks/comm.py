@@ -13,6 +13,10 @@ def unmatched_p2p(ctx: Context) -> list[Violation]:
 
     Fixture: fixtures/invalid/unmatched_send.json. Notes: O(ops).
     """
+    if ctx.table is not None:
+        found = _unmatched_arrays(ctx)
+        if found is not None:
+            return found
     s = ctx.schedule
     ops = s.ops
     comm = ctx.work.comm
@@ -49,4 +53,77 @@ def unmatched_p2p(ctx: Context) -> list[Violation]:
             op = ops[i]
             out.append(Violation("PP008", f"{op.id} produces data for rank {peer} but no SEND_{flow} "
                                  f"of stage {st} mb {mb} carries it", (op.id,)))
+    return out
+
+
+def _unmatched_arrays(ctx: Context) -> list[Violation] | None:
+    """:func:`unmatched_p2p` on the op table (same violations, same order); None when an index is
+    too near the int64 bounds for stage + 1 (the plain path then runs)."""
+    import numpy as np
+
+    from pptl.checks._keyed import F, G, dense_ids, first_of, indices_fit, role_items
+    from pptl.columns import FLOW_CODE, KIND_CODE
+
+    t = ctx.table
+    assert t is not None
+    col = t.columns
+    send, recv = KIND_CODE["SEND"], KIND_CODE["RECV"]
+    is_comm = (col.kind == send) | (col.kind == recv)
+    if not is_comm.any():
+        return []  # a compute-only schedule: communication is implicit
+    if not indices_fit(col.stage, t.pair[:, 0]):
+        return None
+    out: list[Violation] = []
+    # 1. Each first SEND (RECV) of a message, in op order, against the first RECV (SEND) of it.
+    fwd, bwd = FLOW_CODE["F"], FLOW_CODE["B"]
+    c = np.flatnonzero(is_comm & ((col.flow == fwd) | (col.flow == bwd)))
+    flow, kind, stage = col.flow[c], col.kind[c], col.stage[c]
+    sender = np.where(kind == send, stage, np.where(flow == fwd, stage - 1, stage + 1))  # messages.message_key
+    msg, size = dense_ids([flow, col.direction[c], sender, col.mb[c]])
+    slot = msg * 2 + (kind == recv)
+    first = first_of(slot, 2 * size, c)
+    firsts = np.flatnonzero(first >= 0)
+    firsts = firsts[np.argsort(first[firsts], kind="stable")]
+    partner = first[firsts ^ 1]
+    me = first[firsts]
+    lone = partner < 0
+    pj = np.maximum(partner, 0)
+    odd = ~lone & ((col.rank[pj] != col.peer[me]) | (col.peer[pj] != col.rank[me]))
+    for i, j, alone in zip(me[lone | odd].tolist(), partner[lone | odd].tolist(), lone[lone | odd].tolist()):
+        op = t.op(i)
+        if alone:
+            other = "RECV" if op.kind == "SEND" else "SEND"
+            out.append(Violation("PP008", f"{op.id} has no matching {other} on rank {op.peer}", (op.id,)))
+        else:
+            p = t.op(j)
+            out.append(Violation("PP008", f"{op.id} and {p.id} disagree on their ranks", (op.id, p.id)))
+    # 2. Every crossing of ranks needs a SEND on the producer side.
+    every = np.arange(t.n, dtype=np.int64)
+    items = role_items(t, every).in_order()
+    last = ctx.schedule.num_stages - 1
+    crossing = ((items.role == F) & (items.stage < last)) | ((items.role == G) & (items.stage > 0))
+    q = np.flatnonzero(crossing)
+    q_d, q_st, q_role = items.direction[q], items.stage[q], items.role[q]
+    q_next = np.where(q_role == F, q_st + 1, q_st - 1)
+    # The rank of the first item of each (direction, stage), for the stage next to each crossing.
+    ids, size = dense_ids([np.concatenate([items.direction, q_d]), np.concatenate([items.stage, q_next])])
+    first_item = first_of(ids[:items.src.size], size, np.arange(items.src.size, dtype=np.int64))
+    at = first_item[ids[items.src.size:]]
+    peer = np.where(at >= 0, col.rank[items.src[np.maximum(at, 0)]], 0)
+    # Whether a SEND of (flow, direction, stage, mb) exists.
+    sends = c[kind == send]
+    q_flow = np.where(q_role == F, fwd, bwd).astype(col.flow.dtype)
+    q_mb = items.mb[q]
+    ids, size = dense_ids([np.concatenate([col.flow[sends], q_flow]), np.concatenate([col.direction[sends], q_d]),
+                           np.concatenate([col.stage[sends], q_st]), np.concatenate([col.mb[sends], q_mb])])
+    sent = np.zeros(size, dtype=bool)
+    sent[ids[:sends.size]] = True
+    src = items.src[q]
+    bad = (at >= 0) & ~sent[ids[sends.size:]] & (peer != col.rank[src])
+    for i, p, f, st, mb in zip(src[bad].tolist(), peer[bad].tolist(), q_role[bad].tolist(), q_st[bad].tolist(),
+                               q_mb[bad].tolist()):
+        op = t.op(i)
+        flow_name = "F" if f == F else "B"
+        out.append(Violation("PP008", f"{op.id} produces data for rank {p} but no SEND_{flow_name} "
+                             f"of stage {st} mb {mb} carries it", (op.id,)))
     return out

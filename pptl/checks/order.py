@@ -13,6 +13,10 @@ def local_order(ctx: Context) -> list[Violation]:
     Such an order can never run; the deadlock rule sees it too, as a cycle on one rank.
     Fixture: fixtures/invalid/b_before_f.json. Notes: O(ops).
     """
+    if ctx.table is not None:
+        found = _local_order_arrays(ctx)
+        if found is not None:
+            return found
     if not ctx.work.repeated:
         return _local_order_unique(ctx)
     s = ctx.schedule
@@ -72,6 +76,55 @@ def _local_order_unique(ctx: Context) -> list[Violation]:
                 if j is not None and pos.get(j, -1) > k and ops[j].kind == "I":
                     out.append(Violation("PP006", f"{op.id} comes before {ops[j].id} on rank {rank}, "
                                          "but a weight gradient needs its input gradient", (op.id, ops[j].id)))
+    return out
+
+
+def _local_order_arrays(ctx: Context) -> list[Violation] | None:
+    """:func:`local_order` on the op table: the first position of each unit of work on each lane,
+    looked up for every backward and W (same violations, same order). None when a lane lists an
+    op twice (the plain path's answer then depends on which listing it reads)."""
+    import numpy as np
+
+    from pptl.checks._keyed import F, G, dense_ids, first_of, lane_arrays, role_items
+    from pptl.columns import KIND_CODE
+
+    t = ctx.table
+    assert t is not None
+    la = lane_arrays(ctx)
+    if la.op.size == 0:
+        return []
+    if not la.unique:
+        return None
+    made = role_items(t, la.op, (F, G))  # what each lane entry makes (W is never looked up)
+    kind = t.columns.kind[la.op]
+    backward = np.flatnonzero((kind == KIND_CODE["B"]) | (kind == KIND_CODE["I"]))
+    fb = np.flatnonzero((kind == KIND_CODE["FB"]) & t.has_pair[la.op])
+    w = np.flatnonzero(kind == KIND_CODE["W"])
+    pair = t.pair[la.op[fb]]
+    col = t.columns
+    # What each of them needs: its F (a B or I), its pair's F (an FB), its G (a W).
+    need = np.concatenate([backward, fb, w])
+    need_role = np.repeat(np.array([F, F, G], dtype=np.int64), [backward.size, fb.size, w.size])
+    need_d = np.concatenate([col.direction[la.op[backward]], pair[:, 2], col.direction[la.op[w]]])
+    need_st = np.concatenate([col.stage[la.op[backward]], pair[:, 0], col.stage[la.op[w]]])
+    need_mb = np.concatenate([col.mb[la.op[backward]], pair[:, 1], col.mb[la.op[w]]])
+    if need.size == 0:
+        return []
+    ids, size = dense_ids([np.concatenate([la.lane[made.src], la.lane[need]]),
+                           np.concatenate([made.role, need_role]), np.concatenate([made.direction, need_d]),
+                           np.concatenate([made.stage, need_st]), np.concatenate([made.mb, need_mb])])
+    first = first_of(ids[:made.src.size], size, made.src)  # entry indices: one lane's grow with position
+    at = first[ids[made.src.size:]]
+    bad = at > need
+    is_w = need_role == G
+    bad[is_w] &= kind[np.maximum(at[is_w], 0)] == KIND_CODE["I"]
+    out: list[Violation] = []
+    o = np.argsort(need[bad], kind="stable")
+    for e, f, wgrad in zip(need[bad][o].tolist(), at[bad][o].tolist(), is_w[bad][o].tolist()):
+        a, b = t.op(int(la.op[e])).id, t.op(int(la.op[f])).id
+        rank = int(la.rank[e])
+        why = "a weight gradient needs its input gradient" if wgrad else "a backward needs its forward"
+        out.append(Violation("PP006", f"{a} comes before {b} on rank {rank}, but {why}", (a, b)))
     return out
 
 

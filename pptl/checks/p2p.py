@@ -31,6 +31,7 @@ from pptl.checks.base import Context, Violation
 from pptl.columns import KIND_CODE, LANE_CODE, Columns, edge_arrays
 from pptl.ir import Schedule
 from pptl.issue_order import given_program
+from pptl.schedules._pipeline_meta import PipelineMeta
 from pptl.messages import message_key
 
 __all__ = [
@@ -92,7 +93,13 @@ def fifo_order(ctx: Context) -> list[Violation]:
     first mismatch; later ones follow from it). Skipped under ``--p2p nonblocking``.
     Fixture: fixtures/invalid/p2p_nccl_reordered.csv. Notes: O(P2P ops).
     """
-    if ctx.p2p == "nonblocking" or _given(ctx) is None:
+    if ctx.p2p == "nonblocking":
+        return []
+    if ctx.table is not None:
+        found = _fifo_order_arrays(ctx)
+        if found is not None:
+            return found
+    if _given(ctx) is None:
         return []
     s = ctx.schedule
     sends, recvs = _ctx_channels(ctx)
@@ -135,6 +142,11 @@ def _issue_positions(ctx: Context) -> dict[str, list[Violation]]:
     """PP032 and PP033 in one pass (cached on the context)."""
     if "p2p.positions" in ctx.options:
         return ctx.options["p2p.positions"]
+    if ctx.table is not None:
+        found = _issue_positions_arrays(ctx)
+        if found is not None:
+            ctx.options["p2p.positions"] = found
+            return found
     s = ctx.schedule
     prog = _given(ctx)
     out: dict[str, list[Violation]] = {"SEND": [], "RECV": []}
@@ -193,18 +205,31 @@ def p2p_deadlock(ctx: Context) -> list[Violation]:
     """
     s = ctx.schedule
     mode = ctx.p2p
-    prog = _given(ctx)
-    if prog is None or not ctx.kinds & _COMM_SET:
-        return []
-    rep = _rendezvous(s, _ctx_channels(ctx)) if mode != "nonblocking" else {}
-    n = ctx.n
-    cols = ctx.columns
-    if cols is not None:
-        left = _left_in_cycles_arrays(s, cols, mode, prog, rep)
+    if ctx.table is not None:
+        arrays = _program_arrays(ctx)
+        if arrays is None or not ctx.kinds & _COMM_SET:
+            return []
+        seqs, lengths = arrays
+        matched = _matched(ctx) if mode != "nonblocking" else None
+        if mode != "nonblocking" and matched is None:
+            left = _left_in_cycles(s, mode, _given(ctx) or {}, _rendezvous(s, _ctx_channels(ctx)))
+        else:
+            left = _left_in_cycles_arrays(s, ctx.table.columns, mode, seqs, lengths,
+                                          matched[:2] if matched is not None else None)
+        if not left:
+            return []
+        prog = _given(ctx)
+        assert prog is not None
+        rep = _rendezvous(s, _ctx_channels(ctx)) if mode != "nonblocking" else {}
     else:
+        prog = _given(ctx)
+        if prog is None or not ctx.kinds & _COMM_SET:
+            return []
+        rep = _rendezvous(s, _ctx_channels(ctx)) if mode != "nonblocking" else {}
         left = _left_in_cycles(s, mode, prog, rep)
-    if not left:
-        return []
+        if not left:
+            return []
+    n = ctx.n
     node = list(range(n))
     for j, i in rep.items():
         node[j] = i
@@ -330,19 +355,20 @@ def _left_in_cycles(s: Schedule, mode: str, prog: dict[int, list[int]], rep: dic
     return {i for i in range(n) if node[i] == i and indeg[i] > 0}
 
 
-def _wait_arrays(s: Schedule, cols: Columns, mode: str, prog: dict[int, list[int]],
-                 rep: dict[int, int]) -> tuple[Any, Any]:
-    """The edges of :func:`_edges` (without their labels) as two arrays (u, v), in another order."""
+def _wait_arrays(s: Schedule, cols: Columns, mode: str, seqs: Any, lengths: list[int],
+                 matched: tuple[Any, Any] | None) -> tuple[Any, Any]:
+    """The edges of :func:`_edges` (without their labels) as two arrays (u, v), in another order.
+
+    ``seqs``/``lengths``: every rank's issue order, one after the other (:func:`_program_arrays`);
+    ``matched``: (SENDs, RECVs) that meet (:func:`_matched`), None under nonblocking."""
     import numpy as np
 
-    du, dv = edge_arrays(s.deps)
-    if rep:
+    du, dv = s.dep_arrays()
+    if matched is not None and matched[0].size:
         keep = ~((cols.kind[du] == KIND_CODE["SEND"]) & (cols.kind[dv] == KIND_CODE["RECV"]))
         du, dv = du[keep], dv[keep]
     us, vs = [du], [dv]
-    lengths = [len(seq) for seq in prog.values()]
-    total = sum(lengths)
-    seqs = np.fromiter(chain.from_iterable(prog.values()), dtype=np.int64, count=total)
+    total = int(seqs.size)
     pos = np.arange(total, dtype=np.int64)
     first = np.repeat(np.cumsum([0] + lengths[:-1]).astype(np.int64), lengths)  # where each rank's sequence starts
     if mode == "blocking":
@@ -373,17 +399,18 @@ def _wait_arrays(s: Schedule, cols: Columns, mode: str, prog: dict[int, list[int
     return np.concatenate(us), np.concatenate(vs)
 
 
-def _left_in_cycles_arrays(s: Schedule, cols: Columns, mode: str, prog: dict[int, list[int]],
-                           rep: dict[int, int]) -> set[int]:
+def _left_in_cycles_arrays(s: Schedule, cols: Columns, mode: str, seqs: Any, lengths: list[int],
+                           matched: tuple[Any, Any] | None) -> set[int]:
     """:func:`_left_in_cycles` with the graph built on arrays (same result)."""
     import numpy as np
 
-    n = len(s.ops)
-    u, v = _wait_arrays(s, cols, mode, prog, rep)
+    n = cols.n
+    u, v = _wait_arrays(s, cols, mode, seqs, lengths, matched)
     node = np.arange(n, dtype=np.int64)
-    if rep:
-        node[np.fromiter(rep.keys(), dtype=np.int64, count=len(rep))] = np.fromiter(rep.values(), dtype=np.int64,
-                                                                                     count=len(rep))
+    merged = 0
+    if matched is not None:
+        node[matched[1]] = matched[0]
+        merged = int(matched[1].size)
     u, v = node[u], node[v]
     keep = u != v
     u, v = u[keep], v[keep]
@@ -399,9 +426,189 @@ def _left_in_cycles_arrays(s: Schedule, cols: Columns, mode: str, prog: dict[int
             indeg[y] -= 1
             if indeg[y] == 0:
                 ready.append(y)
-    if len(ready) == n - len(rep):
+    if len(ready) == n - merged:
         return set()
     return set(np.flatnonzero(is_node & (np.array(indeg) > 0)).tolist())
+
+
+def _program_arrays(ctx: Context) -> tuple[Any, list[int]] | None:
+    """:func:`pptl.issue_order.given_program` as arrays (once per check run): every rank's issue
+    order one after the other, and each rank's length; None when it gives None."""
+    if "p2p.program_arrays" not in ctx.options:
+        ctx.options["p2p.program_arrays"] = _program_of(ctx.schedule, ctx.n)
+    return ctx.options["p2p.program_arrays"]  # type: ignore[no-any-return]
+
+
+def _program_of(schedule: Schedule, n: int) -> tuple[Any, list[int]] | None:
+    import numpy as np
+
+    letters = PipelineMeta.of(schedule).program_order
+    if letters is None or len(letters) != schedule.pp:
+        return None
+    parts = []
+    for rank, text in enumerate(letters):
+        orders = [schedule.lanes.get((rank, lane), []) for lane in ("compute", "send", "recv")]
+        # Each letter takes the next op of its lane: every lane used up exactly (the text holds c/s/r only).
+        if [text.count(ch) for ch in "csr"] != [len(o) for o in orders]:
+            return None
+        code = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+        seq = np.empty(code.size, dtype=np.int64)
+        for ch, order in zip(b"csr", orders):
+            seq[code == ch] = order
+        parts.append(seq)
+    lengths = [int(p.size) for p in parts]
+    if sum(lengths) != n:
+        return None
+    return (np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)), lengths
+
+
+def _matched(ctx: Context) -> tuple[Any, Any, Any] | None:
+    """(SENDs, RECVs, k): the k-th SEND from a rank to a peer and the k-th RECV that peer posts from
+    it (:func:`_channels` order), every pair of ranks by (src, dst), then by k (once per run).
+    None when a lane lists an op twice (the plain paths' dicts then decide which listing counts)."""
+    if "p2p.matched" not in ctx.options:
+        ctx.options["p2p.matched"] = _matched_of(ctx)
+    return ctx.options["p2p.matched"]  # type: ignore[no-any-return]
+
+
+def _matched_of(ctx: Context) -> tuple[Any, Any, Any] | None:
+    import numpy as np
+
+    from pptl.checks._keyed import dense_ids, lane_arrays
+
+    t = ctx.table
+    assert t is not None
+    col = t.columns
+    la = lane_arrays(ctx)
+    if not la.unique:
+        return None
+    kind = col.kind[la.op]
+    se = np.flatnonzero(kind == KIND_CODE["SEND"])
+    re = np.flatnonzero(kind == KIND_CODE["RECV"])
+    if se.size == 0 or re.size == 0:
+        none = np.zeros(0, dtype=np.int64)
+        return none, none, none
+    # Channel ids sort like (src, dst): dense_ids keeps the order of its columns.
+    chan, size = dense_ids([np.concatenate([la.rank[se], col.peer[la.op[re]]]),
+                            np.concatenate([col.peer[la.op[se]], la.rank[re]])])
+    sides = []
+    for entries, ch in ((se, chan[:se.size]), (re, chan[se.size:])):
+        o = np.argsort(ch * la.op.size + entries)  # unique keys: by channel, then lane order
+        counts = np.bincount(ch, minlength=size)
+        starts = np.cumsum(counts) - counts
+        sorted_ch = ch[o]
+        k = np.arange(o.size, dtype=np.int64) - starts[sorted_ch]
+        sides.append((la.op[entries[o]], sorted_ch, k, counts, starts))
+    (s_op, s_ch, s_k, _, _), (r_op, _, _, r_counts, r_starts) = sides
+    ok = s_k < r_counts[s_ch]
+    return s_op[ok], r_op[r_starts[s_ch[ok]] + s_k[ok]], s_k[ok]
+
+
+def _fifo_order_arrays(ctx: Context) -> list[Violation] | None:
+    """:func:`fifo_order` on the op table (same violations, same order); None when a stage is too
+    near the int64 bounds for stage + 1 (the plain path then runs)."""
+    import numpy as np
+
+    from pptl.checks._keyed import indices_fit
+    from pptl.columns import FLOW_CODE
+
+    if _program_arrays(ctx) is None:
+        return []
+    t = ctx.table
+    assert t is not None
+    col = t.columns
+    if not indices_fit(col.stage):
+        return None
+    matched = _matched(ctx)
+    if matched is None:
+        return None
+    send, recv, nth = matched
+    if send.size == 0:
+        return []
+    # message_key of each side: the RECV names its sender's stage.
+    r_stage = col.stage[recv]
+    r_sender = np.where(col.kind[recv] == KIND_CODE["SEND"], r_stage,
+                        np.where(col.flow[recv] == FLOW_CODE["F"], r_stage - 1, r_stage + 1))
+    s_stage = col.stage[send]
+    s_sender = np.where(col.kind[send] == KIND_CODE["SEND"], s_stage,
+                        np.where(col.flow[send] == FLOW_CODE["F"], s_stage - 1, s_stage + 1))
+    differ = (t.flow[send] != t.flow[recv]) | (col.direction[send] != col.direction[recv]) | \
+        (s_sender != r_sender) | (col.mb[send] != col.mb[recv])
+    bad = np.flatnonzero(differ)
+    if bad.size == 0:
+        return []
+    la_rank = _lane_rank(ctx)
+    src, dst = la_rank[send[bad]], la_rank[recv[bad]]
+    # The first mismatch of each pair of ranks (matches are by pair, then k).
+    new = np.ones(bad.size, dtype=bool)
+    new[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
+    sends_k = nth[bad][new].tolist()
+    out = []
+    for i, j, a, b, k in zip(send[bad][new].tolist(), recv[bad][new].tolist(), src[new].tolist(), dst[new].tolist(),
+                             sends_k):
+        nth = _ORDINAL.get(k + 1, f"{k + 1}th")
+        si, rj = t.op(i), t.op(j)
+        out.append(Violation(
+            "PP030", f"{ctx.p2p} matches P2P in order per pair of ranks: rank {a}'s {nth} send to "
+            f"rank {b} is {_short(si)} but rank {b}'s {nth} receive from rank {a} is "
+            f"{_short(rj)}; the data would land in the wrong place (reorder one side)", (si.id, rj.id)))
+    return out
+
+
+def _lane_rank(ctx: Context) -> Any:
+    """The rank of the lane each op is listed on (-1: none)."""
+    import numpy as np
+
+    from pptl.checks._keyed import lane_arrays
+
+    la = lane_arrays(ctx)
+    out = np.full(ctx.n, -1, dtype=np.int64)
+    out[la.op] = la.rank
+    return out
+
+
+def _issue_positions_arrays(ctx: Context) -> dict[str, list[Violation]] | None:
+    """:func:`_issue_positions` on the op table (same violations, same order)."""
+    import numpy as np
+
+    from pptl.checks._keyed import F, G, dense_ids, first_of, role_items
+    from pptl.columns import FLOW_CODE
+
+    prog = _program_arrays(ctx)
+    out: dict[str, list[Violation]] = {"SEND": [], "RECV": []}
+    if prog is None:
+        return out
+    seqs, lengths = prog
+    t = ctx.table
+    assert t is not None
+    col = t.columns
+    starts = np.cumsum([0] + lengths[:-1]).astype(np.int64)
+    rank_of = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    comp = np.flatnonzero(col.lane[seqs] == LANE_CODE["compute"])
+    flow = col.flow[seqs]
+    p2p = np.flatnonzero((col.lane[seqs] != LANE_CODE["compute"]) & ((flow == FLOW_CODE["F"]) | (flow == FLOW_CODE["B"])))
+    made = role_items(t, seqs[comp], (F, G))
+    at_made = comp[made.src]  # places in seqs
+    q = seqs[p2p]
+    q_role = np.where(col.flow[q] == FLOW_CODE["F"], F, G)
+    ids, size = dense_ids([np.concatenate([rank_of[at_made], rank_of[p2p]]), np.concatenate([made.role, q_role]),
+                           np.concatenate([made.direction, col.direction[q]]),
+                           np.concatenate([made.stage, col.stage[q]]), np.concatenate([made.mb, col.mb[q]])])
+    first = first_of(ids[:made.src.size], size, at_made)  # places in seqs: one rank's grow with position
+    at = first[ids[made.src.size:]]
+    kind = col.kind[q]
+    early = (at >= 0) & (kind == KIND_CODE["SEND"]) & (at > p2p)
+    late = (at >= 0) & (kind == KIND_CODE["RECV"]) & (at < p2p)
+    for name, code, sel, how in (("SEND", "PP032", early, "before {other} (step {at}) produces its data"),
+                                 ("RECV", "PP033", late, "after {other} (step {at}) needed its data")):
+        for place, there in zip(p2p[sel].tolist(), at[sel].tolist()):
+            rank = int(rank_of[place])
+            op, other = t.op(int(seqs[place])), t.op(int(seqs[there]))
+            step, at_step = place - int(starts[rank]), there - int(starts[rank])
+            out[name].append(Violation(
+                code, f"rank {rank} issues {_short(op)} at step {step}, " + how.format(other=other.id, at=at_step),
+                (op.id, other.id)))
+    return out
 
 
 def _why(label: tuple) -> str:

@@ -1,0 +1,159 @@
+"""Helpers of the rules' array paths: rows grouped by integer keys, and a schedule's lanes as arrays.
+
+The plain paths key dicts by tuples such as (role, direction, stage, mb); the array paths turn each
+such tuple into one dense integer id (:func:`dense_ids`) and keep "the first row of each key" in a
+flat array indexed by it (:func:`first_of`), which costs a few passes of numpy instead of a dict
+entry per op. Imported only by the array paths (it imports numpy).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import chain
+from typing import Any, Sequence
+
+import numpy as np
+
+from pptl.checks.base import Context
+from pptl.ir import Schedule
+
+__all__ = ["dense_ids", "first_of", "LaneArrays", "lane_arrays", "RoleItems", "role_items", "indices_fit"]
+
+_I64 = np.int64
+
+
+def _compress(ids: Any) -> tuple[Any, int]:
+    uniq, inv = np.unique(ids, return_inverse=True)
+    return inv.reshape(-1).astype(_I64, copy=False), int(uniq.size)
+
+
+def dense_ids(cols: Sequence[Any]) -> tuple[Any, int]:
+    """(ids, size): equal rows of the int64 columns ``cols`` get equal ids in ``range(size)``, and
+    different rows different ids.
+
+    Ids mix the columns in radix form, using each column's value range, so no sort is needed
+    while the ranges are small (stages, micro-batches, directions); a column or product whose
+    range would exceed a bound is first renumbered by ``np.unique`` (then any int64 values work).
+    """
+    n = int(cols[0].size) if cols else 0
+    limit = max(8 * n, 1 << 20)
+    ids: Any = np.zeros(n, dtype=_I64)
+    size = 1
+    if n == 0:
+        return ids, 1
+    for c in cols:
+        c = c.astype(_I64, copy=False)
+        lo, hi = int(c.min()), int(c.max())
+        span = hi - lo + 1  # Python ints: no overflow
+        if span > limit:
+            c, span = _compress(c)
+            lo = 0
+        if size * span > limit:
+            ids, size = _compress(ids)
+        ids = ids * span + (c - lo)
+        size *= span
+    return ids, size
+
+
+def first_of(ids: Any, size: int, rows: Any) -> Any:
+    """Per id, the least of ``rows`` (positions, op indices...) with that id, else -1."""
+    none = np.iinfo(_I64).max
+    out = np.full(size, none, dtype=_I64)
+    np.minimum.at(out, ids, rows)
+    out[out == none] = -1
+    return out
+
+
+@dataclass(frozen=True)
+class LaneArrays:
+    """Every (lane, position) of ``schedule.lanes``, in its iteration order (lanes in dict order,
+    each in run order): what the plain paths walk with ``for key, order in lanes.items()``."""
+
+    keys: list[tuple[int, str]]
+    """The lanes, in ``schedule.lanes`` order."""
+    op: Any
+    """The op index of each entry."""
+    lane: Any
+    """The lane (position in ``keys``) of each entry."""
+    pos: Any
+    """The entry's position on its lane."""
+    rank: Any
+    """The rank of the entry's lane (its key's, not the op's)."""
+    unique: bool
+    """Whether every op index is in range and listed once (else the plain paths decide which
+    listing a dict keeps)."""
+
+
+def lane_arrays(ctx: Context) -> LaneArrays:
+    """:class:`LaneArrays` of the context's schedule, built once per check run."""
+    got = ctx.options.get("arrays.lanes")
+    if got is None:
+        got = ctx.options["arrays.lanes"] = _lane_arrays(ctx.schedule)
+    return got  # type: ignore[no-any-return]
+
+
+def _lane_arrays(s: Schedule) -> LaneArrays:
+    keys = list(s.lanes)
+    lengths = np.fromiter((len(s.lanes[k]) for k in keys), dtype=_I64, count=len(keys))
+    total = int(lengths.sum()) if keys else 0
+    op = np.fromiter(chain.from_iterable(map(s.lanes.__getitem__, keys)), dtype=_I64, count=total)
+    lane = np.repeat(np.arange(len(keys), dtype=_I64), lengths)
+    starts = np.cumsum(lengths) - lengths
+    pos = np.arange(total, dtype=_I64) - np.repeat(starts, lengths)
+    ranks = np.fromiter((k[0] for k in keys), dtype=_I64, count=len(keys))
+    n = s.n_ops
+    unique = op.size == 0 or (int(op.min()) >= 0 and int(op.max()) < n and int(np.bincount(op).max()) <= 1)
+    return LaneArrays(keys, op, lane, pos, ranks[lane] if keys else np.zeros(0, dtype=_I64), unique)
+
+
+#: Role codes of :class:`RoleItems` (the order :func:`pptl.deps.roles` lists an op's roles in).
+F, G, W = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class RoleItems:
+    """The units of work (:func:`pptl.deps.roles`) of some rows, one item per (row, role)."""
+
+    src: Any
+    """Index into the rows asked about."""
+    role: Any
+    """:data:`F`, :data:`G` or :data:`W`."""
+    direction: Any
+    stage: Any
+    mb: Any
+
+    def in_order(self) -> RoleItems:
+        """The items by row, then role (an op's roles in the order ``roles`` lists them)."""
+        o = np.argsort(self.src * 3 + self.role, kind="stable")
+        return RoleItems(self.src[o], self.role[o], self.direction[o], self.stage[o], self.mb[o])
+
+
+def role_items(table: Any, rows: Any, roles: tuple[int, ...] = (F, G, W)) -> RoleItems:
+    """The work items of the ops ``rows`` (indices into ``table``), for the roles asked: F makes F;
+    B makes G and W; I makes G; W makes W; FB with a pair makes F, and G and W of its pair."""
+    from pptl.columns import KIND_CODE
+
+    cols = table.columns
+    kind = cols.kind[rows]
+    fb = (kind == KIND_CODE["FB"]) & table.has_pair[rows]
+    pair = table.pair[rows]
+    own = (cols.direction[rows], cols.stage[rows], cols.mb[rows])
+    theirs = (pair[:, 2], pair[:, 0], pair[:, 1])
+    made = {F: ((kind == KIND_CODE["F"]) | fb, None),
+            G: ((kind == KIND_CODE["B"]) | (kind == KIND_CODE["I"]), fb),
+            W: ((kind == KIND_CODE["B"]) | (kind == KIND_CODE["W"]), fb)}
+    parts: list[tuple[Any, ...]] = []
+    for role in roles:
+        mine, paired = made[role]
+        for sel, cols_of in ((mine, own), (paired, theirs)):
+            if sel is None:
+                continue
+            at = np.flatnonzero(sel)
+            parts.append((at, np.full(at.size, role, dtype=_I64), *(c[at] for c in cols_of)))
+    return RoleItems(*(np.concatenate([p[k] for p in parts]) for k in range(5)))
+
+
+def indices_fit(*cols: Any) -> bool:
+    """Whether every value is far enough from the int64 bounds that a stage + 1 or - 1 cannot wrap
+    (the plain paths use Python ints; beyond this they run instead)."""
+    bound = 1 << 62
+    return all(c.size == 0 or (int(c.min()) > -bound and int(c.max()) < bound) for c in cols)
