@@ -6,8 +6,8 @@ copies go through both, under the three P2P models.
 from __future__ import annotations
 
 import random
-from itertools import chain
 from collections import Counter
+from itertools import chain
 from pathlib import Path
 
 import numpy as np

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from pptl import columns
-from pptl.checks import Context, run_checks
-from pptl.checks import comm, order, p2p
+from pptl.checks import Context, comm, order, p2p, run_checks
 from pptl.config import Config
 from pptl.formats.loader import load_any
 from pptl.ir import Schedule

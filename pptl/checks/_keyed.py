@@ -88,7 +88,7 @@ def lane_arrays(ctx: Context) -> LaneArrays:
     got = ctx.options.get("arrays.lanes")
     if got is None:
         got = ctx.options["arrays.lanes"] = _lane_arrays(ctx.schedule)
-    return got  # type: ignore[no-any-return]
+    return got
 
 
 def _lane_arrays(s: Schedule) -> LaneArrays:

@@ -24,15 +24,14 @@ DAG is acyclic: :func:`pptl.issue_order.program` derives it, and ``pptl export -
 """
 from __future__ import annotations
 
-from itertools import chain
 from typing import Any, Iterator
 
 from pptl.checks.base import Context, Violation
-from pptl.columns import KIND_CODE, LANE_CODE, Columns, edge_arrays
+from pptl.columns import KIND_CODE, LANE_CODE, Columns
 from pptl.ir import Schedule
 from pptl.issue_order import given_program
-from pptl.schedules._pipeline_meta import PipelineMeta
 from pptl.messages import message_key
+from pptl.schedules._pipeline_meta import PipelineMeta
 
 __all__ = [
     "fifo_order",
