@@ -121,11 +121,6 @@ class RoleItems:
     stage: Any
     mb: Any
 
-    def in_order(self) -> RoleItems:
-        """The items by row, then role (an op's roles in the order ``roles`` lists them)."""
-        o = np.argsort(self.src * 3 + self.role, kind="stable")
-        return RoleItems(self.src[o], self.role[o], self.direction[o], self.stage[o], self.mb[o])
-
 
 def role_items(table: Any, rows: Any, roles: tuple[int, ...] = (F, G, W)) -> RoleItems:
     """The work items of the ops ``rows`` (indices into ``table``), for the roles asked: F makes F;

@@ -61,7 +61,7 @@ def _unmatched_arrays(ctx: Context) -> list[Violation] | None:
     too near the int64 bounds for stage + 1 (the plain path then runs)."""
     import numpy as np
 
-    from pptl.checks._keyed import F, G, dense_ids, first_of, indices_fit, role_items
+    from pptl.checks._keyed import F, G, dense_ids, first_of, indices_fit
     from pptl.columns import FLOW_CODE, KIND_CODE
 
     t = ctx.table
@@ -98,8 +98,7 @@ def _unmatched_arrays(ctx: Context) -> list[Violation] | None:
             p = t.op(j)
             out.append(Violation("PP008", f"{op.id} and {p.id} disagree on their ranks", (op.id, p.id)))
     # 2. Every crossing of ranks needs a SEND on the producer side.
-    every = np.arange(t.n, dtype=np.int64)
-    items = role_items(t, every).in_order()
+    items = ctx.work_arrays  # op by op, F then G then W (shared with PP002-PP005)
     last = ctx.schedule.num_stages - 1
     crossing = ((items.role == F) & (items.stage < last)) | ((items.role == G) & (items.stage > 0))
     q = np.flatnonzero(crossing)
@@ -107,9 +106,9 @@ def _unmatched_arrays(ctx: Context) -> list[Violation] | None:
     q_next = np.where(q_role == F, q_st + 1, q_st - 1)
     # The rank of the first item of each (direction, stage), for the stage next to each crossing.
     ids, size = dense_ids([np.concatenate([items.direction, q_d]), np.concatenate([items.stage, q_next])])
-    first_item = first_of(ids[:items.src.size], size, np.arange(items.src.size, dtype=np.int64))
-    at = first_item[ids[items.src.size:]]
-    peer = np.where(at >= 0, col.rank[items.src[np.maximum(at, 0)]], 0)
+    first_item = first_of(ids[:items.op.size], size, np.arange(items.op.size, dtype=np.int64))
+    at = first_item[ids[items.op.size:]]
+    peer = np.where(at >= 0, col.rank[items.op[np.maximum(at, 0)]], 0)
     # Whether a SEND of (flow, direction, stage, mb) exists.
     sends = c[kind == send]
     q_flow = np.where(q_role == F, fwd, bwd).astype(col.flow.dtype)
@@ -118,7 +117,7 @@ def _unmatched_arrays(ctx: Context) -> list[Violation] | None:
                            np.concatenate([col.stage[sends], q_st]), np.concatenate([col.mb[sends], q_mb])])
     sent = np.zeros(size, dtype=bool)
     sent[ids[:sends.size]] = True
-    src = items.src[q]
+    src = items.op[q]
     bad = (at >= 0) & ~sent[ids[sends.size:]] & (peer != col.rank[src])
     for i, p, f, st, mb in zip(src[bad].tolist(), peer[bad].tolist(), q_role[bad].tolist(), q_st[bad].tolist(),
                                q_mb[bad].tolist()):
