@@ -286,7 +286,7 @@ def check_file(path: str, *, microbatches: int | None = None, memory_limit: floa
     if locate is not None:
         violations = [replace(v, line=locate(v.ops[0])) if v.line is None and v.ops else v for v in violations]
     violations.sort(key=lambda v: (v.severity != "error", v.code))
-    return FileReport(path, loaded.kind, len(loaded.schedule.ops), violations, loaded.notes)
+    return FileReport(path, loaded.kind, loaded.schedule.n_ops, violations, loaded.notes)
 
 
 def github_input_error(path: str, error: Exception) -> str:
