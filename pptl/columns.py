@@ -19,9 +19,11 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from pptl.deps import VECTOR_MIN_OPS
 
 if TYPE_CHECKING:
-    from pptl.ir import Op
+    from pptl.ir import Op, Schedule
+    from pptl.optable import OpTable
 
-__all__ = ["Columns", "KIND_CODE", "LANE_CODE", "FLOW_CODE", "use_arrays", "columns", "cached", "remember", "edge_arrays"]
+__all__ = ["Columns", "KIND_CODE", "LANE_CODE", "FLOW_CODE", "use_arrays", "table_if_arrays", "columns", "cached",
+           "remember", "edge_arrays"]
 
 #: Kind codes (0: any other kind). The same numbering as :mod:`pptl._deps_np`.
 KIND_CODE = {"F": 1, "B": 2, "I": 3, "W": 4, "FB": 5, "SEND": 6, "RECV": 7}
@@ -99,6 +101,13 @@ def _build(np: Any, i64: Any, n: int, kind: Iterable[str], rank: Iterable[int], 
         peer=np.fromiter(peer, dtype=i64, count=n),
         flow=np.fromiter(map(FLOW_CODE.get, flow, repeat(3)), dtype=np.int8, count=n),
     )
+
+
+def table_if_arrays(schedule: Schedule) -> OpTable | None:
+    """The schedule's :class:`~pptl.optable.OpTable` when its passes run on arrays
+    (:func:`use_arrays`) and it has one already (made from a table, or the checker built it), else
+    None: building a table for a pass alone costs more than the pass's loop."""
+    return schedule.built_table() if use_arrays(schedule.n_ops) else None
 
 
 def columns(ops: list[Op]) -> Columns | None:

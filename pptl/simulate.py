@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
-from pptl.columns import KIND_CODE, LANE_CODE, Columns, cached, use_arrays
+from pptl.columns import KIND_CODE, LANE_CODE, Columns, cached, table_if_arrays, use_arrays
 from pptl.config import Costs
 from pptl.dag import Adjacency, adjacency, topological_order
 from pptl.errors import InputError, InvalidScheduleError
@@ -19,6 +19,8 @@ from pptl.timeline import Event, RankStats, Timeline, TimelineMeta, bubble_fract
 
 if TYPE_CHECKING:
     import networkx as nx
+
+    from pptl.optable import OpTable
 
 __all__ = ["Simulation", "RankMetrics", "durations", "simulate", "memory_events", "memory_timeline", "peak_memory",
            "held_spans", "op_events"]
@@ -30,6 +32,14 @@ def built_columns(schedule: Schedule) -> Columns | None:
     if t is not None:
         return t.columns
     return cached(schedule.ops)
+
+
+def op_at(schedule: Schedule, i: int) -> Op:
+    """Op ``i``, without building the others when the schedule holds a table and no ops yet."""
+    t = schedule.built_table()
+    if t is not None and not schedule.has_ops():
+        return t.op(i)
+    return schedule.ops[i]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,10 +64,10 @@ class Simulation:
 
     def metrics(self) -> dict[str, Any]:
         """JSON-ready metrics (the contract of ``pptl plan --output json``)."""
-        ops = self.schedule.ops
+        s = self.schedule
         return {
             "makespan": self.makespan,
-            "ops": len(ops),
+            "ops": s.n_ops,
             "ranks": [
                 {"rank": r.rank, "busy": r.busy, "idle": r.idle, "bubble_fraction": r.bubble_fraction,
                  "peak_activation": r.peak_activation}
@@ -65,7 +75,7 @@ class Simulation:
             ],
             "bubble_fraction": bubble_fraction(self.ranks, self.makespan),
             "peak_activation": max((r.peak_activation for r in self.ranks), default=0.0),
-            "critical_path": [ops[i].id for i in self.critical_path],
+            "critical_path": [op_at(s, i).id for i in self.critical_path],
         }
 
     def timeline(self, *, with_waits: bool = True) -> Timeline:
@@ -107,6 +117,9 @@ _COPIES = frozenset(("OFFLOAD", "ONLOAD", "H2D", "COPY"))
 
 def durations(schedule: Schedule, costs: Costs) -> list[float]:
     """Duration of every op. Raises InvalidScheduleError for a cost key with no value."""
+    table = table_if_arrays(schedule)
+    if table is not None:
+        return _durations_table(table, costs).tolist()  # type: ignore[no-any-return]
     out: list[float] = []
     # The cost table's answer per (cost key, stage), looked up once: plans run to 100k+ ops. A copy
     # with no cost of its own is timed from its payload, so only the table's answer is cached,
@@ -134,6 +147,88 @@ def durations(schedule: Schedule, costs: Costs) -> list[float]:
     if costs.rank_scale:
         _scale_ranks(schedule, costs.rank_scale, out)
     return out
+
+
+def _durations_table(t: OpTable, costs: Costs) -> Any:
+    """:func:`durations` on a table, with the same floats and the same error: the cost table is
+    asked once per (cost key, stage) present, a SEND's time and a copy's once per payload (in
+    Python, as the loop computes them), and the answers are spread over the rows."""
+    import numpy as np
+
+    n = t.n
+    kinds = t.kind_names
+    send = _rows_of(t.kind, kinds, ("SEND",))
+    comm = send | _rows_of(t.kind, kinds, ("RECV",))
+    # cost key per row: the op's cost name, else its kind name; numbered over (kind, cost) codes
+    nc = len(t.cost_names)
+    combo = t.kind.astype(np.int64) * nc + t.cost
+    key_names = [t.cost_names[c % nc] or kinds[c // nc] for c in range(len(kinds) * nc)]
+    pair_code, pairs = _codes(combo, t.stage)
+    value = np.zeros(len(pairs))
+    missing = np.zeros(len(pairs), dtype=bool)
+    for p in np.flatnonzero(np.bincount(pair_code[~comm], minlength=len(pairs))).tolist():
+        c, stage = pairs[p]
+        d = costs.lookup(key_names[c], stage)
+        if d is None:
+            missing[p] = True
+        else:
+            value[p] = d
+    out = value[pair_code] if n else np.zeros(0)
+    out[comm] = 0.0  # a RECV completes with its SEND, which carries the transfer
+    if send.any():
+        out[send] = _per_payload(t.payload[send], costs.comm_time)
+    if missing.any():
+        miss = missing[pair_code] & ~comm
+        copies = miss & _rows_of(t.kind, kinds, _COPIES) & (t.payload != 0)
+        bad = np.flatnonzero(miss & ~copies)
+        if bad.size:
+            op = t.op(int(bad[0]))
+            raise InvalidScheduleError(f"no cost for '{op.cost_key}' (op {op.id}); set it with --cost {op.cost_key}=VALUE")
+        bw = costs.copy_bandwidth
+        out[copies] = _per_payload(t.payload[copies], lambda b: b / bw)
+    if costs.rank_scale:
+        compute = np.flatnonzero(_rows_of(t.lane, t.lane_names, ("compute",)))
+        ranks = t.rank[compute]
+        for r, f in costs.rank_scale.items():
+            rows = compute[ranks == r]
+            out[rows] *= f
+    return out
+
+
+def _rows_of(codes: Any, names: tuple[str, ...], wanted: Any) -> Any:
+    """Mask of the rows whose string field (``codes`` into ``names``) is one of ``wanted``."""
+    import numpy as np
+
+    hit = [k for k, name in enumerate(names) if name in wanted]
+    return np.isin(codes, hit) if hit else np.zeros(codes.size, dtype=bool)
+
+
+def _codes(combo: Any, stage: Any) -> tuple[Any, list[tuple[int, int]]]:
+    """A code per row for its (combo, stage) and the (combo, stage) of each code."""
+    import numpy as np
+
+    n = int(combo.size)
+    if not n:
+        return np.zeros(0, dtype=np.int64), []
+    lo = int(stage.min())
+    span = int(stage.max()) - lo + 1
+    total = (int(combo.max()) + 1) * span
+    if total <= max(1 << 16, 4 * n):  # few stages (every plan pptl builds): one count, no sort
+        flat = combo * span + (stage - lo)
+        present = np.flatnonzero(np.bincount(flat, minlength=total))
+        code = np.zeros(total, dtype=np.int64)
+        code[present] = np.arange(present.size)
+        return code[flat], [(p // span, p % span + lo) for p in present.tolist()]
+    found, inverse = np.unique(np.stack([combo, stage], axis=1), axis=0, return_inverse=True)
+    return inverse.reshape(-1), [(int(c), int(st)) for c, st in found.tolist()]
+
+
+def _per_payload(payload: Any, time_of: Any) -> Any:
+    """``time_of(payload)`` per row, called once per distinct payload (as Python floats)."""
+    import numpy as np
+
+    found, inverse = np.unique(payload, return_inverse=True)
+    return np.array([time_of(p) for p in found.tolist()], dtype=np.float64)[inverse.reshape(-1)]
 
 
 def _scale_ranks(schedule: Schedule, scale: Any, out: list[float]) -> None:
@@ -168,8 +263,11 @@ def simulate(schedule: Schedule, costs: Costs | None = None, *, dag: nx.DiGraph 
     if w_activation is None:
         w_activation = cfg.w_activation if cfg is not None else 0.0
     g = dag if dag is not None else adjacency(schedule)
-    dur = durations(schedule, costs)
-    n = len(schedule.ops)
+    n = schedule.n_ops
+    table = table_if_arrays(schedule)
+    # durations as an array too where the passes below run on arrays
+    dur_array = _durations_table(table, costs) if table is not None else None
+    dur = dur_array.tolist() if dur_array is not None else durations(schedule, costs)
     start = [0.0] * n
     end = [0.0] * n
     via = [-1] * n
@@ -181,23 +279,34 @@ def simulate(schedule: Schedule, costs: Costs | None = None, *, dag: nx.DiGraph 
     _longest_path(order, pred, dur, start, end, via)
     if costs.context or costs.beside:
         dur = _retime_in_context(schedule, costs, order, pred, dur, start, end, via)
-    makespan = max(end, default=0.0) - min(start, default=0.0)
+        dur_array = None
+    # On arrays only when the checker built the columns already (or the schedule was made from a
+    # table): building them for these passes alone costs more than the loops (2026-11-26: 97k-op
+    # interleaved plan, 97 ms against 83).
+    cols = built_columns(schedule) if use_arrays(n) and n else None
+    times = None
+    if cols is not None:
+        import numpy as np
+
+        times = (np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64))
+        # max and argmax as the loops take them: the first op of the latest end
+        makespan = float(times[1].max()) - float(times[0].min())
+        last = int(times[1].argmax())
+    else:
+        makespan = max(end, default=0.0) - min(start, default=0.0)
+        last = max(range(n), key=end.__getitem__) if n else -1
     if not makespan < float("inf"):  # also NaN; every renderer and writer needs finite times
         raise InputError(f"the timed schedule overflows a float (makespan {makespan}): a cost, comm.bytes or a "
                          "bandwidth is out of scale; costs up to 1e15 and bandwidths that keep bytes / bandwidth "
                          "finite work")
     path: list[int] = []
-    if n:
-        v = max(range(n), key=end.__getitem__)
-        while v >= 0:
-            path.append(v)
-            v = via[v]
-        path.reverse()
-    peaks, peak_at = peak_memory(schedule, start, end, activation, w_activation)
-    # On arrays only when the checker built the columns already: building them for this pass
-    # alone costs more than the loops (2026-11-26: 97k-op interleaved plan, 97 ms against 83).
-    cols = built_columns(schedule) if use_arrays(n) else None
-    busy = _busy_arrays(schedule, cols, dur) if cols is not None else None
+    v = last
+    while v >= 0:
+        path.append(v)
+        v = via[v]
+    path.reverse()
+    peaks, peak_at = _peak_memory(schedule, start, end, activation, w_activation, times=times)
+    busy = _busy_arrays(schedule, cols, dur if dur_array is None else dur_array) if cols is not None else None
     if busy is None:
         busy = {r: 0.0 for r in range(schedule.pp)}
         for i, op in enumerate(schedule.ops):
@@ -369,11 +478,19 @@ def peak_memory(schedule: Schedule, start: list[float], end: list[float], activa
     Counts the training kinds and activation offloading (OFFLOAD frees its payload at its end,
     ONLOAD brings it back at its end; see :func:`memory_events`).
     """
-    if (not skip and use_arrays(len(schedule.ops)) and not held_spans(schedule)
+    return _peak_memory(schedule, start, end, activation, w_activation, skip)
+
+
+def _peak_memory(schedule: Schedule, start: list[float], end: list[float], activation: float, w_activation: float,
+                 skip: frozenset[str] = frozenset(), times: tuple[Any, Any] | None = None
+                 ) -> tuple[dict[int, float], dict[int, float]]:
+    """:func:`peak_memory`; ``times``: ``start`` and ``end`` as float64 arrays, when the caller has them."""
+    if (not skip and use_arrays(schedule.n_ops) and not held_spans(schedule)
             and MoEMeta.of(schedule).held_saved is not True):
         cols = built_columns(schedule)
         if cols is not None:
-            return _peaks_arrays(schedule, cols, start, end, activation, w_activation)
+            return _peaks_arrays(schedule, cols, *(times or (start, end)), activation, w_activation,
+                                 schedule.built_table())
     peaks: dict[int, float] = {}
     when: dict[int, float] = {}
     for r, evs in memory_timeline(schedule, start, end, activation, w_activation, skip).items():
@@ -388,15 +505,15 @@ def peak_memory(schedule: Schedule, start: list[float], end: list[float], activa
     return peaks, when
 
 
-def _peaks_arrays(schedule: Schedule, cols: Columns, start: list[float], end: list[float], activation: float,
-                  w_activation: float) -> tuple[dict[int, float], dict[int, float]]:
+def _peaks_arrays(schedule: Schedule, cols: Columns, start: Any, end: Any, activation: float,
+                  w_activation: float, table: OpTable | None = None) -> tuple[dict[int, float], dict[int, float]]:
     """:func:`peak_memory` (no skipped kinds, no held spans) on arrays, with the same floats: the
     events sorted as :func:`memory_timeline` sorts them, each rank's running sum added in order
     (``cumsum`` is sequential), and the peak's tolerance applied where the running sum reaches a
     new high (the only places the loop can move its peak)."""
     import numpy as np
 
-    n = len(schedule.ops)
+    n = schedule.n_ops
     k = cols.kind
     alloc = np.zeros(n)
     free = np.zeros(n)
@@ -405,8 +522,14 @@ def _peaks_arrays(schedule: Schedule, cols: Columns, start: list[float], end: li
     free[(k == code["B"]) | (k == code["FB"])] = activation
     free[k == code["I"]] = activation * (1.0 - w_activation)
     free[k == code["W"]] = activation * w_activation
-    for i in np.flatnonzero(k == 0).tolist():  # family kinds (OFFLOAD, ONLOAD...): as the loop says
-        alloc[i], free[i] = memory_events(schedule.ops[i], activation, w_activation)
+    if table is not None:  # of the family kinds, only the copies of activations count (memory_events)
+        offload = _rows_of(table.kind, table.kind_names, ("OFFLOAD",))
+        free[offload] = table.payload[offload]
+        onload = _rows_of(table.kind, table.kind_names, ("ONLOAD",))
+        free[onload] = -table.payload[onload]
+    else:
+        for i in np.flatnonzero(k == 0).tolist():  # family kinds (OFFLOAD, ONLOAD...): as the loop says
+            alloc[i], free[i] = memory_events(schedule.ops[i], activation, w_activation)
     a = np.flatnonzero(alloc)
     f = np.flatnonzero(free)
     idx = np.concatenate([a, f])

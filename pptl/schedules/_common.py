@@ -11,6 +11,7 @@ from itertools import repeat
 from operator import attrgetter, itemgetter
 from typing import Any, Callable, Iterable, Sequence
 
+from pptl.columns import table_if_arrays
 from pptl.config import Config
 from pptl.deps import VECTOR_MIN_OPS, training_deps, training_deps_columns
 from pptl.errors import InputError
@@ -281,6 +282,9 @@ def span_idle(schedule: Schedule, start: list[float], end: list[float], lane: st
     ``RankMetrics.idle`` counts idle time against the whole makespan instead, which adds the
     stagger of a rank's start and end. Notes: O(ops).
     """
+    table = table_if_arrays(schedule)
+    if table is not None:
+        return _span_idle_table(table, start, end, lane)
     first: dict[int, float] = {}
     last: dict[int, float] = {}
     busy: dict[int, float] = {}
@@ -294,6 +298,46 @@ def span_idle(schedule: Schedule, start: list[float], end: list[float], lane: st
     return {r: last[r] - first[r] - busy[r] for r in sorted(busy)}
 
 
+def _span_idle_table(table: Any, start: list[float], end: list[float], lane: str) -> dict[int, float]:
+    """:func:`span_idle` on a table, with the same floats (``bincount`` adds each rank's
+    durations in op order, as the loop does)."""
+    import numpy as np
+
+    rows = np.flatnonzero(table.lane == table.lane_names.index(lane)) if lane in table.lane_names else []
+    if not len(rows):
+        return {}
+    s = np.asarray(start, dtype=np.float64)[rows]
+    e = np.asarray(end, dtype=np.float64)[rows]
+    ranks, at = np.unique(table.rank[rows], return_inverse=True)
+    at = at.reshape(-1)
+    first = np.full(ranks.size, np.inf)
+    np.minimum.at(first, at, s)
+    last = np.full(ranks.size, -np.inf)
+    np.maximum.at(last, at, e)
+    busy = np.bincount(at, weights=e - s, minlength=ranks.size)
+    return dict(zip(ranks.tolist(), (last - first - busy).tolist()))
+
+
+def _stages_held(schedule: Schedule) -> int:
+    """The most (direction, stage) pairs one rank runs forwards of (F or FB on its compute lane)."""
+    table = table_if_arrays(schedule)
+    if table is not None:
+        import numpy as np
+
+        fwd = [k for k, name in enumerate(table.kind_names) if name in ("F", "FB")]
+        compute = table.lane_names.index("compute") if "compute" in table.lane_names else -1
+        rows = np.flatnonzero(np.isin(table.kind, fwd) & (table.lane == compute))
+        if not rows.size:
+            return 0
+        held = np.unique(np.stack([table.rank[rows], table.direction[rows], table.stage[rows]], axis=1), axis=0)
+        return int(np.unique(held[:, 0], return_counts=True)[1].max())
+    per_rank: dict[int, set[tuple[int, int]]] = {}
+    for op in schedule.ops:
+        if op.lane == "compute" and op.kind in ("F", "FB"):
+            per_rank.setdefault(op.rank, set()).add((op.direction, op.stage))
+    return max((len(v) for v in per_rank.values()), default=0)
+
+
 def overlap_metrics(schedule: Schedule, sim: Any) -> dict[str, Any]:
     """Family metrics of the zero-bubble and DualPipe families (``Family.extra_metrics``): idle time
     within each rank's span, the model copies the pipeline holds (DualPipe: 2) and the stages
@@ -302,11 +346,7 @@ def overlap_metrics(schedule: Schedule, sim: Any) -> dict[str, Any]:
 
     spans = span_idle(schedule, sim.start, sim.end)
     copies = PipelineMeta.of(schedule).copies
-    held: dict[int, set[tuple[int, int]]] = {}
-    for op in schedule.ops:
-        if op.lane == "compute" and op.kind in ("F", "FB"):
-            held.setdefault(op.rank, set()).add((op.direction, op.stage))
-    per_rank = max((len(v) for v in held.values()), default=0)
+    per_rank = _stages_held(schedule)
     return {
         "span_idle": [spans.get(r, 0.0) for r in range(schedule.pp)],
         "parameter_copies": copies,
