@@ -489,8 +489,8 @@ def _peak_memory(schedule: Schedule, start: list[float], end: list[float], activ
             and MoEMeta.of(schedule).held_saved is not True):
         cols = built_columns(schedule)
         if cols is not None:
-            return _peaks_arrays(schedule, cols, *(times or (start, end)), activation, w_activation,
-                                 schedule.built_table())
+            at, till = times if times is not None else (start, end)
+            return _peaks_arrays(schedule, cols, at, till, activation, w_activation, schedule.built_table())
     peaks: dict[int, float] = {}
     when: dict[int, float] = {}
     for r, evs in memory_timeline(schedule, start, end, activation, w_activation, skip).items():
