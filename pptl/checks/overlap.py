@@ -3,9 +3,14 @@ weight-gradient FIFO, and warnings where a textbook bubble formula's assumption 
 from __future__ import annotations
 
 from collections import deque
+from typing import TYPE_CHECKING
 
 from pptl.checks.base import Context, Violation
 from pptl.schedules._pipeline_meta import PipelineMeta
+
+if TYPE_CHECKING:
+    from pptl.ir import Schedule
+    from pptl.optable import OpTable
 
 __all__ = ["fb_self_dependency", "w_fifo_order", "formula_assumptions"]
 
@@ -23,6 +28,11 @@ def fb_self_dependency(ctx: Context) -> list[Violation]:
     out: list[Violation] = []
     if "FB" not in ctx.kinds:
         return out
+    t = ctx.table
+    if t is not None:
+        fb = t.kind == t.kind_names.index("FB")
+        if not (fb & t.has_pair & (t.pair[:, 1] == t.mb) & (t.pair[:, 2] == t.direction)).any():
+            return out  # no FB pairs a forward with its own micro-batch's backward
     for op in ctx.schedule.ops:
         if op.kind != "FB" or op.pair is None:
             continue
@@ -49,8 +59,10 @@ def w_fifo_order(ctx: Context) -> list[Violation]:
     s = ctx.schedule
     if "I" not in ctx.kinds or "W" not in ctx.kinds:
         return []  # no split backward: no FIFO
-    ops = s.ops
     per_rank = PipelineMeta.of(s).per_rank_store
+    if ctx.table is not None and _fifo_in_order(s, ctx.table, per_rank):
+        return []
+    ops = s.ops
     out: list[Violation] = []
     for (rank, lane), order in s.lanes.items():
         queues: dict[tuple[int, ...], deque[tuple[tuple[int, int, int], int]]] = {}
@@ -83,6 +95,34 @@ def w_fifo_order(ctx: Context) -> list[Violation]:
                     f"its I ran after {head}, and W drains in the order of its I", (op.id, head)))
             del q[pos]
     return out
+
+
+def _fifo_in_order(s: Schedule, t: OpTable, per_rank: bool) -> bool:
+    """Whether every FIFO of :func:`w_fifo_order` drains in order, shown on arrays: in each
+    (lane, FIFO) the k-th W does the work of the k-th I and comes after it. Then each W finds its
+    I at the head of the queue, so the rule reports nothing; when this does not hold (a missing or
+    extra W, another order) the rule walks the ops and says what is wrong."""
+    import numpy as np
+
+    from pptl.checks.work_arrays import group_ids, kind_mask
+
+    orders = [np.asarray(o, dtype=np.int64) for o in s.lanes.values()]
+    if not orders:
+        return True
+    rows = np.concatenate(orders)
+    lane = np.repeat(np.arange(len(orders), dtype=np.int64), [o.size for o in orders])
+    is_i, is_w = kind_mask(t, frozenset({"I"}))[rows], kind_mask(t, frozenset({"W"}))[rows]
+    keep = is_i | is_w
+    rows, lane, is_i, pos = rows[keep], lane[keep], is_i[keep], np.flatnonzero(keep)
+    cols = (lane,) if per_rank else (lane, t.direction[rows], t.stage[rows])
+    group, _ = group_ids(*cols)
+    by = np.lexsort((pos, group))  # each FIFO's ops in lane order
+    i_at, w_at = by[is_i[by]], by[~is_i[by]]
+    if i_at.size != w_at.size or not (group[i_at] == group[w_at]).all():
+        return False  # some FIFO has more I than W or the other way round
+    ri, rw = rows[i_at], rows[w_at]
+    return bool((pos[w_at] > pos[i_at]).all() and (t.direction[ri] == t.direction[rw]).all()
+                and (t.stage[ri] == t.stage[rw]).all() and (t.mb[ri] == t.mb[rw]).all())
 
 
 def formula_assumptions(ctx: Context) -> list[Violation]:
