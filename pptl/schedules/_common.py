@@ -9,13 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import attrgetter, itemgetter
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from pptl.columns import table_if_arrays
+from pptl.columns import table_if_arrays, use_arrays
 from pptl.config import Config
 from pptl.deps import VECTOR_MIN_OPS, training_deps, training_deps_columns
 from pptl.errors import InputError
 from pptl.ir import Op, Schedule, ScheduleBuilder
+from pptl.schedules._order import Order, interleave
 
 __all__ = [
     "Family",
@@ -25,6 +26,8 @@ __all__ = [
     "v_rank",
     "compute_op",
     "assemble",
+    "Order",
+    "interleave",
     "require",
     "backward_ops",
     "uniform_cost_assumptions",
@@ -133,7 +136,7 @@ def backward_ops(cfg: Config, rank: int, stage: int, mb: int, chunk: int = 0, di
 _Item = tuple[str, int, int, int, int]
 
 
-def _items(ops: list[Op]) -> list[_Item]:
+def _items(ops: Sequence[Op]) -> list[_Item]:
     """The work items of one rank's compute order, in order (:func:`pptl.deps.roles` written out:
     assemble reads every op of a plan through here)."""
     out: list[_Item] = []
@@ -153,29 +156,41 @@ def _items(ops: list[Op]) -> list[_Item]:
     return out
 
 
-def assemble(cfg: Config, family: str, orders: dict[int, list[Op]], *, num_stages: int, microbatches: int,
-             directions: int = 1, meta: dict | None = None, comm: bool = True) -> Schedule:
-    """Build a :class:`Schedule` from each rank's compute order.
+def assemble(cfg: Config, family: str, orders: Mapping[int, Sequence[Op] | Order], *, num_stages: int,
+             microbatches: int, directions: int = 1, meta: dict | None = None, comm: bool = True) -> Schedule:
+    """Build a :class:`Schedule` from each rank's compute order (a list of ops, or their columns).
 
     SENDs go on the producer's ``send`` lane in the order their data is produced; RECVs on the
     consumer's ``recv`` lane in the order their data is needed. Stages on one rank pass data
     locally (no SEND/RECV). With ``comm=False`` only compute lanes are built.
 
+    A large plan (:func:`pptl.columns.use_arrays`) is made from a table
+    (:mod:`pptl.schedules._assemble_np`): no ``Op`` exists until something reads ``schedule.ops``.
+
     Notes:
-        O(ops). The messages are built as columns first; each SEND and RECV becomes an ``Op`` once,
-        in its final place, and the training facts are derived from the same columns.
+        O(ops). Below, the messages are built as columns first; each SEND and RECV becomes an ``Op``
+        once, in its final place, and the training facts are derived from the same columns.
     """
-    ranks = sorted(orders)
+    # Each compute op sends and receives at most one message per item: the plan is up to 3x its compute ops.
+    if use_arrays(3 * sum(map(len, orders.values()))):
+        from pptl.schedules._assemble_np import assemble_table  # numpy: large plans only
+
+        made = assemble_table(cfg, family, orders, num_stages=num_stages, microbatches=microbatches,
+                              directions=directions, meta=meta, comm=comm)
+        if made is not None:
+            return made
+    op_orders = {r: o.ops(r) if isinstance(o, Order) else o for r, o in orders.items()}
+    ranks = sorted(op_orders)
     b = ScheduleBuilder()
     for rank in ranks:
-        b.extend(orders[rank])
+        b.extend(op_orders[rank])
     ops = b.ops
     n_compute = len(ops)
     # The messages' columns (kind, rank, stage, mb, direction, flow) in op order, for the facts.
     msg: tuple[list[Any], ...] = ([], [], [], [], [], [])
     if comm:
         # The work of every op, found once (placement, messages and receive positions all read it).
-        work = {rank: _items(per_rank) for rank, per_rank in orders.items()}
+        work = {rank: _items(per_rank) for rank, per_rank in op_orders.items()}
         place: dict[tuple[int, int], int] = {}
         put = place.setdefault
         for rank, items in work.items():

@@ -30,12 +30,10 @@ would describe no real run. G = m always fits; the message lists the group sizes
 """
 from __future__ import annotations
 
-from itertools import repeat
-
 from pptl.config import Config
 from pptl.errors import InputError
-from pptl.ir import Op, Schedule
-from pptl.schedules._common import Family, assemble, flush_bubble, require
+from pptl.ir import Schedule
+from pptl.schedules._common import Family, Order, assemble, flush_bubble, interleave, require
 
 __all__ = ["FAMILY", "ORDERS", "build", "validate", "check_groups", "order_of", "schedule_table",
            "warmup_count", "group_sizes_that_fit"]
@@ -129,36 +127,25 @@ def build(cfg: Config) -> Schedule:
     chunks = [c for _, c in table]
     back_chunks = [v - 1 - c for c in chunks]
     back_kinds = ("I", "W") if cfg.split_backward else ("B",)
-    orders: dict[int, list[Op]] = {}
+    nb = len(back_kinds)
+    orders: dict[int, Order] = {}
     for r in range(p):
-        # F_k and B_k for every k (B_k runs table[k] on chunk V-1-c), then laid out by the phase table.
-        fwd = _ops("F", r, [c * p + r for c in chunks], mbs, chunks)
-        bwd = [_ops(kind, r, [c * p + r for c in back_chunks], mbs, back_chunks) for kind in back_kinds]
+        # F_k and B_k for every k (B_k runs table[k] on chunk V-1-c), then laid out by the phase table,
+        # one column at a time (the order is the same permutation of every column).
         w = warmup_count(cfg, r)
-        steady = total - w
-        # Phase 1 (warmup): F_0 .. F_{w-1}
-        order = fwd[:w]
-        # Phase 2 (steady): (F_{w+k}, B_k) for k < mV - w
-        step = 1 + len(bwd)
-        pairs: list[Op] = [fwd[0]] * (step * steady)
-        pairs[0::step] = fwd[w:]
-        for j, ops in enumerate(bwd, 1):
-            pairs[j::step] = ops[:steady]
-        order += pairs
-        # Phase 3 (cooldown): B_{mV-w} .. B_{mV-1}
-        tail: list[Op] = [fwd[0]] * (len(bwd) * w)
-        for j, ops in enumerate(bwd):
-            tail[j::len(bwd)] = ops[steady:]
-        order += tail
-        orders[r] = order
+
+        def phases(fwd: list, bwd: list, w: int = w) -> list:
+            # Phase 1 (warmup): F_0 .. F_{w-1}; phase 2 (steady): (F_{w+k}, B_k) for k < mV - w;
+            # phase 3 (cooldown): B_{mV-w} .. B_{mV-1}. ``bwd``: one list per backward kind.
+            steady = total - w
+            return interleave(fwd[:w], [fwd[w:]] + [b[:steady] for b in bwd], [b[steady:] for b in bwd], 0)
+
+        stages = [c * p + r for c in chunks]
+        back_stages = [c * p + r for c in back_chunks]
+        orders[r] = Order(kind=phases(["F"] * total, [[k] * total for k in back_kinds]),
+                          stage=phases(stages, [back_stages] * nb), mb=phases(mbs, [mbs] * nb),
+                          direction=[0] * (total * (1 + nb)), chunk=phases(chunks, [back_chunks] * nb))
     return assemble(cfg, "interleaved-1f1b", orders, num_stages=p * v, microbatches=m)
-
-
-def _ops(kind: str, rank: int, stages: list[int], mbs: list[int], chunks: list[int]) -> list[Op]:
-    """One compute op of ``kind`` per (stage, mb, chunk), in order (``map`` calls ``Op`` without a
-    Python loop: this builds every compute op of an interleaved plan)."""
-    n = len(stages)
-    return list(map(Op, repeat(kind, n), repeat(rank, n), repeat("compute", n), stages, mbs, repeat(0, n), chunks))
 
 
 def bubble(cfg: Config) -> float:

@@ -1,0 +1,59 @@
+"""One rank's compute order as columns: what a family hands to :func:`pptl.schedules._common.assemble`
+instead of a list of :class:`pptl.ir.Op`.
+
+A large plan is built as an op table (:class:`pptl.optable.OpTable`) without any ``Op`` object;
+a family that writes its order as columns (plain lists, cut and interleaved with slices) lets
+``assemble`` skip creating 130k compute ops at pp 64 too. Small plans still become ``Op`` lists
+(:meth:`Order.ops`), without numpy.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import repeat
+from typing import Sequence
+
+from pptl.ir import Op
+
+__all__ = ["Order", "interleave"]
+
+
+@dataclass(frozen=True, slots=True)
+class Order:
+    """The compute ops of one rank, in order, one list per :class:`pptl.ir.Op` field they set
+    (lane ``compute``; every other field at its default)."""
+
+    kind: Sequence[str]
+    stage: Sequence[int]
+    mb: Sequence[int]
+    direction: Sequence[int]
+    chunk: Sequence[int]
+    pair: Sequence[tuple[int, int, int] | None] | None = None
+    """FB ops' B half, op by op; None: no op has one."""
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    def ops(self, rank: int) -> list[Op]:
+        """The ``Op`` of every entry (``map`` calls ``Op`` without a Python loop)."""
+        n = len(self.kind)
+        pair = self.pair if self.pair is not None else repeat(None, n)
+        return list(map(Op, self.kind, repeat(rank, n), repeat("compute", n), self.stage, self.mb, self.direction,
+                        self.chunk, pair))
+
+
+def interleave(head: list, rows: Sequence[list], tail_rows: Sequence[list], filler: object) -> list:
+    """``head``, then the entries of ``rows`` taken one of each in turn, then those of ``tail_rows``
+    likewise: the warmup / steady / cooldown layout of a 1F1B-style phase table, on one column.
+
+    Example: ``interleave([f0], [[f1, f2], [b0, b1]], [[b2]], None)`` is ``[f0, f1, b0, f2, b1, b2]``.
+    """
+    out = list(head)
+    for part in (rows, tail_rows):
+        if not part:
+            continue
+        step = len(part)
+        block = [filler] * (step * len(part[0]))
+        for j, row in enumerate(part):
+            block[j::step] = row
+        out += block
+    return out
