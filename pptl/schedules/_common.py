@@ -16,7 +16,7 @@ from pptl.config import Config
 from pptl.deps import VECTOR_MIN_OPS, training_deps, training_deps_columns
 from pptl.errors import InputError
 from pptl.ir import Op, Schedule, ScheduleBuilder
-from pptl.schedules._order import Order, interleave
+from pptl.schedules._order import Order, phases
 
 __all__ = [
     "Family",
@@ -27,9 +27,8 @@ __all__ = [
     "compute_op",
     "assemble",
     "Order",
-    "interleave",
+    "phases",
     "require",
-    "backward_ops",
     "uniform_cost_assumptions",
     "span_idle",
     "overlap_metrics",
@@ -122,13 +121,6 @@ def compute_op(kind: str, rank: int, stage: int, mb: int, chunk: int = 0, direct
                pair: tuple[int, int, int] | None = None) -> Op:
     # Positional: families build every compute op through here, and keywords cost a third more.
     return Op(kind, rank, "compute", stage, mb, direction, chunk, pair)
-
-
-def backward_ops(cfg: Config, rank: int, stage: int, mb: int, chunk: int = 0, direction: int = 0) -> list[Op]:
-    """B, or I then W when the config splits the backward."""
-    if cfg.split_backward:
-        return [Op("I", rank, "compute", stage, mb, direction, chunk), Op("W", rank, "compute", stage, mb, direction, chunk)]
-    return [Op("B", rank, "compute", stage, mb, direction, chunk)]
 
 
 #: A work item of a compute op, as assemble reads it: (role, direction, stage, mb, position in the

@@ -14,7 +14,7 @@ from typing import Sequence
 
 from pptl.ir import Op
 
-__all__ = ["Order", "interleave"]
+__all__ = ["Order", "interleave", "phases"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +29,15 @@ class Order:
     chunk: Sequence[int]
     pair: Sequence[tuple[int, int, int] | None] | None = None
     """FB ops' B half, op by op; None: no op has one."""
+
+    @staticmethod
+    def of_rows(rows: Sequence[tuple]) -> Order:
+        """The order of ``rows``, each (kind, stage, mb, direction, chunk) or (..., pair): what a
+        phase table written as a loop appends per op (a tuple costs a fraction of an ``Op``)."""
+        if not rows:
+            return Order((), (), (), (), ())
+        cols = tuple(zip(*rows))
+        return Order(*cols[:5], pair=cols[5] if len(cols) > 5 else None)
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -57,3 +66,17 @@ def interleave(head: list, rows: Sequence[list], tail_rows: Sequence[list], fill
             block[j::step] = row
         out += block
     return out
+
+
+def phases(fwd: list, bwd: Sequence[list], warmup: int) -> list:
+    """One column of a 1F1B phase table: ``fwd`` and ``bwd`` (one list per backward kind: B, or
+    I and W) are F_k and B_k in micro-batch order; the result is
+
+        warmup    F_k                 k < warmup
+        steady    F_{warmup+k}, B_k   k < len(fwd) - warmup
+        cooldown  B_k                 the rest
+
+    Every column (kind, stage, mb, ...) goes through the same layout, so a rank's order is built
+    with list slices, not one op at a time."""
+    steady = len(fwd) - warmup
+    return interleave(fwd[:warmup], [fwd[warmup:], *(b[:steady] for b in bwd)], [b[steady:] for b in bwd], None)

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from pptl.config import Config
-from pptl.ir import Op, Schedule
-from pptl.schedules._common import Family, assemble, compute_op, overlap_metrics, require, uniform_cost_assumptions
+from pptl.ir import Schedule
+from pptl.schedules._common import Family, Order, assemble, overlap_metrics, require, uniform_cost_assumptions
 from pptl.schedules._pipeline_meta import PipelineMeta
 
 __all__ = ["FAMILY", "NAME", "build", "validate", "steps", "Step", "realize", "bubble", "memory", "assumptions"]
@@ -103,13 +103,14 @@ Place = Callable[[int], tuple[int, int, int]]
 """phase -> (stage, direction, chunk) on one rank."""
 
 
-def realize(rank: int, table: list[Step], place: Place) -> list[Op]:
-    """Turn a phase table into compute ops: micro-batch numbers count per phase (F and B
-    separately, in order); W pops the rank's FIFO of earlier I ops."""
+def realize(rank: int, table: list[Step], place: Place) -> Order:
+    """Turn a phase table into the rank's compute ops, as columns (:meth:`Order.ops` makes them
+    ``Op`` objects): micro-batch numbers count per phase (F and B separately, in order); W pops
+    the rank's FIFO of earlier I ops."""
     f_next = [0, 0]
     b_next = [0, 0]
     fifo: deque[tuple[int, int, int, int]] = deque()
-    out: list[Op] = []
+    out: list[tuple[str, int, int, int, int, tuple[int, int, int] | None]] = []
 
     def fwd(phase: int) -> tuple[int, int, int, int]:
         stage, d, chunk = place(phase)
@@ -126,22 +127,22 @@ def realize(rank: int, table: list[Step], place: Place) -> list[Op]:
     for st in table:
         if st.kind == "F":
             s, mb, d, c = fwd(st.phase)
-            out.append(compute_op("F", rank, s, mb, chunk=c, direction=d))
+            out.append(("F", s, mb, d, c, None))
         elif st.kind in ("B", "I"):
             s, mb, d, c = bwd(st.phase)
-            out.append(compute_op(st.kind, rank, s, mb, chunk=c, direction=d))
+            out.append((st.kind, s, mb, d, c, None))
             if st.kind == "I":
                 fifo.append((s, mb, d, c))
         elif st.kind == "W":
             s, mb, d, c = fifo.popleft()
-            out.append(compute_op("W", rank, s, mb, chunk=c, direction=d))
+            out.append(("W", s, mb, d, c, None))
         else:  # FB: F of one phase overlapped with the full B of the other
             s, mb, d, c = fwd(st.phase)
             bs, bmb, bd, _ = bwd(st.b_phase)
-            out.append(compute_op("FB", rank, s, mb, chunk=c, direction=d, pair=(bs, bmb, bd)))
+            out.append(("FB", s, mb, d, c, (bs, bmb, bd)))
     if fifo:  # the table always drains; a leftover means the table above is wrong
         raise AssertionError(f"rank {rank}: {len(fifo)} weight gradients never popped")
-    return out
+    return Order.of_rows(out)
 
 
 def validate(cfg: Config) -> None:
@@ -167,7 +168,7 @@ def build(cfg: Config) -> Schedule:
     validate(cfg)
     n, c = cfg.pp, cfg.microbatches
     big_h = n // 2
-    orders: dict[int, list[Op]] = {}
+    orders: dict[int, Order] = {}
     for r in range(n):
         h = min(r, n - 1 - r)
         orders[r] = realize(r, steps(h, big_h, c // 2 - n + h + 1), _place(r, n))

@@ -11,8 +11,8 @@ the last rank runs its first main step without overlap, as DualPipe's middle ran
 from __future__ import annotations
 
 from pptl.config import Config
-from pptl.ir import Op, Schedule
-from pptl.schedules._common import Family, assemble, overlap_metrics, require, v_rank
+from pptl.ir import Schedule
+from pptl.schedules._common import Family, Order, assemble, overlap_metrics, require, v_rank
 from pptl.schedules._pipeline_meta import PipelineMeta
 from pptl.schedules.dualpipe import assumptions as _assumptions
 from pptl.schedules.dualpipe import realize, steps
@@ -31,7 +31,7 @@ def validate(cfg: Config) -> None:
 def build(cfg: Config) -> Schedule:
     validate(cfg)
     n, c = cfg.pp, cfg.microbatches
-    orders: dict[int, list[Op]] = {}
+    orders: dict[int, Order] = {}
     for r in range(n):
         stages = (r, 2 * n - 1 - r)
         assert all(v_rank(s, n) == (r, k) for k, s in enumerate(stages))

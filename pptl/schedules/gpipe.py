@@ -6,8 +6,8 @@ torch.distributed.pipelining's ScheduleGPipe does. Works with fewer micro-batche
 from __future__ import annotations
 
 from pptl.config import Config
-from pptl.ir import Op, Schedule
-from pptl.schedules._common import Family, assemble, backward_ops, compute_op, flush_bubble, require
+from pptl.ir import Schedule
+from pptl.schedules._common import Family, Order, assemble, flush_bubble, phases, require
 
 __all__ = ["FAMILY", "build", "validate"]
 
@@ -19,13 +19,15 @@ def validate(cfg: Config) -> None:
 def build(cfg: Config) -> Schedule:
     validate(cfg)
     p, m = cfg.pp, cfg.microbatches
-    orders: dict[int, list[Op]] = {}
+    back_kinds = ("I", "W") if cfg.split_backward else ("B",)
+    nb = len(back_kinds)
+    mbs = list(range(m))
+    n = m * (1 + nb)
+    orders: dict[int, Order] = {}
     for r in range(p):
-        # Phase 1: F_0 .. F_{m-1}.  Phase 2: B_0 .. B_{m-1}.
-        order = [compute_op("F", r, r, mb) for mb in range(m)]
-        for mb in range(m):
-            order += backward_ops(cfg, r, r, mb)
-        orders[r] = order
+        # Phase 1: F_0 .. F_{m-1}.  Phase 2: B_0 .. B_{m-1} (1F1B's phases with all m forwards as warmup).
+        orders[r] = Order(kind=phases(["F"] * m, [[k] * m for k in back_kinds], m), stage=[r] * n,
+                          mb=phases(mbs, [mbs] * nb, m), direction=[0] * n, chunk=[0] * n)
     return assemble(cfg, "gpipe", orders, num_stages=p, microbatches=m)
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 from pptl.config import Config
 from pptl.errors import InputError
 from pptl.ir import Schedule
-from pptl.schedules._common import Family, Order, assemble, flush_bubble, interleave, require
+from pptl.schedules._common import Family, Order, assemble, flush_bubble, phases, require
 
 __all__ = ["FAMILY", "ORDERS", "build", "validate", "check_groups", "order_of", "schedule_table",
            "warmup_count", "group_sizes_that_fit"]
@@ -130,21 +130,14 @@ def build(cfg: Config) -> Schedule:
     nb = len(back_kinds)
     orders: dict[int, Order] = {}
     for r in range(p):
-        # F_k and B_k for every k (B_k runs table[k] on chunk V-1-c), then laid out by the phase table,
-        # one column at a time (the order is the same permutation of every column).
+        # F_k and B_k for every k (B_k runs table[k] on chunk V-1-c), laid out by the phase table
+        # (pptl.schedules._order.phases) one column at a time.
         w = warmup_count(cfg, r)
-
-        def phases(fwd: list, bwd: list, w: int = w) -> list:
-            # Phase 1 (warmup): F_0 .. F_{w-1}; phase 2 (steady): (F_{w+k}, B_k) for k < mV - w;
-            # phase 3 (cooldown): B_{mV-w} .. B_{mV-1}. ``bwd``: one list per backward kind.
-            steady = total - w
-            return interleave(fwd[:w], [fwd[w:]] + [b[:steady] for b in bwd], [b[steady:] for b in bwd], 0)
-
         stages = [c * p + r for c in chunks]
         back_stages = [c * p + r for c in back_chunks]
-        orders[r] = Order(kind=phases(["F"] * total, [[k] * total for k in back_kinds]),
-                          stage=phases(stages, [back_stages] * nb), mb=phases(mbs, [mbs] * nb),
-                          direction=[0] * (total * (1 + nb)), chunk=phases(chunks, [back_chunks] * nb))
+        orders[r] = Order(kind=phases(["F"] * total, [[k] * total for k in back_kinds], w),
+                          stage=phases(stages, [back_stages] * nb, w), mb=phases(mbs, [mbs] * nb, w),
+                          direction=[0] * (total * (1 + nb)), chunk=phases(chunks, [back_chunks] * nb, w))
     return assemble(cfg, "interleaved-1f1b", orders, num_stages=p * v, microbatches=m)
 
 

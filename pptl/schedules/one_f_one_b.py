@@ -7,8 +7,8 @@ micro-batches than stages is allowed: warmup is then capped at the micro-batch c
 from __future__ import annotations
 
 from pptl.config import Config
-from pptl.ir import Op, Schedule
-from pptl.schedules._common import Family, assemble, backward_ops, compute_op, flush_bubble, require
+from pptl.ir import Schedule
+from pptl.schedules._common import Family, Order, assemble, flush_bubble, phases, require
 
 __all__ = ["FAMILY", "build", "validate"]
 
@@ -20,21 +20,17 @@ def validate(cfg: Config) -> None:
 def build(cfg: Config) -> Schedule:
     validate(cfg)
     p, m = cfg.pp, cfg.microbatches
-    orders: dict[int, list[Op]] = {}
+    back_kinds = ("I", "W") if cfg.split_backward else ("B",)
+    nb = len(back_kinds)
+    mbs = list(range(m))
+    orders: dict[int, Order] = {}
     for r in range(p):
+        # Phase 1 (warmup): F_0 .. F_{w-1}; phase 2 (steady): (F_{w+k}, B_k) for k < m - w;
+        # phase 3 (cooldown): B_{m-w} .. B_{m-1} (pptl.schedules._order.phases, one column at a time).
         warmup = min(p - r - 1, m)
-        order: list[Op] = []
-        # Phase 1 (warmup): F_0 .. F_{w-1}
-        for mb in range(warmup):
-            order.append(compute_op("F", r, r, mb))
-        # Phase 2 (steady): (F_{w+k}, B_k) for k < m - w
-        for k in range(m - warmup):
-            order.append(compute_op("F", r, r, warmup + k))
-            order += backward_ops(cfg, r, r, k)
-        # Phase 3 (cooldown): B_{m-w} .. B_{m-1}
-        for mb in range(m - warmup, m):
-            order += backward_ops(cfg, r, r, mb)
-        orders[r] = order
+        n = m * (1 + nb)
+        orders[r] = Order(kind=phases(["F"] * m, [[k] * m for k in back_kinds], warmup), stage=[r] * n,
+                          mb=phases(mbs, [mbs] * nb, warmup), direction=[0] * n, chunk=[0] * n)
     return assemble(cfg, "1f1b", orders, num_stages=p, microbatches=m)
 
 

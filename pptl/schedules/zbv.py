@@ -26,27 +26,32 @@ from __future__ import annotations
 
 from pptl.config import Config
 from pptl.ir import Op, Schedule
-from pptl.schedules._common import Family, assemble, compute_op, overlap_metrics, require
+from pptl.schedules._common import Family, Order, assemble, overlap_metrics, require
 from pptl.schedules._pipeline_meta import PipelineMeta
 from pptl.schedules.zero_bubble import zero_bubble_assumptions
 
-__all__ = ["FAMILY", "NAME", "build", "validate", "phase_table"]
+__all__ = ["FAMILY", "NAME", "build", "validate", "phase_table", "phase_order"]
 
 NAME = "zbv"
 
 
 def phase_table(rank: int, p: int, m: int) -> list[Op]:
     """The compute order of ``rank`` (stages r and 2p-1-r)."""
+    return phase_order(rank, p, m).ops(rank)
+
+
+def phase_order(rank: int, p: int, m: int) -> Order:
+    """:func:`phase_table` as columns (what ``build`` hands to ``assemble``)."""
     n = max(m, 2 * p - 1)
     stages = (rank, 2 * p - 1 - rank)
     nxt = {(kind, c): 0 for kind in "FIW" for c in (0, 1)}
-    out: list[Op] = []
+    out: list[tuple[str, int, int, int, int]] = []
 
     def put(kind: str, c: int) -> None:
         mb = nxt[kind, c]
         nxt[kind, c] += 1
         if mb < m:
-            out.append(compute_op(kind, rank, stages[c], mb, chunk=c))
+            out.append((kind, stages[c], mb, 0, c))
 
     for _ in range(2 * (p - rank) - 1):  # warmup 1: F0
         put("F", 0)
@@ -75,7 +80,7 @@ def phase_table(rank: int, p: int, m: int) -> list[Op]:
         put("W", 1)
     while nxt["W", 0] < nxt["I", 0]:
         put("W", 0)
-    return out
+    return Order.of_rows(out)
 
 
 def validate(cfg: Config) -> None:
@@ -85,7 +90,7 @@ def validate(cfg: Config) -> None:
 def build(cfg: Config) -> Schedule:
     validate(cfg)
     p, m = cfg.pp, cfg.microbatches
-    orders = {r: phase_table(r, p, m) for r in range(p)}
+    orders = {r: phase_order(r, p, m) for r in range(p)}
     return assemble(cfg, NAME, orders, num_stages=2 * p, microbatches=m,
                     meta=PipelineMeta(weight_grad_store="stage", placement="v").to_meta())
 

@@ -23,21 +23,27 @@ from __future__ import annotations
 
 from pptl.config import Config
 from pptl.ir import Op, Schedule
-from pptl.schedules._common import Family, assemble, compute_op, overlap_metrics, require, uniform_cost_assumptions
+from pptl.schedules._common import Family, Order, assemble, overlap_metrics, require, uniform_cost_assumptions
 from pptl.schedules._pipeline_meta import PipelineMeta
 
-__all__ = ["FAMILY_H1", "FAMILY_H2", "build_h1", "build_h2", "phase_table", "validate_h1", "validate_h2",
+__all__ = ["FAMILY_H1", "FAMILY_H2", "build_h1", "build_h2", "phase_table", "phase_order", "validate_h1", "validate_h2",
            "assumptions_h1", "assumptions_h2", "zero_bubble_assumptions"]
 
 
 def phase_table(rank: int, p: int, m: int, k: int) -> list[Op]:
     """The compute order of ``rank`` (stage ``rank``) for offset ``k``."""
+    return phase_order(rank, p, m, k).ops(rank)
+
+
+def phase_order(rank: int, p: int, m: int, k: int) -> Order:
+    """:func:`phase_table` as columns (what ``build`` hands to ``assemble``)."""
     nxt = {"F": 0, "I": 0, "W": 0}
-    out: list[Op] = []
+    rows: list[tuple[str, int, int, int, int]] = []
+    add = rows.append
 
     def put(*kinds: str) -> None:
         for kind in kinds:
-            out.append(compute_op(kind, rank, rank, nxt[kind]))
+            add((kind, rank, nxt[kind], 0, 0))
             nxt[kind] += 1
 
     for _ in range(k * (p - 1 - rank)):  # warmup: F
@@ -50,7 +56,7 @@ def phase_table(rank: int, p: int, m: int, k: int) -> list[Op]:
         put("I", "W")
     for _ in range(k * rank):  # tail: W
         put("W")
-    return out
+    return Order.of_rows(rows)
 
 
 def _validate(cfg: Config, k: int) -> None:
@@ -71,7 +77,7 @@ def validate_h2(cfg: Config) -> None:
 def _build(cfg: Config, k: int, name: str) -> Schedule:
     _validate(cfg, k)
     p, m = cfg.pp, cfg.microbatches
-    orders = {r: phase_table(r, p, m, k) for r in range(p)}
+    orders = {r: phase_order(r, p, m, k) for r in range(p)}
     return assemble(cfg, name, orders, num_stages=p, microbatches=m, meta=PipelineMeta(weight_grad_store="stage").to_meta())
 
 
