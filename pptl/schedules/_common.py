@@ -163,8 +163,9 @@ def assemble(cfg: Config, family: str, orders: Mapping[int, Sequence[Op] | Order
         O(ops). Below, the messages are built as columns first; each SEND and RECV becomes an ``Op``
         once, in its final place, and the training facts are derived from the same columns.
     """
-    # Each compute op sends and receives at most one message per item: the plan is up to 3x its compute ops.
-    if use_arrays(3 * sum(map(len, orders.values()))):
+    # The plan's size before its messages exist: each work item may add a SEND and a RECV, and an FB
+    # op has two items; measured, plans hold 3x (1F1B-like) to 4.4x (DualPipe) their compute ops.
+    if use_arrays(4 * sum(map(len, orders.values()))):
         from pptl.schedules._assemble_np import assemble_table  # numpy: large plans only
 
         made = assemble_table(cfg, family, orders, num_stages=num_stages, microbatches=microbatches,
