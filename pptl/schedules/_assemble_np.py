@@ -41,7 +41,7 @@ _FAR = 1 << 60
 
 
 def assemble_table(cfg: Config, family: str, orders: Mapping[int, Sequence[Op] | Order], *, num_stages: int,
-                   microbatches: int, directions: int, meta: dict | None, comm: bool) -> Schedule | None:
+                   microbatches: int, directions: int, meta: dict[str, Any] | None, comm: bool) -> Schedule | None:
     """The schedule ``assemble`` builds, made from a table; None when it cannot be made here (an op
     list with ops of another rank or lane; indices too wide to pack), and the object path runs."""
     ranks = sorted(orders)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Sequence
+from typing import Any, Sequence
 
 from pptl.ir import Op
 
@@ -31,13 +31,14 @@ class Order:
     """FB ops' B half, op by op; None: no op has one."""
 
     @staticmethod
-    def of_rows(rows: Sequence[tuple]) -> Order:
+    def of_rows(rows: Sequence[tuple[Any, ...]]) -> Order:
         """The order of ``rows``, each (kind, stage, mb, direction, chunk) or (..., pair): what a
         phase table written as a loop appends per op (a tuple costs a fraction of an ``Op``)."""
         if not rows:
             return Order((), (), (), (), ())
         cols = tuple(zip(*rows))
-        return Order(*cols[:5], pair=cols[5] if len(cols) > 5 else None)
+        return Order(kind=cols[0], stage=cols[1], mb=cols[2], direction=cols[3], chunk=cols[4],
+                     pair=cols[5] if len(cols) > 5 else None)
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -50,7 +51,7 @@ class Order:
                         self.chunk, pair))
 
 
-def interleave(head: list, rows: Sequence[list], tail_rows: Sequence[list], filler: object) -> list:
+def interleave(head: list[Any], rows: Sequence[list[Any]], tail_rows: Sequence[list[Any]], filler: object) -> list[Any]:
     """``head``, then the entries of ``rows`` taken one of each in turn, then those of ``tail_rows``
     likewise: the warmup / steady / cooldown layout of a 1F1B-style phase table, on one column.
 
@@ -68,7 +69,7 @@ def interleave(head: list, rows: Sequence[list], tail_rows: Sequence[list], fill
     return out
 
 
-def phases(fwd: list, bwd: Sequence[list], warmup: int) -> list:
+def phases(fwd: list[Any], bwd: Sequence[list[Any]], warmup: int) -> list[Any]:
     """One column of a 1F1B phase table: ``fwd`` and ``bwd`` (one list per backward kind: B, or
     I and W) are F_k and B_k in micro-batch order; the result is
 
