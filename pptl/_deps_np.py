@@ -71,7 +71,25 @@ def deps_of_columns(kind: Sequence[str], rank: Sequence[int], stage: Sequence[in
 
 def deps_of_table(table: OpTable, num_stages: int) -> tuple[Any, Any] | None:
     """The facts of an :class:`pptl.optable.OpTable` as (producers, consumers) int64 arrays,
-    sorted by (producer, consumer), or None when the indices are too wide to pack."""
+    sorted by (producer, consumer), or None when the indices are too wide to pack.
+
+    The last result is kept: ``pptl plan -o`` derives the facts of one table when building the
+    schedule and again when writing it (to find the extra ones); the second call returns the very
+    arrays of the first.
+    """
+    global _last
+    last = _last
+    if last is not None and last[0] is table and last[1] == num_stages:
+        return last[2]
+    out = _facts_of_table(table, num_stages)
+    _last = (table, num_stages, out)
+    return out
+
+
+_last: tuple[OpTable, int, tuple[Any, Any] | None] | None = None
+
+
+def _facts_of_table(table: OpTable, num_stages: int) -> tuple[Any, Any] | None:
     n = table.n
     if n == 0:
         return np.zeros(0, dtype=_I64), np.zeros(0, dtype=_I64)

@@ -179,7 +179,7 @@ def _table_to_dict(schedule: Schedule, keys: list[tuple[int, str]], times: PlanT
 
     def names_at(name: str) -> list[str]:
         table = getattr(t, f"{name}_names")
-        return [table[c] for c in np.unique(getattr(t, name)).tolist()] if n else []
+        return [table[c] for c in np.flatnonzero(np.bincount(getattr(t, name), minlength=len(table))).tolist()]
 
     rare_default = (set(names_at("label")) <= {""} and set(names_at("cost")) <= {""}
                     and not (t.direction != 0).any() and not (t.sub != -1).any() and not t.has_pair.any()
@@ -190,10 +190,13 @@ def _table_to_dict(schedule: Schedule, keys: list[tuple[int, str]], times: PlanT
             continue
         codes = getattr(t, name)[order]
         table = getattr(t, f"{name}_names")
-        used, first = np.unique(codes, return_index=True)
+        used = np.flatnonzero(np.bincount(codes, minlength=len(table))) if n else np.zeros(0, dtype=np.int64)
         if text_default is not None and all(table[c] == text_default for c in used.tolist()):
             continue  # all default (or no ops): left out
-        seen = used[np.argsort(first, kind="stable")]  # codes in first-seen order, as the table lists them
+        # Codes in first-seen order, as the table lists them (a few names: one pass per name).
+        first = [int(np.argmax(codes == c)) for c in used.tolist()] if used.size <= 64 else \
+            np.unique(codes, return_index=True)[1].tolist()
+        seen = used[np.argsort(np.asarray(first, dtype=np.int64), kind="stable")]
         remap = np.zeros(max(len(table), 1), dtype=np.int64)
         remap[seen] = np.arange(seen.size)
         columns[name] = {"values": [table[c] for c in seen.tolist()], "index": remap[codes].tolist()}
@@ -220,7 +223,8 @@ def _table_to_dict(schedule: Schedule, keys: list[tuple[int, str]], times: PlanT
         if derived is None:
             return None
         du, dv = derived
-        if not (du.size == u.size and (du == u).all() and (dv == v).all()):
+        same = (du is u and dv is v) or (du.size == u.size and (du == u).all() and (dv == v).all())
+        if not same:
             keep = ~np.isin(u * n + v, du * n + dv)
             pu, pv = position[u[keep]], position[v[keep]]
             by = np.lexsort((pv, pu))
