@@ -248,13 +248,13 @@ def load_csv_text(text: str, *, source: str = "<csv>", microbatches: int | None 
 
         fast = cells_of_text(text)
         if fast is not None and fast[0].n <= MAX_OPS:
-            cells, pp = fast
-            lines = list(range(1, pp + 1))
-            schedule, notes, more = _table_schedule(cells, pp, source=source, microbatches=microbatches,
-                                                    placement=placement, lines=lines, family="torch-csv")
-            if more and not report_problems:
-                raise InputError(f"{source}:{more[0].line}: {more[0].message}")
-            return schedule, notes, more, lines
+            every, ranks = fast
+            row_lines = list(range(1, ranks + 1))
+            made, made_notes, found = _table_schedule(every, ranks, source=source, microbatches=microbatches,
+                                                      placement=placement, lines=row_lines, family="torch-csv")
+            if found and not report_problems:
+                raise InputError(f"{source}:{found[0].line}: {found[0].message}")
+            return made, made_notes, found, row_lines
     rows: list[list[_Parsed]] = []
     lines: list[int] = []
     problems: list[Violation] = []
@@ -304,13 +304,13 @@ def load_csv_text(text: str, *, source: str = "<csv>", microbatches: int | None 
         lines.pop()
     if not rows:
         raise InputError(f"{source}: no actions; expected one row per rank with cells such as 0F0")
-    cells = None
+    columns = None
     if use_arrays(count):
         from pptl.formats.torch_csv_table import cells_of_rows
 
-        cells = cells_of_rows(rows)
-    if cells is not None:
-        schedule, notes, more = _table_schedule(cells, len(rows), source=source, microbatches=microbatches,
+        columns = cells_of_rows(rows)
+    if columns is not None:
+        schedule, notes, more = _table_schedule(columns, len(rows), source=source, microbatches=microbatches,
                                                 placement=placement, lines=lines, family="torch-csv")
     else:
         schedule, notes, more = _schedule(rows, source=source, microbatches=microbatches, placement=placement,

@@ -91,19 +91,20 @@ def cells_of_text(text: str) -> tuple[Cells, int] | None:
     # with the kind's letters between them (one letter, or six: SEND_F and the like).
     first, last = b[ends[0::2]], b[starts[1::2] - 1]
     long = (starts[1::2] - ends[0::2]) > 1
-    kind = np.select(
+    kind: Any = np.select(
         [~long & (first == 70), ~long & (first == 73), ~long & (first == 66), ~long & (first == 87),
          long & (first == 83) & (last == 70), long & (first == 82) & (last == 70),
          long & (first == 83) & (last == 66)],
         [_CODE["F"], _CODE["I"], _CODE["B"], _CODE["W"], _CODE["SEND_F"], _CODE["RECV_F"], _CODE["SEND_B"]],
         _CODE["RECV_B"]).astype(np.int8)
-    stage, mb = values[0::2], values[1::2]
+    stage: Any = values[0::2]
+    mb: Any = values[1::2]
     act_start = starts[0::2]
     before = np.where(act_start > 0, b[np.maximum(act_start - 1, 0)], 10)
-    rank = np.searchsorted(np.flatnonzero(b == 10), act_start).astype(_I64)
+    rank: Any = np.searchsorted(np.flatnonzero(b == 10), act_start).astype(_I64)
     opens = np.flatnonzero(before == 40)  # "(": the first action of an overlap; the next is its second
-    bstage = np.full(kind.size, -1, dtype=_I64)
-    bmb = np.full(kind.size, -1, dtype=_I64)
+    bstage: Any = np.full(kind.size, -1, dtype=_I64)
+    bmb: Any = np.full(kind.size, -1, dtype=_I64)
     if opens.size:
         k1, k2 = kind[opens], kind[opens + 1]
         if (k1 == k2).any():  # two F or two B: the cell-by-cell reader says what is wrong
