@@ -4,13 +4,18 @@ Built once per ops list (one pass over the ``Op`` objects, or handed over by a r
 the columns before it built the ops) and shared by the rules of one check run.
 
 The array paths run from :data:`pptl.deps.VECTOR_MIN_OPS` ops up, as the vector derivation of the
-training facts does: below that, numpy's import (about 0.07 s) costs more than the passes save,
-and even with numpy imported already the plain loops are as fast on a few thousand ops (measured
-2026-11-26 on torch's 8-rank CSVs: 24-30 ms either way). Each array path has a plain-Python twin;
-tests run both on the same schedules.
+training facts does: below that, numpy's import (about 0.07 s) costs more than the passes save.
+When numpy is imported already (a process that has torch loaded, a test run, a library caller),
+that cost is paid and they run from :data:`ARRAYS_MIN_OPS_NUMPY_LOADED` ops up: measured
+2026-11-26 (Python 3.11, numpy 2, 2 cores) on torch's compute_comms CSVs, ``load_any`` plus every
+rule plus the simulator took, objects / arrays: 573-768 ops 3.9-4.5 / 4.7-5.4 ms; 2,109-3,328 ops
+13.1-17.6 / 12.1-15.3 ms; 4,857-6,656 ops 28.7-33.0 / 22.6-26.1 ms (reading the file on arrays
+alone wins from about 700 ops). Each array path has a plain-Python twin; tests run both on the
+same schedules.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from itertools import chain, repeat
 from operator import attrgetter
@@ -22,8 +27,8 @@ if TYPE_CHECKING:
     from pptl.ir import Op, Schedule
     from pptl.optable import OpTable
 
-__all__ = ["Columns", "KIND_CODE", "LANE_CODE", "FLOW_CODE", "use_arrays", "table_if_arrays", "columns", "cached",
-           "remember", "edge_arrays"]
+__all__ = ["ARRAYS_MIN_OPS_NUMPY_LOADED", "Columns", "KIND_CODE", "LANE_CODE", "FLOW_CODE", "use_arrays",
+           "table_if_arrays", "columns", "cached", "remember", "edge_arrays"]
 
 #: Kind codes (0: any other kind). The same numbering as :mod:`pptl._deps_np`.
 KIND_CODE = {"F": 1, "B": 2, "I": 3, "W": 4, "FB": 5, "SEND": 6, "RECV": 7}
@@ -34,6 +39,9 @@ FLOW_CODE = {"": 0, "F": 1, "B": 2}
 
 _FIELDS = ("kind", "rank", "lane", "stage", "mb", "direction", "peer", "flow")
 
+#: The array paths' threshold once numpy is imported (see the module docstring).
+ARRAYS_MIN_OPS_NUMPY_LOADED = 2_000
+
 #: Forced path for tests: None decides by size, True/False force arrays or plain Python.
 FORCE: bool | None = None
 
@@ -42,7 +50,7 @@ def use_arrays(n: int) -> bool:
     """Whether passes over ``n`` ops run on numpy arrays (see the module docstring)."""
     if FORCE is not None:
         return FORCE
-    return n >= VECTOR_MIN_OPS
+    return n >= (ARRAYS_MIN_OPS_NUMPY_LOADED if "numpy" in sys.modules else VECTOR_MIN_OPS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,8 +28,9 @@ import re
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
+from pptl.columns import use_arrays
 from pptl.config import DEFAULT_COSTS, MAX_OPS, Config, Costs
 from pptl.deps import training_deps
 from pptl.errors import InputError
@@ -240,6 +241,20 @@ def load_csv_text(text: str, *, source: str = "<csv>", microbatches: int | None 
         raise InputError(f"--placement: got '{placement}', expected one of {', '.join(PLACEMENTS)}")
     if microbatches is not None and microbatches < 1:
         raise InputError(f"--microbatches: got {microbatches}, expected an integer >= 1")
+    # A large file in the form torch writes is read on arrays into a table-made schedule; any other
+    # form (or a small file, where numpy's passes do not pay) goes cell by cell below.
+    if use_arrays(text.count(",") + text.count("\n") + 1):
+        from pptl.formats.torch_csv_table import cells_of_text
+
+        fast = cells_of_text(text)
+        if fast is not None and fast[0].n <= MAX_OPS:
+            every, ranks = fast
+            row_lines = list(range(1, ranks + 1))
+            made, made_notes, found = _table_schedule(every, ranks, source=source, microbatches=microbatches,
+                                                      placement=placement, lines=row_lines, family="torch-csv")
+            if found and not report_problems:
+                raise InputError(f"{source}:{found[0].line}: {found[0].message}")
+            return made, made_notes, found, row_lines
     rows: list[list[_Parsed]] = []
     lines: list[int] = []
     problems: list[Violation] = []
@@ -289,8 +304,17 @@ def load_csv_text(text: str, *, source: str = "<csv>", microbatches: int | None 
         lines.pop()
     if not rows:
         raise InputError(f"{source}: no actions; expected one row per rank with cells such as 0F0")
-    schedule, notes, more = _schedule(rows, source=source, microbatches=microbatches, placement=placement,
-                                      lines=lines, family="torch-csv")
+    columns = None
+    if use_arrays(count):
+        from pptl.formats.torch_csv_table import cells_of_rows
+
+        columns = cells_of_rows(rows)
+    if columns is not None:
+        schedule, notes, more = _table_schedule(columns, len(rows), source=source, microbatches=microbatches,
+                                                placement=placement, lines=lines, family="torch-csv")
+    else:
+        schedule, notes, more = _schedule(rows, source=source, microbatches=microbatches, placement=placement,
+                                          lines=lines, family="torch-csv")
     if more and not report_problems:
         raise InputError(f"{source}:{more[0].line}: {more[0].message}")
     problems.extend(more)
@@ -320,8 +344,6 @@ _OP_OF: dict[str, tuple[str, str, str, str, int]] = {
 
 def _schedule(rows: list[list[_Parsed]], *, source: str, microbatches: int | None, placement: str | None,
               lines: list[int] | None, family: str) -> tuple[Schedule, list[str], list[Any]]:
-    from pptl.checks.base import Violation
-
     pp = len(rows)
     lines = lines or [r + 1 for r in range(pp)]
     observed: dict[int, int] = {}
@@ -337,43 +359,10 @@ def _schedule(rows: list[list[_Parsed]], *, source: str, microbatches: int | Non
                     stages.add(bst)
         for st in sorted(stages):
             observed.setdefault(st, rank)
-    if not observed:
-        raise InputError(f"{source}: no actions; expected one row per rank with cells such as 0F0")
-    detected = _classify(observed, pp)
-    use = placement or detected
-    problems: list[Violation] = []
-    if placement is not None:
-        place = _placer(placement, pp)
-        for s, r in sorted(observed.items()):
-            want = place(s)
-            if want is not None and want != r:
-                problems.append(Violation(
-                    "PP036", f"stage {s} runs on rank {r}, but {placement} placement puts it on rank {want}",
-                    (), "error", lines[r]))
-    max_stage = max(observed)
-    if use == "loop":
-        spr = max_stage // pp + 1
-        num_stages = pp * spr
-    elif use == "v":
-        spr, num_stages = 2, 2 * pp
-        if max_stage >= num_stages:
-            num_stages = max_stage + 1
-    else:
-        num_stages = max_stage + 1
-        spr = max(Counter(observed.values()).values())
-    rank_of = _rank_map(use, pp, observed)
-    chunk_of = _chunk_map(use, pp, observed)
-
-    counts = Counter(len(v) for v in fwd.values())
-    inferred = max(counts, key=lambda n: (counts[n], n)) if counts else 0
-    if microbatches is None and inferred < 1:
-        raise InputError(f"{source}: no forward actions to infer the micro-batch count from; pass --microbatches")
-    m = microbatches if microbatches is not None else inferred
-    # Checks and the simulator walk every (stage, micro-batch): bound that before building, so a
-    # cell such as 99999999999F0 or --microbatches 1000000000 is refused at once, not after hours.
-    if num_stages * m > MAX_OPS:
-        raise InputError(f"{source}: {num_stages} stages (highest stage index {max_stage}) x {m} micro-batches is "
-                         f"more than the {MAX_OPS:,} units of work pptl checks")
+    top = max((max(v) for v in fwd.values() if v), default=-1)
+    lay = _layout(observed, [len(v) for v in fwd.values()], top, pp, source=source, microbatches=microbatches,
+                  placement=placement, lines=lines)
+    rank_of, chunk_of, num_stages, m = lay.rank_of, lay.chunk_of, lay.num_stages, lay.microbatches
 
     # One op per cell, built positionally from a per-(kind, stage) table of what the cell's kind
     # and stage decide (op kind, lane, chunk, peer, flow), and the lanes filled as each rank's row
@@ -406,17 +395,120 @@ def _schedule(rows: list[list[_Parsed]], *, source: str, microbatches: int | Non
             lanes[(rank, lane)] = got
         has_comm = has_comm or len(own) > 1 or (bool(own) and "compute" not in own)
         program.append("".join(letters))
+    deps = training_deps(ops, num_stages)
+    return _finish(lambda cfg, meta: Schedule(family=family, pp=pp, num_stages=num_stages, microbatches=m, ops=ops,
+                                              lanes=lanes, deps=deps, directions=1, config=cfg, meta=meta),
+                   lay, pp=pp, n=len(ops), family=family, source=source, has_comm=has_comm, program=tuple(program))
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What a file's stages and forwards decide: placement, stage count, micro-batches."""
+
+    use: str
+    detected: str
+    asked: str | None
+    spr: int
+    num_stages: int
+    microbatches: int
+    asked_microbatches: int | None
+    inferred: int
+    top: int
+    """The highest forward micro-batch index (-1: none)."""
+    rank_of: Callable[[int], int]
+    chunk_of: Callable[[int], int]
+    problems: tuple[Any, ...]
+
+
+def _layout(observed: dict[int, int], forward_counts: list[int], top: int, pp: int, *, source: str,
+            microbatches: int | None, placement: str | None, lines: list[int]) -> _Layout:
+    """Placement, stages and micro-batches from each stage's first rank (``observed``) and the
+    number of distinct forwards of each stage that runs one.
+
+    Raises:
+        InputError: no actions, no forwards to count (without ``microbatches``), or too much work.
+    """
+    from pptl.checks.base import Violation
+
+    if not observed:
+        raise InputError(f"{source}: no actions; expected one row per rank with cells such as 0F0")
+    detected = _classify(observed, pp)
+    use = placement or detected
+    problems: list[Violation] = []
+    if placement is not None:
+        place = _placer(placement, pp)
+        for s, r in sorted(observed.items()):
+            want = place(s)
+            if want is not None and want != r:
+                problems.append(Violation(
+                    "PP036", f"stage {s} runs on rank {r}, but {placement} placement puts it on rank {want}",
+                    (), "error", lines[r]))
+    max_stage = max(observed)
+    if use == "loop":
+        spr = max_stage // pp + 1
+        num_stages = pp * spr
+    elif use == "v":
+        spr, num_stages = 2, 2 * pp
+        if max_stage >= num_stages:
+            num_stages = max_stage + 1
+    else:
+        num_stages = max_stage + 1
+        spr = max(Counter(observed.values()).values())
+    counts = Counter(forward_counts)
+    inferred = max(counts, key=lambda n: (counts[n], n)) if counts else 0
+    if microbatches is None and inferred < 1:
+        raise InputError(f"{source}: no forward actions to infer the micro-batch count from; pass --microbatches")
+    m = microbatches if microbatches is not None else inferred
+    # Checks and the simulator walk every (stage, micro-batch): bound that before building, so a
+    # cell such as 99999999999F0 or --microbatches 1000000000 is refused at once, not after hours.
+    if num_stages * m > MAX_OPS:
+        raise InputError(f"{source}: {num_stages} stages (highest stage index {max_stage}) x {m} micro-batches is "
+                         f"more than the {MAX_OPS:,} units of work pptl checks")
+    return _Layout(use, detected, placement, spr, num_stages, m, microbatches, inferred, top,
+                   _rank_map(use, pp, observed), _chunk_map(use, pp, observed), tuple(problems))
+
+
+def _finish(make: Callable[[Config, dict[str, Any]], Schedule], lay: _Layout, *, pp: int, n: int, family: str,
+            source: str, has_comm: bool, program: tuple[str, ...]) -> tuple[Schedule, list[str], list[Any]]:
+    """The schedule ``make`` builds with the file's config and meta, the notes, and the placement problems."""
     form = "compute_comms" if has_comm else "compute_only"
-    cfg = Config(schedule=family, pp=pp, microbatches=m, vpp=spr,
+    cfg = Config(schedule=family, pp=pp, microbatches=lay.microbatches, vpp=lay.spr,
                  costs=Costs(base={**DEFAULT_COSTS, **{k: 0.0 for k in FSDP_KINDS}}), source=source)
-    meta = PipelineMeta(source_format="torch-csv", csv_format=form, placement=use,
-                        program_order=tuple(program) if has_comm else None).to_meta()
-    schedule = Schedule(family=family, pp=pp, num_stages=num_stages, microbatches=m, ops=ops, lanes=lanes,
-                        deps=training_deps(ops, num_stages), directions=1, config=cfg, meta=meta)
-    notes = [f"torch CSV ({form}): {_n(pp, 'rank')}, {_n(len(ops), 'action')}"]
-    notes.append(_placement_note(use, detected, placement, pp, num_stages, spr))
-    notes.append(_microbatch_note(m, microbatches, inferred, fwd))
-    return schedule, notes, problems
+    meta = PipelineMeta(source_format="torch-csv", csv_format=form, placement=lay.use,
+                        program_order=program if has_comm else None).to_meta()
+    schedule = make(cfg, meta)
+    notes = [f"torch CSV ({form}): {_n(pp, 'rank')}, {_n(n, 'action')}"]
+    notes.append(_placement_note(lay.use, lay.detected, lay.asked, pp, lay.num_stages, lay.spr))
+    notes.append(_microbatch_note(lay.microbatches, lay.asked_microbatches, lay.inferred, lay.top))
+    return schedule, notes, list(lay.problems)
+
+
+def _table_schedule(cells: Any, pp: int, *, source: str, microbatches: int | None, placement: str | None,
+                    lines: list[int], family: str) -> tuple[Schedule, list[str], list[Any]]:
+    """:func:`_schedule` on arrays (:mod:`pptl.formats.torch_csv_table`): a table-made schedule,
+    the same ops, lanes, facts, notes and problems, without an ``Op`` per cell."""
+    from pptl._deps_np import deps_of_table
+    from pptl.formats import torch_csv_table as T
+
+    counts, top = T.forwards(cells)
+    lay = _layout(T.observed_stages(cells), counts, top, pp, source=source, microbatches=microbatches,
+                  placement=placement, lines=lines)
+    table = T.op_table(cells, lay.rank_of, lay.chunk_of)
+    lanes = T.lanes_of(cells)
+    has_comm = bool(((cells.kind >= T.KINDS.index("SEND_F")) & (cells.kind <= T.KINDS.index("RECV_B"))).any())
+    program = T.program_of(cells, pp) if has_comm else ()
+    derived = deps_of_table(table, lay.num_stages)
+    num_stages, m = lay.num_stages, lay.microbatches
+
+    def make(cfg: Config, meta: dict[str, Any]) -> Schedule:
+        if derived is None:  # indices too wide to pack: the facts from the ops
+            ops = table.ops()
+            return Schedule(family=family, pp=pp, num_stages=num_stages, microbatches=m, ops=ops, lanes=lanes,
+                            deps=training_deps(ops, num_stages), directions=1, config=cfg, meta=meta)
+        return Schedule.from_table(family=family, pp=pp, num_stages=num_stages, microbatches=m, table=table,
+                                   lanes=lanes, dep_arrays=derived, directions=1, config=cfg, meta=meta)
+
+    return _finish(make, lay, pp=pp, n=cells.n, family=family, source=source, has_comm=has_comm, program=program)
 
 
 def _classify(observed: dict[int, int], pp: int) -> str:
@@ -470,8 +562,7 @@ def _n(k: int, word: str) -> str:
     return f"{k} {word}{'' if k == 1 else 's'}"
 
 
-def _microbatch_note(m: int, asked: int | None, inferred: int, fwd: dict[int, set[int]]) -> str:
-    top = max((max(v) for v in fwd.values() if v), default=-1)
+def _microbatch_note(m: int, asked: int | None, inferred: int, top: int) -> str:
     if asked is not None:
         return f"micro-batches: {m} (from --microbatches; the file runs {inferred} distinct forwards per stage)"
     text = f"micro-batches: {m} (inferred: the number of distinct forwards per stage; override with --microbatches)"
