@@ -1,5 +1,6 @@
-"""PP020 (FB self-dependency) and PP021 (weight-gradient FIFO) on a table-made schedule report what
-they report on the ``Op`` list, and build no ``Op`` when there is nothing to report."""
+"""PP020 (FB self-dependency), PP021 (weight-gradient FIFO) and PP043 (a paired step on its own
+micro-batch) on a table-made schedule report what they report on the ``Op`` list, and build no
+``Op`` when there is nothing to report."""
 from __future__ import annotations
 
 import random
@@ -8,6 +9,7 @@ import pytest
 
 from pptl import columns
 from pptl.checks import Context
+from pptl.checks.moe import paired_self_dependency
 from pptl.checks.overlap import fb_self_dependency, w_fifo_order
 from pptl.config import Config
 from pptl.demo import default_fixtures_dir
@@ -43,15 +45,20 @@ def _cases() -> list[tuple[str, Schedule]]:
     out = [(f"{c.schedule}{'-split' if c.split_backward else ''}", build_schedule(c)) for c in CONFIGS]
     out += [(f"{name}-swapped{k}", _swapped_ws(s, k)) for name, s in list(out) for k in range(3)
             if any(op.kind == "W" for op in s.ops)]
-    for name in ("zb_w_fifo.json", "dualpipe_fb_self_dependency.json", "w_before_i.json"):
+    for name in ("zb_w_fifo.json", "dualpipe_fb_self_dependency.json", "w_before_i.json", "moe_no_extra_warmup.yaml"):
         out.append((name, load_any(FIXTURES / "invalid" / name).schedule))
+    for name in ("moe_seed.yaml", "moe_overlap.yaml", "moe_interleaved.yaml"):
+        out.append((name, load_any(FIXTURES / name).schedule))
     return out
 
 
 CASES = _cases()
 
 
-@pytest.mark.parametrize("rule", [fb_self_dependency, w_fifo_order], ids=["PP020", "PP021"])
+RULES = ((fb_self_dependency, "PP020"), (w_fifo_order, "PP021"), (paired_self_dependency, "PP043"))
+
+
+@pytest.mark.parametrize("rule", [r for r, _ in RULES], ids=[code for _, code in RULES])
 @pytest.mark.parametrize("name, s", CASES, ids=[name for name, _ in CASES])
 def test_array_path_reports_what_the_plain_path_reports(rule, name: str, s: Schedule, force) -> None:
     force(False)
@@ -64,6 +71,5 @@ def test_array_path_reports_what_the_plain_path_reports(rule, name: str, s: Sche
 
 
 def test_the_cases_reach_both_rules() -> None:
-    found = {code for _, s in CASES for rule, code in ((fb_self_dependency, "PP020"), (w_fifo_order, "PP021"))
-             if rule(Context(s))}
-    assert found == {"PP020", "PP021"}
+    found = {code for _, s in CASES for rule, code in RULES if rule(Context(s))}
+    assert found == {"PP020", "PP021", "PP043"}

@@ -166,8 +166,10 @@ def paired_self_dependency(ctx: Context) -> list[Violation]:
     if "F" not in ctx.kinds:
         return []
     t = ctx.table
-    if t is not None and not t.has_pair.any():
-        return []  # no paired step at all (read off the table: no op built)
+    if t is not None:
+        f = t.kind == t.kind_names.index("F")
+        if not (f & t.has_pair & (t.pair[:, 1] == t.mb) & (t.pair[:, 2] == t.direction)).any():
+            return []  # no paired step pairs its own micro-batch (read off the table: no op built)
     for op in ctx.schedule.ops:
         if op.kind == "F" and op.pair is not None and op.pair[1] == op.mb and op.pair[2] == op.direction:
             bad.setdefault(op.rank, []).append(op)
