@@ -14,6 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from pptl.checks.base import Context
+from pptl.checks.work_arrays import group_ids
 from pptl.ir import Schedule
 
 __all__ = ["dense_ids", "first_of", "LaneArrays", "lane_arrays", "RoleItems", "role_items", "indices_fit"]
@@ -21,37 +22,10 @@ __all__ = ["dense_ids", "first_of", "LaneArrays", "lane_arrays", "RoleItems", "r
 _I64 = np.int64
 
 
-def _compress(ids: Any) -> tuple[Any, int]:
-    uniq, inv = np.unique(ids, return_inverse=True)
-    return inv.reshape(-1).astype(_I64, copy=False), int(uniq.size)
-
-
 def dense_ids(cols: Sequence[Any]) -> tuple[Any, int]:
-    """(ids, size): equal rows of the int64 columns ``cols`` get equal ids in ``range(size)``, and
-    different rows different ids.
-
-    Ids mix the columns in radix form, using each column's value range, so no sort is needed
-    while the ranges are small (stages, micro-batches, directions); a column or product whose
-    range would exceed a bound is first renumbered by ``np.unique`` (then any int64 values work).
-    """
-    n = int(cols[0].size) if cols else 0
-    limit = max(8 * n, 1 << 20)
-    ids: Any = np.zeros(n, dtype=_I64)
-    size = 1
-    if n == 0:
-        return ids, 1
-    for c in cols:
-        c = c.astype(_I64, copy=False)
-        lo, hi = int(c.min()), int(c.max())
-        span = hi - lo + 1  # Python ints: no overflow
-        if span > limit:
-            c, span = _compress(c)
-            lo = 0
-        if size * span > limit:
-            ids, size = _compress(ids)
-        ids = ids * span + (c - lo)
-        size *= span
-    return ids, size
+    """(ids, size): equal rows of the int columns ``cols`` get equal ids in ``range(size)``, and
+    different rows different ids (:func:`pptl.checks.work_arrays.group_ids`)."""
+    return group_ids(*cols)
 
 
 def first_of(ids: Any, size: int, rows: Any) -> Any:

@@ -43,6 +43,7 @@ def group_ids(*cols: Any) -> tuple[Any, int]:
     n = int(cols[0].size) if cols else 0
     if n == 0:
         return np.zeros(0, dtype=_I64), 0
+    cols = tuple(np.asarray(c).astype(_I64, copy=False) for c in cols)  # narrow codes would wrap below
     lows = [int(c.min()) for c in cols]
     spans = [int(c.max()) - lo + 1 for c, lo in zip(cols, lows)]
     size = 1
