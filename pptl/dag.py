@@ -8,14 +8,15 @@ checker builds only when the cheap pass finds a cycle, to find and print it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from pptl.ir import Schedule
 
 if TYPE_CHECKING:
     import networkx as nx
 
-__all__ = ["Adjacency", "adjacency", "build_dag", "facts", "lane_edges", "topological_order"]
+__all__ = ["Adjacency", "Successors", "adjacency", "successors", "kahn_order", "build_dag", "facts", "lane_edges",
+           "topological_order"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,56 @@ def facts(schedule: Schedule) -> Iterable[tuple[int, int]]:
         return schedule.deps
     du, dv = schedule.dep_arrays()
     return zip(du.tolist(), dv.tolist())
+
+
+@dataclass(frozen=True, slots=True)
+class Successors:
+    """The successors of every op as one flat list cut by ``bounds`` (op ``u``'s are
+    ``targets[bounds[u]:bounds[u + 1]]``, facts first, then its lane successor), and the number
+    of predecessors of each: what a walk in topological order needs, without per-op lists.
+
+    Every edge is also kept as arrays, in that same order (``edge_u``, ``edge_v``), for the
+    passes that look an op's predecessors up afterwards (the critical path)."""
+
+    bounds: list[int]
+    targets: list[int]
+    indeg: list[int]
+    edge_u: Any
+    edge_v: Any
+
+
+def successors(schedule: Schedule) -> Successors:
+    """:class:`Successors` of a schedule, from its fact arrays and lanes with numpy.
+
+    Notes: O(edges log edges) in numpy, then one ``tolist`` per list: on a 391k-op plan about a
+    third of the time of :func:`adjacency` and a fraction of its memory (no list per op).
+    """
+    import numpy as np
+
+    from pptl.optable import lane_edge_arrays
+
+    n = schedule.n_ops
+    du, dv = schedule.dep_arrays()
+    lu, lv = lane_edge_arrays(schedule)
+    u, v = np.concatenate([du, lu]).astype(np.int64, copy=False), np.concatenate([dv, lv]).astype(np.int64, copy=False)
+    by = np.argsort(u, kind="stable")  # each op's successors in edge order, as adjacency lists them
+    bounds = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(u, minlength=n), out=bounds[1:])
+    return Successors(bounds.tolist(), v[by].tolist(), np.bincount(v, minlength=n).tolist(), u, v)
+
+
+def kahn_order(succ: Successors) -> list[int] | None:
+    """:func:`topological_order` over :class:`Successors`: the same order (Kahn's, generation
+    by generation, successors in edge order), or None when the graph has a cycle."""
+    bounds, targets = succ.bounds, succ.targets
+    indeg = list(succ.indeg)
+    order = [v for v, d in enumerate(indeg) if d == 0]
+    for u in order:
+        for v in targets[bounds[u]:bounds[u + 1]]:
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                order.append(v)
+    return order if len(order) == len(indeg) else None
 
 
 def topological_order(adj: Adjacency) -> list[int] | None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from pptl.columns import KIND_CODE, LANE_CODE, Columns, cached, table_if_arrays, use_arrays
 from pptl.config import Costs
-from pptl.dag import Adjacency, adjacency, topological_order
+from pptl.dag import Adjacency, Successors, adjacency, kahn_order, successors, topological_order
 from pptl.errors import InputError, InvalidScheduleError
 from pptl.ir import Op, Schedule
 from pptl.schedules._moe_meta import MoEMeta
@@ -241,7 +241,7 @@ def _scale_ranks(schedule: Schedule, scale: Any, out: list[float]) -> None:
                 out[i] *= f
 
 
-def simulate(schedule: Schedule, costs: Costs | None = None, *, dag: nx.DiGraph | Adjacency | None = None,
+def simulate(schedule: Schedule, costs: Costs | None = None, *, dag: nx.DiGraph | Adjacency | Successors | None = None,
              order: list[int] | None = None, activation: float | None = None,
              w_activation: float | None = None) -> Simulation:
     """Time every op of ``schedule`` and compute its metrics.
@@ -262,24 +262,35 @@ def simulate(schedule: Schedule, costs: Costs | None = None, *, dag: nx.DiGraph 
         activation = cfg.activation if cfg is not None else 1.0
     if w_activation is None:
         w_activation = cfg.w_activation if cfg is not None else 0.0
-    g = dag if dag is not None else adjacency(schedule)
     n = schedule.n_ops
     table = table_if_arrays(schedule)
     # durations as an array too where the passes below run on arrays
     dur_array = _durations_table(table, costs) if table is not None else None
     dur = dur_array.tolist() if dur_array is not None else durations(schedule, costs)
-    start = [0.0] * n
-    end = [0.0] * n
-    via = [-1] * n
-    pred = g.pred
-    if order is None:
-        order = topological_order(g if isinstance(g, Adjacency) else adjacency(schedule))
-    if order is None:
-        raise InvalidScheduleError("the schedule deadlocks (its DAG has a cycle); run 'pptl check' to see the cycle")
-    _longest_path(order, pred, dur, start, end, via)
-    if costs.context or costs.beside:
-        dur = _retime_in_context(schedule, costs, order, pred, dur, start, end, via)
-        dur_array = None
+    contexts = bool(costs.context or costs.beside)
+    succ: Successors | None = None
+    if not contexts and (isinstance(dag, Successors) or (dag is None and table is not None)):
+        # Large plans: one walk over successor lists, no list of predecessors per op.
+        succ = dag if isinstance(dag, Successors) else successors(schedule)
+        if order is None:
+            order = kahn_order(succ)
+        if order is None:
+            raise InvalidScheduleError(_CYCLE)
+        start, end = _push_longest(order, succ, dur)
+    else:
+        g = dag if dag is not None and not isinstance(dag, Successors) else adjacency(schedule)
+        start = [0.0] * n
+        end = [0.0] * n
+        via = [-1] * n
+        pred = g.pred
+        if order is None:
+            order = topological_order(g if isinstance(g, Adjacency) else adjacency(schedule))
+        if order is None:
+            raise InvalidScheduleError(_CYCLE)
+        _longest_path(order, pred, dur, start, end, via)
+        if contexts:
+            dur = _retime_in_context(schedule, costs, order, pred, dur, start, end, via)
+            dur_array = None
     # On arrays only when the checker built the columns already (or the schedule was made from a
     # table): building them for these passes alone costs more than the loops (2026-11-26: 97k-op
     # interleaved plan, 97 ms against 83).
@@ -299,12 +310,15 @@ def simulate(schedule: Schedule, costs: Costs | None = None, *, dag: nx.DiGraph 
         raise InputError(f"the timed schedule overflows a float (makespan {makespan}): a cost, comm.bytes or a "
                          "bandwidth is out of scale; costs up to 1e15 and bandwidths that keep bytes / bandwidth "
                          "finite work")
-    path: list[int] = []
-    v = last
-    while v >= 0:
-        path.append(v)
-        v = via[v]
-    path.reverse()
+    if succ is not None:
+        path = _critical_path(succ, start, end, last)
+    else:
+        path = []
+        v = last
+        while v >= 0:
+            path.append(v)
+            v = via[v]
+        path.reverse()
     peaks, peak_at = _peak_memory(schedule, start, end, activation, w_activation, times=times)
     busy = _busy_arrays(schedule, cols, dur if dur_array is None else dur_array) if cols is not None else None
     if busy is None:
@@ -334,6 +348,54 @@ def _busy_arrays(schedule: Schedule, cols: Columns, dur: list[float]) -> dict[in
     seen[ranks] = True
     seen[:schedule.pp] = True
     return {r: busy[r] for r in np.flatnonzero(seen).tolist()}
+
+
+_CYCLE = "the schedule deadlocks (its DAG has a cycle); run 'pptl check' to see the cycle"
+
+
+def _push_longest(order: list[int], succ: Successors, dur: list[float]) -> tuple[list[float], list[float]]:
+    """:func:`_longest_path` pushed along successors: each op, once its own end is known, raises
+    the start of the ops after it. The same floats (a max is a max in any order)."""
+    n = len(dur)
+    start = [0.0] * n
+    end = [0.0] * n
+    bounds, targets = succ.bounds, succ.targets
+    for u in order:
+        e = start[u] + dur[u]
+        end[u] = e
+        for v in targets[bounds[u]:bounds[u + 1]]:
+            if e > start[v]:
+                start[v] = e
+    return start, end
+
+
+def _critical_path(succ: Successors, start: list[float], end: list[float], last: int) -> list[int]:
+    """The longest path into ``last``, as :func:`_longest_path`'s ``via`` walks it: from each op
+    to its first predecessor (in edge order) that ends when the op starts (none when it starts
+    at 0). Only the ops on the path look their predecessors up."""
+    import numpy as np
+
+    if last < 0:
+        return []
+    n = len(start)
+    by = np.argsort(succ.edge_v, kind="stable")  # each op's predecessors in edge order
+    preds = succ.edge_u[by]
+    bounds = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(succ.edge_v, minlength=n), out=bounds[1:])
+    path: list[int] = []
+    v = last
+    while v >= 0:
+        path.append(v)
+        t = start[v]
+        nxt = -1
+        if t > 0.0:
+            for u in preds[bounds[v]:bounds[v + 1]].tolist():
+                if end[u] == t:
+                    nxt = u
+                    break
+        v = nxt
+    path.reverse()
+    return path
 
 
 def _longest_path(order: list[int], pred: Any, dur: list[float], start: list[float], end: list[float],

@@ -10,7 +10,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable
 
 from pptl.columns import Columns, use_arrays
-from pptl.dag import Adjacency, adjacency, build_dag, topological_order
+from pptl.dag import Adjacency, Successors, adjacency, build_dag, kahn_order, successors, topological_order
 from pptl.ir import Schedule
 from pptl.messages import message_key
 
@@ -78,13 +78,24 @@ class Context:
             order = verified_order(self.schedule, hint)
             if order is not None:
                 return order
+        if self.table is not None:
+            return kahn_order(self.successors)
         return topological_order(self.adjacency)
+
+    @cached_property
+    def successors(self) -> Successors:
+        """The graph as flat successor lists (:func:`pptl.dag.successors`): what the order and the
+        simulator walk on large plans, where per-op adjacency lists cost more than the walk."""
+        return successors(self.schedule)
 
     @cached_property
     def simulation(self) -> Simulation:
         from pptl.simulate import simulate
 
-        return simulate(self.schedule, dag=self.adjacency, order=self.order)
+        built = self.__dict__
+        dag = built.get("successors") or built.get("adjacency") or (self.successors if self.table is not None
+                                                                      else self.adjacency)
+        return simulate(self.schedule, dag=dag, order=self.order)
 
     @cached_property
     def kinds(self) -> frozenset[str]:
