@@ -529,7 +529,7 @@ def _raw_v2(data: Mapping[str, Any], source: str) -> _RawColumns:
             continue
         if not isinstance(col, list) or len(col) != n:
             raise InputError(f"{source}: ops.{name}: expected a list of {n} integers")
-        if (n and set(map(type, col)) != {int}) or (n and (min(col) < -_MAX_INDEX or max(col) > _MAX_INDEX)):
+        if (n and set(map(type, col)) != {int}) or (n and not _within(col, -_MAX_INDEX, _MAX_INDEX)):
             bad = next(v for v in col if type(v) is not int or abs(v) > _MAX_INDEX)
             raise InputError(f"{source}: ops.{name}: got {bad!r}, expected integers in -{_MAX_INDEX}..{_MAX_INDEX}")
         ints[name] = col
@@ -617,6 +617,20 @@ def _table_v2(raw: _RawColumns) -> OpTable:
     return OpTable.of_columns(n, strs, ints, raw.pairs, payload)
 
 
+def _within(values: list[int], lo: int, hi: int) -> bool:
+    """Whether every int of ``values`` lies in ``lo..hi`` (on arrays for long columns, where numpy
+    is loaded anyway: one pass instead of two)."""
+    if use_arrays(len(values)):
+        import numpy as np
+
+        try:
+            a = np.asarray(values, dtype=np.int64)
+        except OverflowError:
+            return False
+        return bool(lo <= int(a.min()) and int(a.max()) <= hi)
+    return lo <= min(values) and max(values) <= hi
+
+
 def _str_column(col: Any, n: int, where: str) -> tuple[list[int], list[str]] | None:
     """A string column as (one index per op, the table of values); None when the file leaves it out."""
     if col is None:
@@ -628,7 +642,7 @@ def _str_column(col: Any, n: int, where: str) -> tuple[list[int], list[str]] | N
         raise InputError(f"{where}.values: expected a list of strings")
     if not isinstance(index, list) or len(index) != n:
         raise InputError(f"{where}.index: expected a list of {n} positions into 'values'")
-    if n and not (set(map(type, index)) == {int} and min(index) >= 0 and max(index) < len(table)):
+    if n and not (set(map(type, index)) == {int} and _within(index, 0, len(table) - 1)):
         raise InputError(f"{where}.index: expected integers in 0..{len(table) - 1}")
     return index, table
 
