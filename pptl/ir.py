@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Iterable
 
 if TYPE_CHECKING:
+    from pptl.config import Config
     from pptl.optable import OpTable
 
 __all__ = [
@@ -167,7 +168,7 @@ class Schedule:
     lanes: dict[tuple[int, str], list[int]]
     deps: list[tuple[int, int]] = field(default_factory=list)
     directions: int = 1
-    config: Any = None
+    config: Config | None = None
     """The :class:`pptl.config.Config` it came from (``None`` for imported schedules)."""
     meta: dict[str, Any] = field(default_factory=dict)
     """Family extras: placement, parameter copies, notes; plain JSON values only."""
@@ -175,7 +176,7 @@ class Schedule:
     @classmethod
     def from_table(cls, *, family: str, pp: int, num_stages: int, microbatches: int, table: OpTable,
                    lanes: dict[tuple[int, str], list[int]], dep_arrays: tuple[Any, Any], directions: int = 1,
-                   config: Any = None, meta: dict[str, Any] | None = None, order_hint: Any = None) -> Schedule:
+                   config: Config | None = None, meta: dict[str, Any] | None = None, order_hint: Any = None) -> Schedule:
         """A schedule whose ops are the rows of ``table`` and whose facts are ``dep_arrays``
         (producers, consumers): ``ops`` and ``deps`` are built only when something reads them.
 
