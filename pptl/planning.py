@@ -169,7 +169,8 @@ def _plan_schedule(schedule: Schedule, *, family: Family | None, header: dict[st
     from pptl.checks import Context, check_context
 
     cfg = schedule.config
-    ctx = Context(schedule, memory_limit=cfg.memory_limit if cfg is not None else None)
+    ctx = Context(schedule, memory_limit=cfg.memory_limit if cfg is not None else None,
+                  costs=cfg.costs if cfg is not None else None)
     violations: list[Violation] = check_context(ctx) if check else []
     if ctx.order is None:
         cycle = next((v.message for v in violations if v.code == "PP007"), "its DAG has a cycle")

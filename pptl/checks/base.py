@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     import networkx as nx
 
     from pptl.checks.work_arrays import WorkArrays
+    from pptl.config import Costs
     from pptl.optable import OpTable
     from pptl.simulate import Simulation
 
@@ -58,6 +59,8 @@ class Context:
     memory_limit: float | None = None
     p2p: str = "nccl"
     options: dict[str, Any] = field(default_factory=dict)
+    costs: Costs | None = None
+    """The cost model the simulation uses; None: the schedule's config's (or the defaults)."""
 
     @cached_property
     def adjacency(self) -> Adjacency:
@@ -95,7 +98,7 @@ class Context:
         built = self.__dict__
         dag = built.get("successors") or built.get("adjacency") or (self.successors if self.table is not None
                                                                       else self.adjacency)
-        return simulate(self.schedule, dag=dag, order=self.order)
+        return simulate(self.schedule, self.costs, dag=dag, order=self.order)
 
     @cached_property
     def kinds(self) -> frozenset[str]:
