@@ -130,3 +130,21 @@ def test_the_critical_path_names_its_ops_from_the_table(force) -> None:
     ids = sim.metrics()["critical_path"]
     assert ids[0].startswith("r0/compute/F") and not t.has_ops()
     assert ids == [t.ops[i].id for i in sim.critical_path]
+
+
+@pytest.mark.parametrize("family", sorted(EXAMPLES))
+def test_successor_walk_gives_the_adjacency_walks_order_and_critical_path(family: str, force) -> None:
+    """Kahn's order over flat successor lists is the order over adjacency lists, and the longest
+    path pushed along successors gives the same times and the same critical path (ties included:
+    zero-time RECVs make many) as the one pulled from predecessors."""
+    from pptl.dag import kahn_order, successors
+
+    s = build_schedule(_example(family))
+    assert kahn_order(successors(s)) == topological_order(adjacency(s))
+    force(False)
+    pulled = simulate(s, dag=adjacency(s))
+    pushed = simulate(s, dag=successors(s))
+    if s.config.costs.context or s.config.costs.beside:
+        return  # context costs re-time on predecessor lists: both take that path
+    assert (pushed.start, pushed.end, pushed.critical_path) == (pulled.start, pulled.end, pulled.critical_path)
+    assert len(pushed.critical_path) > 1
