@@ -6,149 +6,64 @@ one line on stderr and its exit code (2 bad input or usage, 1 invalid schedule o
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Callable, Iterator, Optional
+from typing import Annotated, Any, Iterator, Optional
 
-import typer
-import typer.core
 from rich.console import Console
 from rich.table import Table
 
 from pptl import __version__
+from pptl.cli_args import Argument, Commands, Option, Shown, UsageError
 from pptl.errors import InputError, PptlError
 
 __all__ = ["app", "main"]
 
 
-try:  # typer >= 0.26 carries its own copy of click; the exceptions come from there
-    from typer._click import exceptions as _cx
-except ImportError:  # pragma: no cover - older typer on click
-    from click import exceptions as _cx  # type: ignore[no-redef]
-
-
-def _metavar(p: Any) -> str:
-    """INT, NUMBER, PATH or TEXT for an option; FILES... for an argument (typer's own read
-    ``<list[str]>`` and ``{files}...``)."""
-    desc = getattr(p, "type_descriptor", None)
-    ann = getattr(desc, "annotation", None)
-    if isinstance(p, typer.core.TyperArgument):
-        return p.name.upper()
-    if desc is not None and desc.is_path:
-        return "PATH"
-    return {int: "INT", float: "NUMBER"}.get(ann, "TEXT")
-
-
-class _Command(typer.core.TyperCommand):
-    """A command whose --help names values plainly: arguments by name (FILES...), options by type."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        for p in self.params:
-            if p.metavar is None and not getattr(p, "is_flag", False):
-                p.metavar = _metavar(p)
-            if isinstance(p, typer.core.TyperArgument):  # FILES... and [CONFIG], not {files}... <list[str]>
-                dots = "..." if p.nargs != 1 else ""
-                shown = p.metavar + dots
-                p._usage_display_name = (lambda shown=shown, req=p.required: shown if req else f"[{shown}]")
-                p._rich_display_name = lambda shown=shown: shown
-                p.display_type_rich = lambda ctx: None
-
-
-class _Group(typer.core.TyperGroup):
-    """The top-level group. Usage errors the CLI library finds (a bad value, a missing argument, an
-    unknown option) become one line, ``pptl: error: ...``, and exit 2, like pptl's own errors,
-    instead of the library's Usage / Try / Error box."""
-
-    def main(self, args: Any = None, prog_name: Any = None, **extra: Any) -> Any:
-        argv = list(sys.argv[1:] if args is None else args)
-        extra.pop("standalone_mode", None)
-        try:
-            rv = super().main(argv, prog_name or "pptl", standalone_mode=False, **extra)
-        except _cx.NoArgsIsHelpError as e:
-            e.show()
-            sys.exit(2)
-        except _cx.UsageError as e:
-            err.print(f"pptl: error: {_usage_message(e, argv)}", markup=False)
-            sys.exit(2)
-        except _cx.ClickException as e:
-            err.print(f"pptl: error: {_one_line(e.format_message())}", markup=False)
-            sys.exit(e.exit_code)
-        except typer.Abort:
-            err.print("aborted", markup=False)
-            sys.exit(1)
-        sys.exit(rv if isinstance(rv, int) else 0)
-
-
-def _usage_message(e: Any, argv: list[str]) -> str:
-    """``--pp: got '4.5': input should be a valid integer (see 'pptl plan --help')``: the option, the
-    value as typed, what was wrong, and where the usage is."""
-    msg = e.format_message()
-    param = getattr(e, "param", None)
-    if isinstance(e, _cx.BadParameter) and not isinstance(e, _cx.MissingParameter) and param is not None:
-        is_option = isinstance(param, typer.core.TyperOption)
-        names = list(getattr(param, "opts", []) or [])
-        value = _typed_value(names, argv) if is_option else None
-        name = names[0] if is_option and names else (param.metavar or param.name or "value")
-        text = e.message[:1].lower() + e.message[1:] if e.message else "invalid value"
-        msg = f"{name}: got {value!r}: {text}" if value is not None else f"{name}: {text}"
-    msg = msg.rstrip(".")
-    ctx = getattr(e, "ctx", None)
-    if ctx is not None:
-        msg += f" (see '{ctx.command_path} --help')"
-    return _one_line(msg)
-
-
-def _typed_value(names: list[str], argv: list[str]) -> str | None:
-    """The value given on the command line to the option called one of ``names`` (the last one given)."""
-    found = None
-    for i, tok in enumerate(argv):
-        for n in names:
-            if tok == n and i + 1 < len(argv):
-                found = argv[i + 1]
-            elif n.startswith("--") and tok.startswith(n + "="):
-                found = tok[len(n) + 1:]
-    return found
-
-
-app = typer.Typer(
-    name="pptl",
-    cls=_Group,
-    help="Plan, check, draw and run pipeline-parallel training schedules.",
-    context_settings={"help_option_names": ["-h", "--help"]},
-    no_args_is_help=True,
-    add_completion=True,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
+_commands = Commands("pptl", help="Plan, check, draw and run pipeline-parallel training schedules.",
+                     version=f"pptl {__version__}")
+command = _commands.command
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def command(*args: Any, **kwargs: Any) -> Callable:
-    """``app.command`` that turns a PptlError into one line and its exit code (the one place)."""
+def app(args: Optional[list[str]] = None) -> int:
+    """Run one command line (``sys.argv[1:]`` by default) and return its exit code.
 
-    def wrap(fn: Callable) -> Callable:
-        @functools.wraps(fn)
-        def run(*a: Any, **kw: Any) -> Any:
-            try:
-                return fn(*a, **kw)
-            except PptlError as e:
-                err.print(f"error: {_one_line(str(e))}", markup=False)
-                raise typer.Exit(e.exit_code) from None
-            except KeyboardInterrupt:
-                err.print("interrupted")
-                raise typer.Exit(130) from None
-
-        kwargs.setdefault("cls", _Command)
-        return app.command(*args, **kwargs)(run)
-
-    return wrap
+    The one place where an error becomes a line on stderr and an exit code: a usage error
+    (``pptl: error: --pp: got 'x': ... (see 'pptl plan --help')``) exits 2, a
+    :class:`pptl.errors.PptlError` (``error: ...``) its own code (2 bad input, 1 invalid schedule
+    or failed run), Ctrl+C 130; a command's ``SystemExit`` keeps its code.
+    """
+    argv = list(sys.argv[1:] if args is None else args)
+    try:
+        what = _commands.parse(argv)
+        if isinstance(what, Shown):
+            stream = sys.stderr if what.stderr else sys.stdout
+            stream.write(what.text)
+            stream.flush()
+            return what.exit_code
+        # Plans reach 400k ops; the default collector thresholds rescan that heap thousands of times.
+        gc.set_threshold(200_000, 20, 100)
+        what.fn(**what.kwargs)
+        return 0
+    except UsageError as e:
+        err.print(f"pptl: error: {_one_line(str(e))} (see '{e.command} --help')", markup=False)
+        return 2
+    except PptlError as e:
+        err.print(f"error: {_one_line(str(e))}", markup=False)
+        return e.exit_code
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        return 130
+    except SystemExit as e:
+        if isinstance(e.code, str):
+            err.print(e.code, markup=False)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
 
 
 #: What str.splitlines() (and a terminal) breaks a line at: an error must stay one line even when it
@@ -158,22 +73,6 @@ _BREAKS = {c: repr(c)[1:-1] for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
 
 def _one_line(text: str) -> str:
     return text.translate(str.maketrans(_BREAKS)) if any(c in text for c in _BREAKS) else text
-
-
-def _version(value: bool) -> None:
-    if value:
-        out.print(f"pptl {__version__}")
-        raise typer.Exit(0)
-
-
-@app.callback()
-def _main(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                          help="Print the version and exit.")] = False,
-) -> None:
-    """Plan, check, draw and run pipeline-parallel training schedules."""
-    # Plans reach 400k ops; the default collector thresholds rescan that heap thousands of times.
-    gc.set_threshold(200_000, 20, 100)
 
 
 @contextlib.contextmanager
@@ -196,18 +95,18 @@ def _without_cycle_scans() -> Iterator[None]:
 # ----------------------------------------------------------------------------------------------
 # Shared options (declared once)
 
-OutputFmt = Annotated[str, typer.Option("--output", metavar="text|json", help="text or json.")]
-OutFile = Annotated[Optional[Path], typer.Option("-o", "--out", help="Write the result to this file "
+OutputFmt = Annotated[str, Option("--output", metavar="text|json", help="text or json.")]
+OutFile = Annotated[Optional[Path], Option("-o", "--out", help="Write the result to this file "
                                                  "(replaced if it exists).")]
-MemoryLimit = Annotated[Optional[float], typer.Option("--memory-limit", min=0, help="Peak activation per rank "
+MemoryLimit = Annotated[Optional[float], Option("--memory-limit", min=0, help="Peak activation per rank "
                                                      "allowed (>= 0).")]
-Microbatches = Annotated[Optional[int], typer.Option("--microbatches", "-m", help="Micro-batches per step.")]
-Placement = Annotated[Optional[str], typer.Option("--placement", metavar="loop|v",
+Microbatches = Annotated[Optional[int], Option("--microbatches", "-m", help="Micro-batches per step.")]
+Placement = Annotated[Optional[str], Option("--placement", metavar="loop|v",
                                                   help="torch CSV: stage placement, loop or v "
                                                   "(default: inferred from the file).")]
 
 
-PlotlyJs = Annotated[str, typer.Option("--plotlyjs", metavar="inline|directory",
+PlotlyJs = Annotated[str, Option("--plotlyjs", metavar="inline|directory",
                                        help="HTML: inline (plotly.js in the page: one file that opens offline) "
                                        "or directory (plotly.min.js written once beside it, loaded by a "
                                        "relative path).")]
@@ -254,21 +153,21 @@ def _figure_format(path: Optional[Path], allowed: tuple[str, ...] = _IMAGES, *, 
 
 @command("plan")
 def plan(
-    config: Annotated[Optional[Path], typer.Argument(help="Config file (YAML, TOML or JSON).", show_default=False)] = None,
-    schedule: Annotated[Optional[str], typer.Option("--schedule", "-s", metavar="NAME",
+    config: Annotated[Optional[Path], Argument(help="Config file (YAML, TOML or JSON).", show_default=False)] = None,
+    schedule: Annotated[Optional[str], Option("--schedule", "-s", metavar="NAME",
                                                     help="Family name (see 'pptl schedules').")] = None,
-    pp: Annotated[Optional[int], typer.Option("--pp", help="Number of pipeline ranks.")] = None,
+    pp: Annotated[Optional[int], Option("--pp", help="Number of pipeline ranks.")] = None,
     microbatches: Microbatches = None,
-    vpp: Annotated[Optional[int], typer.Option("--vpp", help="Chunks per rank.")] = None,
-    group_size: Annotated[Optional[int], typer.Option("--group-size", help="Megatron micro-batch group size.")] = None,
-    split_backward: Annotated[Optional[bool], typer.Option("--split-backward/--no-split-backward",
+    vpp: Annotated[Optional[int], Option("--vpp", help="Chunks per rank.")] = None,
+    group_size: Annotated[Optional[int], Option("--group-size", help="Megatron micro-batch group size.")] = None,
+    split_backward: Annotated[Optional[bool], Option("--split-backward/--no-split-backward",
                                                            help="Split B into I and W.")] = None,
-    cost: Annotated[Optional[list[str]], typer.Option("--cost", metavar="KIND=VALUE", help="Duration of an op kind "
+    cost: Annotated[Optional[list[str]], Option("--cost", metavar="KIND=VALUE", help="Duration of an op kind "
                                                       "(F, B, I, W, FB), repeatable or comma-separated: F=1,B=2.")] = None,
-    comm_latency: Annotated[Optional[float], typer.Option("--comm-latency", help="Latency of one P2P message.")] = None,
+    comm_latency: Annotated[Optional[float], Option("--comm-latency", help="Latency of one P2P message.")] = None,
     memory_limit: MemoryLimit = None,
-    costs_from: Annotated[Optional[Path], typer.Option("--costs-from", help="Measured timeline to calibrate costs from.")] = None,
-    from_: Annotated[Optional[Path], typer.Option("--from", help="Plan an existing schedule (torch CSV, plan file) "
+    costs_from: Annotated[Optional[Path], Option("--costs-from", help="Measured timeline to calibrate costs from.")] = None,
+    from_: Annotated[Optional[Path], Option("--from", help="Plan an existing schedule (torch CSV, plan file) "
                                                   "instead of a family.")] = None,
     output: OutputFmt = "text",
     out_file: OutFile = None,
@@ -314,7 +213,7 @@ def _plan(config: Optional[Path], schedule: Optional[str], pp: Optional[int], mi
         if out_file is not None:
             err.print(f"wrote {out_file}")
     if not result.valid:
-        raise typer.Exit(1)
+        raise SystemExit(1)
 
 
 #: Ranks a plan table lists in full; past that, the first and last _EDGE_RANKS and one summary row.
@@ -364,12 +263,12 @@ def _print_plan(result: Any) -> None:
 
 @command("check")
 def check(
-    files: Annotated[list[str], typer.Argument(help="Plans, configs or schedule files; globs are expanded.")],
+    files: Annotated[list[str], Argument(help="Plans, configs or schedule files; globs are expanded.")],
     microbatches: Microbatches = None,
     memory_limit: MemoryLimit = None,
-    p2p: Annotated[str, typer.Option("--p2p", metavar="nonblocking|nccl|blocking",
+    p2p: Annotated[str, Option("--p2p", metavar="nonblocking|nccl|blocking",
                                      help="P2P semantics: nonblocking, nccl or blocking.")] = "nccl",
-    output: Annotated[str, typer.Option("--output", metavar="text|json|github", help="text, json or github.")] = "text",
+    output: Annotated[str, Option("--output", metavar="text|json|github", help="text, json or github.")] = "text",
     placement: Placement = None,
 ) -> None:
     """Check schedules. Exit 0 when all are valid, 1 when any has a violation, 2 on bad input."""
@@ -406,9 +305,9 @@ def check(
         for _, e in unreadable:
             err.print(f"error: {e}", markup=False)
     if unreadable:
-        raise typer.Exit(2)
+        raise SystemExit(2)
     if not all(r.valid for r in reports):
-        raise typer.Exit(1)
+        raise SystemExit(1)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -417,16 +316,16 @@ def check(
 
 @command("export")
 def export(
-    source: Annotated[Path, typer.Argument(help="Plan, config, torch CSV, timeline, or profiler traces (a folder).",
+    source: Annotated[Path, Argument(help="Plan, config, torch CSV, timeline, or profiler traces (a folder).",
                                            show_default=False)],
-    to: Annotated[str, typer.Option("--to", metavar="torch-csv|chrome|torchtitan",
+    to: Annotated[str, Option("--to", metavar="torch-csv|chrome|torchtitan",
                                     help="torch-csv, chrome (Perfetto) or torchtitan (-o pp.toml: its [parallelism] "
                                     "lines, and the schedule CSV they name beside it).")],
-    comms: Annotated[bool, typer.Option("--comms", help="torch-csv: write compute_comms (with SEND/RECV).")] = False,
+    comms: Annotated[bool, Option("--comms", help="torch-csv: write compute_comms (with SEND/RECV).")] = False,
     out_file: OutFile = None,
     microbatches: Microbatches = None,
     placement: Placement = None,
-    csv: Annotated[Optional[Path], typer.Option("--csv", help="torchtitan: where the schedule CSV goes (default: "
+    csv: Annotated[Optional[Path], Option("--csv", help="torchtitan: where the schedule CSV goes (default: "
                                                 "beside -o, as NAME.csv).")] = None,
 ) -> None:
     """Write a schedule or timeline in another tool's format (to stdout without -o; .gz gzips)."""
@@ -505,28 +404,28 @@ def schedules(output: OutputFmt = "text") -> None:
 # pptl render, pptl demo (drawing lives in pptl/render/, the demo's loop in pptl/demo.py)
 
 
-DpiOpt = Annotated[int, typer.Option("--dpi", help="PNG resolution (dots per inch).")]
-SizeOpt = Annotated[Optional[str], typer.Option("--size", help="Figure size W,H in inches (e.g. 7,4.5; default: "
+DpiOpt = Annotated[int, Option("--dpi", help="PNG resolution (dots per inch).")]
+SizeOpt = Annotated[Optional[str], Option("--size", help="Figure size W,H in inches (e.g. 7,4.5; default: "
                                                 "7 wide, a paper column, as tall as the content).")]
-FontOpt = Annotated[Optional[float], typer.Option("--font-size", help="Font size in points (default: 7; no text "
+FontOpt = Annotated[Optional[float], Option("--font-size", help="Font size in points (default: 7; no text "
                                                   "under 6 pt, labels without room are left out).")]
-TitleOpt = Annotated[str, typer.Option("--title", help="TEXT, auto (config summary) or none; default: none for "
+TitleOpt = Annotated[str, Option("--title", help="TEXT, auto (config summary) or none; default: none for "
                                        "seed figures, auto otherwise.")]
-NotesOpt = Annotated[Optional[bool], typer.Option("--notes/--no-notes", help="Per-row notes (bubble %); "
+NotesOpt = Annotated[Optional[bool], Option("--notes/--no-notes", help="Per-row notes (bubble %); "
                                                   "default: off for seed figures.", show_default=False)]
-LegendOpt = Annotated[str, typer.Option("--legend", help="Legend place: auto, bottom, top, right or none.")]
-DeviceOpt = Annotated[Optional[int], typer.Option("--device", help="MoE figure: the device the three close-up "
+LegendOpt = Annotated[str, Option("--legend", help="Legend place: auto, bottom, top, right or none.")]
+DeviceOpt = Annotated[Optional[int], Option("--device", help="MoE figure: the device the three close-up "
                                                   "sections show (default: the last).")]
 
 
 @command("render")
 def render(
-    file: Annotated[Path, typer.Argument(help="Plan, timeline, or config (planned on the fly).", show_default=False)],
-    style: Annotated[str, typer.Option("--style", help="auto, default, dualpipe, moe or weight-update.")] = "auto",
-    html: Annotated[bool, typer.Option("--html", help="Write interactive HTML (to FILE's name + .html unless -o).")] = False,
-    out_file: Annotated[Optional[Path], typer.Option("-o", "--out", help="Draw to .png, .svg, .pdf or .html.")] = None,
-    width: Annotated[Optional[int], typer.Option("--width", help="Terminal width in columns.")] = None,
-    time_window: Annotated[Optional[str], typer.Option("--time", help="Draw only START:END (e.g. 80:110).")] = None,
+    file: Annotated[Path, Argument(help="Plan, timeline, or config (planned on the fly).", show_default=False)],
+    style: Annotated[str, Option("--style", help="auto, default, dualpipe, moe or weight-update.")] = "auto",
+    html: Annotated[bool, Option("--html", help="Write interactive HTML (to FILE's name + .html unless -o).")] = False,
+    out_file: Annotated[Optional[Path], Option("-o", "--out", help="Draw to .png, .svg, .pdf or .html.")] = None,
+    width: Annotated[Optional[int], Option("--width", help="Terminal width in columns.")] = None,
+    time_window: Annotated[Optional[str], Option("--time", help="Draw only START:END (e.g. 80:110).")] = None,
     dpi: DpiOpt = 200,
     size: SizeOpt = None,
     font_size: FontOpt = None,
@@ -534,11 +433,11 @@ def render(
     notes: NotesOpt = None,
     legend: LegendOpt = "auto",
     device: DeviceOpt = None,
-    compare_warmup: Annotated[bool, typer.Option("--compare-warmup", help="MoE: draw plain interleaved 1F1B over "
+    compare_warmup: Annotated[bool, Option("--compare-warmup", help="MoE: draw plain interleaved 1F1B over "
                                                  "the +1 warmup plan of the same config.")] = False,
-    split: Annotated[str, typer.Option("--split", help="DualPipe F&B cell: side (halves side by side, the "
+    split: Annotated[str, Option("--split", help="DualPipe F&B cell: side (halves side by side, the "
                                        "seed) or stack.")] = "side",
-    reverse_ids: Annotated[bool, typer.Option("--reverse-ids", help="DualPipe: number reverse-direction "
+    reverse_ids: Annotated[bool, Option("--reverse-ids", help="DualPipe: number reverse-direction "
                                               "blocks too (the seed omits them).")] = False,
     plotlyjs: PlotlyJs = "inline",
 ) -> None:
@@ -586,16 +485,16 @@ def render(
 
 @command("demo")
 def demo(
-    out_dir: Annotated[Path, typer.Option("-o", "--out", help="Folder for the figures (created if missing; "
+    out_dir: Annotated[Path, Option("-o", "--out", help="Folder for the figures (created if missing; "
                                           "its parent must exist).")] = Path("out"),
-    fixtures: Annotated[Optional[Path], typer.Option("--fixtures", help="Folder of example configs.")] = None,
+    fixtures: Annotated[Optional[Path], Option("--fixtures", help="Folder of example configs.")] = None,
     dpi: DpiOpt = 200,
     font_size: FontOpt = None,
     title: TitleOpt = "",
     notes: NotesOpt = None,
     legend: LegendOpt = "auto",
     device: DeviceOpt = None,
-    plotlyjs: Annotated[str, typer.Option("--plotlyjs", metavar="inline|directory",
+    plotlyjs: Annotated[str, Option("--plotlyjs", metavar="inline|directory",
                                           help="HTML: directory (one plotly.min.js shared by the pages in the "
                                           "folder) or inline (in every page).")] = "directory",
 ) -> None:
@@ -626,7 +525,7 @@ def demo(
     failed = sum(not it.ok for it in items)
     out.print(f"{len(items) - failed} of {len(items)} examples drawn into {out_dir}")
     if failed:
-        raise typer.Exit(1)
+        raise SystemExit(1)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -635,21 +534,21 @@ def demo(
 
 @command("run")
 def run(
-    plan_file: Annotated[Path, typer.Argument(help="Plan (pptl plan -o) or config to execute.", show_default=False)],
-    gpus: Annotated[Optional[int], typer.Option("--gpus", "-g", min=1, help="Processes, one per rank (default: the "
+    plan_file: Annotated[Path, Argument(help="Plan (pptl plan -o) or config to execute.", show_default=False)],
+    gpus: Annotated[Optional[int], Option("--gpus", "-g", min=1, help="Processes, one per rank (default: the "
                                                 "plan's pp).")] = None,
-    device: Annotated[Optional[str], typer.Option("--device", metavar="cuda|cpu", help="cuda (NCCL) or cpu (gloo); default: cuda "
+    device: Annotated[Optional[str], Option("--device", metavar="cuda|cpu", help="cuda (NCCL) or cpu (gloo); default: cuda "
                                                   "when available.")] = None,
-    steps: Annotated[int, typer.Option("--steps", help="Timed steps (as many untimed ones measure the "
+    steps: Annotated[int, Option("--steps", help="Timed steps (as many untimed ones measure the "
                                        "instrumentation overhead).")] = 3,
-    warmup: Annotated[int, typer.Option("--warmup", help="Steps run first and discarded.")] = 1,
-    verify: Annotated[bool, typer.Option("--verify", help="Check loss and gradients against one process "
+    warmup: Annotated[int, Option("--warmup", help="Steps run first and discarded.")] = 1,
+    verify: Annotated[bool, Option("--verify", help="Check loss and gradients against one process "
                                          "without a pipeline.")] = False,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds without progress before every rank "
+    timeout: Annotated[float, Option("--timeout", help="Seconds without progress before every rank "
                                            "is stopped.")] = 300.0,
-    out_file: Annotated[Optional[Path], typer.Option("-o", "--out", help="Measured timeline (default: "
+    out_file: Annotated[Optional[Path], Option("-o", "--out", help="Measured timeline (default: "
                                                      "PLAN.measured.json here).")] = None,
-    messages: Annotated[Optional[str], typer.Option("--messages", metavar="sync-send|overlap|inline",
+    messages: Annotated[Optional[str], Option("--messages", metavar="sync-send|overlap|inline",
                                                     help="How CUDA ranks run SEND/RECV: sync-send "
                                                     "(default: compute waits for each send, receives start when "
                                                     "their sender is ready), overlap (sends beside compute too) or "
@@ -690,11 +589,11 @@ def run(
 
 @command("compare")
 def compare(
-    plan_file: Annotated[Path, typer.Argument(help="The plan (or config) that was run.", show_default=False)],
-    measured: Annotated[Path, typer.Argument(help="The timeline pptl run wrote.", show_default=False)],
-    out_file: Annotated[Optional[Path], typer.Option("-o", "--out", help="Draw measured over planned: .png, .svg, "
+    plan_file: Annotated[Path, Argument(help="The plan (or config) that was run.", show_default=False)],
+    measured: Annotated[Path, Argument(help="The timeline pptl run wrote.", show_default=False)],
+    out_file: Annotated[Optional[Path], Option("-o", "--out", help="Draw measured over planned: .png, .svg, "
                                                      ".pdf or .html.")] = None,
-    top: Annotated[int, typer.Option("--top", help="Ops listed with the largest errors.")] = 10,
+    top: Annotated[int, Option("--top", help="Ops listed with the largest errors.")] = 10,
     output: OutputFmt = "text",
 ) -> None:
     """Compare a plan with a measured run: makespan, bubble, per-kind and per-op errors."""
@@ -727,12 +626,12 @@ def compare(
 
 @command("diagnose")
 def diagnose(
-    dumps: Annotated[list[Path], typer.Argument(help="Flight-recorder dumps (one per rank; files or folders), or "
+    dumps: Annotated[list[Path], Argument(help="Flight-recorder dumps (one per rank; files or folders), or "
                                                 "the partial timeline a stopped pptl run wrote.",
                                                 show_default=False)],
-    plan_file: Annotated[Optional[Path], typer.Option("--plan", help="The plan (or torch CSV) that ran: name each "
+    plan_file: Annotated[Optional[Path], Option("--plan", help="The plan (or torch CSV) that ran: name each "
                                                       "NCCL op by its op id.")] = None,
-    out_file: Annotated[Optional[Path], typer.Option("-o", "--out", help="Draw the pending ops and the cycle: "
+    out_file: Annotated[Optional[Path], Option("-o", "--out", help="Draw the pending ops and the cycle: "
                                                      ".png, .svg or .pdf.")] = None,
     output: OutputFmt = "text",
 ) -> None:
@@ -795,7 +694,7 @@ def diagnose(
         if out_file is not None:
             err.print(f"wrote {out_file}", markup=False)
     if result.hung:
-        raise typer.Exit(1)
+        raise SystemExit(1)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -804,10 +703,10 @@ def diagnose(
 
 @command("serve")
 def serve(
-    config: Annotated[Optional[Path], typer.Argument(help="Config file to start from (YAML, TOML or JSON).",
+    config: Annotated[Optional[Path], Argument(help="Config file to start from (YAML, TOML or JSON).",
                                                      show_default=False)] = None,
-    port: Annotated[int, typer.Option("--port", help="TCP port (0 picks a free one).")] = 8000,
-    host: Annotated[str, typer.Option("--host", metavar="ADDRESS", help="Address to listen on; other machines reach it only if "
+    port: Annotated[int, Option("--port", help="TCP port (0 picks a free one).")] = 8000,
+    host: Annotated[str, Option("--host", metavar="ADDRESS", help="Address to listen on; other machines reach it only if "
                                       "you name a non-loopback one (e.g. 0.0.0.0).")] = "127.0.0.1",
 ) -> None:
     """Explore schedules in the browser, offline: change pp, micro-batches, costs, memory limit and see
@@ -838,19 +737,19 @@ def serve(
 
 @command("tune")
 def tune(
-    config: Annotated[Path, typer.Argument(help="Tune config: model, pp, microbatches (see docs/tune.md).",
+    config: Annotated[Path, Argument(help="Tune config: model, pp, microbatches (see docs/tune.md).",
                                            show_default=False)],
-    memory_limit: Annotated[Optional[float], typer.Option(
+    memory_limit: Annotated[Optional[float], Option(
         "--memory-limit", help="Peak memory per rank allowed, > 0, in the config's memory unit (default: its "
         "memory_limit).")] = None,
-    costs_from: Annotated[Optional[Path], typer.Option("--costs-from", help="Timeline of one pptl run: per-layer "
+    costs_from: Annotated[Optional[Path], Option("--costs-from", help="Timeline of one pptl run: per-layer "
                                                        "costs (and activation memory) from it.")] = None,
-    top: Annotated[int, typer.Option("--top", help="Rows of the ranked table.")] = 15,
-    out_file: Annotated[Optional[Path], typer.Option("-o", "--out", help="Write the best plan (for pptl run, "
+    top: Annotated[int, Option("--top", help="Rows of the ranked table.")] = 15,
+    out_file: Annotated[Optional[Path], Option("-o", "--out", help="Write the best plan (for pptl run, "
                                                      "render, check).")] = None,
-    figure: Annotated[Optional[Path], typer.Option("--figure", help="Step time against peak memory: .png, .svg "
+    figure: Annotated[Optional[Path], Option("--figure", help="Step time against peak memory: .png, .svg "
                                                    "or .pdf.")] = None,
-    csv: Annotated[Optional[Path], typer.Option("--csv", help="The best plan as a torch CSV schedule.")] = None,
+    csv: Annotated[Optional[Path], Option("--csv", help="The best plan as a torch CSV schedule.")] = None,
     output: OutputFmt = "text",
 ) -> None:
     """Search schedule families, layer splits and settings for a model under a memory limit; print the
@@ -937,14 +836,14 @@ def tune(
 
 @command("explain")
 def explain_cmd(
-    measured: Annotated[list[Path], typer.Argument(help="A measured timeline (pptl run -o), or torch profiler "
+    measured: Annotated[list[Path], Argument(help="A measured timeline (pptl run -o), or torch profiler "
                                                    "traces: a folder, a glob, or one file per rank.",
                                                    show_default=False)],
-    plan_file: Annotated[Optional[Path], typer.Option("--plan", help="The plan that ran: which op waits for "
+    plan_file: Annotated[Optional[Path], Option("--plan", help="The plan that ran: which op waits for "
                                                       "which (default: derived from the measured ops).")] = None,
-    out_file: Annotated[Optional[Path], typer.Option("-o", "--out", help="Stacked-bar figure: .png, .svg or "
+    out_file: Annotated[Optional[Path], Option("-o", "--out", help="Stacked-bar figure: .png, .svg or "
                                                      ".pdf.")] = None,
-    top: Annotated[int, typer.Option("--top", help="Late inputs listed.")] = 8,
+    top: Annotated[int, Option("--top", help="Late inputs listed.")] = 8,
     output: OutputFmt = "text",
 ) -> None:
     """Where each rank's idle time went: schedule bubble, late input, transfer, host gap, imbalance."""
@@ -999,14 +898,8 @@ def explain_cmd(
 
 
 def main() -> None:
-    """Console entry point."""
-    try:
-        app()
-        code = 0
-    except SystemExit as e:
-        if isinstance(e.code, str):
-            err.print(e.code, markup=False)
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    """Console entry point (``pptl``, ``python -m pptl``)."""
+    code = app()
     # Skip the interpreter's teardown: freeing a 400k-op plan object by object takes ~3 s.
     # Exit handlers (temporary folders, multiprocessing) still run first.
     import atexit

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from cli_runner import CliRunner
 
 from pptl.cli import app
 

@@ -5,7 +5,7 @@ import csv
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from cli_runner import CliRunner
 
 from pptl.cli import app
 
