@@ -64,7 +64,11 @@ class CliRunner:
     """In-process runs of a command-line entry point ``app(args) -> exit code``."""
 
     def invoke(self, app: Callable[[list[str]], Any], args: list[str], input: Optional[str | bytes] = None,
-               env: Optional[dict[str, Optional[str]]] = None) -> Result:
+               env: Optional[dict[str, Optional[str]]] = None, terminal_width: Optional[int] = None) -> Result:
+        """Run ``app(args)`` with ``input`` on stdin, ``env`` set (None unsets) and, given
+        ``terminal_width``, COLUMNS set to it (what rich and the help read)."""
+        if terminal_width is not None:
+            env = {**(env or {}), "COLUMNS": str(terminal_width)}
         both = io.BytesIO()
         out_raw, err_raw = _Copying(both), _Copying(both)
         data = input.encode("utf-8") if isinstance(input, str) else (input or b"")
