@@ -37,6 +37,7 @@ test: install-test
 
 bench: install
 	$(PY) bench/plan_scale.py
+	$(PY) bench/ci_path.py
 
 # Long fuzzing (docs/reliability.md): 5000 inputs per target, under an 8 GiB address-space cap so a
 # memory blow-up fails as a MemoryError (a finding) instead of taking the machine down.
