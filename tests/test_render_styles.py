@@ -89,7 +89,7 @@ def test_title_is_worded_by_the_family_style_whatever_style_draws() -> None:
     # weight-update moves buckets, not micro-batches, and has no pipeline bubble: its style says so,
     # and a figure of it drawn in the default style keeps that title.
     tl = weight_update_sample()
-    buckets = len({e.mb for e in tl.events if e.mb >= 0})
+    buckets = len({e.bucket for e in tl.events if e.bucket >= 0})
     want = f"weight-update: {tl.meta.pp} devices, {buckets} buckets, makespan={tl.makespan:g}"
     assert title_line(tl) == want
     assert build_layout(tl, "default").title == want

@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 from pptl.config import MAX_OPS
 from pptl.errors import InputError
+from pptl.formats._legacy import BUCKET_KINDS, bucket_fields
 from pptl.timeline import MAX_INDEX, MAX_TIME, TIMELINE_VERSION, Event, Timeline, TimelineMeta
 
 __all__ = ["timeline_from_dict"]
@@ -68,12 +69,15 @@ def _event(e: Any, i: int, source: str) -> Event:
     if end < start:
         raise InputError(f"{where}: end {end} is before start {start}")
     kw: dict[str, Any] = {}
-    for name in ("stage", "mb", "direction", "chunk", "sub", "peer"):
+    for name in ("stage", "mb", "direction", "chunk", "sub", "peer", "bucket", "half"):
         if name in e:
             v = e[name]
             if not isinstance(v, int) or isinstance(v, bool) or abs(v) > MAX_INDEX:
                 raise InputError(f"{where}.{name}: got {v!r}, expected an integer in -{MAX_INDEX}..{MAX_INDEX}")
             kw[name] = v
+    if kind in BUCKET_KINDS and "bucket" not in kw and "half" not in kw:
+        # Written before weight-update ops had a bucket and a half: they were its mb and sub.
+        kw["mb"], kw["sub"], kw["bucket"], kw["half"] = bucket_fields(kind, kw.get("mb", -1), kw.get("sub", -1))
     for name in ("label", "flow"):
         if name in e:
             if not isinstance(e[name], str):
