@@ -6,7 +6,8 @@ The ``*_v2.json`` files of tests/data/plans were written by pptl at commit 1d981
 version 2), with ``pptl plan fixtures/weight_update_seed.yaml -o weight_update_v2.json``, the same
 for ``weight_update_no_h2d_buffer.yaml``, ``pptl plan -s zb-h1 --pp 2 -m 4`` and ``pptl plan -s
 moe-1f1b-overlap --pp 2 -m 2 --vpp 2``; ``weight_update_one_half_v2.json`` is the first with every
-IPC half set to 0 (``sub=0`` then), which that pptl's ``pptl check`` reported as 7 PP050 errors.
+IPC half set to 0 (``sub=0`` then), which that pptl's ``pptl check`` reported as 7 PP050 errors;
+``weight_update_timeline.json`` is that pptl's planned timeline of the seed plan (``Timeline.to_dict``).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from pptl import columns
 from pptl.checks import run_checks
 from pptl.config import Config, load_config
 from pptl.errors import InputError
+from pptl.formats._legacy import bucket_id
 from pptl.formats.plan import PLAN_VERSION, dumps, load_plan, plan_from_dict, plan_to_dict
 from pptl.formats.timeline import timeline_from_dict
 from pptl.ir import Op
@@ -150,6 +152,24 @@ def test_timeline_files_of_before_read_bucket_and_half() -> None:
                                                  "events": [e.to_dict()]}).events == [e]
 
 
+def test_a_timeline_of_before_matches_the_ops_of_now() -> None:
+    # Its events said mb and sub, and their ids "mb1 #1": read as bucket and half, with the ids a plan
+    # has now, so that a measured timeline of before still lines up with a plan (compare, draw).
+    raw = json.loads((DATA / "weight_update_timeline.json").read_text())
+    assert raw["events"][18]["op"] == "r2/compute/RELOAD Reload weights mb1 #1"
+    old = timeline_from_dict(raw)
+    now = plan(load_config(ROOT / "fixtures/weight_update_seed.yaml")).timeline
+    assert old.events[18].op == "r2/compute/RELOAD Reload weights bucket1 half1"
+    assert old.events[18].waits_on == ("r2/comm/BCAST Broadcast (dst) bucket1 half1",)
+    assert sorted(old.events, key=lambda e: e.op) == sorted(now.events, key=lambda e: e.op)
+    # The ids of a version-2 plan's stored metrics (the critical path) name ops of the plan as loaded.
+    s, _ = load_plan(DATA / "weight_update_v2.json")
+    path = json.loads((DATA / "weight_update_v2.json").read_text())["metrics"]["critical_path"]
+    assert path[:2] == ["r0/h2d/H2D H2D mb0", "r0/ipc/COPY IPC mb0 #0"]
+    assert {bucket_id(x) for x in path} <= {op.id for op in s.ops}
+    assert bucket_id("r0/compute/F s0 mb1") == "r0/compute/F s0 mb1" and bucket_id("r0/x/MLP mb1 #1") == "r0/x/MLP mb1 #1"
+
+
 def test_op_table_keeps_bucket_and_half() -> None:
     ops = plan(load_config(ROOT / "fixtures/weight_update_seed.yaml")).schedule.ops
     t = OpTable.from_ops(ops)
@@ -171,3 +191,16 @@ def test_duplicate_updates_differ_by_bucket() -> None:
     finally:
         columns.FORCE = None
     assert dumps(plan_to_dict(s))  # serialisable as written
+
+
+def test_exports_name_the_bucket_and_half() -> None:
+    # The Chrome trace's args and the HTML hover say bucket and half, not mb and sub.
+    from pptl.formats.chrome_trace import to_chrome
+    from pptl.render.html import _hover_row
+
+    tl = plan(load_config(ROOT / "fixtures/weight_update_seed.yaml")).timeline
+    copy = next(e for e in tl.events if e.kind == "COPY" and e.bucket == 5)
+    slices = [x for x in to_chrome(tl)["traceEvents"] if x.get("ph") == "X" and x["args"]["op"] == copy.op]
+    assert [x["args"] for x in slices] == [{"op": "r1/ipc/COPY IPC bucket5 half1", "bucket": 5, "half": 1,
+                                            "label": "IPC", "waits_on": list(copy.waits_on)}]
+    assert _hover_row(copy, 3)[4] == "- · bucket 5 half 1"

@@ -8,7 +8,9 @@ the old formats, deliberately not read from the family's record (which may grow)
 """
 from __future__ import annotations
 
-__all__ = ["BUCKET_KINDS", "bucket_fields"]
+import re
+
+__all__ = ["BUCKET_KINDS", "bucket_fields", "bucket_id"]
 
 BUCKET_KINDS = frozenset({"H2D", "COPY", "BCAST", "RELOAD"})
 
@@ -18,3 +20,17 @@ def bucket_fields(kind: str, mb: int, sub: int) -> tuple[int, int, int, int]:
     if kind in BUCKET_KINDS:
         return -1, -1, mb, sub
     return mb, sub, -1, -1
+
+
+#: An old weight-update op id: ``r0/ipc/COPY IPC mb3 #1`` (label optional, no half on an H2D into the H2D buffer).
+_OLD_ID = re.compile(r"^(r\d+/[^/]+/(?:H2D|COPY|BCAST|RELOAD)(?: .*?)?) mb(\d+)(?: #(\d+))?$")
+
+
+def bucket_id(op_id: str) -> str:
+    """The id a weight-update op of an older file has now (``... mb3 #1`` -> ``... bucket3 half1``);
+    any other id unchanged."""
+    m = _OLD_ID.match(op_id) if len(op_id) < 1000 else None
+    if m is None:
+        return op_id
+    head, bucket, half = m.groups()
+    return f"{head} bucket{bucket}" + (f" half{half}" if half is not None else "")
