@@ -10,6 +10,8 @@ Vocabulary (used the same way everywhere in pptl):
   of direction ``d`` feeds stage ``s + 1`` of the same direction.
 - **chunk**: which of a rank's model chunks holds the stage (``0 .. vpp - 1``).
 - **mb**: the micro-batch index (within its direction).
+- **bucket**, **half**: a weight update's work item (a bucket of weights, in broadcast order) and
+  the IPC buffer half it goes through; the training families leave both at -1.
 - **direction**: ``0`` for the usual flow; DualPipe runs a second flow (``1``) that enters at the
   last rank. Stage numbers of direction 1 count along *its* flow.
 
@@ -56,7 +58,7 @@ class Op:
     stage: int = -1
     """Virtual stage index along the op's direction (for FB: the F half's stage)."""
     mb: int = -1
-    """Micro-batch index (for FB: the F half's micro-batch; for a weight update: the bucket)."""
+    """Micro-batch index (for FB: the F half's micro-batch)."""
     direction: int = 0
     """0, or 1 for the reverse flow of DualPipe."""
     chunk: int = -1
@@ -69,13 +71,18 @@ class Op:
     flow: str = ""
     """SEND/RECV: what is carried, "F" (activations) or "B" (gradients)."""
     sub: int = -1
-    """A family's sub-index: layer of a MoE step, bucket slot of a weight update."""
+    """Layer of a MoE step (within its stage)."""
     label: str = ""
     """A family's display name for the op (``Attn``, ``EP-D``, ``Offload``...)."""
     payload: float = 0.0
     """Bytes moved, for communication and copies."""
     cost: str = ""
     """Cost key; empty means the kind."""
+    bucket: int = -1
+    """Weight update: the bucket's position in the broadcast order."""
+    half: int = -1
+    """Weight update: the IPC buffer half the op writes or reads (-1: none, such as an H2D into
+    the H2D buffer)."""
 
     @property
     def id(self) -> str:
@@ -93,6 +100,10 @@ class Op:
             parts.append(f"d{self.direction}")
         if self.sub >= 0:
             parts.append(f"#{self.sub}")
+        if self.bucket >= 0:
+            parts.append(f"bucket{self.bucket}")
+        if self.half >= 0:
+            parts.append(f"half{self.half}")
         if self.pair is not None:
             ps, pm, pd = self.pair
             parts.append(f"+B s{ps} mb{pm}" + (f" d{pd}" if pd else ""))
@@ -116,7 +127,8 @@ class Op:
 
 def _op_init(self: Op, kind: str, rank: int, lane: str, stage: int = -1, mb: int = -1, direction: int = 0,
              chunk: int = -1, pair: tuple[int, int, int] | None = None, peer: int = -1, flow: str = "",
-             sub: int = -1, label: str = "", payload: float = 0.0, cost: str = "") -> None:
+             sub: int = -1, label: str = "", payload: float = 0.0, cost: str = "", bucket: int = -1,
+             half: int = -1) -> None:
     # The generated __init__ of a frozen dataclass goes through object.__setattr__ once per field,
     # which made building a 400k-op plan spend most of its time here; the slot descriptors' own
     # setters do the same work about twice as fast. Same signature and defaults; still frozen.
@@ -134,18 +146,20 @@ def _op_init(self: Op, kind: str, rank: int, lane: str, stage: int = -1, mb: int
     _S_LABEL(self, label)
     _S_PAYLOAD(self, payload)
     _S_COST(self, cost)
+    _S_BUCKET(self, bucket)
+    _S_HALF(self, half)
 
 
 (_S_KIND, _S_RANK, _S_LANE, _S_STAGE, _S_MB, _S_DIRECTION, _S_CHUNK, _S_PAIR, _S_PEER, _S_FLOW, _S_SUB, _S_LABEL,
- _S_PAYLOAD, _S_COST) = (Op.__dict__[name].__set__ for name in Op.__slots__)
+ _S_PAYLOAD, _S_COST, _S_BUCKET, _S_HALF) = (Op.__dict__[name].__set__ for name in Op.__slots__)
 assert Op.__slots__ == ("kind", "rank", "lane", "stage", "mb", "direction", "chunk", "pair", "peer", "flow", "sub",
-                        "label", "payload", "cost"), "keep _op_init in step with Op's fields"
+                        "label", "payload", "cost", "bucket", "half"), "keep _op_init in step with Op's fields"
 _op_init.__qualname__ = "Op.__init__"
 Op.__init__ = _op_init  # type: ignore[method-assign]
 
 _OPTIONAL_DEFAULTS: dict[str, Any] = {
     "stage": -1, "mb": -1, "direction": 0, "chunk": -1, "pair": None, "peer": -1, "flow": "",
-    "sub": -1, "label": "", "payload": 0.0, "cost": "",
+    "sub": -1, "label": "", "payload": 0.0, "cost": "", "bucket": -1, "half": -1,
 }
 
 

@@ -30,7 +30,8 @@ __all__ = ["OpTable", "table_of", "dep_arrays", "lane_edge_arrays", "encode", "v
 
 _I64 = np.int64
 #: The integer fields, with their defaults.
-INT_FIELDS = (("stage", -1), ("mb", -1), ("direction", 0), ("chunk", -1), ("peer", -1), ("sub", -1))
+INT_FIELDS = (("stage", -1), ("mb", -1), ("direction", 0), ("chunk", -1), ("peer", -1), ("sub", -1), ("bucket", -1),
+              ("half", -1))
 #: The string fields, with their defaults (kind and lane have none).
 STR_FIELDS = (("kind", None), ("lane", None), ("flow", ""), ("label", ""), ("cost", ""))
 
@@ -69,6 +70,8 @@ class OpTable:
     """bool per op: whether ``pair`` is set."""
     payload: Any
     """float64 per op."""
+    bucket: Any
+    half: Any
 
     @property
     def n(self) -> int:
@@ -91,7 +94,12 @@ class OpTable:
     def of_columns(n: int, strs: dict[str, tuple[Any, tuple[str, ...]]], ints: dict[str, Any],
                    pairs: Sequence[Sequence[int] | None] | None, payload: Any) -> OpTable:
         """A table from encoded string columns (:data:`STR_FIELDS`), int64 columns (rank and
-        :data:`INT_FIELDS`), the pairs (None: no op has one) and the payloads (None: all zero)."""
+        :data:`INT_FIELDS`; one left out is all default), the pairs (None: no op has one) and the
+        payloads (None: all zero)."""
+        ints = dict(ints)
+        for name, default in INT_FIELDS:
+            if name not in ints:
+                ints[name] = np.full(n, default, dtype=_I64)
         pair = np.full((n, 3), -1, dtype=_I64)
         has_pair = np.zeros(n, dtype=bool)
         if pairs is not None:
@@ -106,7 +114,8 @@ class OpTable:
             peer=ints["peer"], sub=ints["sub"],
             flow=strs["flow"][0], flow_names=strs["flow"][1], label=strs["label"][0], label_names=strs["label"][1],
             cost=strs["cost"][0], cost_names=strs["cost"][1], pair=pair, has_pair=has_pair,
-            payload=payload if payload is not None else np.zeros(n, dtype=np.float64))
+            payload=payload if payload is not None else np.zeros(n, dtype=np.float64),
+            bucket=ints["bucket"], half=ints["half"])
 
     @staticmethod
     def concat(parts: Iterable[OpTable]) -> OpTable:
@@ -122,7 +131,7 @@ class OpTable:
                 codes.append(remap[getattr(p, name)])
             merged[name] = np.concatenate(codes) if codes else np.zeros(0, dtype=np.int32)
             merged[f"{name}_names"] = tuple(names)
-        for name in ("rank", "stage", "mb", "direction", "chunk", "peer", "sub", "has_pair", "payload"):
+        for name in ("rank", *(f for f, _ in INT_FIELDS), "has_pair", "payload"):
             merged[name] = np.concatenate([getattr(p, name) for p in parts])
         merged["pair"] = np.concatenate([p.pair for p in parts]).reshape(-1, 3)
         return OpTable(**merged)
@@ -148,7 +157,7 @@ class OpTable:
         return list(map(Op, self.strings("kind"), tl(self.rank), self.strings("lane"), tl(self.stage), tl(self.mb),
                         tl(self.direction), tl(self.chunk), self.pairs() if self.has_pair.any() else repeat(None, n),
                         tl(self.peer), self.strings("flow"), tl(self.sub), self.strings("label"), tl(self.payload),
-                        self.strings("cost")))
+                        self.strings("cost"), tl(self.bucket), tl(self.half)))
 
     def op(self, i: int) -> Op:
         """Row ``i`` as an ``Op`` (for a rule's message), without building the others."""
@@ -156,7 +165,7 @@ class OpTable:
         return Op(self.kind_names[self.kind[i]], int(self.rank[i]), self.lane_names[self.lane[i]], int(self.stage[i]),
                   int(self.mb[i]), int(self.direction[i]), int(self.chunk[i]), p,  # type: ignore[arg-type]
                   int(self.peer[i]), self.flow_names[self.flow[i]], int(self.sub[i]), self.label_names[self.label[i]],
-                  float(self.payload[i]), self.cost_names[self.cost[i]])
+                  float(self.payload[i]), self.cost_names[self.cost[i]], int(self.bucket[i]), int(self.half[i]))
 
     def kinds(self) -> frozenset[str]:
         """The kinds present."""

@@ -106,7 +106,8 @@ def op_events(schedule: Schedule, start: Sequence[float], end: Sequence[float], 
         Event(op=ids[i], rank=op.rank, lane=op.lane, start=start[i], end=end[i], kind=op.kind,
               stage=op.stage, mb=op.mb, direction=op.direction, chunk=op.chunk, pair=op.pair,
               label=op.label, sub=op.sub, peer=op.peer,
-              waits_on=tuple(ids[u] for u in waits[i]) if i in waits else none, flow=op.flow)
+              waits_on=tuple(ids[u] for u in waits[i]) if i in waits else none, flow=op.flow, bucket=op.bucket,
+              half=op.half)
         for i, op in enumerate(schedule.ops)
     ]
 

@@ -33,6 +33,10 @@ class Event:
     """Ids of the ops this one depends on (data facts), for hover text."""
     flow: str = ""
     """"F" or "B": the pass a P2P transfer or a family's sub-op belongs to (MoE figures colour by it)."""
+    bucket: int = -1
+    """Weight update: the bucket (see :attr:`pptl.ir.Op.bucket`)."""
+    half: int = -1
+    """Weight update: the IPC buffer half."""
 
     @property
     def duration(self) -> float:
@@ -41,7 +45,8 @@ class Event:
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"op": self.op, "rank": self.rank, "lane": self.lane,
                                "start": self.start, "end": self.end, "kind": self.kind}
-        for f in ("stage", "mb", "direction", "chunk", "pair", "label", "sub", "peer", "waits_on", "flow"):
+        for f in ("stage", "mb", "direction", "chunk", "pair", "label", "sub", "peer", "waits_on", "flow", "bucket",
+                  "half"):
             v = getattr(self, f)
             default = _EVENT_DEFAULTS[f]
             if v != default:

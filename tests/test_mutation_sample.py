@@ -118,12 +118,12 @@ def test_update_missing_one_kind_is_still_an_update(dropped: str, what: str) -> 
 def test_broadcast_from_the_wrong_rank_is_pp055() -> None:
     # checks.weight_update incomplete_update 112, 116, 122: code, message and source rank
     s = _update(3)
-    ops = [dataclasses.replace(op, peer=2) if op.kind == "BCAST" and op.mb == 0 and op.rank == 1 else op
+    ops = [dataclasses.replace(op, peer=2) if op.kind == "BCAST" and op.bucket == 0 and op.rank == 1 else op
            for op in s.ops]
     v = [v for v in run_checks(dataclasses.replace(s, ops=ops)) if v.code == "PP055"]
     assert [(x.message, x.ops) for x in v] == [
-        ("bucket 0 belongs to rank 0 but r1/comm/BCAST Broadcast (dst) mb0 #0 broadcasts it from rank 2",
-         ("r1/comm/BCAST Broadcast (dst) mb0 #0",))]
+        ("bucket 0 belongs to rank 0 but r1/comm/BCAST Broadcast (dst) bucket0 half0 broadcasts it from rank 2",
+         ("r1/comm/BCAST Broadcast (dst) bucket0 half0",))]
 
 
 def test_forward_crossing_ranks_without_its_send_is_reported() -> None:
@@ -189,7 +189,7 @@ def test_missing_ipc_copy_is_found_without_the_h2d_buffer_field() -> None:
     # when it has COPY ops, so a bucket without its COPY is incomplete
     s = _update_buckets(2, 2)
     meta = {**s.meta, "weight_update": {k: v for k, v in s.meta["weight_update"].items() if k != "h2d_buffer"}}
-    lanes = {k: [op for op in v if not (op.kind == "COPY" and op.mb == 1)] for k, v in _lanes(s).items()}
+    lanes = {k: [op for op in v if not (op.kind == "COPY" and op.bucket == 1)] for k, v in _lanes(s).items()}
     broken = dataclasses.replace(s.with_lanes(lanes), meta=meta)
     assert [(v.code, v.message) for v in run_checks(broken)] == [("PP055", "bucket 1 is missing its IPC copy on owner "
                                                                    "rank 1")]
@@ -199,10 +199,10 @@ def test_ipc_half_rewritten_counts_the_other_early_write() -> None:
     # checks.weight_update ipc_reuse_before_release 77: two early writes of a bucket (the owner's
     # COPY and the other rank's broadcast) say "and 1 more"
     s = _update_buckets(2, 2)
-    one_half = dataclasses.replace(s, ops=[dataclasses.replace(op, sub=0) if op.sub >= 0 else op for op in s.ops])
-    first = run_checks(one_half, select={"PP050"})[0].message
-    assert first.startswith("IPC half 0 is rewritten with bucket 1 by r1/ipc/COPY IPC mb1 #0 at t=1000 (and 1 more "
-                            "writes) before r0/compute/RELOAD Reload weights mb0 #0 released bucket 0 from it at t=4000")
+    first = run_checks(_one_half(s), select={"PP050"})[0].message
+    assert first.startswith("IPC half 0 is rewritten with bucket 1 by r1/ipc/COPY IPC bucket1 half0 at t=1000 (and 1 "
+                            "more writes) before r0/compute/RELOAD Reload weights bucket0 half0 released bucket 0 from "
+                            "it at t=4000")
 
 
 def test_missing_work_of_the_second_direction_names_it() -> None:
@@ -224,7 +224,7 @@ def test_send_to_a_rank_that_does_not_exist_is_malformed() -> None:
 
 
 def _one_half(s: Schedule) -> Schedule:
-    return dataclasses.replace(s, ops=[dataclasses.replace(op, sub=0) if op.sub >= 0 else op for op in s.ops])
+    return dataclasses.replace(s, ops=[dataclasses.replace(op, half=0) if op.half >= 0 else op for op in s.ops])
 
 
 @pytest.mark.parametrize("h2d_buffer", [True, False], ids=["copy-writes", "h2d-writes"])
@@ -240,7 +240,7 @@ def test_ipc_half_writes_are_the_copies_and_the_received_broadcasts(h2d_buffer: 
     times = (1000, 4000, 5000, 7000, 8000) if h2d_buffer else (0, 3000, 4000, 6000, 7000)
     more = " (and 2 more writes)"
     got = [v.message.split(" before ")[0] for v in run_checks(s, select={"PP050"})]
-    assert got == [f"IPC half 0 is rewritten with bucket {b} by r{b % 3}/{write} mb{b} #0 at t={t}"
+    assert got == [f"IPC half 0 is rewritten with bucket {b} by r{b % 3}/{write} bucket{b} half0 at t={t}"
                    f"{more if b % 2 else ''}" for b, t in zip(range(1, 6), times)]
 
 
@@ -337,11 +337,11 @@ def test_compute_without_a_cost_is_refused() -> None:
 def test_copies_of_different_sizes_take_different_times() -> None:
     # durations cached a copy's time by (cost key, stage), so a second copy of another size took the
     # first one's time; an explicit cost still wins over the payload, for every copy of that key
-    s = _copies(Op(kind="H2D", rank=0, lane="h2d", mb=0, payload=100.0),
-                Op(kind="H2D", rank=0, lane="h2d", mb=1, payload=300.0),
-                Op(kind="H2D", rank=0, lane="h2d", mb=2, payload=100.0),
-                Op(kind="COPY", rank=0, lane="h2d", mb=0, payload=50.0),
-                Op(kind="COPY", rank=0, lane="h2d", mb=1, payload=500.0))
+    s = _copies(Op(kind="H2D", rank=0, lane="h2d", bucket=0, payload=100.0),
+                Op(kind="H2D", rank=0, lane="h2d", bucket=1, payload=300.0),
+                Op(kind="H2D", rank=0, lane="h2d", bucket=2, payload=100.0),
+                Op(kind="COPY", rank=0, lane="h2d", bucket=0, payload=50.0),
+                Op(kind="COPY", rank=0, lane="h2d", bucket=1, payload=500.0))
     assert durations(s, Costs(copy_bandwidth=100.0)) == [1.0, 3.0, 1.0, 0.5, 5.0]
     assert durations(s, Costs(base={"H2D": 7.0}, copy_bandwidth=100.0)) == [7.0, 7.0, 7.0, 0.5, 5.0]
 

@@ -117,7 +117,7 @@ def test_minimal_hand_written_plan_is_valid() -> None:
     [
         ([], r"expected a JSON object with 'format': 'pptl-plan'"),
         (_minimal(format="other"), r"field 'format': got 'other', expected 'pptl-plan'"),
-        (_minimal(version=3), r"plan format version 3 is newer than this pptl reads \(2\); upgrade pptl"),
+        (_minimal(version=4), r"plan format version 4 is newer than this pptl reads \(3\); upgrade pptl"),
         (_minimal(version="1"), r"field 'version': got '1', expected an integer"),
         (_minimal(schedule={"family": "x", "pp": -1, "num_stages": 1, "microbatches": 1}), r"schedule.pp': got -1"),
         (_minimal(lanes={}), r"field 'lanes': expected a list"),
@@ -161,7 +161,7 @@ def test_written_plans_are_columnar_and_small(tmp_path: Path) -> None:
 
     write_plan(result, path)
     data = json.loads(path.read_text())
-    assert data["version"] == PLAN_VERSION == 2
+    assert data["version"] == PLAN_VERSION == 3
     assert set(data["ops"]) >= {"kind", "stage", "mb", "chunk", "peer", "flow"}
     assert path.stat().st_size / len(result.schedule.ops) <= 40  # bytes an op, planned times included
     loaded = load_any(path)

@@ -89,7 +89,7 @@ def test_title_is_worded_by_the_family_style_whatever_style_draws() -> None:
     # weight-update moves buckets, not micro-batches, and has no pipeline bubble: its style says so,
     # and a figure of it drawn in the default style keeps that title.
     tl = weight_update_sample()
-    buckets = len({e.mb for e in tl.events if e.mb >= 0})
+    buckets = len({e.bucket for e in tl.events if e.bucket >= 0})
     want = f"weight-update: {tl.meta.pp} devices, {buckets} buckets, makespan={tl.makespan:g}"
     assert title_line(tl) == want
     assert build_layout(tl, "default").title == want
@@ -238,6 +238,19 @@ def test_weight_update_legend_and_colours() -> None:
     dst = {c for e, c, *_ in _blocks(lay, "BCAST") if e.peer != e.rank}
     assert src == {"wu.bcast_src"} and dst == {"wu.bcast_dst"}
     assert {c for _, c, *_ in _blocks(lay, "RELOAD")} == {"wu.reload"}
+
+
+def test_weight_update_blocks_name_their_bucket_and_copies_keep_their_half() -> None:
+    # The bucket is read from Event.bucket (mb is -1 on every weight-update event), the IPC row's
+    # sub-row from Event.half; the default style names the bucket the same way.
+    tl = weight_update_sample()
+    style = resolve_style("weight-update", tl)
+    by = {(e.kind, e.rank, e.bucket): e for e in tl.events}
+    assert all(e.mb == -1 and e.sub == -1 for e in tl.events)
+    assert style.parts(by[("H2D", 3, 3)])[0].texts == ("H2D b3", "H2D", "b3")
+    assert [style.parts(by[("COPY", g % 4, g)])[0].track for g in range(4)] == [0, 1, 0, 1]
+    assert style.parts(by[("RELOAD", 1, 2)])[0].texts == ("Reload weights b2", "Reload weights", "b2")
+    assert resolve_style("default", tl).parts(by[("BCAST", 0, 1)])[0].texts == ("Broadcast (dst)", "b1")
 
 
 def test_packed_rows_stack_overlapping_ops() -> None:

@@ -66,8 +66,8 @@ def test_halves_are_reused_only_after_every_reload(runs, name):
     schedule, tl = runs[name]
     ev = {e.op: e for e in tl.events}
     halves = schedule.meta["weight_update"]["ipc_halves"]
-    bc = {(op.rank, op.mb): op.id for op in schedule.ops if op.kind == "BCAST"}
-    rl = {(op.rank, op.mb): op.id for op in schedule.ops if op.kind == "RELOAD"}
+    bc = {(op.rank, op.bucket): op.id for op in schedule.ops if op.kind == "BCAST"}
+    rl = {(op.rank, op.bucket): op.id for op in schedule.ops if op.kind == "RELOAD"}
     for (rank, g), op_id in bc.items():
         assert ev[op_id].end <= ev[rl[(rank, g)]].start
         if g >= halves:
@@ -119,9 +119,9 @@ def test_broadcast_waits_for_the_reload_two_buckets_back():
     for r in range(4):
         for v, ws in waits.get(r, {}).items():
             assert ops[v].rank == r and all(ops[w].rank == r for w in ws)
-    bc = {(op.rank, op.mb): i for i, op in enumerate(ops) if op.kind == "BCAST"}
-    rl = {(op.rank, op.mb): i for i, op in enumerate(ops) if op.kind == "RELOAD"}
-    owner = {op.mb: op.rank for op in ops if op.kind == "COPY"}
+    bc = {(op.rank, op.bucket): i for i, op in enumerate(ops) if op.kind == "BCAST"}
+    rl = {(op.rank, op.bucket): i for i, op in enumerate(ops) if op.kind == "RELOAD"}
+    owner = {op.bucket: op.rank for op in ops if op.kind == "COPY"}
     for (rank, g), i in bc.items():
         if g >= 2 and rank != owner[g]:
             assert rl[(rank, g - 2)] in waits[rank][i]
@@ -134,15 +134,15 @@ def test_a_broadcast_counts_from_the_last_rank_to_arrive():
     from pptl.timeline import Event
 
     s = _schedule("h2d-buffer", pp=2)
-    bc = [op for op in s.ops if op.kind == "BCAST" and op.mb == 0]
-    rl = next(op for op in s.ops if op.kind == "RELOAD" and op.mb == 0)
+    bc = [op for op in s.ops if op.kind == "BCAST" and op.bucket == 0]
+    rl = next(op for op in s.ops if op.kind == "RELOAD" and op.bucket == 0)
     # The receiver reaches the broadcast at 0, the source at 3; both end at 4: the transfer took 1.
     events = [Event(op=bc[0].id, rank=bc[0].rank, lane="comm", start=3.0 if bc[0].peer == bc[0].rank else 0.0,
                     end=4.0, kind="BCAST"),
               Event(op=bc[1].id, rank=bc[1].rank, lane="comm", start=3.0 if bc[1].peer == bc[1].rank else 0.0,
                     end=4.0, kind="BCAST"),
               Event(op=rl.id, rank=rl.rank, lane="compute", start=4.0, end=6.0, kind="RELOAD")]
-    together = cost_means(s, events, lambda op: ("BCAST", op.mb) if op.kind == "BCAST" else None)
+    together = cost_means(s, events, lambda op: ("BCAST", op.bucket) if op.kind == "BCAST" else None)
     assert together["base"] == {bc[0].cost: 1.0, rl.cost: 2.0}
     assert cost_means(s, events)["base"][bc[0].cost] == pytest.approx(2.5)  # each copy's own length
 

@@ -184,7 +184,8 @@ def _equal_to_an_earlier(t: OpTable, rows: Any) -> list[int]:
     cols = [_canonical(t.kind_names)[t.kind[rows]], t.rank[rows], _canonical(t.lane_names)[t.lane[rows]],
             t.stage[rows], t.mb[rows], t.direction[rows], t.chunk[rows], t.has_pair[rows].astype(np.int64),
             *np.where(t.has_pair[rows, None], t.pair[rows], -1).T, t.peer[rows], _canonical(t.flow_names)[t.flow[rows]], t.sub[rows],
-            _canonical(t.label_names)[t.label[rows]], bits, _canonical(t.cost_names)[t.cost[rows]]]
+            _canonical(t.label_names)[t.label[rows]], bits, _canonical(t.cost_names)[t.cost[rows]], t.bucket[rows],
+            t.half[rows]]
     ids, _ = wa.group_ids(*(np.ascontiguousarray(c, dtype=np.int64) for c in cols))
     order = np.argsort(ids, kind="stable")
     later = np.ones(rows.size, dtype=bool)

@@ -1,11 +1,11 @@
 """Rules of the weight-update plan (checkpoint-engine's H2D -> IPC copy -> broadcast -> reload).
 
-Each rule reads the ops themselves (kinds H2D, COPY, BCAST, RELOAD; ``mb`` = bucket, ``sub`` = IPC
-half) and, for sizes, ``schedule.meta['weight_update']`` as written by
+Each rule reads the ops themselves (kinds H2D, COPY, BCAST, RELOAD; ``op.bucket`` and ``op.half``,
+the IPC half) and, for sizes, ``schedule.meta['weight_update']`` as written by
 :mod:`pptl.schedules.weight_update`. A schedule without BCAST/RELOAD ops is not a weight update:
 every rule returns nothing for it.
 
-Writes into IPC half ``h``: the owner's COPY, an H2D straight into the half (no H2D buffer, ``sub``
+Writes into IPC half ``h``: the owner's COPY, an H2D straight into the half (no H2D buffer, ``half``
 set), and a broadcast on every receiving rank. Releases: every rank's RELOAD from that half.
 """
 from __future__ import annotations
@@ -47,7 +47,7 @@ def _meta(ctx: Context) -> WeightUpdateMeta:
 
 
 def _writes_half(op: Op) -> bool:
-    if op.sub < 0:
+    if op.half < 0:
         return False
     return op.kind in ("COPY", "H2D") or (op.kind == "BCAST" and op.peer != op.rank)
 
@@ -69,25 +69,25 @@ def ipc_reuse_before_release(ctx: Context) -> list[Violation]:
     eps = _EPS * max(1.0, sim.makespan)
     release: dict[int, dict[int, int]] = {}  # half -> bucket -> op index of its last-ending reload
     for i, op in enumerate(s.ops):
-        if op.kind == "RELOAD" and op.sub >= 0:
-            per = release.setdefault(op.sub, {})
-            j = per.get(op.mb)
+        if op.kind == "RELOAD" and op.half >= 0:
+            per = release.setdefault(op.half, {})
+            j = per.get(op.bucket)
             if j is None or sim.end[i] > sim.end[j]:
-                per[op.mb] = i
+                per[op.bucket] = i
     ordered = {h: sorted(per) for h, per in release.items()}
     early: dict[tuple[int, int], list[int]] = {}  # (bucket, half) -> early writes
     blocker: dict[tuple[int, int], int] = {}
     for i, op in enumerate(s.ops):
         if not _writes_half(op):
             continue
-        buckets = ordered.get(op.sub, [])
-        k = bisect_left(buckets, op.mb)
+        buckets = ordered.get(op.half, [])
+        k = bisect_left(buckets, op.bucket)
         if k == 0:
             continue
-        j = release[op.sub][buckets[k - 1]]
+        j = release[op.half][buckets[k - 1]]
         if sim.start[i] < sim.end[j] - eps:
-            early.setdefault((op.mb, op.sub), []).append(i)
-            blocker[(op.mb, op.sub)] = j
+            early.setdefault((op.bucket, op.half), []).append(i)
+            blocker[(op.bucket, op.half)] = j
     out: list[Violation] = []
     for (b, h), writes in sorted(early.items()):
         first = min(writes, key=lambda i: sim.start[i])
@@ -95,7 +95,7 @@ def ipc_reuse_before_release(ctx: Context) -> list[Violation]:
         more = f" (and {len(writes) - 1} more writes)" if len(writes) > 1 else ""
         out.append(Violation(
             "PP050", f"IPC half {h} is rewritten with bucket {b} by {s.ops[first].id} at t={sim.start[first]:g}{more} "
-            f"before {s.ops[j].id} released bucket {s.ops[j].mb} from it at t={sim.end[j]:g}: buffer reused before "
+            f"before {s.ops[j].id} released bucket {s.ops[j].bucket} from it at t={sim.end[j]:g}: buffer reused before "
             "release (keep two IPC halves, or make the write wait for every rank's reload)",
             (s.ops[first].id, s.ops[j].id)))
     return out
@@ -110,20 +110,20 @@ def h2d_buffer_reuse(ctx: Context) -> list[Violation]:
         return []
     s, sim = ctx.schedule, ctx.simulation
     eps = _EPS * max(1.0, sim.makespan)
-    copies = {(op.rank, op.mb): i for i, op in enumerate(s.ops) if op.kind == "COPY"}
+    copies = {(op.rank, op.bucket): i for i, op in enumerate(s.ops) if op.kind == "COPY"}
     out: list[Violation] = []
     for (rank, lane), order in sorted(s.lanes.items()):
         prev = None
         for i in order:
             op = s.ops[i]
-            if op.kind != "H2D" or op.sub >= 0:
+            if op.kind != "H2D" or op.half >= 0:
                 continue  # an H2D with a half writes the IPC buffer (PP050's business)
             if prev is not None:
-                j = copies.get((rank, s.ops[prev].mb))
+                j = copies.get((rank, s.ops[prev].bucket))
                 if j is not None and sim.start[i] < sim.end[j] - eps:
                     out.append(Violation(
                         "PP054", f"{op.id} overwrites rank {rank}'s H2D buffer at t={sim.start[i]:g} before "
-                        f"{s.ops[j].id} copied bucket {s.ops[j].mb} out of it (ends t={sim.end[j]:g})",
+                        f"{s.ops[j].id} copied bucket {s.ops[j].bucket} out of it (ends t={sim.end[j]:g})",
                         (op.id, s.ops[j].id)))
             prev = i
     return out
@@ -139,8 +139,8 @@ def bucket_over_buffer(ctx: Context) -> list[Violation]:
         return []
     worst: dict[int, Op] = {}
     for op in ctx.schedule.ops:
-        if op.kind in ("H2D", "COPY", "BCAST") and op.payload > limit and op.mb not in worst:
-            worst[op.mb] = op
+        if op.kind in ("H2D", "COPY", "BCAST") and op.payload > limit and op.bucket not in worst:
+            worst[op.bucket] = op
     return [Violation("PP051", f"bucket {b} is {_human_bytes(op.payload)} ({op.payload:.0f} bytes), larger than the "
                       f"{_human_bytes(limit)} buffer ({limit:.0f} bytes) it is copied and broadcast through ({op.id})",
                       (op.id,))
@@ -182,7 +182,7 @@ def broadcast_order(ctx: Context) -> list[Violation]:
         for i in order:
             if s.ops[i].kind == "BCAST":
                 seqs.setdefault(rank, []).append(s.ops[i])
-    keys = {r: tuple((op.mb, op.peer) for op in ops) for r, ops in seqs.items()}
+    keys = {r: tuple((op.bucket, op.peer) for op in ops) for r, ops in seqs.items()}
     if len(set(keys.values())) <= 1:
         return []
     ref_key, _ = Counter(keys.values()).most_common(1)[0]
@@ -211,13 +211,13 @@ def incomplete_update(ctx: Context) -> list[Violation]:
     s = ctx.schedule
     meta = _meta(ctx)
     buckets = meta.buckets
-    count = len(buckets) if buckets is not None else 1 + max((op.mb for op in s.ops), default=-1)
+    count = len(buckets) if buckets is not None else 1 + max((op.bucket for op in s.ops), default=-1)
     have: dict[tuple[str, int, int], Op] = {}
     owner: dict[int, int] = {}
     for op in s.ops:
-        have.setdefault((op.kind, op.mb, op.rank), op)
+        have.setdefault((op.kind, op.bucket, op.rank), op)
         if op.kind in ("H2D", "COPY"):
-            owner.setdefault(op.mb, op.rank)
+            owner.setdefault(op.bucket, op.rank)
     for b, info in enumerate(buckets or ()):
         owner[b] = info.owner
     use_copy = meta.h2d_buffer if meta.h2d_buffer is not None else "COPY" in ctx.kinds

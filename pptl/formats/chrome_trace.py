@@ -86,7 +86,8 @@ def _label(e: Event) -> str:
 
 def _args(e: Event) -> dict[str, Any]:
     out: dict[str, Any] = {"op": e.op}
-    for name, default in (("stage", -1), ("mb", -1), ("chunk", -1), ("direction", 0), ("peer", -1), ("sub", -1)):
+    for name, default in (("stage", -1), ("mb", -1), ("chunk", -1), ("direction", 0), ("peer", -1), ("sub", -1),
+                          ("bucket", -1), ("half", -1)):
         v = getattr(e, name)
         if v != default:
             out[name] = v

@@ -3,8 +3,10 @@ the planned times and the metrics. Documented in docs/format.md.
 
 Version 2 (written since 2026-11-26) stores one list per op field, in file order (lanes in
 order, ops in run order), with strings as indices into small tables and the planned timeline as
-two lists (start, end): about 25 bytes an op where version 1 took 240. Version 1 files (one object
-per op, a full timeline) still load.
+two lists (start, end): about 25 bytes an op where version 1 took 240. Version 3 (written since
+2026-11-26) adds the columns ``bucket`` and ``half`` (a weight update's bucket and IPC buffer
+half), which versions 1 and 2 stored in ``mb`` and ``sub``; files of every older version still
+load, with those values moved into the new fields (:mod:`pptl.formats._legacy`).
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from pptl.config import MAX_OPS, config_from_mapping
 from pptl.deps import training_deps, training_deps_again, training_deps_columns
 from pptl.errors import InputError
 from pptl.fileio import MAX_FILE_BYTES, read_bounded
+from pptl.formats._legacy import BUCKET_KINDS, bucket_fields
 from pptl.formats.structured import read_structured
 from pptl.formats.timeline import timeline_from_dict
 from pptl.ir import Op, Schedule, ScheduleBuilder
@@ -36,19 +39,22 @@ __all__ = ["PLAN_FORMAT", "PLAN_VERSION", "PlanTimes", "plan_to_dict", "plan_fro
            "dumps"]
 
 PLAN_FORMAT = "pptl-plan"
-PLAN_VERSION = 2
+PLAN_VERSION = 3
 
 #: Integer op fields stored as columns, with their defaults (a column equal to its default is left out).
-_INT_COLUMNS = (("stage", -1), ("mb", -1), ("direction", 0), ("chunk", -1), ("peer", -1), ("sub", -1))
+_INT_COLUMNS = (("stage", -1), ("mb", -1), ("direction", 0), ("chunk", -1), ("peer", -1), ("sub", -1), ("bucket", -1),
+                ("half", -1))
+#: Columns a file of an older version cannot hold (it stored their values in mb and sub).
+_NEW_IN_V3 = frozenset({"bucket", "half"})
 #: String op fields stored as a table of values plus one index per op.
 _STR_COLUMNS = (("kind", None), ("flow", ""), ("label", ""), ("cost", ""))
 _MAX_INDEX = 10_000_000
 _PAIR = attrgetter("pair")
 _PAYLOAD = attrgetter("payload")
 #: Op fields that most families leave at their defaults (the training families: all of them).
-_RARE_NAMES = ("label", "cost", "direction", "sub", "pair", "payload")
+_RARE_NAMES = ("label", "cost", "direction", "sub", "pair", "payload", "bucket", "half")
 _RARE = attrgetter(*_RARE_NAMES)
-_RARE_DEFAULTS = ("", "", 0, -1, None, 0.0)
+_RARE_DEFAULTS = ("", "", 0, -1, None, 0.0, -1, -1)
 
 
 class PlanTimes:
@@ -64,7 +70,7 @@ class PlanTimes:
 
 def plan_to_dict(schedule: Schedule, *, timeline: Timeline | None = None, metrics: Mapping[str, Any] | None = None,
                  times: PlanTimes | None = None, topo: Sequence[int] | None = None) -> dict[str, Any]:
-    """Serialise a schedule (format version 2).
+    """Serialise a schedule (format version 3).
 
     Training dependencies are not stored (they are derived from the ops on load); family-specific
     ones are, as a flat list of (producer, consumer) positions in file order. The planned times
@@ -183,7 +189,7 @@ def _table_to_dict(schedule: Schedule, keys: list[tuple[int, str]], times: PlanT
 
     rare_default = (set(names_at("label")) <= {""} and set(names_at("cost")) <= {""}
                     and not (t.direction != 0).any() and not (t.sub != -1).any() and not t.has_pair.any()
-                    and not (t.payload != 0.0).any())
+                    and not (t.payload != 0.0).any() and not (t.bucket != -1).any() and not (t.half != -1).any())
     columns: dict[str, Any] = {}
     for name, text_default in _STR_COLUMNS:
         if rare_default and name in _RARE_NAMES:
@@ -365,7 +371,7 @@ def read_plan_dict(data: Any, *, source: str = "<plan>") -> tuple[Schedule, Call
     if version == 1:
         ops, lanes = _ops_v1(data, source)
     else:
-        raw = _raw_v2(data, source)
+        raw = _raw_v2(data, source, version)
         if use_arrays(raw.n):
             made = _from_table(raw, raw_deps, data.get("order"), family=family, sizes=sizes, cfg=cfg, meta=meta,
                                source=source)
@@ -479,7 +485,9 @@ class _RawColumns:
         self.strs, self.ints, self.pairs, self.payloads = strs, ints, pairs, payloads
 
 
-def _raw_v2(data: Mapping[str, Any], source: str) -> _RawColumns:
+def _raw_v2(data: Mapping[str, Any], source: str, version: int) -> _RawColumns:
+    """The op columns of a version 2 or 3 file (version 2: a weight update's bucket and half read
+    from its mb and sub)."""
     raw_lanes = data.get("lanes")
     if not isinstance(raw_lanes, list):
         raise InputError(f"{source}: field 'lanes': expected a list of {{rank, lane, count}}")
@@ -511,6 +519,8 @@ def _raw_v2(data: Mapping[str, Any], source: str) -> _RawColumns:
     if not isinstance(cols, Mapping):
         raise InputError(f"{source}: field 'ops': expected an object of columns (kind, stage, mb, ...)")
     known = {name for name, _ in _STR_COLUMNS} | {name for name, _ in _INT_COLUMNS} | {"pair", "payload"}
+    if version < 3:
+        known -= _NEW_IN_V3
     unknown = sorted(set(cols) - known)
     if unknown:
         raise InputError(f"{source}: ops.{unknown[0]}: unknown column; known: {', '.join(sorted(known))}")
@@ -533,6 +543,8 @@ def _raw_v2(data: Mapping[str, Any], source: str) -> _RawColumns:
             bad = next(v for v in col if type(v) is not int or abs(v) > _MAX_INDEX)
             raise InputError(f"{source}: ops.{name}: got {bad!r}, expected integers in -{_MAX_INDEX}..{_MAX_INDEX}")
         ints[name] = col
+    if version < 3 and kinds is not None and not BUCKET_KINDS.isdisjoint(kinds[1]):
+        _move_buckets(ints, kinds, n)
     pair = cols.get("pair")
     pairs: list[tuple[int, int, int] | None] | None = None
     if pair is not None:
@@ -558,6 +570,20 @@ def _raw_v2(data: Mapping[str, Any], source: str) -> _RawColumns:
     return _RawColumns(n, lanes, lane_rank, lane_name, lane_count, strs, ints, pairs, payloads)
 
 
+def _move_buckets(ints: dict[str, list[int] | None], kinds: tuple[list[int], list[str]], n: int) -> None:
+    """A version 2 file's weight-update ops, with their mb and sub moved into bucket and half."""
+    mb, sub = ints["mb"] or [-1] * n, ints["sub"] or [-1] * n
+    mb, sub = list(mb), list(sub)  # the file's lists are left as read
+    bucket, half = [-1] * n, [-1] * n
+    index, table = kinds
+    moved = {k for k, name in enumerate(table) if name in BUCKET_KINDS}
+    for i, k in enumerate(index):
+        if k in moved:
+            mb[i], sub[i], bucket[i], half[i] = bucket_fields(table[k], mb[i], sub[i])
+    for name, col in (("mb", mb), ("sub", sub), ("bucket", bucket), ("half", half)):
+        ints[name] = col if col.count(-1) != n else None
+
+
 def _ops_v2(raw: _RawColumns, num_stages: int
             ) -> tuple[list[Op], dict[tuple[int, str], list[int]], list[tuple[int, int]] | None]:
     """The ops, the lanes, and the training facts derived from the columns (None: derive from the ops)."""
@@ -578,7 +604,7 @@ def _ops_v2(raw: _RawColumns, num_stages: int
     payloads = raw.payloads if raw.payloads is not None else [0.0] * n
     ops = list(map(Op, values["kind"], ranks, lane_col, values["stage"], values["mb"], values["direction"],
                    values["chunk"], pairs, values["peer"], values["flow"], values["sub"], values["label"],
-                   payloads, values["cost"]))
+                   payloads, values["cost"], values["bucket"], values["half"]))
     derived = training_deps_columns(values["kind"], ranks, values["stage"], values["mb"], values["direction"],
                                     values["flow"], pairs, num_stages)
     return ops, raw.lanes, derived
@@ -679,7 +705,7 @@ def _op_v1(raw: Any, rank: int, lane: str, where: str) -> Op:
     if not isinstance(kind, str) or not kind:
         raise InputError(f"{where}.kind: got {kind!r}, expected an op kind such as F")
     kw: dict[str, Any] = {}
-    for name, _ in _INT_COLUMNS:
+    for name, _ in _V1_INTS:
         if name in raw:
             v = raw[name]
             if not isinstance(v, int) or isinstance(v, bool) or abs(v) > _MAX_INDEX:
@@ -700,8 +726,13 @@ def _op_v1(raw: Any, rank: int, lane: str, where: str) -> Op:
         if not (isinstance(p, list) and len(p) == 3 and all(isinstance(x, int) and not isinstance(x, bool) for x in p)):
             raise InputError(f"{where}.pair: got {p!r}, expected [stage, mb, direction]")
         kw["pair"] = tuple(p)
-    known = {name for name, _ in _INT_COLUMNS} | {"flow", "label", "cost", "kind", "payload", "pair", "rank", "lane"}
+    known = {name for name, _ in _V1_INTS} | {"flow", "label", "cost", "kind", "payload", "pair", "rank", "lane"}
     extra = sorted(set(raw) - known)
     if extra:
         raise InputError(f"{where}: unknown field '{extra[0]}'; known: {', '.join(sorted(known))}")
+    if kind in BUCKET_KINDS:
+        kw["mb"], kw["sub"], kw["bucket"], kw["half"] = bucket_fields(kind, kw.get("mb", -1), kw.get("sub", -1))
     return Op(kind=kind, rank=rank, lane=lane, **kw)
+
+
+_V1_INTS = tuple((name, default) for name, default in _INT_COLUMNS if name not in _NEW_IN_V3)

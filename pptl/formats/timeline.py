@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 from pptl.config import MAX_OPS
 from pptl.errors import InputError
+from pptl.formats._legacy import BUCKET_KINDS, bucket_fields, bucket_id
 from pptl.timeline import MAX_INDEX, MAX_TIME, TIMELINE_VERSION, Event, Timeline, TimelineMeta
 
 __all__ = ["timeline_from_dict"]
@@ -68,12 +69,18 @@ def _event(e: Any, i: int, source: str) -> Event:
     if end < start:
         raise InputError(f"{where}: end {end} is before start {start}")
     kw: dict[str, Any] = {}
-    for name in ("stage", "mb", "direction", "chunk", "sub", "peer"):
+    for name in ("stage", "mb", "direction", "chunk", "sub", "peer", "bucket", "half"):
         if name in e:
             v = e[name]
             if not isinstance(v, int) or isinstance(v, bool) or abs(v) > MAX_INDEX:
                 raise InputError(f"{where}.{name}: got {v!r}, expected an integer in -{MAX_INDEX}..{MAX_INDEX}")
             kw[name] = v
+    legacy = kind in BUCKET_KINDS and "bucket" not in kw and "half" not in kw
+    if legacy:
+        # Written before weight-update ops had a bucket and a half: they were its mb and sub (and
+        # its id said so), so that its events still match the ops of a plan written now.
+        kw["mb"], kw["sub"], kw["bucket"], kw["half"] = bucket_fields(kind, kw.get("mb", -1), kw.get("sub", -1))
+        op = bucket_id(op)
     for name in ("label", "flow"):
         if name in e:
             if not isinstance(e[name], str):
@@ -88,5 +95,5 @@ def _event(e: Any, i: int, source: str) -> Event:
         w = e["waits_on"]
         if not (isinstance(w, list) and all(isinstance(x, str) for x in w)):
             raise InputError(f"{where}.waits_on: expected a list of op ids")
-        kw["waits_on"] = tuple(w)
+        kw["waits_on"] = tuple(map(bucket_id, w)) if legacy else tuple(w)
     return Event(op=op, rank=rank, lane=lane, start=float(start), end=float(end), kind=kind, **kw)

@@ -247,7 +247,8 @@ class Style:
             return (Part(_chunked(e.kind, e.chunk), (mb,)),)
         if e.kind in ("SEND", "RECV"):
             return (Part("comm", (mb,)),)
-        return (Part(f"kind:{e.kind}", (e.label or e.kind, mb) if mb else (e.label or e.kind,)),)
+        index = mb or (f"b{e.bucket}" if e.bucket >= 0 else "")  # a weight update's bucket, as its own style names it
+        return (Part(f"kind:{e.kind}", (e.label or e.kind, index) if index else (e.label or e.kind,)),)
 
     def categories(self, tl: "Timeline", keys: set[str]) -> list[Category]:
         """Legend entries for the category keys in use, in legend order."""

@@ -242,6 +242,8 @@ def _hover_row(e: Any, max_waits: int) -> list:
         mb += f" (+B mb {e.pair[1]})"
     if e.direction:
         mb += f" dir {e.direction}"
+    if e.bucket >= 0:  # a weight update's work item: a bucket, through an IPC half
+        mb += f" · bucket {e.bucket}" + (f" half {e.half}" if e.half >= 0 else "")
     return [_html.escape(e.op), e.kind, e.stage if e.stage >= 0 else "-", e.chunk if e.chunk >= 0 else "-", mb,
             f"{e.start:g}", f"{e.end:g}", f"{e.duration:g}", waits]
 

@@ -74,12 +74,12 @@ def weight_update_sample(ranks: int = 4, buckets: int = 4) -> Timeline:
     for g in range(buckets):
         owner = g % ranks
         t = 2.0 * g
-        ev.append(_ev(owner, "h2d", "H2D", t, t + 2, mb=g, label="H2D"))
-        ev.append(_ev(owner, "ipc", "COPY", t + 2, t + 2.2, mb=g, sub=g % 2, label="IPC"))
+        ev.append(_ev(owner, "h2d", "H2D", t, t + 2, bucket=g, label="H2D"))
+        ev.append(_ev(owner, "ipc", "COPY", t + 2, t + 2.2, bucket=g, half=g % 2, label="IPC"))
         for r in range(ranks):
             label = "Broadcast (src)" if r == owner else "Broadcast (dst)"
-            ev.append(_ev(r, "comm", "BCAST", t + 2.2, t + 4.2, mb=g, peer=owner, label=label))
-            ev.append(_ev(r, "compute", "RELOAD", t + 4.2, t + 5.2, mb=g, label="Reload weights"))
+            ev.append(_ev(r, "comm", "BCAST", t + 2.2, t + 4.2, bucket=g, half=g % 2, peer=owner, label=label))
+            ev.append(_ev(r, "compute", "RELOAD", t + 4.2, t + 5.2, bucket=g, half=g % 2, label="Reload weights"))
     return Timeline(ev, TimelineMeta(family="weight-update", pp=ranks, vpp=1, microbatches=buckets))
 
 

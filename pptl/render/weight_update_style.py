@@ -30,7 +30,7 @@ class WeightUpdateStyle(Style):
 
     def title(self, tl: "Timeline") -> str:
         # Buckets, not micro-batches, and no pipeline: no bubble to report.
-        buckets = len({e.mb for e in tl.events if e.mb >= 0})
+        buckets = len({e.bucket for e in tl.events if e.bucket >= 0})
         return (f"{title_head(tl)}: {tl.meta.pp or len(tl.ranks())} devices, {buckets} buckets, "
                 f"makespan={tl.makespan:g}{title_units(tl)}")
 
@@ -55,11 +55,11 @@ class WeightUpdateStyle(Style):
     def parts(self, e: "Event") -> tuple[Part, ...]:
         # One sub-row per stream: the H2D Buffer row a sub-row per device's copy stream, the IPC
         # row one per buffer half, each device row broadcasts above and reloads below.
-        bucket = f"b{e.mb}" if e.mb >= 0 else ""
+        bucket = f"b{e.bucket}" if e.bucket >= 0 else ""
         if e.kind == "H2D":
             return (Part("h2d", _texts(e.label or "H2D", bucket), track=max(e.rank, 0)),)
         if e.kind == "COPY":
-            return (Part("ipc", _texts(bucket), track=max(e.sub, 0) % 2),)
+            return (Part("ipc", _texts(bucket), track=max(e.half, 0) % 2),)
         if e.kind == "BCAST":
             src = e.peer == e.rank or (e.peer < 0 and "src" in e.label)
             return (Part("bcast_src" if src else "bcast_dst", _texts(bucket), track=0),)

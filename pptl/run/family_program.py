@@ -34,7 +34,7 @@ def refine(program: Program, *, issue: Mapping[int, tuple[int, ...]] | None = No
 
 
 def _twin_key(op: Any) -> tuple:
-    return (op.kind, op.lane, op.stage, op.mb, op.sub, op.flow, op.chunk)
+    return (op.kind, op.lane, op.stage, op.mb, op.sub, op.flow, op.chunk, op.bucket, op.half)
 
 
 def symmetric_issue(program: Program, groups: list[list[int]]) -> dict[int, tuple[int, ...]]:

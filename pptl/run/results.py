@@ -85,7 +85,8 @@ def build_timeline(schedule: Schedule, payloads: list[Mapping[str, Any]], *,
         op = schedule.ops[i]
         events.append(Event(op=ids[i], rank=op.rank, lane=op.lane, start=float(start), end=float(max(end, start)),
                             kind=op.kind, stage=op.stage, mb=op.mb, direction=op.direction, chunk=op.chunk,
-                            pair=op.pair, label=op.label, sub=op.sub, peer=op.peer, flow=op.flow,
+                            pair=op.pair, label=op.label, sub=op.sub, peer=op.peer, flow=op.flow, bucket=op.bucket,
+                            half=op.half,
                             waits_on=tuple(ids[u] for u in waits.get(i, ()))))
     info0 = payloads[0].get("info", {}) if payloads else {}
     if info0.get("device") == "cpu":

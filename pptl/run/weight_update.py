@@ -140,7 +140,7 @@ class WeightUpdateExecutor(Executor):
 
     def _action(self, i: int) -> Callable[[Any], None]:
         op = self.ops[i]
-        owner, half, n, host_off, _first, parts = self.layout.buckets[op.mb]
+        owner, half, n, host_off, _first, parts = self.layout.buckets[op.bucket]
         ipc = self.ipc[half][:n]
         if op.kind == "H2D":
             dst = self.h2d[:n] if self.h2d is not None else ipc
@@ -195,7 +195,7 @@ class WeightUpdateExecutor(Executor):
         """Add GB/s per stage (bytes moved / measured time) and the per-cost-key means (calibration)."""
         x = timeline.meta.extra
         x["cost_means"] = cost_means(schedule, timeline.events,
-                                     lambda op: ("BCAST", op.mb) if op.kind == "BCAST" else None)
+                                     lambda op: ("BCAST", op.bucket) if op.kind == "BCAST" else None)
         by_id = {op.id: op for op in schedule.ops}
         rates: dict[str, list[float]] = {}
         totals: dict[str, list[float]] = {}

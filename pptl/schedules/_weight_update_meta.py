@@ -25,7 +25,7 @@ _FLAGS = ("bucket_auto", "h2d_buffer", "h2d_overlap")
 
 @dataclass(frozen=True)
 class BucketMeta:
-    """One bucket as the plan stores it (``op.mb`` is its position in ``buckets``)."""
+    """One bucket as the plan stores it (``op.bucket`` is its position in ``buckets``)."""
 
     owner: int
     """The rank whose host memory holds it and that broadcasts it."""
@@ -36,7 +36,7 @@ class BucketMeta:
     largest: int
     """Bytes of its largest tensor."""
     half: int
-    """IPC half it goes through (``op.sub``)."""
+    """IPC half it goes through (``op.half``)."""
 
     def to_meta(self) -> dict[str, int]:
         return {k: getattr(self, k) for k in _BUCKET_KEYS}

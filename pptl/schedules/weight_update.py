@@ -9,11 +9,11 @@ Vocabulary:
 
 - **owner**: the rank whose pinned host memory holds a tensor (the trainer's shard).
 - **bucket**: consecutive tensors of one owner packed up to ``bucket_size`` bytes (256-byte aligned);
-  ``op.mb`` is the bucket's global index. Buckets go round by round: round ``i`` broadcasts the
+  ``op.bucket`` is the bucket's global index. Buckets go round by round: round ``i`` broadcasts the
   ``i``-th bucket of owner 0, then owner 1, ... (owners with fewer buckets drop out).
 - **H2D buffer**: one bucket of GPU memory per rank; each owner copies its next bucket into it.
 - **IPC buffer**: two halves of one bucket each, shared with the serving engine; bucket ``g`` uses half
-  ``g % 2`` (``op.sub``).
+  ``g % 2`` (``op.half``).
 
 Per bucket ``g`` (owner ``o``), the phase table:
 
@@ -152,7 +152,7 @@ class UpdateSpec:
 @dataclass(frozen=True, slots=True)
 class Bucket:
     index: int
-    """Global position in the broadcast order (``op.mb``)."""
+    """Global position in the broadcast order (``op.bucket``)."""
     owner: int
     round: int
     """Which of its owner's buckets this is."""
@@ -160,7 +160,7 @@ class Bucket:
     tensors: int
     largest: int
     half: int
-    """IPC half (``op.sub``)."""
+    """IPC half (``op.half``)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -387,10 +387,10 @@ def build(cfg: Config) -> Schedule:
     deps: list[tuple[int, int]] = []
     costs: dict[str, float] = {}
 
-    def op(kind: str, rank: int, lane: str, bk: Bucket, label: str, sub: int = -1, peer: int = -1) -> int:
+    def op(kind: str, rank: int, lane: str, bk: Bucket, label: str, half: int = -1, peer: int = -1) -> int:
         key = kind if kind in spec.fixed else f"{kind}@{bk.nbytes}"
         costs[key] = spec.duration(kind, bk.nbytes)
-        return b.add(Op(kind=kind, rank=rank, lane=lane, mb=bk.index, sub=sub, peer=peer, label=label,
+        return b.add(Op(kind=kind, rank=rank, lane=lane, bucket=bk.index, half=half, peer=peer, label=label,
                         payload=float(bk.nbytes), cost=key))
 
     h2d: list[int] = []
@@ -404,7 +404,7 @@ def build(cfg: Config) -> Schedule:
         gate = bk.round > 0 and not spec.h2d_overlap
         if spec.h2d_buffer:
             h = op("H2D", o, "h2d", bk, "H2D")
-            c = op("COPY", o, "ipc", bk, "IPC", sub=bk.half)
+            c = op("COPY", o, "ipc", bk, "IPC", half=bk.half)
             deps.append((h, c))
             if o in last_copy:
                 deps.append((last_copy[o], h))  # one H2D buffer: the previous bucket must have left it
@@ -413,16 +413,16 @@ def build(cfg: Config) -> Schedule:
             last_copy[o] = c
             src = c
         else:
-            h = op("H2D", o, "h2d", bk, "H2D", sub=bk.half)  # straight into the IPC half
+            h = op("H2D", o, "h2d", bk, "H2D", half=bk.half)  # straight into the IPC half
             c = -1
             if g > 0 and not spec.h2d_overlap:
                 deps.append((bcast[g - 1][o], h))
             src = h
         if g >= halves:
             deps.extend((reload[g - halves][r], src) for r in range(p))  # the half is released everywhere
-        row_b = [op("BCAST", r, "comm", bk, "Broadcast (src)" if r == o else "Broadcast (dst)", sub=bk.half, peer=o)
+        row_b = [op("BCAST", r, "comm", bk, "Broadcast (src)" if r == o else "Broadcast (dst)", half=bk.half, peer=o)
                  for r in range(p)]
-        row_r = [op("RELOAD", r, "compute", bk, "Reload weights", sub=bk.half) for r in range(p)]
+        row_r = [op("RELOAD", r, "compute", bk, "Reload weights", half=bk.half) for r in range(p)]
         deps.extend((src, x) for x in row_b)
         deps.extend(zip(row_b, row_r))
         h2d.append(h)

@@ -105,15 +105,23 @@ def test_ops_follow_the_contract() -> None:
     assert {(op.kind, op.lane) for op in s.ops} == {("H2D", "h2d"), ("COPY", "ipc"), ("BCAST", "comm"),
                                                      ("RELOAD", "compute")}
     assert s.pp == 4 and s.microbatches == 8  # 64 GiB / 8 GiB buckets
+    assert sorted({op.bucket for op in s.ops}) == list(range(8))
     for op in s.ops:
-        owner = op.mb % 4  # 2 rounds of one bucket per rank
+        # The bucket and the IPC half have fields of their own: mb and sub keep their meaning.
+        assert (op.mb, op.sub, op.stage) == (-1, -1, -1)
+        owner = op.bucket % 4  # 2 rounds of one bucket per rank
         if op.kind == "BCAST":
-            assert op.peer == owner and op.sub == op.mb % 2
+            assert op.peer == owner and op.half == op.bucket % 2
             assert op.label == ("Broadcast (src)" if op.rank == owner else "Broadcast (dst)")
         elif op.kind in ("H2D", "COPY"):
             assert op.rank == owner and op.label == {"H2D": "H2D", "COPY": "IPC"}[op.kind]
+            assert op.half == (op.bucket % 2 if op.kind == "COPY" else -1)  # H2D fills the H2D buffer
         else:
-            assert op.label == "Reload weights" and op.sub == op.mb % 2
+            assert op.label == "Reload weights" and op.half == op.bucket % 2
+    ids = [op.id for op in s.ops]
+    assert len(set(ids)) == len(ids)
+    assert "r1/ipc/COPY IPC bucket5 half1" in ids and "r1/h2d/H2D H2D bucket5" in ids
+    assert "r0/comm/BCAST Broadcast (dst) bucket5 half1" in ids
     assert run_checks(s) == []
 
 
@@ -128,7 +136,7 @@ def test_default_bucket_size_follows_checkpoint_engine() -> None:
     assert not h2d and size == int(12 * GiB * 0.9) // (2 * 256) * 256
     s = build_schedule(_cfg(2, model_size="64GiB", tensor_size="5GiB", free_memory="12GiB"))
     assert not any(op.kind == "COPY" for op in s.ops)
-    assert all(op.sub in (0, 1) for op in s.ops if op.kind == "H2D")  # H2D writes the IPC half
+    assert all(op.half in (0, 1) for op in s.ops if op.kind == "H2D")  # H2D writes the IPC half
 
 
 def test_fallback_fixture_has_no_h2d_buffer() -> None:
@@ -152,25 +160,26 @@ def test_flat_tensor_list_is_sharded_in_contiguous_runs() -> None:
     assert [sum(t) // MiB for t in spec.owners] == [2, 2]
 
 
-def _mutate_subs(s: Schedule, half: int) -> Schedule:
-    ops = [dataclasses.replace(op, sub=half) if op.sub >= 0 else op for op in s.ops]
+def _mutate_halves(s: Schedule, half: int) -> Schedule:
+    ops = [dataclasses.replace(op, half=half) if op.half >= 0 else op for op in s.ops]
     return dataclasses.replace(s, ops=ops)
 
 
 def test_dropping_the_double_buffer_is_caught() -> None:
     s = build_schedule(_cfg(2, **_unit(), tensors=_per_rank(2, 2)))
     assert run_checks(s) == []
-    one_half = _mutate_subs(s, 0)  # every bucket in half 0, but writes still only wait for bucket g-2
+    one_half = _mutate_halves(s, 0)  # every bucket in half 0, but writes still only wait for bucket g-2
     codes = [v.code for v in run_checks(one_half)]
     assert set(codes) == {"PP050"}
     v = run_checks(one_half, select={"PP050"})[0]
     assert "IPC half 0 is rewritten with bucket 1" in v.message and "buffer reused before release" in v.message
-    assert "r0/compute/RELOAD Reload weights mb0 #0" in v.ops or "r1/compute/RELOAD Reload weights mb0 #0" in v.ops
+    assert "r0/compute/RELOAD Reload weights bucket0 half0" in v.ops or \
+        "r1/compute/RELOAD Reload weights bucket0 half0" in v.ops
 
 
 def test_one_half_done_right_passes() -> None:
     s = build_schedule(_cfg(2, **_unit(ipc_halves=1), tensors=_per_rank(2, 2)))
-    assert {op.sub for op in s.ops if op.sub >= 0} == {0}
+    assert {op.half for op in s.ops if op.half >= 0} == {0}
     assert run_checks(s) == []
 
 
@@ -183,16 +192,16 @@ def _drop_dep(s: Schedule, producer: str, consumer: str) -> Schedule:
 
 def test_h2d_buffer_overwritten_before_copy_is_caught() -> None:
     s = build_schedule(_cfg(2, **_unit(), tensors=_per_rank(2, 2)))
-    broken = _drop_dep(s, "r0/ipc/COPY IPC mb0 #0", "r0/h2d/H2D H2D mb2")
+    broken = _drop_dep(s, "r0/ipc/COPY IPC bucket0 half0", "r0/h2d/H2D H2D bucket2")
     v = run_checks(broken)
     assert [x.code for x in v] == ["PP054"]
-    assert "r0/h2d/H2D H2D mb2 overwrites rank 0's H2D buffer" in v[0].message
+    assert "r0/h2d/H2D H2D bucket2 overwrites rank 0's H2D buffer" in v[0].message
 
 
 def test_release_dependency_missing_is_caught() -> None:
     s = build_schedule(_cfg(2, **_unit(), tensors=_per_rank(2, 2)))
     idx = s.index()
-    copy2 = idx["r0/ipc/COPY IPC mb2 #0"]
+    copy2 = idx["r0/ipc/COPY IPC bucket2 half0"]
     broken = dataclasses.replace(s, deps=[e for e in s.deps if not (e[1] == copy2 and s.ops[e[0]].kind == "RELOAD")])
     assert {x.code for x in run_checks(broken)} == {"PP050"}
 
@@ -202,7 +211,7 @@ def test_tensor_larger_than_bucket_is_caught() -> None:
     v = run_checks(s)
     assert [x.code for x in v] == ["PP051", "PP052"]
     assert v[0].message == ("bucket 0 is 2 MiB (2097152 bytes), larger than the 1 MiB buffer (1048576 bytes) it is "
-                            "copied and broadcast through (r0/h2d/H2D H2D mb0)")
+                            "copied and broadcast through (r0/h2d/H2D H2D bucket0)")
     assert v[1].message.startswith("bucket 0 (owner rank 0) holds a tensor of 2 MiB (2097152 bytes), larger than the "
                                    "bucket size 1 MiB (1048576 bytes); raise options.bucket_size")
 
@@ -227,7 +236,7 @@ def test_broadcast_in_a_different_order_is_caught() -> None:
 
 def test_missing_reload_is_caught_and_training_rules_stay_quiet() -> None:
     s = build_schedule(_cfg(2, **_unit(), tensors=_per_rank(2, 1)))
-    lanes = {k: [op for op in s.lane_ops(*k) if not (op.kind == "RELOAD" and op.rank == 1 and op.mb == 1)]
+    lanes = {k: [op for op in s.lane_ops(*k) if not (op.kind == "RELOAD" and op.rank == 1 and op.bucket == 1)]
              for k in s.lanes}
     v = run_checks(s.with_lanes(lanes))
     assert [(x.code, x.message) for x in v] == [("PP055", "bucket 1 is missing its reload on rank 1")]
@@ -235,7 +244,7 @@ def test_missing_reload_is_caught_and_training_rules_stay_quiet() -> None:
 
 def test_missing_work_skips_only_schedules_without_training_ops() -> None:
     only_update = ScheduleBuilder()
-    only_update.add(Op(kind="RELOAD", rank=0, lane="compute", mb=0))
+    only_update.add(Op(kind="RELOAD", rank=0, lane="compute", bucket=0))
     s = Schedule("custom", 1, 1, 1, only_update.ops, only_update.lanes)
     assert run_checks(s, select={"PP003"}) == []
     training = ScheduleBuilder()
