@@ -35,3 +35,16 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture
 def fixtures() -> Path:
     return FIXTURES
+
+
+@pytest.fixture
+def force():
+    """``force(True)`` runs the checker's and simulator's array paths, ``force(False)`` their plain
+    paths, ``force(None)`` lets the size decide (``pptl.columns.FORCE``); reset after the test."""
+    from pptl import columns
+
+    def set_(value: bool | None) -> None:
+        columns.FORCE = value
+
+    yield set_
+    columns.FORCE = None

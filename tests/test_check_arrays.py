@@ -29,13 +29,6 @@ CSVS = sorted([*ROOT.glob("fixtures/csv/*.csv"), *ROOT.glob("fixtures/csv/invali
 MODES = ("nonblocking", "nccl", "blocking")
 
 
-@pytest.fixture
-def force():
-    def set_(value: bool | None) -> None:
-        columns.FORCE = value
-
-    yield set_
-    columns.FORCE = None
 
 
 def _load(path: Path) -> Schedule:

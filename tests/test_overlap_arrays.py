@@ -7,7 +7,6 @@ import random
 
 import pytest
 
-from pptl import columns
 from pptl.checks import Context
 from pptl.checks.moe import paired_self_dependency
 from pptl.checks.overlap import fb_self_dependency, w_fifo_order
@@ -24,10 +23,6 @@ CONFIGS = [Config(schedule=name, pp=4, microbatches=8, **kw) for name, kw in [
     ("interleaved-1f1b", {"vpp": 2, "split_backward": True})]]
 
 
-@pytest.fixture
-def force():
-    yield lambda value: setattr(columns, "FORCE", value)
-    columns.FORCE = None
 
 
 def _swapped_ws(s: Schedule, seed: int) -> Schedule:

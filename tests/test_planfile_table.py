@@ -20,13 +20,6 @@ FAMILIES = [("1f1b", {}), ("gpipe", {"split_backward": True}), ("interleaved-1f1
 IDS = [name for name, _ in FAMILIES]
 
 
-@pytest.fixture
-def force():
-    def set_(value: bool | None) -> None:
-        columns.FORCE = value
-
-    yield set_
-    columns.FORCE = None
 
 
 def _written(result, force, value: bool) -> dict:

@@ -11,7 +11,6 @@ from dataclasses import replace
 
 import pytest
 
-from pptl import columns
 from pptl.config import Config, Costs, load_config
 from pptl.dag import adjacency, topological_order
 from pptl.demo import default_fixtures_dir
@@ -30,13 +29,6 @@ EXAMPLES = {  # family -> its example config
 READS_OPS = {"moe-1f1b-overlap", "weight-update"}
 
 
-@pytest.fixture
-def force():
-    def set_(value: bool | None) -> None:
-        columns.FORCE = value
-
-    yield set_
-    columns.FORCE = None
 
 
 def _summary(schedule, sim) -> dict:

@@ -23,13 +23,6 @@ CSVS = sorted([*ROOT.glob("fixtures/csv/*.csv"), *ROOT.glob("fixtures/csv/invali
                *ROOT.glob("fixtures/invalid/p2p_*.csv")])
 
 
-@pytest.fixture
-def force():
-    def set_(value: bool | None) -> None:
-        columns.FORCE = value
-
-    yield set_
-    columns.FORCE = None
 
 
 def _mutants() -> list[tuple[str, str]]:
