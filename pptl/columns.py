@@ -1,7 +1,7 @@
-"""A schedule's ops as numpy columns, for the checks and simulator passes that run on arrays.
+"""When the checks and the simulator run on numpy arrays, and the fixed codes they read.
 
-Built once per ops list (one pass over the ``Op`` objects, or handed over by a reader that had
-the columns before it built the ops) and shared by the rules of one check run.
+The columns themselves are a schedule's op table (:class:`pptl.optable.OpTable`, built once per
+schedule); :class:`Columns` is its view in the codes below, shared by the rules of one check run.
 
 The array paths run from :data:`pptl.deps.VECTOR_MIN_OPS` ops up, as the vector derivation of the
 training facts does: below that, numpy's import (about 0.07 s) costs more than the passes save.
@@ -17,18 +17,17 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from itertools import chain, repeat
-from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from itertools import chain
+from typing import TYPE_CHECKING, Any, Sequence
 
 from pptl.deps import VECTOR_MIN_OPS
 
 if TYPE_CHECKING:
-    from pptl.ir import Op, Schedule
+    from pptl.ir import Schedule
     from pptl.optable import OpTable
 
 __all__ = ["ARRAYS_MIN_OPS_NUMPY_LOADED", "Columns", "KIND_CODE", "LANE_CODE", "FLOW_CODE", "use_arrays",
-           "table_if_arrays", "columns", "cached", "remember", "edge_arrays"]
+           "table_if_arrays", "edge_arrays"]
 
 #: Kind codes (0: any other kind). The same numbering as :mod:`pptl._deps_np`.
 KIND_CODE = {"F": 1, "B": 2, "I": 3, "W": 4, "FB": 5, "SEND": 6, "RECV": 7}
@@ -36,8 +35,6 @@ KIND_CODE = {"F": 1, "B": 2, "I": 3, "W": 4, "FB": 5, "SEND": 6, "RECV": 7}
 LANE_CODE = {"compute": 0, "send": 1, "recv": 2}
 #: Flow codes (3: any other flow).
 FLOW_CODE = {"": 0, "F": 1, "B": 2}
-
-_FIELDS = ("kind", "rank", "lane", "stage", "mb", "direction", "peer", "flow")
 
 #: The array paths' threshold once numpy is imported (see the module docstring).
 ARRAYS_MIN_OPS_NUMPY_LOADED = 2_000
@@ -74,67 +71,11 @@ class Columns:
         return int(self.kind.size)
 
 
-# The columns of the last ops list seen (a reader hands over what it parsed; rules of one check run
-# share one). Ops lists are not edited in place (a new order or op set is a new list).
-_last: tuple[list[Op], int, Columns] | None = None
-
-
-def remember(ops: list[Op], kind: Iterable[str], rank: Iterable[int], lane: Iterable[str], stage: Iterable[int],
-             mb: Iterable[int], direction: Iterable[int], peer: Iterable[int], flow: Iterable[str]) -> Columns | None:
-    """Columns of ``ops`` from one iterable per field, in op order (a reader's), kept for
-    :func:`columns`; None when an index does not fit an int64 (then the plain-Python passes run)."""
-    import numpy as np
-
-    n = len(ops)
-    i64 = np.int64
-    try:
-        cols = _build(np, i64, n, kind, rank, lane, stage, mb, direction, peer, flow)
-    except (OverflowError, TypeError, ValueError):
-        return None
-    global _last
-    _last = (ops, n, cols)
-    return cols
-
-
-def _build(np: Any, i64: Any, n: int, kind: Iterable[str], rank: Iterable[int], lane: Iterable[str],
-           stage: Iterable[int], mb: Iterable[int], direction: Iterable[int], peer: Iterable[int],
-           flow: Iterable[str]) -> Columns:
-    return Columns(
-        kind=np.fromiter(map(KIND_CODE.get, kind, repeat(0)), dtype=np.int8, count=n),
-        rank=np.fromiter(rank, dtype=i64, count=n),
-        lane=np.fromiter(map(LANE_CODE.get, lane, repeat(3)), dtype=np.int8, count=n),
-        stage=np.fromiter(stage, dtype=i64, count=n),
-        mb=np.fromiter(mb, dtype=i64, count=n),
-        direction=np.fromiter(direction, dtype=i64, count=n),
-        peer=np.fromiter(peer, dtype=i64, count=n),
-        flow=np.fromiter(map(FLOW_CODE.get, flow, repeat(3)), dtype=np.int8, count=n),
-    )
-
-
 def table_if_arrays(schedule: Schedule) -> OpTable | None:
     """The schedule's :class:`~pptl.optable.OpTable` when its passes run on arrays
     (:func:`use_arrays`) and it has one already (made from a table, or the checker built it), else
     None: building a table for a pass alone costs more than the pass's loop."""
     return schedule.built_table() if use_arrays(schedule.n_ops) else None
-
-
-def columns(ops: list[Op]) -> Columns | None:
-    """The columns of ``ops`` (reused when a reader or an earlier rule built them for this list), or
-    None when an index does not fit an int64."""
-    last = _last
-    if last is not None and last[0] is ops and last[1] == len(ops):
-        return last[2]
-    # One map per field: faster than transposing a tuple per op.
-    return remember(ops, *(map(attrgetter(name), ops) for name in _FIELDS))
-
-
-def cached(ops: list[Op]) -> Columns | None:
-    """The columns of ``ops`` if something built them already, else None (for passes that are
-    only faster on arrays when they need not build them)."""
-    last = _last
-    if last is not None and last[0] is ops and last[1] == len(ops):
-        return last[2]
-    return None
 
 
 def edge_arrays(edges: Sequence[tuple[int, int]]) -> tuple[Any, Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
-from pptl.columns import KIND_CODE, LANE_CODE, Columns, cached, table_if_arrays, use_arrays
+from pptl.columns import KIND_CODE, LANE_CODE, Columns, table_if_arrays, use_arrays
 from pptl.config import Costs
 from pptl.dag import Adjacency, Successors, adjacency, kahn_order, successors, topological_order
 from pptl.errors import InputError, InvalidScheduleError
@@ -29,9 +29,7 @@ __all__ = ["Simulation", "RankMetrics", "durations", "simulate", "memory_events"
 def built_columns(schedule: Schedule) -> Columns | None:
     """The schedule's columns if it has them already (made from a table, or a rule built them)."""
     t = schedule.built_table()
-    if t is not None:
-        return t.columns
-    return cached(schedule.ops)
+    return t.columns if t is not None else None
 
 
 def op_at(schedule: Schedule, i: int) -> Op:

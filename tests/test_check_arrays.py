@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pptl import columns
 from pptl.checks import Context, run_checks
 from pptl.checks.p2p import _edges, _rendezvous, _wait_arrays
 from pptl.config import Config
 from pptl.formats.torch_csv import load_csv_text, to_rows
 from pptl.ir import Schedule
 from pptl.issue_order import given_program
+from pptl.optable import table_of
 from pptl.schedules import build_schedule
 from pptl.simulate import simulate
 
@@ -70,8 +70,7 @@ def test_wait_for_edges_on_arrays_are_the_labelled_edges(name: str, schedule: Sc
     prog = given_program(schedule)
     assert prog is not None
     rep = _rendezvous(schedule) if mode != "nonblocking" else {}
-    cols = columns.columns(schedule.ops)
-    assert cols is not None
+    cols = table_of(schedule).columns
     seqs = np.fromiter(chain.from_iterable(prog.values()), dtype=np.int64)
     matched = None
     if mode != "nonblocking":
@@ -106,7 +105,7 @@ def test_simulation_is_the_same_on_both_paths(family: str, pp: int, mb: int, for
     force(False)
     plain = simulate(s)
     force(True)
-    assert columns.columns(s.ops) is not None  # the array passes use columns a rule built
+    table_of(s)  # what a check on arrays builds first; the simulator's array passes use it
     arrays = simulate(s)
     assert (arrays.start, arrays.end, arrays.makespan, arrays.critical_path) == \
         (plain.start, plain.end, plain.makespan, plain.critical_path)
@@ -116,15 +115,19 @@ def test_simulation_is_the_same_on_both_paths(family: str, pp: int, mb: int, for
 def test_columns_of_huge_indices_fall_back_to_plain_python(force) -> None:
     s = load_csv_text("0F99999999999999999999999,0B99999999999999999999999\n", microbatches=1,
                       report_problems=True)[0]
-    assert columns.columns(s.ops) is None
     force(True)
+    assert Context(s).table is None  # no int64 column holds them: the plain paths run
     assert {v.code for v in run_checks(s)} >= {"PP004"}
 
 
-def test_context_reuses_one_set_of_columns() -> None:
+def test_a_schedule_keeps_one_table_while_its_ops_are_the_same_list(force) -> None:
     s = build_schedule(Config(schedule="1f1b", pp=2, microbatches=2))
-    assert columns.columns(s.ops) is columns.columns(s.ops)
-    assert Context(s).schedule is s
+    t = table_of(s)
+    assert table_of(s) is t and s.built_table() is t
+    force(True)
+    assert Context(s).table is t and Context(s).columns is t.columns
+    s.ops = list(s.ops)  # another list: the table is built again from it
+    assert s.built_table() is None and table_of(s) is not t
 
 
 def test_a_table_made_schedule_reads_as_its_ops():

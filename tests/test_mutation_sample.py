@@ -420,6 +420,7 @@ def test_saved_in_held_spans_counts_no_markers_on_the_array_path_too(monkeypatch
     # simulate peak_memory 11: meta held_saved (the layers' spans hold the activations) with no spans
     # left: the F/B markers hold nothing, whichever path (plain or arrays) counts the events
     from pptl import columns
+    from pptl.optable import table_of
     from pptl.simulate import peak_memory
 
     s = build_schedule(Config(schedule="1f1b", pp=2, microbatches=4))
@@ -428,7 +429,7 @@ def test_saved_in_held_spans_counts_no_markers_on_the_array_path_too(monkeypatch
         monkeypatch.setattr(columns, "FORCE", force)
         sim = simulate(s)
         if force:
-            columns.columns(s.ops)  # what a check on arrays builds first; the peak pass reuses it
+            table_of(s)  # what a check on arrays builds first; the peak pass reuses it
         assert peak_memory(s, sim.start, sim.end, 1.0, 0.0)[0] == {0: 2.0, 1: 1.0}
         assert peak_memory(saved, sim.start, sim.end, 1.0, 0.0)[0] == {}
 
@@ -438,6 +439,7 @@ def test_array_passes_count_a_rank_without_compute_and_the_copies(monkeypatch) -
     # and _peaks_arrays 40 (a family kind's memory read off no op): the array passes (FORCE, columns
     # built as a check builds them) give what the loops give
     from pptl import columns
+    from pptl.optable import table_of
 
     idle_rank = Schedule("custom", 2, 1, 1, [Op(kind="F", rank=0, lane="compute", stage=0, mb=0)],
                          {(0, "compute"): [0]})
@@ -449,7 +451,7 @@ def test_array_passes_count_a_rank_without_compute_and_the_copies(monkeypatch) -
         monkeypatch.setattr(columns, "FORCE", False)
         plain = simulate(s)
         monkeypatch.setattr(columns, "FORCE", True)
-        columns.columns(s.ops)
+        table_of(s)
         arrays = simulate(s)
         assert arrays.ranks == plain.ranks and arrays.peak_time == plain.peak_time
     assert [(r.rank, r.busy) for r in simulate(idle_rank).ranks] == [(0, 1.0), (1, 0.0)]
@@ -479,6 +481,7 @@ def test_array_peak_pass_applies_the_loops_tolerance(monkeypatch) -> None:
     # simulate _peaks_arrays 115 (`>=`): a running sum that reaches exactly the tolerance above the
     # peak (1e-12 activation units) is no new peak on arrays either, as in memory_timeline's loop
     from pptl import columns
+    from pptl.optable import table_of
     from pptl.simulate import peak_memory
 
     s = build_schedule(Config(schedule="gpipe", pp=2, microbatches=1))
@@ -486,7 +489,7 @@ def test_array_peak_pass_applies_the_loops_tolerance(monkeypatch) -> None:
     monkeypatch.setattr(columns, "FORCE", False)
     plain = peak_memory(s, sim.start, sim.end, 1e-12, 0.0)
     monkeypatch.setattr(columns, "FORCE", True)
-    columns.columns(s.ops)
+    table_of(s)
     assert peak_memory(s, sim.start, sim.end, 1e-12, 0.0) == plain
     assert plain[0] == {0: 0.0, 1: 0.0}
 
