@@ -473,3 +473,13 @@ def test_duty_exponent_config_errors():
         _cfg(device={"duty_exponent": 3.0})
     with pytest.raises(InputError, match=r"field 'device': expected a mapping such as"):
         _cfg(device={"clock": 1})
+
+
+@pytest.mark.parametrize("units, memory", [("unit", "unit of the config"), ("ms", "MiB")])
+def test_pareto_figure_names_both_axes_units(units: str, memory: str) -> None:
+    """Uncalibrated, memory is in the config's unit; calibrated from a run, it is what the run measured (MiB)."""
+    from pptl.render.pareto import pareto_figure
+
+    ax = pareto_figure(tune(_cfg()), units=units).axes[0]
+    assert ax.get_xlabel() == f"peak memory on the busiest rank ({memory})"
+    assert ax.get_ylabel().endswith(f"({units})")

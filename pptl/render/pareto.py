@@ -56,7 +56,8 @@ def pareto_figure(result: Any, *, units: str = "unit", title: str = "") -> Any:
         ax.annotate(f"pick: {best.label}", (best.max_peak, y(best)), xytext=(12, -14),
                     textcoords="offset points", fontsize=7,
                     bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "0.6", "lw": 0.5})
-    ax.set_xlabel("peak memory on the busiest rank")
+    # Calibrated from a run (times in its unit), memory is what the run measured: MiB.
+    ax.set_xlabel(f"peak memory on the busiest rank ({'MiB' if units != 'unit' else 'unit of the config'})")
     ax.set_ylabel(f"predicted {'step time per micro-batch' if sweep else 'step time'} ({units})")
     ax.set_title(title or "pptl tune: step time against peak memory", fontsize=9)
     ax.grid(True, lw=0.3, alpha=0.5)
