@@ -163,7 +163,7 @@ class OpTable:
         """Row ``i`` as an ``Op`` (for a rule's message), without building the others."""
         p = tuple(self.pair[i].tolist()) if self.has_pair[i] else None
         return Op(self.kind_names[self.kind[i]], int(self.rank[i]), self.lane_names[self.lane[i]], int(self.stage[i]),
-                  int(self.mb[i]), int(self.direction[i]), int(self.chunk[i]), p,  # type: ignore[arg-type]
+                  int(self.mb[i]), int(self.direction[i]), int(self.chunk[i]), p,
                   int(self.peer[i]), self.flow_names[self.flow[i]], int(self.sub[i]), self.label_names[self.label[i]],
                   float(self.payload[i]), self.cost_names[self.cost[i]], int(self.bucket[i]), int(self.half[i]))
 
