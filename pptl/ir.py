@@ -232,11 +232,11 @@ class Schedule:
         """The ops as columns (:class:`pptl.optable.OpTable`) if the schedule was made from a table
         or :func:`pptl.optable.table_of` built one for its current ``ops``, else None."""
         d = self.__dict__
-        t = d.get("_table")
-        ops = d.get("ops")
-        if t is not None and (ops is None or (ops is d.get("_table_ops") and len(ops) == t.n)):  # type: ignore[arg-type]
-            return t  # type: ignore[no-any-return]
-        return None
+        t: OpTable | None = d.get("_table")
+        ops: list[Op] | None = d.get("ops")
+        if t is None or ops is None:
+            return t  # made from the table, ops not built yet (or no table at all)
+        return t if ops is d.get("_table_ops") and len(ops) == t.n else None
 
     def has_ops(self) -> bool:
         """Whether ``ops`` exists as objects (false for a table-made schedule nothing has read yet)."""
