@@ -236,7 +236,7 @@ class Schedule:
         ops: list[Op] | None = d.get("ops")
         if t is None or ops is None:
             return t  # made from the table, ops not built yet (or no table at all)
-        return t if ops is d.get("_table_ops") and len(ops) == t.n else None
+        return t if len(ops) == t.n and ops is d.get("_table_ops") else None
 
     def has_ops(self) -> bool:
         """Whether ``ops`` exists as objects (false for a table-made schedule nothing has read yet)."""
