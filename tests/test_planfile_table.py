@@ -108,11 +108,16 @@ def test_a_cycle_is_found_whatever_order_the_file_claims(force) -> None:
 @pytest.mark.parametrize("order, match", [
     ("x", r"field 'order': expected a list of \d+ integers"),
     ([0], r"field 'order': expected a list of \d+ integers"),
+    ("huge", r"field 'order': expected a list of \d+ integers in 0\.\.\d+"),
+    ("negative", r"field 'order': expected a list of \d+ integers in 0\.\.\d+"),
     (None, None),
 ])
 def test_a_malformed_order_is_one_line(order, match, force) -> None:
     data = _plan_data(force)
-    data["order"] = order if order is not None else [True] * len(data["order"])
+    n = len(data["order"])
+    named = {"huge": [2**70] * n, "negative": [-1] * n}
+    data["order"] = named[order] if isinstance(order, str) and order in named else (
+        [True] * n if order is None else order)
     force(True)
     with pytest.raises(InputError, match=match or r"field 'order'"):
         read_plan_dict(data, source="p.json")

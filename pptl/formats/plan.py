@@ -49,6 +49,8 @@ _NEW_IN_V3 = frozenset({"bucket", "half"})
 #: String op fields stored as a table of values plus one index per op.
 _STR_COLUMNS = (("kind", None), ("flow", ""), ("label", ""), ("cost", ""))
 _MAX_INDEX = 10_000_000
+#: Largest topological position a plan's ``order`` may claim (positions are compared, not counted).
+_MAX_ORDER = 2**62
 _PAIR = attrgetter("pair")
 _PAYLOAD = attrgetter("payload")
 #: Op fields that most families leave at their defaults (the training families: all of them).
@@ -434,9 +436,10 @@ def _from_table(raw: _RawColumns, raw_deps: list[Any], raw_order: Any, *, family
         u, v = np.concatenate([u, keys // n]), np.concatenate([v, keys % n])
     hint = None
     if raw_order is not None:
-        if not isinstance(raw_order, list) or len(raw_order) != n or (n and set(map(type, raw_order)) != {int}):
-            raise InputError(f"{source}: field 'order': expected a list of {n} integers (a topological position "
-                             "per op, in file order)")
+        if (not isinstance(raw_order, list) or len(raw_order) != n or (n and set(map(type, raw_order)) != {int})
+                or (n and not _within(raw_order, 0, _MAX_ORDER))):
+            raise InputError(f"{source}: field 'order': expected a list of {n} integers in 0..{_MAX_ORDER} (a "
+                             "topological position per op, in file order)")
         hint = np.asarray(raw_order, dtype=np.int64)
     return Schedule.from_table(family=family, pp=sizes["pp"], num_stages=sizes["num_stages"],
                                microbatches=sizes["microbatches"], table=table, lanes=raw.lanes, dep_arrays=(u, v),
