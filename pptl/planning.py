@@ -158,7 +158,7 @@ def plan_from_file(path: str | Path, *, microbatches: int | None = None, placeme
                   memory_limit=memory_limit if memory_limit is not None else cfg.memory_limit)
     header = {"schedule": schedule.family, "pp": schedule.pp, "vpp": cfg.vpp, "microbatches": schedule.microbatches,
               "textbook_bubble": None, "source": str(path), "notes": list(loaded.notes)}
-    return _plan_schedule(replace(schedule, config=cfg), family=None, header=header, check=True,
+    return _plan_schedule(schedule.copy_with(config=cfg), family=None, header=header, check=True,
                           what=f"{path}:")
 
 

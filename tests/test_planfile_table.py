@@ -161,3 +161,20 @@ def test_broken_columns_read_the_same_on_both_paths(change: dict, match: str, fo
             read_plan_dict(data, source="p.json")
         messages.append(str(e.value))
     assert messages[0] == messages[1]
+
+
+def test_copy_with_keeps_a_table_made_schedule_unbuilt(force) -> None:
+    """``pptl plan --from`` swaps the config of a plan it read: on a table-made schedule that builds no ops, and
+    the copy is the schedule ``dataclasses.replace`` would make."""
+    import dataclasses
+
+    from pptl.config import Costs
+
+    data = _written(plan(Config(schedule="zbv", pp=4, microbatches=8)), force, True)
+    force(True)
+    s, _ = read_plan_dict(data)
+    cfg = dataclasses.replace(s.config, costs=Costs(base={"F": 2.0, "B": 3.0, "I": 1.5, "W": 1.5}))
+    copy = s.copy_with(config=cfg)
+    assert copy.config is cfg and not copy.has_ops() and not s.has_ops()
+    assert copy.order_hint() is s.order_hint() and copy.built_table() is s.built_table()
+    assert copy == dataclasses.replace(s, config=cfg)
