@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
-from pptl.columns import KIND_CODE, LANE_CODE, Columns, table_if_arrays, use_arrays
+from pptl.columns import KIND_CODE, LANE_CODE, Columns, table_if_arrays
 from pptl.config import Costs
 from pptl.dag import Adjacency, Successors, adjacency, kahn_order, successors, topological_order
 from pptl.errors import InputError, InvalidScheduleError
@@ -24,12 +24,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Simulation", "RankMetrics", "durations", "simulate", "memory_events", "memory_timeline", "peak_memory",
            "held_spans", "op_events"]
-
-
-def built_columns(schedule: Schedule) -> Columns | None:
-    """The schedule's columns if it has them already (made from a table, or a rule built them)."""
-    t = schedule.built_table()
-    return t.columns if t is not None else None
 
 
 def op_at(schedule: Schedule, i: int) -> Op:
@@ -293,7 +287,7 @@ def simulate(schedule: Schedule, costs: Costs | None = None, *, dag: nx.DiGraph 
     # On arrays only when the checker built the columns already (or the schedule was made from a
     # table): building them for these passes alone costs more than the loops (2026-11-26: 97k-op
     # interleaved plan, 97 ms against 83).
-    cols = built_columns(schedule) if use_arrays(n) and n else None
+    cols = table.columns if table is not None and n else None
     times = None
     if cols is not None:
         import numpy as np
@@ -546,12 +540,10 @@ def _peak_memory(schedule: Schedule, start: list[float], end: list[float], activ
                  skip: frozenset[str] = frozenset(), times: tuple[Any, Any] | None = None
                  ) -> tuple[dict[int, float], dict[int, float]]:
     """:func:`peak_memory`; ``times``: ``start`` and ``end`` as float64 arrays, when the caller has them."""
-    if (not skip and use_arrays(schedule.n_ops) and not held_spans(schedule)
-            and MoEMeta.of(schedule).held_saved is not True):
-        cols = built_columns(schedule)
-        if cols is not None:
-            at, till = times if times is not None else (start, end)
-            return _peaks_arrays(schedule, cols, at, till, activation, w_activation, schedule.built_table())
+    table = table_if_arrays(schedule) if not skip else None
+    if table is not None and not held_spans(schedule) and MoEMeta.of(schedule).held_saved is not True:
+        at, till = times if times is not None else (start, end)
+        return _peaks_arrays(schedule, table.columns, at, till, activation, w_activation, table)
     peaks: dict[int, float] = {}
     when: dict[int, float] = {}
     for r, evs in memory_timeline(schedule, start, end, activation, w_activation, skip).items():
