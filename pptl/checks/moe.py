@@ -167,7 +167,9 @@ def paired_self_dependency(ctx: Context) -> list[Violation]:
         return []
     t = ctx.table
     if t is not None:
-        f = t.kind == t.kind_names.index("F")
+        from pptl.checks.work_arrays import kind_mask
+
+        f = kind_mask(t, frozenset({"F"}))
         if not (f & t.has_pair & (t.pair[:, 1] == t.mb) & (t.pair[:, 2] == t.direction)).any():
             return []  # no paired step pairs its own micro-batch (read off the table: no op built)
     for op in ctx.schedule.ops:

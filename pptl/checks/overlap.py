@@ -9,7 +9,6 @@ from pptl.checks.base import Context, Violation
 from pptl.schedules._pipeline_meta import PipelineMeta
 
 if TYPE_CHECKING:
-    from pptl.ir import Schedule
     from pptl.optable import OpTable
 
 __all__ = ["fb_self_dependency", "w_fifo_order", "formula_assumptions"]
@@ -30,7 +29,9 @@ def fb_self_dependency(ctx: Context) -> list[Violation]:
         return out
     t = ctx.table
     if t is not None:
-        fb = t.kind == t.kind_names.index("FB")
+        from pptl.checks.work_arrays import kind_mask
+
+        fb = kind_mask(t, frozenset({"FB"}))
         if not (fb & t.has_pair & (t.pair[:, 1] == t.mb) & (t.pair[:, 2] == t.direction)).any():
             return out  # no FB pairs a forward with its own micro-batch's backward
     for op in ctx.schedule.ops:
@@ -60,7 +61,7 @@ def w_fifo_order(ctx: Context) -> list[Violation]:
     if "I" not in ctx.kinds or "W" not in ctx.kinds:
         return []  # no split backward: no FIFO
     per_rank = PipelineMeta.of(s).per_rank_store
-    if ctx.table is not None and _fifo_in_order(s, ctx.table, per_rank):
+    if ctx.table is not None and _fifo_in_order(ctx, ctx.table, per_rank):
         return []
     ops = s.ops
     out: list[Violation] = []
@@ -97,24 +98,23 @@ def w_fifo_order(ctx: Context) -> list[Violation]:
     return out
 
 
-def _fifo_in_order(s: Schedule, t: OpTable, per_rank: bool) -> bool:
+def _fifo_in_order(ctx: Context, t: OpTable, per_rank: bool) -> bool:
     """Whether every FIFO of :func:`w_fifo_order` drains in order, shown on arrays: in each
     (lane, FIFO) the k-th W does the work of the k-th I and comes after it. Then each W finds its
     I at the head of the queue, so the rule reports nothing; when this does not hold (a missing or
-    extra W, another order) the rule walks the ops and says what is wrong."""
+    extra W, another order, a lane that lists an op twice) the rule walks the ops and says what is wrong."""
     import numpy as np
 
+    from pptl.checks._keyed import lane_arrays
     from pptl.checks.work_arrays import group_ids, kind_mask
 
-    orders = [np.asarray(o, dtype=np.int64) for o in s.lanes.values()]
-    if not orders:
-        return True
-    rows = np.concatenate(orders)
-    lane = np.repeat(np.arange(len(orders), dtype=np.int64), [o.size for o in orders])
-    is_i, is_w = kind_mask(t, frozenset({"I"}))[rows], kind_mask(t, frozenset({"W"}))[rows]
-    keep = is_i | is_w
-    rows, lane, is_i, pos = rows[keep], lane[keep], is_i[keep], np.flatnonzero(keep)
-    cols = (lane,) if per_rank else (lane, t.direction[rows], t.stage[rows])
+    la = lane_arrays(ctx)
+    if not la.unique:
+        return False
+    is_i, is_w = kind_mask(t, frozenset({"I"}))[la.op], kind_mask(t, frozenset({"W"}))[la.op]
+    pos = np.flatnonzero(is_i | is_w)  # lane entries in lane order, lane after lane
+    rows, is_i = la.op[pos], is_i[pos]
+    cols = (la.lane[pos],) if per_rank else (la.lane[pos], t.direction[rows], t.stage[rows])
     group, _ = group_ids(*cols)
     by = np.lexsort((pos, group))  # each FIFO's ops in lane order
     i_at, w_at = by[is_i[by]], by[~is_i[by]]
