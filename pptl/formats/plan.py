@@ -436,11 +436,12 @@ def _from_table(raw: _RawColumns, raw_deps: list[Any], raw_order: Any, *, family
         u, v = np.concatenate([u, keys // n]), np.concatenate([v, keys % n])
     hint = None
     if raw_order is not None:
-        if (not isinstance(raw_order, list) or len(raw_order) != n or (n and set(map(type, raw_order)) != {int})
-                or (n and not _within(raw_order, 0, _MAX_ORDER))):
+        typed = isinstance(raw_order, list) and len(raw_order) == n and (not n or set(map(type, raw_order)) == {int})
+        checked = (_checked_ints(raw_order, 0, _MAX_ORDER) if n else raw_order) if typed else None
+        if checked is None:
             raise InputError(f"{source}: field 'order': expected a list of {n} integers in 0..{_MAX_ORDER} (a "
                              "topological position per op, in file order)")
-        hint = np.asarray(raw_order, dtype=np.int64)
+        hint = np.asarray(checked, dtype=np.int64)
     return Schedule.from_table(family=family, pp=sizes["pp"], num_stages=sizes["num_stages"],
                                microbatches=sizes["microbatches"], table=table, lanes=raw.lanes, dep_arrays=(u, v),
                                directions=sizes["directions"], config=cfg, meta=dict(meta), order_hint=hint)
@@ -481,8 +482,8 @@ class _RawColumns:
     __slots__ = ("n", "lanes", "lane_rank", "lane_name", "lane_count", "strs", "ints", "pairs", "payloads")
 
     def __init__(self, n: int, lanes: dict[tuple[int, str], list[int]], lane_rank: list[int], lane_name: list[str],
-                 lane_count: list[int], strs: dict[str, tuple[list[int], list[str]] | None],
-                 ints: dict[str, list[int] | None], pairs: list[tuple[int, int, int] | None] | None,
+                 lane_count: list[int], strs: dict[str, tuple[Any, list[str]] | None],
+                 ints: dict[str, Any], pairs: list[tuple[int, int, int] | None] | None,
                  payloads: list[float] | None) -> None:
         self.n, self.lanes, self.lane_rank, self.lane_name, self.lane_count = n, lanes, lane_rank, lane_name, lane_count
         self.strs, self.ints, self.pairs, self.payloads = strs, ints, pairs, payloads
@@ -532,9 +533,9 @@ def _raw_v2(data: Mapping[str, Any], source: str, version: int) -> _RawColumns:
     strs = {name: _str_column(cols.get(name), n, f"{source}: ops.{name}") for name, _ in _STR_COLUMNS}
     kinds = strs["kind"]
     empty = {k for k, v in enumerate(kinds[1]) if not v} if kinds is not None else set()
-    if kinds is not None and empty and not empty.isdisjoint(kinds[0]):
+    if kinds is not None and empty and not empty.isdisjoint(_as_list(kinds[0])):
         raise InputError(f"{source}: ops.kind: got an empty kind, expected an op kind such as F")
-    ints: dict[str, list[int] | None] = {}
+    ints: dict[str, Any] = {}  # a list, or the int64 array it was checked on (long columns)
     for name, _ in _INT_COLUMNS:
         col = cols.get(name)
         if col is None:
@@ -542,10 +543,12 @@ def _raw_v2(data: Mapping[str, Any], source: str, version: int) -> _RawColumns:
             continue
         if not isinstance(col, list) or len(col) != n:
             raise InputError(f"{source}: ops.{name}: expected a list of {n} integers")
-        if (n and set(map(type, col)) != {int}) or (n and not _within(col, -_MAX_INDEX, _MAX_INDEX)):
+        typed = not n or set(map(type, col)) == {int}
+        checked = (_checked_ints(col, -_MAX_INDEX, _MAX_INDEX) if n else col) if typed else None
+        if checked is None:  # a value of another type, or out of range
             bad = next(v for v in col if type(v) is not int or abs(v) > _MAX_INDEX)
             raise InputError(f"{source}: ops.{name}: got {bad!r}, expected integers in -{_MAX_INDEX}..{_MAX_INDEX}")
-        ints[name] = col
+        ints[name] = checked
     if version < 3 and kinds is not None and not BUCKET_KINDS.isdisjoint(kinds[1]):
         _move_buckets(ints, kinds, n)
     pair = cols.get("pair")
@@ -573,14 +576,14 @@ def _raw_v2(data: Mapping[str, Any], source: str, version: int) -> _RawColumns:
     return _RawColumns(n, lanes, lane_rank, lane_name, lane_count, strs, ints, pairs, payloads)
 
 
-def _move_buckets(ints: dict[str, list[int] | None], kinds: tuple[list[int], list[str]], n: int) -> None:
+def _move_buckets(ints: dict[str, Any], kinds: tuple[Any, list[str]], n: int) -> None:
     """A version 2 file's weight-update ops, with their mb and sub moved into bucket and half."""
-    mb, sub = ints["mb"] or [-1] * n, ints["sub"] or [-1] * n
-    mb, sub = list(mb), list(sub)  # the file's lists are left as read
+    # New lists (the file's are left as read; a long column may be an array).
+    mb, sub = ([-1] * n if ints[k] is None else _as_list(ints[k]) for k in ("mb", "sub"))
     bucket, half = [-1] * n, [-1] * n
     index, table = kinds
     moved = {k for k, name in enumerate(table) if name in BUCKET_KINDS}
-    for i, k in enumerate(index):
+    for i, k in enumerate(_as_list(index)):
         if k in moved:
             mb[i], sub[i], bucket[i], half[i] = bucket_fields(table[k], mb[i], sub[i])
     for name, col in (("mb", mb), ("sub", sub), ("bucket", bucket), ("half", half)):
@@ -599,10 +602,10 @@ def _ops_v2(raw: _RawColumns, num_stages: int
     values: dict[str, list[Any]] = {}
     for name, default in _STR_COLUMNS:
         col = raw.strs[name]
-        values[name] = [default or ""] * n if col is None else list(map(col[1].__getitem__, col[0]))
+        values[name] = [default or ""] * n if col is None else list(map(col[1].__getitem__, _as_list(col[0])))
     for name, int_default in _INT_COLUMNS:
         ints = raw.ints[name]
-        values[name] = [int_default] * n if ints is None else ints
+        values[name] = [int_default] * n if ints is None else _as_list(ints)
     pairs: list[tuple[int, int, int] | None] = raw.pairs if raw.pairs is not None else [None] * n
     payloads = raw.payloads if raw.payloads is not None else [0.0] * n
     ops = list(map(Op, values["kind"], ranks, lane_col, values["stage"], values["mb"], values["direction"],
@@ -646,22 +649,29 @@ def _table_v2(raw: _RawColumns) -> OpTable:
     return OpTable.of_columns(n, strs, ints, raw.pairs, payload)
 
 
-def _within(values: list[int], lo: int, hi: int) -> bool:
-    """Whether every int of ``values`` lies in ``lo..hi`` (on arrays for long columns, where numpy
-    is loaded anyway: one pass instead of two)."""
+def _checked_ints(values: list[int], lo: int, hi: int) -> Any:
+    """``values`` (ints) if every one lies in ``lo..hi``, else None. A long column comes back as
+    the int64 array numpy checked it on (the op table takes it as it is: converted once); a short
+    one as the list itself (no numpy for small files)."""
     if use_arrays(len(values)):
         import numpy as np
 
         try:
             a = np.asarray(values, dtype=np.int64)
         except OverflowError:
-            return False
-        return bool(lo <= int(a.min()) and int(a.max()) <= hi)
-    return lo <= min(values) and max(values) <= hi
+            return None
+        return a if lo <= int(a.min()) and int(a.max()) <= hi else None
+    return values if lo <= min(values) and max(values) <= hi else None
 
 
-def _str_column(col: Any, n: int, where: str) -> tuple[list[int], list[str]] | None:
-    """A string column as (one index per op, the table of values); None when the file leaves it out."""
+def _as_list(values: Any) -> list[int]:
+    """A checked column as a list (what ``Op`` fields hold: Python ints, not numpy's)."""
+    return values.tolist() if hasattr(values, "tolist") else list(values)
+
+
+def _str_column(col: Any, n: int, where: str) -> tuple[Any, list[str]] | None:
+    """A string column as (one index per op: a list, or for a long column the array it was checked
+    on; the table of values); None when the file leaves it out."""
     if col is None:
         return None
     if not isinstance(col, Mapping):
@@ -671,9 +681,11 @@ def _str_column(col: Any, n: int, where: str) -> tuple[list[int], list[str]] | N
         raise InputError(f"{where}.values: expected a list of strings")
     if not isinstance(index, list) or len(index) != n:
         raise InputError(f"{where}.index: expected a list of {n} positions into 'values'")
-    if n and not (set(map(type, index)) == {int} and _within(index, 0, len(table) - 1)):
+    typed = not n or set(map(type, index)) == {int}
+    checked = (_checked_ints(index, 0, len(table) - 1) if n else index) if typed else None
+    if checked is None:  # a value of another type, or out of range
         raise InputError(f"{where}.index: expected integers in 0..{len(table) - 1}")
-    return index, table
+    return checked, table
 
 
 def _timeline_v2(raw: Mapping[str, Any], schedule: Schedule, source: str) -> Timeline:
