@@ -48,3 +48,14 @@ def force():
 
     yield set_
     columns.FORCE = None
+
+
+@pytest.fixture(scope="module", params=["objects", "arrays"])
+def read_paths(request):
+    """Runs a module's tests twice: with the per-op readers, rules and simulator (what small files
+    take), then with their array paths forced (what files of 2,000+ ops take); reset after."""
+    from pptl import columns
+
+    columns.FORCE = None if request.param == "objects" else True
+    yield request.param
+    columns.FORCE = None

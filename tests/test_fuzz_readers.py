@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pptl.config import Config
-from pptl.formats.plan import dumps, plan_to_dict
+from pptl.formats.plan import PlanTimes, dumps, plan_to_dict
 from pptl.planning import plan
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -21,10 +21,21 @@ _SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
                      suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 
-@pytest.fixture(scope="module")
-def plan_json() -> dict:
-    result = plan(Config(schedule="1f1b", pp=2, microbatches=3))
-    return plan_to_dict(result.schedule, timeline=result.timeline, metrics=result.metrics)
+pytestmark = pytest.mark.usefixtures("read_paths")
+
+
+@pytest.fixture(scope="module", params=["1f1b", "dualpipe", "weight-update"])
+def plan_json(read_paths: str, request: pytest.FixtureRequest) -> dict:
+    """A plan as ``pptl plan -o`` writes it on the path under test (with its ``order`` on arrays), of
+    families with pairs, payloads and buckets."""
+    result = plan(Config(schedule=request.param, pp=4 if request.param == "dualpipe" else 2, microbatches=8))
+    sim = result.simulation
+    return plan_to_dict(result.schedule, times=PlanTimes(sim.start, sim.end, sim.timeline_meta()),
+                        metrics=result.metrics, topo=result.order)
+
+
+def test_plans_written_on_arrays_carry_their_order(read_paths: str, plan_json: dict) -> None:
+    assert ("order" in plan_json) == (read_paths == "arrays")
 
 
 @_SETTINGS
@@ -80,3 +91,30 @@ def test_huge_sizes_are_refused_early(tmp_path: Path) -> None:
                              "schedule": {"family": "x", "pp": 1, "num_stages": 10000, "microbatches": 10000000}}))
     code, err = clean_run(["check", str(p)])
     assert code == 2 and "units of work pptl checks" in err
+
+
+_HOSTILE = {"huge": lambda n: [2**70] * n, "int64-max+1": lambda n: [2**63] * n, "float": lambda n: [1.5] * n,
+            "null": lambda n: [None] * n, "bool": lambda n: [True] * n, "backwards": lambda n: list(range(n, 0, -1)),
+            "zeros": lambda n: [0] * n, "minus-one": lambda n: [-1] * n, "text": lambda n: "x", "empty": lambda n: [],
+            "object": lambda n: {}, "short": lambda n: [0] * (n - 1)}
+
+
+@pytest.mark.parametrize("value", sorted(_HOSTILE))
+@pytest.mark.parametrize("field", ["order", "stage", "mb", "peer", "bucket", "kind-index", "kind-values"])
+def test_hostile_plan_columns_and_order(tmp_path: Path, plan_json: dict, field: str, value: str) -> None:
+    """Each field the readers turn into a column (and the order the checker may trust) replaced by
+    each hostile value: one line and exit 1 or 2, or a clean check, never a traceback."""
+    data = {**plan_json, "ops": dict(plan_json["ops"])}
+    n = sum(e["count"] for e in data["lanes"])
+    bad = _HOSTILE[value](n)
+    if field == "order":
+        data["order"] = bad
+    elif field == "kind-index":
+        data["ops"]["kind"] = {"values": plan_json["ops"]["kind"]["values"], "index": bad}
+    elif field == "kind-values":
+        data["ops"]["kind"] = {"values": bad, "index": plan_json["ops"]["kind"]["index"]}
+    else:
+        data["ops"][field] = bad
+    p = tmp_path / "p.json"
+    write_json(p, data)
+    clean_run(["check", str(p)])
