@@ -144,8 +144,10 @@ def test_forward_missing_four_sub_ops_names_three_and_counts_the_rest() -> None:
         "(each of its 2 layers needs every sub-op)"]
 
 
-def test_overlapped_f_and_b_before_the_forward_of_its_backward() -> None:
-    # checks.order _local_order_unique 31: an FB's backward half needs the forward of its pair
+@pytest.mark.parametrize("listed_twice", [False, True], ids=["unique-work", "work-listed-twice"])
+def test_overlapped_f_and_b_before_the_forward_of_its_backward(listed_twice: bool) -> None:
+    # checks.order _local_order_unique 31 (unique work) and local_order 34 (the path taken when some
+    # work repeats): an FB's backward half needs the forward of its pair
     s = build_schedule(Config(schedule="dualpipe", pp=4, microbatches=8))
     lanes = _lanes(s)
     rank0 = lanes[(0, "compute")]
@@ -154,6 +156,8 @@ def test_overlapped_f_and_b_before_the_forward_of_its_backward() -> None:
     f = next(op for op in rank0 if op.kind == "F" and (op.direction, op.stage, op.mb) == (pd, ps, pm))
     rank0.remove(f)
     rank0.insert(rank0.index(fb) + 1, f)
+    if listed_twice:
+        rank0.append(rank0[-1])
     assert [v.message for v in run_checks(s.with_lanes(lanes)) if v.code == "PP006"] == [
         f"{fb.id} comes before {f.id} on rank 0, but a backward needs its forward"]
 
@@ -1005,22 +1009,6 @@ def test_wait_graph_defaults_to_the_nccl_model() -> None:
     edges, merged = wait_edges(s, prog)
     assert (edges, merged) == wait_edges(s, prog, "nccl")
     assert any(why == "next P2P between ranks 0 and 1" for _, _, why in edges)
-
-
-def test_overlapped_op_before_its_backwards_forward_with_work_listed_twice() -> None:
-    # checks.order local_order 34: on the path taken when some work repeats, an FB's backward half
-    # still needs the forward of its pair
-    s = build_schedule(Config(schedule="dualpipe", pp=4, microbatches=8))
-    lanes = _lanes(s)
-    rank0 = lanes[(0, "compute")]
-    fb = next(op for op in rank0 if op.kind == "FB")
-    ps, pm, pd = fb.pair
-    f = next(op for op in rank0 if op.kind == "F" and (op.direction, op.stage, op.mb) == (pd, ps, pm))
-    rank0.remove(f)
-    rank0.insert(rank0.index(fb) + 1, f)
-    rank0.append(rank0[-1])
-    assert [v.message for v in run_checks(s.with_lanes(lanes)) if v.code == "PP006"] == [
-        f"{fb.id} comes before {f.id} on rank 0, but a backward needs its forward"]
 
 
 def test_held_span_across_ranks_message_says_what_is_expected() -> None:
