@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import repeat
+from itertools import chain, repeat
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
@@ -26,7 +26,7 @@ from pptl.ir import Op
 if TYPE_CHECKING:
     from pptl.ir import Schedule
 
-__all__ = ["OpTable", "table_of", "dep_arrays", "lane_edge_arrays", "encode", "verified_order"]
+__all__ = ["OpTable", "table_of", "flat_lanes", "lane_edge_arrays", "encode", "verified_order"]
 
 _I64 = np.int64
 #: The integer fields, with their defaults.
@@ -197,23 +197,21 @@ def table_of(schedule: Schedule) -> OpTable:
     return t
 
 
-def dep_arrays(schedule: Schedule) -> tuple[Any, Any]:
-    """The schedule's data facts as (producers, consumers) int64 arrays."""
-    return schedule.dep_arrays()
+def flat_lanes(schedule: Schedule) -> tuple[list[tuple[int, str]], Any, Any]:
+    """Every lane entry in one pass: (the lanes in ``schedule.lanes`` order, the op index of each
+    entry lane after lane in run order, the lane (position in the first) of each entry)."""
+    keys = list(schedule.lanes)
+    lengths = np.fromiter(map(len, map(schedule.lanes.__getitem__, keys)), dtype=_I64, count=len(keys))
+    total = int(lengths.sum()) if keys else 0
+    op = np.fromiter(chain.from_iterable(map(schedule.lanes.__getitem__, keys)), dtype=_I64, count=total)
+    return keys, op, np.repeat(np.arange(len(keys), dtype=_I64), lengths)
 
 
 def lane_edge_arrays(schedule: Schedule) -> tuple[Any, Any]:
     """Consecutive ops on each (rank, lane), as (earlier, later) int64 arrays."""
-    us: list[Any] = []
-    vs: list[Any] = []
-    for order in schedule.lanes.values():
-        if len(order) > 1:
-            a = np.asarray(order, dtype=_I64)
-            us.append(a[:-1])
-            vs.append(a[1:])
-    if not us:
-        return np.zeros(0, dtype=_I64), np.zeros(0, dtype=_I64)
-    return np.concatenate(us), np.concatenate(vs)
+    _, op, lane = flat_lanes(schedule)
+    same = lane[:-1] == lane[1:]
+    return op[:-1][same], op[1:][same]
 
 
 def verified_order(schedule: Schedule, hint: Any) -> list[int] | None:

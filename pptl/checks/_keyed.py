@@ -8,12 +8,10 @@ entry per op. Imported only by the array paths (it imports numpy).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import chain
 from typing import Any, Sequence
 
 import numpy as np
 
-from pptl.checks.base import Context
 from pptl.checks.work_arrays import group_ids
 from pptl.ir import Schedule
 
@@ -57,22 +55,14 @@ class LaneArrays:
     listing a dict keeps)."""
 
 
-def lane_arrays(ctx: Context) -> LaneArrays:
-    """:class:`LaneArrays` of the context's schedule, built once per check run."""
-    got = ctx.options.get("arrays.lanes")
-    if got is None:
-        got = ctx.options["arrays.lanes"] = _lane_arrays(ctx.schedule)
-    return got
+def lane_arrays(s: Schedule) -> LaneArrays:
+    """:class:`LaneArrays` of a schedule (a check run keeps one: :attr:`pptl.checks.base.Context.lane_arrays`)."""
+    from pptl.optable import flat_lanes
 
-
-def _lane_arrays(s: Schedule) -> LaneArrays:
-    keys = list(s.lanes)
-    lengths = np.fromiter((len(s.lanes[k]) for k in keys), dtype=_I64, count=len(keys))
-    total = int(lengths.sum()) if keys else 0
-    op = np.fromiter(chain.from_iterable(map(s.lanes.__getitem__, keys)), dtype=_I64, count=total)
-    lane = np.repeat(np.arange(len(keys), dtype=_I64), lengths)
+    keys, op, lane = flat_lanes(s)
+    lengths = np.bincount(lane, minlength=len(keys)) if keys else np.zeros(0, dtype=_I64)
     starts = np.cumsum(lengths) - lengths
-    pos = np.arange(total, dtype=_I64) - np.repeat(starts, lengths)
+    pos = np.arange(op.size, dtype=_I64) - starts[lane]
     ranks = np.fromiter((k[0] for k in keys), dtype=_I64, count=len(keys))
     n = s.n_ops
     unique = op.size == 0 or (int(op.min()) >= 0 and int(op.max()) < n and int(np.bincount(op).max()) <= 1)

@@ -17,6 +17,7 @@ from pptl.messages import message_key
 if TYPE_CHECKING:
     import networkx as nx
 
+    from pptl.checks._keyed import LaneArrays
     from pptl.checks.work_arrays import WorkArrays
     from pptl.config import Costs
     from pptl.optable import OpTable
@@ -141,6 +142,13 @@ class Context:
         from pptl.checks.work_arrays import work_arrays
 
         return work_arrays(self.table)
+
+    @cached_property
+    def lane_arrays(self) -> LaneArrays:
+        """Every lane entry as arrays (:func:`pptl.checks._keyed.lane_arrays`), for the array paths."""
+        from pptl.checks._keyed import lane_arrays
+
+        return lane_arrays(self.schedule)
 
     @cached_property
     def columns(self) -> Columns | None:

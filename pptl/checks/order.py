@@ -85,12 +85,12 @@ def _local_order_arrays(ctx: Context) -> list[Violation] | None:
     op twice (the plain path's answer then depends on which listing it reads)."""
     import numpy as np
 
-    from pptl.checks._keyed import F, G, dense_ids, first_of, lane_arrays, role_items
+    from pptl.checks._keyed import F, G, dense_ids, first_of, role_items
     from pptl.columns import KIND_CODE
 
     t = ctx.table
     assert t is not None
-    la = lane_arrays(ctx)
+    la = ctx.lane_arrays
     if la.op.size == 0:
         return []
     if not la.unique:

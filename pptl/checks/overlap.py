@@ -105,10 +105,9 @@ def _fifo_in_order(ctx: Context, t: OpTable, per_rank: bool) -> bool:
     extra W, another order, a lane that lists an op twice) the rule walks the ops and says what is wrong."""
     import numpy as np
 
-    from pptl.checks._keyed import lane_arrays
     from pptl.checks.work_arrays import group_ids, kind_mask
 
-    la = lane_arrays(ctx)
+    la = ctx.lane_arrays
     if not la.unique:
         return False
     is_i, is_w = kind_mask(t, frozenset({"I"}))[la.op], kind_mask(t, frozenset({"W"}))[la.op]

@@ -473,12 +473,12 @@ def _matched(ctx: Context) -> tuple[Any, Any, Any] | None:
 def _matched_of(ctx: Context) -> tuple[Any, Any, Any] | None:
     import numpy as np
 
-    from pptl.checks._keyed import dense_ids, lane_arrays
+    from pptl.checks._keyed import dense_ids
 
     t = ctx.table
     assert t is not None
     col = t.columns
-    la = lane_arrays(ctx)
+    la = ctx.lane_arrays
     if not la.unique:
         return None
     kind = col.kind[la.op]
@@ -558,9 +558,7 @@ def _lane_rank(ctx: Context) -> Any:
     """The rank of the lane each op is listed on (-1: none)."""
     import numpy as np
 
-    from pptl.checks._keyed import lane_arrays
-
-    la = lane_arrays(ctx)
+    la = ctx.lane_arrays
     out = np.full(ctx.n, -1, dtype=np.int64)
     out[la.op] = la.rank
     return out
