@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeVar, cast
 
 from pptl.columns import Columns, use_arrays
 from pptl.dag import Adjacency, Successors, adjacency, build_dag, kahn_order, successors, topological_order
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from pptl.simulate import Simulation
 
 __all__ = ["Violation", "Context", "Rule", "WorkIndex", "P2P_MODES"]
+
+T = TypeVar("T")
 
 P2P_MODES = ("nonblocking", "nccl", "blocking")
 
@@ -59,9 +61,16 @@ class Context:
     schedule: Schedule
     memory_limit: float | None = None
     p2p: str = "nccl"
-    options: dict[str, Any] = field(default_factory=dict)
     costs: Costs | None = None
     """The cost model the simulation uses; None: the schedule's config's (or the defaults)."""
+    _once: dict[Callable[[Context], Any], Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def once(self, fn: Callable[[Context], T]) -> T:
+        """``fn(self)``, computed once per context: what several rules read (a rule module's own
+        index) is built by the first that asks, without this module knowing the rule modules."""
+        if fn not in self._once:
+            self._once[fn] = fn(self)
+        return cast(T, self._once[fn])
 
     @cached_property
     def adjacency(self) -> Adjacency:

@@ -71,16 +71,20 @@ def _channels(schedule: Schedule) -> tuple[dict[tuple[int, int], list[int]], dic
 
 def _ctx_channels(ctx: Context) -> tuple[dict[tuple[int, int], list[int]], dict[tuple[int, int], list[int]]]:
     """:func:`_channels` once per check run (PP030 and PP031 read it)."""
-    if "p2p.channels" not in ctx.options:
-        ctx.options["p2p.channels"] = _channels(ctx.schedule)
-    return ctx.options["p2p.channels"]
+    return ctx.once(_channels_of)
+
+
+def _channels_of(ctx: Context) -> tuple[dict[tuple[int, int], list[int]], dict[tuple[int, int], list[int]]]:
+    return _channels(ctx.schedule)
 
 
 def _given(ctx: Context) -> dict[int, list[int]] | None:
     """:func:`given_program` once per check run (four rules read it)."""
-    if "p2p.program" not in ctx.options:
-        ctx.options["p2p.program"] = given_program(ctx.schedule)
-    return ctx.options["p2p.program"]
+    return ctx.once(_given_of)
+
+
+def _given_of(ctx: Context) -> dict[int, list[int]] | None:
+    return given_program(ctx.schedule)
 
 
 def fifo_order(ctx: Context) -> list[Violation]:
@@ -138,13 +142,14 @@ def recv_after_use(ctx: Context) -> list[Violation]:
 
 
 def _issue_positions(ctx: Context) -> dict[str, list[Violation]]:
-    """PP032 and PP033 in one pass (cached on the context)."""
-    if "p2p.positions" in ctx.options:
-        return ctx.options["p2p.positions"]
+    """PP032 and PP033 in one pass, once per check run."""
+    return ctx.once(_issue_positions_of)
+
+
+def _issue_positions_of(ctx: Context) -> dict[str, list[Violation]]:
     if ctx.table is not None:
         found = _issue_positions_arrays(ctx)
         if found is not None:
-            ctx.options["p2p.positions"] = found
             return found
     s = ctx.schedule
     prog = _given(ctx)
@@ -185,7 +190,6 @@ def _issue_positions(ctx: Context) -> dict[str, list[Violation]]:
                 out["RECV"].append(Violation(
                     "PP033", f"rank {rank} issues {_short(op)} at step {pos}, after {other.id} (step {at}) "
                     "needed its data", (op.id, other.id)))
-    ctx.options["p2p.positions"] = out
     return out
 
 
@@ -433,9 +437,11 @@ def _left_in_cycles_arrays(s: Schedule, cols: Columns, mode: str, seqs: Any, len
 def _program_arrays(ctx: Context) -> tuple[Any, list[int]] | None:
     """:func:`pptl.issue_order.given_program` as arrays (once per check run): every rank's issue
     order one after the other, and each rank's length; None when it gives None."""
-    if "p2p.program_arrays" not in ctx.options:
-        ctx.options["p2p.program_arrays"] = _program_of(ctx.schedule, ctx.n)
-    return ctx.options["p2p.program_arrays"]  # type: ignore[no-any-return]
+    return ctx.once(_program_arrays_of)
+
+
+def _program_arrays_of(ctx: Context) -> tuple[Any, list[int]] | None:
+    return _program_of(ctx.schedule, ctx.n)
 
 
 def _program_of(schedule: Schedule, n: int) -> tuple[Any, list[int]] | None:
@@ -465,9 +471,7 @@ def _matched(ctx: Context) -> tuple[Any, Any, Any] | None:
     """(SENDs, RECVs, k): the k-th SEND from a rank to a peer and the k-th RECV that peer posts from
     it (:func:`_channels` order), every pair of ranks by (src, dst), then by k (once per run).
     None when a lane lists an op twice (the plain paths' dicts then decide which listing counts)."""
-    if "p2p.matched" not in ctx.options:
-        ctx.options["p2p.matched"] = _matched_of(ctx)
-    return ctx.options["p2p.matched"]  # type: ignore[no-any-return]
+    return ctx.once(_matched_of)
 
 
 def _matched_of(ctx: Context) -> tuple[Any, Any, Any] | None:
