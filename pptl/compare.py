@@ -11,12 +11,13 @@ idle, over all ranks (as ``pptl plan`` reports it).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pptl.errors import InputError
 from pptl.timeline import Event, Timeline
 
-__all__ = ["KindRow", "OpRow", "Comparison", "compare_timelines", "planned_timeline",
+__all__ = ["KindRow", "OpRow", "Comparison", "compare_timelines", "compare_files", "display_units", "planned_timeline",
            "comparison_lines", "schedule_difference"]
 
 
@@ -231,30 +232,61 @@ def _kind_order(kind: str) -> tuple[int, str]:
     return (_ORDER.get(kind, len(_ORDER)), kind)
 
 
+def display_units(units: str) -> tuple[float, str]:
+    """(factor, unit) times are shown in: profiler and run times in us read as ms, as ``pptl explain``
+    shows them (a step is tens of ms); other units as they are."""
+    return (1e-3, "ms") if units == "us" else (1.0, units)
+
+
 def comparison_lines(cmp: Comparison, top: int = 10) -> list[str]:
     """The text report: makespan, bubble, per-kind table, the ``top`` ops the plan misses most."""
-    u = cmp.units
+    k, u = display_units(cmp.units)
     err = cmp.makespan_error
-    lines = [f"makespan: planned {cmp.makespan_planned:.4g} {u}, measured {cmp.makespan_measured:.4g} {u}"
-             + (f" (error {100 * err:+.1f}%)" if err is not None else ""),
-             f"bubble: planned {100 * cmp.bubble_planned:.1f}%, measured {100 * cmp.bubble_measured:.1f}%"]
+    head = f"makespan: planned {k * cmp.makespan_planned:.4g} {u}, measured {k * cmp.makespan_measured:.4g} {u}"
+    if cmp.scale != 1.0:
+        # the plan was rescaled onto the run's makespan: its error says nothing, and must say so where it is read
+        head += (f" (error {100 * err:+.1f}% by construction: the plan is in '{cmp.planned.meta.units}', "
+                 f"scaled by {cmp.scale:.4g} to the run's makespan)" if err is not None else "")
+    elif err is not None:
+        head += f" (error {100 * err:+.1f}%)"
+    lines = [head, f"bubble: planned {100 * cmp.bubble_planned:.1f}%, measured {100 * cmp.bubble_measured:.1f}%"]
     lines += [f"note: {n}" for n in cmp.notes]
     lines.append(f"{'kind':<6}{'ops':>6}{'planned':>12}{'measured':>12}{'error':>9}   (mean duration, {u})")
-    for k in cmp.kinds:
-        e = "" if k.error is None else f"{100 * k.error:+.1f}%"
-        lines.append(f"{k.kind:<6}{k.count:>6}{k.planned_mean:>12.4g}{k.measured_mean:>12.4g}{e:>9}")
+    for kr in cmp.kinds:
+        e = "" if kr.error is None else f"{100 * kr.error:+.1f}%"
+        lines.append(f"{kr.kind:<6}{kr.count:>6}{k * kr.planned_mean:>12.4g}{k * kr.measured_mean:>12.4g}{e:>9}")
     if cmp.contexts:
         lines.append(f"{'side-lane op':<14}{'context':<10}{'ops':>9}{'planned':>12}{'measured':>12}{'error':>9}"
                      f"   (mean duration, {u}; ops planned/measured in that context)")
         for c in cmp.contexts:
             e = "" if c.error is None or not c.planned_count else f"{100 * c.error:+.1f}%"
             n = f"{c.planned_count}/{c.measured_count}"
-            lines.append(f"{c.kind:<14}{c.context:<10}{n:>9}{c.planned_mean:>12.4g}{c.measured_mean:>12.4g}{e:>9}")
+            lines.append(f"{c.kind:<14}{c.context:<10}{n:>9}{k * c.planned_mean:>12.4g}{k * c.measured_mean:>12.4g}"
+                         f"{e:>9}")
     worst = cmp.worst_ops(top)
     if worst:
         lines.append(f"largest end-time errors ({len(worst)} of {len(cmp.ops)} ops; planned - measured, {u}):")
         width = max(len(o.op) for o in worst)
         for o in worst:
-            lines.append(f"  {o.op:<{width}}  planned {o.planned_start:.4g}-{o.planned_end:.4g}  "
-                         f"measured {o.measured_start:.4g}-{o.measured_end:.4g}  {o.end_error:+.4g}")
+            lines.append(f"  {o.op:<{width}}  planned {k * o.planned_start:.4g}-{k * o.planned_end:.4g}  "
+                         f"measured {k * o.measured_start:.4g}-{k * o.measured_end:.4g}  {k * o.end_error:+.4g}")
     return lines
+
+
+def compare_files(plan: str | Path, measured: str | Path) -> Comparison:
+    """:func:`compare_timelines` of the plan (or config) at ``plan`` and the run at ``measured``.
+
+    Raises:
+        InputError: ``measured`` holds no measured timeline (a plan given second: the arguments
+            swapped), or the two share no op.
+    """
+    from pptl.formats.loader import load_any
+
+    loaded = load_any(measured)
+    m = loaded.timeline
+    if m is None or loaded.kind == "plan" or m.meta.source == "planned":
+        what = "a plan" if loaded.kind == "plan" or (m is not None and m.meta.source == "planned") \
+            else f"a {loaded.kind}"
+        raise InputError(f"{measured}: is {what}, not a measured run; pptl compare takes the plan first and the "
+                         f"run second (pptl compare PLAN MEASURED)")
+    return compare_timelines(planned_timeline(str(plan)), m)

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from pptl.schedules import Family
     from pptl.simulate import Simulation
 
-__all__ = ["PlanResult", "FileReport", "make_config", "plan", "plan_from_file", "timeline_of", "write_plan", "check_file", "expand_paths",
+__all__ = ["PlanResult", "FileReport", "make_config", "load_config_or_plan", "plan", "plan_config", "plan_from_file", "plan_schedule", "timeline_of", "write_plan", "check_file", "expand_paths",
            "calibrate_config", "calibrate", "costs_from_timeline", "rank_scale_of", "title_of", "github_input_error",
            "expand_paths_reporting"]
 
@@ -93,6 +93,11 @@ def _check_cost_flags(costs: Mapping[str, float], schedule: str) -> None:
                          f"{', '.join(TRAINING_COST_KEYS)} (op kinds)")
 
 
+def load_config_or_plan(path: Path) -> Config:
+    """The config in ``path``: a config file, or the config a plan file was made from."""
+    return _load_config_or_plan(path, {})
+
+
 def _load_config_or_plan(path: Path, overrides: Mapping[str, Any]) -> Config:
     """A config file, or a plan file's config (``pptl plan plan.json --costs-from measured.json``
     re-plans what ran, with measured costs)."""
@@ -137,6 +142,20 @@ def plan(cfg: Config, *, check: bool = True) -> PlanResult:
                           what=f"{cfg.schedule} with this config")
 
 
+def plan_config(path: Path | None, flags: Mapping[str, Any], cost_flags: list[str] | None,
+                comm_latency: float | None, *, costs_from: Path | None = None) -> PlanResult:
+    """:func:`plan` of :func:`make_config`'s config, its costs measured by the run ``costs_from``
+    wrote when one is named (the plan then speaks the run's unit)."""
+    cfg = make_config(path, flags, cost_flags, comm_latency)
+    units = None
+    if costs_from is not None:
+        cfg, units = calibrate(cfg, costs_from)
+    result = plan(cfg)
+    if units is not None and units != "unit":  # calibrated durations are in the run's unit (ms)
+        result.schedule.meta["units"] = units
+    return result
+
+
 def plan_from_file(path: str | Path, *, microbatches: int | None = None, placement: str | None = None,
                    cost_flags: list[str] | None = None, comm_latency: float | None = None,
                    memory_limit: float | None = None) -> PlanResult:
@@ -160,6 +179,19 @@ def plan_from_file(path: str | Path, *, microbatches: int | None = None, placeme
               "textbook_bubble": None, "source": str(path), "notes": list(loaded.notes)}
     return _plan_schedule(schedule.copy_with(config=cfg), family=None, header=header, check=True,
                           what=f"{path}:")
+
+
+def plan_schedule(schedule: Schedule, *, metrics: Mapping[str, Any] | None = None) -> PlanResult:
+    """:func:`plan` of a schedule built elsewhere (``pptl tune``'s best): check, simulate, summarise,
+    with ``metrics`` added to the summary.
+
+    Raises:
+        InvalidScheduleError: the schedule deadlocks.
+    """
+    cfg = schedule.config
+    header = {"schedule": schedule.family, "pp": schedule.pp, "vpp": cfg.vpp if cfg is not None else 1,
+              "microbatches": schedule.microbatches, "textbook_bubble": None, **(metrics or {})}
+    return _plan_schedule(schedule, family=None, header=header, check=True, what=f"{schedule.family}:")
 
 
 def _plan_schedule(schedule: Schedule, *, family: Family | None, header: dict[str, Any], check: bool,

@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from cli_runner import CliRunner
+from typer.testing import CliRunner
 
 from pptl.cli import app
 

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_runner import CliRunner
+from typer.testing import CliRunner
 
 import pptl.fileio
 from pptl.cli import app

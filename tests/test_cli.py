@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_runner import CliRunner
+from typer.testing import CliRunner
 
 from pptl.cli import app
 
@@ -180,7 +180,7 @@ def test_figure_paths_are_checked_first_in_one_line(tmp_path: Path, args: list[s
 
 
 @pytest.mark.parametrize("args,line", [
-    (["explain", str(MEASURED), "--top", "-1"], "error: --top: got -1, expected 0 or more"),
+    (["explain", str(MEASURED), "--top", "-1"], "error: --top: got -1, expected an integer >= 0"),
     (["export", str(FIXTURES / "1f1b.yaml"), "--to", "torchtitan", "-o", "{tmp}/pp.toml.gz"],
      "error: -o {tmp}/pp.toml.gz: .gz output is for --to chrome"),
     (["export", str(FIXTURES / "1f1b.yaml"), "--to", "torchtitan", "-o", "{tmp}/pp.toml", "--comms"],

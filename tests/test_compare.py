@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_runner import CliRunner
+from typer.testing import CliRunner
 
 from pptl.cli import app
 from pptl.compare import compare_timelines, comparison_lines

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cli_runner import CliRunner
+from typer.testing import CliRunner
 
 from pptl.cli import app
 from pptl.demo import default_fixtures_dir, example_files, run_demo

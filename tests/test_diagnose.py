@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_runner import CliRunner
+from typer.testing import CliRunner
 
 from pptl.cli import app
 from pptl.diagnose import diagnose_dumps

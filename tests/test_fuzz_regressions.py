@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_runner import CliRunner
+from typer.testing import CliRunner
 from fuzzing import clean_run
 
 from pptl.cli import app

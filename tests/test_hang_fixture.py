@@ -5,7 +5,7 @@ import csv
 from pathlib import Path
 
 import pytest
-from cli_runner import CliRunner
+from typer.testing import CliRunner
 
 from pptl.cli import app
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cli_runner import CliRunner
+from typer.testing import CliRunner
 
 from pptl.checks import run_checks
 from pptl.cli import app

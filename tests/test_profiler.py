@@ -148,7 +148,7 @@ def test_real_torch_profiler_trace(tmp_path: Path) -> None:
 
 
 def test_compare_and_check_read_trace_folders(tmp_path: Path, plan) -> None:
-    from cli_runner import CliRunner
+    from typer.testing import CliRunner
 
     from pptl.cli import app
 

@@ -5,7 +5,7 @@ import json
 from dataclasses import replace
 
 import pytest
-from cli_runner import CliRunner
+from typer.testing import CliRunner
 
 from pptl.cli import app
 from pptl.config import config_from_mapping, costs_from_mapping

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_runner import CliRunner
+from typer.testing import CliRunner
 from runorder import assert_runs_the_plans_order
 
 from pptl.cli import app
@@ -270,7 +270,7 @@ def test_cli_run_usage_errors_exit_2(tmp_path, args, message):
 
 
 def test_cli_and_core_do_not_import_torch():
-    code = ("import sys; from tests.cli_runner import CliRunner; from pptl.cli import app; "
+    code = ("import sys; from typer.testing import CliRunner; from pptl.cli import app; "
             "CliRunner().invoke(app, ['--help']); CliRunner().invoke(app, ['run', '--help']); "
             "import pptl.run, pptl.compare, pptl.run.program, pptl.run.results; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)

@@ -167,7 +167,7 @@ def test_refuses_tokens_that_do_not_split_over_the_members():
 
 
 def test_plan_file_runs_through_the_cli(tmp_path):
-    from cli_runner import CliRunner
+    from typer.testing import CliRunner
 
     from pptl.cli import app
 

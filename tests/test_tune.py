@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cli_runner import CliRunner
+from typer.testing import CliRunner
 
 from pptl.checks import run_checks
 from pptl.cli import app

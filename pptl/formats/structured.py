@@ -129,6 +129,13 @@ def _make_unique_loader() -> type:
         return out
 
     Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
+    # YAML 1.2 numbers: PyYAML follows YAML 1.1, where an exponent needs a dot and a sign ("2.0e+7"),
+    # so "2.0e7" and "1e-3" would be text; JSON, TOML and every YAML 1.2 reader take them as numbers.
+    import re
+
+    Loader.add_implicit_resolver("tag:yaml.org,2002:float",
+                                 re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+$"),
+                                 list("-+0123456789."))
     return Loader
 
 

@@ -15,7 +15,30 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["run_plans"]
+__all__ = ["run_plans", "with_workload"]
+
+
+def with_workload(schedule: Any, *, hidden: int | None = None, tokens: int | None = None, source: str = "") -> Any:
+    """``schedule`` whose synthetic model has width ``hidden`` and ``tokens`` rows per micro-batch
+    (each kept from its config where None): ``pptl run --hidden/--tokens`` size a run without
+    editing the plan.
+
+    Raises:
+        InputError: a value under 1.
+    """
+    from dataclasses import replace
+
+    from pptl.config import Config
+    from pptl.errors import InputError
+
+    for name, value in (("hidden", hidden), ("tokens", tokens)):
+        if value is not None and value < 1:
+            raise InputError(f"--{name}: got {value}, expected an integer >= 1")
+    if hidden is None and tokens is None:
+        return schedule
+    cfg = schedule.config or Config(schedule=schedule.family, pp=schedule.pp, microbatches=schedule.microbatches)
+    sizes = {k: v for k, v in (("hidden", hidden), ("tokens", tokens)) if v is not None}
+    return schedule.copy_with(config=replace(cfg, workload=replace(cfg.workload, **sizes)))
 
 
 def run_plans(plans: list[tuple[Any, str | Path | None]], *, gpus: int, device: str | None = None, steps: int = 3,

@@ -263,8 +263,8 @@ def _fit_memory(tc: TuneConfig, meta: Any, split: Sequence[int], memory: dict) -
     from pptl.tune.split import Split, stage_memory
 
     fam = meta.family
-    vpp = meta.vpp if fam == "interleaved" else (2 if fam in ("zbv", "dualpipev") else 1)
-    st = Structure(fam, int(meta.microbatches), vpp, tc.pp if fam == "interleaved" else None)
+    vpp = meta.vpp if fam == "interleaved-1f1b" else (2 if fam in ("zbv", "dualpipev") else 1)
+    st = Structure(fam, int(meta.microbatches), vpp, tc.pp if fam == "interleaved-1f1b" else None)
     probe = replace(tc, memory_limit=None, microbatches=(st.microbatches,))
     sp = Split("measured", tuple(split))
     try:  # the same timing and memory count as the search, on the split that ran

@@ -54,7 +54,7 @@ def structures(tc: TuneConfig) -> list[Structure]:
     out: list[Structure] = []
     for m in tc.microbatches:
         for fam in tc.families:
-            if fam == "interleaved":
+            if fam == "interleaved-1f1b":
                 for v in range(2, min(L // p, MAX_VPP) + 1):
                     # pp (Megatron's default), 2pp, and m (all micro-batches in one group): the
                     # sizes between trade memory for step time along the same line.

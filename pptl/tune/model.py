@@ -52,7 +52,7 @@ __all__ = ["LayerCost", "Work", "ModelDesc", "mlp_block_work", "TuneConfig", "TR
            "tune_config_from_mapping"]
 
 #: Families the search covers (``synth`` is the order ``pptl tune`` builds for the model).
-TRAINING_FAMILIES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zbv", "dualpipe", "dualpipev", "synth")
+TRAINING_FAMILIES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zbv", "dualpipe", "dualpipev", "synth")
 _KINDS = ("F", "B", "I", "W")
 #: Families whose backward is split into I and W (they need both costs).
 SPLIT_FAMILIES = frozenset({"zb-h1", "zb-h2", "zbv", "synth"})
@@ -188,6 +188,18 @@ class TuneConfig:
         return self.duty_exponent or 0.0
 
 
+def _family_name(name: Any, source: str) -> str:
+    """``name`` as ``pptl schedules`` lists it (an alias such as ``interleaved`` gives its family)."""
+    if name in TRAINING_FAMILIES:
+        return str(name)
+    from pptl.schedules import FAMILIES
+
+    canonical = next((f.name for f in FAMILIES.values() if name == f.name or name in f.aliases), None)
+    if canonical not in TRAINING_FAMILIES:
+        raise InputError(f"{source}: field 'families': got {name!r}, expected one of {', '.join(TRAINING_FAMILIES)}")
+    return str(canonical)
+
+
 def load_tune_config(path: str | Path) -> TuneConfig:
     data = read_structured(path)
     if not isinstance(data, Mapping):
@@ -230,11 +242,7 @@ def tune_config_from_mapping(data: Mapping[str, Any], *, source: str) -> TuneCon
     else:
         if not isinstance(fams, list) or not fams:
             raise InputError(f"{source}: field 'families': expected a list such as [1f1b, zb-h1]")
-        for f in fams:
-            if f not in TRAINING_FAMILIES:
-                raise InputError(f"{source}: field 'families': unknown family {f!r}; known: "
-                                 f"{', '.join(TRAINING_FAMILIES)}")
-        families = tuple(dict.fromkeys(fams))
+        families = tuple(dict.fromkeys(_family_name(f, source) for f in fams))
     split = data.get("measured_split")
     if split is not None:
         if not isinstance(split, list) or not split:

@@ -47,6 +47,8 @@ class Result:
     """Per rank: weights + peak activations."""
     fits: bool = False
     rejected: str | None = None
+    skipped: str | None = None
+    """Why the candidate was not tried (an ILP too large, or no solver): it is no verdict on the order."""
     schedule: Schedule | None = field(default=None, repr=False)
     notes: tuple[str, ...] = ()
     duty: tuple[float, ...] = ()
@@ -73,6 +75,7 @@ class Result:
                 "stage_layers": None if self.split is None else list(self.split.layers),
                 "megatron_layout": self.layout, "step": self.step, "bubble": self.bubble,
                 "peak_memory": list(self.peak), "fits": self.fits, "rejected": self.rejected,
+                "skipped": self.skipped,
                 "notes": list(self.notes)}
 
 
@@ -260,7 +263,7 @@ def _time_synth(tc: TuneConfig, st: Structure, sp: Split) -> Result:
                                   time_limit=tc.ilp_time_limit, warm=_best_start(x, greedy))
         notes = (note,)
         if orders is None:  # the greedy candidate already stands for this order
-            return Result(st, sp, rejected=note, notes=notes)
+            return Result(st, sp, skipped=note, notes=notes)
         schedule = build_synth(cfg, x, orders=orders)
     else:
         schedule = build_synth(cfg, x)

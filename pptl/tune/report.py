@@ -19,7 +19,8 @@ def table_rows(res: TuneResult, top: int) -> list[tuple[str, ...]]:
     shown = res.results[:top]
     for k, r in enumerate(shown, 1):
         if r.step is None:
-            rows.append((str(k), r.label, "-", "-", "-", "-", f"rejected: {r.rejected}"))
+            why = f"skipped: {r.skipped}" if r.skipped is not None else f"rejected: {r.rejected}"
+            rows.append((str(k), r.label, "-", "-", "-", "-", why))
             continue
         verdict = "fits" if r.fits else f"over: {r.rejected}"
         rows.append((str(k), r.label, _num(r.step), _num(r.step / r.structure.microbatches), f"{100 * r.bubble:.1f}%",
@@ -30,9 +31,10 @@ def table_rows(res: TuneResult, top: int) -> list[tuple[str, ...]]:
 def summary_lines(res: TuneResult, units: str) -> list[str]:
     n_fit = sum(r.fits for r in res.results)
     n_over = sum(r.step is not None and not r.fits for r in res.results)
-    n_rej = sum(r.step is None for r in res.results)
-    out = [f"{len(res.results)} candidates: {n_fit} fit, {n_over} over the memory limit, {n_rej} rejected "
-           f"(times in {units})"]
+    n_skip = sum(r.step is None and r.skipped is not None for r in res.results)
+    n_rej = sum(r.step is None and r.skipped is None for r in res.results)
+    out = [f"{len(res.results)} candidates: {n_fit} fit, {n_over} over the memory limit, {n_rej} rejected"
+           + (f", {n_skip} skipped" if n_skip else "") + f" (times in {units})"]
     b = res.best
     if b is not None:
         out.append(f"best: {b.label}: step {_num(b.step)}, bubble {100 * b.bubble:.1f}%, "

@@ -14,7 +14,7 @@ import itertools
 from dataclasses import replace
 
 import pytest
-from cli_runner import CliRunner
+from typer.testing import CliRunner
 
 from pptl.checks import run_checks
 from pptl.cli import app

@@ -7,7 +7,7 @@ import random
 from pathlib import Path
 
 import pytest
-from cli_runner import CliRunner
+from typer.testing import CliRunner
 
 from pptl.checks import run_checks
 from pptl.cli import app

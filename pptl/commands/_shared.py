@@ -1,0 +1,204 @@
+"""What the commands share: the consoles, the options declared once, the value types with pptl's
+wording, and small helpers for printing and for checking output paths.
+
+Vocabulary: an *option* has a name (``--pp``); an *argument* is positional (``FILES...``); a *flag*
+is an option without a value (``--verify``). Every value a user types is checked by one of the types
+below, whose complaint reads as every other pptl error does: ``--pp: got 'x', expected an integer``.
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import math
+import re
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Iterator, Optional
+
+import typer
+from rich.console import Console
+
+try:  # typer 0.2x carries its own copy of click; older ones use the click package
+    from typer._click.exceptions import Abort, BadParameter, ClickException, MissingParameter, UsageError
+    from typer._click.types import ParamType
+except ImportError:  # pragma: no cover - typer < 0.2x
+    from click import Abort, BadParameter, ClickException, MissingParameter, ParamType, UsageError  # type: ignore
+
+from pptl.errors import InputError
+
+__all__ = ["out", "err", "Abort", "BadParameter", "ClickException", "MissingParameter", "UsageError", "Whole", "Number", "Choice", "OutputFmt", "OutFile", "MemoryLimit", "Microbatches",
+           "Placement", "PlotlyJs", "print_json", "print_lines", "figure_format", "progress", "without_cycle_scans",
+           "wide", "IMAGES"]
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+_WHOLE = re.compile(r"[+-]?[\d_]+(\.0*)?")
+
+
+def _shown(value: Any) -> str:
+    """A typed value as messages quote it: numbers bare, text in quotes (as the config errors do)."""
+    text = str(value).strip()
+    try:
+        float(text)
+    except ValueError:
+        return repr(value)
+    return text
+
+
+class Whole(ParamType):
+    """An integer (``4``, ``4_000``, ``4.0``), at least ``min`` and at most ``max`` when given."""
+
+    name = "integer"
+
+    def __init__(self, min: Optional[int] = None, max: Optional[int] = None) -> None:
+        self.min, self.max = min, max
+
+    def get_metavar(self, param: Any, ctx: Any = None) -> str:
+        return "INT"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> int:
+        expected = ("an integer" + (f" from {self.min} to {self.max}" if self.min is not None and self.max is not None
+                                    else f" >= {self.min}" if self.min is not None else "")
+                    + (f" <= {self.max}" if self.max is not None and self.min is None else ""))
+        if isinstance(value, int):
+            number = value
+        else:
+            text = str(value).strip()
+            if not _WHOLE.fullmatch(text):
+                self.fail(f"got {_shown(value)}, expected {expected}", param, ctx)
+            number = int(text.split(".")[0])
+        if (self.min is not None and number < self.min) or (self.max is not None and number > self.max):
+            self.fail(f"got {_shown(value)}, expected {expected}", param, ctx)
+        return number
+
+
+class Number(ParamType):
+    """A finite number, above ``above`` or at least ``min`` when given."""
+
+    name = "number"
+
+    def __init__(self, min: Optional[float] = None, above: Optional[float] = None) -> None:
+        self.min, self.above = min, above
+
+    def get_metavar(self, param: Any, ctx: Any = None) -> str:
+        return "NUMBER"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        expected = ("a number" + (f" >= {self.min:g}" if self.min is not None else "")
+                    + (f" > {self.above:g}" if self.above is not None else ""))
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"got {_shown(value)}, expected {expected}", param, ctx)
+        if (not math.isfinite(number) or (self.min is not None and not number >= self.min)
+                or (self.above is not None and not number > self.above)):
+            self.fail(f"got {_shown(value)}, expected {expected}", param, ctx)
+        return number
+
+
+class Choice(ParamType):
+    """One of a few words."""
+
+    name = "choice"
+
+    def __init__(self, *choices: str) -> None:
+        self.choices = choices
+
+    def get_metavar(self, param: Any, ctx: Any = None) -> str:
+        return "|".join(self.choices)
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> str:
+        if value not in self.choices:
+            self.fail(f"got {_shown(value)}, expected one of {', '.join(self.choices)}", param, ctx)
+        return str(value)
+
+
+# ----------------------------------------------------------------------------------------------
+# Options declared once
+
+OutputFmt = Annotated[str, typer.Option("--output", click_type=Choice("text", "json"), help="text or json.")]
+OutFile = Annotated[Optional[Path], typer.Option("-o", "--out", help="Write the result to this file (replaced if "
+                                                 "it exists).", show_default=False)]
+MemoryLimit = Annotated[Optional[float], typer.Option("--memory-limit", click_type=Number(min=0),
+                                                      help="Peak activation per rank allowed (>= 0).")]
+Microbatches = Annotated[Optional[int], typer.Option("--microbatches", "-m", click_type=Whole(min=1),
+                                                     help="Micro-batches per step.")]
+Placement = Annotated[Optional[str], typer.Option("--placement", click_type=Choice("loop", "v"),
+                                                  help="torch CSV: stage placement, loop or v (default: inferred "
+                                                  "from the file).")]
+PlotlyJs = Annotated[str, typer.Option("--plotlyjs", click_type=Choice("inline", "directory"),
+                                       help="HTML: inline (plotly.js in the page: one file that opens offline) or "
+                                       "directory (plotly.min.js written once beside it, loaded by a relative path).")]
+
+
+# ----------------------------------------------------------------------------------------------
+# Printing
+
+def print_json(data: Any) -> None:
+    """Machine output: plain JSON on stdout (rich's highlighter takes seconds on large metrics)."""
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    sys.stdout.flush()
+
+
+def print_lines(lines: Any) -> None:
+    for line in lines:
+        out.print(line, markup=False)
+
+
+def wide() -> Console:
+    """stdout for a table: the terminal's width, or 200 columns in a pipe (whole lines for scripts)."""
+    return out if out.is_terminal else Console(file=out.file, width=200, highlight=False)
+
+
+class _Quiet:
+    def update(self, what: str) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def progress(what: str, *, json_output: bool = False) -> Iterator[Any]:
+    """A spinner on stderr with ``what`` (``.update(text)`` changes it) while long work runs; nothing
+    when stderr is not a terminal or the output is JSON, so pipes and scripts see only results."""
+    if json_output or not err.is_terminal:
+        yield _Quiet()
+        return
+    with err.status(what) as status:
+        yield status
+
+
+@contextlib.contextmanager
+def without_cycle_scans() -> Iterator[None]:
+    """The cycle collector off while one plan or check runs (then back as it was).
+
+    A schedule, its checks and its simulation are lists, tuples and frozen records that refcounting
+    frees; the collector found nothing to collect in them, yet its scans of the young objects were
+    10-20% of `pptl plan -o` and `pptl check` on a 400k-op plan (2026-11-26, docs/benchmarks.md).
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+IMAGES = ("png", "svg", "pdf")
+
+
+def figure_format(path: Optional[Path], allowed: tuple[str, ...] = IMAGES, *, name: str = "") -> str | None:
+    """The drawing format PATH's suffix names (None without PATH), after checking PATH can be written;
+    ``name`` prefixes the message with the option (``--figure``) where ``-o`` is not the one."""
+    if path is None:
+        return None
+    from pptl.fileio import check_writable
+
+    check_writable(path)  # a folder or a missing parent is named before the suffix
+    fmt = path.suffix.lower().lstrip(".")
+    if fmt not in allowed:
+        expected = ", ".join(f".{f}" for f in allowed[:-1]) + f" or .{allowed[-1]}"
+        got = f"'.{fmt}'" if fmt else "a name with no suffix"
+        raise InputError(f"{f'{name} ' if name else ''}{path}: cannot draw to {got}, expected {expected}")
+    return fmt

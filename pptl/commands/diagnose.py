@@ -1,0 +1,46 @@
+"""``pptl diagnose``: why a run hung (the analysis lives in pptl/diagnose.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from pptl.commands._shared import OutputFmt, err, figure_format, print_json, print_lines
+
+__all__ = ["diagnose"]
+
+
+def diagnose(
+    dumps: Annotated[list[Path], typer.Argument(metavar="DUMPS...", help="Flight-recorder dumps (one per rank; files or folders), or "
+                                                "the partial timeline a stopped pptl run wrote.",
+                                                show_default=False)],
+    plan_file: Annotated[Optional[Path], typer.Option("--plan", help="The plan (or torch CSV) that ran: name each "
+                                                      "NCCL op by its op id.")] = None,
+    out_file: Annotated[Optional[Path], typer.Option("-o", "--out", help="Draw the pending ops and the cycle: "
+                                                     ".png, .svg or .pdf.")] = None,
+    output: OutputFmt = "text",
+) -> None:
+    """Explain a hung run: per rank the NCCL ops that never completed, the wait-for cycle across ranks.
+
+    Also NCCL order or collective mismatches. Exit 0 when no rank was left waiting, 1 when one was.
+    """
+    from pptl.diagnose import to_dict, to_text
+    from pptl.diagnose_inputs import diagnose_paths
+    from pptl.fileio import atomic_write
+
+    fmt = figure_format(out_file)
+    result, schedule = diagnose_paths(dumps, plan_file)
+    if out_file is not None:
+        from pptl.render.diagnose_figure import diagnose_figure
+        from pptl.render.mpl import image_bytes
+
+        atomic_write(out_file, image_bytes(diagnose_figure(result, schedule), fmt))
+    if output == "json":
+        print_json(to_dict(result))
+    else:
+        print_lines(to_text(result).splitlines())
+        if out_file is not None:
+            err.print(f"wrote {out_file}", markup=False)
+    if result.hung:
+        raise typer.Exit(1)

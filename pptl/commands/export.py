@@ -1,0 +1,74 @@
+"""``pptl export``: a schedule or timeline in another tool's format."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from pptl.commands._shared import Choice, Microbatches, OutFile, Placement, err
+
+__all__ = ["export"]
+
+
+def export(
+    source: Annotated[Path, typer.Argument(metavar="SOURCE", help="Plan, config, torch CSV, timeline, or profiler traces (a folder).",
+                                           show_default=False)],
+    to: Annotated[str, typer.Option("--to", click_type=Choice("torch-csv", "chrome", "torchtitan"),
+                                    help="torch-csv, chrome (Perfetto) or torchtitan (-o pp.toml: its \\[parallelism] "
+                                    "lines, and the schedule CSV they name beside it).", show_default=False)],
+    comms: Annotated[bool, typer.Option("--comms", help="torch-csv: write compute_comms (with SEND/RECV).")] = False,
+    out_file: OutFile = None,
+    microbatches: Microbatches = None,
+    placement: Placement = None,
+    csv: Annotated[Optional[Path], typer.Option("--csv", help="torchtitan: where the schedule CSV goes (default: "
+                                                "beside -o, as NAME.csv).")] = None,
+) -> None:
+    """Write a schedule or timeline in another tool's format (to stdout without -o; .gz gzips)."""
+    import sys
+
+    from pptl.errors import InputError
+    from pptl.export import export_file
+    from pptl.fileio import atomic_write, check_writable
+
+    if csv is not None and to != "torchtitan":
+        raise InputError("--csv applies to --to torchtitan only")
+    gz = out_file is not None and out_file.name.endswith(".gz")
+    if gz and to != "chrome":
+        raise InputError(f"-o {out_file}: .gz output is for --to chrome")
+    if to == "torchtitan" and out_file is not None:
+        if comms:
+            raise InputError("--comms applies to --to torch-csv only")
+        if out_file.suffix.lower() != ".toml":
+            raise InputError(f"-o {out_file}: --to torchtitan writes TOML, expected a .toml name")
+        _export_torchtitan(source, out_file, csv, microbatches=microbatches, placement=placement)
+        return
+    if out_file is not None:
+        check_writable(out_file)
+    result = export_file(source, to=to, comms=comms, gzip_output=gz, microbatches=microbatches, placement=placement)
+    for note in result.notes:
+        err.print(f"note: {note}", markup=False)
+    if out_file is None:
+        sys.stdout.write(result.data.decode("utf-8"))
+        sys.stdout.flush()
+        return
+    atomic_write(out_file, result.data)
+    err.print(f"wrote {out_file}", markup=False)
+
+
+def _export_torchtitan(source: Path, toml_path: Path, csv_path: Optional[Path], **options: Any) -> None:
+    from pptl.errors import InputError
+    from pptl.export import export_torchtitan
+    from pptl.fileio import atomic_write, check_writable
+
+    csv_path = csv_path if csv_path is not None else toml_path.with_suffix(".csv")
+    if csv_path.resolve() == toml_path.resolve():
+        raise InputError(f"--csv {csv_path}: is the -o file; name another")
+    check_writable(toml_path)
+    check_writable(csv_path)
+    files = export_torchtitan(source, csv_path=str(csv_path), **options)
+    for note in files.notes:
+        err.print(f"note: {note}", markup=False)
+    atomic_write(csv_path, files.csv)
+    atomic_write(toml_path, files.toml)
+    err.print(f"wrote {toml_path} and {csv_path}", markup=False)

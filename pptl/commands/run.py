@@ -1,0 +1,71 @@
+"""``pptl run``: execute a plan with PyTorch, one process per rank (the runtime lives in pptl/run/)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from pptl.commands._shared import Choice, Number, OutputFmt, Whole, err, out, print_json, progress
+
+__all__ = ["run"]
+
+
+def run(
+    plan_file: Annotated[Path, typer.Argument(metavar="PLAN_FILE", help="Plan (pptl plan -o) or config to execute.", show_default=False)],
+    gpus: Annotated[Optional[int], typer.Option("--gpus", "-g", click_type=Whole(min=1),
+                                                help="Processes, one per rank (default: the plan's pp).")] = None,
+    device: Annotated[Optional[str], typer.Option("--device", click_type=Choice("cuda", "cpu"),
+                                                  help="cuda (NCCL) or cpu (gloo); default: cuda when "
+                                                  "available.")] = None,
+    steps: Annotated[int, typer.Option("--steps", click_type=Whole(min=1), help="Timed steps (as many untimed ones "
+                                       "measure the instrumentation overhead).")] = 3,
+    warmup: Annotated[int, typer.Option("--warmup", click_type=Whole(min=0),
+                                        help="Steps run first and discarded.")] = 1,
+    verify: Annotated[bool, typer.Option("--verify", help="Check loss and gradients against one process without a "
+                                         "pipeline.")] = False,
+    timeout: Annotated[float, typer.Option("--timeout", click_type=Number(above=0),
+                                           help="Seconds without progress before every rank is stopped.")] = 300.0,
+    hidden: Annotated[Optional[int], typer.Option("--hidden", click_type=Whole(min=1),
+                                                  help="Width of the synthetic model (default: the plan's workload, "
+                                                  "256).")] = None,
+    tokens: Annotated[Optional[int], typer.Option("--tokens", click_type=Whole(min=1),
+                                                  help="Rows of one micro-batch (default: the plan's workload, "
+                                                  "64).")] = None,
+    out_file: Annotated[Optional[Path], typer.Option("-o", "--out", help="Measured timeline (default: "
+                                                     "PLAN.measured.json here).")] = None,
+    messages: Annotated[Optional[str], typer.Option("--messages", click_type=Choice("sync-send", "overlap", "inline"),
+                                                    help="How CUDA ranks run SEND/RECV: sync-send (default: compute "
+                                                    "waits for each send, receives start when their sender is "
+                                                    "ready), overlap (sends beside compute too) or inline (as "
+                                                    "torch.distributed.pipelining).")] = None,
+    output: OutputFmt = "text",
+) -> None:
+    """Execute a plan with PyTorch, one process per rank; write the measured timeline."""
+    from pptl.errors import InputError, RunError
+    from pptl.fileio import check_new, check_writable
+    from pptl.formats.loader import load_any
+    from pptl.run import run_plans, with_workload
+    from pptl.run.report import summary, summary_lines
+
+    loaded = load_any(plan_file)
+    if loaded.schedule is None:
+        raise InputError(f"{plan_file}: is a {loaded.kind}, not a plan; pptl run takes plans and configs")
+    schedule = with_workload(loaded.schedule, hidden=hidden, tokens=tokens)
+    target = out_file if out_file is not None else Path(f"{plan_file.name.split('.')[0]}.measured.json")
+    check_writable(target)
+    if out_file is None:  # a name pptl made up never replaces a file (-o names one to overwrite)
+        check_new(target)
+    with progress(f"running {schedule.family} on {gpus or schedule.pp} processes", json_output=output == "json"):
+        tl = run_plans([(schedule, target)], gpus=gpus or schedule.pp, device=device, steps=steps,
+                       warmup=warmup, verify=verify, timeout=timeout, messages=messages)[0]
+    if output == "json":
+        print_json(summary(tl, str(target)))
+    else:
+        for line in summary_lines(tl):
+            out.print(line, markup=False)
+        err.print(f"wrote {target}", markup=False)
+    v = tl.meta.extra.get("verify")
+    if v and not v["ok"]:
+        raise RunError(f"--verify failed: max gradient rel err {v['max_grad_rel_err']:.2e} at {v['worst']}, loss rel "
+                       f"err {v['loss_rel_err']:.2e} (tolerance {v['tolerance']:g})")

@@ -1,0 +1,88 @@
+"""``pptl tune``: the best schedule for a model under a memory limit (the search lives in pptl/tune/)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from pptl.commands._shared import Number, OutputFmt, Whole, err, figure_format, print_json, print_lines, progress, wide
+
+__all__ = ["tune"]
+
+
+def tune(
+    config: Annotated[Path, typer.Argument(metavar="CONFIG", help="Tune config: model, pp, microbatches (see docs/tune.md).",
+                                           show_default=False)],
+    memory_limit: Annotated[Optional[float], typer.Option(
+        "--memory-limit", click_type=Number(above=0), help="Peak memory per rank allowed, > 0, in the config's memory "
+        "unit (default: its memory_limit).")] = None,
+    costs_from: Annotated[Optional[Path], typer.Option("--costs-from", help="Timeline of one pptl run: per-layer "
+                                                       "costs (and activation memory) from it.")] = None,
+    top: Annotated[int, typer.Option("--top", click_type=Whole(min=1), help="Rows of the ranked table.")] = 15,
+    out_file: Annotated[Optional[Path], typer.Option("-o", "--out", help="Write the best plan (for pptl run, "
+                                                     "render, check).")] = None,
+    figure: Annotated[Optional[Path], typer.Option("--figure", help="Step time against peak memory: .png, .svg "
+                                                   "or .pdf.")] = None,
+    csv: Annotated[Optional[Path], typer.Option("--csv", help="The best plan as a torch CSV schedule.")] = None,
+    output: OutputFmt = "text",
+) -> None:
+    """Search schedule families, layer splits and settings for a model under a memory limit.
+
+    Prints the ranking. Exit 1 when no candidate fits the limit (naming the closest).
+    """
+    import os
+    from dataclasses import replace
+
+    from rich.table import Table
+
+    from pptl.errors import InvalidScheduleError
+    from pptl.fileio import atomic_write, check_writable
+    from pptl.tune import load_tune_config
+    from pptl.tune import tune as run_tune
+    from pptl.tune.outputs import write_best
+    from pptl.tune.report import COLUMNS, summary_lines, table_rows, to_dict
+
+    fmt = figure_format(figure, name="--figure")
+    for p in (out_file, csv):
+        if p is not None:
+            check_writable(p)
+    tc = load_tune_config(config)
+    units, notes = "unit", []
+    if costs_from is not None:
+        from pptl.tune.calibrate import calibrate_tune
+
+        tc, units, notes = calibrate_tune(tc, costs_from)
+    if memory_limit is not None:
+        tc = replace(tc, memory_limit=memory_limit)
+    with progress("tuning", json_output=output == "json") as status:
+        result = run_tune(tc, progress=lambda label: status.update(f"tuning: {label}"), workers=os.cpu_count() or 1)
+        result.notes[:0] = notes
+        best = result.best
+        if best is not None and (out_file is not None or csv is not None):
+            status.update("writing the best plan")
+            write_best(tc, best, units, plan=out_file, csv=csv)
+    if figure is not None:
+        from pptl.render.mpl import image_bytes
+        from pptl.render.pareto import pareto_figure
+
+        atomic_write(figure, image_bytes(pareto_figure(result, units=units), fmt))
+    if output == "json":
+        print_json(to_dict(result, units))
+    else:
+        table = Table(show_edge=False, pad_edge=False)
+        for col in COLUMNS:
+            table.add_column(col, justify="right" if col in ("#", "step", "per mb", "bubble") else "left")
+        for row in table_rows(result, top):
+            table.add_row(*row)
+        wide().print(table)
+        print_lines(summary_lines(result, units))
+        for p in (out_file, csv, figure):
+            if p is not None and (best is not None or p == figure):
+                err.print(f"wrote {p}", markup=False)
+    if best is None:
+        closest = result.closest()
+        if closest is None:
+            raise InvalidScheduleError("no candidate could be built for this config (see the table for why)")
+        raise InvalidScheduleError(f"no candidate fits the memory limit {tc.memory_limit:g}; closest: "
+                                   f"{closest.label} with peak {closest.max_peak:.4g}")
