@@ -48,7 +48,7 @@ def structure_of(label: str) -> Any:
     x = _LABEL.match(label)
     if x is None:
         raise ValueError(f"not a pptl tune label: {label!r}")
-    fam = x["fam"]
+    fam = "interleaved-1f1b" if x["fam"] == "interleaved" else x["fam"]  # labels before the family's full name
     vpp = int(x["vpp"]) if x["vpp"] else (2 if fam in ("zbv", "dualpipev") else 1)
     return Structure(fam, int(x["m"]), vpp, int(x["g"]) if x["g"] else None,
                      int(x["inf"]) if x["inf"] else None, "ilp" if x["ilp"] else "greedy")

@@ -86,14 +86,18 @@ class _Boundary(typer.core.TyperGroup):
         except PptlError as e:
             err.print(f"error: {_one_line(str(e))}", markup=False)
             return e.exit_code
-        except (KeyboardInterrupt, Abort):
+        except (KeyboardInterrupt, Abort):  # before a command started (a command's own is handled in invoke)
             err.print("interrupted")
             return 130
 
     def invoke(self, ctx: Any) -> Any:
         # Plans reach 400k ops; the default collector thresholds rescan that heap thousands of times.
         gc.set_threshold(200_000, 20, 100)
-        return super().invoke(ctx)
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:  # click makes it exit 130 with no word; say what happened
+            err.print("interrupted")
+            raise
 
 
 def _version(value: bool) -> None:

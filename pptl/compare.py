@@ -284,9 +284,14 @@ def compare_files(plan: str | Path, measured: str | Path) -> Comparison:
 
     loaded = load_any(measured)
     m = loaded.timeline
-    if m is None or loaded.kind == "plan" or m.meta.source == "planned":
-        what = "a plan" if loaded.kind == "plan" or (m is not None and m.meta.source == "planned") \
-            else f"a {loaded.kind}"
-        raise InputError(f"{measured}: is {what}, not a measured run; pptl compare takes the plan first and the "
-                         f"run second (pptl compare PLAN MEASURED)")
-    return compare_timelines(planned_timeline(str(plan)), m)
+    if m is None:
+        raise InputError(f"{measured}: is a {loaded.kind}, has no timeline (expected the output of pptl run)")
+    p = planned_timeline(str(plan))
+    second_planned = loaded.kind == "plan" or m.meta.source == "planned"
+    if second_planned and p.meta.source == "measured":
+        raise InputError(f"{plan}: is a measured run and {measured} a plan: give the plan first "
+                         f"(pptl compare {measured} {plan})")
+    cmp = compare_timelines(p, m)
+    if second_planned:  # two plans: allowed (what-if against a baseline), but said where it is read
+        cmp.notes.insert(0, f"{measured} is a plan, not a measured run: this compares two plans")
+    return cmp

@@ -58,14 +58,19 @@ def diagnose_paths(paths: Sequence[Path], plan_file: Optional[Path] = None) -> t
         if schedule is None:
             raise InputError(f"{plan_file}: has no plan (expected a plan, config or torch CSV)")
     if timelines:
-        loaded = load_any(timelines[0])
-        if loaded.kind != "timeline" or loaded.timeline is None or loaded.timeline.meta.source != "measured":
-            raise InputError(f"{timelines[0]}: is a {loaded.kind}, not a hung run; pptl diagnose takes "
-                             "flight-recorder dumps or the timeline a stopped pptl run wrote (pass the plan "
-                             "with --plan)")
+        from pptl.formats.structured import read_structured
+
+        data = read_structured(timelines[0])
+        kind = data.get("format") if isinstance(data, dict) else None
+        if kind != "pptl-timeline":
+            what = "a plan" if kind == "pptl-plan" else "not a pptl timeline"
+            raise InputError(f"{timelines[0]}: {'is ' if kind == 'pptl-plan' else ''}{what}, not the record of a "
+                             "hung run; pptl diagnose takes flight-recorder dumps, or the timeline a stopped pptl "
+                             "run wrote with --plan PLAN")
         if schedule is None:
             raise InputError(f"{timelines[0]}: a pptl timeline needs --plan (the plan that ran)")
-        return diagnose_timeline(loaded.timeline, schedule), schedule
+        timeline = load_any(timelines[0]).timeline
+        return diagnose_timeline(timeline, schedule), schedule
     loaded_dumps = [load_dump(f) for f in pickles]
     seen: dict[int, Path] = {}
     for f, d in zip(pickles, loaded_dumps):

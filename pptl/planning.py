@@ -314,7 +314,11 @@ def check_file(path: str, *, microbatches: int | None = None, memory_limit: floa
                          f"(to check every plan in it, pass '{Path(path) / '*.json'}')") from None
     if loaded.schedule is None:
         raise InputError(f"{path}: is a {loaded.kind}, not a schedule; 'pptl check' takes plans, configs and schedules")
-    violations = list(getattr(loaded, "problems", ())) + run_checks(loaded.schedule, memory_limit=memory_limit, p2p=p2p)
+    try:
+        violations = list(getattr(loaded, "problems", ())) + run_checks(loaded.schedule, memory_limit=memory_limit,
+                                                                         p2p=p2p)
+    except InputError as e:  # a value the rules read from the file's metadata: name the file first
+        raise InputError(str(e) if str(e).startswith(f"{path}:") else f"{path}: {e}") from None
     locate = getattr(loaded, "locate", None)
     if locate is not None:
         violations = [replace(v, line=locate(v.ops[0])) if v.line is None and v.ops else v for v in violations]

@@ -68,7 +68,7 @@ def test_style_option_overrides_auto() -> None:
     (["--style", "fancy"], "error: --style: got 'fancy', expected one of auto, default, dualpipe, moe, weight-update"),
     (["-o", "x.txt"], "error: x.txt: cannot draw to '.txt', expected one of .png, .svg, .pdf, .html"),
     (["--html", "-o", "x.png"], "error: --html writes HTML but -o x.png is not .html; drop --html or name a .html file"),
-    (["--width", "10"], "error: --width: got 10, expected at least 40 columns"),
+    (["--width", "10"], "error: --width: got 10, expected an integer from 40 to 1000"),
 ], ids=["style", "suffix", "html-vs-png", "width"])
 def test_usage_errors_exit_2_with_one_line(args: list[str], message: str) -> None:
     result = runner.invoke(app, ["render", CONFIG, *args])

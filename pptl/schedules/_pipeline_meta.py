@@ -23,7 +23,8 @@ _KEYS = ("source_format", "csv_format", "parameter_copies", "weight_grad_store",
 _CHOICES: dict[str, tuple[str, ...]] = {
     "csv_format": ("compute_only", "compute_comms"),
     "weight_grad_store": ("rank", "stage"),
-    "placement": ("loop", "v"),
+    # custom: a torch CSV whose stages sit neither looped nor in a V (what its reader detects and draws)
+    "placement": ("loop", "v", "custom"),
     "synthesised": ("greedy", "given"),
 }
 _RANKS = 1 << 20
@@ -42,7 +43,8 @@ class PipelineMeta:
     """Where pending weight gradients queue for their W: ``rank``, one FIFO per rank (DualPipe,
     DualPipeV: both chunks share it), or ``stage``, one per stage (``None`` reads as this)."""
     placement: str | None = None
-    """Stage placement, ``loop`` or ``v`` (the V families: ZB-V, DualPipeV); ``None``: read from the stages."""
+    """Stage placement, ``loop``, ``v`` (the V families: ZB-V, DualPipeV) or ``custom`` (a torch CSV's
+    own); ``None``: read from the stages."""
     synthesised: str | None = None
     """How ``pptl tune``'s synthesised order was made: ``greedy`` or ``given``."""
     program_order: tuple[str, ...] | None = None
