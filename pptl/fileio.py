@@ -8,10 +8,20 @@ from pathlib import Path
 
 from pptl.errors import InputError
 
-__all__ = ["MAX_FILE_BYTES", "atomic_write", "check_new", "check_writable", "read_bounded"]
+__all__ = ["MAX_FILE_BYTES", "atomic_write", "check_new", "check_writable", "read_bounded", "read_error"]
 
 #: Inputs larger than this are refused before parsing (a plan of 400k ops is ~60 MB).
 MAX_FILE_BYTES = 512 * 2**20
+
+
+def read_error(path: str | Path, e: OSError) -> InputError:
+    """The one wording of a file that cannot be read: ``PATH: no such file``, ``PATH: is a folder``,
+    or ``PATH: cannot read: REASON``."""
+    if isinstance(e, FileNotFoundError):
+        return InputError(f"{path}: no such file")
+    if isinstance(e, IsADirectoryError):
+        return InputError(f"{path}: is a folder, expected a file")
+    return InputError(f"{path}: cannot read: {e.strerror or e}")
 
 
 def check_writable(path: str | Path) -> Path:
@@ -96,7 +106,7 @@ def read_bounded(path: str | Path, limit: int) -> bytes:
             raise InputError(f"{p}: file is larger than the {limit} bytes accepted")
         raw = p.read_bytes()
     except OSError as e:
-        raise InputError(f"{p}: cannot read: {e.strerror or e}") from None
+        raise read_error(p, e) from None
     if not p.name.lower().endswith(".gz"):
         return raw
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)

@@ -218,6 +218,13 @@ class Schedule:
         raise AttributeError(f"'Schedule' object has no attribute '{name}'")
 
     @property
+    def chunks_per_rank(self) -> int:
+        """Virtual stages per rank as built: the config's vpp, or more where a family places several
+        stages on a rank whatever vpp says (zbv and dualpipev: 2). Every title and header says this."""
+        cfg = self.config
+        return max(getattr(cfg, "vpp", 1) if cfg is not None else 1, self.num_stages // max(1, self.pp))
+
+    @property
     def n_ops(self) -> int:
         """``len(self.ops)``, without building the ops of a schedule made from a table."""
         d = self.__dict__

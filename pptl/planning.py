@@ -8,6 +8,7 @@ and runs the checker.
 from __future__ import annotations
 
 import glob
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
@@ -114,11 +115,13 @@ def _load_config_or_plan(path: Path, overrides: Mapping[str, Any]) -> Config:
 
 
 def title_of(schedule: Schedule, makespan: float, bubble: float) -> str:
-    cfg = schedule.config
-    # Chunks per rank as built: zbv and dualpipev hold two stages per rank whatever vpp the config says.
-    chunks = max(cfg.vpp if cfg is not None else 1, schedule.num_stages // max(1, schedule.pp))
+    chunks = schedule.chunks_per_rank
     vpp = f" vpp={chunks}" if chunks > 1 else ""
-    return (f"{schedule.family}: pp={schedule.pp}{vpp} microbatches={schedule.microbatches * schedule.directions} "
+    from pptl.schedules import find_family  # the registry loads only when planning
+
+    fam = find_family(schedule.family)
+    unit = fam.step_unit if fam is not None else "microbatches"
+    return (f"{schedule.family}: pp={schedule.pp}{vpp} {unit}={schedule.microbatches * schedule.directions} "
             f"makespan={makespan:g} bubble={100 * bubble:.1f}%")
 
 
@@ -146,14 +149,31 @@ def plan_config(path: Path | None, flags: Mapping[str, Any], cost_flags: list[st
                 comm_latency: float | None, *, costs_from: Path | None = None) -> PlanResult:
     """:func:`plan` of :func:`make_config`'s config, its costs measured by the run ``costs_from``
     wrote when one is named (the plan then speaks the run's unit)."""
-    cfg = make_config(path, flags, cost_flags, comm_latency)
-    units = None
-    if costs_from is not None:
-        cfg, units = calibrate(cfg, costs_from)
-    result = plan(cfg)
+    try:
+        cfg = make_config(path, flags, cost_flags, comm_latency)
+        units = None
+        if costs_from is not None:
+            cfg, units = calibrate(cfg, costs_from)
+        result = plan(cfg)
+    except InputError as e:
+        raise _in_flag_words(e) from None
     if units is not None and units != "unit":  # calibrated durations are in the run's unit (ms)
         result.schedule.meta["units"] = units
     return result
+
+
+_FLAG_FIELD = re.compile(r"^<flags>: (?:field '(\w+)': )?")
+
+
+def _in_flag_words(e: InputError) -> InputError:
+    """A config error about values that came from flags, worded as the flags: ``--vpp: got 1, ...``
+    rather than ``<flags>: field 'vpp': got 1, ...`` (a file's errors name the file and field)."""
+    text = str(e)
+    m = _FLAG_FIELD.match(text)
+    if m is None:
+        return e
+    rest = text[m.end():]
+    return InputError(f"--{m.group(1).replace('_', '-')}: {rest}" if m.group(1) else rest)
 
 
 def plan_from_file(path: str | Path, *, microbatches: int | None = None, placement: str | None = None,
@@ -210,6 +230,9 @@ def _plan_schedule(schedule: Schedule, *, family: Family | None, header: dict[st
     sim = ctx.simulation  # the rules may have simulated already; the context keeps one
     metrics = sim.metrics()
     metrics.update(header)
+    metrics["vpp"] = schedule.chunks_per_rank
+    if family is not None and family.memory_label != "peak act.":
+        metrics["memory_label"] = family.memory_label
     if family is not None and family.extra_metrics is not None:
         metrics.update(family.extra_metrics(schedule, sim))
     title = title_of(schedule, sim.makespan, metrics["bubble_fraction"])

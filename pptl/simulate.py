@@ -79,8 +79,7 @@ class Simulation:
         cfg = s.config
         return TimelineMeta(source="planned", units="unit" if not s.meta.get("units") else s.meta["units"],
                             family=s.family, pp=s.pp,
-                            # chunks per rank as built (zbv and dualpipev: 2, whatever the config's vpp)
-                            vpp=max(getattr(cfg, "vpp", 1) if cfg else 1, s.num_stages // max(1, s.pp)),
+                            vpp=s.chunks_per_rank,
                             microbatches=s.microbatches, title=s.meta.get("title", ""),
                             extra={"makespan": self.makespan})
 

@@ -62,7 +62,7 @@ def test_plan_fewer_microbatches_than_stages() -> None:
         (["plan", "--schedule", "1f1b", "--pp", "2", "--microbatches", "2", "--output", "xml"],
          "error: --output: got 'xml', expected one of text, json"),
         (["plan", "--schedule", "interleaved-1f1b", "--pp", "2", "--microbatches", "4"],
-         "error: <flags>: field 'vpp': got 1, expected at least 2 chunks per rank"),
+         "error: --vpp: got 1, expected at least 2 chunks per rank"),
         (["plan", str(FIXTURES / "bad" / "negative_pp.yaml")], "field 'pp': got -2, expected an integer >= 1"),
         (["check", str(FIXTURES / "bad" / "newer_plan.json")], "plan format version 99 is newer"),
         (["check", "no/such/file.json"], "error: no/such/file.json: no such file"),

@@ -109,17 +109,17 @@ def test_yaml_errors_carry_line_and_column(tmp_path: Path) -> None:
 
 def test_group_size_message_names_what_the_user_set() -> None:
     _one_line(["plan", "--schedule", "interleaved-1f1b", "--pp", "4", "--vpp", "2", "-m", "3"], 2,
-              "error: <flags>: field 'microbatches': got 3, expected at least pp=4 for schedule 'interleaved-1f1b': "
+              "error: --microbatches: got 3, expected at least pp=4 for schedule 'interleaved-1f1b': "
               "give at least 4 micro-batches (its micro-batch group, --group-size, is pp unless set and must lie "
               "between pp and microbatches)")
     _one_line(["plan", "--schedule", "interleaved-1f1b", "--pp", "4", "--vpp", "2", "-m", "3", "--group-size", "4"],
-              2, "error: <flags>: field 'group_size': got 4, expected at most microbatches=3 (Megatron-Core's group "
+              2, "error: --group-size: got 4, expected at most microbatches=3 (Megatron-Core's group "
               "rule: G in [pp, microbatches]) for schedule 'interleaved-1f1b'")
 
 
 def test_huge_pipeline_refused_before_any_work() -> None:
     _one_line(["plan", "--schedule", "1f1b", "--pp", "100000", "-m", "8"], 2,
-              "error: <flags>: pp=100000 x vpp=1 x microbatches=8 would plan about 4,800,000 ops, more than the "
+              "error: pp=100000 x vpp=1 x microbatches=8 would plan about 4,800,000 ops, more than the "
               "2,000,000 pptl plans; reduce pp or microbatches")
 
 

@@ -260,8 +260,8 @@ def test_cli_run_verify_then_compare_then_calibrate(tmp_path):
 
 @pytest.mark.parametrize("args,message", [
     (["--gpus", "3"], "the plan has pp=2 ranks; run it with --gpus 2"),
-    (["--device", "tpu"], "--device: got 'tpu', expected cuda or cpu"),
-    (["--steps", "0"], "--steps: got 0, expected at least 1"),
+    (["--device", "tpu"], "--device: got 'tpu', expected one of cuda, cpu"),
+    (["--steps", "0"], "--steps: got 0, expected an integer >= 1"),
 ], ids=["gpus", "device", "steps"])
 def test_cli_run_usage_errors_exit_2(tmp_path, args, message):
     r = CliRunner().invoke(app, ["run", str(_tiny_plan(tmp_path)), *args, "-o", str(tmp_path / "m.json")])
@@ -430,5 +430,5 @@ def test_every_family_runs_and_verifies_in_each_message_mode(mode):
 def test_cli_run_refuses_an_unknown_message_mode(tmp_path):
     r = CliRunner().invoke(app, ["run", str(_tiny_plan(tmp_path)), "--messages", "eager", "-o", str(tmp_path / "m.json")])
     assert r.exit_code == 2, r.output
-    assert "--messages: got 'eager', expected sync-send, overlap, inline" in r.output
+    assert "--messages: got 'eager', expected one of sync-send, overlap, inline" in r.output
     assert not (tmp_path / "m.json").exists()

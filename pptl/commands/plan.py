@@ -89,11 +89,12 @@ def print_plan(result: Any) -> None:
     from rich.table import Table
 
     m = result.metrics
-    memory = m.get("memory_label", "peak act.")  # a family whose memory is not activations names its own
+    memory = m.get("memory_label", "peak act.")  # None: a family that holds no activations (weight update)
     out.print(f"{result.title}", markup=False)
     table = Table(show_edge=False, pad_edge=False)
     for name in ("rank", "busy", "idle", "bubble", memory):
-        table.add_column(name, justify="right")
+        if name is not None:
+            table.add_column(name, justify="right")
     ranks = m["ranks"]
     shown = ranks if len(ranks) <= _SCREEN_RANKS else ranks[:_EDGE_RANKS] + [None] + ranks[-_EDGE_RANKS:]
     for r in shown:
@@ -103,10 +104,10 @@ def print_plan(result: Any) -> None:
                                  for k in ("busy", "idle")),
                           f"{100 * min(x['bubble_fraction'] for x in hidden):.1f}.."
                           f"{100 * max(x['bubble_fraction'] for x in hidden):.1f}%",
-                          f"{max(x['peak_activation'] for x in hidden):g} max")
+                          *([f"{max(x['peak_activation'] for x in hidden):g} max"] if memory else []))
             continue
         table.add_row(str(r["rank"]), f"{r['busy']:g}", f"{r['idle']:g}", f"{100 * r['bubble_fraction']:.1f}%",
-                      f"{r['peak_activation']:g}")
+                      *([f"{r['peak_activation']:g}"] if memory else []))
     out.print(table)
     if len(shown) != len(ranks):
         out.print(f"{len(ranks) - 2 * _EDGE_RANKS} middle ranks summarised in the … row (ranges); "

@@ -58,7 +58,8 @@ def run(
         check_new(target)
     with progress(f"running {schedule.family} on {gpus or schedule.pp} processes", json_output=output == "json"):
         tl = run_plans([(schedule, target)], gpus=gpus or schedule.pp, device=device, steps=steps,
-                       warmup=warmup, verify=verify, timeout=timeout, messages=messages)[0]
+                       warmup=warmup, verify=verify, timeout=timeout, messages=messages,
+                       sources=[str(plan_file)])[0]
     if output == "json":
         print_json(summary(tl, str(target)))
     else:

@@ -57,13 +57,25 @@ def load_any(path: str | Path, **options: Any) -> Loaded:
     (``microbatches``, ``placement``...) and override what a config file says."""
     path = Path(path)
     suffix = "".join(path.suffixes[-2:]).lower() if path.name.endswith(".json.gz") else path.suffix.lower()
-    if suffix in _READERS:
-        return _READERS[suffix](path, **options)
-    _ensure_plugins()
-    if suffix in _READERS:
-        return _READERS[suffix](path, **options)
-    data = read_structured(path)
-    return load_data(data, str(path), **options)
+    if suffix not in _READERS:
+        _ensure_plugins()
+    loaded = _READERS[suffix](path, **options) if suffix in _READERS else load_data(read_structured(path), str(path),
+                                                                                      **options)
+    _refuse_ignored(path, loaded, options)
+    return loaded
+
+
+#: The reader options each kind of file reads: given for another kind, one would be ignored silently.
+_READ_BY = {"microbatches": ("config", "torch-csv"), "placement": ("torch-csv",)}
+_FLAGS = {"microbatches": "-m/--microbatches", "placement": "--placement"}
+_KIND_NAMES = {"config": "a config", "torch-csv": "a torch CSV"}
+
+
+def _refuse_ignored(path: Path, loaded: Loaded, options: Mapping[str, Any]) -> None:
+    for name, kinds in _READ_BY.items():
+        if options.get(name) is not None and loaded.kind not in kinds:
+            readers = " or ".join(_KIND_NAMES[k] for k in kinds)
+            raise InputError(f"{path}: {_FLAGS[name]} applies to {readers}, not to a {loaded.kind}; drop it")
 
 
 def load_data(data: Any, source: str, **options: Any) -> Loaded:

@@ -197,7 +197,7 @@ def timeline_from_rows(rows: list[list[tuple[Action, float, float]]], *, source:
               for op, (st, en) in zip(schedule.ops, times)]
     cfg = schedule.config
     meta = TimelineMeta(source="measured", units=units, family="measured", pp=schedule.pp,
-                        vpp=cfg.vpp if cfg is not None else 1, microbatches=schedule.microbatches,
+                        vpp=schedule.chunks_per_rank, microbatches=schedule.microbatches,
                         title=f"measured: pp={schedule.pp} microbatches={schedule.microbatches}",
                         clock="per-rank timestamps as recorded (one clock assumed), shifted to start at 0",
                         extra=_extra(schedule, ordered, t0, gpu_windows))

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pptl.errors import InputError
-from pptl.fileio import MAX_FILE_BYTES
+from pptl.fileio import MAX_FILE_BYTES, read_error
 
 __all__ = ["read_structured"]
 
@@ -23,7 +23,7 @@ def read_structured(path: str | Path) -> Any:
     try:
         size = path.stat().st_size
     except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
+        raise read_error(path, e) from None
     if path.is_dir():
         raise InputError(f"{path}: is a directory, expected a file")
     if size > MAX_FILE_BYTES:
@@ -31,12 +31,14 @@ def read_structured(path: str | Path) -> Any:
     try:
         raw = path.read_bytes()
     except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
+        raise read_error(path, e) from None
     suffix = path.suffix.lower()
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise InputError(f"{path}: not UTF-8 text") from None
+    if suffix in (".toml", ".yaml", ".yml", ".json") and not text.strip():
+        raise InputError(f"{path}: the file is empty")
     try:
         if suffix == ".toml":
             import tomllib
@@ -46,6 +48,8 @@ def read_structured(path: str | Path) -> Any:
             import yaml
 
             data = yaml.load(text, Loader=_UniqueKeyLoader)
+            if data is None:  # comments only: as empty as an empty TOML or JSON file
+                raise InputError("the file is empty")
             _check_aliases(data)
             return data
         if suffix == ".json":

@@ -189,7 +189,7 @@ def read_csv(path: str | Path, *, microbatches: int | None = None, placement: st
     Raises:
         InputError: unreadable file, or (without ``report_problems``) a bad cell.
     """
-    from pptl.fileio import MAX_FILE_BYTES
+    from pptl.fileio import MAX_FILE_BYTES, read_error
     from pptl.formats.loader import Loaded
 
     p = Path(path)
@@ -200,7 +200,7 @@ def read_csv(path: str | Path, *, microbatches: int | None = None, placement: st
     except UnicodeDecodeError:
         raise InputError(f"{p}: not UTF-8 text") from None
     except OSError as e:
-        raise InputError(f"{p}: cannot read: {e.strerror or e}") from None
+        raise read_error(p, e) from None
     schedule, notes, problems, lines = load_csv_text(text, source=str(p), microbatches=microbatches,
                                                      placement=placement, report_problems=report_problems)
 

@@ -292,7 +292,11 @@ class Style:
         directions = max((e.direction for e in tl.events), default=0) + 1
         mbs = m.microbatches * directions if m.microbatches else len({(e.direction, e.mb) for e in tl.events
                                                                       if e.mb >= 0})
-        return (f"{title_head(tl)}: pp={m.pp or len(tl.ranks())} vpp={m.vpp} micro-batches={mbs} "
+        pp = m.pp or len(tl.ranks())
+        # chunks per rank as run: a timeline written before its meta said so (zbv: 2) says vpp 1
+        stages = len({e.stage for e in tl.events if e.stage is not None and e.stage >= 0})
+        vpp = max(m.vpp or 1, stages // max(1, pp))
+        return (f"{title_head(tl)}: pp={pp} vpp={vpp} micro-batches={mbs} "
                 f"makespan={tl.makespan:g}{title_units(tl)} bubble={100 * tl.bubble_fraction():.1f}%")
 
 

@@ -43,14 +43,16 @@ def with_workload(schedule: Any, *, hidden: int | None = None, tokens: int | Non
 
 def run_plans(plans: list[tuple[Any, str | Path | None]], *, gpus: int, device: str | None = None, steps: int = 3,
               warmup: int = 1, verify: bool = False, timeout: float | None = None,
-              threads: int | None = None, messages: str | None = None) -> list[Any]:
+              threads: int | None = None, messages: str | None = None,
+              sources: list[str] | None = None) -> list[Any]:
     """Run each (schedule, output path or None) with ``gpus`` local processes, one launch for all.
 
     A plan is a :class:`pptl.ir.Schedule` or a path any pptl reader takes (plan, config). Returns the
     measured :class:`pptl.timeline.Timeline` of each plan. Raises InputError (exit 2) for bad input
     or a device this machine lacks, RunError (exit 1) when the run fails.
+    ``sources`` names each plan's file in messages (default: the path given, or the family).
     """
-    from pptl.errors import InputError
+    from pptl.errors import InputError, InvalidScheduleError
     from pptl.formats.loader import load_any
     from pptl.ir import Schedule
     from pptl.run.launcher import check_device, launch
@@ -58,15 +60,18 @@ def run_plans(plans: list[tuple[Any, str | Path | None]], *, gpus: int, device: 
     from pptl.run.program import build_program
 
     schedules, jobs = [], []
-    for plan, out in plans:
+    for k, (plan, out) in enumerate(plans):
         if isinstance(plan, Schedule):
-            schedule, label = plan, plan.family
+            schedule, label = plan, sources[k] if sources else plan.family
         else:
             loaded = load_any(plan)
             if loaded.schedule is None:
                 raise InputError(f"{plan}: is a {loaded.kind}, not a plan; pptl run takes plans and configs")
             schedule, label = loaded.schedule, str(plan)
-        build_program(schedule, source=label)  # refuse what cannot run before starting processes
+        try:  # refuse what cannot run before starting processes: the plan given is bad input (exit 2)
+            build_program(schedule, source=label)
+        except InvalidScheduleError as e:
+            raise InputError(str(e)) from None
         schedules.append(schedule)
         jobs.append(PlanJob(label, str(out) if out is not None else None, label))
     dev = check_device(device, gpus)

@@ -119,7 +119,7 @@ def build_timeline(schedule: Schedule, payloads: list[Mapping[str, Any]], *,
     span = (max(e.end for e in events) - min(e.start for e in events)) if events else 0.0
     title = f"{schedule.family}: measured on {device}, pp={schedule.pp} makespan={span:.3f} ms"
     meta = TimelineMeta(source="measured", units="ms", family=schedule.family, pp=schedule.pp,
-                        vpp=getattr(cfg, "vpp", 1) if cfg is not None else 1,
+                        vpp=schedule.chunks_per_rank,
                         microbatches=schedule.microbatches, title=title, clock=CLOCK, extra=meta_extra)
     return Timeline(events, meta)
 

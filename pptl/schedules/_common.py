@@ -84,6 +84,11 @@ class Family:
     own_costs: bool = False
     """Whether the family reads cost keys of its own (MoE sub-ops, weight-update copies), not only the
     op kinds F, B, I, W, FB; for the others any other key is a typo."""
+    step_unit: str = "microbatches"
+    """What one step is made of, as titles count it (``microbatches=8``; the weight update's buckets)."""
+    memory_label: str | None = "peak act."
+    """The plan table's memory column (peak activation units per rank); None where the family holds
+    no activations and the column would only print zeros."""
     extra_metrics: Callable[[Schedule, Any], dict] | None = None
     """Family metrics merged into ``pptl plan``'s (schedule, simulation) -> JSON-ready dict; its
     optional ``report`` key holds lines the text output prints."""
