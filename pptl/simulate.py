@@ -76,7 +76,6 @@ class Simulation:
 
     def timeline_meta(self) -> TimelineMeta:
         s = self.schedule
-        cfg = s.config
         return TimelineMeta(source="planned", units="unit" if not s.meta.get("units") else s.meta["units"],
                             family=s.family, pp=s.pp,
                             vpp=s.chunks_per_rank,

@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 from kineto_synth import rank_traces, write
+from typer.testing import CliRunner
 
 from pptl.cli import app
 from pptl.compare import compare_timelines, schedule_difference

@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 from fuzzing import clean_run
+from typer.testing import CliRunner
 
 from pptl.cli import app
 from pptl.config import Config

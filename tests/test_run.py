@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 from runorder import assert_runs_the_plans_order
+from typer.testing import CliRunner
 
 from pptl.cli import app
 from pptl.config import config_from_mapping

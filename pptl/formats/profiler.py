@@ -195,7 +195,6 @@ def timeline_from_rows(rows: list[list[tuple[Action, float, float]]], *, source:
     events = [Event(op=op.id, rank=op.rank, lane=op.lane, start=st, end=en, kind=op.kind, stage=op.stage,
                     mb=op.mb, direction=op.direction, chunk=op.chunk, pair=op.pair, peer=op.peer, flow=op.flow)
               for op, (st, en) in zip(schedule.ops, times)]
-    cfg = schedule.config
     meta = TimelineMeta(source="measured", units=units, family="measured", pp=schedule.pp,
                         vpp=schedule.chunks_per_rank, microbatches=schedule.microbatches,
                         title=f"measured: pp={schedule.pp} microbatches={schedule.microbatches}",

@@ -114,7 +114,6 @@ def build_timeline(schedule: Schedule, payloads: list[Mapping[str, Any]], *,
     if partial:
         meta_extra["partial"] = True
     meta_extra.update(extra or {})
-    cfg = schedule.config
     device = info.get("device", "?")
     span = (max(e.end for e in events) - min(e.start for e in events)) if events else 0.0
     title = f"{schedule.family}: measured on {device}, pp={schedule.pp} makespan={span:.3f} ms"
