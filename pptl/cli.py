@@ -20,7 +20,7 @@ from typing import Any, Optional, Sequence
 import typer
 
 from pptl import __version__
-from pptl.commands._shared import Abort, BadParameter, ClickException, MissingParameter, UsageError, err
+from pptl.commands._shared import Abort, BadParameter, ClickException, MissingParameter, UsageError, err, one_line
 from pptl.errors import PptlError
 
 __all__ = ["app", "main", "COMMANDS"]
@@ -40,15 +40,6 @@ COMMANDS = {
     "tune": "pptl.commands.tune:tune",
     "serve": "pptl.commands.serve:serve",
 }
-
-#: What str.splitlines() (and a terminal) breaks a line at: an error must stay one line even when it
-#: quotes a value from the input that holds one.
-_BREAKS = {c: repr(c)[1:-1] for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
-
-
-def _one_line(text: str) -> str:
-    return text.translate(str.maketrans(_BREAKS)) if any(c in text for c in _BREAKS) else text
-
 
 def _usage_line(e: Any) -> str:
     """A click usage error in pptl's words: the option first, then what was got and expected."""
@@ -78,13 +69,13 @@ class _Boundary(typer.core.TyperGroup):
             return rv if isinstance(rv, int) else 0
         except UsageError as e:
             if e.format_message():  # a bare `pptl` printed the help and has nothing to add
-                err.print(f"error: {_one_line(_usage_line(e))}", markup=False)
+                err.print(f"error: {one_line(_usage_line(e))}", markup=False)
             return 2
         except ClickException as e:
-            err.print(f"error: {_one_line(e.format_message())}", markup=False)
+            err.print(f"error: {one_line(e.format_message())}", markup=False)
             return e.exit_code
         except PptlError as e:
-            err.print(f"error: {_one_line(str(e))}", markup=False)
+            err.print(f"error: {one_line(str(e))}", markup=False)
             return e.exit_code
         except (KeyboardInterrupt, Abort):  # before a command started (a command's own is handled in invoke)
             err.print("interrupted")

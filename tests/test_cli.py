@@ -198,3 +198,78 @@ def test_help_of_newer_commands_shows_no_raw_type_or_range(command: str) -> None
     r = runner.invoke(app, [command, "--help"], env={"COLUMNS": "120"})
     assert r.exit_code == 0, r.output
     assert "[x>=" not in r.stdout and "TEXT" not in r.stdout and "FLOAT" not in r.stdout, r.stdout
+
+
+# ----------------------------------------------------------------------------------------------
+# The typer app: imports, completion, progress, the one error boundary
+
+
+def test_help_and_a_small_check_import_no_pydantic_and_no_library_for_help(tmp_path: Path) -> None:
+    """typer 0.29+ needs pydantic, which the GPU hosts lack; --help loads none of the library."""
+    code = ("import sys; from typer.testing import CliRunner; from pptl.cli import app; r = CliRunner(); "
+            "h = r.invoke(app, ['--help']); assert h.exit_code == 0, h.output; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'numpy', 'matplotlib', "
+            "'networkx', 'yaml') or m in ('pptl.planning', 'pptl.schedules'))); "
+            "assert r.invoke(app, ['plan', '-s', '1f1b', '--pp', '2', '-m', '2', '-o', sys.argv[1]]).exit_code == 0; "
+            "assert r.invoke(app, ['check', sys.argv[1]]).exit_code == 0; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pydantic'))")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "p.json")], capture_output=True, text=True,
+                          cwd=FIXTURES.parent, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["[]", "[]"]
+
+
+def test_completion_is_offered_and_prints_a_bash_script() -> None:
+    assert "--install-completion" in runner.invoke(app, ["--help"]).output
+    r = runner.invoke(app, ["--show-completion", "bash"])
+    assert r.exit_code == 0 and "_PPTL_COMPLETE=complete_bash" in r.output
+
+
+def test_every_command_has_help_and_short_h() -> None:
+    from pptl.cli import COMMANDS
+
+    for name in COMMANDS:
+        long, short = runner.invoke(app, [name, "--help"]), runner.invoke(app, [name, "-h"])
+        assert long.exit_code == 0 and long.output == short.output, name
+        assert f"Usage: pptl {name} " in long.output, name
+
+
+def test_progress_shows_on_a_terminal_only_and_never_beside_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from rich.console import Console
+    from rich.status import Status
+
+    from pptl.commands import _shared
+
+    monkeypatch.setattr(_shared, "err", Console(file=io.StringIO(), force_terminal=True))
+    with _shared.progress("tuning") as shown:
+        assert isinstance(shown, Status)
+    with _shared.progress("tuning", json_output=True) as quiet:
+        assert not isinstance(quiet, Status)
+    monkeypatch.setattr(_shared, "err", Console(file=io.StringIO(), force_terminal=False))
+    with _shared.progress("tuning") as quiet:
+        assert not isinstance(quiet, Status)
+        quiet.update("still quiet")
+
+
+def test_tune_in_a_pipe_prints_results_without_progress(tmp_path: Path) -> None:
+    out = tmp_path / "best.json"
+    r = runner.invoke(app, ["tune", str(FIXTURES / "tune" / "uneven.yaml"), "--top", "1", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert r.stderr.splitlines() == [f"wrote {out}"]
+
+
+@pytest.mark.parametrize("error,code", [("InputError", 2), ("InvalidScheduleError", 1), ("RunError", 1)])
+def test_the_boundary_gives_each_pptl_error_its_code_and_one_line(monkeypatch: pytest.MonkeyPatch, error: str,
+                                                                  code: int) -> None:
+    import pptl.errors
+    from pptl import planning
+
+    def fail(*a: object, **k: object) -> None:
+        raise getattr(pptl.errors, error)("first line\nsecond line")
+
+    monkeypatch.setattr(planning, "check_file", fail)
+    r = runner.invoke(app, ["check", str(FIXTURES / "1f1b.yaml")])
+    assert r.exit_code == code
+    assert r.stderr == "error: first line\\nsecond line\n"

@@ -28,7 +28,7 @@ except ImportError:  # pragma: no cover - typer < 0.2x
 from pptl.errors import InputError
 
 __all__ = ["out", "err", "Abort", "BadParameter", "ClickException", "MissingParameter", "UsageError", "Whole", "Number", "Choice", "OutputFmt", "OutFile", "MemoryLimit", "Microbatches",
-           "Placement", "PlotlyJs", "print_json", "print_lines", "figure_format", "progress", "without_cycle_scans",
+           "Placement", "PlotlyJs", "one_line", "print_json", "print_lines", "figure_format", "progress", "without_cycle_scans",
            "wide", "IMAGES"]
 
 out = Console(highlight=False, soft_wrap=True)
@@ -135,6 +135,16 @@ PlotlyJs = Annotated[str, typer.Option("--plotlyjs", click_type=Choice("inline",
 
 # ----------------------------------------------------------------------------------------------
 # Printing
+
+#: What str.splitlines() (and a terminal) breaks a line at: an error must stay one line even when it
+#: quotes a value from the input that holds one.
+_BREAKS = {c: repr(c)[1:-1] for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
+
+
+def one_line(text: str) -> str:
+    """``text`` with its line breaks written as escapes (``\\n``)."""
+    return text.translate(str.maketrans(_BREAKS)) if any(c in text for c in _BREAKS) else text
+
 
 def print_json(data: Any) -> None:
     """Machine output: plain JSON on stdout (rich's highlighter takes seconds on large metrics)."""

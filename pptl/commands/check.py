@@ -11,6 +11,7 @@ from pptl.commands._shared import (
     Microbatches,
     Placement,
     err,
+    one_line,
     out,
     print_json,
     progress,
@@ -38,6 +39,7 @@ def check(
     from pptl.errors import InputError
 
     paths, unreadable = planning.expand_paths_reporting(files)
+    inputs = len(paths) + len(unreadable)
     reports = []
     # Every file is checked; missing and unreadable ones are reported one by one and make the exit 2.
     with without_cycle_scans(), progress("checking", json_output=output != "text") as status:
@@ -50,7 +52,7 @@ def check(
                                                    placement=placement))
             except InputError as e:
                 unreadable.append((p, e))
-    if len(paths) + len(unreadable) == 1 and unreadable and output != "github":
+    if inputs == 1 and unreadable and output != "github":
         raise unreadable[0][1]
     if output == "json":
         print_json({"files": [r.to_dict() for r in reports] + [{"path": p, "error": str(e)} for p, e in unreadable],
@@ -66,7 +68,7 @@ def check(
             for line in r.text_lines():
                 out.print(line, markup=False)
         for _, e in unreadable:
-            err.print(f"error: {e}", markup=False)
+            err.print(f"error: {one_line(str(e))}", markup=False)
     if unreadable:
         raise typer.Exit(2)
     if not all(r.valid for r in reports):
