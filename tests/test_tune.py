@@ -484,3 +484,32 @@ def test_pareto_figure_names_both_axes_units(units: str, memory: str) -> None:
     ax = pareto_figure(tune(_cfg()), units=units).axes[0]
     assert ax.get_xlabel() == f"peak memory on the busiest rank ({memory})"
     assert ax.get_ylabel().endswith(f"({units})")
+
+
+def test_costs_from_a_run_read_the_split_that_run_executed(tmp_path):
+    """A tuned plan runs its split ([7, 9, 9, 7] layers, the embedding's and head's 2 run blocks added
+    to the first and last stage: workload.stage_layers [9, 9, 9, 9]); the fit reads it from the run,
+    not the even split [8, 8, 8, 8], and recovers F 1 per layer, 2 for the embedding and head."""
+    from pptl.timeline import Event, Timeline, TimelineMeta
+    from pptl.tune.calibrate import calibrate_tune
+
+    events = []
+    for r in range(4):
+        t = 0.0
+        for kind, per in (("F", 9.0), ("B", 18.0)):  # 7 layers + a 2-layer embedding, or 9 layers: 9 each
+            for mb in range(4):
+                events.append(Event(op=f"r{r}/compute/{kind} s{r} mb{mb}", rank=r, lane="compute", start=t, end=t + per,
+                                    kind=kind, stage=r, mb=mb))
+                t += per
+    extra = {"workload": {"hidden": 64, "tokens": 16, "layers_per_stage": 1, "dtype": "float32",
+                          "stage_layers": [9, 9, 9, 9]}}
+    tl = Timeline(events, TimelineMeta(source="measured", units="ms", family="1f1b", pp=4, microbatches=4,
+                                       extra=extra))
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(tl.to_dict()))
+    tc, _, _ = calibrate_tune(replace(_cfg(memory_limit=None), duty_exponent=0.0), path)
+    assert tc.model.layer.F == pytest.approx(1.0) and tc.model.layer.B == pytest.approx(2.0)
+    assert tc.model.embedding.F == pytest.approx(2.0) and tc.model.head.F == pytest.approx(2.0)
+    # a split given in the config still wins over the run's
+    given, _, _ = calibrate_tune(replace(_cfg(memory_limit=None), duty_exponent=0.0, measured_split=(8, 8, 8, 8)), path)
+    assert given.model.layer.F != pytest.approx(1.0)

@@ -152,6 +152,18 @@ def fit_duty_exponent(work: Sequence[float], times: Sequence[Sequence[float]],
     return alpha
 
 
+def _run_split(tl: Any, tc: TuneConfig, stages: int) -> tuple[int, ...] | None:
+    """The layers per stage the run executed, when it says (a tuned plan's ``workload.stage_layers``
+    holds them, the embedding's and head's ``run_blocks`` added to the first and last stage)."""
+    ran = (tl.meta.extra.get("workload") or {}).get("stage_layers")
+    if not isinstance(ran, list) or len(ran) != stages or not all(isinstance(x, int) for x in ran):
+        return None
+    split = list(ran)
+    split[0] -= tc.run_blocks[0]
+    split[-1] -= tc.run_blocks[1]
+    return tuple(split) if min(split) >= 1 and sum(split) == tc.model.layers else None
+
+
 def calibrate_tune(tc: TuneConfig, measured: Path) -> tuple[TuneConfig, str, list[str]]:
     """The config with costs from ``measured``; also its time unit and notes for the user."""
     from pptl.formats.loader import load_any
@@ -168,7 +180,7 @@ def calibrate_tune(tc: TuneConfig, measured: Path) -> tuple[TuneConfig, str, lis
     if any(("F" not in stages[s]) or ("B" not in stages[s]) for s in range(S)):
         raise InputError(f"{measured}: costs missing for a kind: every stage needs measured F and B (or I and W); "
                          f"the run of {tl.meta.family or 'this plan'} has {', '.join(sorted(stages[0]))}")
-    split = tc.measured_split or even_split(tc.model.layers, S)
+    split = tc.measured_split or _run_split(tl, tc, S) or even_split(tc.model.layers, S)
     if len(split) != S:
         raise InputError(f"{measured}: the run has {S} stages but measured_split has {len(split)} entries")
     if min(split) < 1:
