@@ -11,10 +11,12 @@ failed run), Ctrl+C 130. No traceback reaches the user.
 """
 from __future__ import annotations
 
+import functools
 import gc
 import importlib
 import os
 import sys
+import types
 from typing import Any, Optional, Sequence
 
 import typer
@@ -57,7 +59,10 @@ class _Boundary(typer.core.TyperGroup):
 
     def main(self, args: Optional[Sequence[str]] = None, prog_name: Optional[str] = None,
              complete_var: Optional[str] = None, standalone_mode: bool = True, **extra: Any) -> Any:
-        code = self._run(args, prog_name, complete_var, **extra)
+        argv = sys.argv[1:] if args is None else list(args)
+        if not argv or any(a in _CONTEXT["help_option_names"] for a in argv):
+            _help_without_unused_imports()
+        code = self._run(argv, prog_name, complete_var, **extra)
         if standalone_mode:
             sys.exit(code)
         return code
@@ -81,6 +86,17 @@ class _Boundary(typer.core.TyperGroup):
             err.print("interrupted")
             return 130
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # typer suggests a close name from these keys ("Did you mean 'plan'?"); the commands are made on use
+        self.commands = dict.fromkeys(COMMANDS)  # type: ignore[arg-type]
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: Any, name: str) -> Any:
+        return _command(name) if name in COMMANDS else None
+
     def invoke(self, ctx: Any) -> Any:
         # Plans reach 400k ops; the default collector thresholds rescan that heap thousands of times.
         gc.set_threshold(200_000, 20, 100)
@@ -91,14 +107,56 @@ class _Boundary(typer.core.TyperGroup):
             raise
 
 
+def _help_without_unused_imports() -> None:
+    """Load typer's help formatter without the two modules it imports for features pptl leaves off.
+
+    ``typer.rich_utils`` imports ``rich.markdown`` (markdown-it) for the "markdown" markup mode and
+    ``rich.traceback`` (pygments) for pretty exceptions; pptl uses the "rich" mode and plain errors.
+    The two were about 70 ms of the 120 ms that ``pptl --help`` took on a 2-core machine
+    (docs/benchmarks.md). Stand-ins take their place while the formatter loads, then leave: a later
+    import gets the real modules, and a stand-in class, if ever used, loads its real one.
+    """
+    if "typer.rich_utils" in sys.modules:
+        return
+    stand_ins = {}
+    for name, cls in (("rich.markdown", "Markdown"), ("rich.traceback", "Traceback")):
+        if name not in sys.modules:
+            module = types.ModuleType(name)
+            setattr(module, cls, _deferred(name, cls))
+            stand_ins[name] = sys.modules[name] = module
+    try:
+        importlib.import_module("typer.rich_utils")
+    except ImportError:  # pragma: no cover - a typer without it formats help its own way
+        pass
+    finally:
+        for name, module in stand_ins.items():
+            if sys.modules.get(name) is module:
+                del sys.modules[name]
+
+
+class _Deferred(type):
+    """The class of a stand-in: attribute lookups go to the real class."""
+
+    def __getattr__(cls, attr: str) -> Any:
+        return getattr(cls._real(), attr)
+
+
+def _deferred(module: str, name: str) -> type:
+    def real() -> Any:
+        return getattr(importlib.import_module(module), name)
+
+    return _Deferred(name, (), {"_real": staticmethod(real), "__new__": lambda cls, *a, **k: real()(*a, **k)})
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"pptl {__version__}")
         raise typer.Exit()
 
 
+_CONTEXT = {"help_option_names": ["-h", "--help"]}
 app = typer.Typer(cls=_Boundary, name="pptl", no_args_is_help=True, rich_markup_mode="rich",
-                  pretty_exceptions_enable=False, context_settings={"help_option_names": ["-h", "--help"]},
+                  pretty_exceptions_enable=False, context_settings=_CONTEXT,
                   help="Plan, check, draw and run pipeline-parallel training schedules.")
 
 
@@ -108,9 +166,17 @@ def _top(version: bool = typer.Option(False, "--version", callback=_version, is_
     """Plan, check, draw and run pipeline-parallel training schedules."""
 
 
-for _name, _target in COMMANDS.items():
-    _module, _function = _target.split(":")
-    app.command(_name)(getattr(importlib.import_module(_module), _function))
+@functools.lru_cache(maxsize=None)
+def _command(name: str) -> Any:
+    """The click command of ``name``, made when the command line names it (or --help lists it):
+    reading a command's signature costs typer a few ms, which a run of another command need not pay."""
+    module, function = COMMANDS[name].split(":")
+    one = typer.Typer(add_completion=False, rich_markup_mode="rich", pretty_exceptions_enable=False,
+                      context_settings=_CONTEXT)
+    one.command(name)(getattr(importlib.import_module(module), function))
+    command = typer.main.get_command(one)
+    command.name = name
+    return command
 
 
 def main() -> None:

@@ -205,11 +205,12 @@ def test_help_of_newer_commands_shows_no_raw_type_or_range(command: str) -> None
 
 
 def test_help_and_a_small_check_import_no_pydantic_and_no_library_for_help(tmp_path: Path) -> None:
-    """typer 0.29+ needs pydantic, which the GPU hosts lack; --help loads none of the library."""
+    """typer 0.29+ needs pydantic, which the GPU hosts lack; --help loads none of the library, nor the
+    markdown and traceback modules typer's help formatter imports for features pptl leaves off."""
     code = ("import sys; from typer.testing import CliRunner; from pptl.cli import app; r = CliRunner(); "
             "h = r.invoke(app, ['--help']); assert h.exit_code == 0, h.output; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'numpy', 'matplotlib', "
-            "'networkx', 'yaml') or m in ('pptl.planning', 'pptl.schedules'))); "
+            "'networkx', 'yaml') or m in ('pptl.planning', 'pptl.schedules', 'rich.markdown', 'rich.traceback'))); "
             "assert r.invoke(app, ['plan', '-s', '1f1b', '--pp', '2', '-m', '2', '-o', sys.argv[1]]).exit_code == 0; "
             "assert r.invoke(app, ['check', sys.argv[1]]).exit_code == 0; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pydantic'))")
