@@ -58,7 +58,8 @@ class _Boundary(typer.core.TyperGroup):
     """The app's click group, with pptl's error contract around every command line."""
 
     def main(self, args: Optional[Sequence[str]] = None, prog_name: Optional[str] = None,
-             complete_var: Optional[str] = None, standalone_mode: bool = True, **extra: Any) -> Any:
+             complete_var: Optional[str] = None, standalone_mode: bool = True, windows_expand_args: bool = True,
+             **extra: Any) -> Any:
         argv = sys.argv[1:] if args is None else list(args)
         if not argv or any(a in _CONTEXT["help_option_names"] for a in argv):
             _help_without_unused_imports()
@@ -89,7 +90,7 @@ class _Boundary(typer.core.TyperGroup):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # typer suggests a close name from these keys ("Did you mean 'plan'?"); the commands are made on use
-        self.commands = dict.fromkeys(COMMANDS)  # type: ignore[arg-type]
+        self.commands = dict.fromkeys(COMMANDS)  # type: ignore[assignment]
 
     def list_commands(self, ctx: Any) -> list[str]:
         return list(COMMANDS)

@@ -70,6 +70,8 @@ def diagnose_paths(paths: Sequence[Path], plan_file: Optional[Path] = None) -> t
         if schedule is None:
             raise InputError(f"{timelines[0]}: a pptl timeline needs --plan (the plan that ran)")
         timeline = load_any(timelines[0]).timeline
+        if timeline is None:  # pragma: no cover - a pptl-timeline file reads as a timeline or raises
+            raise InputError(f"{timelines[0]}: holds no timeline")
         return diagnose_timeline(timeline, schedule), schedule
     loaded_dumps = [load_dump(f) for f in pickles]
     seen: dict[int, Path] = {}

@@ -138,7 +138,7 @@ PlotlyJs = Annotated[str, typer.Option("--plotlyjs", click_type=Choice("inline",
 
 #: What str.splitlines() (and a terminal) breaks a line at: an error must stay one line even when it
 #: quotes a value from the input that holds one.
-_BREAKS = {c: repr(c)[1:-1] for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
+_BREAKS: dict[str, str | int | None] = {c: repr(c)[1:-1] for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
 
 
 def one_line(text: str) -> str:

@@ -55,11 +55,11 @@ def check(
     if inputs == 1 and unreadable and output != "github":
         raise unreadable[0][1]
     if output == "json":
-        print_json({"files": [r.to_dict() for r in reports] + [{"path": p, "error": str(e)} for p, e in unreadable],
+        print_json({"files": [r.to_dict() for r in reports] + [{"path": p, "error": str(x)} for p, x in unreadable],
                     "valid": all(r.valid for r in reports) and not unreadable})
     elif output == "github":
-        for p, e in unreadable:
-            out.print(planning.github_input_error(p, e), markup=False)
+        for p, x in unreadable:
+            out.print(planning.github_input_error(p, x), markup=False)
         for r in reports:
             for line in r.github_lines():
                 out.print(line, markup=False)
@@ -67,8 +67,8 @@ def check(
         for r in reports:
             for line in r.text_lines():
                 out.print(line, markup=False)
-        for _, e in unreadable:
-            err.print(f"error: {one_line(str(e))}", markup=False)
+        for _, x in unreadable:
+            err.print(f"error: {one_line(str(x))}", markup=False)
     if unreadable:
         raise typer.Exit(2)
     if not all(r.valid for r in reports):

@@ -29,6 +29,8 @@ def compare(
     if out_file is not None:
         from pptl.render.compare import overlay_bytes, overlay_html
 
+        assert fmt is not None  # figure_format named it for this path
+
         atomic_write(out_file, overlay_html(cmp, top) if fmt == "html" else overlay_bytes(cmp, fmt))
     if output == "json":
         print_json(cmp.to_dict())

@@ -35,6 +35,8 @@ def diagnose(
         from pptl.render.diagnose_figure import diagnose_figure
         from pptl.render.mpl import image_bytes
 
+        assert fmt is not None  # figure_format named it for this path
+
         atomic_write(out_file, image_bytes(diagnose_figure(result, schedule), fmt))
     if output == "json":
         print_json(to_dict(result))

@@ -37,6 +37,7 @@ def explain(
         from pptl.render.explain_figure import explain_bytes
 
         shown = ex.for_display(x)
+        assert fmt is not None  # figure_format named it for this path
         atomic_write(out_file, explain_bytes(x, fmt, title=f"{run.name}: where each rank's step went "
                                              f"(makespan {shown.makespan:.4g} {shown.units})"))
     if output == "json":

@@ -48,7 +48,7 @@ def tune(
         if p is not None:
             check_writable(p)
     tc = load_tune_config(config)
-    units, notes = "unit", []
+    units, notes = "unit", list[str]()
     if costs_from is not None:
         from pptl.tune.calibrate import calibrate_tune
 
@@ -65,6 +65,8 @@ def tune(
     if figure is not None:
         from pptl.render.mpl import image_bytes
         from pptl.render.pareto import pareto_figure
+
+        assert fmt is not None  # figure_format named it for this path
 
         atomic_write(figure, image_bytes(pareto_figure(result, units=units), fmt))
     if output == "json":
