@@ -94,6 +94,9 @@ class Family:
     """The compute kinds its plans are made of. A family without a backward kind (inference) plans
     forwards only, and the missing-work check (PP003) then asks each stage and micro-batch for its F
     alone."""
+    memory_bound: bool = False
+    """Whether ``memory`` is a bound the family's plans keep (PP023 warns when a rank's simulated peak
+    passes it); the other families' formulas describe rank 0 or the usual case."""
     torch_schedule: str = ""
     """torch.distributed.pipelining's schedule class that places its stages, where it is not the one
     its placement implies (1F1B for one stage per rank, Interleaved1F1B for a loop, ZBVZeroBubble

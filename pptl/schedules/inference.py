@@ -95,5 +95,6 @@ FAMILY = Family(
     source="forward-only pipeline (DeepSpeed InferenceSchedule; GPipe's forward half)",
     assumptions=assumptions,
     aliases=("forward-only", "infer"),
+    memory_bound=True,
     kinds=frozenset({"F"}),
 )

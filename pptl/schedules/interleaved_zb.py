@@ -130,6 +130,7 @@ FAMILY = Family(
     source="Qi et al. 2024 (ZB1P); torch ScheduleInterleavedZeroBubble",
     assumptions=assumptions,
     aliases=("interleavedzerobubble", "izb", "zb1p-interleaved"),
+    memory_bound=True,
     kinds=frozenset({"F", "I", "W"}),
     torch_schedule="ScheduleInterleavedZeroBubble",
 )

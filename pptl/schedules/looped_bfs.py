@@ -9,7 +9,8 @@ Phase table of rank r, chunks c = 0..V-1 (stage c*pp + r):
 
 Assumptions: B is never split (torch's class runs full backwards); every forward of a rank runs
 before its first backward, so the peak is all mV chunk activations on every rank (GPipe's memory
-over a looped model). Any pp, vpp and micro-batch count that torch accepts (all of them).
+over a looped model). Any pp, micro-batch count and vpp >= 2 (torch's multi-stage schedules
+take 2 chunks or more per rank; with one, the order is gpipe's).
 """
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ def phase_order(rank: int, p: int, v: int, m: int) -> Order:
 
 
 def validate(cfg: Config) -> None:
+    require(cfg.vpp >= 2, cfg, "vpp", cfg.vpp, "expected at least 2 chunks per rank, as torch's multi-stage "
+            "schedules (one chunk is gpipe's order)")
     require(not cfg.split_backward, cfg, "split_backward", cfg.split_backward,
             "expected false (torch's ScheduleLoopedBFS runs full backwards; use interleaved-zb for I and W)")
 
@@ -55,7 +58,7 @@ def assumptions(cfg: Config) -> list[str]:
     from pptl.schedules._common import uniform_cost_assumptions
 
     out = uniform_cost_assumptions(cfg, ("F", "B"))
-    if cfg.vpp > 1 and cfg.microbatches < cfg.pp:
+    if cfg.microbatches < cfg.pp:
         out.append(f"microbatches={cfg.microbatches} < pp={cfg.pp}: each chunk after the first waits for the "
                    "round trip of the previous one")
     return out
@@ -64,7 +67,7 @@ def assumptions(cfg: Config) -> list[str]:
 FAMILY = Family(
     name=NAME,
     summary="breadth-first looped: each chunk runs every micro-batch before the next chunk (torch's LoopedBFS)",
-    constraints="any pp >= 1, vpp >= 1, microbatches >= 1 (torch accepts every size); split_backward false",
+    constraints="vpp >= 2; any pp >= 1, microbatches >= 1 (torch accepts every size); split_backward false",
     validate=validate,
     build=build,
     bubble=bubble,
@@ -74,6 +77,7 @@ FAMILY = Family(
     source="Lamy-Poirier 2023 (Breadth-First Pipeline Parallelism); torch ScheduleLoopedBFS",
     assumptions=assumptions,
     aliases=("loopedbfs", "bfs", "breadth-first"),
+    memory_bound=True,
     kinds=frozenset({"F", "B"}),
     torch_schedule="ScheduleLoopedBFS",
 )

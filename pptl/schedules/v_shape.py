@@ -160,6 +160,7 @@ FAMILY_MIN = Family(
     assumptions=_assumptions,
     extra_metrics=overlap_metrics,
     aliases=("vmin", "v_min"),
+    memory_bound=True,
     kinds=frozenset({"F", "I", "W"}),
 )
 
@@ -177,5 +178,6 @@ FAMILY_HALF = Family(
     assumptions=_assumptions,
     extra_metrics=overlap_metrics,
     aliases=("vhalf", "v_half"),
+    memory_bound=True,
     kinds=frozenset({"F", "I", "W"}),
 )
