@@ -40,5 +40,4 @@ def memory_formula(ctx: Context) -> list[Violation]:
         share = (f" ({worst.peak_activation / 2 / (min(cfg.pp, cfg.microbatches) * cfg.activation):.2f} of "
                  f"1F1B's, against {bound / 2 / (min(cfg.pp, cfg.microbatches) * cfg.activation):.2f})")
     return [Violation("PP023", f"{fam.name}: simulated peak activation {worst.peak_activation:g} on rank "
-                      f"{worst.rank} is above the formula {fam.memory_formula.split(' (')[0]} = {bound:g}{share}; "
-                      f"{len(over)} rank(s) over", (), severity="warning")]
+                      f"{worst.rank} is above the formula's {bound:g}{share}: {fam.memory_formula}; {len(over)} rank(s) over", (), severity="warning")]
