@@ -79,11 +79,14 @@ def test_interleaved_zb_refuses_what_torch_refuses_with_its_reason(pp: int, m: i
         _plan("interleaved-zb", pp, k)
 
 
-def test_looped_bfs_refuses_a_split_backward_and_interleaved_zb_one_chunk() -> None:
+def test_refusals_of_split_backward_and_one_chunk() -> None:
     with pytest.raises(InputError, match=r"field 'split_backward': got True, expected false \(torch's "
                                          r"ScheduleLoopedBFS runs full backwards"):
-        build_schedule(config_from_mapping({"schedule": "looped-bfs", "pp": 2, "microbatches": 4,
+        build_schedule(config_from_mapping({"schedule": "looped-bfs", "pp": 2, "microbatches": 4, "vpp": 2,
                                             "split_backward": True}))
+    with pytest.raises(InputError, match=r"field 'vpp': got 1, expected at least 2 chunks per rank, as torch's "
+                                         r"multi-stage schedules \(one chunk is gpipe's order\)"):
+        _plan("looped-bfs", 2, 4, vpp=1)
     with pytest.raises(InputError, match=r"field 'vpp': got 1, expected at least 2 chunks per rank"):
         _plan("interleaved-zb", 2, 4, vpp=1)
 
