@@ -48,6 +48,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--families", default=",".join(FAMILIES))
     ap.add_argument("--no-verify", action="store_true", help="time and measure only (the reference step is slow)")
+    ap.add_argument("--no-squeeze", action="store_true",
+                    help="v-half and v-min in their pattern's order (options.squeeze false), as the 2026-11-26 run")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     from pptl.run import run_plans
@@ -60,6 +62,8 @@ def main() -> int:
             "schedule": fam, "pp": p, "microbatches": m, "vpp": vpp, "split_backward": fam in SPLIT,
             "w_activation": 0.5, "costs": {"F": 1, "B": 2, "I": 1, "W": 1},
             "workload": {"hidden": a.hidden, "tokens": a.tokens, "layers_per_stage": a.layers // vpp, "dtype": a.dtype}}
+        if a.no_squeeze and fam in ("v-half", "v-min"):
+            data["options"] = {"squeeze": False}
         # The config as a file too: `pptl plan` + `pptl run --verify` on it is the CLI's path.
         (a.out / f"{fam}.config.json").write_text(json.dumps(data))
         s = build_schedule(config_from_mapping(data))

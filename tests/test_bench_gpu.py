@@ -98,9 +98,10 @@ def test_gpu_offload_evaluate_only_renames_ops_that_only_changed_lanes():
 
 
 def test_gpu_families_plans_runs_and_verifies_every_family(tmp_path):
-    """bench/gpu_families.py on 2 gloo ranks: every family verifies; the plan's peaks (chunk
-    activations, w_activation 0.5, p=2, m=8) are the ones worked out by hand."""
-    r = _bench("gpu_families.py", "--out", str(tmp_path), *SMALL, "--dtype", "float32", "--mb", "8")
+    """bench/gpu_families.py on 2 gloo ranks as the GPU run (v-half and v-min unsqueezed): every family
+    verifies; the plan's peaks (chunk activations, w_activation 0.5, p=2, m=8) are the ones worked out
+    by hand."""
+    r = _bench("gpu_families.py", "--out", str(tmp_path), *SMALL, "--dtype", "float32", "--mb", "8", "--no-squeeze")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     rows = {x["family"]: x for x in json.loads((tmp_path / "families.json").read_text())["rows"]}
     assert all(x["verify"]["ok"] for x in rows.values()), rows

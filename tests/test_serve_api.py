@@ -172,7 +172,7 @@ def test_init_lists_families_with_their_natural_vpp() -> None:
 @pytest.mark.parametrize("family,vpp,formula", [
     ("looped-bfs", 2, "(p-1)(F+B) with F, B of one chunk, when m >= p"),
     ("interleaved-zb", 2, "(p-1)(F+I-W) with per-chunk costs, when m >= p"),
-    ("v-half", 1, "(7p-7+x)F/2 per rank"), ("v-min", 1, "(4p-5+x)F per rank"),
+    ("v-half", 1, "about 3pF per rank (the paper's rate p/2m)"), ("v-min", 1, "about 4pF per rank"),
     ("inference", 1, "(p-1)F with F of one chunk (m a multiple of p when vpp > 1)"),
 ])
 def test_newer_families_are_listed_and_planned(family: str, vpp: int, formula: str) -> None:

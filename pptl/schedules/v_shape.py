@@ -18,12 +18,15 @@ twice the chunk size, so a rank holds about 1/3 (V-Min) or 1/2 (V-Half) of 1F1B'
 The two slots of each block the passes leave free run weight gradients (W), chunk 1's first, each
 chunk's in micro-batch order; a rank's order is its slots sorted by time.
 
-NOTE: the repository then "squeezes" the warmup and cooldown (moves a pass into an earlier free slot
-when that does not raise the rank's memory) with a greedy search over the slot grid. pptl keeps the
-order of the pattern and lets the simulator run each op as soon as its inputs and its rank allow,
-which removes the grid's idle slots but not the few reorderings of the squeeze: the fill and drain
-cost a little more idle time than the paper's figures; the memory (a property of the order) is the
-pattern's.
+The repository then squeezes the fill and the drain (:mod:`pptl.schedules._v_squeeze`: a pass
+moves into an earlier free slot where its inputs allow and memory does not rise above the pattern's
+peak); ``options: {squeeze: false}`` keeps the pattern's order. Either way the simulator runs each
+op as soon as its inputs and its rank allow, which removes the idle slots the grid leaves.
+
+Bubble, F = I = W, m >= 2p: unsqueezed, exactly (4p-5+x)F (V-Min) and (7p-7+x)F/2 (V-Half), the
+fill and drain of the pattern; squeezed, no closed form (V-Half idles 7F at p = 4 where unsqueezed
+it idles 12F, 49F at p = 16, 161F at p = 48; V-Min 11F, 59F, 188F), near the paper's rates of
+about p/2m (V-Half) and 2p/3m (V-Min) of the step, i.e. 3pF and 4pF.
 
 Assumptions: B is always split into I and W; the fractions hold for F = I = W and m at least the
 micro-batches a rank holds; the memory formula counts activations from F to I (``w_activation``
@@ -34,11 +37,14 @@ from __future__ import annotations
 from typing import Callable
 
 from pptl.config import Config
+from pptl.errors import InputError
 from pptl.ir import Schedule
 from pptl.schedules._common import Family, Order, assemble, overlap_metrics, require, uniform_cost_assumptions
 from pptl.schedules._pipeline_meta import PipelineMeta
+from pptl.schedules._v_squeeze import squeeze
 
-__all__ = ["FAMILY_HALF", "FAMILY_MIN", "build", "validate", "block", "phase_order", "held_microbatches", "idle_slots"]
+__all__ = ["FAMILY_HALF", "FAMILY_MIN", "build", "validate", "block", "phase_orders", "held_microbatches", "idle_slots",
+           "squeezed"]
 
 #: Slots of one building block: F, I and W of both chunks of one micro-batch.
 PERIOD = 6
@@ -53,14 +59,21 @@ def block(variant: str, rank: int, p: int) -> tuple[int, int, int, int]:
     return 2 * rank, 3 * p - rank - 2, 3 * p + x + 2 * rank - 1, 6 * p + x - rank - 2
 
 
-def phase_order(variant: str, rank: int, p: int, m: int) -> Order:
-    """The compute order of ``rank``: the block's passes for every micro-batch by slot, with the
-    weight gradients in the free slots (chunk 1's first), the rest at the end."""
+def phase_orders(variant: str, p: int, m: int, squeeze_fill: bool = True) -> dict[int, Order]:
+    """Every rank's compute order: the block's passes for every micro-batch (squeezed by
+    :func:`pptl.schedules._v_squeeze.squeeze` unless ``squeeze_fill`` is false), by slot, with the
+    weight gradients in the free slots (chunk 1's first) and the rest at the end."""
+    slots = [[[t + PERIOD * mb for mb in range(m)] for t in block(variant, r, p)] for r in range(p)]
+    if squeeze_fill:
+        squeeze(slots, p, m)
+    return {r: _rank_order(slots[r], r, p) for r in range(p)}
+
+
+def _rank_order(slots: list[list[int]], rank: int, p: int) -> Order:
     stages = (rank, 2 * p - 1 - rank)
-    # (slot, kind, chunk, mb): the four passes of every micro-batch, 6 slots apart.
-    passes = sorted((t + PERIOD * mb, kind, c, mb)
-                    for mb in range(m)
-                    for t, kind, c in zip(block(variant, rank, p), ("F", "F", "I", "I"), (0, 1, 1, 0)))
+    # (slot, kind, chunk, mb) of the four passes of every micro-batch
+    passes = sorted((t, kind, c, mb) for ts, kind, c in zip(slots, ("F", "F", "I", "I"), (0, 1, 1, 0))
+                    for mb, t in enumerate(ts))
     owed: tuple[list[int], list[int]] = ([], [])  # per chunk: micro-batches whose W is due
     rows: list[tuple[str, int, int, int, int]] = []
     slot = 0
@@ -86,15 +99,30 @@ def held_microbatches(variant: str, p: int) -> int:
     return (p + 4) // 3 if variant == "min" else (p + 2) // 2
 
 
+_OPTION_KEYS = ("squeeze",)
+
+
+def squeezed(cfg: Config) -> bool:
+    """``options.squeeze`` (default true: the repository's squeeze of the fill and the drain)."""
+    value = (cfg.options or {}).get("squeeze", True)
+    require(isinstance(value, bool), cfg, "options.squeeze", repr(value), "expected true or false")
+    return bool(value)
+
+
 def validate(cfg: Config) -> None:
     require(cfg.vpp in (1, 2), cfg, "vpp", cfg.vpp, "expected 2 (the V placement; 1 is read as 2)")
+    extra = sorted(str(k) for k in (cfg.options or {}) if k not in _OPTION_KEYS)
+    if extra:
+        raise InputError(f"{cfg.source}: field 'options.{extra[0]}' is unknown for schedule '{cfg.schedule}'; "
+                         f"known: {', '.join(_OPTION_KEYS)}")
+    squeezed(cfg)
 
 
 def _builder(variant: str, name: str) -> Callable[[Config], Schedule]:
     def build(cfg: Config) -> Schedule:
         validate(cfg)
         p, m = cfg.pp, cfg.microbatches
-        return assemble(cfg, name, {r: phase_order(variant, r, p, m) for r in range(p)}, num_stages=2 * p,
+        return assemble(cfg, name, phase_orders(variant, p, m, squeezed(cfg)), num_stages=2 * p,
                         microbatches=m, meta=PipelineMeta(weight_grad_store="stage", placement="v").to_meta())
 
     return build
@@ -114,8 +142,8 @@ def _memory(variant: str) -> Callable[[Config], float]:
 
 
 def idle_slots(variant: str, p: int) -> float:
-    """Idle slots per rank of pptl's order with F = I = W = 1 and zero communication: the fill and
-    drain of the pattern (the steady state has none), 4p-5+x for V-Min and (7p-7+x)/2 for V-Half.
+    """Idle slots per rank of the unsqueezed order with F = I = W = 1 and zero communication: the fill
+    and drain of the pattern (the steady state has none), 4p-5+x for V-Min and (7p-7+x)/2 for V-Half.
     Worked from the block: the last rank's first I waits for the V's round trip, and the tail
     drains it back."""
     x = block(variant, 0, p)[2] - (2 * p if variant == "min" else 3 * p - 1)
@@ -126,8 +154,8 @@ def _bubble(variant: str) -> Callable[[Config], float | None]:
     def bubble(cfg: Config) -> float | None:
         c = cfg.costs
         f = c.lookup("F")
-        if not f == c.lookup("I") == c.lookup("W") or cfg.microbatches < cfg.pp:
-            return None
+        if not f == c.lookup("I") == c.lookup("W") or cfg.microbatches < cfg.pp or squeezed(cfg):
+            return None  # the squeeze has no closed form (the formula text gives the paper's rate)
         return idle_slots(variant, cfg.pp) * f
 
     return bubble
@@ -144,7 +172,8 @@ def _assumptions(cfg: Config) -> list[str]:
     return out
 
 
-_CONSTRAINTS = "any pp >= 1, microbatches >= 1; vpp 2 (implied); B is always split into I and W"
+_CONSTRAINTS = ("any pp >= 1, microbatches >= 1; vpp 2 (implied); B is always split into I and W; options: squeeze "
+                "(true | false, default true)")
 
 FAMILY_MIN = Family(
     name="v-min",
@@ -153,13 +182,15 @@ FAMILY_MIN = Family(
     validate=validate,
     build=_builder("min", "v-min"),
     bubble=_bubble("min"),
-    bubble_formula="(4p-5+x)F per rank, x = 2 if 3 | p else 0, when F = I = W and m >= p (the paper's squeezed order: about 4pF)",
+    bubble_formula="about 4pF per rank (the paper's rate 2p/3m) when F = I = W; unsqueezed exactly (4p-5+x)F, "
+                   "x = 2 if 3 | p else 0, m >= p",
     memory=_memory("min"),
     memory_formula="2 * ((p+4)//3) chunk activations (the paper's (p+4)//3 micro-batches), at most 2m",
     source="Qi et al. 2024 (Pipeline Parallelism with Controllable Memory, V-Min); sail-sg zero-bubble zbv_greedy",
     assumptions=_assumptions,
     extra_metrics=overlap_metrics,
     aliases=("vmin", "v_min"),
+    takes_options=True,
     memory_bound=True,
     kinds=frozenset({"F", "I", "W"}),
 )
@@ -171,13 +202,15 @@ FAMILY_HALF = Family(
     validate=validate,
     build=_builder("half", "v-half"),
     bubble=_bubble("half"),
-    bubble_formula="(7p-7+x)F/2 per rank, x = 3 if 2 | p else 0, when F = I = W and m >= p (the paper's squeezed order: about 3pF)",
+    bubble_formula="about 3pF per rank (the paper's rate p/2m) when F = I = W; unsqueezed exactly (7p-7+x)F/2, "
+                   "x = 3 if 2 | p else 0, m >= p",
     memory=_memory("half"),
     memory_formula="2 * ((p+2)//2) chunk activations (the paper's (p+2)//2 micro-batches), at most 2m",
     source="Qi et al. 2024 (Pipeline Parallelism with Controllable Memory, V-Half); sail-sg zero-bubble zbv_greedy",
     assumptions=_assumptions,
     extra_metrics=overlap_metrics,
     aliases=("vhalf", "v_half"),
+    takes_options=True,
     memory_bound=True,
     kinds=frozenset({"F", "I", "W"}),
 )
