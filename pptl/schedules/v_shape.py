@@ -29,8 +29,8 @@ it idles 12F, 49F at p = 16, 161F at p = 48; V-Min 11F, 59F, 188F), near the pap
 about p/2m (V-Half) and 2p/3m (V-Min) of the step, i.e. 3pF and 4pF.
 
 Assumptions: B is always split into I and W; the fractions hold for F = I = W and m at least the
-micro-batches a rank holds; the memory formula counts activations from F to I (``w_activation``
-0); with ``w_activation`` > 0 the W's of a block release the rest a few slots later.
+micro-batches a rank holds; the memory formula is the paper's, activations held from F to W
+(``w_activation: 1``); with less held until W a rank holds no more than it.
 """
 from __future__ import annotations
 
