@@ -96,5 +96,7 @@ FAMILY = Family(
     assumptions=assumptions,
     aliases=("forward-only", "infer"),
     memory_bound=True,
+    style="default",
+    runtime=None,  # the training executor runs its F, B, I and W
     kinds=frozenset({"F"}),
 )

@@ -131,6 +131,8 @@ FAMILY = Family(
     assumptions=assumptions,
     aliases=("interleavedzerobubble", "izb", "zb1p-interleaved"),
     memory_bound=True,
+    style="default",
+    runtime=None,  # the training executor runs its F, B, I and W
     kinds=frozenset({"F", "I", "W"}),
     torch_schedule="ScheduleInterleavedZeroBubble",
 )

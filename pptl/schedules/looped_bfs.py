@@ -78,6 +78,8 @@ FAMILY = Family(
     assumptions=assumptions,
     aliases=("loopedbfs", "bfs", "breadth-first"),
     memory_bound=True,
+    style="default",
+    runtime=None,  # the training executor runs its F, B, I and W
     kinds=frozenset({"F", "B"}),
     torch_schedule="ScheduleLoopedBFS",
 )

@@ -192,6 +192,8 @@ FAMILY_MIN = Family(
     aliases=("vmin", "v_min"),
     takes_options=True,
     memory_bound=True,
+    style="default",
+    runtime=None,  # the training executor runs its F, B, I and W
     kinds=frozenset({"F", "I", "W"}),
 )
 
@@ -212,5 +214,7 @@ FAMILY_HALF = Family(
     aliases=("vhalf", "v_half"),
     takes_options=True,
     memory_bound=True,
+    style="default",
+    runtime=None,  # the training executor runs its F, B, I and W
     kinds=frozenset({"F", "I", "W"}),
 )
