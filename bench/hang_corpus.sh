@@ -14,7 +14,7 @@ mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
 W=$(mktemp -d); C="$W/corpus"; mkdir -p "$C"
 exec > >(tee -a "$OUT/log.txt") 2>&1
 SIZE=(); [ "$DEVICE" = cpu ] && SIZE=(--tokens 64 --hidden 32)
-echo "# $(date -u '+%F %T') UTC; $(git log -1 --format='%h %s' 2>/dev/null | cut -c1-80)"
+echo "# $(date -u '+%F %T') UTC"
 nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv 2>/dev/null || echo "no nvidia-smi"
 python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version() if torch.cuda.is_available() else None)"
 KINDS=${ONLY:-$(python3 bench/hang_corpus.py --list | sed "s/ rank .*//" | uniq)}
