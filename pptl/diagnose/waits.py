@@ -29,57 +29,13 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import networkx as nx
 
+from pptl.diagnose.ops import NcclOp
+from pptl.diagnose.ops import ranks_text as _ranks
 from pptl.formats.flight_recorder import FrDump, FrEntry
 from pptl.ir import Schedule
 from pptl.timeline import Timeline
 
-__all__ = ["NcclOp", "Diagnosis", "diagnose_dumps", "diagnose_timeline", "to_text", "to_dict"]
-
-_ORD = {1: "1st", 2: "2nd", 3: "3rd"}
-
-
-@dataclass(frozen=True)
-class NcclOp:
-    """One NCCL call as a rank issued it."""
-
-    rank: int
-    index: int
-    """Position in the rank's issue order (P2P and collectives together)."""
-    group: str
-    kind: str
-    peer: int
-    """Global rank at the other end (send/recv), else -1."""
-    seq: int
-    """p2p_seq_id of a send/recv, collective_seq_id of a collective."""
-    nth: int
-    """Send/recv: 0-based position among this rank's ops of the same kind to the same peer in the group."""
-    sizes: tuple[tuple[int, ...], ...]
-    state: str
-    name: str = ""
-    """The plan's op id (``--plan``), else empty."""
-    step: int = -1
-    """The plan step the op belongs to (``--plan``), else -1."""
-    group_desc: str = ""
-    """The group's description (``pg_desc``: ``default_pg``, or what ``new_group(group_desc=...)`` gave)."""
-
-    @property
-    def done(self) -> bool:
-        return self.state == "completed"
-
-    @property
-    def group_label(self) -> str:
-        """How the group is named to users: its description when it has one (``ep_dispatch``), else its id."""
-        return self.group_desc if self.group_desc not in ("", "undefined") else self.group
-
-    @property
-    def label(self) -> str:
-        if self.name:
-            return self.name
-        if self.kind == "send":
-            return f"r{self.rank} send->{self.peer} #{self.nth + 1} (group {self.group_label})"
-        if self.kind == "recv":
-            return f"r{self.rank} recv<-{self.peer} #{self.nth + 1} (group {self.group_label})"
-        return f"r{self.rank} {self.kind} #{self.seq} (group {self.group_label})"
+__all__ = ["Diagnosis", "diagnose_dumps", "diagnose_timeline", "to_text", "to_dict"]
 
 
 @dataclass(frozen=True)
@@ -321,20 +277,6 @@ def _node_text(keys: tuple[tuple[int, int], ...], by_key: Mapping[tuple[int, int
     return "[" + " = ".join(o.label for o in members) + "]"
 
 
-def _ranks(ranks: Iterable[int]) -> str:
-    """``0, 1, 2, 3, 5`` -> ``0-3, 5``."""
-    rs = sorted(set(ranks))
-    parts: list[str] = []
-    k = 0
-    while k < len(rs):
-        j = k
-        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
-            j += 1
-        parts.append(f"{rs[k]}-{rs[j]}" if j - k >= 2 else ", ".join(map(str, rs[k:j + 1])))
-        k = j + 1
-    return ", ".join(parts)
-
-
 def _collective_order(ops: Mapping[int, tuple[NcclOp, ...]],
                       node: Mapping[tuple[int, int], tuple[tuple[int, int], ...]], limit: int = 64) -> list[str]:
     """Pending collectives of different groups that the ranks issued in different orders.
@@ -438,9 +380,10 @@ def _name_by_plan(ops: dict[int, list[NcclOp]], schedule: Schedule, notes: list[
                              "named by peer only (was the plan the one that ran?)")
             out[r] = list(seq)
             continue
-        names = {id(o): (schedule.ops[plan[(k - start) % len(plan)]].id, (k - start) // len(plan))
+        names = {id(o): (schedule.ops[plan[(k - start) % len(plan)]], (k - start) // len(plan))
                  for k, o in enumerate(p2p) if k >= start}
-        out[r] = [replace(o, name=names[id(o)][0], step=names[id(o)][1]) if id(o) in names else o for o in seq]
+        out[r] = [replace(o, name=names[id(o)][0].id, step=names[id(o)][1], flow=names[id(o)][0].flow)
+                  if id(o) in names else o for o in seq]
     return out
 
 
