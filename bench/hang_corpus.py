@@ -14,8 +14,8 @@ compute stream, and a receive is waited on before the compute that needs it.
 The kinds (rank 0 always runs the plan written beside the dumps as plan.json):
 
 ===================  =========================================================================================
-p2p_order            1F1B m4; rank 1 posts its receive of F mb1 after its send of B mb0 (NCCL per-peer order)
-collective_order     two groups over both ranks; rank 1 issues the second group's all_to_all first
+p2p_order            1F1B m4; rank 0 posts its receive of B mb0 before its send of F mb1 (a receive-receive cycle)
+collective_order     two groups over both ranks, 64 MiB all_to_alls; rank 1 issues the second group's first
 mb_count             GPipe; rank 0 runs 4 micro-batches, rank 1 runs 3; then the step-end all_reduce
 collective_one_rank  GPipe m2; rank 0 all_reduces a logging metric inside ``if rank == 0``; then the grads
 rank_exits           GPipe m4; rank 1 raises (a data error) before its 3rd receive and exits
@@ -94,8 +94,10 @@ def step_end(*names: str) -> list[Call]:
 
 
 def _p2p_order(r: int) -> list[Call]:
-    move = ("r1/recv/RECV_F s1 mb1 <-r0", "r1/send/SEND_B s1 mb0 ->r0") if r == 1 else ("", "")
-    return plan_calls(plan("1f1b", 4), r, move=move)
+    # a receive waits for its data whatever NCCL buffers: rank 0 receives B mb0 before it sends F mb1, which
+    # rank 1 receives before it computes B mb0
+    move = ("r0/send/SEND_F s0 mb1 ->r1", "r0/recv/RECV_B s0 mb0 <-r1") if r == 0 else ("", "")
+    return plan_calls(plan("1f1b", 4), r, move=move) + step_end("grads")
 
 
 def _collective_order(r: int) -> list[Call]:
@@ -177,7 +179,7 @@ def execute(calls: list[Call], *, rank: int, dev, tokens: int, hidden: int, pg_t
     works: list = []
     act = torch.randn(tokens, hidden, device=dev, dtype=dtype)
     grads = torch.ones(GRAD_NUMEL + 1024, device=dev, dtype=torch.float32)
-    x = torch.randn(2**20, device=dev, dtype=torch.float32)
+    x = torch.randn(tokens * hidden // 2, device=dev, dtype=torch.float32)  # as many bytes as a bf16 activation
     y = torch.empty_like(x)
     for k, c in enumerate(calls):
         print(f"rank {rank}: call {k} {c.what} {c.label}", flush=True)

@@ -693,7 +693,7 @@ def diagnose(
             out.print(line, markup=False)
         if out_file is not None:
             err.print(f"wrote {out_file}", markup=False)
-    if result.hung:
+    if not result.ok:
         raise SystemExit(1)
 
 

@@ -29,6 +29,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import networkx as nx
 
+from pptl.diagnose.cause import Cause, PlanNext, evidence, find_cause
+from pptl.diagnose.counts import EMPTY, Counts, count_calls, counts_dict
 from pptl.diagnose.ops import NcclOp
 from pptl.diagnose.ops import ranks_text as _ranks
 from pptl.formats.flight_recorder import FrDump, FrEntry
@@ -63,10 +65,21 @@ class Diagnosis:
     blocked: tuple[str, ...] = field(default_factory=tuple)
     """Ranks whose front waits on a peer that is itself held up elsewhere (a consequence of the
     hang, not an order mismatch)."""
+    cause: Cause = Cause("none", (), "")
+    """The root cause in one sentence (:func:`pptl.diagnose.cause.find_cause`)."""
+    counts: Counts = EMPTY
+    """The count, size and sequence-number facts (:mod:`pptl.diagnose.counts`)."""
+    plan_next: Mapping[int, PlanNext] = field(default_factory=dict)
+    """With a plan: per stopped rank, the op it should have issued next."""
 
     @property
     def hung(self) -> bool:
         return any(v is not None for v in self.front.values())
+
+    @property
+    def ok(self) -> bool:
+        """Every call completed and the counts, sizes and kinds match (exit 0)."""
+        return not self.hung and not self.counts.mismatched
 
 
 # ----------------------------------------------------------------------------------------------
@@ -95,7 +108,7 @@ def diagnose_dumps(dumps: Sequence[FrDump], schedule: Schedule | None = None) ->
         ops = _name_by_plan(ops, schedule, notes)
     frozen = {r: tuple(v) for r, v in ops.items()}
     collectives, mixed = _collective_mismatches(frozen)
-    nodes, sizes = _match(frozen, mixed)
+    nodes, _ = _match(frozen, mixed)
     front = {r: next((o for o in v if not o.done), None) for r, v in frozen.items()}
     cycle, ranks, names = _cycle(frozen, nodes, groups)
     order, blocked = _order_mismatches(frozen, front, nodes)
@@ -104,8 +117,42 @@ def diagnose_dumps(dumps: Sequence[FrDump], schedule: Schedule | None = None) ->
     if missing:
         notes.append(f"no dump for rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}: "
                      "their ops are unknown")
+    counts = count_calls(frozen, groups)
+    plan_next = _plan_next(frozen, schedule, [st.rank for st in counts.stopped]) if schedule is not None else {}
+    cause = find_cause(counts, frozen, cycle_ranks=ranks, order=order + collectives, plan_next=plan_next,
+                       plan_pairs=_plan_pairs(schedule) if schedule is not None else None)
     return Diagnosis("flight-recorder", frozen, front, cycle, ranks, names, tuple(order), tuple(collectives),
-                     tuple(sizes), tuple(notes), tuple(blocked))
+                     tuple(evidence_sizes(counts)), tuple(notes), tuple(blocked), cause, counts, plan_next)
+
+
+def evidence_sizes(counts: Counts) -> list[str]:
+    return [line[len("sizes: "):] for line in evidence(counts) if line.startswith("sizes: ")]
+
+
+def _plan_next(ops: Mapping[int, tuple[NcclOp, ...]], schedule: Schedule, ranks: Iterable[int]) -> dict[int, PlanNext]:
+    """Per rank, the plan op after the last call named by the plan, and the plan's next SEND/RECV."""
+    from pptl.issue_order import program
+
+    prog = program(schedule)
+    out: dict[int, PlanNext] = {}
+    for r in ranks:
+        last = next((o.name for o in reversed(ops.get(r, ())) if o.name), "")
+        ids = [schedule.ops[i] for i in prog.get(r, [])]
+        pos = next((k for k, op in enumerate(ids) if op.id == last), None)
+        if pos is None or pos + 1 >= len(ids):
+            continue
+        comm = next((op.id for op in ids[pos + 1:] if op.kind in ("SEND", "RECV")), "")
+        out[r] = PlanNext(ids[pos + 1].id, comm)
+    return out
+
+
+def _plan_pairs(schedule: Schedule) -> dict[tuple[int, int], int]:
+    """(src, dst) -> the plan's SENDs from src to dst per step."""
+    out: dict[tuple[int, int], int] = {}
+    for op in schedule.ops:
+        if op.kind == "SEND" and op.peer >= 0:
+            out[(op.rank, op.peer)] = out.get((op.rank, op.peer), 0) + 1
+    return out
 
 
 def _rank_ops(d: FrDump) -> list[NcclOp]:
@@ -466,7 +513,9 @@ def diagnose_timeline(timeline: Timeline, schedule: Schedule) -> Diagnosis:
             nodes.setdefault((o.rank, o.index), ((o.rank, o.index),))
     p2p_front = {r: next((o for o in v if not o.done and o.kind in ("send", "recv")), None) for r, v in ops.items()}
     order, blocked = _order_mismatches(ops, p2p_front, nodes)
-    return Diagnosis("timeline", ops, front, cycle, ranks, names, tuple(order), (), (), tuple(notes), tuple(blocked))
+    cause = find_cause(EMPTY, ops, cycle_ranks=ranks, order=order)
+    return Diagnosis("timeline", ops, front, cycle, ranks, names, tuple(order), (), (), tuple(notes), tuple(blocked),
+                     cause)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -475,7 +524,11 @@ def diagnose_timeline(timeline: Timeline, schedule: Schedule) -> Diagnosis:
 
 def to_text(d: Diagnosis, *, per_rank: int = 6) -> str:
     """The report: per rank the ops around its front, then the cycle and the mismatches."""
-    lines: list[str] = []
+    lines: list[str] = [d.cause.text] if d.cause.text else []
+    ev = evidence(d.counts, d.plan_next)
+    if ev:
+        lines.append("evidence:")
+        lines += [f"  {t}" for t in ev]
     for r in sorted(d.ops):
         seq = d.ops[r]
         f = d.front.get(r)
@@ -500,13 +553,12 @@ def to_text(d: Diagnosis, *, per_rank: int = 6) -> str:
     lines += [f"order: {t}" for t in d.order]
     lines += [f"blocked: {t}" for t in d.blocked]
     lines += [f"collective mismatch: {t}" for t in d.collectives]
-    lines += [f"size mismatch: {t}" for t in d.sizes]
     lines += [f"note: {t}" for t in d.notes]
     return "\n".join(lines)
 
 
 def to_dict(d: Diagnosis) -> dict[str, Any]:
-    """JSON-ready form (``--output json``)."""
+    """JSON-ready form (``--output json``): the cause, the evidence and every fact as fields."""
 
     def op(o: NcclOp) -> dict[str, Any]:
         return {"index": o.index, "kind": o.kind, "group": o.group, "group_desc": o.group_desc, "peer": o.peer, "seq": o.seq, "state": o.state,
@@ -527,4 +579,7 @@ def to_dict(d: Diagnosis) -> dict[str, Any]:
         "collective_mismatches": list(d.collectives),
         "size_mismatches": list(d.sizes),
         "notes": list(d.notes),
+        "cause": {"kind": d.cause.kind, "ranks": list(d.cause.ranks), "text": d.cause.text},
+        "evidence": evidence(d.counts, d.plan_next),
+        **counts_dict(d.counts, d.plan_next, op),
     }

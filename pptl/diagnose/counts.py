@@ -1,0 +1,340 @@
+"""NCCL calls matched by count and order: what one rank issued that its peers never did.
+
+NCCL matches without tags. Per group and ordered pair of ranks, the k-th send of the sender meets the
+k-th receive of the receiver; a collective meets its group's members at the same sequence number. So
+the facts of a hang that is not a cycle are counts and positions:
+
+- :class:`PairCount`: the sender issued more sends to a peer than the peer posted receives (or fewer).
+- :class:`SizeMismatch`: the k-th send and the k-th receive of a pair move different element counts.
+- :class:`CollectiveGap`: a group's collective #s that some members issued and others never did.
+- :class:`CollectiveDiff`: members issued collectives of another kind or size at one sequence number.
+- :class:`ExtraCollectives`: one member's collectives of a group are another's with calls inserted
+  (a collective issued on some ranks only, e.g. inside ``if rank == 0``).
+- :class:`Orphan`: a call that *completed* although its counterpart was never issued: NCCL paired it
+  with some other call of the peer on the same communicator (a send against an all_reduce), garbage in.
+- :class:`Stopped`: a rank whose calls all completed while a peer waits for a call it never issued.
+- :class:`MissingDump`: a member of a group with no dump, and the calls that wait for it.
+
+Pure: no torch, no files. Notes: O(calls log calls) overall; the per-group alignment of
+:class:`ExtraCollectives` is difflib's, quadratic in the worst case, on at most ``_ALIGN_LIMIT`` calls.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from pptl.diagnose.ops import NcclOp
+
+__all__ = ["PairCount", "SizeMismatch", "CollectiveGap", "CollectiveDiff", "ExtraCollectives", "Orphan",
+           "Stopped", "MissingDump", "Counts", "EMPTY", "count_calls", "counts_dict"]
+
+_ALIGN_LIMIT = 4096
+
+
+@dataclass(frozen=True)
+class PairCount:
+    """Sends ``src`` issued to ``dst`` in ``group`` against the receives ``dst`` posted from ``src``."""
+
+    group: str
+    src: int
+    dst: int
+    sends: tuple[NcclOp, ...]
+    recvs: tuple[NcclOp, ...]
+    moved_on: bool
+    """The side with fewer calls issued other calls after its last one of this pair: it skipped the
+    transfer rather than not reaching it yet (a rank's host issues NCCL calls without waiting for them)."""
+
+    @property
+    def short(self) -> int:
+        """The rank that issued fewer."""
+        return self.dst if len(self.recvs) < len(self.sends) else self.src
+
+    @property
+    def unmatched(self) -> tuple[NcclOp, ...]:
+        """The calls of the longer side beyond the shorter side's count."""
+        n = min(len(self.sends), len(self.recvs))
+        return self.sends[n:] if len(self.sends) > n else self.recvs[n:]
+
+
+@dataclass(frozen=True)
+class SizeMismatch:
+    """The first send/receive pair of ``src -> dst`` whose element counts differ, and how many differ."""
+
+    send: NcclOp
+    recv: NcclOp
+    count: int
+    pairs: int
+    """Matched pairs compared."""
+
+
+@dataclass(frozen=True)
+class CollectiveGap:
+    """Collectives #first..#last of a group that ``issued`` ranks issued and ``missing`` never did."""
+
+    group: str
+    first: int
+    last: int
+    ops: tuple[NcclOp, ...]
+    """The calls at #first, one per rank that issued it."""
+    missing: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class CollectiveDiff:
+    """Members issued calls of different kinds or element counts at one sequence number of a group."""
+
+    group: str
+    seq: int
+    ops: tuple[NcclOp, ...]
+    reordered: bool = False
+    """Every member issued the same calls in the group, in another order: an order fault, not a kind
+    or size fault (the wait-for cycle explains it)."""
+
+    @property
+    def what(self) -> str:
+        """"kind" when the kinds differ, else "size"."""
+        return "kind" if len({o.kind for o in self.ops}) > 1 else "size"
+
+
+@dataclass(frozen=True)
+class ExtraCollectives:
+    """``rank``'s collectives of ``group`` are ``other``'s with ``extra`` inserted (not only at the end)."""
+
+    group: str
+    rank: int
+    other: int
+    extra: tuple[NcclOp, ...]
+    counts: tuple[int, int]
+    """(rank's count, other's count)."""
+    met: tuple[tuple[NcclOp, NcclOp], ...]
+    """(extra call, the call of ``other`` at its sequence number): what NCCL paired it with."""
+
+
+@dataclass(frozen=True)
+class Orphan:
+    """A call that completed although ``peer`` never issued its counterpart; ``candidates``: the peer's
+    calls that have no counterpart either (what NCCL may have paired it with)."""
+
+    op: NcclOp
+    peer: int
+    candidates: tuple[NcclOp, ...]
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """A rank whose calls all completed while ``waiting`` (peers' calls) wait for calls it never issued."""
+
+    rank: int
+    last: NcclOp
+    waiting: tuple[NcclOp, ...]
+
+
+@dataclass(frozen=True)
+class MissingDump:
+    """A member of a group that left no dump, and the pending calls of other ranks that involve it."""
+
+    rank: int
+    waiting: tuple[NcclOp, ...]
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Every count-and-order fact of one set of dumps."""
+
+    pairs: tuple[PairCount, ...]
+    """Only the pairs whose counts differ."""
+    sizes: tuple[SizeMismatch, ...]
+    gaps: tuple[CollectiveGap, ...]
+    diffs: tuple[CollectiveDiff, ...]
+    extra: tuple[ExtraCollectives, ...]
+    orphans: tuple[Orphan, ...]
+    stopped: tuple[Stopped, ...]
+    missing: tuple[MissingDump, ...]
+
+    @property
+    def mismatched(self) -> bool:
+        """A fact that is wrong even when every call completed."""
+        return bool(self.pairs or self.sizes or self.gaps or self.diffs or self.extra or self.orphans)
+
+
+#: No facts (a view without NCCL calls, such as pptl's own timeline).
+EMPTY = Counts((), (), (), (), (), (), (), ())
+
+
+def count_calls(ops: Mapping[int, tuple[NcclOp, ...]], groups: Mapping[str, tuple[int, ...]]) -> Counts:
+    """The facts of :mod:`pptl.diagnose.counts` for the ranks that left a dump (``ops``) in ``groups``
+    (group name -> global member ranks)."""
+    p2p: dict[tuple[str, int, int], tuple[list[NcclOp], list[NcclOp]]] = {}
+    coll: dict[str, dict[int, list[NcclOp]]] = {}
+    for r in sorted(ops):
+        for o in ops[r]:
+            if o.kind == "send":
+                p2p.setdefault((o.group, r, o.peer), ([], []))[0].append(o)
+            elif o.kind == "recv":
+                p2p.setdefault((o.group, o.peer, r), ([], []))[1].append(o)
+            else:
+                coll.setdefault(o.group, {}).setdefault(r, []).append(o)
+    pairs, sizes, orphans_p2p = _pairs(ops, p2p)
+    gaps, diffs, orphans_coll = _collectives(ops, coll, groups)
+    extra = tuple(e for g in sorted(coll) if (e := _extra(g, coll[g])) is not None)
+    orphans = _with_candidates(orphans_p2p + orphans_coll, pairs, gaps)
+    missing = _missing(ops, groups)
+    stopped = _stopped(ops, pairs, gaps)
+    return Counts(pairs, sizes, gaps, diffs, extra, orphans, stopped, missing)
+
+
+def _last_index(ops: tuple[NcclOp, ...]) -> int:
+    return ops[-1].index if ops else -1
+
+
+def _pairs(ops: Mapping[int, tuple[NcclOp, ...]], p2p: Mapping[tuple[str, int, int], tuple[list, list]]
+           ) -> tuple[tuple[PairCount, ...], tuple[SizeMismatch, ...], list[tuple[NcclOp, int]]]:
+    pairs: list[PairCount] = []
+    sizes: list[SizeMismatch] = []
+    orphans: list[tuple[NcclOp, int]] = []
+    for (g, src, dst), (sends, recvs) in sorted(p2p.items()):
+        if src == dst or src not in ops or dst not in ops:
+            continue  # a rank's send to itself; or one end left no dump (MissingDump says so)
+        n = min(len(sends), len(recvs))
+        bad = [(s, r) for s, r in zip(sends, recvs) if s.sizes and r.sizes and s.numels != r.numels]
+        if bad:
+            sizes.append(SizeMismatch(bad[0][0], bad[0][1], len(bad), n))
+        if len(sends) == len(recvs):
+            continue
+        short, mine = (dst, recvs) if len(recvs) < len(sends) else (src, sends)
+        # skipped, not blocked: every call of the pair completed and the host issued more after them
+        moved_on = bool(mine) and all(o.done for o in mine) and mine[-1].index < _last_index(ops[short])
+        pc = PairCount(g, src, dst, tuple(sends), tuple(recvs), moved_on)
+        pairs.append(pc)
+        orphans += [(o, short) for o in pc.unmatched if o.done]
+    return tuple(pairs), tuple(sizes), orphans
+
+
+def _collectives(ops: Mapping[int, tuple[NcclOp, ...]], coll: Mapping[str, Mapping[int, list[NcclOp]]],
+                 groups: Mapping[str, tuple[int, ...]]
+                 ) -> tuple[tuple[CollectiveGap, ...], tuple[CollectiveDiff, ...], list[tuple[NcclOp, int]]]:
+    gaps: list[CollectiveGap] = []
+    diffs: list[CollectiveDiff] = []
+    orphans: list[tuple[NcclOp, int]] = []
+    for g in sorted(coll):
+        members = [r for r in groups.get(g, sorted(coll[g])) if r in ops]
+        if len(members) < 2:
+            continue
+        by_seq: dict[int, dict[int, NcclOp]] = {}
+        for r, seq in coll[g].items():
+            for o in seq:
+                by_seq.setdefault(o.seq, {})[r] = o
+        # a ring buffer that wrapped lost its oldest calls: only what a rank could still hold is missing
+        first = {r: min((o.seq for o in coll[g].get(r, ())), default=0) for r in members}
+        keys = {r: sorted((o.kind, o.numels) for o in coll[g].get(r, ())) for r in members}
+        reordered = all(k == keys[members[0]] for k in keys.values())
+        run: CollectiveGap | None = None
+        for s in sorted(by_seq):
+            here = by_seq[s]
+            missing = tuple(r for r in members if r not in here and s >= first[r])
+            if missing:
+                if run is not None and run.missing == missing and run.last == s - 1:
+                    run = CollectiveGap(g, run.first, s, run.ops, missing)
+                else:
+                    if run is not None:
+                        gaps.append(run)
+                    run = CollectiveGap(g, s, s, tuple(here[r] for r in sorted(here)), missing)
+                orphans += [(o, missing[0]) for o in here.values() if o.done]
+            calls = [here[r] for r in sorted(here)]
+            if len({(o.kind, o.numels) for o in calls}) > 1:
+                diffs.append(CollectiveDiff(g, s, tuple(calls), reordered))
+        if run is not None:
+            gaps.append(run)
+    return tuple(gaps), tuple(diffs), orphans
+
+
+def _extra(group: str, per_rank: Mapping[int, list[NcclOp]]) -> ExtraCollectives | None:
+    """The longest rank's collectives against the shortest's, aligned by (kind, element counts)."""
+    counts = {r: len(v) for r, v in per_rank.items()}
+    if len(counts) < 2 or len(set(counts.values())) < 2:
+        return None
+    long_r = min(counts, key=lambda r: (-counts[r], r))
+    short_r = min(counts, key=lambda r: (counts[r], r))
+    a = per_rank[short_r][-_ALIGN_LIMIT:]
+    b = per_rank[long_r][-_ALIGN_LIMIT:]
+    sm = difflib.SequenceMatcher(None, [(o.kind, o.numels) for o in a], [(o.kind, o.numels) for o in b],
+                                 autojunk=False)
+    codes = sm.get_opcodes()
+    if any(tag in ("replace", "delete") for tag, *_ in codes):
+        return None  # not the same calls with some added: CollectiveDiff says how they differ
+    inserted = [(j1, j2) for tag, _, _, j1, j2 in codes if tag == "insert"]
+    if not inserted or inserted == [(len(a), len(b))] or (len(inserted) == 1 and inserted[0][1] == len(b)):
+        return None  # the short rank's calls are a prefix: it is behind, not missing a call
+    extra = tuple(b[k] for j1, j2 in inserted for k in range(j1, j2))
+    at = {o.seq: o for o in a}
+    met = tuple((o, at[o.seq]) for o in extra if o.seq in at)
+    return ExtraCollectives(group, long_r, short_r, extra, (counts[long_r], counts[short_r]), met)
+
+
+def _with_candidates(found: list[tuple[NcclOp, int]], pairs: tuple[PairCount, ...],
+                     gaps: tuple[CollectiveGap, ...]) -> tuple[Orphan, ...]:
+    spare: dict[int, list[NcclOp]] = {}
+    for pc in pairs:
+        for o in pc.unmatched:
+            spare.setdefault(o.rank, []).append(o)
+    for gap in gaps:
+        for o in gap.ops:
+            spare.setdefault(o.rank, []).append(o)
+    out = []
+    for o, peer in found:
+        cands = sorted(spare.get(peer, ()), key=lambda c: c.index)
+        out.append(Orphan(o, peer, tuple(cands[:3])))
+    return tuple(out)
+
+
+def _missing(ops: Mapping[int, tuple[NcclOp, ...]], groups: Mapping[str, tuple[int, ...]]) -> tuple[MissingDump, ...]:
+    absent = sorted({m for members in groups.values() for m in members} - set(ops))
+    out = []
+    for m in absent:
+        waiting = tuple(o for r in sorted(ops) for o in ops[r] if not o.done and
+                        (o.peer == m if o.is_p2p else m in groups.get(o.group, ())))
+        out.append(MissingDump(m, waiting))
+    return tuple(out)
+
+
+def _stopped(ops: Mapping[int, tuple[NcclOp, ...]], pairs: tuple[PairCount, ...],
+             gaps: tuple[CollectiveGap, ...]) -> tuple[Stopped, ...]:
+    waiting: dict[int, list[NcclOp]] = {}
+    for pc in pairs:
+        if not pc.moved_on:
+            waiting.setdefault(pc.short, []).extend(o for o in pc.unmatched if not o.done)
+    for gap in gaps:
+        for m in gap.missing:
+            waiting.setdefault(m, []).extend(o for o in gap.ops if not o.done)
+    out = []
+    for r in sorted(waiting):
+        seq = ops.get(r, ())
+        if seq and all(o.done for o in seq) and waiting[r]:
+            out.append(Stopped(r, seq[-1], tuple(sorted(waiting[r], key=lambda o: (o.rank, o.index)))))
+    return tuple(out)
+
+
+def counts_dict(c: Counts, plan_next: Mapping[int, Any], op: Callable[[NcclOp], dict[str, Any]]) -> dict[str, Any]:
+    """The facts as JSON fields (``op`` renders one call); ``plan_next``: rank -> PlanNext."""
+
+    def ops_(xs: tuple[NcclOp, ...]) -> list[dict[str, Any]]:
+        return [op(o) for o in xs]
+
+    return {
+        "p2p_counts": [{"group": p.group, "src": p.src, "dst": p.dst, "sends": len(p.sends), "recvs": len(p.recvs),
+                        "short": p.short, "moved_on": p.moved_on, "unmatched": ops_(p.unmatched)} for p in c.pairs],
+        "p2p_sizes": [{"src": z.send.rank, "dst": z.recv.rank, "send": op(z.send), "recv": op(z.recv),
+                       "send_elements": sum(z.send.numels), "recv_elements": sum(z.recv.numels),
+                       "differ": z.count, "pairs": z.pairs} for z in c.sizes],
+        "collective_gaps": [{"group": g.group, "first": g.first, "last": g.last, "issued": ops_(g.ops),
+                             "missing_ranks": list(g.missing)} for g in c.gaps],
+        "collective_diffs": [{"group": d.group, "seq": d.seq, "differs": d.what, "ops": ops_(d.ops)} for d in c.diffs],
+        "extra_collectives": [{"group": e.group, "rank": e.rank, "other": e.other, "counts": list(e.counts),
+                               "extra": ops_(e.extra), "met": [[op(x), op(y)] for x, y in e.met]} for e in c.extra],
+        "orphans": [{"op": op(o.op), "peer": o.peer, "candidates": ops_(o.candidates)} for o in c.orphans],
+        "stopped": [{"rank": s.rank, "last": op(s.last), "waiting": ops_(s.waiting),
+                     "plan_next": ({"op": plan_next[s.rank].op, "comm": plan_next[s.rank].comm}
+                                   if s.rank in plan_next else None)} for s in c.stopped],
+        "missing_dumps": [{"rank": m.rank, "waiting": ops_(m.waiting)} for m in c.missing],
+    }
