@@ -119,13 +119,17 @@ def evidence(counts: Counts, plan_next: Mapping[int, PlanNext] | None = None) ->
                    f"{_some(p.unmatched)}" + ("" if p.moved_on else f" (rank {p.short} issued nothing after its last "
                                                                     "one of this pair)"))
     for e in counts.extra:
-        met = "; ".join(f"{x.label} met {y.label} ({y.kind} {_numel(y)})" for x, y in e.met[:3])
+        met = "; ".join(f"{x.label} with {y.label} ({y.kind} {_numel(y)}, {y.state})" for x, y in e.met[:3])
         out.append(f"collectives: group {_gl(e.extra)}: rank {e.rank} issued {e.counts[0]}, rank {e.other} "
-                   f"{e.counts[1]}; only rank {e.rank} issued {_some(e.extra)}" + (f"; NCCL paired {met}" if met else ""))
+                   f"{e.counts[1]}; only rank {e.rank} issued {_some(e.extra)}"
+                   + (f"; at the same sequence number NCCL paired {met}" if met else ""))
     for d in counts.diffs:
         out.append(f"collectives: group {_gl(d.ops)} #{d.seq}: "
                    + ", ".join(f"rank {o.rank} {o.kind} {_numel(o)} ({o.state})" for o in d.ops)
                    + (" (the same calls in another order)" if d.reordered else f" ({d.what} differs)"))
+    for d in counts.states:
+        out.append(f"collectives: group {_gl(d.ops)} #{d.seq}: "
+                   + ", ".join(f"rank {o.rank} {o.kind} {o.state}" for o in d.ops) + " (state differs)")
     for g in counts.gaps:
         out.append(f"collectives: {_gap_words(g)}")
     for z in counts.sizes:
@@ -158,8 +162,9 @@ def _numel(o: NcclOp) -> str:
     return f"of {n} element{_s(n)}" if o.sizes else "(no sizes recorded)"
 
 
-def _noun(ops: Sequence[NcclOp], n: int) -> str:
-    flows = {o.flow for o in ops}
+def _noun(p: PairCount, n: int) -> str:
+    """What the pair's transfers carry, as the plan names them on either end (``--plan``), else "message"."""
+    flows = {o.flow for o in p.sends + p.recvs if o.flow}
     what = {"F": "activation", "B": "gradient"}.get(next(iter(flows)), "message") if len(flows) == 1 else "message"
     return f"{n} {what}{_s(n)}"
 
@@ -178,10 +183,10 @@ def _pair_words(p: PairCount) -> str:
     ns, nr = len(p.sends), len(p.recvs)
     g = _gl(p.sends or p.recvs)
     if ns > nr:
-        return (f"rank {p.src} sent {_noun(p.sends, ns)} to rank {p.dst} (group {g}), which posted "
+        return (f"rank {p.src} sent {_noun(p, ns)} to rank {p.dst} (group {g}), which posted "
                 f"{'only ' if nr else ''}{nr} receive{_s(nr)}")
     return (f"rank {p.dst} posted {nr} receive{_s(nr)} from rank {p.src} (group {g}), which sent "
-            f"{'only ' if ns else ''}{_noun(p.sends or p.recvs, ns)}")
+            f"{'only ' if ns else ''}{_noun(p, ns)}")
 
 
 def _pair(p: PairCount, pairs: Sequence[PairCount], plan_pairs: Mapping[tuple[int, int], int]) -> Cause:
@@ -189,7 +194,7 @@ def _pair(p: PairCount, pairs: Sequence[PairCount], plan_pairs: Mapping[tuple[in
     ns, nr = len(p.sends), len(p.recvs)
     back = next((q for q in pairs if (q.group, q.src, q.dst) == (p.group, p.dst, p.src)), None)
     if back is not None:
-        text += (f"; rank {p.dst} sent {_noun(back.sends or back.recvs, len(back.sends))} back and rank {p.src} "
+        text += (f"; rank {p.dst} sent {_noun(back, len(back.sends))} back and rank {p.src} "
                  f"posted {len(back.recvs)} receive{_s(len(back.recvs))}")
     hi, lo = max(ns, nr), min(ns, nr)
     text += f" (the ranks disagree on the number of transfers, {hi} vs {lo}: micro-batches, vpp or schedule differ?"
@@ -233,10 +238,12 @@ def _stopped(st: Stopped, nxt: PlanNext | None) -> Cause:
     waiters = sorted({o.rank for o in st.waiting})
     text = (f"rank {st.rank} stopped issuing: its last call {st.last.label} completed, and rank{_s(len(waiters))} "
             f"{ranks_text(waiters)} wait{'' if len(waiters) > 1 else 's'} for it in {st.waiting[0].label}")
-    if nxt is not None:
+    if nxt is not None and nxt.comm:
+        text += f"; the plan's next call on rank {st.rank} is {nxt.comm}"
+        if nxt.op != nxt.comm:
+            text += f" (after {nxt.op})"
+    elif nxt is not None:
         text += f"; the plan's next op on rank {st.rank} is {nxt.op}"
-        if nxt.comm and nxt.comm != nxt.op:
-            text += f" (next transfer {nxt.comm})"
     return Cause("stopped", (st.rank, *waiters), text)
 
 
@@ -248,6 +255,6 @@ def _gap_words(g: CollectiveGap) -> str:
 
 
 def _orphan_words(o: Orphan) -> str:
-    c = f"; its calls without a counterpart: {_some(o.candidates)}" if o.candidates else ""
-    return (f"{o.op.label} completed although rank {o.peer} never issued its counterpart: NCCL paired it with "
-            f"another call of rank {o.peer} on the same communicator{c}")
+    c = (f": NCCL may have paired it with rank {o.peer}'s {_some(o.candidates)}, which ran while its own "
+         "counterpart had not started" if o.candidates else "")
+    return f"{o.op.label} completed although rank {o.peer} never issued its counterpart{c}"

@@ -93,8 +93,10 @@ class CollectiveDiff:
 
     @property
     def what(self) -> str:
-        """"kind" when the kinds differ, else "size"."""
-        return "kind" if len({o.kind for o in self.ops}) > 1 else "size"
+        """"kind" when the kinds differ, "size" when the element counts do, else "state"."""
+        if len({o.kind for o in self.ops}) > 1:
+            return "kind"
+        return "size" if len({o.numels for o in self.ops}) > 1 else "state"
 
 
 @dataclass(frozen=True)
@@ -151,6 +153,9 @@ class Counts:
     orphans: tuple[Orphan, ...]
     stopped: tuple[Stopped, ...]
     missing: tuple[MissingDump, ...]
+    states: tuple[CollectiveDiff, ...] = ()
+    """One collective call (same kind and size on every member) completed on some members only:
+    torchfrtrace's state mismatch; a consequence of a hang more often than its cause."""
 
     @property
     def mismatched(self) -> bool:
@@ -176,19 +181,19 @@ def count_calls(ops: Mapping[int, tuple[NcclOp, ...]], groups: Mapping[str, tupl
             else:
                 coll.setdefault(o.group, {}).setdefault(r, []).append(o)
     pairs, sizes, orphans_p2p = _pairs(ops, p2p)
-    gaps, diffs, orphans_coll = _collectives(ops, coll, groups)
+    gaps, diffs, states, orphans_coll = _collectives(ops, coll, groups)
     extra = tuple(e for g in sorted(coll) if (e := _extra(g, coll[g])) is not None)
-    orphans = _with_candidates(orphans_p2p + orphans_coll, pairs, gaps)
+    orphans = _with_candidates(orphans_p2p + orphans_coll, _ahead(ops, p2p, coll))
     missing = _missing(ops, groups)
     stopped = _stopped(ops, pairs, gaps)
-    return Counts(pairs, sizes, gaps, diffs, extra, orphans, stopped, missing)
+    return Counts(pairs, sizes, gaps, diffs, extra, orphans, stopped, missing, states)
 
 
 def _last_index(ops: tuple[NcclOp, ...]) -> int:
     return ops[-1].index if ops else -1
 
 
-def _pairs(ops: Mapping[int, tuple[NcclOp, ...]], p2p: Mapping[tuple[str, int, int], tuple[list, list]]
+def _pairs(ops: Mapping[int, tuple[NcclOp, ...]], p2p: Mapping[tuple[str, int, int], tuple[list[NcclOp], list[NcclOp]]]
            ) -> tuple[tuple[PairCount, ...], tuple[SizeMismatch, ...], list[tuple[NcclOp, int]]]:
     pairs: list[PairCount] = []
     sizes: list[SizeMismatch] = []
@@ -213,9 +218,11 @@ def _pairs(ops: Mapping[int, tuple[NcclOp, ...]], p2p: Mapping[tuple[str, int, i
 
 def _collectives(ops: Mapping[int, tuple[NcclOp, ...]], coll: Mapping[str, Mapping[int, list[NcclOp]]],
                  groups: Mapping[str, tuple[int, ...]]
-                 ) -> tuple[tuple[CollectiveGap, ...], tuple[CollectiveDiff, ...], list[tuple[NcclOp, int]]]:
+                 ) -> tuple[tuple[CollectiveGap, ...], tuple[CollectiveDiff, ...], tuple[CollectiveDiff, ...],
+                            list[tuple[NcclOp, int]]]:
     gaps: list[CollectiveGap] = []
     diffs: list[CollectiveDiff] = []
+    states: list[CollectiveDiff] = []
     orphans: list[tuple[NcclOp, int]] = []
     for g in sorted(coll):
         members = [r for r in groups.get(g, sorted(coll[g])) if r in ops]
@@ -244,9 +251,11 @@ def _collectives(ops: Mapping[int, tuple[NcclOp, ...]], coll: Mapping[str, Mappi
             calls = [here[r] for r in sorted(here)]
             if len({(o.kind, o.numels) for o in calls}) > 1:
                 diffs.append(CollectiveDiff(g, s, tuple(calls), reordered))
+            elif len(calls) > 1 and any(o.done for o in calls) and not all(o.done for o in calls):
+                states.append(CollectiveDiff(g, s, tuple(calls)))
         if run is not None:
             gaps.append(run)
-    return tuple(gaps), tuple(diffs), orphans
+    return tuple(gaps), tuple(diffs), tuple(states), orphans
 
 
 def _extra(group: str, per_rank: Mapping[int, list[NcclOp]]) -> ExtraCollectives | None:
@@ -272,18 +281,42 @@ def _extra(group: str, per_rank: Mapping[int, list[NcclOp]]) -> ExtraCollectives
     return ExtraCollectives(group, long_r, short_r, extra, (counts[long_r], counts[short_r]), met)
 
 
-def _with_candidates(found: list[tuple[NcclOp, int]], pairs: tuple[PairCount, ...],
-                     gaps: tuple[CollectiveGap, ...]) -> tuple[Orphan, ...]:
-    spare: dict[int, list[NcclOp]] = {}
-    for pc in pairs:
-        for o in pc.unmatched:
-            spare.setdefault(o.rank, []).append(o)
-    for gap in gaps:
-        for o in gap.ops:
-            spare.setdefault(o.rank, []).append(o)
+def _ahead(ops: Mapping[int, tuple[NcclOp, ...]], p2p: Mapping[tuple[str, int, int], tuple[list[NcclOp], list[NcclOp]]],
+           coll: Mapping[str, Mapping[int, list[NcclOp]]]) -> dict[int, list[NcclOp]]:
+    """Per rank, its calls that started or completed while their counterpart had not started (never
+    issued, or still queued): they ran against something else."""
+    out: dict[int, list[NcclOp]] = {}
+
+    def ran(o: NcclOp) -> bool:
+        return o.state in ("started", "completed")
+
+    for (_, src, dst), (sends, recvs) in p2p.items():
+        if src == dst or src not in ops or dst not in ops:
+            continue
+        for k in range(max(len(sends), len(recvs))):
+            s = sends[k] if k < len(sends) else None
+            r = recvs[k] if k < len(recvs) else None
+            for me, other in ((s, r), (r, s)):
+                if me is not None and ran(me) and (other is None or not ran(other)):
+                    out.setdefault(me.rank, []).append(me)
+    for per_rank in coll.values():
+        by_seq: dict[int, list[NcclOp]] = {}
+        for seq in per_rank.values():
+            for o in seq:
+                by_seq.setdefault(o.seq, []).append(o)
+        for s_, calls in by_seq.items():
+            behind = [o for o in calls if not ran(o)] or len(calls) < len(per_rank)
+            if behind:
+                for o in calls:
+                    if ran(o):
+                        out.setdefault(o.rank, []).append(o)
+    return out
+
+
+def _with_candidates(found: list[tuple[NcclOp, int]], ahead: Mapping[int, list[NcclOp]]) -> tuple[Orphan, ...]:
     out = []
     for o, peer in found:
-        cands = sorted(spare.get(peer, ()), key=lambda c: c.index)
+        cands = sorted((c for c in ahead.get(peer, ()) if c.kind != o.kind or c.peer != o.rank), key=lambda c: c.index)
         out.append(Orphan(o, peer, tuple(cands[:3])))
     return tuple(out)
 
@@ -329,7 +362,8 @@ def counts_dict(c: Counts, plan_next: Mapping[int, Any], op: Callable[[NcclOp], 
                        "differ": z.count, "pairs": z.pairs} for z in c.sizes],
         "collective_gaps": [{"group": g.group, "first": g.first, "last": g.last, "issued": ops_(g.ops),
                              "missing_ranks": list(g.missing)} for g in c.gaps],
-        "collective_diffs": [{"group": d.group, "seq": d.seq, "differs": d.what, "ops": ops_(d.ops)} for d in c.diffs],
+        "collective_diffs": [{"group": d.group, "seq": d.seq, "differs": d.what, "reordered": d.reordered,
+                              "ops": ops_(d.ops)} for d in c.diffs + c.states],
         "extra_collectives": [{"group": e.group, "rank": e.rank, "other": e.other, "counts": list(e.counts),
                                "extra": ops_(e.extra), "met": [[op(x), op(y)] for x, y in e.met]} for e in c.extra],
         "orphans": [{"op": op(o.op), "peer": o.peer, "candidates": ops_(o.candidates)} for o in c.orphans],

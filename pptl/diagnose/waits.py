@@ -119,7 +119,7 @@ def diagnose_dumps(dumps: Sequence[FrDump], schedule: Schedule | None = None) ->
                      "their ops are unknown")
     counts = count_calls(frozen, groups)
     plan_next = _plan_next(frozen, schedule, [st.rank for st in counts.stopped]) if schedule is not None else {}
-    cause = find_cause(counts, frozen, cycle_ranks=ranks, order=order + collectives, plan_next=plan_next,
+    cause = find_cause(counts, frozen, cycle_ranks=ranks, order=collectives + order, plan_next=plan_next,
                        plan_pairs=_plan_pairs(schedule) if schedule is not None else None)
     return Diagnosis("flight-recorder", frozen, front, cycle, ranks, names, tuple(order), tuple(collectives),
                      tuple(evidence_sizes(counts)), tuple(notes), tuple(blocked), cause, counts, plan_next)
@@ -263,10 +263,21 @@ def _collective_mismatches(ops: Mapping[int, tuple[NcclOp, ...]]) -> tuple[list[
             if first.kind != o.kind or first.sizes != o.sizes:
                 what = f"{first.kind} {_shape(first.sizes)}"
                 other = f"{o.kind} {_shape(o.sizes)}"
+                why = (" (the ranks issue the group's collectives in different orders)"
+                       if _same_calls(ops, o.group, first.rank, o.rank) else "")
                 out.append(f"group {o.group_label} collective #{o.seq}: rank {first.rank} issues {what} but rank {o.rank} "
-                           f"issues {other} (the ranks issue the group's collectives in different orders)")
+                           f"issues {other}{why}")
                 reported.add(o.group)  # later ones follow from the first
     return out, reported
+
+
+def _same_calls(ops: Mapping[int, tuple[NcclOp, ...]], group: str, a: int, b: int) -> bool:
+    """Ranks a and b issued the same collectives (kind, shapes) in ``group``, whatever the order."""
+
+    def calls(r: int) -> list[tuple]:
+        return sorted((o.kind, o.sizes) for o in ops[r] if o.group == group and o.kind not in ("send", "recv"))
+
+    return calls(a) == calls(b)
 
 
 def _cycle(ops: Mapping[int, tuple[NcclOp, ...]], node: Mapping[tuple[int, int], tuple[tuple[int, int], ...]],
