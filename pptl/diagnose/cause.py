@@ -62,13 +62,14 @@ class Cause:
 
 def find_cause(counts: Counts, ops: Mapping[int, tuple[NcclOp, ...]], *, cycle_ranks: Sequence[int] = (),
                order: Sequence[str] = (), plan_next: Mapping[int, PlanNext] | None = None,
-               plan_pairs: Mapping[tuple[int, int], int] | None = None) -> Cause:
+               plan_pairs: Mapping[tuple[int, int], int] | None = None, off_plan: Sequence[int] = ()) -> Cause:
     """The first fact in the order of the module docstring.
 
     Args:
         order: the order-mismatch sentences of the wait-for analysis (the first one explains a cycle).
         plan_next: per rank, what the plan says comes after the rank's last call.
         plan_pairs: (src, dst) -> the plan's sends per step, to say which side follows the plan.
+        off_plan: ranks whose send/receive order does not follow the plan's (``--plan``).
     """
     for m in counts.missing:
         if m.waiting:
@@ -87,8 +88,11 @@ def find_cause(counts: Counts, ops: Mapping[int, tuple[NcclOp, ...]], *, cycle_r
     if counts.stopped:
         return _stopped(counts.stopped[0], (plan_next or {}).get(counts.stopped[0].rank))
     if cycle_ranks:
+        odd = [r for r in off_plan if r in cycle_ranks]
         return Cause("cycle", tuple(cycle_ranks), f"wait-for cycle across ranks {ranks_text(cycle_ranks)}"
-                     + (f": {order[0]}" if order else ""))
+                     + (f": {order[0]}" if order else "")
+                     + (f"; rank{_s(len(odd))} {ranks_text(odd)} do{'' if len(odd) > 1 else 'es'} not issue "
+                        "the plan's send/receive order (another schedule?)" if odd else ""))
     if counts.pairs:
         p = counts.pairs[0]
         return Cause("p2p_behind", (p.src, p.dst), _pair_words(p) + " so far")

@@ -119,8 +119,10 @@ def diagnose_dumps(dumps: Sequence[FrDump], schedule: Schedule | None = None) ->
                      "their ops are unknown")
     counts = count_calls(frozen, groups)
     plan_next = _plan_next(frozen, schedule, [st.rank for st in counts.stopped]) if schedule is not None else {}
+    off_plan = [r for r, v in frozen.items() if schedule is not None and
+                any(o.is_p2p for o in v) and not any(o.name for o in v)]
     cause = find_cause(counts, frozen, cycle_ranks=ranks, order=collectives + order, plan_next=plan_next,
-                       plan_pairs=_plan_pairs(schedule) if schedule is not None else None)
+                       plan_pairs=_plan_pairs(schedule) if schedule is not None else None, off_plan=off_plan)
     return Diagnosis("flight-recorder", frozen, front, cycle, ranks, names, tuple(order), tuple(collectives),
                      tuple(evidence_sizes(counts)), tuple(notes), tuple(blocked), cause, counts, plan_next)
 

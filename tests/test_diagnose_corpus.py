@@ -1,0 +1,251 @@
+"""pptl diagnose on the hang corpus: real dumps of 2x H200 (torch 2.11.0+cu130, NCCL 2.28.9, 2026-11-26,
+bench/hang_corpus.sh), each folder as the watchdog left it (dumps, the ranks' logs, the plan rank 0 ran).
+
+For every kind the first line names the cause and the ranks, and every fact torchfrtrace printed on the
+same dumps (docs/diagnose.md quotes it) is in pptl's evidence. The expected numbers are read off the
+dumps by hand: e.g. mb_count's rank 0 holds 4 ``send 0->1`` and 4 ``recv 0<-1`` entries, rank 1 holds 3
+``recv 1<-0`` and 3 ``send 1->0``.
+"""
+from __future__ import annotations
+
+import json
+import pickle
+import re
+from pathlib import Path
+
+import pytest
+from cli_runner import CliRunner
+
+from pptl.cli import app
+from pptl.diagnose.counts import count_calls
+from pptl.diagnose.ops import NcclOp
+from pptl.errors import InputError
+from pptl.formats.flight_recorder import find_dumps
+
+runner = CliRunner()
+FR = Path(__file__).resolve().parent.parent / "fixtures" / "flight_recorder"
+
+
+def _run(kind: str, *, plan: bool = True, code: int = 1) -> tuple[list[str], dict]:
+    args = ["diagnose", str(FR / kind)] + (["--plan", str(FR / kind / "plan.json")] if plan else [])
+    text = runner.invoke(app, args)
+    assert text.exit_code == code, text.output
+    js = runner.invoke(app, [*args, "--output", "json"])
+    assert js.exit_code == code, js.output
+    return text.stdout.splitlines(), json.loads(js.stdout)
+
+
+def test_mb_count_names_the_counts_of_both_directions() -> None:
+    lines, data = _run("mb_count")
+    assert lines[0] == (
+        "rank 0 sent 4 activations to rank 1 (group default_pg), which posted only 3 receives; rank 1 sent 3 "
+        "gradients back and rank 0 posted 4 receives (the ranks disagree on the number of transfers, 4 vs 3: "
+        "micro-batches, vpp or schedule differ? rank 0's 4 is the plan's)")
+    assert data["cause"] == {"kind": "p2p_count", "ranks": [0, 1], "text": lines[0]}
+    counts = {(c["src"], c["dst"]): (c["sends"], c["recvs"], c["short"], c["moved_on"]) for c in data["p2p_counts"]}
+    assert counts == {(0, 1): (4, 3, 1, True), (1, 0): (3, 4, 1, True)}
+    # torchfrtrace: "Not all ranks joining collective ... nccl:recv 0<-1 ... missing ranks: {1}"
+    assert ("  counts: group default_pg, rank 1 -> rank 0: 3 sends, 4 receives; without a counterpart: "
+            "r0/recv/RECV_B s0 mb3 <-r1 (started)") in lines
+    # rank 0's 4th send completed with no receive: rank 1's all_reduce ran while rank 0's had not started
+    orphan = data["orphans"][0]
+    assert orphan["op"]["op"] == "r0/send/SEND_F s0 mb3 ->r1" and orphan["op"]["state"] == "completed"
+    assert [c["kind"] for c in orphan["candidates"]] == ["all_reduce"]
+
+
+def test_mb_count_without_plan_says_messages() -> None:
+    lines, _ = _run("mb_count", plan=False)
+    assert lines[0].startswith("rank 0 sent 4 messages to rank 1 (group default_pg), which posted only 3 receives; "
+                               "rank 1 sent 3 messages back")
+    assert lines[0].endswith("vpp or schedule differ?)")
+
+
+def test_collective_on_one_rank_names_the_extra_call() -> None:
+    lines, data = _run("collective_one_rank")
+    assert lines[0] == (
+        "rank 0 issued all_reduce of 1 element (#1, group default_pg) that rank 1 never issued: a collective issued "
+        "on rank 0 only (2 vs 1 collectives in the group); NCCL paired it with rank 1's all_reduce of 4194304 "
+        "elements (started)")
+    # torchfrtrace: #1 "Expected input sizes: '[[1]]' does not match found input sizes: '[[4194304]]'"
+    assert ("  collectives: group default_pg #1: rank 0 all_reduce of 1 element (started), rank 1 all_reduce of "
+            "4194304 elements (started) (size differs)") in lines
+    # torchfrtrace: #2 "Not all ranks joining collective ... missing ranks: {1}"
+    assert data["collective_gaps"][0]["first"] == 2 and data["collective_gaps"][0]["missing_ranks"] == [1]
+
+
+def test_rank_that_exited_is_named_from_the_missing_dump() -> None:
+    lines, data = _run("rank_exits")
+    assert lines[0] == ("rank 1 left no dump and rank 0 waits for it in r0/send/SEND_F s0 mb3 ->r1: rank 1 exited, "
+                        "crashed or was killed before the others timed out (its log says why)")
+    assert data["cause"]["ranks"] == [1, 0]
+    # torchfrtrace: "AssertionError: Missing dump files from ranks {1}"
+    assert [m["rank"] for m in data["missing_dumps"]] == [1]
+
+
+def test_stalled_rank_and_the_plan_op_it_should_issue_next() -> None:
+    lines, data = _run("rank_stalls")
+    assert lines[0] == (
+        "rank 1 stopped issuing: its last call r1/recv/RECV_F s1 mb1 <-r0 completed, and rank 0 waits for it in "
+        "r0/send/SEND_F s0 mb3 ->r1; the plan's next call on rank 1 is r1/recv/RECV_F s1 mb2 <-r0 (after "
+        "r1/compute/F s1 mb1)")
+    assert data["stopped"][0]["plan_next"] == {"op": "r1/compute/F s1 mb1", "comm": "r1/recv/RECV_F s1 mb2 <-r0"}
+    # torchfrtrace: "nccl:send 0->1 ... missing ranks: {1}"
+    assert data["p2p_counts"][0] | {"unmatched": None} == {
+        "group": "0", "src": 0, "dst": 1, "sends": 4, "recvs": 2, "short": 1, "moved_on": False, "unmatched": None}
+    lines, _ = _run("rank_stalls", plan=False)
+    assert lines[0].endswith("waits for it in r0 send->1 #4 (group default_pg)")
+
+
+def test_p2p_size_names_both_shapes() -> None:
+    lines, data = _run("p2p_size")
+    assert lines[0] == (
+        "a send and its receive of different sizes: rank 0 sends 8192x4096 to rank 1 (r0/send/SEND_F s0 mb0 ->r1), "
+        "which receives 8192x2048 (r1/recv/RECV_F s1 mb0 <-r0): 33554432 vs 16777216 elements (4 of 4 transfers "
+        "of the pair differ)")
+    # torchfrtrace: "Culprit rank 1; Error type: SIZE_OR_SYNTAX_MISMATCH" (without rank 1's size)
+    assert [(z["src"], z["dst"], z["send_elements"], z["recv_elements"]) for z in data["p2p_sizes"]] == [
+        (0, 1, 8192 * 4096, 8192 * 2048), (1, 0, 8192 * 2048, 8192 * 4096)]
+
+
+def test_schedule_family_is_a_cycle_and_the_odd_rank() -> None:
+    lines, data = _run("schedule_family")
+    assert data["cause"]["kind"] == "cycle" and data["cause"]["ranks"] == [0, 1]
+    assert lines[0].startswith("wait-for cycle across ranks 0, 1: rank 0 waits to receive from rank 1 "
+                               "(r0/recv/RECV_B s0 mb0 <-r1) while rank 1 waits to receive from rank 0")
+    # torchfrtrace: "Culprit rank 1"; pptl: rank 1 is the one off the plan (GPipe against the plan's 1F1B)
+    assert lines[0].endswith("; rank 1 does not issue the plan's send/receive order (another schedule?)")
+
+
+def test_schedule_vpp_counts_twelve_against_four() -> None:
+    lines, data = _run("schedule_vpp")
+    # interleaved 1F1B, pp 2, vpp 2, m 4 on rank 0: 3 transfers each way per micro-batch; 1F1B on rank 1: 1
+    assert lines[0].startswith("rank 0 sent 12 messages to rank 1 (group default_pg), which posted only 4 receives; "
+                               "rank 1 sent 4 messages back and rank 0 posted 12 receives")
+    assert "rank 0's 12 is the plan's" in lines[0]
+    assert data["cause"] == {"kind": "p2p_count", "ranks": [0, 1], "text": lines[0]}
+
+
+def test_collective_kind() -> None:
+    lines, data = _run("collective_kind")
+    assert lines[0] == ("a collective of another kind at one sequence number: collective #1 of group default_pg is "
+                        "rank 0 all_reduce of 4194304 elements, rank 1 broadcast of 4194304 elements")
+    # torchfrtrace: #1 COLLECTIVE_TYPE_MISMATCH; #2 COLLECTIVE_STATE_MISMATCH ('started' vs 'completed')
+    assert "  collectives: group default_pg #2: rank 0 all_reduce started, rank 1 all_reduce completed (state differs)" \
+        in lines
+    assert [(d["seq"], d["differs"]) for d in data["collective_diffs"]] == [(1, "kind"), (2, "state")]
+
+
+def test_collective_size_fails_although_every_call_completed() -> None:
+    lines, data = _run("collective_size")
+    assert lines[0] == ("collectives of different sizes at one sequence number: collective #1 of group default_pg is "
+                        "rank 0 all_reduce of 4195328 elements, rank 1 all_reduce of 4194304 elements")
+    assert not data["hung"]  # exit 1 for the mismatch, not for a hang
+
+
+def test_real_dumps_that_completed_exit_0() -> None:
+    """Rank 1 posted its receive of F mb1 after its send of B mb0; on NVLink the 64 MiB sends did not wait."""
+    lines, data = _run("completed_p2p_reorder", code=0)
+    assert lines[0] == "no hang: every call completed and the counts, sizes and kinds match"
+    assert data["cause"]["kind"] == "none"
+
+
+def test_the_folder_note_goes_to_stderr() -> None:
+    r = runner.invoke(app, ["diagnose", str(FR / "mb_count")])
+    assert r.stderr.strip() == "note: skipped 3 files not named nccl_trace_rank_<rank>: plan.json, rank0.log, rank1.log"
+
+
+# ----------------------------------------------------------------------------------------------
+# Folders
+
+
+def _dump(path: Path) -> None:
+    path.write_bytes(pickle.dumps({"version": "2.10", "pg_config": {}, "entries": []}))
+
+
+def test_find_dumps_by_prefix(tmp_path: Path) -> None:
+    for name in ("nccl_trace_rank_10", "nccl_trace_rank_2.pkl", "rank10.log", "nccl_trace_rank_3.log", "plan.json"):
+        _dump(tmp_path / name)
+    found = find_dumps([tmp_path])
+    assert [(r, f.name) for r, f in found.dumps] == [(2, "nccl_trace_rank_2.pkl"), (10, "nccl_trace_rank_10")]
+    assert [f.name for f in found.skipped] == ["nccl_trace_rank_3.log", "plan.json", "rank10.log"]
+    assert found.note == ("skipped 3 files not named nccl_trace_rank_<rank>: nccl_trace_rank_3.log, plan.json, "
+                          "rank10.log")
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in ("job7.dump-3", "dump-12", "dump-12.log"):
+        _dump(other / name)
+    found = find_dumps([other], prefix="dump-")  # as torchfrtrace: the prefix anywhere in the name
+    assert [(r, f.name) for r, f in found.dumps] == [(3, "job7.dump-3"), (12, "dump-12")]
+
+
+@pytest.mark.parametrize("names, message", [
+    (["a.log"], "no file named nccl_trace_rank_<rank> in the folder (1 other file(s)"),
+    (["nccl_trace_rank_1", "sub/nccl_trace_rank_1"], "a second dump for rank 1"),
+], ids=["no-dumps", "two-of-one-rank"])
+def test_find_dumps_errors(tmp_path: Path, names: list[str], message: str) -> None:
+    for n in names:
+        (tmp_path / n).parent.mkdir(exist_ok=True)
+        _dump(tmp_path / n)
+    with pytest.raises(InputError, match=re.escape(message)):
+        find_dumps([tmp_path])
+
+
+def test_hostile_dump_in_a_folder_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "train.log").write_text("Traceback ...\n")
+    (tmp_path / "nccl_trace_rank_0").write_bytes(b"cos\nsystem\n(S'true'\ntR.")
+    r = runner.invoke(app, ["diagnose", str(tmp_path)])
+    assert r.exit_code == 2, r.output
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "refused: the pickle asks for os.system" in lines[0], r.output
+
+
+# ----------------------------------------------------------------------------------------------
+# The counting rules, on calls made by hand (two-digit ranks, a count of 0, first and last positions)
+
+
+def _op(rank: int, index: int, kind: str, *, peer: int = -1, seq: int = 0, nth: int = 0, n: int = 8,
+        state: str = "completed", group: str = "0") -> NcclOp:
+    return NcclOp(rank, index, group, kind, peer, seq, nth, ((n,),), state)
+
+
+def test_equal_counts_are_no_fact_and_a_count_of_zero_is_not_moved_on() -> None:
+    ops = {10: (_op(10, 0, "send", peer=11), _op(10, 1, "send", peer=11, nth=1, state="started")),
+           11: (_op(11, 0, "recv", peer=10),)}
+    c = count_calls(ops, {"0": (10, 11)})
+    (p,) = c.pairs
+    assert (p.src, p.dst, len(p.sends), len(p.recvs), p.short) == (10, 11, 2, 1, 11)
+    assert not p.moved_on  # rank 11's receive is its last call: it may not have got further yet
+    assert [s.rank for s in c.stopped] == [11] and c.stopped[0].waiting[0].index == 1
+    # the same, but rank 11 issued an all_reduce after its receive: it skipped the second one
+    ops[11] += (_op(11, 1, "all_reduce", seq=1),)
+    assert count_calls(ops, {"0": (10, 11)}).pairs[0].moved_on
+    # a send with no receive at all: 0 vs 1 is never "moved on", whatever follows
+    ops2 = {0: (_op(0, 0, "send", peer=1, state="started"),), 1: (_op(1, 0, "all_reduce", seq=1),)}
+    assert not count_calls(ops2, {"0": (0, 1)}).pairs[0].moved_on
+
+
+def test_extra_collective_only_when_inserted_before_the_end() -> None:
+    grads, metric = 4096, 1
+    a = (_op(0, 0, "all_reduce", seq=1, n=metric), _op(0, 1, "all_reduce", seq=2, n=grads, state="scheduled"))
+    b = (_op(1, 0, "all_reduce", seq=1, n=grads),)
+    (e,) = count_calls({0: a, 1: b}, {"0": (0, 1)}).extra
+    assert (e.rank, e.other, e.counts, [o.seq for o in e.extra]) == (0, 1, (2, 1), [1])
+    # rank 1 is only behind (its calls are a prefix of rank 0's): no extra call, a gap at #2
+    b2 = (_op(1, 0, "all_reduce", seq=1, n=metric),)
+    c = count_calls({0: a, 1: b2}, {"0": (0, 1)})
+    assert c.extra == () and [(g.first, g.last, g.missing) for g in c.gaps] == [(2, 2, (1,))]
+
+
+def test_a_wrapped_ring_buffer_is_not_a_missing_collective() -> None:
+    # rank 0's buffer lost #1-#4; rank 1 still holds them: not calls rank 0 never issued
+    a = tuple(_op(0, k, "all_reduce", seq=s) for k, s in enumerate(range(5, 7)))
+    b = tuple(_op(1, k, "all_reduce", seq=s) for k, s in enumerate(range(1, 7)))
+    c = count_calls({0: a, 1: b}, {"0": (0, 1)})
+    assert c.gaps == () and not c.mismatched
+
+
+def test_same_calls_in_another_order_are_a_reorder_not_a_size_fault() -> None:
+    a = (_op(0, 0, "all_to_all", seq=1, n=16, state="started"), _op(0, 1, "all_to_all", seq=2, n=8, state="scheduled"))
+    b = (_op(1, 0, "all_to_all", seq=1, n=8, state="started"), _op(1, 1, "all_to_all", seq=2, n=16, state="scheduled"))
+    c = count_calls({0: a, 1: b}, {"0": (0, 1)})
+    assert [d.reordered for d in c.diffs] == [True, True]
