@@ -16,7 +16,8 @@ the facts of a hang that is not a cycle are counts and positions:
 - :class:`MissingDump`: a member of a group with no dump, and the calls that wait for it.
 
 Pure: no torch, no files. Notes: O(calls log calls) overall; the per-group alignment of
-:class:`ExtraCollectives` is difflib's, quadratic in the worst case, on at most ``_ALIGN_LIMIT`` calls.
+:class:`ExtraCollectives` trims the common prefix and suffix, then runs difflib (quadratic in the worst
+case) on at most ``_ALIGN_LIMIT`` calls between them.
 """
 from __future__ import annotations
 
@@ -42,8 +43,9 @@ class PairCount:
     sends: tuple[NcclOp, ...]
     recvs: tuple[NcclOp, ...]
     moved_on: bool
-    """The side with fewer calls issued other calls after its last one of this pair: it skipped the
-    transfer rather than not reaching it yet (a rank's host issues NCCL calls without waiting for them)."""
+    """Every call of the side with fewer completed and its host issued more calls after them: it skipped
+    the transfers rather than not having reached them (a host issues NCCL calls without waiting for them,
+    unless something blocks it)."""
 
     @property
     def short(self) -> int:
@@ -259,23 +261,34 @@ def _collectives(ops: Mapping[int, tuple[NcclOp, ...]], coll: Mapping[str, Mappi
 
 
 def _extra(group: str, per_rank: Mapping[int, list[NcclOp]]) -> ExtraCollectives | None:
-    """The longest rank's collectives against the shortest's, aligned by (kind, element counts)."""
+    """The longest rank's collectives against the shortest's, aligned by (kind, element counts): the
+    common prefix and suffix first (linear), difflib only on what lies between (at most _ALIGN_LIMIT)."""
     counts = {r: len(v) for r, v in per_rank.items()}
     if len(counts) < 2 or len(set(counts.values())) < 2:
         return None
     long_r = min(counts, key=lambda r: (-counts[r], r))
     short_r = min(counts, key=lambda r: (counts[r], r))
-    a = per_rank[short_r][-_ALIGN_LIMIT:]
-    b = per_rank[long_r][-_ALIGN_LIMIT:]
-    sm = difflib.SequenceMatcher(None, [(o.kind, o.numels) for o in a], [(o.kind, o.numels) for o in b],
-                                 autojunk=False)
-    codes = sm.get_opcodes()
-    if any(tag in ("replace", "delete") for tag, *_ in codes):
-        return None  # not the same calls with some added: CollectiveDiff says how they differ
-    inserted = [(j1, j2) for tag, _, _, j1, j2 in codes if tag == "insert"]
-    if not inserted or inserted == [(len(a), len(b))] or (len(inserted) == 1 and inserted[0][1] == len(b)):
-        return None  # the short rank's calls are a prefix: it is behind, not missing a call
-    extra = tuple(b[k] for j1, j2 in inserted for k in range(j1, j2))
+    a, b = per_rank[short_r], per_rank[long_r]
+    ka, kb = [(o.kind, o.numels) for o in a], [(o.kind, o.numels) for o in b]
+    p = 0
+    while p < len(ka) and ka[p] == kb[p]:
+        p += 1
+    if p == len(ka):
+        return None  # the short rank's calls are a prefix of the long one's: it is behind, not missing a call
+    q = 0
+    while q < len(ka) - p and ka[-1 - q] == kb[-1 - q]:
+        q += 1
+    mid_a, mid_b = ka[p:len(ka) - q], kb[p:len(kb) - q]
+    if not mid_a:
+        picked = list(range(p, len(kb) - q))
+    elif len(mid_b) <= _ALIGN_LIMIT:
+        codes = difflib.SequenceMatcher(None, mid_a, mid_b, autojunk=False).get_opcodes()
+        if any(tag in ("replace", "delete") for tag, *_ in codes):
+            return None  # not the same calls with some added: CollectiveDiff says how they differ
+        picked = [p + k for tag, _, _, j1, j2 in codes if tag == "insert" for k in range(j1, j2)]
+    else:
+        return None
+    extra = tuple(b[k] for k in picked)
     at = {o.seq: o for o in a}
     met = tuple((o, at[o.seq]) for o in extra if o.seq in at)
     return ExtraCollectives(group, long_r, short_r, extra, (counts[long_r], counts[short_r]), met)
