@@ -51,6 +51,9 @@ def test_mb_count_names_the_counts_of_both_directions() -> None:
     orphan = data["orphans"][0]
     assert orphan["op"]["op"] == "r0/send/SEND_F s0 mb3 ->r1" and orphan["op"]["state"] == "completed"
     assert [c["kind"] for c in orphan["candidates"]] == ["all_reduce"]
+    # torchfrtrace: all_reduce #1 "COLLECTIVE_STATE_MISMATCH, Expected state: 'scheduled' ... found ... 'started'"
+    assert "  collectives: group default_pg #1: rank 0 all_reduce scheduled, rank 1 all_reduce started (state differs)" \
+        in lines
 
 
 def test_mb_count_without_plan_says_messages() -> None:
@@ -249,3 +252,29 @@ def test_same_calls_in_another_order_are_a_reorder_not_a_size_fault() -> None:
     b = (_op(1, 0, "all_to_all", seq=1, n=8, state="started"), _op(1, 1, "all_to_all", seq=2, n=16, state="scheduled"))
     c = count_calls({0: a, 1: b}, {"0": (0, 1)})
     assert [d.reordered for d in c.diffs] == [True, True]
+
+
+# ----------------------------------------------------------------------------------------------
+# The two kinds recorded before on 4x H200 (tests/test_diagnose.py pins their cycles): cycles lead.
+
+
+def test_real_4gpu_p2p_order_leads_with_the_cycle() -> None:
+    csv = FR.parent / "csv" / "invalid" / "hang_nccl_order.csv"
+    r = runner.invoke(app, ["diagnose", str(FR / "real_csv_nccl_order"), "--plan", str(csv), "--output", "json"])
+    assert r.exit_code == 1, r.output
+    cause = json.loads(r.stdout)["cause"]
+    assert cause["kind"] == "cycle" and cause["ranks"] == [0, 1]
+    assert cause["text"] == ("wait-for cycle across ranks 0, 1: rank 0 sends to rank 1 (r0/send/SEND_F s0 mb3 ->r1) "
+                             "while rank 1 sends to rank 0 (r1/send/SEND_B s1 mb0 ->r0); rank 1 issues the matching "
+                             "receive 1 op(s) later (r1/recv/RECV_F s1 mb3 <-r0)")
+
+
+def test_real_4gpu_collective_order_states_the_odd_rank() -> None:
+    lines, data = _run("real_a2a_order", plan=False)
+    assert lines[0] == ("wait-for cycle across ranks 0-3: ranks 0, 2, 3 issue all_to_all #2 (group ep_dispatch) before "
+                        "all_to_all #2 (group ep_combine), but rank 1 issues them the other way round: each side waits "
+                        "in the call the other has not reached")
+    # torchfrtrace: "Culprit rank 1; Error type: COLLECTIVE_STATE_MISMATCH" on #2 of both groups
+    assert [(d["group"], d["seq"], d["differs"], [o["state"] for o in d["ops"]]) for d in data["collective_diffs"]] == [
+        ("1", 2, "state", ["started", "scheduled", "started", "started"]),
+        ("2", 2, "state", ["scheduled", "started", "scheduled", "scheduled"])]

@@ -156,8 +156,9 @@ class Counts:
     stopped: tuple[Stopped, ...]
     missing: tuple[MissingDump, ...]
     states: tuple[CollectiveDiff, ...] = ()
-    """One collective call (same kind and size on every member) completed on some members only:
-    torchfrtrace's state mismatch; a consequence of a hang more often than its cause."""
+    """One collective call (same kind and size on every member) in different states on its members
+    (completed on one, started or only scheduled on another): torchfrtrace's state mismatch, which
+    tells the rank that has not reached the call; a consequence of a hang more often than its cause."""
 
     @property
     def mismatched(self) -> bool:
@@ -253,7 +254,7 @@ def _collectives(ops: Mapping[int, tuple[NcclOp, ...]], coll: Mapping[str, Mappi
             calls = [here[r] for r in sorted(here)]
             if len({(o.kind, o.numels) for o in calls}) > 1:
                 diffs.append(CollectiveDiff(g, s, tuple(calls), reordered))
-            elif len(calls) > 1 and any(o.done for o in calls) and not all(o.done for o in calls):
+            elif len({o.state for o in calls}) > 1:
                 states.append(CollectiveDiff(g, s, tuple(calls)))
         if run is not None:
             gaps.append(run)
