@@ -245,6 +245,11 @@ def test_a_wrapped_ring_buffer_is_not_a_missing_collective() -> None:
     b = tuple(_op(1, k, "all_reduce", seq=s) for k, s in enumerate(range(1, 7)))
     c = count_calls({0: a, 1: b}, {"0": (0, 1)})
     assert c.gaps == () and not c.mismatched
+    # its sends are not counted against the peer's receives either: they carry no shared number
+    sends = tuple(_op(0, k, "send", peer=1, nth=k) for k in range(2))
+    recvs = tuple(_op(1, k, "recv", peer=0, nth=k) for k in range(5))
+    assert len(count_calls({0: sends, 1: recvs}, {"0": (0, 1)}).pairs) == 1
+    assert count_calls({0: sends, 1: recvs}, {"0": (0, 1)}, frozenset({0})).pairs == ()
 
 
 def test_same_calls_in_another_order_are_a_reorder_not_a_size_fault() -> None:

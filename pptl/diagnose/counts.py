@@ -170,13 +170,21 @@ class Counts:
 EMPTY = Counts((), (), (), (), (), (), (), ())
 
 
-def count_calls(ops: Mapping[int, tuple[NcclOp, ...]], groups: Mapping[str, tuple[int, ...]]) -> Counts:
+def count_calls(ops: Mapping[int, tuple[NcclOp, ...]], groups: Mapping[str, tuple[int, ...]],
+                wrapped: frozenset[int] = frozenset()) -> Counts:
     """The facts of :mod:`pptl.diagnose.counts` for the ranks that left a dump (``ops``) in ``groups``
-    (group name -> global member ranks)."""
+    (group name -> global member ranks).
+
+    ``wrapped``: ranks whose ring buffer wrapped (their oldest calls are gone). Their sends and receives
+    are not counted (a pair's counts would differ by what each buffer lost; P2P calls carry no number
+    that both ends share); their collectives are, from the sequence numbers both still hold.
+    """
     p2p: dict[tuple[str, int, int], tuple[list[NcclOp], list[NcclOp]]] = {}
     coll: dict[str, dict[int, list[NcclOp]]] = {}
     for r in sorted(ops):
         for o in ops[r]:
+            if o.is_p2p and (r in wrapped or o.peer in wrapped):
+                continue
             if o.kind == "send":
                 p2p.setdefault((o.group, r, o.peer), ([], []))[0].append(o)
             elif o.kind == "recv":
@@ -269,7 +277,11 @@ def _extra(group: str, per_rank: Mapping[int, list[NcclOp]]) -> ExtraCollectives
         return None
     long_r = min(counts, key=lambda r: (-counts[r], r))
     short_r = min(counts, key=lambda r: (counts[r], r))
-    a, b = per_rank[short_r], per_rank[long_r]
+    # from the first number both still hold (a wrapped buffer lost the oldest)
+    first = max(min(o.seq for o in per_rank[short_r]) if per_rank[short_r] else 0,
+                min(o.seq for o in per_rank[long_r]))
+    a = [o for o in per_rank[short_r] if o.seq >= first]
+    b = [o for o in per_rank[long_r] if o.seq >= first]
     ka, kb = [(o.kind, o.numels) for o in a], [(o.kind, o.numels) for o in b]
     p = 0
     while p < len(ka) and ka[p] == kb[p]:

@@ -94,6 +94,7 @@ def diagnose_dumps(dumps: Sequence[FrDump], schedule: Schedule | None = None) ->
     notes: list[str] = []
     ops: dict[int, list[NcclOp]] = {}
     groups: dict[str, tuple[int, ...]] = {}
+    wrapped_ranks: set[int] = set()
     for d in sorted(dumps, key=lambda d: d.rank):
         if d.rank in ops:
             raise ValueError(f"two dumps for rank {d.rank}")
@@ -101,9 +102,10 @@ def diagnose_dumps(dumps: Sequence[FrDump], schedule: Schedule | None = None) ->
         for g in d.groups.values():
             groups.setdefault(g.name, g.ranks)
         if d.entries and d.entries[0].record_id > 0:
+            wrapped_ranks.add(d.rank)
             notes.append(f"rank {d.rank}: the ring buffer wrapped (first record {d.entries[0].record_id}); older "
-                         "calls are gone, so matches assume both ends lost the same number (raise "
-                         "TORCH_NCCL_TRACE_BUFFER_SIZE)")
+                         "calls are gone, so its sends and receives are not counted and the cycle assumes both ends "
+                         "lost the same number (raise TORCH_NCCL_TRACE_BUFFER_SIZE)")
     if schedule is not None:
         ops = _name_by_plan(ops, schedule, notes)
     frozen = {r: tuple(v) for r, v in ops.items()}
@@ -117,7 +119,7 @@ def diagnose_dumps(dumps: Sequence[FrDump], schedule: Schedule | None = None) ->
     if missing:
         notes.append(f"no dump for rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}: "
                      "their ops are unknown")
-    counts = count_calls(frozen, groups)
+    counts = count_calls(frozen, groups, frozenset(wrapped_ranks))
     plan_next = _plan_next(frozen, schedule, [st.rank for st in counts.stopped]) if schedule is not None else {}
     off_plan = [r for r, v in frozen.items() if schedule is not None and
                 any(o.is_p2p for o in v) and not any(o.name for o in v)]
