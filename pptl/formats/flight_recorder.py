@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import io
+import itertools
 import pickle
 import re
 from dataclasses import dataclass
@@ -140,9 +141,10 @@ def find_dumps(paths: "list[Path] | tuple[Path, ...]", prefix: str = DEFAULT_PRE
     for p in paths:
         if p.is_dir():
             found = 0
-            files = sorted(f for f in p.rglob("*") if f.is_file() and not f.name.startswith("."))
-            if len(files) > MAX_FOLDER_FILES:
-                raise InputError(f"{p}: {len(files)} files, over the {MAX_FOLDER_FILES} a dump folder may hold")
+            walked = list(itertools.islice(p.rglob("*"), MAX_FOLDER_FILES + 1))  # stop early in a huge tree
+            if len(walked) > MAX_FOLDER_FILES:
+                raise InputError(f"{p}: over {MAX_FOLDER_FILES} entries; give the folder that holds the dumps")
+            files = sorted(f for f in walked if f.is_file() and not f.name.startswith("."))
             for f in files:
                 rank = _rank_after(f.name, prefix)
                 if rank is None:
