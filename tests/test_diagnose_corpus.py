@@ -145,6 +145,28 @@ def test_collective_size_fails_although_every_call_completed() -> None:
     assert not data["hung"]  # exit 1 for the mismatch, not for a hang
 
 
+def test_p2p_order_receive_first_cycle() -> None:
+    lines, data = _run("p2p_order")
+    assert lines[0] == (
+        "wait-for cycle across ranks 0, 1: rank 0 waits to receive from rank 1 (r0 recv<-1 #1 (group default_pg)) "
+        "while rank 1 waits to receive from rank 0 (r1/recv/RECV_F s1 mb1 <-r0); rank 1 issues the matching send 1 "
+        "op(s) later (r1/send/SEND_B s1 mb0 ->r0); rank 0 does not issue the plan's send/receive order (another "
+        "schedule?)")
+    # rank 0's calls are not named by the plan: its 3rd-8th calls only happen to end like a 1F1B step
+    assert all(o["op"] is None for o in data["ranks"]["0"]["pending"])
+    assert data["p2p_counts"] == [] and data["p2p_sizes"] == []  # 4 each way, equal sizes: order alone
+
+
+def test_collective_order_on_two_gpus() -> None:
+    lines, data = _run("collective_order", plan=False)
+    assert lines[0] == ("wait-for cycle across ranks 0, 1: rank 0 issues all_to_all #2 (group ep_dispatch) before "
+                        "all_to_all #2 (group ep_combine), but rank 1 issues them the other way round: each side waits "
+                        "in the call the other has not reached")
+    # torchfrtrace: "Culprit rank 1; COLLECTIVE_STATE_MISMATCH" at #2 of each group
+    assert ("  collectives: group ep_dispatch #2: rank 0 all_to_all started, rank 1 all_to_all scheduled "
+            "(state differs)") in lines
+
+
 def test_real_dumps_that_completed_exit_0() -> None:
     """Rank 1 posted its receive of F mb1 after its send of B mb0; on NVLink the 64 MiB sends did not wait."""
     lines, data = _run("completed_p2p_reorder", code=0)
