@@ -305,3 +305,17 @@ def test_real_4gpu_collective_order_states_the_odd_rank() -> None:
     assert [(d["group"], d["seq"], d["differs"], [o["state"] for o in d["ops"]]) for d in data["collective_diffs"]] == [
         ("1", 2, "state", ["started", "scheduled", "started", "started"]),
         ("2", 2, "state", ["scheduled", "started", "scheduled", "scheduled"])]
+
+
+def test_cli_prefix_option(tmp_path: Path) -> None:
+    for r in (0, 1):
+        (tmp_path / f"job.trace-{r}").write_bytes((FR / "mb_count" / f"nccl_trace_rank_{r}").read_bytes())
+    (tmp_path / "job.log").write_text("...\n")
+    r = runner.invoke(app, ["diagnose", str(tmp_path)])
+    assert r.exit_code == 2, r.output
+    assert r.stderr.strip() == (f"error: {tmp_path}: no file named nccl_trace_rank_<rank> in the folder (3 other "
+                                "file(s); torch names dumps by TORCH_FR_DUMP_TEMP_FILE: pass its name as --prefix)")
+    r = runner.invoke(app, ["diagnose", str(tmp_path), "--prefix", "trace-"])
+    assert r.exit_code == 1, r.output
+    assert r.stdout.startswith("rank 0 sent 4 messages to rank 1 (group default_pg), which posted only 3 receives")
+    assert r.stderr.strip() == "note: skipped 1 file not named trace-<rank>: job.log"
