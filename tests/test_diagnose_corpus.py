@@ -78,8 +78,9 @@ def test_collective_on_one_rank_names_the_extra_call() -> None:
 
 def test_rank_that_exited_is_named_from_the_missing_dump() -> None:
     lines, data = _run("rank_exits")
-    assert lines[0] == ("rank 1 left no dump and rank 0 waits for it in r0/send/SEND_F s0 mb3 ->r1: rank 1 exited, "
-                        "crashed or was killed before the others timed out (its log says why)")
+    assert lines[0] == ("rank 1 left no dump and rank 0 waits for it in r0/send/SEND_F s0 mb3 ->r1 (the plan's other "
+                        "end: r1/recv/RECV_F s1 mb3 <-r0): rank 1 exited, crashed or was killed before the others "
+                        "timed out (its log says why)")
     assert data["cause"]["ranks"] == [1, 0]
     # torchfrtrace: "AssertionError: Missing dump files from ranks {1}"
     assert [m["rank"] for m in data["missing_dumps"]] == [1]
@@ -247,6 +248,13 @@ def test_equal_counts_are_no_fact_and_a_count_of_zero_is_not_moved_on() -> None:
     # a send with no receive at all: 0 vs 1 is never "moved on", whatever follows
     ops2 = {0: (_op(0, 0, "send", peer=1, state="started"),), 1: (_op(1, 0, "all_reduce", seq=1),)}
     assert not count_calls(ops2, {"0": (0, 1)}).pairs[0].moved_on
+
+
+def test_a_rank_whose_dump_holds_no_call_stopped() -> None:
+    ops: dict[int, tuple[NcclOp, ...]] = {0: (_op(0, 0, "all_reduce", seq=1, state="started"),), 1: ()}
+    c = count_calls(ops, {"0": (0, 1)})
+    assert [(s.rank, s.last, [o.rank for o in s.waiting]) for s in c.stopped] == [(1, None, [0])]
+    assert [(g.first, g.missing) for g in c.gaps] == [(1, (1,))]
 
 
 def test_extra_collective_only_when_inserted_before_the_end() -> None:

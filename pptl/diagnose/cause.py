@@ -62,7 +62,8 @@ class Cause:
 
 def find_cause(counts: Counts, ops: Mapping[int, tuple[NcclOp, ...]], *, cycle_ranks: Sequence[int] = (),
                order: Sequence[str] = (), plan_next: Mapping[int, PlanNext] | None = None,
-               plan_pairs: Mapping[tuple[int, int], int] | None = None, off_plan: Sequence[int] = ()) -> Cause:
+               plan_pairs: Mapping[tuple[int, int], int] | None = None, off_plan: Sequence[int] = (),
+               counterpart: Mapping[str, str] | None = None) -> Cause:
     """The first fact in the order of the module docstring.
 
     Args:
@@ -70,10 +71,12 @@ def find_cause(counts: Counts, ops: Mapping[int, tuple[NcclOp, ...]], *, cycle_r
         plan_next: per rank, what the plan says comes after the rank's last call.
         plan_pairs: (src, dst) -> the plan's sends per step, to say which side follows the plan.
         off_plan: ranks whose send/receive order does not follow the plan's (``--plan``).
+        counterpart: plan op id of a SEND or RECV -> the peer's op it meets (``--plan``).
     """
+    cp = counterpart or {}
     for m in counts.missing:
         if m.waiting:
-            return _missing(m)
+            return _missing(m, cp)
     skipped = [p for p in counts.pairs if p.moved_on]
     if skipped:
         return _pair(skipped[0], counts.pairs, plan_pairs or {})
@@ -86,7 +89,7 @@ def find_cause(counts: Counts, ops: Mapping[int, tuple[NcclOp, ...]], *, cycle_r
     if counts.sizes:
         return _size(counts.sizes[0])
     if counts.stopped:
-        return _stopped(counts.stopped[0], (plan_next or {}).get(counts.stopped[0].rank))
+        return _stopped(counts.stopped[0], (plan_next or {}).get(counts.stopped[0].rank), cp)
     if cycle_ranks:
         odd = [r for r in off_plan if r in cycle_ranks]
         return Cause("cycle", tuple(cycle_ranks), f"wait-for cycle across ranks {ranks_text(cycle_ranks)}"
@@ -173,14 +176,19 @@ def _noun(p: PairCount, n: int) -> str:
     return f"{n} {what}{_s(n)}"
 
 
-def _missing(m: MissingDump) -> Cause:
+def _side(o: NcclOp, counterpart: Mapping[str, str]) -> str:
+    """`` (the plan's other end: OP)`` where the plan names what the peer should have issued."""
+    return f" (the plan's other end: {counterpart[o.name]})" if o.name in counterpart else ""
+
+
+def _missing(m: MissingDump, counterpart: Mapping[str, str]) -> Cause:
     waiters = sorted({o.rank for o in m.waiting})
     first = m.waiting[0]
     more = f" (and {len(m.waiting) - 1} more pending call{_s(len(m.waiting) - 1)})" if len(m.waiting) > 1 else ""
     return Cause("missing_dump", (m.rank, *waiters),
                  f"rank {m.rank} left no dump and rank{_s(len(waiters))} {ranks_text(waiters)} "
-                 f"wait{'' if len(waiters) > 1 else 's'} for it in {first.label}{more}: rank {m.rank} exited, "
-                 "crashed or was killed before the others timed out (its log says why)")
+                 f"wait{'' if len(waiters) > 1 else 's'} for it in {first.label}{_side(first, counterpart)}{more}: "
+                 f"rank {m.rank} exited, crashed or was killed before the others timed out (its log says why)")
 
 
 def _pair_words(p: PairCount) -> str:
@@ -238,10 +246,13 @@ def _size(z: SizeMismatch) -> Cause:
     return Cause("p2p_size", (z.send.rank, z.recv.rank), "a send and its receive of different sizes: " + _size_words(z))
 
 
-def _stopped(st: Stopped, nxt: PlanNext | None) -> Cause:
+def _stopped(st: Stopped, nxt: PlanNext | None, counterpart: Mapping[str, str] | None = None) -> Cause:
     waiters = sorted({o.rank for o in st.waiting})
-    text = (f"rank {st.rank} stopped issuing: its last call {st.last.label} completed, and rank{_s(len(waiters))} "
+    last = f"its last call {st.last.label} completed" if st.last is not None else "its dump holds no call"
+    text = (f"rank {st.rank} stopped issuing: {last}, and rank{_s(len(waiters))} "
             f"{ranks_text(waiters)} wait{'' if len(waiters) > 1 else 's'} for it in {st.waiting[0].label}")
+    if nxt is None and counterpart:
+        text += _side(st.waiting[0], counterpart)
     if nxt is not None and nxt.comm:
         text += f"; the plan's next call on rank {st.rank} is {nxt.comm}"
         if nxt.op != nxt.comm:

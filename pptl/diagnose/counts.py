@@ -130,7 +130,8 @@ class Stopped:
     """A rank whose calls all completed while ``waiting`` (peers' calls) wait for calls it never issued."""
 
     rank: int
-    last: NcclOp
+    last: NcclOp | None
+    """Its last call (None: its dump holds no call at all)."""
     waiting: tuple[NcclOp, ...]
 
 
@@ -369,8 +370,9 @@ def _stopped(ops: Mapping[int, tuple[NcclOp, ...]], pairs: tuple[PairCount, ...]
     out = []
     for r in sorted(waiting):
         seq = ops.get(r, ())
-        if seq and all(o.done for o in seq) and waiting[r]:
-            out.append(Stopped(r, seq[-1], tuple(sorted(waiting[r], key=lambda o: (o.rank, o.index)))))
+        if r in ops and all(o.done for o in seq) and waiting[r]:
+            out.append(Stopped(r, seq[-1] if seq else None,
+                               tuple(sorted(waiting[r], key=lambda o: (o.rank, o.index)))))
     return tuple(out)
 
 
@@ -393,7 +395,7 @@ def counts_dict(c: Counts, plan_next: Mapping[int, Any], op: Callable[[NcclOp], 
         "extra_collectives": [{"group": e.group, "rank": e.rank, "other": e.other, "counts": list(e.counts),
                                "extra": ops_(e.extra), "met": [[op(x), op(y)] for x, y in e.met]} for e in c.extra],
         "orphans": [{"op": op(o.op), "peer": o.peer, "candidates": ops_(o.candidates)} for o in c.orphans],
-        "stopped": [{"rank": s.rank, "last": op(s.last), "waiting": ops_(s.waiting),
+        "stopped": [{"rank": s.rank, "last": op(s.last) if s.last is not None else None, "waiting": ops_(s.waiting),
                      "plan_next": ({"op": plan_next[s.rank].op, "comm": plan_next[s.rank].comm}
                                    if s.rank in plan_next else None)} for s in c.stopped],
         "missing_dumps": [{"rank": m.rank, "waiting": ops_(m.waiting)} for m in c.missing],

@@ -124,7 +124,8 @@ def diagnose_dumps(dumps: Sequence[FrDump], schedule: Schedule | None = None) ->
     off_plan = [r for r, v in frozen.items() if schedule is not None and
                 any(o.is_p2p for o in v) and not any(o.name for o in v)]
     cause = find_cause(counts, frozen, cycle_ranks=ranks, order=collectives + order, plan_next=plan_next,
-                       plan_pairs=_plan_pairs(schedule) if schedule is not None else None, off_plan=off_plan)
+                       plan_pairs=_plan_pairs(schedule) if schedule is not None else None, off_plan=off_plan,
+                       counterpart=_plan_counterparts(schedule) if schedule is not None else None)
     return Diagnosis("flight-recorder", frozen, front, cycle, ranks, names, tuple(order), tuple(collectives),
                      tuple(evidence_sizes(counts)), tuple(notes), tuple(blocked), cause, counts, plan_next)
 
@@ -147,6 +148,21 @@ def _plan_next(ops: Mapping[int, tuple[NcclOp, ...]], schedule: Schedule, ranks:
             continue
         comm = next((op.id for op in ids[pos + 1:] if op.kind in ("SEND", "RECV")), "")
         out[r] = PlanNext(ids[pos + 1].id, comm)
+    return out
+
+
+def _plan_counterparts(schedule: Schedule) -> dict[str, str]:
+    """Plan op id of each SEND and RECV -> the id of the op at the other end (same message key)."""
+    from pptl.messages import message_key
+
+    ends: dict[tuple[str, int, int, int], dict[str, str]] = {}
+    for op in schedule.ops:
+        if op.kind in ("SEND", "RECV"):
+            ends.setdefault(message_key(op), {})[op.kind] = op.id
+    out: dict[str, str] = {}
+    for pair in ends.values():
+        if len(pair) == 2:
+            out[pair["SEND"]], out[pair["RECV"]] = pair["RECV"], pair["SEND"]
     return out
 
 
