@@ -327,3 +327,32 @@ def test_cli_prefix_option(tmp_path: Path) -> None:
     assert r.exit_code == 1, r.output
     assert r.stdout.startswith("rank 0 sent 4 messages to rank 1 (group default_pg), which posted only 3 receives")
     assert r.stderr.strip() == "note: skipped 1 file not named trace-<rank>: job.log"
+
+
+@pytest.mark.parametrize("kind", ["mb_count", "collective_one_rank", "rank_stalls"])
+def test_fuzzed_corpus_dumps_give_a_diagnosis_or_one_line(tmp_path: Path, kind: str) -> None:
+    import random
+
+    rnd = random.Random(kind)
+    bad = [None, "x", -1, 2**70, [], {"a": 1}, 1.5, ("a",), "nccl:send 0->9"]
+    for case in range(12):
+        d = tmp_path / f"c{case}"
+        d.mkdir()
+        for f in sorted((FR / kind).iterdir()):
+            data = f.read_bytes()
+            if f.name == "nccl_trace_rank_0":
+                raw = pickle.loads(data)  # our own fixture: plain data
+                entries = [dict(e) for e in raw["entries"]]
+                e = rnd.choice(entries)
+                e[rnd.choice(sorted(e))] = rnd.choice(bad)
+                if case % 3 == 0:
+                    del entries[rnd.randrange(len(entries))]
+                data = pickle.dumps(dict(raw, entries=entries))
+            (d / f.name).write_bytes(data)
+        r = runner.invoke(app, ["diagnose", str(d), "--plan", str(FR / kind / "plan.json"), "--output", "json"])
+        assert r.exit_code in (0, 1, 2), (kind, case, r.output)
+        assert r.exception is None or isinstance(r.exception, SystemExit), (kind, case, r.exception)
+        if r.exit_code == 2:
+            assert len([x for x in r.stderr.splitlines() if x.startswith("error")]) == 1, r.stderr
+        else:
+            assert json.loads(r.stdout)["cause"]["text"]
