@@ -1,5 +1,9 @@
 """Explain a hung job: which NCCL ops each rank was waiting on, and the cycle of waits across ranks.
 
+:func:`diagnose_dumps` gathers everything a diagnosis holds: each rank's calls (named by the plan,
+:mod:`pptl.diagnose.plan_names`), the count facts (:mod:`pptl.diagnose.counts`), the wait-for cycle
+and order mismatches (here), and the leading sentence (:mod:`pptl.diagnose.cause`).
+
 Inputs are views of one run: torch's flight-recorder dumps (:mod:`pptl.formats.flight_recorder`,
 one per rank), or the partial timeline ``pptl run`` writes when it stops a hung run. Pure: no
 torch, no files.
@@ -30,14 +34,15 @@ from typing import Any, Iterable, Mapping, Sequence
 import networkx as nx
 
 from pptl.diagnose.cause import Cause, PlanNext, evidence, find_cause
-from pptl.diagnose.counts import EMPTY, Counts, count_calls, counts_dict
+from pptl.diagnose.counts import EMPTY, Counts, count_calls
 from pptl.diagnose.ops import NcclOp
 from pptl.diagnose.ops import ranks_text as _ranks
+from pptl.diagnose.plan_names import name_by_plan, plan_counterparts, plan_next, plan_pairs
 from pptl.formats.flight_recorder import FrDump, FrEntry
 from pptl.ir import Schedule
 from pptl.timeline import Timeline
 
-__all__ = ["Diagnosis", "diagnose_dumps", "diagnose_timeline", "to_text", "to_dict"]
+__all__ = ["Diagnosis", "diagnose_dumps", "diagnose_timeline"]
 
 
 @dataclass(frozen=True)
@@ -107,10 +112,10 @@ def diagnose_dumps(dumps: Sequence[FrDump], schedule: Schedule | None = None) ->
                          "calls are gone, so its sends and receives are not counted and the cycle assumes both ends "
                          "lost the same number (raise TORCH_NCCL_TRACE_BUFFER_SIZE)")
     if schedule is not None:
-        ops = _name_by_plan(ops, schedule, notes)
+        ops = name_by_plan(ops, schedule, notes)
     frozen = {r: tuple(v) for r, v in ops.items()}
     collectives, mixed = _collective_mismatches(frozen)
-    nodes, _ = _match(frozen, mixed)
+    nodes = _match(frozen, mixed)
     front = {r: next((o for o in v if not o.done), None) for r, v in frozen.items()}
     cycle, ranks, names = _cycle(frozen, nodes, groups)
     order, blocked = _order_mismatches(frozen, front, nodes)
@@ -120,59 +125,19 @@ def diagnose_dumps(dumps: Sequence[FrDump], schedule: Schedule | None = None) ->
         notes.append(f"no dump for rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}: "
                      "their ops are unknown")
     counts = count_calls(frozen, groups, frozenset(wrapped_ranks))
-    plan_next = _plan_next(frozen, schedule, [st.rank for st in counts.stopped]) if schedule is not None else {}
+    nexts = plan_next(frozen, schedule, [st.rank for st in counts.stopped]) if schedule is not None else {}
     off_plan = [r for r, v in frozen.items() if schedule is not None and
                 any(o.is_p2p for o in v) and not any(o.name for o in v)]
-    cause = find_cause(counts, frozen, cycle_ranks=ranks, order=collectives + order, plan_next=plan_next,
-                       plan_pairs=_plan_pairs(schedule) if schedule is not None else None, off_plan=off_plan,
-                       counterpart=_plan_counterparts(schedule) if schedule is not None else None)
+    cause = find_cause(counts, frozen, cycle_ranks=ranks, order=collectives + order, plan_next=nexts,
+                       plan_pairs=plan_pairs(schedule) if schedule is not None else None, off_plan=off_plan,
+                       counterpart=plan_counterparts(schedule) if schedule is not None else None)
     return Diagnosis("flight-recorder", frozen, front, cycle, ranks, names, tuple(order), tuple(collectives),
-                     tuple(evidence_sizes(counts)), tuple(notes), tuple(blocked), cause, counts, plan_next)
+                     tuple(_size_lines(counts)), tuple(notes), tuple(blocked), cause, counts, nexts)
 
 
-def evidence_sizes(counts: Counts) -> list[str]:
+def _size_lines(counts: Counts) -> list[str]:
+    """The size facts as the ``size_mismatches`` field carries them (the evidence's wording)."""
     return [line[len("sizes: "):] for line in evidence(counts) if line.startswith("sizes: ")]
-
-
-def _plan_next(ops: Mapping[int, tuple[NcclOp, ...]], schedule: Schedule, ranks: Iterable[int]) -> dict[int, PlanNext]:
-    """Per rank, the plan op after the last call named by the plan, and the plan's next SEND/RECV."""
-    from pptl.issue_order import program
-
-    prog = program(schedule)
-    out: dict[int, PlanNext] = {}
-    for r in ranks:
-        last = next((o.name for o in reversed(ops.get(r, ())) if o.name), "")
-        ids = [schedule.ops[i] for i in prog.get(r, [])]
-        pos = next((k for k, op in enumerate(ids) if op.id == last), None)
-        if pos is None or pos + 1 >= len(ids):
-            continue
-        comm = next((op.id for op in ids[pos + 1:] if op.kind in ("SEND", "RECV")), "")
-        out[r] = PlanNext(ids[pos + 1].id, comm)
-    return out
-
-
-def _plan_counterparts(schedule: Schedule) -> dict[str, str]:
-    """Plan op id of each SEND and RECV -> the id of the op at the other end (same message key)."""
-    from pptl.messages import message_key
-
-    ends: dict[tuple[str, int, int, int], dict[str, str]] = {}
-    for op in schedule.ops:
-        if op.kind in ("SEND", "RECV"):
-            ends.setdefault(message_key(op), {})[op.kind] = op.id
-    out: dict[str, str] = {}
-    for pair in ends.values():
-        if len(pair) == 2:
-            out[pair["SEND"]], out[pair["RECV"]] = pair["RECV"], pair["SEND"]
-    return out
-
-
-def _plan_pairs(schedule: Schedule) -> dict[tuple[int, int], int]:
-    """(src, dst) -> the plan's SENDs from src to dst per step."""
-    out: dict[tuple[int, int], int] = {}
-    for op in schedule.ops:
-        if op.kind == "SEND" and op.peer >= 0:
-            out[(op.rank, op.peer)] = out.get((op.rank, op.peer), 0) + 1
-    return out
 
 
 def _rank_ops(d: FrDump) -> list[NcclOp]:
@@ -214,9 +179,9 @@ def _seq(e: FrEntry) -> int:
     return e.p2p_seq_id if e.is_p2p else e.collective_seq_id
 
 
-def _match(ops: Mapping[int, tuple[NcclOp, ...]], mixed: set[str]
-           ) -> tuple[dict[tuple[int, int], tuple[tuple[int, int], ...]], list[str]]:
-    """(rank, index) -> the node it belongs to (the keys of the ops that meet), and size mismatches.
+def _match(ops: Mapping[int, tuple[NcclOp, ...]], mixed: set[str]) -> dict[tuple[int, int], tuple[tuple[int, int], ...]]:
+    """(rank, index) -> the node it belongs to (the keys of the ops that meet). Sizes are compared
+    once, by :func:`pptl.diagnose.counts.count_calls`.
 
     In a group whose ranks issued different collectives at one sequence number (``mixed``), NCCL
     pairs calls that do not belong together; the wait-for cycle is then about which call each rank
@@ -238,30 +203,11 @@ def _match(ops: Mapping[int, tuple[NcclOp, ...]], mixed: set[str]
             else:
                 key = ("coll", o.group, o.seq)
             by_key.setdefault(key, {})[r] = o
-    sizes: list[str] = []
-    for key, members in by_key.items():
-        if key[0] == "p2p" and len(members) == 2:
-            a, b = members[key[2]], members[key[3]]
-            if a.kind == b.kind:  # a rank sending to itself: not a pair
-                continue
-            if a.sizes and b.sizes and _numels(a.sizes) != _numels(b.sizes):
-                sizes.append(f"{a.label} sends {_shape(a.sizes)} but {b.label} receives {_shape(b.sizes)}")
+    for members in by_key.values():
         keys = tuple(sorted((o.rank, o.index) for o in members.values()))
         for k in keys:
             node[k] = keys
-    return node, sizes
-
-
-def _numels(sizes: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
-    """Element counts: NCCL moves counts, not shapes (torch's pipelining sends a 0-d tensor that the
-    peer receives as shape [1] while it agrees the shapes)."""
-    out = []
-    for s in sizes:
-        n = 1
-        for x in s:
-            n *= x
-        out.append(n)
-    return tuple(out)
+    return node
 
 
 def _shape(sizes: tuple[tuple[int, ...], ...]) -> str:
@@ -437,54 +383,6 @@ def _doing(o: NcclOp) -> str:
     return f"waits in {o.kind} ({o.label})"
 
 
-def _name_by_plan(ops: dict[int, list[NcclOp]], schedule: Schedule, notes: list[str]) -> dict[int, list[NcclOp]]:
-    """Name each rank's send/recv by the plan's op, aligning the rank's P2P order with the plan's
-    (repeated once per step, after whatever set-up messages came first)."""
-    from dataclasses import replace
-
-    from pptl.issue_order import program
-
-    prog = program(schedule)
-    out: dict[int, list[NcclOp]] = {}
-    for r, seq in ops.items():
-        plan = [i for i in prog.get(r, []) if schedule.ops[i].kind in ("SEND", "RECV")]
-        p2p = [o for o in seq if o.kind in ("send", "recv")]
-        want = [("send" if schedule.ops[i].kind == "SEND" else "recv", schedule.ops[i].peer) for i in plan]
-        got = [(o.kind, o.peer) for o in p2p]
-        start = _align(got, want)
-        if start and (len(got) - start) % len(want) and \
-                {o.sizes for o in p2p[:start]} & {o.sizes for o in p2p[start:]}:
-            # a part step after calls that move the step's own sizes: not set-up messages but the step's
-            # calls in another order, which only happen to end like the plan
-            start = None
-        if start is None:
-            if plan and p2p:
-                notes.append(f"rank {r}: its NCCL send/receive order does not follow the plan's; its ops are "
-                             "named by peer only (was the plan the one that ran?)")
-            out[r] = list(seq)
-            continue
-        names = {id(o): (schedule.ops[plan[(k - start) % len(plan)]], (k - start) // len(plan))
-                 for k, o in enumerate(p2p) if k >= start}
-        out[r] = [replace(o, name=names[id(o)][0].id, step=names[id(o)][1], flow=names[id(o)][0].flow)
-                  if id(o) in names else o for o in seq]
-    return out
-
-
-def _align(got: list[tuple[str, int]], want: list[tuple[str, int]]) -> int | None:
-    """The offset from which ``got`` follows ``want`` repeated (None: no offset does).
-
-    Set-up messages can look like the start of a step, so an offset after which whole steps
-    remain wins (a CUDA host issues a step's calls without blocking, so the last step is whole);
-    else the smallest offset that fits.
-    """
-    if not want or not got:
-        return None
-    m = len(want)
-    fits = [s for s in range(len(got)) if all(got[s + j] == want[j % m] for j in range(len(got) - s))]
-    whole = [s for s in fits if (len(got) - s) % m == 0]
-    return (whole or fits or [None])[0]
-
-
 # ----------------------------------------------------------------------------------------------
 # pptl's own partial timeline
 
@@ -552,70 +450,3 @@ def diagnose_timeline(timeline: Timeline, schedule: Schedule) -> Diagnosis:
     cause = find_cause(EMPTY, ops, cycle_ranks=ranks, order=order)
     return Diagnosis("timeline", ops, front, cycle, ranks, names, tuple(order), (), (), tuple(notes), tuple(blocked),
                      cause)
-
-
-# ----------------------------------------------------------------------------------------------
-# Output
-
-
-def to_text(d: Diagnosis, *, per_rank: int = 6) -> str:
-    """The report: per rank the ops around its front, then the cycle and the mismatches."""
-    lines: list[str] = [d.cause.text] if d.cause.text else []
-    ev = evidence(d.counts, d.plan_next)
-    if ev:
-        lines.append("evidence:")
-        lines += [f"  {t}" for t in ev]
-    for r in sorted(d.ops):
-        seq = d.ops[r]
-        f = d.front.get(r)
-        done = sum(o.done for o in seq)
-        if f is None:
-            lines.append(f"rank {r}: {len(seq)} ops, all completed")
-            continue
-        lines.append(f"rank {r}: {done} of {len(seq)} ops completed; first not completed: {f.label} ({f.state})")
-        shown = [o for o in seq[f.index:] if not o.done][:per_rank]
-        for o in shown:
-            lines.append(f"  {o.index:>5}  {o.state:<9}  {o.label}")
-        rest = sum(1 for o in seq[f.index:] if not o.done) - len(shown)
-        if rest > 0:
-            lines.append(f"  ... {rest} more not completed")
-    if d.cycle:
-        text = " ".join(f"{n} -> ({w})" for n, w in d.cycle) + f" {d.cycle[0][0]}"
-        lines.append(f"hang: wait-for cycle across ranks {', '.join(map(str, d.cycle_ranks))}: {text}")
-    elif d.hung:
-        lines.append("no wait-for cycle among the pending ops (a rank may have stopped issuing, or its dump is missing)")
-    else:
-        lines.append("no hang: every op completed")
-    lines += [f"order: {t}" for t in d.order]
-    lines += [f"blocked: {t}" for t in d.blocked]
-    lines += [f"collective mismatch: {t}" for t in d.collectives]
-    lines += [f"note: {t}" for t in d.notes]
-    return "\n".join(lines)
-
-
-def to_dict(d: Diagnosis) -> dict[str, Any]:
-    """JSON-ready form (``--output json``): the cause, the evidence and every fact as fields."""
-
-    def op(o: NcclOp) -> dict[str, Any]:
-        return {"index": o.index, "kind": o.kind, "group": o.group, "group_desc": o.group_desc, "peer": o.peer, "seq": o.seq, "state": o.state,
-                "sizes": [list(s) for s in o.sizes], "op": o.name or None, "step": o.step, "label": o.label}
-
-    return {
-        "source": d.source,
-        "hung": d.hung,
-        "ranks": {str(r): {"ops": len(v), "completed": sum(o.done for o in v),
-                           "front": op(d.front[r]) if d.front.get(r) is not None else None,
-                           "pending": [op(o) for o in v if not o.done]}
-                  for r, v in sorted(d.ops.items())},
-        "cycle": [{"node": n, "then": w} for n, w in d.cycle],
-        "cycle_ranks": list(d.cycle_ranks),
-        "cycle_ops": [list(n) for n in d.cycle_ops],
-        "order_mismatches": list(d.order),
-        "blocked": list(d.blocked),
-        "collective_mismatches": list(d.collectives),
-        "size_mismatches": list(d.sizes),
-        "notes": list(d.notes),
-        "cause": {"kind": d.cause.kind, "ranks": list(d.cause.ranks), "text": d.cause.text},
-        "evidence": evidence(d.counts, d.plan_next),
-        **counts_dict(d.counts, d.plan_next, op),
-    }
