@@ -634,7 +634,7 @@ def diagnose(
     out_file: Annotated[Optional[Path], Option("-o", "--out", help="Draw the pending ops and the cycle: "
                                                      ".png, .svg or .pdf.")] = None,
     output: OutputFmt = "text",
-    prefix: Annotated[str, Option("--prefix", help="In folders, dumps are the files named PREFIX<rank> "
+    prefix: Annotated[str, Option("--prefix", metavar="PREFIX", help="In folders, dumps are the files named PREFIX<rank> "
                                   "(TORCH_FR_DUMP_TEMP_FILE's name); other files are skipped.")] = "nccl_trace_rank_",
 ) -> None:
     """Explain a hung run: first the root cause and the ranks in one sentence, then the evidence (counts per
