@@ -356,3 +356,15 @@ def test_fuzzed_corpus_dumps_give_a_diagnosis_or_one_line(tmp_path: Path, kind: 
             assert len([x for x in r.stderr.splitlines() if x.startswith("error")]) == 1, r.stderr
         else:
             assert json.loads(r.stdout)["cause"]["text"]
+
+
+def test_a_member_that_has_not_reached_a_collective_is_named() -> None:
+    from pptl.diagnose.cause import find_cause
+
+    ops = {r: (_op(r, 0, "all_reduce", seq=1), _op(r, 1, "all_reduce", seq=2, state=st))
+           for r, st in ((0, "started"), (1, "started"), (2, "scheduled"), (3, "started"))}
+    c = count_calls(ops, {"0": (0, 1, 2, 3)})
+    cause = find_cause(c, ops)
+    assert (cause.kind, cause.ranks) == ("collective_state", (2, 0, 1, 3))
+    assert cause.text == ("rank 2 has not reached all_reduce #2 (group 0; scheduled) that ranks 0, 1, 3 are in "
+                          "(started): its stream is held up by earlier work, or its host stopped feeding it")

@@ -12,7 +12,9 @@ not what followed from it:
 5. a send and its receive of different sizes;
 6. a rank that stopped issuing calls while a peer waits for its next one;
 7. a wait-for cycle (calls issued in orders NCCL cannot satisfy);
-8. what remains: counts that differ so far, collectives some member has not issued, pending calls.
+8. what remains: counts that differ so far, collectives some member has not issued, calls that
+   completed without a counterpart, a collective some members have not reached (still scheduled where
+   others started it), pending calls.
 
 The words come from the facts (ranks, groups, counts, kinds, sizes), never from what a run was meant
 to show, so the same sentence serves dumps nobody here has seen.
@@ -54,7 +56,7 @@ class Cause:
 
     kind: str
     """missing_dump, p2p_count, extra_collective, collective_kind, collective_size, p2p_size, stopped,
-    cycle, p2p_behind, collective_missing, orphan, pending, or none."""
+    cycle, p2p_behind, collective_missing, orphan, collective_state, pending, or none."""
     ranks: tuple[int, ...]
     """The ranks the sentence names, the one at fault first where there is one."""
     text: str
@@ -104,6 +106,8 @@ def find_cause(counts: Counts, ops: Mapping[int, tuple[NcclOp, ...]], *, cycle_r
         return Cause("collective_missing", tuple(g.missing) + tuple(o.rank for o in g.ops), _gap_words(g))
     if counts.orphans:
         return Cause("orphan", (counts.orphans[0].op.rank, counts.orphans[0].peer), _orphan_words(counts.orphans[0]))
+    if counts.states:
+        return _behind(counts.states[0])
     pending = [next(o for o in v if not o.done) for _, v in sorted(ops.items()) if any(not o.done for o in v)]
     if pending:
         return Cause("pending", tuple(o.rank for o in pending),
@@ -260,6 +264,23 @@ def _stopped(st: Stopped, nxt: PlanNext | None, counterpart: Mapping[str, str] |
     elif nxt is not None:
         text += f"; the plan's next op on rank {st.rank} is {nxt.op}"
     return Cause("stopped", (st.rank, *waiters), text)
+
+
+_STATE_ORDER = {"scheduled": 0, "started": 1, "completed": 2}
+
+
+def _behind(d: CollectiveDiff) -> Cause:
+    low = min(_STATE_ORDER.get(o.state, 0) for o in d.ops)
+    slow = [o.rank for o in d.ops if _STATE_ORDER.get(o.state, 0) == low]
+    ahead = [o for o in d.ops if _STATE_ORDER.get(o.state, 0) > low]
+    x = d.ops[0]
+    many = len(slow) > 1
+    return Cause("collective_state", (*slow, *(o.rank for o in ahead)),
+                 f"rank{_s(len(slow))} {ranks_text(slow)} {'have' if many else 'has'} not reached {x.kind} #{d.seq} "
+                 f"(group {x.group_label}; {d.ops[[o.rank for o in d.ops].index(slow[0])].state}) that rank"
+                 f"{_s(len(ahead))} {ranks_text(o.rank for o in ahead)} {'are' if len(ahead) > 1 else 'is'} in "
+                 f"({ahead[0].state}): {'their' if many else 'its'} stream is held up by earlier work, or "
+                 f"{'their hosts' if many else 'its host'} stopped feeding it")
 
 
 def _gap_words(g: CollectiveGap) -> str:
