@@ -368,3 +368,62 @@ def test_a_member_that_has_not_reached_a_collective_is_named() -> None:
     assert (cause.kind, cause.ranks) == ("collective_state", (2, 0, 1, 3))
     assert cause.text == ("rank 2 has not reached all_reduce #2 (group 0; scheduled) that ranks 0, 1, 3 are in "
                           "(started): its stream is held up by earlier work, or its host stopped feeding it")
+
+
+# ----------------------------------------------------------------------------------------------
+# Every fact torchfrtrace states on a corpus hang (its output is kept beside the dumps) is in pptl's report.
+
+CORPUS = sorted(p.parent.name for p in FR.glob("*/torchfrtrace.txt"))
+
+
+def _numel(text: str) -> int:
+    n = 1
+    for x in re.findall(r"\d+", text):
+        n *= int(x)
+    return n
+
+
+def _torchfrtrace_facts(text: str) -> set[tuple]:
+    facts: set[tuple] = set()
+    for line in text.splitlines():
+        if m := re.match(r"missing ranks: \{(.+)\}", line):
+            facts |= {("missing", int(r)) for r in m.group(1).split(",")}
+        if m := re.search(r"Missing dump files from ranks \{(.+)\}", line):
+            facts |= {("no_dump", int(r)) for r in m.group(1).split(",")}
+        facts |= {("culprit", int(r)) for r in re.findall(r"Culprit rank (\d+)", line)}
+        if m := re.search(r"Expected input sizes: '(.*)' does not match found input sizes: '(.*)'", line):
+            facts.add(("sizes", _numel(m.group(1)), _numel(m.group(2))))
+        if m := re.search(r"Expected collective type: '(\w+)' does not match found collective type: '(\w+)'", line):
+            facts.add(("kinds", m.group(1), m.group(2)))
+        if m := re.search(r"Expected state: '(\w+)' does not match found state: '(\w+)'", line):
+            facts.add(("states", m.group(1), m.group(2)))
+    return facts
+
+
+@pytest.mark.parametrize("kind", CORPUS)
+def test_pptl_states_every_fact_torchfrtrace_states(kind: str) -> None:
+    facts = _torchfrtrace_facts((FR / kind / "torchfrtrace.txt").read_text())
+    assert facts, kind  # torchfrtrace reported something on every corpus hang
+    plan = ["--plan", str(FR / kind / "plan.json")] if (FR / kind / "plan.json").exists() else []
+    r = runner.invoke(app, ["diagnose", str(FR / kind), *plan, "--output", "json"])
+    assert r.exit_code == 1, r.output
+    d = json.loads(r.stdout)
+    evidence = "\n".join(d["evidence"])
+    behind = ({p["short"] for p in d["p2p_counts"]} | {m for g in d["collective_gaps"] for m in g["missing_ranks"]}
+              | {s["rank"] for s in d["stopped"]} | {m["rank"] for m in d["missing_dumps"]})
+    diffs = [(d_["differs"], {o["kind"] for o in d_["ops"]}, {o["state"] for o in d_["ops"]})
+             for d_ in d["collective_diffs"]]
+    for fact in sorted(facts, key=str):
+        what, *v = fact
+        if what == "missing":  # a member that never issued the call: pptl names it as short, missing or stopped
+            assert v[0] in behind, (kind, fact, behind)
+        elif what == "no_dump":
+            assert v[0] in {m["rank"] for m in d["missing_dumps"]}, (kind, fact)
+        elif what == "culprit":  # pptl's first line names that rank
+            assert v[0] in d["cause"]["ranks"], (kind, fact, d["cause"])
+        elif what == "sizes":
+            assert f"of {v[0]} element" in evidence and f"of {v[1]} element" in evidence, (kind, fact)
+        elif what == "kinds":
+            assert ("kind", {v[0], v[1]}) in [(x, k) for x, k, _ in diffs], (kind, fact, diffs)
+        elif what == "states":
+            assert any(x == "state" and {v[0], v[1]} <= s for x, _, s in diffs), (kind, fact, diffs)
