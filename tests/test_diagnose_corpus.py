@@ -177,7 +177,8 @@ def test_real_dumps_that_completed_exit_0() -> None:
 
 def test_the_folder_note_goes_to_stderr() -> None:
     r = runner.invoke(app, ["diagnose", str(FR / "mb_count")])
-    assert r.stderr.strip() == "note: skipped 3 files not named nccl_trace_rank_<rank>: plan.json, rank0.log, rank1.log"
+    assert r.stderr.strip() == ("note: skipped 4 files not named nccl_trace_rank_<rank>: plan.json, rank0.log, "
+                                "rank1.log, torchfrtrace.txt")
 
 
 # ----------------------------------------------------------------------------------------------
