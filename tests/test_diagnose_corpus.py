@@ -428,3 +428,25 @@ def test_pptl_states_every_fact_torchfrtrace_states(kind: str) -> None:
             assert ("kind", {v[0], v[1]}) in [(x, k) for x, k, _ in diffs], (kind, fact, diffs)
         elif what == "states":
             assert any(x == "state" and {v[0], v[1]} <= s for x, _, s in diffs), (kind, fact, diffs)
+
+
+def test_the_issue_example_all_reduce_against_a_send() -> None:
+    """As reported on other dumps: rank 0 issued 4 sends and 4 receives and no all_reduce (its host waited);
+    rank 1 posted 3 receives, sent 3, and its all_reduce completed against rank 0's 4th send."""
+    from pptl.diagnose.cause import evidence, find_cause
+
+    r0 = tuple(_op(0, k, "send", peer=1, nth=k) for k in range(4)) + tuple(
+        _op(0, 4 + k, "recv", peer=1, nth=k, state="started" if k == 3 else "completed") for k in range(4))
+    r1 = tuple(_op(1, k, "recv", peer=0, nth=k) for k in range(3)) + tuple(
+        _op(1, 3 + k, "send", peer=0, nth=k) for k in range(3)) + (_op(1, 6, "all_reduce", seq=1, n=4096),)
+    ops = {0: r0, 1: r1}
+    c = count_calls(ops, {"0": (0, 1)})
+    cause = find_cause(c, ops)
+    assert cause.kind == "p2p_count" and cause.ranks == (0, 1)
+    assert cause.text.startswith("rank 0 sent 4 messages to rank 1 (group 0), which posted only 3 receives; rank 1 "
+                                 "sent 3 messages back and rank 0 posted 4 receives")
+    lines = evidence(c)
+    assert "collectives: group 0 #1: issued by rank 1 all_reduce of 4096 elements (completed); never by rank 0" in lines
+    assert ("completed without a counterpart: r1 all_reduce #1 (group 0) completed although rank 0 never issued its "
+            "counterpart: NCCL may have paired it with rank 0's r0 send->1 #4 (group 0) (completed), r0 recv<-1 #4 "
+            "(group 0) (started), which ran while its own counterpart had not started") in lines
