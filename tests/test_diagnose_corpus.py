@@ -449,4 +449,4 @@ def test_the_issue_example_all_reduce_against_a_send() -> None:
     assert "collectives: group 0 #1: issued by rank 1 all_reduce of 4096 elements (completed); never by rank 0" in lines
     assert ("completed without a counterpart: r1 all_reduce #1 (group 0) completed although rank 0 never issued its "
             "counterpart: NCCL may have paired it with rank 0's r0 send->1 #4 (group 0) (completed), r0 recv<-1 #4 "
-            "(group 0) (started), which ran while its own counterpart had not started") in lines
+            "(group 0) (started), which ran while their own counterparts had not started") in lines

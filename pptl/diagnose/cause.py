@@ -291,6 +291,7 @@ def _gap_words(g: CollectiveGap) -> str:
 
 
 def _orphan_words(o: Orphan) -> str:
-    c = (f": NCCL may have paired it with rank {o.peer}'s {_some(o.candidates)}, which ran while its own "
-         "counterpart had not started" if o.candidates else "")
+    many = len(o.candidates) > 1
+    c = (f": NCCL may have paired it with rank {o.peer}'s {_some(o.candidates)}, which ran while "
+         f"{'their' if many else 'its'} own counterpart{'s' if many else ''} had not started" if o.candidates else "")
     return f"{o.op.label} completed although rank {o.peer} never issued its counterpart{c}"
