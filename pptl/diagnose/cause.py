@@ -127,8 +127,7 @@ def evidence(counts: Counts, plan_next: Mapping[int, PlanNext] | None = None) ->
     for p in counts.pairs:
         out.append(f"counts: group {_gl(p.sends or p.recvs)}, rank {p.src} -> rank {p.dst}: {len(p.sends)} send"
                    f"{_s(len(p.sends))}, {len(p.recvs)} receive{_s(len(p.recvs))}; without a counterpart: "
-                   f"{_some(p.unmatched)}" + ("" if p.moved_on else f" (rank {p.short} issued nothing after its last "
-                                                                    "one of this pair)"))
+                   f"{_some(p.unmatched)}{_why_not_skipped(p)}")
     for e in counts.extra:
         met = "; ".join(f"{x.label} with {y.label} ({y.kind} {_numel(y)}, {y.state})" for x, y in e.met[:3])
         out.append(f"collectives: group {_gl(e.extra)}: rank {e.rank} issued {e.counts[0]}, rank {e.other} "
@@ -183,6 +182,18 @@ def _noun(p: PairCount, n: int) -> str:
 def _side(o: NcclOp, counterpart: Mapping[str, str]) -> str:
     """`` (the plan's other end: OP)`` where the plan names what the peer should have issued."""
     return f" (the plan's other end: {counterpart[o.name]})" if o.name in counterpart else ""
+
+
+def _why_not_skipped(p: PairCount) -> str:
+    """Why the short side may only be behind (the count is then not the cause by itself)."""
+    if p.moved_on:
+        return ""
+    mine = p.recvs if p.short == p.dst else p.sends
+    if not mine:
+        return f" (rank {p.short} issued none)"
+    if not all(o.done for o in mine):
+        return f" (rank {p.short}'s last one has not completed: it may be held up rather than short)"
+    return f" (rank {p.short} issued nothing after its last one of this pair)"
 
 
 def _missing(m: MissingDump, counterpart: Mapping[str, str]) -> Cause:
