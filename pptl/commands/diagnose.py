@@ -20,17 +20,25 @@ def diagnose(
     out_file: Annotated[Optional[Path], typer.Option("-o", "--out", help="Draw the pending ops and the cycle: "
                                                      ".png, .svg or .pdf.")] = None,
     output: OutputFmt = "text",
+    prefix: Annotated[str, typer.Option("--prefix", metavar="PREFIX", help="In folders, dumps are the files named "
+                                        "PREFIX<rank> (TORCH_FR_DUMP_TEMP_FILE's name); other files are "
+                                        "skipped.")] = "nccl_trace_rank_",
 ) -> None:
-    """Explain a hung run: per rank the NCCL ops that never completed, the wait-for cycle across ranks.
+    """Explain a hung run: the root cause and the ranks in one sentence, then the evidence.
 
-    Also NCCL order or collective mismatches. Exit 0 when no rank was left waiting, 1 when one was.
+    The evidence: counts per pair of ranks and per group, sizes, kinds, stopped or missing ranks, the NCCL
+    ops that never completed and the wait-for cycle. Exit 0 when every op completed and the counts match,
+    1 otherwise.
     """
     from pptl.diagnose import to_dict, to_text
     from pptl.diagnose_inputs import diagnose_paths
     from pptl.fileio import atomic_write
 
     fmt = figure_format(out_file)
-    result, schedule = diagnose_paths(dumps, plan_file)
+    found = diagnose_paths(dumps, plan_file, prefix=prefix)
+    result, schedule = found.result, found.schedule
+    if found.note:
+        err.print(f"note: {found.note}", markup=False)
     if out_file is not None:
         from pptl.render.diagnose_figure import diagnose_figure
         from pptl.render.mpl import image_bytes
@@ -44,5 +52,5 @@ def diagnose(
         print_lines(to_text(result).splitlines())
         if out_file is not None:
             err.print(f"wrote {out_file}", markup=False)
-    if result.hung:
+    if not result.ok:
         raise typer.Exit(1)
