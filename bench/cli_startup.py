@@ -50,11 +50,13 @@ def main() -> None:
         _timed([sys.executable, "-m", "pptl", "plan", "-s", "1f1b", "--pp", "1", "-m", "2", "-o", str(plan)], trees[0])
         cases = {"--help": ["--help"], "check (4 ops)": ["check", str(plan)]}
         for name, args in cases.items():
+            runs: dict[Path, list[tuple[float, float]]] = {tree: [] for tree in trees}
+            for _ in range(a.repeat):  # the trees take turns, so a busy minute hits each alike
+                for tree in trees:
+                    runs[tree].append(_timed([sys.executable, "-m", "pptl", *args], tree))
             for tree in trees:
-                # interleave the trees run by run so a busy minute hits both alike
-                runs = [_timed([sys.executable, "-m", "pptl", *args], tree) for _ in range(a.repeat)]
-                cpu = statistics.median(r[0] for r in runs)
-                wall = statistics.median(r[1] for r in runs)
+                cpu = statistics.median(r[0] for r in runs[tree])
+                wall = statistics.median(r[1] for r in runs[tree])
                 print(f"| {tree.name} | `pptl {' '.join(args) if name == '--help' else 'check tiny.json'}` | "
                       f"{cpu:.3f} | {wall:.3f} |", flush=True)
 

@@ -220,10 +220,18 @@ def test_help_and_a_small_check_import_no_pydantic_and_no_library_for_help(tmp_p
     assert proc.stdout.splitlines() == ["[]", "[]"]
 
 
-def test_completion_is_offered_and_prints_a_bash_script() -> None:
+@pytest.mark.parametrize("words,completions", [
+    ("pptl pl", ["plan"]),
+    ("pptl s", ["schedules", "serve"]),
+    ("pptl check --p2p n", ["nonblocking", "nccl"]),
+    ("pptl export x --to t", ["torch-csv", "torchtitan"]),
+], ids=["command", "two-commands", "choice", "export-to"])
+def test_shell_completion_completes_commands_and_choices(words: str, completions: list[str]) -> None:
+    """What the script `pptl --install-completion` installs asks: bash passes the words typed so far."""
     assert "--install-completion" in runner.invoke(app, ["--help"]).output
-    r = runner.invoke(app, ["--show-completion", "bash"])
-    assert r.exit_code == 0 and "_PPTL_COMPLETE=complete_bash" in r.output
+    env = {"_PPTL_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": str(len(words.split()) - 1)}
+    r = runner.invoke(app, [], env=env, prog_name="pptl")
+    assert r.exit_code == 0 and r.output.split() == completions, r.output
 
 
 def test_every_command_has_help_and_short_h() -> None:

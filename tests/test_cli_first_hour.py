@@ -56,7 +56,7 @@ def test_yaml_cost_typo(tmp_path: Path) -> None:
 def test_options_on_a_family_without_options(tmp_path: Path) -> None:
     (tmp_path / "c.yaml").write_text("schedule: 1f1b\npp: 4\nmicrobatches: 8\noptions: {foo: 1}\n")
     _one_line(["plan", "c.yaml"], 2, "error: c.yaml: field 'options.foo' is unknown; schedule '1f1b' takes no options "
-              "(families with options: interleaved-1f1b, weight-update, moe-1f1b-overlap)", tmp_path)
+              "(families with options: interleaved-1f1b, v-half, v-min, weight-update, moe-1f1b-overlap)", tmp_path)
 
 
 def test_families_with_options_and_their_cost_keys_still_plan() -> None:

@@ -109,6 +109,13 @@ class Choice(ParamType):
     def get_metavar(self, param: Any, ctx: Any = None) -> str:
         return "|".join(self.choices)
 
+    def shell_complete(self, ctx: Any, param: Any, incomplete: str) -> list[Any]:
+        try:
+            from typer._click.shell_completion import CompletionItem
+        except ImportError:  # pragma: no cover - typer < 0.2x
+            from click.shell_completion import CompletionItem
+        return [CompletionItem(c) for c in self.choices if c.startswith(incomplete)]
+
     def convert(self, value: Any, param: Any, ctx: Any) -> str:
         if value not in self.choices:
             self.fail(f"got {_shown(value)}, expected one of {', '.join(self.choices)}", param, ctx)

@@ -235,7 +235,7 @@ def test_cli_refuses_a_short_last_group(family: str, p: int, m: int, g: int | No
     assert result.exit_code == 2, result.output
     [line] = result.stderr.strip().splitlines()
     got = g if g else f"{p} (the default, pp)"
-    assert line.startswith(f"error: <flags>: field 'group_size': got {got}, which leaves a last group of "
+    assert line.startswith(f"error: --group-size: got {got}, which leaves a last group of "
                            f"{m} mod {g or p} = {m % (g or p)} micro-batch")
     assert "(Megatron-Core's last-group rule: \"The remainder of M (the total micro-batches) divided by N" in line
     assert line.endswith(f"group sizes that fit: {fits} for schedule '{family}'")
@@ -250,5 +250,5 @@ def test_cli_refuses_a_group_outside_pp_to_m(family: str, g: int, expected: str)
                                  "--group-size", str(g)])
     assert result.exit_code == 2, result.output
     [line] = result.stderr.strip().splitlines()
-    assert line.startswith(f"error: <flags>: field 'group_size': got {g}, {expected}")
+    assert line.startswith(f"error: --group-size: got {g}, {expected}")
     assert line.endswith(f"Megatron-Core's group rule: G in [pp, microbatches]) for schedule '{family}'")

@@ -318,4 +318,4 @@ def test_check_without_plus_one_exits_1_naming_the_pair() -> None:
 def test_plan_from_flags_without_vpp_exits_2() -> None:
     result = runner.invoke(app, ["plan", "--schedule", NAME, "--pp", "4", "--microbatches", "8"])
     assert result.exit_code == 2
-    assert "field 'vpp': got 1, expected at least 2 when pp > 1" in result.output
+    assert "error: --vpp: got 1, expected at least 2 when pp > 1" in result.output
