@@ -113,7 +113,7 @@ class Choice(ParamType):
         try:
             from typer._click.shell_completion import CompletionItem
         except ImportError:  # pragma: no cover - typer < 0.2x
-            from click.shell_completion import CompletionItem
+            from click.shell_completion import CompletionItem  # type: ignore[assignment]
         return [CompletionItem(c) for c in self.choices if c.startswith(incomplete)]
 
     def convert(self, value: Any, param: Any, ctx: Any) -> str:
