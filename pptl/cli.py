@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import gc
 import importlib
+import inspect
 import os
 import sys
 import types
@@ -22,7 +23,15 @@ from typing import Any, Optional, Sequence
 import typer
 
 from pptl import __version__
-from pptl.commands._shared import Abort, BadParameter, ClickException, MissingParameter, UsageError, err, one_line
+from pptl.commands._shared import (
+    Abort,
+    BadParameter,
+    ClickException,
+    MissingParameter,
+    UsageError,
+    err,
+    one_line,
+)
 from pptl.errors import PptlError
 
 __all__ = ["app", "main", "COMMANDS"]
@@ -96,7 +105,17 @@ class _Boundary(typer.core.TyperGroup):
         return list(COMMANDS)
 
     def get_command(self, ctx: Any, name: str) -> Any:
-        return _command(name) if name in COMMANDS else None
+        if name not in COMMANDS:
+            return None
+        return _summary(name) if getattr(self, "_listing", False) else _command(name)
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        # The command list needs each command's name and docstring only, not its options.
+        self._listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
 
     def invoke(self, ctx: Any) -> Any:
         # Plans reach 400k ops; the default collector thresholds rescan that heap thousands of times.
@@ -167,14 +186,23 @@ def _top(version: bool = typer.Option(False, "--version", callback=_version, is_
     """Plan, check, draw and run pipeline-parallel training schedules."""
 
 
+def _function(name: str) -> Any:
+    module, function = COMMANDS[name].split(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def _summary(name: str) -> Any:
+    """What ``pptl --help`` lists for a command: its name and docstring (no options read)."""
+    return typer.core.TyperCommand(name, help=inspect.cleandoc(_function(name).__doc__ or ""))
+
+
 @functools.lru_cache(maxsize=None)
 def _command(name: str) -> Any:
     """The click command of ``name``, made when the command line names it (or --help lists it):
     reading a command's signature costs typer a few ms, which a run of another command need not pay."""
-    module, function = COMMANDS[name].split(":")
     one = typer.Typer(add_completion=False, rich_markup_mode="rich", pretty_exceptions_enable=False,
                       context_settings=_CONTEXT)
-    one.command(name)(getattr(importlib.import_module(module), function))
+    one.command(name)(_function(name))
     command = typer.main.get_command(one)
     command.name = name
     return command
