@@ -272,7 +272,8 @@ def _fit_memory(tc: TuneConfig, meta: Any, split: Sequence[int], memory: dict) -
         ctx = _check(sched)
         if isinstance(ctx, str):
             return tc, None
-        start, end, _, _ = _timing(probe, st, sched, ctx, sp)
+        tm = _timing(probe, st, sched, ctx, sp)
+        start, end = tm.start, tm.end
     except Exception:  # a family the model cannot rebuild: keep the given memory
         return tc, None
     peaks: dict[int, float] = {}
