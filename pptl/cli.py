@@ -798,7 +798,7 @@ def tune(
     else:
         table = Table(show_edge=False, pad_edge=False)
         for col in COLUMNS:
-            table.add_column(col, justify="right" if col in ("#", "step", "per mb", "bubble") else "left")
+            table.add_column(col, justify="right" if col in ("#", "step", "spread p05-p95", "per mb", "bubble") else "left")
         for row in table_rows(result, top):
             table.add_row(*row)
         (out if out.is_terminal else Console(file=out.file, width=200, highlight=False)).print(table)

@@ -209,6 +209,14 @@ def calibrate_tune(tc: TuneConfig, measured: Path) -> tuple[TuneConfig, str, lis
     notes.append(f"costs from {measured} ({tl.meta.family}, {S} stages, split {list(split)}): layer "
                  f"F={kinds['F'][0]:.4g} B={kinds['B'][0]:.4g}, embedding F={kinds['F'][1]:.4g}, head "
                  f"F={kinds['F'][2]:.4g}, message {tc.comm_latency:.4g} {tl.meta.units}")
+    from pptl.tune.spread import fit_jitter
+
+    jitter = fit_jitter(tl.events, tl.meta.extra.get("step_ms"))
+    if jitter is not None:
+        tc = replace(tc, jitter=jitter)
+        notes.append("per-op variation of the run (relative deviation from each stage's mean): "
+                     + ", ".join(f"{k} {100 * v:.1f}%" for k, v in sorted(jitter.cv.items()))
+                     + f"; step to step {100 * jitter.step_cv:.1f}%: each candidate's spread (p05..p95) carries them")
     memory = tl.meta.extra.get("memory")
     if isinstance(memory, dict) and memory:
         tc, note = _fit_memory(tc, tl.meta, split, memory)

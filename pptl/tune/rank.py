@@ -19,14 +19,14 @@ from typing import Any, Callable
 
 from pptl.checks import Context, check_context
 from pptl.config import MAX_OPS, Config, Costs
-from pptl.deps import roles
-from pptl.errors import InputError, InvalidScheduleError
+from pptl.errors import InputError
 from pptl.ir import Schedule
 from pptl.schedules import get_family
 from pptl.tune.candidates import Structure, structures
 from pptl.tune.memory import rank_peaks
 from pptl.tune.model import SPLIT_FAMILIES, TuneConfig
 from pptl.tune.split import Split, megatron_layout, splits_for, stage_costs, stage_memory
+from pptl.tune.spread import Spread, step_spread
 from pptl.tune.synth import SynthInput, build_synth
 
 __all__ = ["Result", "TuneResult", "tune", "config_for"]
@@ -51,6 +51,8 @@ class Result:
     notes: tuple[str, ...] = ()
     duty: tuple[float, ...] = ()
     """Per rank: busy share of the step the timing converged to (empty when ``duty_exponent`` is 0)."""
+    spread: Spread | None = None
+    """Percentiles of the step under the calibrating run's per-op variation (None: no variation known)."""
     costs: Costs | None = field(default=None, repr=False)
     """The costs the step was timed with (per stage, messages on their producers under sync-send,
     ``rank_scale`` from the duty): the written plan carries them, so ``pptl plan`` of it gives ``step``."""
@@ -77,7 +79,9 @@ class Result:
                 "group_size": s.group, "inflight": s.inflight,
                 "split": None if self.split is None else self.split.name,
                 "stage_layers": None if self.split is None else list(self.split.layers),
-                "megatron_layout": self.layout, "step": self.step, "bubble": self.bubble,
+                "megatron_layout": self.layout, "step": self.step,
+                "step_p05": None if self.spread is None else self.spread.p05,
+                "step_p95": None if self.spread is None else self.spread.p95, "bubble": self.bubble,
                 "peak_memory": list(self.peak), "fits": self.fits, "rejected": self.rejected,
                 "notes": list(self.notes)}
 
@@ -160,7 +164,35 @@ def tune(tc: TuneConfig, *, progress: Callable[[str], None] | None = None, worke
             results.extend(_evaluate(tc, st))
     results.sort(key=_rank_key(tc.memory_limit))
     notes.extend(dict.fromkeys(n for r in results for n in r.notes))
+    note = _prefer_lower_p95(results)
+    if note:
+        notes.append(note)
     return TuneResult(results, tc.memory_limit, notes)
+
+
+def _prefer_lower_p95(results: list[Result]) -> str | None:
+    """Among the fitting candidates whose spread (per micro-batch) overlaps the fastest one's, move
+    the one with the lowest 95th percentile to the front: within the noise the run showed, the
+    predicted order of their medians says little, and a plan that slips less is the safer pick."""
+    if not results or not results[0].fits or results[0].spread is None:
+        return None
+    top = results[0]
+    m0 = top.structure.microbatches
+    lo0, hi0 = top.spread.p05 / m0, top.spread.p95 / m0
+    close = []
+    for k, r in enumerate(results):
+        if not r.fits or r.spread is None:
+            continue
+        m = r.structure.microbatches
+        if r.spread.p05 / m <= hi0 and lo0 <= r.spread.p95 / m:
+            close.append((r.spread.p95 / m, k))
+    p95, k = min(close)
+    if k == 0:
+        return None
+    pick = results.pop(k)
+    results.insert(0, pick)
+    return (f"pick: {pick.label} (p95 {pick.spread.p95:.4g}) over {top.label} (p95 {top.spread.p95:.4g}): their "
+            f"spreads overlap and it has the lower 95th percentile per micro-batch")
 
 
 def _evaluate_light(args: tuple[TuneConfig, Structure]) -> list[Result]:
@@ -312,7 +344,11 @@ def _time(tc: TuneConfig, st: Structure, schedule: Schedule, ctx: Context, sp: S
                             i_working=tc.model.i_working, mm=tc.memory))
     bubble = 1 - sum(busy) / (makespan * tc.pp) if makespan > 0 else 0.0
     fits = tc.memory_limit is None or max(peaks) <= tc.memory_limit * (1 + 1e-9)
-    return Result(st, sp, step=makespan, bubble=bubble, peak=tuple(peaks), fits=fits,
+    spread = None
+    if tc.jitter is not None:
+        spread = step_spread(ctx.order, ctx.dag.pred, dur, [op.kind for op in schedule.ops],  # type: ignore[arg-type]
+                             [op.lane == "compute" for op in schedule.ops], tc.jitter)
+    return Result(st, sp, step=makespan, bubble=bubble, peak=tuple(peaks), fits=fits, spread=spread,
                   rejected=None if fits else f"peak {max(peaks):g} over the limit {tc.memory_limit:g}",
                   schedule=schedule, duty=tm.duty, costs=tm.costs, orders=_orders(schedule, st))
 
