@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _tune_common import checks, executed_orders, pick_limit, retime, spearman, tune_config  # noqa: E402
+from _tune_common import checks, executed_orders, pick_limit, retime, tune_config  # noqa: E402
 
 PP = 2
 #: Each family's fastest candidate plus this many of the ranking's top.
