@@ -32,6 +32,10 @@ def tune_config(pp: int, micro: Sequence[int], hidden: int, tokens: int, dtype: 
         return {"F": 1.0 * n, "B": 2.0 * n, "activation": n * a_mib, "weight": n * w_mib}
 
     emb = part(embedding)
+    if embedding:
+        # Stage 0's input is data: its first block's backward makes no input gradient, so its first
+        # Linear's dX GEMM (one of the block's four in B, of two in I) is not run (pptl.run.model).
+        emb.update({"B": 2.0 * embedding - 0.5, "I": 1.0 * embedding - 0.5, "W": 1.0 * embedding})
     last = {**part(head), "activation": head * a_mib + loss_mib}
     return {"pp": pp, "microbatches": list(micro),
             "model": {"layers": layers if layers is not None else 8 * pp, "layer": block, "embedding": emb,

@@ -99,12 +99,13 @@ def rank_duty(tl: Any) -> tuple[dict[int, float], dict[int, int]]:
     return ({r: min(1.0, b / span) for r, b in busy.items()} if span > 0 else {}), rank_of
 
 
-def fit_duty_exponent(work: Sequence[float], times: Sequence[Sequence[float]],
+def fit_duty_exponent(work: Sequence[float] | Sequence[Sequence[float]], times: Sequence[Sequence[float]],
                       duty: Sequence[float]) -> float | None:
-    """alpha of ``time[k][s] = c_k * work[s] * duty[s] ** alpha`` by least squares in logs.
+    """alpha of ``time[k][s] = c_k * work[k][s] * duty[s] ** alpha`` by least squares in logs.
 
-    ``work[s]``: stage ``s``'s work in layers (the model's embedding and head as their ratio to a
-    layer); ``times[k]``: per kind (F, B, ...), the measured time of every stage; ``duty[s]``: its
+    ``work[s]`` (or ``work[k][s]`` per kind): stage ``s``'s work in layers (the model's embedding
+    and head as their ratio to a layer, for that kind: the first stage's backward has no input
+    gradient to make); ``times[k]``: per kind (F, B, ...), the measured time of every stage; ``duty[s]``: its
     rank's busy share. One alpha for every kind, one ``c_k`` per kind. None when the duty spreads
     less than :data:`MIN_DUTY_SPREAD`, a value is not positive, or alpha is within 3 standard errors
     of 0 (the times scatter more than duty explains).
@@ -114,8 +115,10 @@ def fit_duty_exponent(work: Sequence[float], times: Sequence[Sequence[float]],
     """
     import math
 
-    S = len(work)
-    if S < 2 or min(duty) <= 0 or max(duty) / min(duty) < MIN_DUTY_SPREAD or min(work) <= 0:
+    per_kind = [list(w) for w in work] if work and isinstance(work[0], Sequence) else [list(work)] * len(times)  # type: ignore[arg-type]
+    S = len(duty)
+    if S < 2 or min(duty) <= 0 or max(duty) / min(duty) < MIN_DUTY_SPREAD or len(per_kind) != len(times) \
+            or any(len(w) != S or min(w) <= 0 for w in per_kind):
         return None
     xs, ys, groups = [], [], []
     for k, row in enumerate(times):
@@ -123,7 +126,7 @@ def fit_duty_exponent(work: Sequence[float], times: Sequence[Sequence[float]],
             return None
         for s in range(S):
             xs.append(math.log(duty[s]))
-            ys.append(math.log(row[s] / work[s]))
+            ys.append(math.log(row[s] / per_kind[k][s]))
             groups.append(k)
     # Per kind, remove the mean (that is c_k); alpha is the pooled slope.
     num = den = 0.0
@@ -237,12 +240,15 @@ def _normalise_duty(tc: TuneConfig, tl: Any, split: Sequence[int], stages: dict[
     alpha = tc.duty_exponent
     if alpha is None:
         m = tc.model
-        base = m.part_cost(m.layer, "F") or 0.0
-        re = (m.part_cost(m.embedding, "F") or 0.0) / base if base else 0.0
-        rh = (m.part_cost(m.head, "F") or 0.0) / base if base else 0.0
-        work = [split[s] + (re if s == 0 else 0.0) + (rh if s == S - 1 else 0.0) for s in range(S)]
         kinds = [k for k in ("F", "B", "I", "W") if all(k in stages[s] for s in range(S))]
-        fitted = fit_duty_exponent(work, [[stages[s][k] for s in range(S)] for k in kinds], u)
+        works = []
+        for k in kinds:  # each kind's own ratios: the embedding's backward need not scale as its forward
+            base = m.part_cost(m.layer, k) or 0.0
+            re = (m.part_cost(m.embedding, k) or 0.0) / base if base else 0.0
+            rh = (m.part_cost(m.head, k) or 0.0) / base if base else 0.0
+            works.append([split[s] + (re if s == 0 else 0.0) + (rh if s == S - 1 else 0.0) for s in range(S)])
+        work = works[0] if works else []
+        fitted = fit_duty_exponent(works, [[stages[s][k] for s in range(S)] for k in kinds], u)
         if fitted is None:
             notes.append(f"duty exponent 0: the run's ranks (busy {shown} of the step) do not show how speed "
                          f"depends on duty: too alike, or their times scatter more than duty explains "
