@@ -274,7 +274,8 @@ def _evaluate(saved: dict[str, Any], *, as_run: bool = False) -> dict[str, Any]:
         pick = None
         if best is not None:
             pick = next((x["label"] for x in new_rows if x["label"] == best.label
-                         and tuple(x["stage_layers"]) == best.split.layers), f"{best.label} (not measured)")
+                         and tuple(x["stage_layers"]) == best.split.layers
+                         and (best.orders is None or _ran(x) == best.orders)), f"{best.label} (not measured)")
     m = saved["shape"]["microbatches"]
     c = checks(new_rows, limit, {m: pick})
     spread = abs(saved["again_ms"] - saved["base_ms"]) / saved["base_ms"]
@@ -293,6 +294,12 @@ def _evaluate(saved: dict[str, Any], *, as_run: bool = False) -> dict[str, Any]:
               "spearman": c[f"m{m}_spearman"], "family_err": fam_err,
               "families_ok": all(abs(e) <= (0.05 if f == "synth" else 0.03) for f, e in fam_err.items())})
     return {"checks": c, "rows": new_rows, "pick": pick}
+
+
+def _ran(row: dict[str, Any]) -> tuple[tuple[tuple[str, int], ...], ...] | None:
+    """The (kind, micro-batch) compute order per rank a synth row ran."""
+    orders = executed_orders({"meta": {"extra": {"executed": row.get("executed") or {}}}})
+    return None if not orders else tuple(tuple(orders[r]) for r in sorted(orders))
 
 
 def _offline(folder: Path) -> int:

@@ -279,7 +279,7 @@ def test_gpu_script_limit_and_spearman():
     # (micro-batches, predicted step, predicted peak): the fastest of each count (peaks 15.0 and
     # 12.0) must not fit, something of each count must, and the limit sits in the widest gap below.
     cands = [(8, 1.0, 15.0), (8, 2.0, 10.0), (8, 3.0, 10.2), (16, 1.5, 12.0), (16, 2.5, 10.0)]
-    limit = mod._pick_limit(cands)
+    limit = mod.pick_limit(cands)
     assert 10.2 < limit < 12.0
     assert limit == pytest.approx((10.2 * 12.0) ** 0.5)
     # no count keeps a fitting candidate below its winner: the middle of the range instead

@@ -36,9 +36,19 @@ from pptl.tune.split import even_split
 
 __all__ = ["calibrate_tune", "fit_layer_costs", "fit_duty_exponent", "rank_duty", "split_shares"]
 
-#: Least spread of the run's ranks' duty (max / min) for which alpha is fitted: below it the fit
-#: divides noise by almost nothing.
-MIN_DUTY_SPREAD = 1.05
+#: Least spread of the run's ranks' duty (max / min) for which alpha is fitted. alpha is the stages'
+#: time ratio beyond their work ratio over ln(duty ratio), so an error of the model's stage work
+#: (the head's loss, a receive kernel beside a GEMM: 1-2% seen on GPUs) is divided by that log:
+#: at 1.15 a 1.5% error moves alpha by 0.1; at 1.09 (two stages of equal work on 2 H200s,
+#: 2026-11-26) by 0.17 and the fit gave 0.70, ranking a plan with one micro-batch in flight 15% too fast.
+MIN_DUTY_SPREAD = 1.15
+#: Largest alpha: under a power cap P ~ f**k with k >= 2, so a rank's clock, and its op time, move at
+#: most as duty ** (1/2).
+MAX_DUTY_EXPONENT = 0.5
+#: alpha of a CUDA run whose ranks cannot show it (about equally busy): what 4-rank 1F1B runs on
+#: H200s at their 700 W cap showed (0.25, 0.25, 0.29; docs/tune.md "Duty cycle"), a property of
+#: the device, not of a model. ``device.duty_exponent`` sets another GPU's.
+DEVICE_DUTY_EXPONENT = 0.25
 
 
 def split_shares(model: ModelDesc, f: float, b: float) -> tuple[float, float] | None:
@@ -142,7 +152,8 @@ def fit_duty_exponent(work: Sequence[float] | Sequence[Sequence[float]], times: 
     # The stages' times must follow their duty, not scatter around it: with more points than
     # unknowns, alpha must stand 3 standard errors clear of 0 (a noisy CPU run fits nothing).
     free = len(xs) - len(set(groups)) - 1
-    if free > 0:
+    # One residual (two stages, two kinds) says nothing about the error: test from two on.
+    if free > 1:
         ssr = 0.0
         for k in set(groups):
             idx = [i for i, g in enumerate(groups) if g == k]
@@ -250,12 +261,18 @@ def _normalise_duty(tc: TuneConfig, tl: Any, split: Sequence[int], stages: dict[
         work = works[0] if works else []
         fitted = fit_duty_exponent(works, [[stages[s][k] for s in range(S)] for k in kinds], u)
         if fitted is None:
-            notes.append(f"duty exponent 0: the run's ranks (busy {shown} of the step) do not show how speed "
-                         f"depends on duty: too alike, or their times scatter more than duty explains "
-                         f"(set device.duty_exponent to use one)")
-            return replace(tc, duty_exponent=0.0), stages
-        alpha = min(1.0, max(0.0, fitted))
-        notes.append(f"duty exponent {alpha:.3f} fitted (least squares {fitted:.3f}, clamped to 0..1): ranks busy "
+            cuda = str(tl.meta.extra.get("backend", "")) == "nccl"
+            alpha = DEVICE_DUTY_EXPONENT if cuda else 0.0
+            notes.append(f"duty exponent {alpha:g}: the run's ranks (busy {shown} of the step) do not show how speed "
+                         f"depends on duty (too alike, or their times scatter more than duty explains); "
+                         + ("that of H200s at their power cap (set device.duty_exponent for another GPU)" if cuda
+                            else "not a GPU run") )
+            if alpha <= 0:
+                return replace(tc, duty_exponent=0.0), stages
+            full = {s: {k: v / u[s] ** alpha for k, v in stages[s].items()} for s in range(S)}
+            return replace(tc, duty_exponent=alpha), full
+        alpha = min(MAX_DUTY_EXPONENT, max(0.0, fitted))
+        notes.append(f"duty exponent {alpha:.3f} fitted (least squares {fitted:.3f}, clamped to 0..{MAX_DUTY_EXPONENT}): ranks busy "
                      f"{shown} of the step, stage work {[round(w, 2) for w in work]} layers (the model's embedding "
                      f"and head relative to a layer); compute takes duty^{alpha:.3f} of its full-duty time "
                      f"(set device.duty_exponent to fix it, 0 to turn it off)")
@@ -317,11 +334,29 @@ def _fit_memory(tc: TuneConfig, meta: Any, split: Sequence[int], memory: dict) -
     if fit is None:
         return tc, None
     mm = fit.model
+    temp = _fresh_weight_grad(tc)
+    if fit.kind == "full" and temp is not None:
+        mm = replace(mm, split_working=max(0.0, mm.working - temp))
     other = "split" if fit.kind == "full" else "full"
     note = (f"memory fitted to the {fit.ranks} ranks' peaks of the {fam} run: activation x{getattr(mm, fit.kind + '_scale'):.3f} "
             f"for micro-batches with a {fit.kind} backward (least squares {fit.scale:.3f}), x"
             f"{getattr(mm, other + '_scale'):.3f} for {other} (not measured: never below the model), "
             f"working memory {mm.working:.4g} per rank (the worst rank, {fit.residual:.3g} above the fit, covered twice), "
-            f"{message:.4g} per message held to the step's end, {data:.4g} per input or target")
+            f"{message:.4g} per message held to the step's end, {data:.4g} per input or target"
+            + ("" if mm.split_working is None else
+               f"; a rank of split backwards only: working memory {mm.split_working:.4g} (less the {temp:.4g} of "
+               f"one Linear's weight gradient, which B writes to a fresh tensor and W adds in place)"))
     return replace(tc, memory=mm), note
+
+
+def _fresh_weight_grad(tc: TuneConfig) -> float | None:
+    """MiB of the largest weight gradient autograd's B makes as a fresh tensor (one Linear(h, 4h) of
+    ``pptl run``'s block, ``4 h^2`` elements), when the model's work is that block (``work: mlp``)."""
+    from pptl.tune.model import mlp_block_work
+
+    w = tc.workload
+    esz = {"float32": 4, "bfloat16": 2, "float16": 2}.get(w.dtype, 4)
+    if tc.model.work is None or dict(tc.model.work) != mlp_block_work(w.hidden, w.tokens, esz):
+        return None
+    return 4 * w.hidden * w.hidden * esz / 2**20
 

@@ -278,10 +278,13 @@ def _time_synth(tc: TuneConfig, st: Structure, sp: Split) -> Result:
     if st.inflight is not None:
         limit = [st.inflight * act[r] for r in range(p)]
     else:
-        # What the activations may use: the limit less what the rank holds anyway (the messages the
-        # runtime keeps grow over the step and are left to the timed peak, which decides "fits").
+        # What the activations may use: the limit less what the rank holds anyway, the messages
+        # included (pptl run keeps each until the step ends; a rank of a one-stage-per-rank pipeline
+        # sends and receives one per micro-batch and direction it has a neighbour in). Without them the
+        # order fits its budget and its timed peak, which decides "fits", goes over.
         data = [mm.data * st.microbatches * ((r == 0) + (r == p - 1)) for r in range(p)]
-        limit = [max(0.0, tc.memory_limit - weight[r] - data[r] - mm.working  # type: ignore[operator]
+        msgs = [mm.message * 2 * st.microbatches * ((r > 0) + (r < p - 1)) for r in range(p)]
+        limit = [max(0.0, tc.memory_limit - weight[r] - data[r] - msgs[r] - mm.working  # type: ignore[operator]
                       - tc.model.i_working * act[r]) for r in range(p)]
     cfg = config_for(tc, st, sp)
     message = cfg.costs.comm_time(0.0)
