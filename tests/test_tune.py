@@ -283,7 +283,7 @@ def test_gpu_script_limit_and_spearman():
     assert 10.2 < limit < 12.0
     assert limit == pytest.approx((10.2 * 12.0) ** 0.5)
     # no count keeps a fitting candidate below its winner: the middle of the range instead
-    assert mod._pick_limit([(8, 1.0, 10.0), (8, 2.0, 12.0), (8, 3.0, 15.0)]) > 10.0
+    assert mod.pick_limit([(8, 1.0, 10.0), (8, 2.0, 12.0), (8, 3.0, 15.0)]) > 10.0
     import sys
 
     sys.path.insert(0, str(ROOT / "bench"))
