@@ -251,7 +251,8 @@ def _normalise_duty(tc: TuneConfig, tl: Any, split: Sequence[int], stages: dict[
     alpha = tc.duty_exponent
     if alpha is None:
         m = tc.model
-        kinds = [k for k in ("F", "B", "I", "W") if all(k in stages[s] for s in range(S))]
+        ran = {e.kind for e in tl.events}  # a run of full backwards reports I and W as halves of B: not data
+        kinds = [k for k in ("F", "B", "I", "W") if k in ran and all(k in stages[s] for s in range(S))]
         works = []
         for k in kinds:  # each kind's own ratios: the embedding's backward need not scale as its forward
             base = m.part_cost(m.layer, k) or 0.0
