@@ -125,7 +125,9 @@ def fit_duty_exponent(work: Sequence[float] | Sequence[Sequence[float]], times: 
     """
     import math
 
-    per_kind = [list(w) for w in work] if work and isinstance(work[0], Sequence) else [list(work)] * len(times)  # type: ignore[arg-type]
+    per_kind: list[list[float]] = ([[float(x) for x in w] for w in work]  # type: ignore[union-attr]
+                                   if work and isinstance(work[0], Sequence)
+                                   else [[float(x) for x in work]] * len(times))  # type: ignore[arg-type]
     S = len(duty)
     if S < 2 or min(duty) <= 0 or max(duty) / min(duty) < MIN_DUTY_SPREAD or len(per_kind) != len(times) \
             or any(len(w) != S or min(w) <= 0 for w in per_kind):

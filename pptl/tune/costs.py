@@ -78,7 +78,11 @@ def candidate_costs(tc: TuneConfig, schedule: Schedule, layers: tuple[int, ...])
             raise InvalidScheduleError(f"pptl tune: {op.id} costs {v:g} but another {key} of stage {op.stage} "
                                        f"costs {row[key]:g}; a plan holds one cost per key and stage")
         row[key] = v
-    base = {k: v for k in ("F", "B", "I", "W") if (v := tc.model.part_cost(tc.model.layer, k)) is not None}
+    base: dict[str, float] = {}
+    for k in ("F", "B", "I", "W"):
+        c = tc.model.part_cost(tc.model.layer, k)
+        if c is not None:
+            base[k] = c
     if fold:
         # The transfer is on its producer: the plan's SENDs take no time of their own.
         return Costs(base=base, stages=stages, comm_latency=0.0, comm_bandwidth=math.inf, comm_bytes=0.0)

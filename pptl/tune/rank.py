@@ -31,6 +31,9 @@ from pptl.tune.synth import SynthInput, build_synth
 
 __all__ = ["Result", "TuneResult", "tune", "config_for"]
 
+#: Per rank, the (kind, micro-batch) compute order of a synthesised plan.
+Orders = tuple[tuple[tuple[str, int], ...], ...]
+
 #: Most simulate -> duty -> rescale passes with a duty exponent (they stop once duty moves < 1e-4).
 _DUTY_PASSES = 6
 
@@ -56,7 +59,7 @@ class Result:
     costs: Costs | None = field(default=None, repr=False)
     """The costs the step was timed with (per stage, messages on their producers under sync-send,
     ``rank_scale`` from the duty): the written plan carries them, so ``pptl plan`` of it gives ``step``."""
-    orders: tuple[tuple[tuple[str, int], ...], ...] | None = field(default=None, repr=False)
+    orders: Orders | None = field(default=None, repr=False)
     """synth: per rank, the (kind, micro-batch) order that was timed (the plan is rebuilt from it,
     not re-synthesised: the exact order under a time limit need not come out the same twice)."""
 
@@ -174,24 +177,24 @@ def _prefer_lower_p95(results: list[Result]) -> str | None:
     """Among the fitting candidates whose spread (per micro-batch) overlaps the fastest one's, move
     the one with the lowest 95th percentile to the front: within the noise the run showed, the
     predicted order of their medians says little, and a plan that slips less is the safer pick."""
-    if not results or not results[0].fits or results[0].spread is None:
+    top = results[0] if results else None
+    if top is None or not top.fits or top.spread is None:
         return None
-    top = results[0]
     m0 = top.structure.microbatches
     lo0, hi0 = top.spread.p05 / m0, top.spread.p95 / m0
-    close = []
+    close: list[tuple[float, int, Spread]] = []
     for k, r in enumerate(results):
         if not r.fits or r.spread is None:
             continue
         m = r.structure.microbatches
         if r.spread.p05 / m <= hi0 and lo0 <= r.spread.p95 / m:
-            close.append((r.spread.p95 / m, k))
-    p95, k = min(close)
+            close.append((r.spread.p95 / m, k, r.spread))
+    _, k, spread = min(close, key=lambda c: (c[0], c[1]))
     if k == 0:
         return None
     pick = results.pop(k)
     results.insert(0, pick)
-    return (f"pick: {pick.label} (p95 {pick.spread.p95:.4g}) over {top.label} (p95 {top.spread.p95:.4g}): their "
+    return (f"pick: {pick.label} (p95 {spread.p95:.4g}) over {top.label} (p95 {top.spread.p95:.4g}): their "
             f"spreads overlap and it has the lower 95th percentile per micro-batch")
 
 
@@ -437,7 +440,7 @@ def best_schedule(tc: TuneConfig, result: Result) -> Schedule:
     return schedule.copy_with(config=replace(cfg, costs=result.costs))
 
 
-def _orders(schedule: Schedule, st: Structure) -> tuple[tuple[tuple[str, int], ...], ...] | None:
+def _orders(schedule: Schedule, st: Structure) -> Orders | None:
     if st.family != "synth":
         return None
     return tuple(tuple((op.kind, op.mb) for op in schedule.lane_ops(r, "compute")) for r in range(schedule.pp))
