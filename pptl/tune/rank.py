@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from pptl.checks import Context, check_context
 from pptl.config import MAX_OPS, Config, Costs
-from pptl.errors import InputError
+from pptl.errors import InputError, InvalidScheduleError
 from pptl.ir import Schedule
 from pptl.schedules import get_family
 from pptl.tune.candidates import Structure, structures
@@ -338,7 +338,10 @@ def _held_peak(seq: list[tuple[str, int]], act: float, w: float) -> float:
 
 def _time(tc: TuneConfig, st: Structure, schedule: Schedule, ctx: Context, sp: Split,
           cfg: Config | None = None) -> Result:
-    tm = _timing(tc, st, schedule, ctx, sp, cfg)
+    try:
+        tm = _timing(tc, st, schedule, ctx, sp, cfg)
+    except InvalidScheduleError as e:  # an op the model has no cost for, or costs no plan could hold
+        return Result(st, sp, rejected=str(e))
     start, end, dur = tm.start, tm.end, tm.dur
     makespan = max(end, default=0.0)
     act, weight = stage_memory(tc.model, sp.layers)
