@@ -18,7 +18,7 @@ A tune config is its own file (YAML, TOML or JSON)::
     families: [1f1b, zb-h1]       # optional subset (default: every training family and synth)
     workload: {hidden: 4096, tokens: 2048, dtype: bfloat16}   # what the best plan runs with pptl run
     run_blocks: {embedding: 2, head: 2}   # MLP blocks pptl run executes for the embedding and head
-    device: {duty_exponent: 0.3}  # optional; see below
+    device: {duty_exponent: 0.3, jitter: {F: 0.03, B: 0.03, step: 0.01}}  # optional; see below
 
 Durations are per layer and micro-batch; ``B`` defaults to ``I + W``; ``embedding`` and ``head``
 default to nothing (zero cost). ``activation`` is held per micro-batch from F to B (or split
@@ -35,6 +35,9 @@ cap, a rank busy a share ``u`` of the step runs its compute at ``u ** alpha`` of
 duration (an idle-ish GPU keeps higher clocks). The costs above are then full-duty durations and
 the timing iterates simulate -> per-rank duty -> rescale (:mod:`pptl.tune.rank`). Not given, it
 is 0 (no effect), or fitted by ``--costs-from`` from the run's ranks when their duty differs.
+
+``device.jitter`` gives each kind's relative deviation of one op and the step's (``--costs-from``
+measures them): every candidate's step then carries a p05-p95 spread (:mod:`pptl.tune.spread`).
 """
 from __future__ import annotations
 
