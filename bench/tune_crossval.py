@@ -221,7 +221,9 @@ def main() -> int:
             rows = [_row(r, tl) for r, tl in zip(chosen, tls[k:k + len(chosen)])]
             k += len(chosen)
             base = _trim_base(work / f"{s.name}.base.measured.json")
-            saved = {"shape": s.__dict__, "config": cfgs[s.name], "limit_mib": limit, "machine": machine,
+            # The families searched: a re-ranking later must not pick a family added since, which never ran.
+            config = {**cfgs[s.name], "families": list(tc.families)}
+            saved = {"shape": s.__dict__, "config": config, "limit_mib": limit, "machine": machine,
                      "notes": notes, "pick": res.best.label if res.best else None,
                      "base_ms": base["meta"]["extra"].get("makespan") or _makespan(base),
                      "again_ms": again.makespan, "rows": rows, "base": base}
