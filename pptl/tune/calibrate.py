@@ -15,8 +15,8 @@ differ in duty (1F1B's first and last ranks are the busiest), so each stage's ti
 divided by its rank's ``u ** alpha``; the costs are then full-duty costs. alpha is the config's,
 or fitted (:func:`fit_duty_exponent`): with the model's embedding and head given relative to a
 layer, every stage's work is known up to the layer's cost, and the stages' times against their
-ranks' duty give alpha by least squares. Where the ranks' duty barely differs (or the fit falls
-outside 0..1) alpha is 0, today's model of fixed durations.
+ranks' duty give alpha by least squares (clamped to 0..0.5). Where the ranks' duty differs by less
+than :data:`MIN_DUTY_SPREAD` alpha is the device's (:data:`DEVICE_DUTY_EXPONENT` on a CUDA run, 0 on CPU).
 
 When the run recorded peak memory per rank (``pptl run`` on CUDA), the memory model's coefficients
 are fitted to it (:func:`pptl.tune.memory.fit_memory`): the activation scale of the run's backward
@@ -269,16 +269,14 @@ def _normalise_duty(tc: TuneConfig, tl: Any, split: Sequence[int], stages: dict[
             notes.append(f"duty exponent {alpha:g}: the run's ranks (busy {shown} of the step) do not show how speed "
                          f"depends on duty (too alike, or their times scatter more than duty explains); "
                          + ("that of H200s at their power cap (set device.duty_exponent for another GPU)" if cuda
-                            else "not a GPU run") )
-            if alpha <= 0:
-                return replace(tc, duty_exponent=0.0), stages
-            full = {s: {k: v / u[s] ** alpha for k, v in stages[s].items()} for s in range(S)}
-            return replace(tc, duty_exponent=alpha), full
-        alpha = min(MAX_DUTY_EXPONENT, max(0.0, fitted))
-        notes.append(f"duty exponent {alpha:.3f} fitted (least squares {fitted:.3f}, clamped to 0..{MAX_DUTY_EXPONENT}): ranks busy "
-                     f"{shown} of the step, stage work {[round(w, 2) for w in work]} layers (the model's embedding "
-                     f"and head relative to a layer); compute takes duty^{alpha:.3f} of its full-duty time "
-                     f"(set device.duty_exponent to fix it, 0 to turn it off)")
+                            else "not a GPU run"))
+        else:
+            alpha = min(MAX_DUTY_EXPONENT, max(0.0, fitted))
+            notes.append(f"duty exponent {alpha:.3f} fitted (least squares {fitted:.3f}, clamped to "
+                         f"0..{MAX_DUTY_EXPONENT}): ranks busy {shown} of the step, stage work "
+                         f"{[round(w, 2) for w in work]} layers (the model's embedding and head relative to a layer); "
+                         f"compute takes duty^{alpha:.3f} of its full-duty time (set device.duty_exponent to fix it, "
+                         f"0 to turn it off)")
     elif alpha > 0:
         notes.append(f"duty exponent {alpha:.3f} (device.duty_exponent): ranks busy {shown} of the step")
     if alpha <= 0:
