@@ -621,6 +621,52 @@ def compare(
 
 
 # ----------------------------------------------------------------------------------------------
+# pptl whatif
+
+
+@command("whatif")
+def whatif(
+    plans: Annotated[list[Path], Argument(help="Plans or configs, compared side by side.", show_default=False)],
+    measured: Annotated[Optional[Path], Option("--from", help="A measured timeline (pptl run -o): its costs "
+                                                     "and the spread of its op durations.")] = None,
+    samples: Annotated[int, Option("--samples", "-n", min=1, help="Steps drawn per plan.")] = 1000,
+    seed: Annotated[int, Option("--seed", help="Seed of the draws (same seed, same numbers).")] = 0,
+    jitter: Annotated[Optional[str], Option("--jitter", metavar="SHARE", help="Every op's duration times a "
+                                                  "normal factor of this spread (5% or 0.05).")] = None,
+    straggler: Annotated[Optional[list[str]], Option("--straggler", metavar="SPEC", help="A slow rank: rank=2,x1.3 "
+                                                           "or rank=1,+2ms@mb7 (repeatable).")] = None,
+    top: Annotated[int, Option("--top", min=0, help="Ops listed per plan by criticality.")] = 5,
+    out_file: Annotated[Optional[Path], Option("-o", "--out", help="Draw the distributions and criticality: "
+                                                     ".png, .svg or .pdf.")] = None,
+    output: OutputFmt = "text",
+) -> None:
+    """Step-time distribution of plans under variance and stragglers (Monte Carlo over the graph)."""
+    from pptl.fileio import atomic_write
+    from pptl.whatif.report import report_dict, report_lines
+    from pptl.whatif.spread import parse_jitter, parse_straggler
+    from pptl.whatif.study import study_plans
+
+    _check_output(output)
+    fmt = _figure_format(out_file)
+    spec = parse_jitter(jitter) if jitter is not None else None
+    slow = [parse_straggler(t) for t in straggler or []]
+    with err.status(f"sampling {len(plans)} plan(s) x {samples} steps"):
+        outcomes = study_plans(plans, measured=measured, samples=samples, seed=seed, jitter=spec, stragglers=slow)
+    spread = outcomes[0].spread if outcomes else None
+    if out_file is not None and fmt is not None:
+        from pptl.whatif.figure import whatif_bytes
+
+        atomic_write(out_file, whatif_bytes(outcomes, fmt))
+    if output == "json":
+        _print_json(report_dict(outcomes, spread, top=top))
+    else:
+        for line in report_lines(outcomes, spread, top=top):
+            out.print(line, markup=False)
+        if out_file is not None:
+            err.print(f"wrote {out_file}", markup=False)
+
+
+# ----------------------------------------------------------------------------------------------
 # pptl diagnose
 
 
