@@ -553,6 +553,9 @@ def run(
                                                     "(default: compute waits for each send, receives start when "
                                                     "their sender is ready), overlap (sends beside compute too) or "
                                                     "inline (as torch.distributed.pipelining).")] = None,
+    slow_rank: Annotated[Optional[int], Option("--slow-rank", min=0, help="Make this rank a straggler: its "
+                                                     "compute lane held --slow-factor times each op's time.")] = None,
+    slow_factor: Annotated[float, Option("--slow-factor", help="How much slower --slow-rank runs (1 to 100).")] = 1.3,
     output: OutputFmt = "text",
 ) -> None:
     """Execute a plan with PyTorch, one process per rank; write the measured timeline."""
@@ -574,7 +577,8 @@ def run(
         check_new(target)
     with err.status(f"running {loaded.schedule.family} on {gpus or loaded.schedule.pp} processes"):
         tl = run_plans([(loaded.schedule, target)], gpus=gpus or loaded.schedule.pp, device=device, steps=steps,
-                       warmup=warmup, verify=verify, timeout=timeout, messages=messages)[0]
+                       warmup=warmup, verify=verify, timeout=timeout, messages=messages, slow_rank=slow_rank,
+                       slow_factor=slow_factor if slow_rank is not None else 1.0)[0]
     if output == "json":
         _print_json((summary(tl, str(target))))
     else:
