@@ -26,6 +26,9 @@ def report_lines(outcomes: Sequence[PlanOutcome], spread: Spread, *, top: int = 
     n = outcomes[0].samples.makespan.size
     units = outcomes[0].units
     lines = [f"{n} samples, seed {outcomes[0].samples.seed}; spread: {spread.describe()}"]
+    if any(o.sends_on_compute for o in outcomes):
+        lines.append("note: the run sent on the compute stream (sync-send): each SEND holds its rank's compute lane, "
+                     "as it ran")
     width = max(12, *(len(o.name) for o in outcomes))
     lines.append(f"{'plan':<{width}}{'planned':>10}{'mean':>10}{'p50':>10}{'p95':>10}{'p99':>10}{'p95/p50':>9}"
                  f"   (makespan, {units})")
@@ -59,6 +62,7 @@ def report_dict(outcomes: Sequence[PlanOutcome], spread: Spread, *, top: int = 5
         plans.append({
             "plan": o.name, "family": o.schedule.family, "pp": o.schedule.pp, "microbatches": o.schedule.microbatches,
             "ops": o.schedule.n_ops, "units": o.units, "planned": o.samples.planned,
+            "sends_on_compute": o.sends_on_compute,
             "makespan": {"mean": float(o.samples.makespan.mean()), "std": float(o.samples.makespan.std()),
                          "p50": p50, "p95": p95, "p99": p99,
                          "p25": float(np.quantile(o.samples.makespan, 0.25)),

@@ -25,6 +25,8 @@ class Measured:
 
     costs: Costs
     spread: Spread
+    sends_on_compute: bool
+    """The run sent on the compute stream (CUDA, ``sync-send``): plans are sampled so."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,8 @@ class PlanOutcome:
     ids: list[str]
     """Op ids, indexed like the schedule's ops."""
     spread: Spread
+    sends_on_compute: bool = False
+    """Sampled with its SENDs on the compute lane (:func:`pptl.whatif.lanes.sends_on_compute`)."""
 
     def top_critical(self, k: int) -> list[tuple[str, float]]:
         """The ``k`` ops with time most often on the critical path (ties in op order)."""
@@ -64,7 +68,9 @@ def load_measured(path: Path) -> Measured:
     if tl is None or not tl.events:
         raise InputError(f"{path}: has no timeline to take durations from (expected the output of pptl run -o)")
     spread = spread_from_timeline(tl, str(path))
-    return Measured(costs_from_mapping(costs_from_timeline(tl), source=str(path)), spread)
+    extra = tl.meta.extra
+    sync = extra.get("messages") == "sync-send" and extra.get("device") not in (None, "cpu")
+    return Measured(costs_from_mapping(costs_from_timeline(tl), source=str(path)), spread, sync)
 
 
 def study(schedule: Schedule, name: str, spread: Spread, *, costs: Costs | None = None, samples: int = 1000,
@@ -96,8 +102,13 @@ def study_plans(paths: Sequence[Path], *, measured: Path | None = None, samples:
         loaded = load_any(p)
         if loaded.schedule is None:
             raise InputError(f"{p}: is a {loaded.kind}, not a plan; pptl whatif takes plans and configs")
-        out.append(study(loaded.schedule, str(p), spread, costs=m.costs if m is not None else None,
-                         samples=samples, seed=seed))
+        schedule = loaded.schedule
+        if m is not None and m.sends_on_compute:
+            from pptl.whatif.lanes import sends_on_compute
+
+            schedule = sends_on_compute(schedule)
+        o = study(schedule, str(p), spread, costs=m.costs if m is not None else None, samples=samples, seed=seed)
+        out.append(replace(o, sends_on_compute=schedule is not loaded.schedule))
     return out
 
 
