@@ -34,7 +34,7 @@ def whatif_figure(outcomes: Sequence[PlanOutcome]) -> Any:
     units = outcomes[0].units if outcomes else ""
     data = [o.samples.makespan for o in outcomes]
     pos = list(range(len(outcomes)))
-    parts = ax.violinplot(data, positions=pos, vert=False, showextrema=False, widths=0.8)
+    parts = ax.violinplot(data, positions=pos, orientation="horizontal", showextrema=False, widths=0.8)
     for body in parts["bodies"]:
         body.set_facecolor("#7a9cc6")
         body.set_alpha(0.7)

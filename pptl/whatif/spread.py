@@ -48,10 +48,12 @@ class Quantiles:
         x = np.asarray(samples, dtype=np.float64).reshape(-1)
         if x.size == 0:
             raise ValueError("no samples")
-        if unit_mean:
-            m = float(x.mean())
-            x = x / m if m > 0 else np.ones_like(x)
         q = np.quantile(x, np.linspace(0.0, 1.0, QUANTILE_POINTS))
+        if unit_mean:
+            # Scaled by the table's own mean, not the samples': draws interpolate between quantiles, and
+            # from few samples that mean differs (1, 1, 1, 5 averages 2; its table 1.67).
+            m = float((q[1:] + q[:-1]).sum() / (2 * (QUANTILE_POINTS - 1)))
+            q = q / m if m > 0 else np.ones_like(q)
         return Quantiles(tuple(float(v) for v in q), int(x.size))
 
     @property
