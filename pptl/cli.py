@@ -611,14 +611,20 @@ def compare(
     if m is None:
         raise InputError(f"{measured}: has no timeline (expected the output of pptl run)")
     cmp = compare_timelines(planned_timeline(str(plan_file)), m)
+    from pptl.whatif.band import step_band
+
+    plan_schedule = load_any(plan_file).schedule
+    band = step_band(plan_schedule, m, str(measured)) if plan_schedule is not None else None
     if out_file is not None:
         from pptl.render.compare import overlay_bytes, overlay_html
 
         atomic_write(out_file, overlay_html(cmp, top) if fmt == "html" else overlay_bytes(cmp, fmt))
     if output == "json":
-        _print_json((cmp.to_dict()))
+        _print_json({**cmp.to_dict(), **({"step_band": band.to_dict()} if band is not None else {})})
     else:
-        for line in comparison_lines(cmp, top):
+        lines = comparison_lines(cmp, top)
+        lines[2:2] = [band.line()] if band is not None else []  # after makespan and bubble
+        for line in lines:
             out.print(line, markup=False)
         if out_file is not None:
             err.print(f"wrote {out_file}", markup=False)

@@ -355,3 +355,28 @@ def test_cli_errors_are_one_line_exit_2(tmp_path, args, msg):
     assert res.exit_code == 2, res.output
     assert res.exception is None
     assert res.stderr.strip().splitlines() == [msg.replace("RUN", str(tmp_path / "m.json"))]
+
+
+def test_compare_prints_the_measured_median_against_the_predicted_band(tmp_path):
+    from pptl.formats.loader import load_any
+    from pptl.whatif.band import step_band
+
+    _write_run(tmp_path / "m.json")
+    r = CliRunner()
+    plan = tmp_path / "cal.json"
+    res = r.invoke(app, ["plan", "-s", "1f1b", "--pp", "2", "-m", "2", "--costs-from", str(tmp_path / "m.json"),
+                         "-o", str(plan)])
+    assert res.exit_code == 0, res.output
+    m = load_any(tmp_path / "m.json").timeline
+    band = step_band(load_any(plan).schedule, m, "m.json", samples=4000)
+    # steps 9.2 and 10.1 ms (median 9.65); predicted 9 c + 0.2 with c from 0.952 to 1.048 (see above):
+    # p50 9.2, and every predicted step below 9.65
+    assert band is not None and band.steps == 2 and band.measured_median == pytest.approx(9.65)
+    assert band.p50 == pytest.approx(9.2, abs=0.02) and band.percentile == 1.0
+    out = r.invoke(app, ["compare", str(plan), str(tmp_path / "m.json")])
+    assert out.exit_code == 0, out.output
+    assert out.stdout.splitlines()[2].startswith("step time: measured median 9.65 ms over 2 steps, at the 100th "
+                                                 "percentile of the plan under this run's spread (p5 ")
+    # a plan in cost units has no band (its times are scaled to the run's for shapes only)
+    s = build_schedule(Config(schedule="1f1b", pp=2, microbatches=2))
+    assert step_band(s, m, "m.json") is None
