@@ -380,3 +380,54 @@ def test_compare_prints_the_measured_median_against_the_predicted_band(tmp_path)
     # a plan in cost units has no band (its times are scaled to the run's for shapes only)
     s = build_schedule(Config(schedule="1f1b", pp=2, microbatches=2))
     assert step_band(s, m, "m.json") is None
+
+
+# --- what pptl run records for it ----------------------------------------------------------------
+
+def test_run_keeps_every_timed_steps_compute_op_times():
+    from pptl.run.results import build_timeline
+
+    s = build_schedule(Config(schedule="1f1b", pp=2, microbatches=1))
+    ids = [op.id for op in s.ops]
+    comp = [i for i, op in enumerate(s.ops) if op.lane == "compute"]  # F0, B0 on each rank
+
+    def rec(rank: int, step: int, timed: bool, scale: float) -> dict:
+        # op k (over both ranks) runs from 1 + 2k s to 1 + (2k + 1) s: 1 ms long at scale 1
+        ev = [[i, 1.0 + k * 2 * scale, 1.0 + (k * 2 + 1) * scale] for k, i in enumerate(comp) if s.ops[i].rank == rank]
+        return {"step": step, "timed": timed, "step_ms": 10.0 * scale, "wall_ms": 11.0, "loss": None,
+                "events": ev if timed else [], "started": []}
+
+    payloads = [{"rank": r, "steps": [rec(r, 1, True, 1.0), rec(r, 2, False, 1.0), rec(r, 3, True, 2.0)], "info": {}}
+                for r in (0, 1)]
+    tl = build_timeline(s, payloads)
+    got = tl.meta.extra["step_ops"]
+    # each op lasts 1 ms in step 1 and 2 ms in step 3 (the untimed step 2 has no events); the span runs
+    # from the first start (1.0) to the last op's end (k = 3): 1 + 7 = 8 and 1 + 14 = 15
+    assert len(comp) == 4
+    assert got["span_ms"] == [7.0, 14.0]
+    assert got["ms"] == {ids[i]: [1.0, 2.0] for i in comp}
+    assert tl.meta.extra["step_ms"] == [10.0, 20.0]
+
+
+@pytest.mark.parametrize("kw,msg", [({"slow_rank": -1}, "--slow-rank: got -1, expected a rank 0 or more"),
+                                    ({"slow_factor": 0.5}, "--slow-factor: got 0.5, expected 1 to 100"),
+                                    ({"slow_factor": 101.0}, "--slow-factor: got 101.0, expected 1 to 100")])
+def test_slow_rank_options_are_checked(kw, msg):
+    from pptl.run.options import Job, PlanJob
+
+    with pytest.raises(InputError, match=f"^{re_escape(msg)}"):
+        Job(plans=(PlanJob("p.json"),), **kw).validate()
+
+
+def test_slow_rank_spins_its_share_on_cpu():
+    import time
+
+    pytest.importorskip("torch")
+    from pptl.run.slow import Stretch
+
+    t = time.perf_counter()
+    Stretch(1.5).cpu(20.0)  # 0.5 x 20 ms
+    assert 0.0099 <= time.perf_counter() - t < 0.5
+    t = time.perf_counter()
+    Stretch(1.0).cpu(20.0)
+    assert time.perf_counter() - t < 0.005
