@@ -90,17 +90,21 @@ def main() -> int:
     ap.add_argument("--slow-rank", type=int, default=1)
     ap.add_argument("--slow-factor", type=float, default=1.3)
     ap.add_argument("--samples", type=int, default=4000)
+    ap.add_argument("--replay", action="store_true", help="no runs: predict again from the timelines in --work "
+                    "(a work.tar.gz of an earlier call, unpacked)")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     a.work.mkdir(parents=True, exist_ok=True)
     res: dict = {"env": env_info(), "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                  "args": {k: str(v) for k, v in vars(a).items()}}
-    plans = write_plans(a, a.work)
+    plans = {n: a.work / f"plan_{n}.json" for n, *_ in PLANS} if a.replay else write_plans(a, a.work)
     calib = a.work / "measured_calibrate.json"
     later = {n: a.work / f"measured_{n}.json" for n in plans}
     slow = {n: a.work / f"measured_{n}_slow.json" for n in plans}
     ok = False
     try:  # whatever fails, the measured timelines come back for a look
+        if a.replay:
+            return _predict_and_report(a, res, plans, calib, later, slow)
         log(f"== calibrate: {CALIBRATE}, {a.calib_steps} steps")
         run([(plans[CALIBRATE], calib)], a, a.calib_steps)
         log(f"== later: {', '.join(plans)}, {a.steps} steps each")
@@ -108,18 +112,24 @@ def main() -> int:
         log(f"== straggler: rank {a.slow_rank} x{a.slow_factor}, {a.straggler_steps} steps each")
         run([(plans[n], slow[n]) for n in plans], a, a.straggler_steps, slow_rank=a.slow_rank,
             slow_factor=a.slow_factor)
-        log("== predict")
-        res["rows"] = predict(a, plans, calib, later, slow)
-        res["checks"] = checks(res["rows"])
-        (a.out / "table.md").write_text(table(res))
-        figure(res["rows"], a, a.out / "whatif_gpu.png")
-        print(table(res))
-        ok = all(res["checks"].values())
+        ok = _predict_and_report(a, res, plans, calib, later, slow) == 0
     finally:
         (a.out / "results.json").write_text(json.dumps(res, indent=1))
         with tarfile.open(a.out / "work.tar.gz", "w:gz") as tar:
             tar.add(a.work, arcname="work")
     return 0 if ok else 1
+
+
+def _predict_and_report(a: argparse.Namespace, res: dict, plans: dict[str, Path], calib: Path,
+                        later: dict[str, Path], slow: dict[str, Path]) -> int:
+    log("== predict")
+    res["rows"] = predict(a, plans, calib, later, slow)
+    res["checks"] = checks(res["rows"])
+    (a.out / "table.md").write_text(table(res))
+    figure(res["rows"], a, a.out / "whatif_gpu.png")
+    print(table(res))
+    (a.out / "results.json").write_text(json.dumps(res, indent=1))
+    return 0 if all(res["checks"].values()) else 1
 
 
 def predict(a: argparse.Namespace, plans: dict[str, Path], calib: Path, later: dict[str, Path],
@@ -146,8 +156,42 @@ def predict(a: argparse.Namespace, plans: dict[str, Path], calib: Path, later: d
                      "sensitivity_predicted": ps["mean"] / p["mean"], "sensitivity_measured": ms["mean"] / m["mean"],
                      "steps_ms": meas.meta.extra["step_ms"], "steps_slow_ms": meas_slow.meta.extra["step_ms"],
                      "samples_ms": o.samples.makespan[:: max(1, a.samples // 400)].tolist(),
-                     "samples_slow_ms": s.samples.makespan[:: max(1, a.samples // 400)].tolist()})
+                     "samples_slow_ms": s.samples.makespan[:: max(1, a.samples // 400)].tolist(),
+                     "self": self_prediction(a, plans[name], later[name]),
+                     "op_time_vs_calibration": op_ratios(calib, later[name]),
+                     "op_time_slow_vs_base": op_ratios(later[name], slow[name])})
     return rows
+
+
+def self_prediction(a: argparse.Namespace, plan: Path, run: Path) -> dict:
+    """The plan predicted from its own run (its op times, not the calibrating run's): what is left
+    is the schedule model's error, not how op times moved between plans."""
+    from pptl.whatif.spread import Straggler
+    from pptl.whatif.study import study_plans
+
+    base = study_plans([plan], measured=run, samples=a.samples, seed=0)[0].samples.makespan
+    slow = study_plans([plan], measured=run, samples=a.samples, seed=0,
+                       stragglers=[Straggler(a.slow_rank, a.slow_factor)])[0].samples.makespan
+    return {"p50": float(sorted(base)[len(base) // 2]), "mean": float(base.mean()), "slow_mean": float(slow.mean()),
+            "sensitivity": float(slow.mean() / base.mean())}
+
+
+def op_ratios(ref: Path, run: Path) -> dict[str, float]:
+    """Mean compute-op time per (rank, kind) of ``run`` over ``ref``'s."""
+    import statistics
+
+    from pptl.formats.loader import load_any
+
+    def means(p: Path) -> dict[str, float]:
+        tl = load_any(p).timeline
+        by: dict[str, list[float]] = {}
+        for e in tl.events:  # type: ignore[union-attr]
+            if e.lane == "compute":
+                by.setdefault(f"r{e.rank} {e.kind}", []).append(e.duration)
+        return {k: statistics.mean(v) for k, v in by.items()}
+
+    a, b = means(ref), means(run)
+    return {k: b[k] / a[k] for k in sorted(a) if k in b and a[k] > 0}
 
 
 def held_factor(tl: object, rank: int) -> float | None:
@@ -190,6 +234,17 @@ def table(res: dict) -> str:
                      f"{ms['mean']:.2f} | {ps['mean']:.2f} | {100 * (ps['mean'] - ms['mean']) / ms['mean']:+.1f}% | "
                      f"{r['sensitivity_measured']:.3f} | {r['sensitivity_predicted']:.3f} | "
                      f"{'-' if r['held_factor'] is None else format(r['held_factor'], '.3f')} |")
+    lines += ["", "Each plan predicted from its own run instead (the schedule model's error alone), and how its op "
+              "times moved against the calibrating run's and under the straggler:", "",
+              "| plan | measured p50 | self-predicted p50 | error | straggler: measured mean | self-predicted | error | "
+              "op time / calibration's | op time with straggler / without |", "|---|---:|---:|---:|---:|---:|---:|---|---|"]
+    for r in res["rows"]:
+        sp, m, ms = r["self"], r["measured"], r["measured_slow"]
+        fmt = ", ".join(f"{k} {v:.3f}" for k, v in r["op_time_vs_calibration"].items())
+        fmt2 = ", ".join(f"{k} {v:.3f}" for k, v in r["op_time_slow_vs_base"].items())
+        lines.append(f"| {r['family']} m={r['microbatches']} | {m['p50']:.2f} | {sp['p50']:.2f} | "
+                     f"{100 * (sp['p50'] - m['p50']) / m['p50']:+.1f}% | {ms['mean']:.2f} | {sp['slow_mean']:.2f} | "
+                     f"{100 * (sp['slow_mean'] - ms['mean']) / ms['mean']:+.1f}% | {fmt} | {fmt2} |")
     lines.append("")
     lines += [f"- {'PASS' if ok else 'FAIL'}: {k}" for k, ok in res["checks"].items()]
     return "\n".join(lines) + "\n"
