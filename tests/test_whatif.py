@@ -431,3 +431,16 @@ def test_slow_rank_spins_its_share_on_cpu():
     t = time.perf_counter()
     Stretch(1.0).cpu(20.0)
     assert time.perf_counter() - t < 0.005
+
+
+def test_whatif_loads_neither_torch_nor_plotly():
+    import subprocess
+    import sys
+
+    code = ("import sys; from pptl.whatif.study import study_plans; from pptl.whatif.report import report_lines; "
+            "from pptl.whatif.band import step_band; from pptl.whatif import monte_carlo, Spread, Jitter; "
+            "from pptl.config import Config; from pptl.schedules import build_schedule; "
+            "monte_carlo(build_schedule(Config(schedule='1f1b', pp=2, microbatches=2)), None, Spread(jitter=Jitter(.1)), "
+            "samples=10); print(sorted(m for m in ('torch', 'plotly') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
