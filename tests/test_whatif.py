@@ -444,3 +444,16 @@ def test_whatif_loads_neither_torch_nor_plotly():
             "samples=10); print(sorted(m for m in ('torch', 'plotly') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_from_an_imported_profiler_trace():
+    # one profiled step of torch's 1F1B on 4 H200s (tests/data/README.md): one step, so no step factor
+    data = Path(__file__).parent / "data"
+    res = CliRunner().invoke(app, ["whatif", str(data / "runs" / "1f1b_plan.json"), "--from",
+                                   str(data / "traces" / "Schedule1F1B"), "-n", "200"])
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert lines[0] == f"200 samples, seed 0; spread: measured {data / 'traces' / 'Schedule1F1B'} (8 stage x kind spreads)"
+    assert lines[1].endswith("(makespan, us)")
+    planned = float(lines[2].split()[1])
+    assert 1e5 < planned < 1.3e5  # the trace's step: about 115 ms

@@ -23,8 +23,9 @@ from pptl.whatif.spread import QUANTILE_POINTS, Spread, delay_in
 
 __all__ = ["Samples", "monte_carlo", "makespan_quantiles", "MAX_CELLS"]
 
-#: Largest ops x samples one run takes (the durations and the "waited for" bytes scale with it).
-MAX_CELLS = 2_000_000_000
+#: Largest ops x samples one run takes: the "waited for" record is one byte per op and sample
+#: (0.5 GB here; a 400k-op plan takes 1,250 samples).
+MAX_CELLS = 500_000_000
 #: Ops whose durations are drawn at once (a block of ``_CHUNK x samples`` floats).
 _CHUNK = 2048
 #: Points at which each quantile table is read for drawing: the piecewise-linear quantile function

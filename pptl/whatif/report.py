@@ -16,6 +16,11 @@ def _q(o: PlanOutcome) -> tuple[float, ...]:
     return o.samples.quantiles(QUANTILES)
 
 
+def _n(v: float) -> str:
+    """4 significant digits, without an exponent up to 1e9 (profiler traces are in us)."""
+    return f"{v:.4g}" if abs(v) < 1e4 or abs(v) >= 1e9 else f"{v:.0f}"
+
+
 def report_lines(outcomes: Sequence[PlanOutcome], spread: Spread, *, top: int = 5) -> list[str]:
     """The plans side by side (makespan quantiles), then per plan the idle spread of each rank
     and the ops most often on the critical path."""
@@ -35,14 +40,14 @@ def report_lines(outcomes: Sequence[PlanOutcome], spread: Spread, *, top: int = 
     for o in outcomes:
         p50, p95, p99 = _q(o)
         mean = float(o.samples.makespan.mean())
-        lines.append(f"{o.name:<{width}}{o.samples.planned:>10.4g}{mean:>10.4g}{p50:>10.4g}{p95:>10.4g}{p99:>10.4g}"
-                     f"{(p95 / p50 if p50 > 0 else 1.0):>9.3f}")
+        lines.append(f"{o.name:<{width}}{_n(o.samples.planned):>10}{_n(mean):>10}{_n(p50):>10}{_n(p95):>10}"
+                     f"{_n(p99):>10}{(p95 / p50 if p50 > 0 else 1.0):>9.3f}")
     for o in outcomes:
         lines.append(f"{o.name}: idle per rank, p5 / p50 / p95 ({units})")
         idle = o.samples.idle
         for r in range(idle.shape[0]):
             p5, p50, p95 = np.quantile(idle[r], (0.05, 0.5, 0.95)).tolist()
-            lines.append(f"  rank {r:>2}  {p5:>10.4g} {p50:>10.4g} {p95:>10.4g}")
+            lines.append(f"  rank {r:>2}  {_n(p5):>10} {_n(p50):>10} {_n(p95):>10}")
         crit = o.top_critical(top)
         if crit:
             lines.append(f"{o.name}: ops most often on the critical path (share of samples)")
