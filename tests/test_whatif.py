@@ -375,8 +375,8 @@ def test_compare_prints_the_measured_median_against_the_predicted_band(tmp_path)
     assert band.p50 == pytest.approx(9.2, abs=0.02) and band.percentile == 1.0
     out = r.invoke(app, ["compare", str(plan), str(tmp_path / "m.json")])
     assert out.exit_code == 0, out.output
-    assert out.stdout.splitlines()[2].startswith("step time: measured median 9.65 ms over 2 steps, at the 100th "
-                                                 "percentile of the plan under this run's spread (p5 ")
+    assert out.stdout.splitlines()[2].startswith("step time: measured median 9.65 ms over 2 steps, at percentile 100 "
+                                                 "of the plan under this run's spread (p5 ")
     # a plan in cost units has no band (its times are scaled to the run's for shapes only)
     s = build_schedule(Config(schedule="1f1b", pp=2, microbatches=2))
     assert step_band(s, m, "m.json") is None

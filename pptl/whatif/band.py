@@ -23,8 +23,8 @@ class StepBand:
 
     def line(self) -> str:
         u = self.units
-        return (f"step time: measured median {self.measured_median:.4g} {u} over {self.steps} steps, at the "
-                f"{100 * self.percentile:.0f}th percentile of the plan under this run's spread (p5 {self.p5:.4g}, "
+        return (f"step time: measured median {self.measured_median:.4g} {u} over {self.steps} steps, at percentile "
+                f"{100 * self.percentile:.0f} of the plan under this run's spread (p5 {self.p5:.4g}, "
                 f"p50 {self.p50:.4g}, p95 {self.p95:.4g} {u}; pptl whatif --from)")
 
     def to_dict(self) -> dict[str, Any]:
@@ -32,7 +32,7 @@ class StepBand:
                 "percentile": self.percentile, "steps": self.steps, "units": self.units}
 
 
-def step_band(schedule: Schedule, measured: Any, source: str, *, samples: int = 1000, seed: int = 0) -> StepBand | None:
+def step_band(schedule: Schedule, measured: Any, source: str, *, samples: int = 400, seed: int = 0) -> StepBand | None:
     """The band, or None where it means nothing: a plan not in the run's time unit (not calibrated
     with ``--costs-from``), a run with fewer than two step times, or a spread that does not fit the
     plan (the comparison itself reports a mismatch)."""
