@@ -90,6 +90,8 @@ def main() -> int:
     ap.add_argument("--slow-rank", type=int, default=1)
     ap.add_argument("--slow-factor", type=float, default=1.3)
     ap.add_argument("--samples", type=int, default=4000)
+    ap.add_argument("--duty-exponent", type=float, default=0.0,
+                    help="pptl whatif --duty-exponent for every prediction (0: off; docs/whatif.md)")
     ap.add_argument("--replay", action="store_true", help="no runs: predict again from the timelines in --work "
                     "(a work.tar.gz of an earlier call, unpacked)")
     a = ap.parse_args()
@@ -139,9 +141,10 @@ def predict(a: argparse.Namespace, plans: dict[str, Path], calib: Path, later: d
     from pptl.whatif.study import study_plans
 
     rows = []
-    base = study_plans([plans[n] for n in plans], measured=calib, samples=a.samples, seed=0)
+    base = study_plans([plans[n] for n in plans], measured=calib, samples=a.samples, seed=0,
+                       duty_exponent=a.duty_exponent)
     strag = study_plans([plans[n] for n in plans], measured=calib, samples=a.samples, seed=0,
-                        stragglers=[Straggler(a.slow_rank, a.slow_factor)])
+                        stragglers=[Straggler(a.slow_rank, a.slow_factor)], duty_exponent=a.duty_exponent)
     for (name, *_), o, s in zip(PLANS, base, strag):
         meas = load_any(later[name]).timeline
         meas_slow = load_any(slow[name]).timeline
@@ -169,9 +172,10 @@ def self_prediction(a: argparse.Namespace, plan: Path, run: Path) -> dict:
     from pptl.whatif.spread import Straggler
     from pptl.whatif.study import study_plans
 
-    base = study_plans([plan], measured=run, samples=a.samples, seed=0)[0].samples.makespan
-    slow = study_plans([plan], measured=run, samples=a.samples, seed=0,
-                       stragglers=[Straggler(a.slow_rank, a.slow_factor)])[0].samples.makespan
+    base = study_plans([plan], measured=run, samples=a.samples, seed=0,
+                       duty_exponent=a.duty_exponent)[0].samples.makespan
+    slow = study_plans([plan], measured=run, samples=a.samples, seed=0, stragglers=[Straggler(a.slow_rank, a.slow_factor)],
+                       duty_exponent=a.duty_exponent)[0].samples.makespan
     return {"p50": float(sorted(base)[len(base) // 2]), "mean": float(base.mean()), "slow_mean": float(slow.mean()),
             "sensitivity": float(slow.mean() / base.mean())}
 
@@ -223,7 +227,8 @@ def checks(rows: list[dict]) -> dict[str, bool]:
 
 def table(res: dict) -> str:
     env = res["env"]
-    lines = [f"{res['date']}; {', '.join(env.get('gpus', [])) or 'no GPU'}; torch {env.get('torch', '?')}", "",
+    lines = [f"{res['date']}; {', '.join(env.get('gpus', [])) or 'no GPU'}; torch {env.get('torch', '?')}; "
+             f"duty exponent {res['args'].get('duty_exponent', '0.0')}", "",
              "| plan | measured p50 | predicted p25-p75 | measured p95 | predicted p95 | p95 error | "
              "straggler: measured mean | predicted mean | error | sensitivity measured | predicted | lane held |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]

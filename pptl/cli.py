@@ -645,6 +645,9 @@ def whatif(
                                                   "normal factor of this spread (5% or 0.05).")] = None,
     straggler: Annotated[Optional[list[str]], Option("--straggler", metavar="SPEC", help="A slow rank: rank=2,x1.3 "
                                                            "or rank=1,+2ms@mb7 (repeatable).")] = None,
+    duty_exponent: Annotated[float, Option("--duty-exponent", metavar="ALPHA", help="With --from: a busier rank "
+                                                 "runs slower, op time x (duty / the run's duty)^ALPHA (0: off; "
+                                                 "docs/tune.md).")] = 0.0,
     top: Annotated[int, Option("--top", min=0, help="Ops listed per plan by criticality.")] = 5,
     out_file: Annotated[Optional[Path], Option("-o", "--out", help="Draw the distributions and criticality: "
                                                      ".png, .svg or .pdf.")] = None,
@@ -653,15 +656,17 @@ def whatif(
     """Step-time distribution of plans under variance and stragglers (Monte Carlo over the graph)."""
     from pptl.fileio import atomic_write
     from pptl.whatif.report import report_dict, report_lines
-    from pptl.whatif.spread import parse_jitter, parse_straggler
+    from pptl.whatif.spread import parse_duty_exponent, parse_jitter, parse_straggler
     from pptl.whatif.study import study_plans
 
     _check_output(output)
     fmt = _figure_format(out_file)
     spec = parse_jitter(jitter) if jitter is not None else None
     slow = [parse_straggler(t) for t in straggler or []]
+    alpha = parse_duty_exponent(duty_exponent)
     with err.status(f"sampling {len(plans)} plan(s) x {samples} steps"):
-        outcomes = study_plans(plans, measured=measured, samples=samples, seed=seed, jitter=spec, stragglers=slow)
+        outcomes = study_plans(plans, measured=measured, samples=samples, seed=seed, jitter=spec, stragglers=slow,
+                               duty_exponent=alpha)
     spread = outcomes[0].spread if outcomes else None
     if out_file is not None and fmt is not None:
         from pptl.whatif.figure import whatif_bytes

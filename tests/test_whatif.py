@@ -457,3 +457,50 @@ def test_from_an_imported_profiler_trace():
     assert lines[1].endswith("(makespan, us)")
     planned = float(lines[2].split()[1])
     assert 1e5 < planned < 1.3e5  # the trace's step: about 115 ms
+
+
+# --- the duty model ------------------------------------------------------------------------------
+
+def test_duty_exponent_scales_a_busier_rank_by_its_duty_ratio():
+    # one rank, one lane: busy the whole step (duty 1), measured where it was busy half of it: with
+    # alpha 0.5 every op takes (1 / 0.5) ** 0.5 = sqrt(2) of the run's time
+    s = _graph([_op(f"c{i}", mb=i) for i in range(len(CHAIN))], [])
+    costs = Costs(base={f"c{i}": d for i, d in enumerate(CHAIN)})
+    one = Quantiles.of([1.0])
+    spread = Spread(stages={(0, "F"): one}, source="m.json", pp=1, duty={0: 0.5}, duty_exponent=0.5)
+    out = monte_carlo(s, costs, spread, samples=3)
+    assert out.makespan.tolist() == pytest.approx([11.0 * math.sqrt(2.0)] * 3)
+    assert out.planned == pytest.approx(11.0 * math.sqrt(2.0))
+    # a straggler's factor is no work: the rank's duty stays 1 / 1.3 ... of a longer step, so the
+    # duty model sees the rank busy 1 / 1.3 of it and speeds it up: (1 / 1.3 / 0.5) ** 0.5
+    slow = monte_carlo(s, costs, Spread(stages={(0, "F"): one}, source="m.json", pp=1, duty={0: 0.5},
+                                        duty_exponent=0.5, stragglers=(Straggler(0, 1.3),)), samples=1)
+    assert slow.makespan.tolist() == pytest.approx([11.0 * 1.3 * math.sqrt(1 / 1.3 / 0.5)])
+
+
+def test_duty_exponent_leaves_the_measured_plan_as_measured(tmp_path):
+    r = CliRunner()
+    plan = tmp_path / "p.json"
+    assert r.invoke(app, ["plan", "-s", "1f1b", "--pp", "2", "-m", "2", "-o", str(plan)]).exit_code == 0
+    _write_run(tmp_path / "m.json")  # the plan's own simulated timeline: its duty is the plan's
+    a = r.invoke(app, ["whatif", str(plan), "--from", str(tmp_path / "m.json"), "-n", "50", "--output", "json"])
+    b = r.invoke(app, ["whatif", str(plan), "--from", str(tmp_path / "m.json"), "-n", "50", "--output", "json",
+                       "--duty-exponent", "0.3"])
+    assert a.exit_code == 0 and b.exit_code == 0, a.output + b.output
+    pa, pb = json.loads(a.stdout)["plans"][0], json.loads(b.stdout)["plans"][0]
+    assert pb["planned"] == pytest.approx(pa["planned"], rel=1e-9) == 9.0
+    assert pb["makespan"]["p50"] == pytest.approx(pa["makespan"]["p50"], rel=1e-9)
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--duty-exponent", "0.3"], "error: --duty-exponent: needs --from a measured run (the duty its op times were "
+                                 "measured at)"),
+    (["--duty-exponent", "-0.1"], "error: --duty-exponent: got -0.1, expected 0 (off) to 1 (pptl tune fitted "
+                                  "0.25-0.29 on H200s, docs/tune.md)")], ids=["no-run", "negative"])
+def test_duty_exponent_errors(tmp_path, args, msg):
+    r = CliRunner()
+    plan = tmp_path / "p.json"
+    assert r.invoke(app, ["plan", "-s", "1f1b", "--pp", "2", "-m", "2", "-o", str(plan)]).exit_code == 0
+    res = r.invoke(app, ["whatif", str(plan), *args, "-n", "5"])
+    assert res.exit_code == 2 and res.exception is None, res.output
+    assert res.stderr.strip().splitlines() == [msg]

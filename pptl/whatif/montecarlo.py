@@ -98,6 +98,8 @@ def monte_carlo(schedule: Schedule, costs: Costs | None = None, spread: Spread |
     if n * samples > MAX_CELLS:
         raise InputError(f"--samples: {samples:,} samples of {n:,} ops is more than {MAX_CELLS:,} op draws; "
                          f"take fewer samples")
+    if spread.duty_exponent > 0:
+        costs = _at_plan_duty(schedule, costs, spread)
     sim = simulate(schedule, costs)
     base = np.asarray(sim.end, dtype=np.float64) - np.asarray(sim.start, dtype=np.float64)
     ops = _OpColumns.of(schedule)
@@ -123,6 +125,51 @@ def _mean_times(g: "_Graph", dur: Any) -> tuple[Any, Any]:
         t = max((end[u] for u in pl[bl[v]:bl[v + 1]]), default=0.0)
         start[v], end[v] = t, t + d[v]
     return np.asarray(start), np.asarray(end)
+
+
+#: Most simulate -> duty -> rescale passes (they stop once no rank's duty moves by 1e-4), as pptl tune.
+_DUTY_PASSES = 8
+
+
+def _at_plan_duty(schedule: Schedule, costs: Costs | None, spread: Spread) -> Costs:
+    """``costs`` (measured at the run's duty) with each rank's compute scaled to the plan's duty:
+    ``(u_plan / u_run) ** alpha``, iterated to a fixed point (the duty depends on the timing).
+    A straggler's factor slows its rank's lane but is no work: its holds count as idle.
+
+    Raises:
+        InputError: no measured duty to start from (the spread was not measured).
+    """
+    from dataclasses import replace
+
+    from pptl.simulate import simulate
+
+    if not spread.duty:
+        raise InputError("--duty-exponent: needs --from a measured run (the duty its op times were measured at)")
+    if costs is None:
+        cfg = schedule.config
+        costs = cfg.costs if cfg is not None else Costs()
+    slow: dict[int, float] = {}
+    for s in spread.stragglers:
+        slow[s.rank] = slow.get(s.rank, 1.0) * s.factor
+    own = dict(costs.rank_scale)
+    alpha = spread.duty_exponent
+    scale: dict[int, float] = {}
+    duty: dict[int, float] = {}
+    for _ in range(_DUTY_PASSES):
+        rs = {r: own.get(r, 1.0) * scale.get(r, 1.0) * slow.get(r, 1.0)
+              for r in set(own) | set(scale) | set(slow)}
+        sim = simulate(schedule, replace(costs, rank_scale=rs))
+        if sim.makespan <= 0:
+            break
+        new = {m.rank: min(1.0, m.busy / slow.get(m.rank, 1.0) / sim.makespan) for m in sim.ranks}
+        done = bool(duty) and max(abs(new[r] - duty.get(r, 0.0)) for r in new) < 1e-4
+        duty = new
+        scale = {r: (max(u, 1e-3) / spread.duty[r]) ** alpha for r, u in duty.items()
+                 if spread.duty.get(r, 0.0) > 0}
+        if done:
+            break
+    merged = {r: own.get(r, 1.0) * scale.get(r, 1.0) for r in set(own) | set(scale)}
+    return replace(costs, rank_scale=merged)
 
 
 @dataclass(frozen=True)

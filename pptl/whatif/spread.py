@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 from pptl.errors import InputError
 
 __all__ = ["QUANTILE_POINTS", "Quantiles", "Jitter", "Straggler", "Spread", "parse_jitter", "parse_straggler",
-           "spread_from_timeline", "delay_in", "MAX_STEP_RECORDS"]
+           "spread_from_timeline", "delay_in", "parse_duty_exponent", "MAX_STEP_RECORDS"]
 
 #: Points of every quantile table (0, 1/(Q-1), ..., 1): percentiles, min and max included.
 QUANTILE_POINTS = 101
@@ -105,6 +105,12 @@ class Spread:
     """The measured timeline it came from ("" when made by hand)."""
     pp: int = 0
     """Ranks of the measured run (0 when made by hand)."""
+    duty: Mapping[int, float] = field(default_factory=dict)
+    """Rank -> share of the measured step its compute lane was busy (the duty its costs were measured at)."""
+    duty_exponent: float = 0.0
+    """alpha of the duty model (``pptl tune``'s ``device.duty_exponent``, docs/tune.md): under a power
+    cap an op takes ``u ** alpha`` of its full-duty time on a rank busy a share ``u`` of the step, so
+    a plan's ranks run their compute at ``(u_plan / u_run) ** alpha`` of the run's op times. 0: off."""
 
     @property
     def measured(self) -> bool:
@@ -121,6 +127,9 @@ class Spread:
         if self.measured:
             step = f", step factor p5-p95 {_band(self.step)}" if self.step is not None else ""
             parts.append(f"measured {self.source} ({len(self.stages)} stage x kind spreads{step})")
+        if self.duty_exponent > 0:
+            busy = ", ".join(f"{u:.2f}" for _, u in sorted(self.duty.items()))
+            parts.append(f"duty exponent {self.duty_exponent:g} (the run's ranks busy {busy})")
         if self.jitter is not None:
             parts.append(f"jitter {100 * self.jitter.sd:g}%")
         for s in self.stragglers:
@@ -282,7 +291,30 @@ def spread_from_timeline(tl: Any, source: str) -> Spread:
         per_rank.setdefault((e.rank, e.kind), []).append(row)
     ranks = {k: Quantiles.of(np.concatenate(v)) for k, v in per_rank.items()}
     return Spread(stages=stages, ranks=ranks, step=step, offset=offset, units=tl.meta.units, source=source,
-                  pp=int(tl.meta.pp or (max(e.rank for e in tl.events) + 1)))
+                  pp=int(tl.meta.pp or (max(e.rank for e in tl.events) + 1)), duty=_duty(tl))
+
+
+def _duty(tl: Any) -> dict[int, float]:
+    """Per rank: compute-lane time over the step's span (first start to last end)."""
+    t0 = min(e.start for e in tl.events)
+    span = max(e.end for e in tl.events) - t0
+    busy: dict[int, float] = {}
+    for e in tl.events:
+        if e.lane == _COMPUTE:
+            busy[e.rank] = busy.get(e.rank, 0.0) + e.duration
+    return {r: min(1.0, b / span) for r, b in sorted(busy.items())} if span > 0 else {}
+
+
+def parse_duty_exponent(value: float) -> float:
+    """``--duty-exponent``: 0 (off) to 1.
+
+    Raises:
+        InputError: outside 0..1 or not finite.
+    """
+    if not (math.isfinite(value) and 0.0 <= value <= 1.0):
+        raise InputError(f"--duty-exponent: got {value:g}, expected 0 (off) to 1 (pptl tune fitted 0.25-0.29 on "
+                         f"H200s, docs/tune.md)")
+    return value
 
 
 def _floats(v: Any) -> list[float]:

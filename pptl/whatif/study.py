@@ -86,7 +86,8 @@ def study(schedule: Schedule, name: str, spread: Spread, *, costs: Costs | None 
 
 
 def study_plans(paths: Sequence[Path], *, measured: Path | None = None, samples: int = 1000, seed: int = 0,
-                jitter: Jitter | None = None, stragglers: Sequence[Straggler] = ()) -> list[PlanOutcome]:
+                jitter: Jitter | None = None, stragglers: Sequence[Straggler] = (),
+                duty_exponent: float = 0.0) -> list[PlanOutcome]:
     """Every plan of ``paths`` under the same spread and seed.
 
     Raises:
@@ -96,7 +97,8 @@ def study_plans(paths: Sequence[Path], *, measured: Path | None = None, samples:
     from pptl.formats.loader import load_any
 
     m = load_measured(measured) if measured is not None else None
-    spread = replace(m.spread if m is not None else Spread(), jitter=jitter, stragglers=tuple(stragglers))
+    spread = replace(m.spread if m is not None else Spread(), jitter=jitter, stragglers=tuple(stragglers),
+                     duty_exponent=duty_exponent)
     out = []
     for p in paths:
         loaded = load_any(p)
