@@ -695,31 +695,23 @@ def diagnose(
     out_file: Annotated[Optional[Path], Option("-o", "--out", help="Draw the pending ops and the cycle: "
                                                      ".png, .svg or .pdf.")] = None,
     output: OutputFmt = "text",
+    prefix: Annotated[str, Option("--prefix", metavar="PREFIX", help="In folders, dumps are the files named PREFIX<rank> "
+                                  "(TORCH_FR_DUMP_TEMP_FILE's name); other files are skipped.")] = "nccl_trace_rank_",
 ) -> None:
-    """Explain a hung run: per rank the NCCL ops that never completed, the wait-for cycle across ranks,
-    and NCCL order or collective mismatches. Exit 0 when no rank was left waiting, 1 when one was."""
+    """Explain a hung run: first the root cause and the ranks in one sentence, then the evidence (counts per
+    pair of ranks and per group, sizes, kinds, stopped or missing ranks), the NCCL ops that never completed
+    and the wait-for cycle. Exit 0 when every op completed and the counts match, 1 otherwise."""
     from pptl.diagnose import diagnose_dumps, diagnose_timeline, to_dict, to_text
     from pptl.fileio import atomic_write
-    from pptl.formats.flight_recorder import load_dump
+    from pptl.formats.flight_recorder import find_dumps, load_dump
     from pptl.formats.loader import load_any
 
     _check_output(output)
     fmt = _figure_format(out_file)
-    files: list[Path] = []
-    for p in dumps:
-        if p.is_dir():
-            found = sorted(f for f in p.rglob("*") if f.is_file() and not f.name.startswith("."))
-            if not found:
-                raise InputError(f"{p}: folder holds no files")
-            files += found
-        elif p.exists():
-            files.append(p)
-        else:
-            raise InputError(f"{p}: no such file or folder")
-    timelines = [f for f in files if f.suffix.lower() == ".json"]
-    pickles = [f for f in files if f.suffix.lower() != ".json"]
+    found = find_dumps(dumps, prefix)
+    timelines, pickles = found.timelines, found.dumps
     if timelines and pickles:
-        raise InputError(f"{timelines[0]} and {pickles[0]}: give flight-recorder dumps or one pptl timeline, not both")
+        raise InputError(f"{timelines[0]} and {pickles[0][1]}: give flight-recorder dumps or one pptl timeline, not both")
     if len(timelines) > 1:
         raise InputError(f"{timelines[1]}: give one pptl timeline (it holds every rank)")
     schedule = None
@@ -735,13 +727,9 @@ def diagnose(
             raise InputError(f"{timelines[0]}: not a pptl timeline (expected the -o of a stopped pptl run)")
         result = diagnose_timeline(tl, schedule)
     else:
-        loaded = [load_dump(f) for f in pickles]
-        seen: dict[int, Path] = {}
-        for f, d in zip(pickles, loaded):
-            if d.rank in seen:
-                raise InputError(f"{f}: a second dump for rank {d.rank} (the first is {seen[d.rank]})")
-            seen[d.rank] = f
-        result = diagnose_dumps(loaded, schedule)
+        result = diagnose_dumps([load_dump(f, rank=r) for r, f in pickles], schedule)
+        if found.note:
+            err.print(f"note: {found.note}", markup=False)
     if out_file is not None:
         from pptl.render.diagnose_figure import diagnose_figure
         from pptl.render.mpl import image_bytes
@@ -754,7 +742,7 @@ def diagnose(
             out.print(line, markup=False)
         if out_file is not None:
             err.print(f"wrote {out_file}", markup=False)
-    if result.hung:
+    if not result.ok:
         raise SystemExit(1)
 
 

@@ -108,7 +108,8 @@ def test_ranking_puts_fitting_candidates_first_and_reports_peaks():
     per_mb = [r.step / r.structure.microbatches for r in res.results if r.fits]
     assert per_mb == sorted(per_mb)
     fams = {r.structure.family for r in res.results}
-    assert fams == {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zbv", "dualpipe", "dualpipev", "synth"}
+    assert fams == {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zbv", "dualpipe", "dualpipev", "looped-bfs",
+                    "interleaved-zb", "v-half", "v-min", "synth"}
 
 
 def test_dualpipe_peak_counts_two_parameter_copies():
@@ -173,7 +174,7 @@ def test_missing_cost_for_a_kind_exit_2(tmp_path):
     r = runner.invoke(app, ["tune", str(p)])
     assert r.exit_code == 2
     assert len(r.stderr.strip().splitlines()) == 1
-    assert "field 'model.layer.I': no cost given (needed by zb-h1, zb-h2, zbv, synth" in r.stderr
+    assert "field 'model.layer.I': no cost given (needed by zb-h1, zb-h2, zbv, interleaved-zb, v-half, v-min, synth" in r.stderr
     data["families"] = ["1f1b", "gpipe"]  # families without a split backward need only F and B
     p.write_text(yaml.safe_dump(data))
     assert runner.invoke(app, ["tune", str(p)]).exit_code == 0

@@ -52,10 +52,11 @@ __all__ = ["LayerCost", "Work", "ModelDesc", "mlp_block_work", "TuneConfig", "TR
            "tune_config_from_mapping"]
 
 #: Families the search covers (``synth`` is the order ``pptl tune`` builds for the model).
-TRAINING_FAMILIES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zbv", "dualpipe", "dualpipev", "synth")
+TRAINING_FAMILIES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zbv", "dualpipe", "dualpipev", "looped-bfs",
+                     "interleaved-zb", "v-half", "v-min", "synth")
 _KINDS = ("F", "B", "I", "W")
 #: Families whose backward is split into I and W (they need both costs).
-SPLIT_FAMILIES = frozenset({"zb-h1", "zb-h2", "zbv", "synth"})
+SPLIT_FAMILIES = frozenset({"zb-h1", "zb-h2", "zbv", "interleaved-zb", "v-half", "v-min", "synth"})
 
 
 @dataclass(frozen=True, kw_only=True)
