@@ -553,6 +553,9 @@ def run(
                                                     "(default: compute waits for each send, receives start when "
                                                     "their sender is ready), overlap (sends beside compute too) or "
                                                     "inline (as torch.distributed.pipelining).")] = None,
+    slow_rank: Annotated[Optional[int], Option("--slow-rank", min=0, help="Make this rank a straggler: its "
+                                                     "compute lane held --slow-factor times each op's time.")] = None,
+    slow_factor: Annotated[float, Option("--slow-factor", help="How much slower --slow-rank runs (1 to 100).")] = 1.3,
     output: OutputFmt = "text",
 ) -> None:
     """Execute a plan with PyTorch, one process per rank; write the measured timeline."""
@@ -574,7 +577,8 @@ def run(
         check_new(target)
     with err.status(f"running {loaded.schedule.family} on {gpus or loaded.schedule.pp} processes"):
         tl = run_plans([(loaded.schedule, target)], gpus=gpus or loaded.schedule.pp, device=device, steps=steps,
-                       warmup=warmup, verify=verify, timeout=timeout, messages=messages)[0]
+                       warmup=warmup, verify=verify, timeout=timeout, messages=messages, slow_rank=slow_rank,
+                       slow_factor=slow_factor if slow_rank is not None else 1.0)[0]
     if output == "json":
         _print_json((summary(tl, str(target))))
     else:
@@ -607,14 +611,71 @@ def compare(
     if m is None:
         raise InputError(f"{measured}: has no timeline (expected the output of pptl run)")
     cmp = compare_timelines(planned_timeline(str(plan_file)), m)
+    from pptl.whatif.band import step_band
+
+    plan_schedule = load_any(plan_file).schedule
+    band = step_band(plan_schedule, m, str(measured)) if plan_schedule is not None else None
     if out_file is not None:
         from pptl.render.compare import overlay_bytes, overlay_html
 
         atomic_write(out_file, overlay_html(cmp, top) if fmt == "html" else overlay_bytes(cmp, fmt))
     if output == "json":
-        _print_json((cmp.to_dict()))
+        _print_json({**cmp.to_dict(), **({"step_band": band.to_dict()} if band is not None else {})})
     else:
-        for line in comparison_lines(cmp, top):
+        lines = comparison_lines(cmp, top)
+        lines[2:2] = [band.line()] if band is not None else []  # after makespan and bubble
+        for line in lines:
+            out.print(line, markup=False)
+        if out_file is not None:
+            err.print(f"wrote {out_file}", markup=False)
+
+
+# ----------------------------------------------------------------------------------------------
+# pptl whatif
+
+
+@command("whatif")
+def whatif(
+    plans: Annotated[list[Path], Argument(help="Plans or configs, compared side by side.", show_default=False)],
+    measured: Annotated[Optional[Path], Option("--from", help="A measured timeline (pptl run -o): its costs "
+                                                     "and the spread of its op durations.")] = None,
+    samples: Annotated[int, Option("--samples", "-n", min=1, help="Steps drawn per plan.")] = 1000,
+    seed: Annotated[int, Option("--seed", help="Seed of the draws (same seed, same numbers).")] = 0,
+    jitter: Annotated[Optional[str], Option("--jitter", metavar="SHARE", help="Every op's duration times a "
+                                                  "normal factor of this spread (5% or 0.05).")] = None,
+    straggler: Annotated[Optional[list[str]], Option("--straggler", metavar="SPEC", help="A slow rank: rank=2,x1.3 "
+                                                           "or rank=1,+2ms@mb7 (repeatable).")] = None,
+    duty_exponent: Annotated[float, Option("--duty-exponent", metavar="ALPHA", help="With --from: a busier rank "
+                                                 "runs slower, op time x (duty / the run's duty)^ALPHA (0: off; "
+                                                 "docs/tune.md).")] = 0.0,
+    top: Annotated[int, Option("--top", min=0, help="Ops listed per plan by criticality.")] = 5,
+    out_file: Annotated[Optional[Path], Option("-o", "--out", help="Draw the distributions and criticality: "
+                                                     ".png, .svg or .pdf.")] = None,
+    output: OutputFmt = "text",
+) -> None:
+    """Step-time distribution of plans under variance and stragglers (Monte Carlo over the graph)."""
+    from pptl.fileio import atomic_write
+    from pptl.whatif.report import report_dict, report_lines
+    from pptl.whatif.spread import parse_duty_exponent, parse_jitter, parse_straggler
+    from pptl.whatif.study import study_plans
+
+    _check_output(output)
+    fmt = _figure_format(out_file)
+    spec = parse_jitter(jitter) if jitter is not None else None
+    slow = [parse_straggler(t) for t in straggler or []]
+    alpha = parse_duty_exponent(duty_exponent)
+    with err.status(f"sampling {len(plans)} plan(s) x {samples} steps"):
+        outcomes = study_plans(plans, measured=measured, samples=samples, seed=seed, jitter=spec, stragglers=slow,
+                               duty_exponent=alpha)
+    spread = outcomes[0].spread if outcomes else None
+    if out_file is not None and fmt is not None:
+        from pptl.whatif.figure import whatif_bytes
+
+        atomic_write(out_file, whatif_bytes(outcomes, fmt))
+    if output == "json":
+        _print_json(report_dict(outcomes, spread, top=top))
+    else:
+        for line in report_lines(outcomes, spread, top=top):
             out.print(line, markup=False)
         if out_file is not None:
             err.print(f"wrote {out_file}", markup=False)
