@@ -49,6 +49,7 @@ COMMANDS = {
     "explain": "pptl.commands.explain:explain",
     "diagnose": "pptl.commands.diagnose:diagnose",
     "tune": "pptl.commands.tune:tune",
+    "whatif": "pptl.commands.whatif:whatif",
     "serve": "pptl.commands.serve:serve",
 }
 

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from pptl.schedules import Family
     from pptl.simulate import Simulation
 
-__all__ = ["PlanResult", "FileReport", "make_config", "load_config_or_plan", "plan", "plan_config", "plan_from_file", "plan_schedule", "timeline_of", "write_plan", "check_file", "expand_paths",
+__all__ = ["PlanResult", "FileReport", "make_config", "load_config_or_plan", "plan", "plan_config", "plan_from_file", "timeline_of", "write_plan", "check_file", "expand_paths",
            "calibrate_config", "calibrate", "costs_from_timeline", "rank_scale_of", "title_of", "github_input_error",
            "expand_paths_reporting"]
 
@@ -199,19 +199,6 @@ def plan_from_file(path: str | Path, *, microbatches: int | None = None, placeme
               "textbook_bubble": None, "source": str(path), "notes": list(loaded.notes)}
     return _plan_schedule(schedule.copy_with(config=cfg), family=None, header=header, check=True,
                           what=f"{path}:")
-
-
-def plan_schedule(schedule: Schedule, *, metrics: Mapping[str, Any] | None = None) -> PlanResult:
-    """:func:`plan` of a schedule built elsewhere (``pptl tune``'s best): check, simulate, summarise,
-    with ``metrics`` added to the summary.
-
-    Raises:
-        InvalidScheduleError: the schedule deadlocks.
-    """
-    cfg = schedule.config
-    header = {"schedule": schedule.family, "pp": schedule.pp, "vpp": cfg.vpp if cfg is not None else 1,
-              "microbatches": schedule.microbatches, "textbook_bubble": None, **(metrics or {})}
-    return _plan_schedule(schedule, family=None, header=header, check=True, what=f"{schedule.family}:")
 
 
 def _plan_schedule(schedule: Schedule, *, family: Family | None, header: dict[str, Any], check: bool,

@@ -23,9 +23,11 @@ def compare(
     """Compare a plan with a measured run: makespan, bubble, per-kind and per-op errors."""
     from pptl.compare import compare_files, comparison_lines
     from pptl.fileio import atomic_write
+    from pptl.whatif.band import plan_step_band
 
     fmt = figure_format(out_file, (*IMAGES, "html"))
     cmp = compare_files(plan_file, measured)
+    band = plan_step_band(plan_file, cmp.measured, str(measured))
     if out_file is not None:
         from pptl.render.compare import overlay_bytes, overlay_html
 
@@ -33,8 +35,10 @@ def compare(
 
         atomic_write(out_file, overlay_html(cmp, top) if fmt == "html" else overlay_bytes(cmp, fmt))
     if output == "json":
-        print_json(cmp.to_dict())
+        print_json({**cmp.to_dict(), **({"step_band": band.to_dict()} if band is not None else {})})
     else:
-        print_lines(comparison_lines(cmp, top))
+        lines = comparison_lines(cmp, top)
+        lines[2:2] = [band.line()] if band is not None else []  # after makespan and bubble
+        print_lines(lines)
         if out_file is not None:
             err.print(f"wrote {out_file}", markup=False)

@@ -39,6 +39,11 @@ def run(
                                                     "waits for each send, receives start when their sender is "
                                                     "ready), overlap (sends beside compute too) or inline (as "
                                                     "torch.distributed.pipelining).")] = None,
+    slow_rank: Annotated[Optional[int], typer.Option("--slow-rank", click_type=Whole(min=0),
+                                                     help="Make this rank a straggler: its compute lane held "
+                                                     "--slow-factor times each op's time.")] = None,
+    slow_factor: Annotated[float, typer.Option("--slow-factor", click_type=Number(),
+                                               help="How much slower --slow-rank runs (1 to 100).")] = 1.3,
     output: OutputFmt = "text",
 ) -> None:
     """Execute a plan with PyTorch, one process per rank; write the measured timeline."""
@@ -58,8 +63,8 @@ def run(
         check_new(target)
     with progress(f"running {schedule.family} on {gpus or schedule.pp} processes", json_output=output == "json"):
         tl = run_plans([(schedule, target)], gpus=gpus or schedule.pp, device=device, steps=steps,
-                       warmup=warmup, verify=verify, timeout=timeout, messages=messages,
-                       sources=[str(plan_file)])[0]
+                       warmup=warmup, verify=verify, timeout=timeout, messages=messages, slow_rank=slow_rank,
+                       slow_factor=slow_factor if slow_rank is not None else 1.0, sources=[str(plan_file)])[0]
     if output == "json":
         print_json(summary(tl, str(target)))
     else:

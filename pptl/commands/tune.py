@@ -40,8 +40,8 @@ def tune(
     from pptl.fileio import atomic_write, check_writable
     from pptl.tune import load_tune_config
     from pptl.tune import tune as run_tune
-    from pptl.tune.outputs import write_best
     from pptl.tune.report import COLUMNS, summary_lines, table_rows, to_dict
+    from pptl.tune.write import write_best
 
     fmt = figure_format(figure, name="--figure")
     for p in (out_file, csv):
@@ -61,7 +61,7 @@ def tune(
         best = result.best
         if best is not None and (out_file is not None or csv is not None):
             status.update("writing the best plan")
-            write_best(tc, best, units, plan=out_file, csv=csv)
+            write_best(tc, best, out=out_file, csv=csv, units=units)
     if figure is not None:
         from pptl.render.mpl import image_bytes
         from pptl.render.pareto import pareto_figure
@@ -74,7 +74,7 @@ def tune(
     else:
         table = Table(show_edge=False, pad_edge=False)
         for col in COLUMNS:
-            table.add_column(col, justify="right" if col in ("#", "step", "per mb", "bubble") else "left")
+            table.add_column(col, justify="right" if col in ("#", "step", "spread p05-p95", "per mb", "bubble") else "left")
         for row in table_rows(result, top):
             table.add_row(*row)
         wide().print(table)
