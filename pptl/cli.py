@@ -5,7 +5,8 @@ Each command is a function in ``pptl/commands/<name>.py`` that imports what it u
 :data:`COMMANDS`. Results go to stdout, progress and errors to stderr.
 
 :class:`_Boundary` is the one place where an error becomes a line on stderr and an exit code: a
-usage error (``error: --pp: got 'x', expected an integer (see 'pptl plan --help')``) exits 2, a
+usage error (``error: --pp: got 'x', expected an integer >= 1``; an unknown option or command adds
+``(see 'pptl plan --help')``) exits 2, a
 :class:`pptl.errors.PptlError` (``error: ...``) its own code (2 bad input, 1 invalid schedule or
 failed run), Ctrl+C 130. No traceback reaches the user.
 """
@@ -53,6 +54,7 @@ COMMANDS = {
     "serve": "pptl.commands.serve:serve",
 }
 
+
 def _usage_line(e: Any) -> str:
     """A click usage error in pptl's words: the option first, then what was got and expected."""
     ctx = getattr(e, "ctx", None)
@@ -66,6 +68,11 @@ def _usage_line(e: Any) -> str:
 
 class _Boundary(typer.core.TyperGroup):
     """The app's click group, with pptl's error contract around every command line."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # typer suggests a close name from these keys ("Did you mean 'plan'?"); the commands are made on use
+        self.commands = dict.fromkeys(COMMANDS)  # type: ignore[assignment]
 
     def main(self, args: Optional[Sequence[str]] = None, prog_name: Optional[str] = None,
              complete_var: Optional[str] = None, standalone_mode: bool = True, windows_expand_args: bool = True,
@@ -96,11 +103,6 @@ class _Boundary(typer.core.TyperGroup):
         except (KeyboardInterrupt, Abort):  # before a command started (a command's own is handled in invoke)
             err.print("interrupted")
             return 130
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        # typer suggests a close name from these keys ("Did you mean 'plan'?"); the commands are made on use
-        self.commands = dict.fromkeys(COMMANDS)  # type: ignore[assignment]
 
     def list_commands(self, ctx: Any) -> list[str]:
         return list(COMMANDS)
@@ -199,8 +201,8 @@ def _summary(name: str) -> Any:
 
 @functools.lru_cache(maxsize=None)
 def _command(name: str) -> Any:
-    """The click command of ``name``, made when the command line names it (or --help lists it):
-    reading a command's signature costs typer a few ms, which a run of another command need not pay."""
+    """The click command of ``name``, made when the command line names it: reading a command's
+    signature costs typer a few ms, which a run of another command need not pay."""
     one = typer.Typer(add_completion=False, rich_markup_mode="rich", pretty_exceptions_enable=False,
                       context_settings=_CONTEXT)
     one.command(name)(_function(name))
