@@ -91,7 +91,7 @@ def test_a_billion_of_anything_is_refused_before_building(tmp_path: Path, family
 
 def test_a_billion_microbatches_from_flags() -> None:
     _refused_fast(["plan", "--schedule", "1f1b", "--pp", "4", "--microbatches", "1000000000"],
-                  r"<flags>: field 'microbatches': got 1000000000, expected at most 1000000")
+                  r"--microbatches: got 1000000000, expected at most 1000000")
     _refused_fast(["plan", "--schedule", "1f1b", "--pp", "1000", "--microbatches", "100000"],
                   r"would plan about 600,000,000 ops, more than the 2,000,000 pptl plans")
 
