@@ -165,9 +165,11 @@ class Executor:
             self.sync_ev = {i: torch.cuda.Event() for i in self.rp.waited}
             self.lane_done = {lane: torch.cuda.Event(enable_timing=True) for lane in self.streams}
             self.anchor = torch.cuda.Event(enable_timing=True)
+            self.calib = torch.cuda.Event(enable_timing=True)
             self.flag = torch.zeros(1, device=device)
             torch.cuda.synchronize(device)  # weights and inputs were made on the default stream
         self.current = -1
+        self._anchor: tuple[float, float] | None = None
 
     def _setup_model(self) -> None:
         """Weights, inputs and targets of this rank (a family's executor builds its own model)."""
@@ -221,6 +223,33 @@ class Executor:
             pass
         return out
 
+    def partial_anchor(self) -> tuple[float, float] | None:
+        """(host ms, its uncertainty) of the interrupted step's anchor, when it is known."""
+        if not self.cuda:
+            return self._anchor
+        try:
+            if self._anchor is not None and self.anchor.query():
+                mid, err = self._anchor
+                return mid + self.calib.elapsed_time(self.anchor), err
+        except Exception:
+            pass
+        return None
+
+    def _calibrate(self) -> tuple[float, float]:
+        """Where the GPU's event clock sits on this host's clock: (host ms of ``self.calib``, half
+        the window it was recorded in). The GPU is idle here (the last step was polled to its end),
+        so the event completes as soon as it is recorded. A window wider than 20 us (the thread was
+        descheduled) is tried again, up to 3 times; the event kept is the last one recorded. Every
+        rank sees the same launch latency, so what is left between two ranks is the window."""
+        for _ in range(3):
+            h0 = time.perf_counter()
+            self.calib.record(self.compute)
+            self.calib.synchronize()
+            h1 = time.perf_counter()
+            if h1 - h0 < 20e-6:
+                break
+        return (h0 + h1) * 5e2, (h1 - h0) * 5e2
+
     def _zero_grads(self) -> None:
         # On the compute stream, where the gradients accumulate (the pool's streams do not wait on
         # the default stream).
@@ -231,6 +260,7 @@ class Executor:
 
     def _step_cuda(self, k: int, st: _Step, timed: bool) -> dict[str, Any]:
         comp = self.compute
+        self._anchor = self._calibrate()
         # Wall time the way bench/torch_pp_anchor.py takes it: from an idle, joined start to the
         # moment every rank is done (both barriers are outside the event-timed window).
         dist.barrier()
@@ -275,8 +305,9 @@ class Executor:
         events = ([[i, self.anchor.elapsed_time(self.start_ev[i]), self.anchor.elapsed_time(self.end_ev[i])]
                    for i in self.rp.issue] if timed else [])
         loss = float(st.loss) if self._has_loss() else None
+        mid, err = self._anchor
         return {"step": k, "timed": timed, "step_ms": step_ms, "wall_ms": wall_ms, "loss": loss, "events": events,
-                "started": st.started}
+                "started": st.started, "anchor_ms": mid + self.calib.elapsed_time(self.anchor), "anchor_err_ms": err}
 
     def _before_issue(self, i: int) -> None:
         """CUDA: called before op ``i`` is issued (and timed); a family may hold the host back here."""
@@ -303,6 +334,9 @@ class Executor:
         st.loss = torch.zeros((), dtype=torch.float32)
         dist.barrier()
         t0 = time.perf_counter()
+        # perf_counter is the host's monotonic clock, one clock for every process of this host:
+        # the anchor on it is what places this rank's times beside the others' (run/timebase.py).
+        self._anchor = (t0 * 1e3, 0.0)
 
         def now() -> float:
             return (time.perf_counter() - t0) * 1e3
@@ -326,7 +360,7 @@ class Executor:
         events = [[i, t[0], t[1]] for i, t in st.times.items()] if timed else []
         loss = float(st.loss) if self._has_loss() else None
         return {"step": k, "timed": timed, "step_ms": step_ms, "wall_ms": now(), "loss": loss, "events": events,
-                "started": st.started}
+                "started": st.started, "anchor_ms": t0 * 1e3, "anchor_err_ms": 0.0}
 
     def _cpu_wait(self, u: int, st: _Step, now: Callable[[], float]) -> None:
         works = st.works.pop(u, None)
