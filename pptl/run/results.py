@@ -30,7 +30,8 @@ __all__ = ["CLOCK", "CLOCK_PER_RANK", "step_times", "build_timeline", "executed_
 CLOCK = ("one time base, rank 0's host clock: each rank's times are mapped onto it through its offset to "
          "rank 0, measured at the plan's start and end with the drift taken as linear (0 when the ranks share "
          "a host's monotonic clock); CUDA event times are placed on the host clock by an event synchronized "
-         "at each step's start; time 0 is rank 0's anchor of the step (after a collective every rank joined)")
+         "at each step's start; time 0 is the step's first anchor (each rank stamps one after a collective every "
+         "rank joined)")
 #: What records without anchors on the host clock were measured on.
 CLOCK_PER_RANK = ("per step: every rank joins a collective, then stamps an anchor (a CUDA event on the compute "
                   "stream, or the host clock on CPU); times are ms after each rank's anchor")
@@ -148,7 +149,7 @@ def build_timeline(schedule: Schedule, payloads: list[Mapping[str, Any]], *,
 def _on_one_clock(picked: list[tuple[Mapping[str, Any], Mapping[str, Any]]]
                   ) -> tuple[list[list[float]], dict[str, Any] | None]:
     """The picked step's events of every rank on one time base (run/timebase.py), zero at the
-    lowest rank's anchor (rank 0's when it is there); and what the clocks were.
+    earliest rank's anchor; and what the clocks were.
 
     Records without anchors or offsets (written before both existed) keep each rank's own zero,
     and the clock part is None.
@@ -167,8 +168,9 @@ def _on_one_clock(picked: list[tuple[Mapping[str, Any], Mapping[str, Any]]]
         samples[r] = [ClockSample.from_list(x) for x in p["clock"]["samples"]]
         clocks[r] = fit_clock(samples[r], apply=apply)
         errs[r] = float(st.get("anchor_err_ms") or 0.0)
+    # Time 0 is the first anchor on the base, so every event is at or after 0 (each follows its own).
     first = min(usable, key=lambda ps: int(ps[0]["rank"]))
-    zero = clocks[int(first[0]["rank"])].to_base(float(first[1]["anchor_ms"]))
+    zero = min(clocks[int(p["rank"])].to_base(float(st["anchor_ms"])) for p, st in usable)
     rows: list[list[float]] = []
     ranks: dict[str, Any] = {}
     for p, st in usable:
@@ -177,7 +179,8 @@ def _on_one_clock(picked: list[tuple[Mapping[str, Any], Mapping[str, Any]]]
         rows += [[i, c.to_base(anchor + a) - zero, c.to_base(anchor + b) - zero] for i, a, b in st.get("events", [])]
         ranks[str(r)] = {"measured_offset_ms": samples[r][0].offset_ms, "offset_ms": c.offset_ms,
                          "drift_ppm": c.drift * 1e6, "uncertainty_ms": c.uncertainty_ms, "anchor_err_ms": errs[r],
-                         # Where this rank's own anchor sat on the time base: the shift a per-rank zero made.
+                         # Where this rank's own anchor sat on the time base: the shift a per-rank zero made
+                         # (a CPU rank that left the barrier late, say).
                          "anchor_skew_ms": c.to_base(anchor) - zero}
     meta = {"base": f"rank {int(first[0]['rank'])}'s host clock", "same_host": len(hosts) == 1,
             "offsets_applied": apply, "tolerance_ms": tolerance_ms(clocks, errs), "ranks": ranks}

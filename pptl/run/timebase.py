@@ -8,8 +8,8 @@ rank 0, known within half its round trip), the drift between the two taken as li
 rank runs on one host, their monotonic clocks are one clock: the offset is 0 by construction, and
 the measured one is kept only as a check (``PPTL_RUN_CLOCK=offsets`` applies it anyway).
 
-A step's time zero is rank 0's anchor; a rank's event at ``t`` ms after its own anchor sits at
-``base(anchor_r + t) - anchor_0``. The old per-rank anchor (each rank's own zero, which a host
+A step's time zero is its earliest anchor on the base; a rank's event at ``t`` ms after its own
+anchor sits at ``base(anchor_r + t) - min_q base(anchor_q)``. The old per-rank anchor (each rank's own zero, which a host
 that wakes one rank late shifts by as much) was why a RECV could seem to end before its SEND began.
 """
 from __future__ import annotations
