@@ -260,7 +260,7 @@ class Executor:
 
     def _step_cuda(self, k: int, st: _Step, timed: bool) -> dict[str, Any]:
         comp = self.compute
-        self._anchor = self._calibrate()
+        calib = self._anchor = self._calibrate()
         # Wall time the way bench/torch_pp_anchor.py takes it: from an idle, joined start to the
         # moment every rank is done (both barriers are outside the event-timed window).
         dist.barrier()
@@ -305,7 +305,7 @@ class Executor:
         events = ([[i, self.anchor.elapsed_time(self.start_ev[i]), self.anchor.elapsed_time(self.end_ev[i])]
                    for i in self.rp.issue] if timed else [])
         loss = float(st.loss) if self._has_loss() else None
-        mid, err = self._anchor
+        mid, err = calib
         return {"step": k, "timed": timed, "step_ms": step_ms, "wall_ms": wall_ms, "loss": loss, "events": events,
                 "started": st.started, "anchor_ms": mid + self.calib.elapsed_time(self.anchor), "anchor_err_ms": err}
 
