@@ -27,7 +27,6 @@ from pptl.tune.candidates import Structure
 from pptl.tune.rank import Result, _rank_key
 from pptl.tune.split import even_split, megatron_layout
 
-
 # ----------------------------------------------------------------------------------------------
 # Plan reader
 
