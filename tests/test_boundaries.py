@@ -25,7 +25,8 @@ from pptl.serve.server import MAX_BODY_BYTES, make_server
 from pptl.timeline import MAX_TIME, Event, Timeline, TimelineMeta
 from pptl.tune.candidates import Structure
 from pptl.tune.rank import Result, _rank_key
-from pptl.tune.split import even_split, megatron_layout
+from pptl.tune.model import LayerCost, ModelDesc
+from pptl.tune.split import even_split, megatron_layout, stage_costs, stage_memory
 
 # ----------------------------------------------------------------------------------------------
 # Plan reader
@@ -194,6 +195,34 @@ def test_even_split_puts_the_remainder_in_the_middle(layers: int, stages: int, s
 ])
 def test_megatron_layout_edges(layers: tuple[int, ...], layout: str) -> None:
     assert megatron_layout(layers) == layout
+
+
+def _model() -> ModelDesc:
+    # Non-default everything: an embedding without I/W (split 1:2 like the layer's I:W), a head with I
+    # but no W, activations and weights on every part.
+    return ModelDesc(layers=6, layer=LayerCost(F=1.0, B=3.0, I=1.0, W=2.0, activation=2.0, weight=10.0),
+                     embedding=LayerCost(F=0.5, B=1.5, activation=1.0, weight=5.0),
+                     head=LayerCost(F=2.0, B=6.0, I=4.0, activation=3.0, weight=7.0))
+
+
+def test_stage_costs_add_embedding_to_the_first_and_head_to_the_last() -> None:
+    m = _model()
+    assert (m.part_cost(m.embedding, "I"), m.part_cost(m.embedding, "W")) == (0.5, 1.0)  # 1.5 split 1:2
+    assert (m.part_cost(m.head, "I"), m.part_cost(m.head, "W")) == (4.0, 4.0)  # I given; W = 6 * 2/3
+    assert stage_costs(m, (2, 3, 1)) == {
+        0: {"F": 2.5, "B": 7.5, "I": 2.5, "W": 5.0},  # 2 layers + the embedding
+        1: {"F": 3.0, "B": 9.0, "I": 3.0, "W": 6.0},
+        2: {"F": 3.0, "B": 9.0, "I": 5.0, "W": 6.0},  # 1 layer + the head
+    }
+    # One stage is both first and last: it carries both.
+    assert stage_costs(m, (4,)) == {0: {"F": 6.5, "B": 19.5, "I": 8.5, "W": 13.0}}
+
+
+def test_stage_memory_adds_embedding_and_head() -> None:
+    m = _model()
+    assert stage_memory(m, (2, 3, 1)) == ([5.0, 6.0, 5.0], [25.0, 30.0, 17.0])
+    assert stage_memory(m, (4,)) == ([12.0], [52.0])
+    assert stage_memory(m, (0, 6)) == ([1.0, 15.0], [5.0, 67.0])  # a first stage of embedding only
 
 
 def _result(family: str, microbatches: int, step: float | None, peak: float, fits: bool = True) -> Result:

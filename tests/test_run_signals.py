@@ -90,3 +90,31 @@ def test_signal_stops_every_process_and_writes_the_timeline(tmp_path, sig):
     ranks = {e["rank"] for e in data["events"]}
     assert ranks == {0, 1}, ranks
     assert stdout == ""
+
+
+def test_pptl_killed_outright_leaves_no_rank_running(tmp_path):
+    # SIGKILL cannot be handled: the spawner notices its parent is gone (polled every 0.5 s) and stops
+    # the ranks (SIGTERM, SIGKILL 2 s later), so nothing runs on until its own collective timeout.
+    s = build_schedule(config_from_mapping({"schedule": "1f1b", "pp": 2, "microbatches": 4, "workload": TINY}))
+    plan = tmp_path / "p.json"
+    plan.write_text(dumps(plan_to_dict(s)))
+    mark = uuid.uuid4().hex
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path), **{_MARK: mark})
+    proc = subprocess.Popen([sys.executable, "-m", "pptl", "run", str(plan), "--device", "cpu", "--steps",
+                             "100000000", "--warmup", "0", "--timeout", str(TIMEOUT), "-o", str(tmp_path / "x.json")],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob("pptl-run-*/plan0.rank1.json")):
+            assert proc.poll() is None and time.monotonic() < deadline, "the run never completed a step"
+            time.sleep(0.05)
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 10  # 0.5 s to notice, 2 s of SIGTERM grace, then SIGKILL
+        while _marked(mark) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _marked(mark) == {}, f"left behind: {_marked(mark)}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
