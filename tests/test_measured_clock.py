@@ -316,3 +316,20 @@ def test_compare_and_explain_name_the_measurement_error() -> None:
     assert r.stdout.splitlines()[0].startswith("measurement error (PP090, PP091): ")
     r = runner.invoke(app, ["explain", str(RUNS / "1f1b_h200.measured.json"), "--output", "json"])
     assert json.loads(r.stdout)["measurement_errors"] == []
+
+
+def test_run_summary_names_a_measurement_error() -> None:
+    from pptl.run.report import summary, summary_lines
+
+    # Rank 1's anchor 0.2 ms before rank 0's (zero): its RECV_F ends at 0.3, rank 0's SEND starts at
+    # 0.2 + 0.6 = 0.8; F s1 starts at 0.35, F s0 ends at 0.7. Two pairs out of order.
+    s = _plan()
+    tl = build_timeline(s, [_payload(0, 1000.0, R0), _payload(1, 999.8, R1)])
+    assert summary(tl)["clock"] == {"tolerance_ms": TOLERANCE_FLOOR_MS, "offsets_applied": False, "violations": 2,
+                                    "first_violation": tl.meta.extra["clock"]["first_violation"]}
+    lines = [x for x in summary_lines(tl) if x.startswith("measurement error")]
+    assert lines == ["measurement error: 2 event pairs out of causal order across ranks (tolerance 0.002 ms), e.g. "
+                     "r1/recv/RECV_F s1 mb0 <-r0 ends at 0.3 ms, 0.5 ms before its SEND r0/send/SEND_F s0 mb0 ->r1 "
+                     "starts (0.8 ms; tolerance 0.002 ms): the ranks' times are not on one clock"]
+    good = build_timeline(s, [_payload(0, 1000.0, R0), _payload(1, 1000.5, R1)])
+    assert not any(x.startswith("measurement error") for x in summary_lines(good))
