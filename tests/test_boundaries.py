@@ -24,8 +24,8 @@ from pptl.schedules import build_schedule
 from pptl.serve.server import MAX_BODY_BYTES, make_server
 from pptl.timeline import MAX_TIME, Event, Timeline, TimelineMeta
 from pptl.tune.candidates import Structure
-from pptl.tune.rank import Result, _rank_key
 from pptl.tune.model import LayerCost, ModelDesc
+from pptl.tune.rank import Result, _rank_key
 from pptl.tune.split import even_split, megatron_layout, stage_costs, stage_memory
 
 # ----------------------------------------------------------------------------------------------

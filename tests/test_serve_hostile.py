@@ -231,3 +231,18 @@ def test_init_names_the_config_file_only(source: str, shown: str) -> None:
     view = api.init_view(api.settings_from_config(base), base)
     assert view["config"] == shown
     assert "alice" not in json.dumps(view)
+
+
+def test_a_refused_post_closes_its_connection(server) -> None:
+    # Refused before its body is read: the body must not be read as the next request on the connection.
+    srv, _ = server
+    hidden = b"GET /api/init HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"  # a request in the body
+    s = socket.create_connection(("127.0.0.1", _port(srv)), timeout=30)
+    s.sendall(b"POST /api/plan HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(hidden) + hidden)
+    got = b""
+    while chunk := s.recv(65536):  # until the server closes
+        got += chunk
+    s.close()
+    assert got.startswith(b"HTTP/1.1 415 ") and b"\r\nConnection: close\r\n" in got
+    assert got.count(b"HTTP/1.1 ") == 1, got  # the hidden request was never answered

@@ -203,7 +203,11 @@ class _Handler(BaseHTTPRequestHandler):
         return host_name(self.headers.get("Host")) in _LOOPBACK
 
     def _post_allowed(self) -> None:
-        """A POST from this server's own page (or from no page: curl, scripts), with a JSON body."""
+        """A POST from this server's own page (or from no page: curl, scripts), with a JSON body.
+
+        A refusal comes before the body is read: the connection is closed after it, or the unread
+        body would be taken for the next request."""
+        keep, self.close_connection = self.close_connection, True
         origin = self.headers.get("Origin")
         if origin is not None and not same_origin(origin, self.headers.get("Host")):
             raise _Reply(HTTPStatus.FORBIDDEN, {"error": "request: Origin is not this server", "field": None})
@@ -214,6 +218,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise _Reply(HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
                          {"error": f"request: Content-Type {ctype or '(none)'}, expected application/json",
                           "field": None})
+        self.close_connection = keep
 
     def _send(self, status: int, body: bytes, ctype: str, extra: dict[str, str] | None = None) -> None:
         self.send_response(status)
@@ -223,6 +228,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Referrer-Policy", "no-referrer")
         for k, v in (extra or {}).items():
             self.send_header(k, v)
+        if self.close_connection:  # the client learns it too, not only from the closed socket
+            self.send_header("Connection", "close")
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
