@@ -273,3 +273,29 @@ def test_a_body_of_exactly_the_limit_is_read(server: Any) -> None:
     assert len(exact) == 65536
     assert _post(server, exact) == 200
     assert _post(server, exact + b" ") == 413
+
+
+# ----------------------------------------------------------------------------------------------
+# simulate, with every cost option away from its default
+
+
+@pytest.mark.parametrize(("extra", "makespan", "rank1"), [
+    # One micro-batch of GPipe on 2 ranks, F 1, B 2, a message 0.5 + 10 bytes / 20 = 1.0:
+    # F0 [0,1], SEND [1,2], F1 [2,3], B1 [3,5], SEND back [5,6], B0 [6,8].
+    ({}, 8.0, {"F": (2.0, 3.0), "B": (3.0, 5.0)}),
+    # Stage 1's F costs 3: F1 [2,5], B1 [5,7], back [7,8], B0 [8,10].
+    ({"stages": {1: {"F": 3}}}, 10.0, {"F": (2.0, 5.0), "B": (5.0, 7.0)}),
+    # Rank 1 at half speed: F1 [2,4], B1 [4,8], back [8,9], B0 [9,11].
+    ({"rank_scale": {1: 2.0}}, 11.0, {"F": (2.0, 4.0), "B": (4.0, 8.0)}),
+    # No bytes: the latency alone, 0.5 a message: F1 [1.5,2.5], B1 [2.5,4.5], back [4.5,5], B0 [5,7].
+    ({"comm": {"latency": 0.5}}, 7.0, {"F": (1.5, 2.5), "B": (2.5, 4.5)}),
+], ids=["comm", "stage-override", "rank-scale", "latency-only"])
+def test_simulate_charges_every_cost_option(extra: dict, makespan: float, rank1: dict) -> None:
+    from pptl.simulate import simulate
+
+    costs = {"F": 1, "B": 2, "comm": {"latency": 0.5, "bytes": 10, "bandwidth": 20}, **extra}
+    s = build_schedule(config_from_mapping({"schedule": "gpipe", "pp": 2, "microbatches": 1, "costs": costs}))
+    sim = simulate(s)
+    assert sim.makespan == makespan
+    got = {e.kind: (e.start, e.end) for e in sim.timeline().events if e.rank == 1 and e.lane == "compute"}
+    assert got == rank1
