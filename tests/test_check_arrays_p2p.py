@@ -86,7 +86,7 @@ def test_plan_fixtures(path: Path) -> None:
 
 
 def _family_config(family: str) -> Config:
-    extra = {"vpp": 2} if family in ("interleaved-1f1b", "moe-1f1b-overlap") else {}
+    extra = {"vpp": 2} if family in ("interleaved-1f1b", "moe-1f1b-overlap", "looped-bfs", "interleaved-zb") else {}
     return Config(schedule=family, pp=4, microbatches=8, **extra)
 
 

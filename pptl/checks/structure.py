@@ -205,8 +205,12 @@ def missing_work(ctx: Context) -> list[Violation]:
     s = ctx.schedule
     if ctx.n and not (ctx.kinds & (COMPUTE_KINDS | COMM_KINDS)):
         return []
+    from pptl.schedules import find_family
+    from pptl.schedules._common import required_roles
+
+    roles = required_roles(find_family(s.family))  # a forward-only family asks for its F alone
     if ctx.table is not None:
-        found = _missing_on_arrays(ctx.table, ctx.work_arrays, s)
+        found = _missing_on_arrays(ctx.table, ctx.work_arrays, s, roles)
         if found is not None:
             return found
     have = ctx.work.producer
@@ -214,10 +218,9 @@ def missing_work(ctx: Context) -> list[Violation]:
     for d in range(s.directions):
         for st in range(s.num_stages):
             for mb in range(s.microbatches):
-                if ("F", d, st, mb) in have and ("G", d, st, mb) in have and ("W", d, st, mb) in have:
-                    continue
-                missing = [r for r in ("F", "G", "W") if (r, d, st, mb) not in have]
-                out.append(_missing(missing, d, st, mb))
+                missing = [r for r in roles if (r, d, st, mb) not in have]
+                if missing:
+                    out.append(_missing(missing, d, st, mb))
     return out
 
 
@@ -231,7 +234,8 @@ def _missing(missing: list[str], d: int, st: int, mb: int) -> Violation:
     return Violation("PP003", f"missing {' and '.join(names)} for stage {st} mb {mb}{_dir(d)}")
 
 
-def _missing_on_arrays(t: OpTable, w: WorkArrays, s: Schedule) -> list[Violation] | None:
+def _missing_on_arrays(t: OpTable, w: WorkArrays, s: Schedule,
+                       roles: tuple[str, ...] = ("F", "G", "W")) -> list[Violation] | None:
     """PP003 on columns, or None when the schedule's sizes are too large for a dense mask."""
     import numpy as np
 
@@ -243,11 +247,13 @@ def _missing_on_arrays(t: OpTable, w: WorkArrays, s: Schedule) -> list[Violation
     have = np.zeros((3, D, S, M), dtype=bool)
     ok = w.in_range(S, M, D)
     have[w.role[ok], w.direction[ok], w.stage[ok], w.mb[ok]] = True
+    need = [k for k, r in enumerate(wa.ROLES) if r in roles]
+    have = have[need]
     out: list[Violation] = []
     for flat in np.flatnonzero(~have.all(axis=0)).tolist():  # direction, then stage, then mb: the plain order
         d, rest = divmod(flat, S * M)
         st, mb = divmod(rest, M)
-        out.append(_missing([r for k, r in enumerate(wa.ROLES) if not have[k, d, st, mb]], d, st, mb))
+        out.append(_missing([wa.ROLES[k] for j, k in enumerate(need) if not have[j, d, st, mb]], d, st, mb))
     return out
 
 
