@@ -15,7 +15,8 @@ from typing import Any, Iterator
 import pytest
 
 from pptl.config import config_from_mapping
-from pptl.diagnose import _ranks, diagnose_dumps
+from pptl.diagnose import diagnose_dumps
+from pptl.diagnose.ops import ranks_text
 from pptl.errors import InputError
 from pptl.explain import explain, explanation_lines
 from pptl.formats.flight_recorder import FrDump, FrEntry, FrGroup
@@ -89,7 +90,7 @@ def test_timeline_times_up_to_max_time() -> None:
     ([5, 5, 6, 7], "5-7"),
 ])
 def test_rank_lists(ranks: list[int], text: str) -> None:
-    assert _ranks(ranks) == text
+    assert ranks_text(ranks) == text
 
 
 def _entry(record_id: int, seq: int) -> FrEntry:
