@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from pptl.config import Workload
-from pptl.run.footprint import chunk_footprint
+from pptl.config import Workload, config_from_mapping
+from pptl.run.footprint import chunk_footprint, planned_peaks
+from pptl.schedules import build_schedule
+from pptl.simulate import simulate
 
 # 4 tokens x 8 hidden in float32: one unit (a tokens x hidden tensor) is 32 elements, 128 bytes.
 SMALL = Workload(hidden=8, tokens=4, layers_per_stage=3, dtype="float32")
@@ -38,11 +40,6 @@ def test_footprint_one_block_and_an_empty_stage():
     assert (empty.forward, empty.until_w) == (4 * 32, 0)  # the residual only; nothing to split
 
 
-torch = pytest.importorskip("torch")
-
-from pptl.run.model import backward_input, forward, make_chunk  # noqa: E402
-
-
 def _storages(tensors, skip):
     """Bytes of the distinct storages among ``tensors``, leaving out those of ``skip``."""
     out = {}
@@ -58,6 +55,9 @@ def _storages(tensors, skip):
 
 @pytest.mark.parametrize("stage,last", [(0, False), (1, False), (1, True)], ids=["first", "middle", "last"])
 def test_model_holds_what_the_footprint_counts(stage, last):
+    torch = pytest.importorskip("torch")
+    from pptl.run.model import backward_input, forward, make_chunk
+
     cpu = torch.device("cpu")
     chunk = make_chunk(SMALL, stage, cpu)
     x = torch.randn(SMALL.tokens, SMALL.hidden)
@@ -75,8 +75,27 @@ def test_model_holds_what_the_footprint_counts(stage, last):
     not_activation = [x, act.x, act.y, *chunk.params] + ([target] if last else [])
     held = saved + act.linear_in + act.linear_out
     assert _storages(held, not_activation) == fp.forward
-    del saved, held
+    saved.clear()  # from here only the graph and the Activation keep the tensors
+    held.clear()
     backward_input(chunk, act, dy)
     assert act.linear_out == [] and all(g is not None for g in act.linear_grad)
     kept = act.linear_in + act.linear_grad
     assert _storages(kept, [x, act.x, dy]) == fp.until_w
+
+
+def _plan(cfg):
+    s = build_schedule(config_from_mapping({**cfg, "costs": {"F": 1, "B": 2, "I": 1, "W": 1},
+                                            "workload": {"hidden": 8, "tokens": 4, "layers_per_stage": 3}}))
+    sim = simulate(s)
+    return planned_peaks(s, sim.start, sim.end)
+
+
+def test_planned_peaks_by_hand():
+    # 1F1B, 2 ranks: rank 0 holds 2 forwards of stage 0 (26 units each), rank 1 one of the last
+    # stage (26 units and the 128-byte residual).
+    assert _plan({"schedule": "1f1b", "pp": 2, "microbatches": 4}) == {0: 2 * 3328, 1: 3456}
+    # ZB-H1: rank 0 runs F0 F1 I0 W0 F2 ...: at I0's end one chunk waits for W (28 units) beside F1's
+    # (26); rank 1 runs F0 I0 F1 I1 W0 ...: two chunks wait for W (29 units each on the last stage).
+    assert _plan({"schedule": "zb-h1", "pp": 2, "microbatches": 4, "split_backward": True}) == \
+        {0: 3328 + 3584, 1: 2 * 3712}
+    assert _plan({"schedule": "inference", "pp": 2, "vpp": 2, "microbatches": 4}) == {0: 0, 1: 0}

@@ -24,10 +24,12 @@ the message buffers (``pptl run`` keeps every SEND and RECV tensor to the step's
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from pptl.config import Workload
+from pptl.ir import Schedule
 
-__all__ = ["Footprint", "chunk_footprint", "ELEMENT_BYTES"]
+__all__ = ["Footprint", "chunk_footprint", "planned_peaks", "ELEMENT_BYTES"]
 
 ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
@@ -62,3 +64,39 @@ def chunk_footprint(workload: Workload, stage: int, *, last: bool) -> Footprint:
     forward = (_SAVED * layers - 1) * unit * e + (4 * unit if last else 0)
     until_w = (_UNTIL_W * layers - 1 - (0 if last else 1)) * unit * e
     return Footprint(forward, until_w)
+
+
+def planned_peaks(schedule: Schedule, start: Sequence[float], end: Sequence[float]) -> dict[int, int]:
+    """Per rank, the most bytes of chunk activations the plan's timing (``start``, ``end``: a
+    simulation's) says ``pptl run`` holds: F adds its stage's ``forward`` at its start, B frees it at
+    its end, I trades it for ``until_w`` at its end and W frees that at its end (at equal times a
+    free comes first, as in :func:`pptl.simulate.memory_timeline`). A plan without backwards holds
+    none: the run builds no graph for it."""
+    workload = schedule.config.workload if schedule.config is not None else Workload()
+    last = schedule.num_stages - 1
+    if not any(op.kind in ("B", "I", "W", "FB") for op in schedule.ops):
+        return {r: 0 for r in range(schedule.pp)}
+    fps = {st: chunk_footprint(workload, st, last=st == last) for st in range(schedule.num_stages)}
+    events: dict[int, list[tuple[float, int, int]]] = {r: [] for r in range(schedule.pp)}
+    for i, op in enumerate(schedule.ops):
+        if op.kind not in ("F", "B", "I", "W", "FB"):
+            continue
+        fp, ev = fps[op.stage], events[op.rank]
+        if op.kind in ("F", "FB"):
+            ev.append((start[i], 1, fp.forward))
+        if op.kind == "B":
+            ev.append((end[i], 0, -fp.forward))
+        if op.kind == "FB":  # its backward half is the pair's (stage, micro-batch)
+            ev.append((end[i], 0, -fps[op.pair[0]].forward))  # type: ignore[index]
+        if op.kind == "I":
+            ev.append((end[i], 0, fp.until_w - fp.forward))
+        if op.kind == "W":
+            ev.append((end[i], 0, -fp.until_w))
+    peaks = {}
+    for r, ev in events.items():
+        cur = best = 0
+        for _, _, delta in sorted(ev):
+            cur += delta
+            best = max(best, cur)
+        peaks[r] = best
+    return peaks
