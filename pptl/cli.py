@@ -835,23 +835,9 @@ def tune(
     result.notes[:0] = notes
     best = result.best
     if best is not None and (out_file is not None or csv is not None):
-        from pptl.tune.rank import best_schedule
+        from pptl.tune.write import write_best
 
-        schedule = best_schedule(tc, best)
-        if units != "unit":
-            schedule.meta["units"] = units
-        if out_file is not None:
-            from pptl.formats.plan import dumps, plan_to_dict
-            from pptl.simulate import simulate
-
-            sim = simulate(schedule)
-            metrics = {**sim.metrics(), "tune": best.to_dict()}
-            atomic_write(out_file, dumps(plan_to_dict(schedule, timeline=sim.timeline(), metrics=metrics)))
-        if csv is not None:
-            from pptl.formats.torch_csv import export_csv
-
-            text, _ = export_csv(schedule)
-            atomic_write(csv, text.encode("utf-8") if isinstance(text, str) else text)
+        write_best(tc, best, out=out_file, csv=csv, units=units)
     if figure is not None:
         from pptl.render.mpl import image_bytes
         from pptl.render.pareto import pareto_figure
@@ -862,7 +848,7 @@ def tune(
     else:
         table = Table(show_edge=False, pad_edge=False)
         for col in COLUMNS:
-            table.add_column(col, justify="right" if col in ("#", "step", "per mb", "bubble") else "left")
+            table.add_column(col, justify="right" if col in ("#", "step", "spread p05-p95", "per mb", "bubble") else "left")
         for row in table_rows(result, top):
             table.add_row(*row)
         (out if out.is_terminal else Console(file=out.file, width=200, highlight=False)).print(table)
