@@ -15,7 +15,7 @@ gives 0.20, F alone 0.63 (its loss is about 8% of the op), both 0.41.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Callable, Mapping
 
 __all__ = ["MIN_DUTY_SPREAD", "fit_duty_exponent"]
 
@@ -27,7 +27,7 @@ _KINDS = ("F", "B", "I", "W")
 
 
 def fit_duty_exponent(times: Mapping[tuple[int, str], float], stage_rank: Mapping[int, int],
-                      duty: Mapping[int, float], layers: Any) -> float | None:
+                      duty: Mapping[int, float], layers: Callable[[int], int]) -> float | None:
     """alpha from a run's mean op time per (stage, kind), clipped to 0..1.
 
     Args:

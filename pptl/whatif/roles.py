@@ -20,9 +20,15 @@ a plan stage takes its costs from.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-__all__ = ["ROLES", "role_of", "gemm_work", "Source", "sources", "layers_from_mapping"]
+from pptl.config import Costs
+from pptl.whatif.spread import Quantiles, Spread
+
+__all__ = ["ROLES", "role_of", "gemm_work", "Source", "sources", "by_role", "layers_from_mapping", "Layers"]
+
+#: Stage -> MLP blocks.
+Layers = Callable[[int], int]
 
 ROLES = ("first", "middle", "last", "only")
 
@@ -65,7 +71,7 @@ class Source:
     """Cost key -> the plan stage's GEMMs over the source's (missing: 1)."""
 
 
-def sources(plan_stages: int, run_stages: Sequence[int], *, plan_layers: Any, run_layers: Any,
+def sources(plan_stages: int, run_stages: Sequence[int], *, plan_layers: Layers, run_layers: Layers,
             keys: Sequence[str]) -> list[Source]:
     """For each stage ``0 .. plan_stages - 1`` of a plan, the run stages it takes its costs from.
 
@@ -118,7 +124,7 @@ _NEAREST: Mapping[str, tuple[str, ...]] = {
 }
 
 
-def layers_from_mapping(data: Any, default: int = 1) -> Any:
+def layers_from_mapping(data: Any, default: int = 1) -> Layers:
     """stage -> MLP blocks from a ``workload`` mapping of file data (``layers_per_stage``,
     ``stage_layers``), bounded; anything malformed counts as ``default`` blocks per stage."""
     per = default
@@ -134,8 +140,8 @@ def layers_from_mapping(data: Any, default: int = 1) -> Any:
     return lambda s: uneven[s] if 0 <= s < len(uneven) else per
 
 
-def by_role(costs: Any, spread: Any, srcs: Sequence[Source], *, plan_rank: Mapping[int, int],
-            run_rank: Mapping[int, int]) -> tuple[Any, Any]:
+def by_role(costs: Costs, spread: Spread, srcs: Sequence[Source], *, plan_rank: Mapping[int, int],
+            run_rank: Mapping[int, int]) -> tuple[Costs, Spread]:
     """``costs`` and ``spread`` of a run, re-keyed for a plan's stages (:func:`sources`).
 
     Each plan stage's cost per key is its sources' mean times the work factor; with a duty model
@@ -153,7 +159,7 @@ def by_role(costs: Any, spread: Any, srcs: Sequence[Source], *, plan_rank: Mappi
         return costs, spread
     alpha, duty = spread.duty_exponent, spread.duty
     stages: dict[int, dict[str, float]] = {}
-    tables: dict[tuple[int, str], Any] = {}
+    tables: dict[tuple[int, str], Quantiles] = {}
     for src in srcs:
         keys = sorted({k for s in src.stages for k in costs.stages.get(s, {})})
         row: dict[str, float] = {}

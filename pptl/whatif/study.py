@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from pptl.config import Costs
 from pptl.errors import InputError
@@ -29,7 +29,7 @@ class Measured:
     """The run sent on the compute stream (CUDA, ``sync-send``): plans are sampled so."""
     stage_rank: Mapping[int, int] = field(default_factory=dict)
     """Stage -> the rank that ran it."""
-    layers: Any = None
+    layers: Callable[[int], int] | None = None
     """Stage -> MLP blocks of the run's workload (:func:`pptl.whatif.roles.layers_from_mapping`);
     None where the run does not say (an imported profiler trace): the plan's are taken."""
 
