@@ -152,6 +152,9 @@ class Executor:
         self.local = {k for k, r in program.placement.items() if r == rank}
         self.shape = (self.workload.tokens, self.workload.hidden)
         self.dtype = DTYPES[self.workload.dtype]
+        # A plan without backwards (inference) builds no autograd graph: a forward's output is all
+        # it leaves, and its consumer (the next stage here, or the SEND) takes it.
+        self.forward_only = not any(op.kind in _BACKWARD_KINDS for op in self.ops)
         self._setup_model()
         self.actions = {i: self._action(i) for i in self.rp.issue}
         if self.cuda:
@@ -421,14 +424,19 @@ class Executor:
         if s == 0:
             x = self.inputs[(d, mb)]
         elif (d, s - 1) in self.local:
-            x = st.acts[(d, s - 1, mb)].y
+            prev = (d, s - 1, mb)
+            x = (st.acts.pop(prev) if self.forward_only else st.acts[prev]).y
         else:
             x = st.recvd.pop(("F", d, s, mb))
         last = s == self.last
-        act = forward(self.chunks[(d, s)], x, needs_input_grad=s > 0, keep_linears=(d, s, mb) in self.split,
-                      target=self.targets[(d, mb)] if last else None, scale=self.scale)
+        with torch.no_grad() if self.forward_only else _nullcontext():
+            act = forward(self.chunks[(d, s)], x, needs_input_grad=s > 0 and not self.forward_only,
+                          keep_linears=(d, s, mb) in self.split,
+                          target=self.targets[(d, mb)] if last else None, scale=self.scale)
         if last:
             st.loss += act.y.detach()
+            if self.forward_only:
+                return
         st.acts[(d, s, mb)] = act
 
     def _backward(self, st: _Step, d: int, s: int, mb: int, full: bool) -> None:
@@ -444,9 +452,7 @@ class Executor:
             act = st.acts.pop(key)
             dx = backward_full(chunk, act, dy)
         else:
-            act = st.acts[key]
-            dx = backward_input(chunk, act, dy)
-            act.linear_out = []  # their gradients are taken; W needs only the inputs
+            dx = backward_input(chunk, st.acts[key], dy)
         if dx is not None:
             st.grads[key] = dx
 
@@ -458,7 +464,7 @@ class Executor:
 
         def send(st: _Step) -> None:
             if op.flow == "F":
-                t = st.acts[key].y.detach()
+                t = (st.acts.pop(key) if self.forward_only else st.acts[key]).y.detach()
             else:
                 t = st.grads.pop(key)
             t = t.contiguous()
@@ -503,6 +509,9 @@ class Executor:
     def grads(self) -> dict[str, list[torch.Tensor]]:
         """"d,s" -> this rank's gradient of that copy (CPU, fp32), for --verify."""
         return {f"{d},{s}": [p.grad.detach().float().cpu() for p in c.params] for (d, s), c in self.chunks.items()}
+
+
+_BACKWARD_KINDS = frozenset({"B", "I", "W", "FB"})
 
 
 def _first_line(e: BaseException) -> str:
