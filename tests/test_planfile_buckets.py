@@ -87,8 +87,8 @@ def test_a_new_update_file_stores_bucket_and_half_columns(tmp_path: Path, name: 
     assert "mb" not in new["ops"] and "sub" not in new["ops"]
     assert new["ops"]["bucket"] == old["ops"]["mb"] and new["ops"]["half"] == old["ops"]["sub"]
     # the title counts what a weight update's step is made of: buckets (the version-2 file said micro-batches)
-    meta = old["schedule"]["meta"]
-    meta["title"] = meta["title"].replace(" microbatches=", " buckets=")
+    for meta in (old["schedule"]["meta"], old["timeline"]["meta"]):
+        meta["title"] = meta["title"].replace(" microbatches=", " buckets=")
     for key in ("config", "schedule", "lanes", "deps", "timeline"):
         assert new[key] == old[key], key
     back, _ = load_plan(tmp_path / "p.json")
