@@ -23,9 +23,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Iterable
 
+from pptl.deps import training_deps
+from pptl.op import COMM_KINDS, COMPUTE_KINDS, Op
+from pptl.optable import OpTable, edge_arrays
+
 if TYPE_CHECKING:
     from pptl.config import Config
-    from pptl.optable import OpTable
 
 __all__ = [
     "COMPUTE_KINDS",
@@ -33,135 +36,8 @@ __all__ = [
     "Op",
     "Schedule",
     "ScheduleBuilder",
+    "table_of",
 ]
-
-#: Kinds of the training families. ``FB`` is one op that runs F of one micro-batch and B of
-#: another at once; its ``pair`` names the B half.
-COMPUTE_KINDS = frozenset({"F", "B", "I", "W", "FB"})
-COMM_KINDS = frozenset({"SEND", "RECV"})
-
-
-@dataclass(frozen=True, slots=True)
-class Op:
-    """One unit of work on one lane of one rank.
-
-    Fields that do not apply to a kind keep their default (``-1`` or empty).
-    """
-
-    kind: str
-    """Op kind: F, B, I, W, FB, SEND, RECV, or one a family or a file format declares
-    (:func:`pptl.kinds.known_kinds`)."""
-    rank: int
-    """The rank that runs the op."""
-    lane: str
-    """The serial resource on that rank."""
-    stage: int = -1
-    """Virtual stage index along the op's direction (for FB: the F half's stage)."""
-    mb: int = -1
-    """Micro-batch index (for FB: the F half's micro-batch)."""
-    direction: int = 0
-    """0, or 1 for the reverse flow of DualPipe."""
-    chunk: int = -1
-    """Which model chunk of the rank holds ``stage``."""
-    pair: tuple[int, int, int] | None = None
-    """FB: (stage, mb, direction) of the B half. On an F of a family that overlaps passes without
-    FB ops (moe-1f1b-overlap): the backward this forward runs alongside (no training fact)."""
-    peer: int = -1
-    """SEND/RECV and broadcasts: the other rank (for BCAST, the source)."""
-    flow: str = ""
-    """SEND/RECV: what is carried, "F" (activations) or "B" (gradients)."""
-    sub: int = -1
-    """Layer of a MoE step (within its stage)."""
-    label: str = ""
-    """A family's display name for the op (``Attn``, ``EP-D``, ``Offload``...)."""
-    payload: float = 0.0
-    """Bytes moved, for communication and copies."""
-    cost: str = ""
-    """Cost key; empty means the kind."""
-    bucket: int = -1
-    """Weight update: the bucket's position in the broadcast order."""
-    half: int = -1
-    """Weight update: the IPC buffer half the op writes or reads (-1: none, such as an H2D into
-    the H2D buffer)."""
-
-    @property
-    def id(self) -> str:
-        """A stable, human-readable id, e.g. ``r0/compute/F s3 mb5``."""
-        parts = [f"r{self.rank}/{self.lane}/{self.kind}"]
-        if self.flow:
-            parts[0] += f"_{self.flow}"
-        if self.label:
-            parts.append(self.label)
-        if self.stage >= 0:
-            parts.append(f"s{self.stage}")
-        if self.mb >= 0:
-            parts.append(f"mb{self.mb}")
-        if self.direction:
-            parts.append(f"d{self.direction}")
-        if self.sub >= 0:
-            parts.append(f"#{self.sub}")
-        if self.bucket >= 0:
-            parts.append(f"bucket{self.bucket}")
-        if self.half >= 0:
-            parts.append(f"half{self.half}")
-        if self.pair is not None:
-            ps, pm, pd = self.pair
-            parts.append(f"+B s{ps} mb{pm}" + (f" d{pd}" if pd else ""))
-        if self.peer >= 0 and self.kind in COMM_KINDS:
-            parts.append(("->" if self.kind == "SEND" else "<-") + f"r{self.peer}")
-        return " ".join(parts)
-
-    @property
-    def cost_key(self) -> str:
-        return self.cost or self.kind
-
-    def to_dict(self) -> dict[str, Any]:
-        """Only the fields that differ from their defaults (keeps plan files small)."""
-        out: dict[str, Any] = {"kind": self.kind, "rank": self.rank, "lane": self.lane}
-        for name, default in _OPTIONAL_DEFAULTS.items():
-            value = getattr(self, name)
-            if value != default:
-                out[name] = list(value) if name == "pair" else value
-        return out
-
-
-def _op_init(self: Op, kind: str, rank: int, lane: str, stage: int = -1, mb: int = -1, direction: int = 0,
-             chunk: int = -1, pair: tuple[int, int, int] | None = None, peer: int = -1, flow: str = "",
-             sub: int = -1, label: str = "", payload: float = 0.0, cost: str = "", bucket: int = -1,
-             half: int = -1) -> None:
-    # The generated __init__ of a frozen dataclass goes through object.__setattr__ once per field,
-    # which made building a 400k-op plan spend most of its time here; the slot descriptors' own
-    # setters do the same work about twice as fast. Same signature and defaults; still frozen.
-    _S_KIND(self, kind)
-    _S_RANK(self, rank)
-    _S_LANE(self, lane)
-    _S_STAGE(self, stage)
-    _S_MB(self, mb)
-    _S_DIRECTION(self, direction)
-    _S_CHUNK(self, chunk)
-    _S_PAIR(self, pair)
-    _S_PEER(self, peer)
-    _S_FLOW(self, flow)
-    _S_SUB(self, sub)
-    _S_LABEL(self, label)
-    _S_PAYLOAD(self, payload)
-    _S_COST(self, cost)
-    _S_BUCKET(self, bucket)
-    _S_HALF(self, half)
-
-
-(_S_KIND, _S_RANK, _S_LANE, _S_STAGE, _S_MB, _S_DIRECTION, _S_CHUNK, _S_PAIR, _S_PEER, _S_FLOW, _S_SUB, _S_LABEL,
- _S_PAYLOAD, _S_COST, _S_BUCKET, _S_HALF) = (Op.__dict__[name].__set__ for name in Op.__slots__)
-assert Op.__slots__ == ("kind", "rank", "lane", "stage", "mb", "direction", "chunk", "pair", "peer", "flow", "sub",
-                        "label", "payload", "cost", "bucket", "half"), "keep _op_init in step with Op's fields"
-_op_init.__qualname__ = "Op.__init__"
-Op.__init__ = _op_init  # type: ignore[method-assign]
-
-_OPTIONAL_DEFAULTS: dict[str, Any] = {
-    "stage": -1, "mb": -1, "direction": 0, "chunk": -1, "pair": None, "peer": -1, "flow": "",
-    "sub": -1, "label": "", "payload": 0.0, "cost": "", "bucket": -1, "half": -1,
-}
-
 
 @dataclass
 class Schedule:
@@ -225,12 +101,12 @@ class Schedule:
         return len(ops) if ops is not None else int(d["_table"].n)
 
     def attach_table(self, table: OpTable, ops: list[Op]) -> None:
-        """Keep ``table`` as the columns of ``ops`` (what :func:`pptl.optable.table_of` built)."""
+        """Keep ``table`` as the columns of ``ops`` (what :func:`table_of` built)."""
         self.__dict__.update(_table=table, _table_ops=ops)
 
     def built_table(self) -> OpTable | None:
         """The ops as columns (:class:`pptl.optable.OpTable`) if the schedule was made from a table
-        or :func:`pptl.optable.table_of` built one for its current ``ops``, else None."""
+        or :func:`table_of` built one for its current ``ops``, else None."""
         d = self.__dict__
         t: OpTable | None = d.get("_table")
         ops: list[Op] | None = d.get("ops")
@@ -249,8 +125,6 @@ class Schedule:
         deps = d.get("deps")
         if arrs is not None and (deps is None or deps is d.get("_deps_list")):
             return arrs  # type: ignore[no-any-return]
-        from pptl.columns import edge_arrays
-
         deps = self.deps
         arrs = edge_arrays(deps)
         d["_dep_arrays"], d["_deps_list"] = arrs, deps
@@ -290,6 +164,17 @@ class Schedule:
         return ScheduleBuilder.from_lanes(self, lanes)
 
 
+def table_of(schedule: Schedule) -> OpTable:
+    """The schedule's op table: the one it was made from, else built from its ops once (and kept
+    while ``schedule.ops`` is the same list)."""
+    t = schedule.built_table()
+    if t is None:
+        ops = schedule.ops
+        t = OpTable.from_ops(ops)
+        schedule.attach_table(t, ops)
+    return t
+
+
 class ScheduleBuilder:
     """Appends ops lane by lane and produces a :class:`Schedule`."""
 
@@ -321,8 +206,6 @@ class ScheduleBuilder:
         for key in sorted(lanes):
             for op in lanes[key]:
                 b.add(op)
-        from pptl.deps import training_deps  # local: deps imports ir
-
         # Keep the template's non-derived facts (family extras) for ops that survive; the
         # training facts are derived again, since the point of a new order is to test them.
         where = {op: i for i, op in enumerate(b.ops)}

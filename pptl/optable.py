@@ -16,17 +16,21 @@ from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain, repeat
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from pptl.columns import FLOW_CODE, KIND_CODE, LANE_CODE, Columns
-from pptl.ir import Op
+from pptl.op import Op
 
-if TYPE_CHECKING:
-    from pptl.ir import Schedule
+__all__ = ["OpTable", "Columns", "KIND_CODE", "LANE_CODE", "FLOW_CODE", "flat_lanes", "lane_edge_arrays", "edge_arrays",
+           "encode"]
 
-__all__ = ["OpTable", "table_of", "flat_lanes", "lane_edge_arrays", "encode", "verified_order"]
+#: Kind codes of :class:`Columns` (0: any other kind).
+KIND_CODE = {"F": 1, "B": 2, "I": 3, "W": 4, "FB": 5, "SEND": 6, "RECV": 7}
+#: Lane codes (3: any other lane).
+LANE_CODE = {"compute": 0, "send": 1, "recv": 2}
+#: Flow codes (3: any other flow).
+FLOW_CODE = {"": 0, "F": 1, "B": 2}
 
 _I64 = np.int64
 #: The integer fields, with their defaults.
@@ -36,11 +40,38 @@ INT_FIELDS = (("stage", -1), ("mb", -1), ("direction", 0), ("chunk", -1), ("peer
 STR_FIELDS = (("kind", None), ("lane", None), ("flow", ""), ("label", ""), ("cost", ""))
 
 
+def _is_set(p: object) -> bool:
+    return p is not None
+
+
 def encode(values: Sequence[str]) -> tuple[Any, tuple[str, ...]]:
     """(codes, names): ``names`` in first-seen order, ``codes[i]`` the position of ``values[i]``."""
     names = tuple(dict.fromkeys(values))
     code = {v: k for k, v in enumerate(names)}
     return np.fromiter(map(code.__getitem__, values), dtype=np.int32, count=len(values)), names
+
+
+@dataclass(frozen=True, slots=True)
+class Columns:
+    """The fields the rules and the simulator branch on, in the fixed codes above, indexed like
+    the table's rows (:attr:`OpTable.columns`): a rule compares with ``KIND_CODE["SEND"]``, not
+    with a table's own first-seen codes."""
+
+    kind: Any
+    """int8 :data:`KIND_CODE` of each op."""
+    rank: Any
+    lane: Any
+    """int8 :data:`LANE_CODE` of each op."""
+    stage: Any
+    mb: Any
+    direction: Any
+    peer: Any
+    flow: Any
+    """int8 :data:`FLOW_CODE` of each op."""
+
+    @property
+    def n(self) -> int:
+        return int(self.kind.size)
 
 
 @dataclass(frozen=True, eq=False)
@@ -103,10 +134,9 @@ class OpTable:
         pair = np.full((n, 3), -1, dtype=_I64)
         has_pair = np.zeros(n, dtype=bool)
         if pairs is not None:
-            for i, p in enumerate(pairs):
-                if p is not None:
-                    pair[i] = p
-                    has_pair[i] = True
+            has_pair[:] = np.fromiter(map(_is_set, pairs), dtype=bool, count=n)
+            if has_pair.any():
+                pair[has_pair] = np.asarray([p for p in pairs if p is not None], dtype=_I64).reshape(-1, 3)
         return OpTable(
             kind=strs["kind"][0], kind_names=strs["kind"][1], rank=ints["rank"],
             lane=strs["lane"][0], lane_names=strs["lane"][1],
@@ -180,53 +210,30 @@ class OpTable:
 
     @cached_property
     def columns(self) -> Columns:
-        """The fixed-code view the array passes of :mod:`pptl.columns` read."""
+        """The fixed-code view (:class:`Columns`) the rules and the simulator read."""
         return Columns(kind=self.code_of("kind", KIND_CODE, 0), rank=self.rank, lane=self.code_of("lane", LANE_CODE, 3),
                        stage=self.stage, mb=self.mb, direction=self.direction, peer=self.peer,
                        flow=self.code_of("flow", FLOW_CODE, 3))
 
 
-def table_of(schedule: Schedule) -> OpTable:
-    """The schedule's table: the one it was made from, else built from its ops once (and kept
-    while ``schedule.ops`` is the same list)."""
-    t = schedule.built_table()
-    if t is None:
-        ops = schedule.ops
-        t = OpTable.from_ops(ops)
-        schedule.attach_table(t, ops)
-    return t
+def edge_arrays(edges: Sequence[tuple[int, int]]) -> tuple[Any, Any]:
+    """(producers, consumers) of a list of index pairs, as two int64 arrays."""
+    flat = np.fromiter(chain.from_iterable(edges), dtype=_I64, count=2 * len(edges))
+    return flat[0::2], flat[1::2]
 
 
-def flat_lanes(schedule: Schedule) -> tuple[list[tuple[int, str]], Any, Any]:
-    """Every lane entry in one pass: (the lanes in ``schedule.lanes`` order, the op index of each
-    entry lane after lane in run order, the lane (position in the first) of each entry)."""
-    keys = list(schedule.lanes)
-    lengths = np.fromiter(map(len, map(schedule.lanes.__getitem__, keys)), dtype=_I64, count=len(keys))
+def flat_lanes(lanes: Mapping[tuple[int, str], Sequence[int]]) -> tuple[list[tuple[int, str]], Any, Any]:
+    """Every lane entry in one pass: (the lanes in ``lanes`` order, the op index of each entry,
+    lane after lane in run order, the lane (position in the first) of each entry)."""
+    keys = list(lanes)
+    lengths = np.fromiter(map(len, map(lanes.__getitem__, keys)), dtype=_I64, count=len(keys))
     total = int(lengths.sum()) if keys else 0
-    op = np.fromiter(chain.from_iterable(map(schedule.lanes.__getitem__, keys)), dtype=_I64, count=total)
+    op = np.fromiter(chain.from_iterable(map(lanes.__getitem__, keys)), dtype=_I64, count=total)
     return keys, op, np.repeat(np.arange(len(keys), dtype=_I64), lengths)
 
 
-def lane_edge_arrays(schedule: Schedule) -> tuple[Any, Any]:
+def lane_edge_arrays(lanes: Mapping[tuple[int, str], Sequence[int]]) -> tuple[Any, Any]:
     """Consecutive ops on each (rank, lane), as (earlier, later) int64 arrays."""
-    _, op, lane = flat_lanes(schedule)
+    _, op, lane = flat_lanes(lanes)
     same = lane[:-1] == lane[1:]
     return op[:-1][same], op[1:][same]
-
-
-def verified_order(schedule: Schedule, hint: Any) -> list[int] | None:
-    """The ops sorted by ``hint`` (a claimed topological position per op), when every edge of the
-    graph (the facts and each lane's order) goes strictly forward in it; else None.
-
-    A plan file carries such a hint; checking it is one comparison per edge, where finding an
-    order is a walk over every op. The hint is never trusted: a graph with a cycle has no
-    labelling in which every edge goes forward, so a passing hint proves the graph acyclic.
-    """
-    n = schedule.n_ops
-    hint = np.asarray(hint)
-    if hint.shape != (n,) or hint.dtype.kind not in "iu":
-        return None
-    for u, v in (schedule.dep_arrays(), lane_edge_arrays(schedule)):
-        if u.size and not (hint[u] < hint[v]).all():
-            return None
-    return np.argsort(hint, kind="stable").tolist()  # type: ignore[no-any-return]

@@ -7,20 +7,17 @@ the timed events: F allocates at its start, B (or I and W, by the declared split
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
-from pptl.columns import KIND_CODE, LANE_CODE, Columns, table_if_arrays
+import numpy as np
+
 from pptl.config import Costs
-from pptl.dag import Adjacency, Successors, adjacency, kahn_order, successors, topological_order
+from pptl.dag import Successors, kahn_order, successors
 from pptl.errors import InputError, InvalidScheduleError
-from pptl.ir import Op, Schedule
+from pptl.ir import Op, Schedule, table_of
+from pptl.optable import KIND_CODE, LANE_CODE, Columns, OpTable
 from pptl.schedules._moe_meta import MoEMeta
 from pptl.timeline import Event, RankStats, Timeline, TimelineMeta, bubble_fraction
-
-if TYPE_CHECKING:
-    import networkx as nx
-
-    from pptl.optable import OpTable
 
 __all__ = ["Simulation", "RankMetrics", "durations", "simulate", "memory_events", "memory_timeline", "peak_memory",
            "held_spans", "op_events"]
@@ -28,10 +25,7 @@ __all__ = ["Simulation", "RankMetrics", "durations", "simulate", "memory_events"
 
 def op_at(schedule: Schedule, i: int) -> Op:
     """Op ``i``, without building the others when the schedule holds a table and no ops yet."""
-    t = schedule.built_table()
-    if t is not None and not schedule.has_ops():
-        return t.op(i)
-    return schedule.ops[i]
+    return table_of(schedule).op(i) if not schedule.has_ops() else schedule.ops[i]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,44 +104,16 @@ _COPIES = frozenset(("OFFLOAD", "ONLOAD", "H2D", "COPY"))
 
 def durations(schedule: Schedule, costs: Costs) -> list[float]:
     """Duration of every op. Raises InvalidScheduleError for a cost key with no value."""
-    table = table_if_arrays(schedule)
-    if table is not None:
-        return _durations_table(table, costs).tolist()  # type: ignore[no-any-return]
-    out: list[float] = []
-    # The cost table's answer per (cost key, stage), looked up once: plans run to 100k+ ops. A copy
-    # with no cost of its own is timed from its payload, so only the table's answer is cached,
-    # never a duration derived from one op's bytes.
-    cache: dict[tuple[str, int], float | None] = {}
-    for op in schedule.ops:
-        if op.kind == "SEND":
-            out.append(costs.comm_time(op.payload))
-            continue
-        if op.kind == "RECV":
-            out.append(0.0)  # the transfer is on the SEND; a RECV completes with it
-            continue
-        key = (op.cost_key, op.stage)
-        try:
-            d = cache[key]
-        except KeyError:  # first op of this key and stage (few: the hits pay no exception)
-            d = cache[key] = costs.lookup(op.cost_key, op.stage)
-        if d is None:
-            if op.payload and op.kind in _COPIES:
-                d = op.payload / costs.copy_bandwidth
-            else:
-                raise InvalidScheduleError(f"no cost for '{op.cost_key}' (op {op.id}); set it with --cost {op.cost_key}=VALUE")
-        out.append(d)
-
-    if costs.rank_scale:
-        _scale_ranks(schedule, costs.rank_scale, out)
-    return out
+    return _durations(table_of(schedule), costs).tolist()  # type: ignore[no-any-return]
 
 
-def _durations_table(t: OpTable, costs: Costs) -> Any:
-    """:func:`durations` on a table, with the same floats and the same error: the cost table is
-    asked once per (cost key, stage) present, a SEND's time and a copy's once per payload (in
-    Python, as the loop computes them), and the answers are spread over the rows."""
-    import numpy as np
-
+def _durations(t: OpTable, costs: Costs) -> Any:
+    """:func:`durations` as a float64 array: the cost table is asked once per (cost key, stage)
+    present, a SEND's time and a copy's once per payload (a SEND takes ``Costs.comm_time``, a
+    RECV completes with its SEND, a copy with no cost of its own takes ``payload /
+    copy_bandwidth``), and the answers are spread over the rows. ``Costs.rank_scale`` runs each
+    rank's compute-lane ops at its own speed (side lanes keep theirs: an all-to-all or a copy is
+    not the rank's compute)."""
     n = t.n
     kinds = t.kind_names
     send = _rows_of(t.kind, kinds, ("SEND",))
@@ -190,16 +156,12 @@ def _durations_table(t: OpTable, costs: Costs) -> Any:
 
 def _rows_of(codes: Any, names: tuple[str, ...], wanted: Any) -> Any:
     """Mask of the rows whose string field (``codes`` into ``names``) is one of ``wanted``."""
-    import numpy as np
-
     hit = [k for k, name in enumerate(names) if name in wanted]
     return np.isin(codes, hit) if hit else np.zeros(codes.size, dtype=bool)
 
 
 def _codes(combo: Any, stage: Any) -> tuple[Any, list[tuple[int, int]]]:
     """A code per row for its (combo, stage) and the (combo, stage) of each code."""
-    import numpy as np
-
     n = int(combo.size)
     if not n:
         return np.zeros(0, dtype=np.int64), []
@@ -218,35 +180,22 @@ def _codes(combo: Any, stage: Any) -> tuple[Any, list[tuple[int, int]]]:
 
 def _per_payload(payload: Any, time_of: Any) -> Any:
     """``time_of(payload)`` per row, called once per distinct payload (as Python floats)."""
-    import numpy as np
-
     found, inverse = np.unique(payload, return_inverse=True)
     return np.array([time_of(p) for p in found.tolist()], dtype=np.float64)[inverse.reshape(-1)]
 
 
-def _scale_ranks(schedule: Schedule, scale: Any, out: list[float]) -> None:
-    """``Costs.rank_scale``: each rank's compute-lane ops at its own speed (side lanes keep theirs:
-    an all-to-all or a copy is not the rank's compute)."""
-    for i, op in enumerate(schedule.ops):
-        if op.lane == "compute":
-            f = scale.get(op.rank)
-            if f is not None:
-                out[i] *= f
-
-
-def simulate(schedule: Schedule, costs: Costs | None = None, *, dag: nx.DiGraph | Adjacency | Successors | None = None,
+def simulate(schedule: Schedule, costs: Costs | None = None, *, dag: Successors | None = None,
              order: list[int] | None = None, activation: float | None = None,
              w_activation: float | None = None) -> Simulation:
     """Time every op of ``schedule`` and compute its metrics.
 
-    ``dag`` and ``order`` let a caller that has them (the checker) save their cost; ``dag`` is an
-    :class:`~pptl.dag.Adjacency` or a networkx graph of the same edges.
+    ``dag`` and ``order`` let a caller that has them (the checker) save their cost.
 
     Raises:
         InvalidScheduleError: the DAG has a cycle (run the checker for the cycle) or a cost is missing.
 
     Notes:
-        O(ops + edges): one topological pass over the DAG.
+        O(ops + edges): one topological pass over the DAG (one per re-timing pass under contexts).
     """
     cfg = schedule.config
     if costs is None:
@@ -256,69 +205,29 @@ def simulate(schedule: Schedule, costs: Costs | None = None, *, dag: nx.DiGraph 
     if w_activation is None:
         w_activation = cfg.w_activation if cfg is not None else 0.0
     n = schedule.n_ops
-    table = table_if_arrays(schedule)
-    # durations as an array too where the passes below run on arrays
-    dur_array = _durations_table(table, costs) if table is not None else None
-    dur = dur_array.tolist() if dur_array is not None else durations(schedule, costs)
-    contexts = bool(costs.context or costs.beside)
-    succ: Successors | None = None
-    if not contexts and (isinstance(dag, Successors) or (dag is None and table is not None)):
-        # Large plans: one walk over successor lists, no list of predecessors per op.
-        succ = dag if isinstance(dag, Successors) else successors(schedule)
-        if order is None:
-            order = kahn_order(succ)
-        if order is None:
-            raise InvalidScheduleError(_CYCLE)
-        start, end = _push_longest(order, succ, dur)
-    else:
-        g = dag if dag is not None and not isinstance(dag, Successors) else adjacency(schedule)
-        start = [0.0] * n
-        end = [0.0] * n
-        via = [-1] * n
-        pred = g.pred
-        if order is None:
-            order = topological_order(g if isinstance(g, Adjacency) else adjacency(schedule))
-        if order is None:
-            raise InvalidScheduleError(_CYCLE)
-        _longest_path(order, pred, dur, start, end, via)
-        if contexts:
-            dur = _retime_in_context(schedule, costs, order, pred, dur, start, end, via)
-            dur_array = None
-    # On arrays only when the checker built the columns already (or the schedule was made from a
-    # table): building them for these passes alone costs more than the loops (2026-11-26: 97k-op
-    # interleaved plan, 97 ms against 83).
-    cols = table.columns if table is not None and n else None
-    times = None
-    if cols is not None:
-        import numpy as np
-
-        times = (np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64))
-        # max and argmax as the loops take them: the first op of the latest end
-        makespan = float(times[1].max()) - float(times[0].min())
-        last = int(times[1].argmax())
-    else:
-        makespan = max(end, default=0.0) - min(start, default=0.0)
-        last = max(range(n), key=end.__getitem__) if n else -1
+    table = table_of(schedule)
+    dur_array = _durations(table, costs)
+    dur = dur_array.tolist()
+    succ = dag if dag is not None else successors(schedule)
+    if order is None:
+        order = kahn_order(succ)
+    if order is None:
+        raise InvalidScheduleError(_CYCLE)
+    start, end = _push_longest(order, succ, dur)
+    if costs.context or costs.beside:
+        dur, start, end = _retime_in_context(schedule, costs, order, succ, dur, start, end)
+        dur_array = np.asarray(dur, dtype=np.float64)
+    times = (np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64))
+    # max and argmax: the first op of the latest end
+    makespan = float(times[1].max()) - float(times[0].min()) if n else 0.0
+    last = int(times[1].argmax()) if n else -1
     if not makespan < float("inf"):  # also NaN; every renderer and writer needs finite times
         raise InputError(f"the timed schedule overflows a float (makespan {makespan}): a cost, comm.bytes or a "
                          "bandwidth is out of scale; costs up to 1e15 and bandwidths that keep bytes / bandwidth "
                          "finite work")
-    if succ is not None:
-        path = _critical_path(succ, start, end, last)
-    else:
-        path = []
-        v = last
-        while v >= 0:
-            path.append(v)
-            v = via[v]
-        path.reverse()
+    path = _critical_path(succ, start, end, last)
     peaks, peak_at = _peak_memory(schedule, start, end, activation, w_activation, times=times)
-    busy = _busy_arrays(schedule, cols, dur if dur_array is None else dur_array) if cols is not None else None
-    if busy is None:
-        busy = {r: 0.0 for r in range(schedule.pp)}
-        for i, op in enumerate(schedule.ops):
-            if op.lane == "compute":
-                busy[op.rank] = busy.get(op.rank, 0.0) + dur[i]
+    busy = _busy(schedule, table.columns, dur_array)
     ranks = [
         RankMetrics.of(r, b, makespan, peak_activation=peaks.get(r, 0.0))
         for r, b in sorted(busy.items())
@@ -326,29 +235,22 @@ def simulate(schedule: Schedule, costs: Costs | None = None, *, dag: nx.DiGraph 
     return Simulation(schedule, start, end, makespan, ranks, path, peak_at)
 
 
-def _busy_arrays(schedule: Schedule, cols: Columns, dur: list[float]) -> dict[int, float] | None:
-    """Compute-lane time per rank on arrays (None for ranks below 0: the plain loop takes those).
-    ``bincount`` adds each rank's durations in op order, as the loop does (same floats)."""
-    import numpy as np
-
+def _busy(schedule: Schedule, cols: Columns, dur: Any) -> dict[int, float]:
+    """Compute-lane time per rank (every rank of the schedule, and any other an op names).
+    ``bincount`` adds each rank's durations in op order (the floats of a loop)."""
     comp = cols.lane == LANE_CODE["compute"]
     ranks = cols.rank[comp]
-    if ranks.size and int(ranks.min()) < 0:
-        return None
-    sums = np.bincount(ranks, weights=np.asarray(dur, dtype=np.float64)[comp], minlength=schedule.pp)
-    busy = dict(enumerate(sums.tolist()))
-    seen = np.zeros(sums.size, dtype=bool)
-    seen[ranks] = True
-    seen[:schedule.pp] = True
-    return {r: busy[r] for r in np.flatnonzero(seen).tolist()}
+    rank_ids, where = np.unique(np.concatenate([np.arange(schedule.pp, dtype=np.int64), ranks]), return_inverse=True)
+    sums = np.bincount(where.reshape(-1)[schedule.pp:], weights=dur[comp], minlength=rank_ids.size)
+    return dict(zip(rank_ids.tolist(), sums.tolist()))
 
 
 _CYCLE = "the schedule deadlocks (its DAG has a cycle); run 'pptl check' to see the cycle"
 
 
 def _push_longest(order: list[int], succ: Successors, dur: list[float]) -> tuple[list[float], list[float]]:
-    """:func:`_longest_path` pushed along successors: each op, once its own end is known, raises
-    the start of the ops after it. The same floats (a max is a max in any order)."""
+    """The longest path over the DAG, pushed along successors: each op, once its own end is known,
+    raises the start of the ops after it. Returns (start, end)."""
     n = len(dur)
     start = [0.0] * n
     end = [0.0] * n
@@ -363,11 +265,9 @@ def _push_longest(order: list[int], succ: Successors, dur: list[float]) -> tuple
 
 
 def _critical_path(succ: Successors, start: list[float], end: list[float], last: int) -> list[int]:
-    """The longest path into ``last``, as :func:`_longest_path`'s ``via`` walks it: from each op
-    to its first predecessor (in edge order) that ends when the op starts (none when it starts
-    at 0). Only the ops on the path look their predecessors up."""
-    import numpy as np
-
+    """The longest path into ``last``: from each op to its first predecessor (in edge order) that
+    ends when the op starts (none when it starts at 0). Only the ops on the path look their
+    predecessors up."""
     if last < 0:
         return []
     n = len(start)
@@ -391,26 +291,13 @@ def _critical_path(succ: Successors, start: list[float], end: list[float], last:
     return path
 
 
-def _longest_path(order: list[int], pred: Any, dur: list[float], start: list[float], end: list[float],
-                  via: list[int]) -> None:
-    for v in order:
-        t = 0.0
-        best = -1
-        for u in pred[v]:
-            e = end[u]
-            if e > t:
-                t, best = e, u
-        start[v] = t
-        end[v] = t + dur[v]
-        via[v] = best
-
-
-def _retime_in_context(schedule: Schedule, costs: Costs, order: list[int], pred: Any, dur: list[float],
-                       start: list[float], end: list[float], via: list[int]) -> list[float]:
+def _retime_in_context(schedule: Schedule, costs: Costs, order: list[int], succ: Successors, dur: list[float],
+                       start: list[float], end: list[float]) -> tuple[list[float], list[float], list[float]]:
     """Context hook (:mod:`pptl.contexts`): ops whose cost key has durations per context (alone, or
     beside compute of a kind) progress at the rate of the context they are in along their timed
     span, and so do compute ops with a duration beside a side-lane op (``Costs.beside``);
-    re-timed until the durations settle. Family-agnostic: read off the lanes of each rank."""
+    re-timed until the durations settle. Family-agnostic: read off the lanes of each rank.
+    Returns (durations, start, end)."""
     from pptl.contexts import BESIDE_PASSES, CONTEXT_PASSES, Span, compute_context_durations, context_durations, is_side
 
     ops = schedule.ops
@@ -425,7 +312,8 @@ def _retime_in_context(schedule: Schedule, costs: Costs, order: list[int], pred:
                 if b is not None:
                     beside.append((i, b))
             elif is_side(op.lane, op.kind):
-                issued.append((i, [u for u in pred[i] if ops[u].rank == op.rank]))
+                preds = succ.edge_u[succ.edge_v == i].tolist()
+                issued.append((i, [u for u in preds if ops[u].rank == op.rank]))
     memo: list[float | None] = [None] * len(ops)
     swing = [0.0] * len(ops) if beside else []
     for _ in range(BESIDE_PASSES if beside else CONTEXT_PASSES):
@@ -446,8 +334,8 @@ def _retime_in_context(schedule: Schedule, costs: Costs, order: list[int], pred:
         if new == dur:
             break
         dur = new
-        _longest_path(order, pred, dur, start, end, via)
-    return dur
+        start, end = _push_longest(order, succ, dur)
+    return dur, start, end
 
 
 def memory_events(op: Op, activation: float, w_activation: float) -> tuple[float, float]:
@@ -540,10 +428,10 @@ def _peak_memory(schedule: Schedule, start: list[float], end: list[float], activ
                  skip: frozenset[str] = frozenset(), times: tuple[Any, Any] | None = None
                  ) -> tuple[dict[int, float], dict[int, float]]:
     """:func:`peak_memory`; ``times``: ``start`` and ``end`` as float64 arrays, when the caller has them."""
-    table = table_if_arrays(schedule) if not skip else None
-    if table is not None and not held_spans(schedule) and MoEMeta.of(schedule).held_saved is not True:
+    if not skip and not held_spans(schedule) and MoEMeta.of(schedule).held_saved is not True:
         at, till = times if times is not None else (start, end)
-        return _peaks_arrays(schedule, table.columns, at, till, activation, w_activation, table)
+        return _peaks(table_of(schedule), start=at, end=till, activation=activation, w_activation=w_activation)
+    # Held spans and skipped kinds: the events one by one (families that declare them are small).
     peaks: dict[int, float] = {}
     when: dict[int, float] = {}
     for r, evs in memory_timeline(schedule, start, end, activation, w_activation, skip).items():
@@ -558,15 +446,14 @@ def _peak_memory(schedule: Schedule, start: list[float], end: list[float], activ
     return peaks, when
 
 
-def _peaks_arrays(schedule: Schedule, cols: Columns, start: Any, end: Any, activation: float,
-                  w_activation: float, table: OpTable | None = None) -> tuple[dict[int, float], dict[int, float]]:
-    """:func:`peak_memory` (no skipped kinds, no held spans) on arrays, with the same floats: the
-    events sorted as :func:`memory_timeline` sorts them, each rank's running sum added in order
-    (``cumsum`` is sequential), and the peak's tolerance applied where the running sum reaches a
-    new high (the only places the loop can move its peak)."""
-    import numpy as np
-
-    n = schedule.n_ops
+def _peaks(table: OpTable, *, start: Any, end: Any, activation: float, w_activation: float
+           ) -> tuple[dict[int, float], dict[int, float]]:
+    """:func:`peak_memory` (no skipped kinds, no held spans) on arrays, with the floats of
+    :func:`memory_timeline`'s walk: the events sorted as it sorts them, each rank's running sum
+    added in order (``cumsum`` is sequential), and the peak's tolerance applied where the running
+    sum reaches a new high (the only places a walk can move its peak)."""
+    cols = table.columns
+    n = table.n
     k = cols.kind
     alloc = np.zeros(n)
     free = np.zeros(n)
@@ -575,14 +462,11 @@ def _peaks_arrays(schedule: Schedule, cols: Columns, start: Any, end: Any, activ
     free[(k == code["B"]) | (k == code["FB"])] = activation
     free[k == code["I"]] = activation * (1.0 - w_activation)
     free[k == code["W"]] = activation * w_activation
-    if table is not None:  # of the family kinds, only the copies of activations count (memory_events)
-        offload = _rows_of(table.kind, table.kind_names, ("OFFLOAD",))
-        free[offload] = table.payload[offload]
-        onload = _rows_of(table.kind, table.kind_names, ("ONLOAD",))
-        free[onload] = -table.payload[onload]
-    else:
-        for i in np.flatnonzero(k == 0).tolist():  # family kinds (OFFLOAD, ONLOAD...): as the loop says
-            alloc[i], free[i] = memory_events(schedule.ops[i], activation, w_activation)
+    # Of the family kinds, only the copies of activations count (memory_events).
+    offload = _rows_of(table.kind, table.kind_names, ("OFFLOAD",))
+    free[offload] = table.payload[offload]
+    onload = _rows_of(table.kind, table.kind_names, ("ONLOAD",))
+    free[onload] = -table.payload[onload]
     a = np.flatnonzero(alloc)
     f = np.flatnonzero(free)
     idx = np.concatenate([a, f])

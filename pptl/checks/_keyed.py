@@ -1,9 +1,8 @@
 """Helpers of the rules' array paths: rows grouped by integer keys, and a schedule's lanes as arrays.
 
-The plain paths key dicts by tuples such as (role, direction, stage, mb); the array paths turn each
-such tuple into one dense integer id (:func:`dense_ids`) and keep "the first row of each key" in a
-flat array indexed by it (:func:`first_of`), which costs a few passes of numpy instead of a dict
-entry per op. Imported only by the array paths (it imports numpy).
+A key such as (role, direction, stage, mb) becomes one dense integer id (:func:`dense_ids`), and
+"the first row of each key" a flat array indexed by it (:func:`first_of`): a few passes of numpy
+instead of a dict entry per op.
 """
 from __future__ import annotations
 
@@ -14,8 +13,9 @@ import numpy as np
 
 from pptl.checks.work_arrays import group_ids
 from pptl.ir import Schedule
+from pptl.optable import KIND_CODE, flat_lanes
 
-__all__ = ["dense_ids", "first_of", "LaneArrays", "lane_arrays", "RoleItems", "role_items", "indices_fit"]
+__all__ = ["dense_ids", "first_of", "LaneArrays", "lane_arrays", "RoleItems", "role_items"]
 
 _I64 = np.int64
 
@@ -38,7 +38,7 @@ def first_of(ids: Any, size: int, rows: Any) -> Any:
 @dataclass(frozen=True)
 class LaneArrays:
     """Every (lane, position) of ``schedule.lanes``, in its iteration order (lanes in dict order,
-    each in run order): what the plain paths walk with ``for key, order in lanes.items()``."""
+    each in run order)."""
 
     keys: list[tuple[int, str]]
     """The lanes, in ``schedule.lanes`` order."""
@@ -51,21 +51,18 @@ class LaneArrays:
     rank: Any
     """The rank of the entry's lane (its key's, not the op's)."""
     unique: bool
-    """Whether every op index is in range and listed once (else the plain paths decide which
-    listing a dict keeps)."""
+    """Whether every op index is listed once."""
 
 
 def lane_arrays(s: Schedule) -> LaneArrays:
     """:class:`LaneArrays` of a schedule (a check run keeps one: :attr:`pptl.checks.base.Context.lane_arrays`)."""
-    from pptl.optable import flat_lanes
-
-    keys, op, lane = flat_lanes(s)
+    keys, op, lane = flat_lanes(s.lanes)
     lengths = np.bincount(lane, minlength=len(keys)) if keys else np.zeros(0, dtype=_I64)
     starts = np.cumsum(lengths) - lengths
     pos = np.arange(op.size, dtype=_I64) - starts[lane]
     ranks = np.fromiter((k[0] for k in keys), dtype=_I64, count=len(keys))
     n = s.n_ops
-    unique = op.size == 0 or (int(op.min()) >= 0 and int(op.max()) < n and int(np.bincount(op).max()) <= 1)
+    unique = op.size == 0 or int(np.bincount(op, minlength=n).max()) <= 1
     return LaneArrays(keys, op, lane, pos, ranks[lane] if keys else np.zeros(0, dtype=_I64), unique)
 
 
@@ -89,8 +86,6 @@ class RoleItems:
 def role_items(table: Any, rows: Any, roles: tuple[int, ...] = (F, G, W)) -> RoleItems:
     """The work items of the ops ``rows`` (indices into ``table``), for the roles asked: F makes F;
     B makes G and W; I makes G; W makes W; FB with a pair makes F, and G and W of its pair."""
-    from pptl.columns import KIND_CODE
-
     cols = table.columns
     kind = cols.kind[rows]
     fb = (kind == KIND_CODE["FB"]) & table.has_pair[rows]
@@ -109,10 +104,3 @@ def role_items(table: Any, rows: Any, roles: tuple[int, ...] = (F, G, W)) -> Rol
             at = np.flatnonzero(sel)
             parts.append((at, np.full(at.size, role, dtype=_I64), *(c[at] for c in cols_of)))
     return RoleItems(*(np.concatenate([p[k] for p in parts]) for k in range(5)))
-
-
-def indices_fit(*cols: Any) -> bool:
-    """Whether every value is far enough from the int64 bounds that a stage + 1 or - 1 cannot wrap
-    (the plain paths use Python ints; beyond this they run instead)."""
-    bound = 1 << 62
-    return all(c.size == 0 or (int(c.min()) > -bound and int(c.max()) < bound) for c in cols)

@@ -26,12 +26,13 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
+import numpy as np
+
+from pptl.checks._keyed import F, G, dense_ids, first_of, role_items
 from pptl.checks.base import Context, Violation
-from pptl.columns import KIND_CODE, LANE_CODE, Columns
 from pptl.ir import Schedule
-from pptl.issue_order import given_program
-from pptl.messages import message_key
-from pptl.schedules._pipeline_meta import PipelineMeta
+from pptl.issue_order import given_program, given_sequences
+from pptl.optable import FLOW_CODE, KIND_CODE, LANE_CODE, Columns
 
 __all__ = [
     "fifo_order",
@@ -45,6 +46,7 @@ __all__ = [
 _COMM = ("SEND", "RECV")
 _COMM_SET = frozenset(_COMM)
 _ORDINAL = {1: "1st", 2: "2nd", 3: "3rd"}
+_FAR = 1 << 62
 
 
 # ----------------------------------------------------------------------------------------------
@@ -98,26 +100,40 @@ def fifo_order(ctx: Context) -> list[Violation]:
     """
     if ctx.p2p == "nonblocking":
         return []
-    if ctx.table is not None:
-        found = _fifo_order_arrays(ctx)
-        if found is not None:
-            return found
-    if _given(ctx) is None:
+    if _program_arrays(ctx) is None:
         return []
-    s = ctx.schedule
-    sends, recvs = _ctx_channels(ctx)
-    out: list[Violation] = []
-    for pair in sorted(set(sends) & set(recvs)):
-        src, dst = pair
-        for k, (i, j) in enumerate(zip(sends[pair], recvs[pair])):
-            if message_key(s.ops[i]) != message_key(s.ops[j]):
-                nth = _ORDINAL.get(k + 1, f"{k + 1}th")
-                out.append(Violation(
-                    "PP030", f"{ctx.p2p} matches P2P in order per pair of ranks: rank {src}'s {nth} send to "
-                    f"rank {dst} is {_short(s.ops[i])} but rank {dst}'s {nth} receive from rank {src} is "
-                    f"{_short(s.ops[j])}; the data would land in the wrong place (reorder one side)",
-                    (s.ops[i].id, s.ops[j].id)))
-                break
+    t = ctx.table
+    col = t.columns
+    send, recv, nth = _matched(ctx)
+    if send.size == 0:
+        return []
+    # message_key of each side (the RECV names its sender's stage); stages beyond +-2**62 (PP004
+    # reports them) are clamped so that stage + 1 cannot wrap.
+    r_stage = np.clip(col.stage[recv], -_FAR, _FAR)
+    r_sender = np.where(col.kind[recv] == KIND_CODE["SEND"], r_stage,
+                        np.where(col.flow[recv] == FLOW_CODE["F"], r_stage - 1, r_stage + 1))
+    s_stage = np.clip(col.stage[send], -_FAR, _FAR)
+    s_sender = np.where(col.kind[send] == KIND_CODE["SEND"], s_stage,
+                        np.where(col.flow[send] == FLOW_CODE["F"], s_stage - 1, s_stage + 1))
+    differ = (t.flow[send] != t.flow[recv]) | (col.direction[send] != col.direction[recv]) | \
+        (s_sender != r_sender) | (col.mb[send] != col.mb[recv])
+    bad = np.flatnonzero(differ)
+    if bad.size == 0:
+        return []
+    la_rank = _lane_rank(ctx)
+    src, dst = la_rank[send[bad]], la_rank[recv[bad]]
+    # The first mismatch of each pair of ranks (matches are by pair, then k).
+    new = np.ones(bad.size, dtype=bool)
+    new[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
+    out = []
+    for i, j, a, b, k in zip(send[bad][new].tolist(), recv[bad][new].tolist(), src[new].tolist(), dst[new].tolist(),
+                             nth[bad][new].tolist()):
+        ordinal = _ORDINAL.get(k + 1, f"{k + 1}th")
+        si, rj = t.op(i), t.op(j)
+        out.append(Violation(
+            "PP030", f"{ctx.p2p} matches P2P in order per pair of ranks: rank {a}'s {ordinal} send to "
+            f"rank {b} is {_short(si)} but rank {b}'s {ordinal} receive from rank {a} is "
+            f"{_short(rj)}; the data would land in the wrong place (reorder one side)", (si.id, rj.id)))
     return out
 
 
@@ -146,53 +162,6 @@ def _issue_positions(ctx: Context) -> dict[str, list[Violation]]:
     return ctx.once(_issue_positions_of)
 
 
-def _issue_positions_of(ctx: Context) -> dict[str, list[Violation]]:
-    if ctx.table is not None:
-        found = _issue_positions_arrays(ctx)
-        if found is not None:
-            return found
-    s = ctx.schedule
-    prog = _given(ctx)
-    out: dict[str, list[Violation]] = {"SEND": [], "RECV": []}
-    ops = s.ops
-    for rank, seq in (prog or {}).items():
-        # (role, d, stage, mb) -> first position on this rank; only F and G are looked up below.
-        made: dict[tuple[str, int, int, int], int] = {}
-        put = made.setdefault
-        p2p: list[tuple[int, int]] = []
-        for pos, i in enumerate(seq):
-            op = ops[i]
-            if op.lane != "compute":
-                if op.flow == "F" or op.flow == "B":
-                    p2p.append((pos, i))
-                continue
-            k = op.kind
-            if k == "F":
-                put(("F", op.direction, op.stage, op.mb), pos)
-            elif k == "B" or k == "I":
-                put(("G", op.direction, op.stage, op.mb), pos)
-            elif k == "FB" and op.pair is not None:
-                put(("F", op.direction, op.stage, op.mb), pos)
-                ps, pm, pd = op.pair
-                put(("G", pd, ps, pm), pos)
-        for pos, i in p2p:
-            op = ops[i]
-            # A SEND carries what its stage made; a RECV feeds the op making F (or G) at its stage.
-            at = made.get(("F" if op.flow == "F" else "G", op.direction, op.stage, op.mb))
-            if at is None:
-                continue
-            other = ops[seq[at]]
-            if op.kind == "SEND" and at > pos:
-                out["SEND"].append(Violation(
-                    "PP032", f"rank {rank} issues {_short(op)} at step {pos}, before {other.id} (step {at}) "
-                    "produces its data", (op.id, other.id)))
-            elif op.kind == "RECV" and at < pos:
-                out["RECV"].append(Violation(
-                    "PP033", f"rank {rank} issues {_short(op)} at step {pos}, after {other.id} (step {at}) "
-                    "needed its data", (op.id, other.id)))
-    return out
-
-
 def p2p_deadlock(ctx: Context) -> list[Violation]:
     """PP031: the schedule hangs under the chosen P2P model although its data order is fine.
 
@@ -208,30 +177,18 @@ def p2p_deadlock(ctx: Context) -> list[Violation]:
     """
     s = ctx.schedule
     mode = ctx.p2p
-    if ctx.table is not None:
-        arrays = _program_arrays(ctx)
-        if arrays is None or not ctx.kinds & _COMM_SET:
-            return []
-        seqs, lengths = arrays
-        matched = _matched(ctx) if mode != "nonblocking" else None
-        if mode != "nonblocking" and matched is None:
-            left = _left_in_cycles(s, mode, _given(ctx) or {}, _rendezvous(s, _ctx_channels(ctx)))
-        else:
-            left = _left_in_cycles_arrays(s, ctx.table.columns, mode, seqs, lengths,
-                                          matched[:2] if matched is not None else None)
-        if not left:
-            return []
-        prog = _given(ctx)
-        assert prog is not None
-        rep = _rendezvous(s, _ctx_channels(ctx)) if mode != "nonblocking" else {}
-    else:
-        prog = _given(ctx)
-        if prog is None or not ctx.kinds & _COMM_SET:
-            return []
-        rep = _rendezvous(s, _ctx_channels(ctx)) if mode != "nonblocking" else {}
-        left = _left_in_cycles(s, mode, prog, rep)
-        if not left:
-            return []
+    arrays = _program_arrays(ctx)
+    if arrays is None or not ctx.kinds & _COMM_SET:
+        return []
+    seqs, lengths = arrays
+    left = _left_in_cycles(s, ctx.table.columns, mode, seqs, lengths,
+                           _matched(ctx)[:2] if mode != "nonblocking" else None)
+    if not left:
+        return []
+    # The explanation: the labelled edges among the ops left, and networkx's cycle through them.
+    prog = _given(ctx)
+    assert prog is not None
+    rep = _rendezvous(s, _ctx_channels(ctx)) if mode != "nonblocking" else {}
     n = ctx.n
     node = list(range(n))
     for j, i in rep.items():
@@ -333,39 +290,12 @@ def _edges(s: Schedule, mode: str, prog: dict[int, list[int]],
                 last_compute = i
 
 
-def _left_in_cycles(s: Schedule, mode: str, prog: dict[int, list[int]], rep: dict[int, int]) -> set[int]:
-    """Kahn's algorithm on the wait-for graph (RECVs merged into the SENDs they meet): the nodes
-    it cannot order, i.e. on or behind a cycle (empty when the schedule cannot hang)."""
-    n = len(s.ops)
-    node = list(range(n))
-    for j, i in rep.items():
-        node[j] = i
-    indeg = [0] * n
-    succ: list[list[int]] = [[] for _ in range(n)]
-    for u, v, _ in _edges(s, mode, prog, rep):
-        u, v = node[u], node[v]
-        if u != v:
-            succ[u].append(v)
-            indeg[v] += 1
-    ready = [i for i in range(n) if node[i] == i and indeg[i] == 0]
-    for u in ready:  # the list grows as the loop runs
-        for v in succ[u]:
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                ready.append(v)
-    if len(ready) == n - len(rep):
-        return set()
-    return {i for i in range(n) if node[i] == i and indeg[i] > 0}
-
-
 def _wait_arrays(s: Schedule, cols: Columns, mode: str, seqs: Any, lengths: list[int],
                  matched: tuple[Any, Any] | None) -> tuple[Any, Any]:
     """The edges of :func:`_edges` (without their labels) as two arrays (u, v), in another order.
 
     ``seqs``/``lengths``: every rank's issue order, one after the other (:func:`_program_arrays`);
     ``matched``: (SENDs, RECVs) that meet (:func:`_matched`), None under nonblocking."""
-    import numpy as np
-
     du, dv = s.dep_arrays()
     if matched is not None and matched[0].size:
         keep = ~((cols.kind[du] == KIND_CODE["SEND"]) & (cols.kind[dv] == KIND_CODE["RECV"]))
@@ -402,11 +332,10 @@ def _wait_arrays(s: Schedule, cols: Columns, mode: str, seqs: Any, lengths: list
     return np.concatenate(us), np.concatenate(vs)
 
 
-def _left_in_cycles_arrays(s: Schedule, cols: Columns, mode: str, seqs: Any, lengths: list[int],
-                           matched: tuple[Any, Any] | None) -> set[int]:
-    """:func:`_left_in_cycles` with the graph built on arrays (same result)."""
-    import numpy as np
-
+def _left_in_cycles(s: Schedule, cols: Columns, mode: str, seqs: Any, lengths: list[int],
+                    matched: tuple[Any, Any] | None) -> set[int]:
+    """Kahn's algorithm on the wait-for graph (RECVs merged into the SENDs they meet): the nodes
+    it cannot order, i.e. on or behind a cycle (empty when the schedule cannot hang)."""
     n = cols.n
     u, v = _wait_arrays(s, cols, mode, seqs, lengths, matched)
     node = np.arange(n, dtype=np.int64)
@@ -435,56 +364,23 @@ def _left_in_cycles_arrays(s: Schedule, cols: Columns, mode: str, seqs: Any, len
 
 
 def _program_arrays(ctx: Context) -> tuple[Any, list[int]] | None:
-    """:func:`pptl.issue_order.given_program` as arrays (once per check run): every rank's issue
-    order one after the other, and each rank's length; None when it gives None."""
+    """:func:`pptl.issue_order.given_sequences` once per check run."""
     return ctx.once(_program_arrays_of)
 
 
 def _program_arrays_of(ctx: Context) -> tuple[Any, list[int]] | None:
-    return _program_of(ctx.schedule, ctx.n)
+    return given_sequences(ctx.schedule)
 
 
-def _program_of(schedule: Schedule, n: int) -> tuple[Any, list[int]] | None:
-    import numpy as np
-
-    letters = PipelineMeta.of(schedule).program_order
-    if letters is None or len(letters) != schedule.pp:
-        return None
-    parts = []
-    for rank, text in enumerate(letters):
-        orders = [schedule.lanes.get((rank, lane), []) for lane in ("compute", "send", "recv")]
-        # Each letter takes the next op of its lane: every lane used up exactly (the text holds c/s/r only).
-        if [text.count(ch) for ch in "csr"] != [len(o) for o in orders]:
-            return None
-        code = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
-        seq = np.empty(code.size, dtype=np.int64)
-        for ch, order in zip(b"csr", orders):
-            seq[code == ch] = order
-        parts.append(seq)
-    lengths = [int(p.size) for p in parts]
-    if sum(lengths) != n:
-        return None
-    return (np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)), lengths
-
-
-def _matched(ctx: Context) -> tuple[Any, Any, Any] | None:
+def _matched(ctx: Context) -> tuple[Any, Any, Any]:
     """(SENDs, RECVs, k): the k-th SEND from a rank to a peer and the k-th RECV that peer posts from
-    it (:func:`_channels` order), every pair of ranks by (src, dst), then by k (once per run).
-    None when a lane lists an op twice (the plain paths' dicts then decide which listing counts)."""
+    it (:func:`_channels` order), every pair of ranks by (src, dst), then by k (once per run)."""
     return ctx.once(_matched_of)
 
 
-def _matched_of(ctx: Context) -> tuple[Any, Any, Any] | None:
-    import numpy as np
-
-    from pptl.checks._keyed import dense_ids
-
-    t = ctx.table
-    assert t is not None
-    col = t.columns
+def _matched_of(ctx: Context) -> tuple[Any, Any, Any]:
+    col = ctx.table.columns
     la = ctx.lane_arrays
-    if not la.unique:
-        return None
     kind = col.kind[la.op]
     se = np.flatnonzero(kind == KIND_CODE["SEND"])
     re = np.flatnonzero(kind == KIND_CODE["RECV"])
@@ -507,81 +403,24 @@ def _matched_of(ctx: Context) -> tuple[Any, Any, Any] | None:
     return s_op[ok], r_op[r_starts[s_ch[ok]] + s_k[ok]], s_k[ok]
 
 
-def _fifo_order_arrays(ctx: Context) -> list[Violation] | None:
-    """:func:`fifo_order` on the op table (same violations, same order); None when a stage is too
-    near the int64 bounds for stage + 1 (the plain path then runs)."""
-    import numpy as np
-
-    from pptl.checks._keyed import indices_fit
-    from pptl.columns import FLOW_CODE
-
-    if _program_arrays(ctx) is None:
-        return []
-    t = ctx.table
-    assert t is not None
-    col = t.columns
-    if not indices_fit(col.stage):
-        return None
-    matched = _matched(ctx)
-    if matched is None:
-        return None
-    send, recv, nth = matched
-    if send.size == 0:
-        return []
-    # message_key of each side: the RECV names its sender's stage.
-    r_stage = col.stage[recv]
-    r_sender = np.where(col.kind[recv] == KIND_CODE["SEND"], r_stage,
-                        np.where(col.flow[recv] == FLOW_CODE["F"], r_stage - 1, r_stage + 1))
-    s_stage = col.stage[send]
-    s_sender = np.where(col.kind[send] == KIND_CODE["SEND"], s_stage,
-                        np.where(col.flow[send] == FLOW_CODE["F"], s_stage - 1, s_stage + 1))
-    differ = (t.flow[send] != t.flow[recv]) | (col.direction[send] != col.direction[recv]) | \
-        (s_sender != r_sender) | (col.mb[send] != col.mb[recv])
-    bad = np.flatnonzero(differ)
-    if bad.size == 0:
-        return []
-    la_rank = _lane_rank(ctx)
-    src, dst = la_rank[send[bad]], la_rank[recv[bad]]
-    # The first mismatch of each pair of ranks (matches are by pair, then k).
-    new = np.ones(bad.size, dtype=bool)
-    new[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
-    sends_k = nth[bad][new].tolist()
-    out = []
-    for i, j, a, b, k in zip(send[bad][new].tolist(), recv[bad][new].tolist(), src[new].tolist(), dst[new].tolist(),
-                             sends_k):
-        nth = _ORDINAL.get(k + 1, f"{k + 1}th")
-        si, rj = t.op(i), t.op(j)
-        out.append(Violation(
-            "PP030", f"{ctx.p2p} matches P2P in order per pair of ranks: rank {a}'s {nth} send to "
-            f"rank {b} is {_short(si)} but rank {b}'s {nth} receive from rank {a} is "
-            f"{_short(rj)}; the data would land in the wrong place (reorder one side)", (si.id, rj.id)))
-    return out
-
-
 def _lane_rank(ctx: Context) -> Any:
     """The rank of the lane each op is listed on (-1: none)."""
-    import numpy as np
-
     la = ctx.lane_arrays
     out = np.full(ctx.n, -1, dtype=np.int64)
     out[la.op] = la.rank
     return out
 
 
-def _issue_positions_arrays(ctx: Context) -> dict[str, list[Violation]] | None:
-    """:func:`_issue_positions` on the op table (same violations, same order)."""
-    import numpy as np
-
-    from pptl.checks._keyed import F, G, dense_ids, first_of, role_items
-    from pptl.columns import FLOW_CODE
-
+def _issue_positions_of(ctx: Context) -> dict[str, list[Violation]]:
+    """PP032 and PP033: per rank, the first place in its issue order where each unit of work is
+    made, against the place of each SEND (it carries what its stage made) and RECV (it feeds the
+    op making F, or G, at its stage)."""
     prog = _program_arrays(ctx)
     out: dict[str, list[Violation]] = {"SEND": [], "RECV": []}
     if prog is None:
         return out
     seqs, lengths = prog
     t = ctx.table
-    assert t is not None
     col = t.columns
     starts = np.cumsum([0] + lengths[:-1]).astype(np.int64)
     rank_of = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
