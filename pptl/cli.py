@@ -442,7 +442,8 @@ def render(
     plotlyjs: PlotlyJs = "inline",
 ) -> None:
     """Draw a timeline: in the terminal by default, or to PNG/SVG/PDF/HTML with -o (or --html)."""
-    from pptl.render import load_timeline, output_format, parse_window, plain_counterpart, write_file
+    from pptl.planning import load_timeline, plain_counterpart
+    from pptl.render import output_format, parse_window, write_file
     from pptl.render.options import RenderOptions, parse_size
     from pptl.render.styles import STYLE_NAMES
 
@@ -469,7 +470,7 @@ def render(
 
             check_new(out_file)
     tl = load_timeline(file)
-    compare = plain_counterpart(tl, file) if compare_warmup else None
+    compare = plain_counterpart(file) if compare_warmup else None
     if out_file is not None:
         for warning in write_file(tl, out_file, window=window, overwrite=named, options=opts, compare=compare,
                                   plotlyjs=plotlyjs):
@@ -682,10 +683,16 @@ def diagnose(
             seen[d.rank] = f
         result = diagnose_dumps(loaded, schedule)
     if out_file is not None:
+        from pptl.errors import InvalidScheduleError
         from pptl.render.diagnose_figure import diagnose_figure
         from pptl.render.mpl import image_bytes
+        from pptl.simulate import simulate
 
-        atomic_write(out_file, image_bytes(diagnose_figure(result, schedule), fmt))
+        try:  # the plan's times place the ops; a plan the simulator refuses is drawn in issue order
+            planned = simulate(schedule).timeline(with_waits=False) if schedule is not None else None
+        except (InvalidScheduleError, InputError):
+            planned = None
+        atomic_write(out_file, image_bytes(diagnose_figure(result, planned), fmt))
     if output == "json":
         _print_json(to_dict(result))
     else:

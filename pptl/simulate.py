@@ -7,17 +7,18 @@ the timed events: F allocates at its start, B (or I and W, by the declared split
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from pptl.config import Costs
 from pptl.dag import Successors, kahn_order, successors
 from pptl.errors import InputError, InvalidScheduleError
+from pptl.events import memory_events, op_events
 from pptl.ir import Op, Schedule, table_of
 from pptl.optable import KIND_CODE, LANE_CODE, Columns, OpTable
 from pptl.schedules._moe_meta import MoEMeta
-from pptl.timeline import Event, RankStats, Timeline, TimelineMeta, bubble_fraction
+from pptl.timeline import RankStats, Timeline, TimelineMeta, bubble_fraction
 
 __all__ = ["Simulation", "RankMetrics", "durations", "simulate", "memory_events", "memory_timeline", "peak_memory",
            "held_spans", "op_events"]
@@ -77,25 +78,6 @@ class Simulation:
                             vpp=max(getattr(cfg, "vpp", 1) if cfg else 1, s.num_stages // max(1, s.pp)),
                             microbatches=s.microbatches, title=s.meta.get("title", ""),
                             extra={"makespan": self.makespan})
-
-
-def op_events(schedule: Schedule, start: Sequence[float], end: Sequence[float], *,
-              with_waits: bool = True) -> list[Event]:
-    """One :class:`Event` per op (indexed like ``schedule.ops``), naming the ops it waits on."""
-    waits: dict[int, list[int]] = {}
-    if with_waits:
-        for u, v in schedule.deps:
-            waits.setdefault(v, []).append(u)
-    ids = [op.id for op in schedule.ops]
-    none: tuple[str, ...] = ()
-    return [
-        Event(op=ids[i], rank=op.rank, lane=op.lane, start=start[i], end=end[i], kind=op.kind,
-              stage=op.stage, mb=op.mb, direction=op.direction, chunk=op.chunk, pair=op.pair,
-              label=op.label, sub=op.sub, peer=op.peer,
-              waits_on=tuple(ids[u] for u in waits[i]) if i in waits else none, flow=op.flow, bucket=op.bucket,
-              half=op.half)
-        for i, op in enumerate(schedule.ops)
-    ]
 
 
 _COPIES = frozenset(("OFFLOAD", "ONLOAD", "H2D", "COPY"))
@@ -336,29 +318,6 @@ def _retime_in_context(schedule: Schedule, costs: Costs, order: list[int], succ:
         dur = new
         start, end = _push_longest(order, succ, dur)
     return dur, start, end
-
-
-def memory_events(op: Op, activation: float, w_activation: float) -> tuple[float, float]:
-    """(allocated at start, freed at end) by one op, in activation units (a negative free is an
-    allocation at the end: an ONLOAD's data is on the GPU once the copy ends)."""
-    k = op.kind
-    if k == "F":
-        return activation, 0.0
-    if k == "B":
-        return 0.0, activation
-    if k == "I":
-        return 0.0, activation * (1.0 - w_activation)
-    if k == "W":
-        return 0.0, activation * w_activation
-    if k == "FB":
-        return activation, activation
-    # Offloaded activations are off the GPU from the end of their OFFLOAD to the end of their
-    # ONLOAD; for these two kinds ``payload`` is in the unit of ``activation``.
-    if k == "OFFLOAD":
-        return 0.0, op.payload
-    if k == "ONLOAD":
-        return 0.0, -op.payload
-    return 0.0, 0.0
 
 
 _TRAINING_KINDS = frozenset({"F", "B", "I", "W", "FB"})

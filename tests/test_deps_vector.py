@@ -6,13 +6,13 @@ import random
 from dataclasses import replace
 
 import pytest
+from deps_oracle import training_deps_loop as _training_deps_loop
 
 from pptl.config import config_from_mapping
 from pptl.deps import facts_of_table, training_deps
 from pptl.ir import Op, table_of
 from pptl.optable import OpTable
 from pptl.schedules import build_schedule
-from deps_oracle import training_deps_loop as _training_deps_loop
 
 CASES = [
     ("1f1b", 4, 8, {}), ("interleaved-1f1b", 4, 8, {"vpp": 2}), ("zb-h1", 4, 8, {}), ("zb-h2", 4, 8, {}),

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar, cast
 from pptl.dag import Successors, build_dag, kahn_order, successors, verified_order
 from pptl.ir import Schedule, table_of
 from pptl.optable import Columns, OpTable
+from pptl.violation import Violation
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -26,23 +27,6 @@ __all__ = ["Violation", "Context", "Rule", "P2P_MODES"]
 T = TypeVar("T")
 
 P2P_MODES = ("nonblocking", "nccl", "blocking")
-
-@dataclass(frozen=True, slots=True)
-class Violation:
-    code: str
-    message: str
-    ops: tuple[str, ...] = ()
-    severity: str = "error"
-    """"error" (the schedule is invalid) or "warning" (a formula's assumption fails, etc.)."""
-    line: int | None = None
-    """Line of the source file the violation points at (set by readers that know it, e.g. CSV)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"code": self.code, "severity": self.severity, "message": self.message, "ops": list(self.ops)}
-        if self.line is not None:
-            out["line"] = self.line
-        return out
-
 
 @dataclass
 class Context:

@@ -22,6 +22,7 @@ import numpy as np
 from pptl.config import MAX_OPS, config_from_mapping
 from pptl.deps import facts_of_table, training_deps
 from pptl.errors import InputError
+from pptl.events import op_events
 from pptl.fileio import MAX_FILE_BYTES, read_bounded
 from pptl.formats._legacy import BUCKET_KINDS, bucket_fields
 from pptl.formats.structured import read_structured
@@ -31,7 +32,6 @@ from pptl.optable import OpTable
 from pptl.schedules._moe_meta import MoEMeta
 from pptl.schedules._pipeline_meta import PipelineMeta
 from pptl.schedules._weight_update_meta import WeightUpdateMeta
-from pptl.simulate import op_events
 from pptl.timeline import MAX_TIME, Timeline, TimelineMeta
 
 __all__ = ["PLAN_FORMAT", "PLAN_VERSION", "PlanTimes", "plan_to_dict", "plan_from_dict", "read_plan_dict", "load_plan",

@@ -191,7 +191,7 @@ def read_csv(path: str | Path, *, microbatches: int | None = None, placement: st
         InputError: unreadable file, or (without ``report_problems``) a bad cell.
     """
     from pptl.fileio import MAX_FILE_BYTES
-    from pptl.formats.loader import Loaded
+    from pptl.formats.loaded import Loaded
 
     p = Path(path)
     try:
@@ -236,7 +236,7 @@ def load_csv_text(text: str, *, source: str = "<csv>", microbatches: int | None 
                   placement: str | None = None, report_problems: bool = False
                   ) -> tuple[Schedule, list[str], list[Any], list[int]]:
     """Parse CSV text into (schedule, notes, problems, line of each rank's row)."""
-    from pptl.checks.base import Violation
+    from pptl.violation import Violation
 
     if placement is not None and placement not in PLACEMENTS:
         raise InputError(f"--placement: got '{placement}', expected one of {', '.join(PLACEMENTS)}")
@@ -372,7 +372,7 @@ def _layout(observed: dict[int, int], forward_counts: list[int], top: int, pp: i
     Raises:
         InputError: no actions, no forwards to count (without ``microbatches``), or too much work.
     """
-    from pptl.checks.base import Violation
+    from pptl.violation import Violation
 
     if not observed:
         raise InputError(f"{source}: no actions; expected one row per rank with cells such as 0F0")
@@ -644,12 +644,3 @@ def export_csv(schedule: Schedule, *, comms: bool = False) -> tuple[str, list[st
     reads, and notes about what was changed."""
     rows, notes = to_rows(schedule, comms=comms)
     return dumps_rows(rows), notes
-
-
-def _register() -> None:
-    from pptl.formats.loader import register_reader
-
-    register_reader(".csv", read_csv)
-
-
-_register()
