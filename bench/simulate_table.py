@@ -28,7 +28,7 @@ def main() -> None:
     a = ap.parse_args()
     gc.disable()
     from pptl.config import Config
-    from pptl.dag import adjacency, topological_order
+    from pptl.dag import kahn_order, successors
     from pptl.schedules import build_schedule, get_family
     from pptl.simulate import simulate
     from tests.table_copy import table_made
@@ -37,7 +37,7 @@ def main() -> None:
     fam = get_family(cfg.schedule)
     objects = build_schedule(cfg)
     print(f"{a.schedule} pp {a.pp} V {a.vpp} {a.mb} micro-batches: {len(objects.ops):,} ops")
-    print("| schedule | adjacency s | order s | simulate s | summary s | total s | Op objects built |")
+    print("| schedule | successors s | order s | simulate s | summary s | total s | Op objects built |")
     print("|---|---:|---:|---:|---:|---:|---|")
     results = {}
     for name in ("objects", "table-made"):
@@ -45,9 +45,9 @@ def main() -> None:
         for _ in range(a.repeat):
             s = objects if name == "objects" else table_made(objects)
             t0 = time.process_time()
-            adj = adjacency(s)
+            adj = successors(s)
             t1 = time.process_time()
-            order = topological_order(adj)
+            order = kahn_order(adj)
             t2 = time.process_time()
             sim = simulate(s, dag=adj, order=order)
             t3 = time.process_time()

@@ -37,14 +37,44 @@ __all__ = [
     "Schedule",
     "ScheduleBuilder",
     "table_of",
+    "Facts",
 ]
+
+class Facts:
+    """The data facts of a schedule as (producer, consumer) int64 arrays; the list of pairs that
+    ``Schedule.deps`` reads is built from them on first use."""
+
+    __slots__ = ("u", "v", "_pairs")
+
+    def __init__(self, u: Any, v: Any, pairs: list[tuple[int, int]] | None = None) -> None:
+        self.u, self.v, self._pairs = u, v, pairs
+
+    @staticmethod
+    def of(pairs: list[tuple[int, int]]) -> Facts:
+        return Facts(*edge_arrays(pairs), pairs)
+
+    @property
+    def pairs(self) -> list[tuple[int, int]]:
+        if self._pairs is None:
+            self._pairs = list(zip(self.u.tolist(), self.v.tolist()))
+        return self._pairs
+
+    def built(self) -> list[tuple[int, int]] | None:
+        return self._pairs
+
 
 @dataclass
 class Schedule:
     """A planned schedule: ops in order on each (rank, lane), plus dependencies.
 
-    ``ops`` is the flat list; ``lanes`` maps (rank, lane) to indices into ``ops`` in run order.
-    ``deps`` are (producer index, consumer index) pairs: the data facts, not the lane order.
+    Its ops are one :class:`pptl.optable.OpTable` (``table``) at every size, and its facts one
+    pair of arrays (``facts``). ``ops`` (the ``Op`` of every row) and ``deps`` ((producer index,
+    consumer index) pairs: the data facts, not the lane order) are views built on first read,
+    for messages, hover text, tests and the executor. ``lanes`` maps (rank, lane) to op indices
+    in run order.
+
+    Made from ``ops`` (and ``deps``), the table (and facts) are built from them; made from a
+    table (:meth:`from_table`), nothing else is built until read.
     """
 
     family: str
@@ -54,97 +84,61 @@ class Schedule:
     """Stages per direction."""
     microbatches: int
     """Micro-batches per direction."""
-    ops: list[Op]
-    lanes: dict[tuple[int, str], list[int]]
-    deps: list[tuple[int, int]] = field(default_factory=list)
+    ops: list[Op] = None  # type: ignore[assignment]  # a view of ``table`` (the property below)
+    lanes: dict[tuple[int, str], list[int]] = field(default_factory=dict)
+    deps: list[tuple[int, int]] = None  # type: ignore[assignment]  # a view of ``facts``
     directions: int = 1
     config: Config | None = None
     """The :class:`pptl.config.Config` it came from (``None`` for imported schedules)."""
     meta: dict[str, Any] = field(default_factory=dict)
     """Family extras: placement, parameter copies, notes; plain JSON values only."""
+    table: OpTable = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+    """Every op, one column per field: the schedule's storage."""
+    facts: Facts = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+    order_hint: Any = field(default=None, repr=False, compare=False)
+    """A plan file's claimed topological position per op, or None; never trusted: the checker
+    uses it only after verifying that every edge goes forward in it (:func:`pptl.dag.verified_order`)."""
+
+    def __post_init__(self) -> None:
+        d = self.__dict__
+        ops, deps = d.pop("_given_ops", None), d.pop("_given_deps", None)
+        # Ops or facts handed in beside a table are the table's own views (a copy made with
+        # dataclasses.replace) unless they are other lists: then they are the new storage.
+        if self.table is None or (ops is not None and ops is not self.table.built_ops()):
+            self.table = OpTable.from_ops(ops if isinstance(ops, list) else list(ops or ()))
+        if self.facts is None or (deps is not None and deps is not self.facts.built()):
+            self.facts = Facts.of(list(deps or ()))
 
     @classmethod
     def from_table(cls, *, family: str, pp: int, num_stages: int, microbatches: int, table: OpTable,
                    lanes: dict[tuple[int, str], list[int]], dep_arrays: tuple[Any, Any], directions: int = 1,
                    config: Config | None = None, meta: dict[str, Any] | None = None, order_hint: Any = None) -> Schedule:
         """A schedule whose ops are the rows of ``table`` and whose facts are ``dep_arrays``
-        (producers, consumers): ``ops`` and ``deps`` are built only when something reads them.
-
-        ``order_hint``: a claimed topological position per op (a plan file's); the checker uses it
-        only after verifying that every edge goes forward in it.
-        """
-        s = cls.__new__(cls)
-        s.__dict__.update(family=family, pp=pp, num_stages=num_stages, microbatches=microbatches, lanes=lanes,
-                          directions=directions, config=config, meta=dict(meta or {}), _table=table, _table_ops=None,
-                          _dep_arrays=dep_arrays, _deps_list=None, _order_hint=order_hint)
-        return s
-
-    def __getattr__(self, name: str) -> Any:
-        # Reached only when normal lookup fails: the ops or facts of a schedule made from a table.
-        d = self.__dict__
-        if name == "ops" and "_table" in d:
-            ops = d["_table"].ops()
-            d["ops"] = d["_table_ops"] = ops
-            return ops
-        if name == "deps" and "_dep_arrays" in d:
-            u, v = d["_dep_arrays"]
-            deps = list(zip(u.tolist(), v.tolist()))
-            d["deps"] = d["_deps_list"] = deps
-            return deps
-        raise AttributeError(f"'Schedule' object has no attribute '{name}'")
+        (producers, consumers): ``ops`` and ``deps`` are built only when something reads them."""
+        return cls(family, pp, num_stages, microbatches, lanes=lanes, directions=directions, config=config,
+                   meta=dict(meta or {}), table=table, facts=Facts(*dep_arrays), order_hint=order_hint)
 
     @property
     def n_ops(self) -> int:
-        """``len(self.ops)``, without building the ops of a schedule made from a table."""
-        d = self.__dict__
-        ops = d.get("ops")
-        return len(ops) if ops is not None else int(d["_table"].n)
-
-    def attach_table(self, table: OpTable, ops: list[Op]) -> None:
-        """Keep ``table`` as the columns of ``ops`` (what :func:`table_of` built)."""
-        self.__dict__.update(_table=table, _table_ops=ops)
-
-    def built_table(self) -> OpTable | None:
-        """The ops as columns (:class:`pptl.optable.OpTable`) if the schedule was made from a table
-        or :func:`table_of` built one for its current ``ops``, else None."""
-        d = self.__dict__
-        t: OpTable | None = d.get("_table")
-        ops: list[Op] | None = d.get("ops")
-        if t is None or ops is None:
-            return t  # made from the table, ops not built yet (or no table at all)
-        return t if len(ops) == t.n and ops is d.get("_table_ops") else None
+        """``len(self.ops)``, without building the ops."""
+        return self.table.n
 
     def has_ops(self) -> bool:
         """Whether ``ops`` exists as objects (false for a table-made schedule nothing has read yet)."""
-        return "ops" in self.__dict__
+        return self.table.built_ops() is not None
 
     def dep_arrays(self) -> tuple[Any, Any]:
-        """``deps`` as (producers, consumers) int64 arrays (kept while ``deps`` is the same list)."""
-        d = self.__dict__
-        arrs = d.get("_dep_arrays")
-        deps = d.get("deps")
-        if arrs is not None and (deps is None or deps is d.get("_deps_list")):
-            return arrs  # type: ignore[no-any-return]
-        deps = self.deps
-        arrs = edge_arrays(deps)
-        d["_dep_arrays"], d["_deps_list"] = arrs, deps
-        return arrs
-
-    def order_hint(self) -> Any:
-        """A plan file's claimed topological position per op, or None (unverified: see :meth:`from_table`)."""
-        return self.__dict__.get("_order_hint")
+        """The facts as (producers, consumers) int64 arrays."""
+        return self.facts.u, self.facts.v
 
     def copy_with(self, **changes: Any) -> Schedule:
-        """``dataclasses.replace`` that keeps a table-made schedule's table, facts and order hint
-        when neither the ops, the lanes nor the facts change."""
-        d = self.__dict__
-        if "_table" in d and "ops" not in d and not ({"ops", "lanes", "deps"} & changes.keys()):
-            fields = {k: d[k] for k in ("family", "pp", "num_stages", "microbatches", "lanes", "directions",
-                                        "config", "meta")}
-            fields.update(changes)
-            return Schedule.from_table(table=d["_table"], dep_arrays=self.dep_arrays(),
-                                       order_hint=d.get("_order_hint"), **fields)
-        return replace(self, **changes)
+        """``dataclasses.replace`` without building the ops or facts it keeps (and without the
+        order hint once the ops, the lanes or the facts change)."""
+        kept = {"family": self.family, "pp": self.pp, "num_stages": self.num_stages, "microbatches": self.microbatches,
+                "lanes": self.lanes, "directions": self.directions, "config": self.config, "meta": self.meta,
+                "table": self.table, "facts": self.facts,
+                "order_hint": None if {"ops", "lanes", "deps"} & changes.keys() else self.order_hint}
+        return Schedule(**{**kept, **changes})
 
     def lane_ops(self, rank: int, lane: str) -> list[Op]:
         return [self.ops[i] for i in self.lanes.get((rank, lane), [])]
@@ -164,15 +158,31 @@ class Schedule:
         return ScheduleBuilder.from_lanes(self, lanes)
 
 
+def _ops_of(self: Schedule) -> list[Op]:
+    return self.table.op_list
+
+
+def _set_ops(self: Schedule, ops: list[Op] | None) -> None:
+    self.__dict__["_given_ops"] = ops  # read once by __post_init__
+
+
+def _deps_of(self: Schedule) -> list[tuple[int, int]]:
+    return self.facts.pairs
+
+
+def _set_deps(self: Schedule, deps: list[tuple[int, int]] | None) -> None:
+    self.__dict__["_given_deps"] = deps
+
+
+# Set after the dataclass is made: its __init__ and replace() see plain fields, reading them
+# builds the views on demand.
+Schedule.ops = property(_ops_of, _set_ops)  # type: ignore[assignment]
+Schedule.deps = property(_deps_of, _set_deps)  # type: ignore[assignment]
+
+
 def table_of(schedule: Schedule) -> OpTable:
-    """The schedule's op table: the one it was made from, else built from its ops once (and kept
-    while ``schedule.ops`` is the same list)."""
-    t = schedule.built_table()
-    if t is None:
-        ops = schedule.ops
-        t = OpTable.from_ops(ops)
-        schedule.attach_table(t, ops)
-    return t
+    """The schedule's op table (its storage)."""
+    return schedule.table
 
 
 class ScheduleBuilder:

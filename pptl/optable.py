@@ -118,8 +118,11 @@ class OpTable:
         ints = {name: np.fromiter(map(attrgetter(name), ops), dtype=_I64, count=n)
                 for name in ("rank", *(f for f, _ in INT_FIELDS))}
         pairs = list(map(attrgetter("pair"), ops))
-        return OpTable.of_columns(n, strs, ints, pairs, np.fromiter(map(attrgetter("payload"), ops), dtype=np.float64,
-                                                                  count=n))
+        t = OpTable.of_columns(n, strs, ints, pairs, np.fromiter(map(attrgetter("payload"), ops), dtype=np.float64,
+                                                               count=n))
+        if isinstance(ops, list):
+            t.__dict__["op_list"] = ops  # the rows' Op view is the list they came from
+        return t
 
     @staticmethod
     def of_columns(n: int, strs: dict[str, tuple[Any, tuple[str, ...]]], ints: dict[str, Any],
@@ -188,6 +191,15 @@ class OpTable:
                         tl(self.direction), tl(self.chunk), self.pairs() if self.has_pair.any() else repeat(None, n),
                         tl(self.peer), self.strings("flow"), tl(self.sub), self.strings("label"), tl(self.payload),
                         self.strings("cost"), tl(self.bucket), tl(self.half)))
+
+    @cached_property
+    def op_list(self) -> list[Op]:
+        """:meth:`ops`, built once (what ``Schedule.ops`` reads)."""
+        return self.ops()
+
+    def built_ops(self) -> list[Op] | None:
+        """:attr:`op_list` if it exists, else None (nothing built)."""
+        return self.__dict__.get("op_list")
 
     def op(self, i: int) -> Op:
         """Row ``i`` as an ``Op`` (for a rule's message), without building the others."""

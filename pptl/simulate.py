@@ -26,7 +26,7 @@ __all__ = ["Simulation", "RankMetrics", "durations", "simulate", "memory_events"
 
 def op_at(schedule: Schedule, i: int) -> Op:
     """Op ``i``, without building the others when the schedule holds a table and no ops yet."""
-    return table_of(schedule).op(i) if not schedule.has_ops() else schedule.ops[i]
+    return schedule.table.op(i) if not schedule.has_ops() else schedule.ops[i]
 
 
 @dataclass(frozen=True, slots=True)

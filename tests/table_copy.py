@@ -1,9 +1,8 @@
 """Test helper: a copy of a schedule made from its op table (no ``Op`` objects until read)."""
 from __future__ import annotations
 
-from pptl.columns import edge_arrays
 from pptl.ir import Schedule
-from pptl.optable import OpTable
+from pptl.optable import OpTable, edge_arrays
 
 
 def table_made(s: Schedule) -> Schedule:

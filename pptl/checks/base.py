@@ -58,7 +58,7 @@ class Context:
     def order(self) -> list[int] | None:
         """A topological order, or None when the DAG has a cycle (a plan file's order, once
         verified edge by edge, saves the walk: :func:`pptl.dag.verified_order`)."""
-        hint = self.schedule.order_hint()
+        hint = self.schedule.order_hint
         if hint is not None:
             order = verified_order(self.schedule, hint)
             if order is not None:
