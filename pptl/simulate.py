@@ -20,7 +20,7 @@ from pptl.optable import KIND_CODE, LANE_CODE, Columns, OpTable
 from pptl.schedules._moe_meta import MoEMeta
 from pptl.timeline import RankStats, Timeline, TimelineMeta, bubble_fraction
 
-__all__ = ["Simulation", "RankMetrics", "durations", "simulate", "memory_events", "memory_timeline", "peak_memory",
+__all__ = ["Simulation", "RankMetrics", "durations", "simulate", "memory_events", "memory_events_of", "MemoryEvents", "peak_memory",
            "held_spans", "op_events"]
 
 
@@ -208,7 +208,7 @@ def simulate(schedule: Schedule, costs: Costs | None = None, *, dag: Successors 
                          "bandwidth is out of scale; costs up to 1e15 and bandwidths that keep bytes / bandwidth "
                          "finite work")
     path = _critical_path(succ, start, end, last)
-    peaks, peak_at = _peak_memory(schedule, start, end, activation, w_activation, times=times)
+    peaks, peak_at = _peak_memory(schedule, times[0], times[1], activation, w_activation)
     busy = _busy(schedule, table.columns, dur_array)
     ranks = [
         RankMetrics.of(r, b, makespan, peak_activation=peaks.get(r, 0.0))
@@ -323,36 +323,68 @@ def _retime_in_context(schedule: Schedule, costs: Costs, order: list[int], succ:
 _TRAINING_KINDS = frozenset({"F", "B", "I", "W", "FB"})
 
 
-def memory_timeline(schedule: Schedule, start: list[float], end: list[float], activation: float,
-                    w_activation: float, skip: frozenset[str] = frozenset()
-                    ) -> dict[int, list[tuple[float, int, float, int]]]:
-    """Per rank, the memory events (time, 0 free / 1 allocate, delta, op index), sorted.
+@dataclass(frozen=True)
+class MemoryEvents:
+    """Every memory event of a timed schedule, one row each, sorted by rank, then time, frees
+    before allocations at one time (an op that ends as the next begins has freed), then delta and
+    op: allocations at an op's start, frees at its end (:func:`pptl.events.memory_events`), and
+    the spans a family declares (``meta['held']``)."""
 
-    At equal times frees come before allocations (an op that ends as the next begins has freed).
-    Ops of the kinds in ``skip`` are left out (e.g. the copies, for the peak without offloading).
-    """
-    per_rank: dict[int, list[tuple[float, int, float, int]]] = {}
-    # A family whose held spans carry the saved activations layer by layer (meta['held_saved']):
-    # its training-role markers hold nothing, or the activations would count twice.
-    saved = MoEMeta.of(schedule).held_saved is True
-    for i, op in enumerate(schedule.ops):
-        if op.kind in skip or (saved and op.kind in _TRAINING_KINDS):
-            continue
-        alloc, free = memory_events(op, activation, w_activation)
-        if alloc:
-            per_rank.setdefault(op.rank, []).append((start[i], 1, alloc, i))
-        if free:
-            per_rank.setdefault(op.rank, []).append((end[i], 0, -free, i))
-    for a, ea, b, eb, amount in held_spans(schedule):
-        # memory a family declares between two ops' edges (e.g. an MoE layer's working tensors)
-        if schedule.ops[a].kind in skip or schedule.ops[b].kind in skip:
-            continue
-        rank = schedule.ops[a].rank
-        per_rank.setdefault(rank, []).append(((end if ea else start)[a], 1, amount, a))
-        per_rank.setdefault(rank, []).append(((end if eb else start)[b], 0, -amount, b))
-    for evs in per_rank.values():
-        evs.sort()
-    return per_rank
+    rank: Any
+    time: Any
+    delta: Any
+    op: Any
+    """The op whose edge the event is at."""
+    first: Any
+    """Per row, where its rank first shows up (op index, or after every op for a held span): the
+    order ranks are reported in."""
+
+
+def memory_events_of(schedule: Schedule, start: Any, end: Any, activation: float, w_activation: float,
+                     skip: frozenset[str] = frozenset()) -> MemoryEvents:
+    """:class:`MemoryEvents` of ``schedule`` timed by ``start``/``end``; ops of the kinds in
+    ``skip`` are left out (e.g. the copies, for the peak without offloading). Notes: O(n log n)."""
+    table = schedule.table
+    n = table.n
+    k = table.columns.kind
+    alloc = np.zeros(n)
+    free = np.zeros(n)
+    code = KIND_CODE
+    alloc[(k == code["F"]) | (k == code["FB"])] = activation
+    free[(k == code["B"]) | (k == code["FB"])] = activation
+    free[k == code["I"]] = activation * (1.0 - w_activation)
+    free[k == code["W"]] = activation * w_activation
+    # Of the family kinds, only the copies of activations count (memory_events).
+    offload = _rows_of(table.kind, table.kind_names, ("OFFLOAD",))
+    free[offload] = table.payload[offload]
+    onload = _rows_of(table.kind, table.kind_names, ("ONLOAD",))
+    free[onload] = -table.payload[onload]
+    skipped = _rows_of(table.kind, table.kind_names, skip)
+    dropped = skipped.copy()
+    if MoEMeta.of(schedule).held_saved is True:
+        # The held spans carry the saved activations layer by layer: the training-role markers
+        # hold nothing, or the activations would count twice.
+        dropped |= _rows_of(table.kind, table.kind_names, _TRAINING_KINDS)
+    alloc[dropped] = 0.0
+    free[dropped] = 0.0
+    start, end = np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64)
+    a, f = np.flatnonzero(alloc), np.flatnonzero(free)
+    held = [h for h in held_spans(schedule) if not (skipped[h[0]] or skipped[h[2]])]
+    ha = np.array([h[0] for h in held], dtype=np.int64)
+    hb = np.array([h[2] for h in held], dtype=np.int64)
+    amount = np.array([h[4] for h in held], dtype=np.float64)
+    at_a = np.where(np.array([h[1] for h in held], dtype=bool), end[ha], start[ha]) if held else np.zeros(0)
+    at_b = np.where(np.array([h[3] for h in held], dtype=bool), end[hb], start[hb]) if held else np.zeros(0)
+    later = n + np.arange(len(held), dtype=np.int64)
+    op = np.concatenate([a, f, ha, hb])
+    rank = np.concatenate([table.rank[a], table.rank[f], table.rank[ha], table.rank[ha]])
+    time = np.concatenate([start[a], end[f], at_a, at_b])
+    flag = np.concatenate([np.ones(a.size, np.int8), np.zeros(f.size, np.int8), np.ones(ha.size, np.int8),
+                           np.zeros(hb.size, np.int8)])
+    delta = np.concatenate([alloc[a], -free[f], amount, -amount])
+    first = np.concatenate([a, f, later, later])
+    o = np.lexsort((op, delta, flag, time, rank))
+    return MemoryEvents(rank[o], time[o], delta[o], op[o], first[o])
 
 
 def held_spans(schedule: Schedule) -> list[tuple[int, int, int, int, float]]:
@@ -383,58 +415,12 @@ def peak_memory(schedule: Schedule, start: list[float], end: list[float], activa
     return _peak_memory(schedule, start, end, activation, w_activation, skip)
 
 
-def _peak_memory(schedule: Schedule, start: list[float], end: list[float], activation: float, w_activation: float,
-                 skip: frozenset[str] = frozenset(), times: tuple[Any, Any] | None = None
-                 ) -> tuple[dict[int, float], dict[int, float]]:
-    """:func:`peak_memory`; ``times``: ``start`` and ``end`` as float64 arrays, when the caller has them."""
-    if not skip and not held_spans(schedule) and MoEMeta.of(schedule).held_saved is not True:
-        at, till = times if times is not None else (start, end)
-        return _peaks(table_of(schedule), start=at, end=till, activation=activation, w_activation=w_activation)
-    # Held spans and skipped kinds: the events one by one (families that declare them are small).
-    peaks: dict[int, float] = {}
-    when: dict[int, float] = {}
-    for r, evs in memory_timeline(schedule, start, end, activation, w_activation, skip).items():
-        cur = best = 0.0
-        at = 0.0
-        for t, _, delta, _ in evs:
-            cur += delta
-            if cur > best + 1e-12:
-                best, at = cur, t
-        peaks[r] = best
-        when[r] = at
-    return peaks, when
-
-
-def _peaks(table: OpTable, *, start: Any, end: Any, activation: float, w_activation: float
-           ) -> tuple[dict[int, float], dict[int, float]]:
-    """:func:`peak_memory` (no skipped kinds, no held spans) on arrays, with the floats of
-    :func:`memory_timeline`'s walk: the events sorted as it sorts them, each rank's running sum
-    added in order (``cumsum`` is sequential), and the peak's tolerance applied where the running
-    sum reaches a new high (the only places a walk can move its peak)."""
-    cols = table.columns
-    n = table.n
-    k = cols.kind
-    alloc = np.zeros(n)
-    free = np.zeros(n)
-    code = KIND_CODE
-    alloc[(k == code["F"]) | (k == code["FB"])] = activation
-    free[(k == code["B"]) | (k == code["FB"])] = activation
-    free[k == code["I"]] = activation * (1.0 - w_activation)
-    free[k == code["W"]] = activation * w_activation
-    # Of the family kinds, only the copies of activations count (memory_events).
-    offload = _rows_of(table.kind, table.kind_names, ("OFFLOAD",))
-    free[offload] = table.payload[offload]
-    onload = _rows_of(table.kind, table.kind_names, ("ONLOAD",))
-    free[onload] = -table.payload[onload]
-    a = np.flatnonzero(alloc)
-    f = np.flatnonzero(free)
-    idx = np.concatenate([a, f])
-    t = np.concatenate([np.asarray(start, dtype=np.float64)[a], np.asarray(end, dtype=np.float64)[f]])
-    flag = np.concatenate([np.ones(a.size, dtype=np.int8), np.zeros(f.size, dtype=np.int8)])
-    delta = np.concatenate([alloc[a], -free[f]])
-    rank = cols.rank[idx]
-    o = np.lexsort((idx, delta, flag, t, rank))
-    t, delta, rank, idx = t[o], delta[o], rank[o], idx[o]
+def _peak_memory(schedule: Schedule, start: Any, end: Any, activation: float, w_activation: float,
+                 skip: frozenset[str] = frozenset()) -> tuple[dict[int, float], dict[int, float]]:
+    """:func:`peak_memory`: each rank's running sum added in event order (``cumsum`` is
+    sequential), and a new peak only where the sum rises more than 1e-12 above the last one."""
+    ev = memory_events_of(schedule, start, end, activation, w_activation, skip)
+    t, delta, rank = ev.time, ev.delta, ev.rank
     bounds = np.flatnonzero(np.diff(rank)) + 1
     starts = [0, *bounds.tolist()]
     stops = [*bounds.tolist(), int(rank.size)]
@@ -450,6 +436,6 @@ def _peaks(table: OpTable, *, start: Any, end: Any, activation: float, w_activat
             c = float(cur[j])
             if c > best + 1e-12:
                 best, at = c, float(t[lo + j])
-        found.append((int(idx[lo:hi].min()), int(rank[lo]), best, at))
-    found.sort()  # ranks in the order their first event's op comes, as the loop's dict fills
+        found.append((int(ev.first[lo:hi].min()), int(rank[lo]), best, at))
+    found.sort()  # ranks in the order they first show up
     return {r: p for _, r, p, _ in found}, {r: w for _, r, _, w in found}

@@ -388,7 +388,7 @@ def test_malformed_held_entry_message_says_what_is_expected() -> None:
 
 
 def test_peak_without_copies_drops_exactly_the_spans_that_touch_them() -> None:
-    # simulate memory_timeline 39 (`break` at the first span touching a skipped op): leaving the
+    # simulate memory_events_of (a span touching a skipped op dropped, not the others): leaving the
     # copies out is the same as a plan whose held spans never named them
     from pptl.simulate import peak_memory
 
@@ -435,7 +435,7 @@ def test_saved_in_held_spans_counts_no_markers() -> None:
 def test_a_rank_without_compute_and_the_copies_count() -> None:
     # simulate _busy 16 (no minlength: a last rank with no compute op dropped from the ranks) and
     # _peaks 40 (a family kind's memory read off no op): the peaks are the event walk's
-    from pptl.simulate import memory_timeline
+    from pptl.simulate import memory_events_of
 
     idle_rank = Schedule("custom", 2, 1, 1, [Op(kind="F", rank=0, lane="compute", stage=0, mb=0)],
                          {(0, "compute"): [0]})
@@ -444,13 +444,12 @@ def test_a_rank_without_compute_and_the_copies_count() -> None:
         "options": {"ep": 1, "layers_per_chunk": 2, "offload": True, "costs": {"offload_bytes": 2}}}))
     assert "held" not in offload.meta  # no held spans: the array pass takes it
     sim = simulate(offload)
-    walked = {}
-    for r, evs in memory_timeline(offload, sim.start, sim.end, 10.0, 0.0).items():
-        cur = best = 0.0
-        for _, _, delta, _ in evs:
-            cur += delta
-            best = max(best, cur)
-        walked[r] = best
+    walked: dict[int, float] = {}
+    ev = memory_events_of(offload, sim.start, sim.end, 10.0, 0.0)
+    cur: dict[int, float] = {}
+    for r, delta in zip(ev.rank.tolist(), ev.delta.tolist()):
+        cur[r] = cur.get(r, 0.0) + delta
+        walked[r] = max(walked.get(r, 0.0), cur[r])
     assert {r.rank: r.peak_activation for r in sim.ranks} == walked
     assert any(op.kind == "OFFLOAD" for op in offload.ops)
     assert [(r.rank, r.busy) for r in simulate(idle_rank).ranks] == [(0, 1.0), (1, 0.0)]
