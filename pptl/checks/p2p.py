@@ -24,7 +24,7 @@ DAG is acyclic: :func:`pptl.issue_order.program` derives it, and ``pptl export -
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -50,34 +50,7 @@ _FAR = 1 << 62
 
 
 # ----------------------------------------------------------------------------------------------
-# Channels (per pair of ranks, in lane order)
-
-
-def _channels(schedule: Schedule) -> tuple[dict[tuple[int, int], list[int]], dict[tuple[int, int], list[int]]]:
-    """Per (src, dst): SEND indices in src's lane order and RECV indices in dst's lane order."""
-    sends: dict[tuple[int, int], list[int]] = {}
-    recvs: dict[tuple[int, int], list[int]] = {}
-    for (rank, _lane), order in schedule.lanes.items():
-        for i in order:
-            op = schedule.ops[i]
-            if op.kind == "SEND":
-                sends.setdefault((rank, op.peer), []).append(i)
-            elif op.kind == "RECV":
-                recvs.setdefault((op.peer, rank), []).append(i)
-    return sends, recvs
-
-
-# ----------------------------------------------------------------------------------------------
 # Rules
-
-
-def _ctx_channels(ctx: Context) -> tuple[dict[tuple[int, int], list[int]], dict[tuple[int, int], list[int]]]:
-    """:func:`_channels` once per check run (PP030 and PP031 read it)."""
-    return ctx.once(_channels_of)
-
-
-def _channels_of(ctx: Context) -> tuple[dict[tuple[int, int], list[int]], dict[tuple[int, int], list[int]]]:
-    return _channels(ctx.schedule)
 
 
 def _given(ctx: Context) -> dict[int, list[int]] | None:
@@ -181,32 +154,26 @@ def p2p_deadlock(ctx: Context) -> list[Violation]:
     if arrays is None or not ctx.kinds & _COMM_SET:
         return []
     seqs, lengths = arrays
-    left = _left_in_cycles(s, ctx.table.columns, mode, seqs, lengths,
-                           _matched(ctx)[:2] if mode != "nonblocking" else None)
+    cols = ctx.table.columns
+    matched = _matched(ctx)[:2] if mode != "nonblocking" else None
+    left = _left_in_cycles(cols, _wait_arrays(s, cols, mode, seqs, lengths, matched)[:2], matched)
     if not left:
         return []
     # The explanation: the labelled edges among the ops left, and networkx's cycle through them.
-    prog = _given(ctx)
-    assert prog is not None
-    rep = _rendezvous(s, _ctx_channels(ctx)) if mode != "nonblocking" else {}
-    n = ctx.n
-    node = list(range(n))
-    for j, i in rep.items():
-        node[j] = i
+    edges, rep = _labelled(s, cols, mode, seqs, lengths, np.arange(len(lengths)), matched)
     import networkx as nx  # only to find and print the cycle the cheap pass proved
 
     g = nx.DiGraph()
-    how: dict[tuple[int, int], tuple] = {}
-    for u, v, kind in _edges(s, mode, prog, rep):
-        u, v = node[u], node[v]
-        if u != v and u in left and v in left:
+    how: dict[tuple[int, int], str] = {}
+    for u, v, why in edges:
+        if u in left and v in left:
             g.add_edge(u, v)
-            how.setdefault((u, v), kind)
+            how.setdefault((u, v), why)
     cycle = nx.find_cycle(g)
     merged = {v: k for k, v in rep.items()}
     steps = []
     for u, v in cycle:
-        steps.append(f"{_node_name(s, u, merged)} -> ({_why(how[u, v])})")
+        steps.append(f"{_node_name(s, u, merged)} -> ({how[u, v]})")
     ranks = sorted({s.ops[u].rank for u, _ in cycle} | {s.ops[merged[u]].rank for u, _ in cycle if u in merged})
     text = " ".join(steps) + f" {_node_name(s, cycle[0][0], merged)}"
     model = {"nccl": "NCCL P2P (a send completes with its receive; per-peer order)",
@@ -224,13 +191,12 @@ def wait_edges(schedule: Schedule, prog: dict[int, list[int]], mode: str = "nccl
         (edges, merged): edges (u, v, why) mean v waits for u; a RECV that meets its SEND is merged
         into it (``merged`` maps the RECV to that SEND, so ``u``/``v`` are never merged RECVs).
     """
-    rep = _rendezvous(schedule) if mode != "nonblocking" else {}
-    out = []
-    for u, v, kind in _edges(schedule, mode, prog, rep):
-        u, v = rep.get(u, u), rep.get(v, v)
-        if u != v:
-            out.append((u, v, _why(kind)))
-    return out, rep
+    from pptl.checks._keyed import lane_arrays
+
+    cols = schedule.table.columns
+    seqs = np.fromiter((i for seq in prog.values() for i in seq), dtype=np.int64)
+    matched = _matched_pairs(cols, lane_arrays(schedule))[:2] if mode != "nonblocking" else None
+    return _labelled(schedule, cols, mode, seqs, [len(v) for v in prog.values()], np.asarray(list(prog)), matched)
 
 
 def node_name(s: Schedule, u: int, merged: dict[int, int]) -> str:
@@ -245,54 +211,52 @@ def _node_name(s: Schedule, u: int, merged: dict[int, int]) -> str:
     return s.ops[u].id
 
 
-def _rendezvous(s: Schedule, channels: tuple[dict[tuple[int, int], list[int]], dict[tuple[int, int], list[int]]]
-                | None = None) -> dict[int, int]:
-    """RECV index -> the SEND index it meets under positional (per-pair FIFO) matching."""
-    sends, recvs = channels if channels is not None else _channels(s)
-    rep: dict[int, int] = {}
-    for pair, ss in sends.items():
-        for i, j in zip(ss, recvs.get(pair, [])):
-            rep[j] = i
-    return rep
+def _labelled(s: Schedule, cols: Columns, mode: str, seqs: Any, lengths: list[int], ranks: Any,
+              matched: tuple[Any, Any] | None) -> tuple[list[tuple[int, int, str]], dict[int, int]]:
+    """The wait-for edges with why each exists, RECVs merged into the SENDs they meet, in the
+    order a reader walks them (the facts, then each rank's issue order), and the merge (RECV ->
+    SEND)."""
+    u, v, why, key = _wait_arrays(s, cols, mode, seqs, lengths, matched)
+    node = np.arange(cols.n, dtype=np.int64)
+    if matched is not None:
+        node[matched[1]] = matched[0]
+    o = np.lexsort((why, key))
+    u, v, why = u[o], v[o], why[o]
+    rank_at = np.repeat(np.asarray(ranks, dtype=np.int64), lengths)
+    where = np.empty(cols.n, dtype=np.int64)
+    where[seqs] = np.arange(seqs.size)
+    edges = []
+    for a, b, w in zip(node[u].tolist(), node[v].tolist(), zip(why.tolist(), v.tolist())):
+        if a == b:
+            continue
+        code, own = w  # the label names the waiting op before its merge
+        if code == _NEXT_ON_RANK:
+            text = f"next on rank {int(rank_at[where[own]])}"
+        elif code == _NEXT_P2P:
+            text = f"next P2P between ranks {int(rank_at[where[own]])} and {int(cols.peer[own])}"
+        else:
+            text = _WHY[code]
+        edges.append((a, b, text))
+    rep = dict(zip(matched[1].tolist(), matched[0].tolist())) if matched is not None else {}
+    return edges, rep
 
 
-def _edges(s: Schedule, mode: str, prog: dict[int, list[int]],
-           rep: dict[int, int]) -> Iterator[tuple[int, int, tuple]]:
-    """The wait-for edges of ``mode`` (before merging RECVs into their SENDs), each with why it
-    exists (for printing a cycle). The one definition of the graph: the plain-Python cheap pass of
-    PP031 reads it, and :func:`_wait_arrays` derives the same edges on arrays (tests compare them)."""
-    ops = s.ops
-    for u, v in s.deps:
-        # Under positional matching the RECV meets whichever SEND is its match, not its data's.
-        if rep and ops[u].kind == "SEND" and ops[v].kind == "RECV":
-            continue
-        yield u, v, ("needed by",)
-    for rank, seq in prog.items():
-        if mode == "blocking":
-            for a, b in zip(seq, seq[1:]):
-                yield a, b, ("next on rank", rank)
-            continue
-        last_compute = -1
-        last_to: dict[int, int] = {}
-        for i in seq:
-            op = ops[i]
-            if op.lane != "compute":
-                if last_compute >= 0:
-                    yield last_compute, i, ("posted after",)
-                if mode == "nccl":
-                    prev = last_to.get(op.peer)
-                    if prev is not None:
-                        yield prev, i, ("next P2P between ranks", rank, op.peer)
-                    last_to[op.peer] = i
-            else:
-                if last_compute >= 0:
-                    yield last_compute, i, ("next on rank", rank)
-                last_compute = i
+#: Why a wait-for edge exists (codes of :func:`_wait_arrays`).
+_NEEDED, _POSTED, _NEXT_P2P, _NEXT_ON_RANK = 0, 1, 2, 3
+_WHY = {_NEEDED: "needed by", _POSTED: "posted after"}
 
 
 def _wait_arrays(s: Schedule, cols: Columns, mode: str, seqs: Any, lengths: list[int],
-                 matched: tuple[Any, Any] | None) -> tuple[Any, Any]:
-    """The edges of :func:`_edges` (without their labels) as two arrays (u, v), in another order.
+                 matched: tuple[Any, Any] | None) -> tuple[Any, Any, Any, Any]:
+    """The wait-for edges of ``mode`` (before merging RECVs into their SENDs) as arrays (u, v, why,
+    key): v waits for u; ``why`` a code of :data:`_WHY`; ``key`` the order a reader walks them in.
+
+    - the data facts ("needed by"), but under positional matching a SEND -> RECV fact (the RECV
+      meets whichever SEND is its match, not its data's);
+    - blocking: each op of a rank waits for the one before it in the issue order;
+    - otherwise each op waits for the compute op posted before it on its rank ("next on rank",
+      or "posted after" for a P2P op), and under nccl each P2P op for the one before it towards
+      the same peer.
 
     ``seqs``/``lengths``: every rank's issue order, one after the other (:func:`_program_arrays`);
     ``matched``: (SENDs, RECVs) that meet (:func:`_matched`), None under nonblocking."""
@@ -300,14 +264,20 @@ def _wait_arrays(s: Schedule, cols: Columns, mode: str, seqs: Any, lengths: list
     if matched is not None and matched[0].size:
         keep = ~((cols.kind[du] == KIND_CODE["SEND"]) & (cols.kind[dv] == KIND_CODE["RECV"]))
         du, dv = du[keep], dv[keep]
-    us, vs = [du], [dv]
+    us, vs, whys, keys = [du], [dv], [np.full(du.size, _NEEDED)], [np.arange(du.size)]
     total = int(seqs.size)
     pos = np.arange(total, dtype=np.int64)
     first = np.repeat(np.cumsum([0] + lengths[:-1]).astype(np.int64), lengths)  # where each rank's sequence starts
+
+    def add(at: Any, before: Any, why: Any) -> None:  # edges into seqs[at], walked after the facts
+        us.append(seqs[before])
+        vs.append(seqs[at])
+        whys.append(np.broadcast_to(why, at.shape))
+        keys.append(du.size + at)
+
     if mode == "blocking":
-        ok = pos[1:] > first[1:]
-        us.append(seqs[:-1][ok])
-        vs.append(seqs[1:][ok])
+        ok = np.flatnonzero(pos[1:] > first[1:]) + 1
+        add(ok, ok - 1, _NEXT_ON_RANK)
     else:
         comp = cols.lane[seqs] == LANE_CODE["compute"]
         # The last compute strictly before each position of its rank: compute -> compute is the
@@ -317,9 +287,8 @@ def _wait_arrays(s: Schedule, cols: Columns, mode: str, seqs: Any, lengths: list
         if total:
             before[0] = -1
             before[1:] = last[:-1]
-        ok = before >= first
-        us.append(seqs[before[ok]])
-        vs.append(seqs[ok])
+        ok = np.flatnonzero(before >= first)
+        add(ok, before[ok], np.where(comp[ok], _NEXT_ON_RANK, _POSTED))
         if mode == "nccl":
             p2p = np.flatnonzero(~comp)
             rank_of = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)[p2p]
@@ -327,17 +296,15 @@ def _wait_arrays(s: Schedule, cols: Columns, mode: str, seqs: Any, lengths: list
             o = np.lexsort((p2p, peer, rank_of))  # per (rank, peer), in issue order
             p2p, rank_of, peer = p2p[o], rank_of[o], peer[o]
             same = (rank_of[1:] == rank_of[:-1]) & (peer[1:] == peer[:-1])
-            us.append(seqs[p2p[:-1][same]])
-            vs.append(seqs[p2p[1:][same]])
-    return np.concatenate(us), np.concatenate(vs)
+            add(p2p[1:][same], p2p[:-1][same], _NEXT_P2P)
+    return np.concatenate(us), np.concatenate(vs), np.concatenate(whys), np.concatenate(keys)
 
 
-def _left_in_cycles(s: Schedule, cols: Columns, mode: str, seqs: Any, lengths: list[int],
-                    matched: tuple[Any, Any] | None) -> set[int]:
-    """Kahn's algorithm on the wait-for graph (RECVs merged into the SENDs they meet): the nodes
-    it cannot order, i.e. on or behind a cycle (empty when the schedule cannot hang)."""
+def _left_in_cycles(cols: Columns, edges: tuple[Any, Any], matched: tuple[Any, Any] | None) -> set[int]:
+    """Kahn's algorithm on the wait-for graph ``edges`` (RECVs merged into the SENDs they meet):
+    the nodes it cannot order, i.e. on or behind a cycle (empty when the schedule cannot hang)."""
     n = cols.n
-    u, v = _wait_arrays(s, cols, mode, seqs, lengths, matched)
+    u, v = edges
     node = np.arange(n, dtype=np.int64)
     merged = 0
     if matched is not None:
@@ -374,13 +341,17 @@ def _program_arrays_of(ctx: Context) -> tuple[Any, list[int]] | None:
 
 def _matched(ctx: Context) -> tuple[Any, Any, Any]:
     """(SENDs, RECVs, k): the k-th SEND from a rank to a peer and the k-th RECV that peer posts from
-    it (:func:`_channels` order), every pair of ranks by (src, dst), then by k (once per run)."""
+    it (each in its lane order), every pair of ranks by (src, dst), then by k (once per run)."""
     return ctx.once(_matched_of)
 
 
 def _matched_of(ctx: Context) -> tuple[Any, Any, Any]:
-    col = ctx.table.columns
-    la = ctx.lane_arrays
+    return _matched_pairs(ctx.table.columns, ctx.lane_arrays)
+
+
+def _matched_pairs(col: Columns, la: Any) -> tuple[Any, Any, Any]:
+    """:func:`_matched` of a schedule's columns and lane arrays: per pair of ranks, SENDs in the
+    sender's lane order, RECVs in the receiver's."""
     kind = col.kind[la.op]
     se = np.flatnonzero(kind == KIND_CODE["SEND"])
     re = np.flatnonzero(kind == KIND_CODE["RECV"])
@@ -449,12 +420,6 @@ def _issue_positions_of(ctx: Context) -> dict[str, list[Violation]]:
                 code, f"rank {rank} issues {_short(op)} at step {step}, " + how.format(other=other.id, at=at_step),
                 (op.id, other.id)))
     return out
-
-
-def _why(label: tuple) -> str:
-    """("next P2P between ranks", 0, 1) -> "next P2P between ranks 0 and 1"."""
-    head, *nums = label
-    return head + (" " + " and ".join(map(str, nums)) if nums else "")
 
 
 def _short(op) -> str:

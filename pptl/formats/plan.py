@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 from itertools import chain
-from operator import attrgetter
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeGuard
 
@@ -50,12 +49,8 @@ _STR_COLUMNS = (("kind", None), ("flow", ""), ("label", ""), ("cost", ""))
 _MAX_INDEX = 10_000_000
 #: Largest topological position a plan's ``order`` may claim (positions are compared, not counted).
 _MAX_ORDER = 2**62
-_PAIR = attrgetter("pair")
-_PAYLOAD = attrgetter("payload")
 #: Op fields that most families leave at their defaults (the training families: all of them).
 _RARE_NAMES = ("label", "cost", "direction", "sub", "pair", "payload", "bucket", "half")
-_RARE = attrgetter(*_RARE_NAMES)
-_RARE_DEFAULTS = ("", "", 0, -1, None, 0.0, -1, -1)
 
 
 class PlanTimes:

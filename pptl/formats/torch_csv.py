@@ -322,15 +322,6 @@ def schedule_from_rows(rows: list[list[Action]], *, source: str = "<csv>", micro
                           microbatches=microbatches, placement=placement, lines=lines, family=family)
 
 
-# kind -> (op kind, lane, program letter, flow, step to the peer's stage). SEND_F goes to the next
-# stage, SEND_B to the previous one; RECVs come from the other side. FSDP kinds stay on compute.
-_OP_OF: dict[str, tuple[str, str, str, str, int]] = {
-    **{k: (k, "compute", "c", "", 0) for k in (*_COMPUTE, "FB", *FSDP_KINDS)},
-    "SEND_F": ("SEND", "send", "s", "F", 1), "SEND_B": ("SEND", "send", "s", "B", -1),
-    "RECV_F": ("RECV", "recv", "r", "F", -1), "RECV_B": ("RECV", "recv", "r", "B", 1),
-}
-
-
 def _rows_schedule(rows: list[list[_Parsed]], *, source: str, microbatches: int | None, placement: str | None,
                    lines: list[int] | None, family: str) -> tuple[Schedule, list[str], list[Any]]:
     """:func:`_table_schedule` of parsed rows (the cell-by-cell reader's, or a trace's actions)."""

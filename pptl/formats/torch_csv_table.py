@@ -31,8 +31,8 @@ _I64 = np.int64
 KINDS = ("F", "I", "B", "W", "FB", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "UNSHARD", "RESHARD", "REDUCE_GRAD")
 _CODE = {k: i for i, k in enumerate(KINDS)}
 FB = _CODE["FB"]
-#: Per parsed kind: op kind, lane, issue-order letter, flow, step to the peer's stage (as
-#: ``torch_csv._OP_OF``, in code order).
+#: Per parsed kind: op kind, lane, issue-order letter, flow, step to the peer's stage (SEND_F goes
+#: to the next stage, SEND_B to the previous one; RECVs come from the other side), in code order.
 _OP_KIND = ("F", "I", "B", "W", "FB", "SEND", "RECV", "SEND", "RECV", "UNSHARD", "RESHARD", "REDUCE_GRAD")
 _LANE = ("compute",) * 5 + ("send", "recv", "send", "recv") + ("compute",) * 3
 _LETTER = b"c" * 5 + b"srsr" + b"c" * 3
