@@ -18,7 +18,7 @@ from pptl.optable import lane_edge_arrays
 if TYPE_CHECKING:
     import networkx as nx
 
-__all__ = ["Successors", "successors", "kahn_order", "build_dag", "verified_order"]
+__all__ = ["Successors", "successors", "graph_of", "kahn_order", "left_in_cycles", "build_dag", "verified_order"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,15 +38,19 @@ class Successors:
 
 
 def successors(schedule: Schedule) -> Successors:
-    """:class:`Successors` of a schedule, from its fact arrays and lanes with numpy.
+    """:class:`Successors` of a schedule: its facts, then its lanes' order (:func:`graph_of`)."""
+    du, dv = schedule.dep_arrays()
+    lu, lv = lane_edge_arrays(schedule.lanes)
+    return graph_of(schedule.n_ops, np.concatenate([du, lu]), np.concatenate([dv, lv]))
+
+
+def graph_of(n: int, u: Any, v: Any) -> Successors:
+    """:class:`Successors` of ``n`` nodes and the edges ``u[k] -> v[k]`` (int arrays).
 
     Notes: O(edges log edges) in numpy, then one ``tolist`` per list (no list per op).
     """
-    n = schedule.n_ops
-    du, dv = schedule.dep_arrays()
-    lu, lv = lane_edge_arrays(schedule.lanes)
-    u, v = np.concatenate([du, lu]).astype(np.int64, copy=False), np.concatenate([dv, lv]).astype(np.int64, copy=False)
-    by = np.argsort(u, kind="stable")  # each op's successors in edge order, as adjacency lists them
+    u, v = u.astype(np.int64, copy=False), v.astype(np.int64, copy=False)
+    by = np.argsort(u, kind="stable")  # each op's successors in edge order
     bounds = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(u, minlength=n), out=bounds[1:])
     return Successors(bounds.tolist(), v[by].tolist(), np.bincount(v, minlength=n).tolist(), u, v)
@@ -57,15 +61,26 @@ def kahn_order(succ: Successors) -> list[int] | None:
 
     Kahn's algorithm, generation by generation, successors in edge order (the order networkx's
     ``topological_sort`` gives on the same edges). Notes: O(ops + edges)."""
+    order, indeg = _kahn(succ)
+    return order if len(order) == len(indeg) else None
+
+
+def left_in_cycles(succ: Successors) -> list[int]:
+    """The nodes :func:`kahn_order` cannot order: on a cycle or behind one (none when acyclic)."""
+    order, indeg = _kahn(succ)
+    return [] if len(order) == len(indeg) else [v for v, d in enumerate(indeg) if d > 0]
+
+
+def _kahn(succ: Successors) -> tuple[list[int], list[int]]:
     bounds, targets = succ.bounds, succ.targets
     indeg = list(succ.indeg)
     order = [v for v, d in enumerate(indeg) if d == 0]
-    for u in order:
+    for u in order:  # a FIFO: the loop reaches what it appends, a generation after the one before
         for v in targets[bounds[u]:bounds[u + 1]]:
             indeg[v] -= 1
             if indeg[v] == 0:
                 order.append(v)
-    return order if len(order) == len(indeg) else None
+    return order, indeg
 
 
 def build_dag(schedule: Schedule) -> nx.DiGraph:

@@ -199,16 +199,8 @@ class ScheduleBuilder:
         return idx
 
     def extend(self, ops: Iterable[Op]) -> None:
-        # add() written out: families build every op of a plan through here.
-        out = self.ops
-        lanes = self.lanes
         for op in ops:
-            key = (op.rank, op.lane)
-            order = lanes.get(key)
-            if order is None:
-                order = lanes[key] = []
-            order.append(len(out))
-            out.append(op)
+            self.add(op)
 
     @staticmethod
     def from_lanes(template: Schedule, lanes: dict[tuple[int, str], list[Op]]) -> Schedule:

@@ -30,6 +30,7 @@ import numpy as np
 
 from pptl.checks._keyed import F, G, dense_ids, first_of, role_items
 from pptl.checks.base import Context, Violation
+from pptl.dag import graph_of, left_in_cycles
 from pptl.ir import Schedule
 from pptl.issue_order import given_program, given_sequences
 from pptl.optable import FLOW_CODE, KIND_CODE, LANE_CODE, Columns
@@ -301,33 +302,14 @@ def _wait_arrays(s: Schedule, cols: Columns, mode: str, seqs: Any, lengths: list
 
 
 def _left_in_cycles(cols: Columns, edges: tuple[Any, Any], matched: tuple[Any, Any] | None) -> set[int]:
-    """Kahn's algorithm on the wait-for graph ``edges`` (RECVs merged into the SENDs they meet):
-    the nodes it cannot order, i.e. on or behind a cycle (empty when the schedule cannot hang)."""
-    n = cols.n
-    u, v = edges
-    node = np.arange(n, dtype=np.int64)
-    merged = 0
+    """The nodes of the wait-for graph ``edges`` (RECVs merged into the SENDs they meet) that
+    Kahn's algorithm cannot order: on or behind a cycle (empty when the schedule cannot hang)."""
+    node = np.arange(cols.n, dtype=np.int64)
     if matched is not None:
         node[matched[1]] = matched[0]
-        merged = int(matched[1].size)
-    u, v = node[u], node[v]
+    u, v = node[edges[0]], node[edges[1]]
     keep = u != v
-    u, v = u[keep], v[keep]
-    o = np.argsort(u, kind="stable")
-    succ = v[o].tolist()
-    start = np.searchsorted(u[o], np.arange(n + 1, dtype=np.int64)).tolist()
-    indeg_a = np.bincount(v, minlength=n)
-    is_node = node == np.arange(n)
-    indeg = indeg_a.tolist()
-    ready = np.flatnonzero(is_node & (indeg_a == 0)).tolist()
-    for x in ready:  # the list grows as the loop runs
-        for y in succ[start[x]:start[x + 1]]:
-            indeg[y] -= 1
-            if indeg[y] == 0:
-                ready.append(y)
-    if len(ready) == n - merged:
-        return set()
-    return set(np.flatnonzero(is_node & (np.array(indeg) > 0)).tolist())
+    return set(left_in_cycles(graph_of(cols.n, u[keep], v[keep])))
 
 
 def _program_arrays(ctx: Context) -> tuple[Any, list[int]] | None:

@@ -137,36 +137,6 @@ def parse_action(text: str) -> Action | None:
 #: -1 except for OVERLAP_F_B, whose kind here is "FB" and whose stage/micro-batch are its F half's.
 _Parsed = tuple[str, int, int, int, int]
 
-# A row of plain compute and P2P cells (the whole of a file torch writes, bar FSDP and overlaps)
-# is checked by one match and split into its cells by one findall; any other row goes cell by cell.
-_SIMPLE_KINDS = "SEND_F|RECV_F|SEND_B|RECV_B|F|I|B|W"
-_SIMPLE_ROW = re.compile(rf"(?:\d+(?:{_SIMPLE_KINDS})\d+)?(?:,(?:\d+(?:{_SIMPLE_KINDS})\d+)?)*")
-_SIMPLE_CELL = re.compile(rf"(\d+)({_SIMPLE_KINDS})(\d+)")
-_SIMPLE_OVERLAP = re.compile(r"\((\d+)([FB])(\d+);(\d+)([FB])(\d+)\)OVERLAP_F_B")
-
-
-def _quick(cell: str) -> _Parsed | None:
-    """A plain or overlapped cell as torch writes it (no spaces, no FSDP), else None (then
-    :func:`parse_action` reads it and says what is wrong).
-
-    Raises:
-        ValueError: a number too long for ``int``.
-    """
-    m = _SIMPLE_CELL.fullmatch(cell)
-    if m is not None:
-        st, k, mb = m.groups()
-        return (k, int(st), int(mb), -1, -1)
-    m = _SIMPLE_OVERLAP.fullmatch(cell)
-    if m is None:
-        return None
-    s1, k1, m1, s2, k2, m2 = m.groups()
-    if k1 == k2:
-        return None
-    if k1 == "B":
-        s1, m1, s2, m2 = s2, m2, s1, m1
-    return ("FB", int(s1), int(m1), int(s2), int(m2))
-
-
 def _parsed(a: Action, rank: int) -> _Parsed:
     if a.kind == "OVERLAP_F_B":
         if sorted(x.kind for x in a.subs) != ["B", "F"]:  # parse_action makes none; a caller's Action may
@@ -243,7 +213,8 @@ def load_csv_text(text: str, *, source: str = "<csv>", microbatches: int | None 
     if microbatches is not None and microbatches < 1:
         raise InputError(f"--microbatches: got {microbatches}, expected an integer >= 1")
     # A file in the form torch writes is read in one pass of a regular expression; any other form
-    # goes cell by cell below. Both end in the same cells (:mod:`pptl.formats.torch_csv_table`).
+    # (spaces, quotes, a cell that is not an action) goes cell by cell below, through the parser
+    # that says what is wrong. Both end in the same cells (:mod:`pptl.formats.torch_csv_table`).
     fast = cells_of_text(text)
     if fast is not None and fast[0].n <= MAX_OPS:
         every, ranks = fast
@@ -257,41 +228,25 @@ def load_csv_text(text: str, *, source: str = "<csv>", microbatches: int | None 
     lines: list[int] = []
     problems: list[Violation] = []
     count = 0
-    simple_row = _SIMPLE_ROW.fullmatch
-    simple_cells = _SIMPLE_CELL.findall
     for line, record in _records(text, source):
         rank = len(rows)
-        cells: list[_Parsed] | None = None
-        if isinstance(record, str) and simple_row(record):
+        if isinstance(record, str):
+            record = record.split(",")
+            limit = csv.field_size_limit()
+            if any(len(v) > limit for v in record):  # as the csv module refuses it
+                raise InputError(f"{source}:{line}: not valid CSV: field larger than field limit ({limit})")
+        cells: list[_Parsed] = []
+        for col, value in enumerate(record):
             try:
-                cells = [(k, int(s), int(m), -1, -1) for s, k, m in simple_cells(record)]
-            except ValueError:  # a number too long for int(): the cell-by-cell path says which cell
-                cells = None
-        if cells is None:
-            if isinstance(record, str):
-                record = record.split(",")
-                limit = csv.field_size_limit()
-                if any(len(v) > limit for v in record):  # as the csv module refuses it
-                    raise InputError(f"{source}:{line}: not valid CSV: field larger than field limit ({limit})")
-            cells = []
-            for col, value in enumerate(record):
-                try:
-                    quick = _quick(value)
-                except ValueError:
-                    quick = None
-                if quick is not None:
-                    cells.append(quick)
-                    continue
-                try:
-                    action = parse_action(value)
-                except ValueError as e:
-                    msg = f"rank {rank}, step {col}: {e}"
-                    if not report_problems:
-                        raise InputError(f"{source}:{line}: {msg}") from None
-                    problems.append(Violation("PP001", f"malformed op: {msg}", (), "error", line))
-                    continue
-                if action is not None:
-                    cells.append(_parsed(action, rank))
+                action = parse_action(value)
+            except ValueError as e:
+                msg = f"rank {rank}, step {col}: {e}"
+                if not report_problems:
+                    raise InputError(f"{source}:{line}: {msg}") from None
+                problems.append(Violation("PP001", f"malformed op: {msg}", (), "error", line))
+                continue
+            if action is not None:
+                cells.append(_parsed(action, rank))
         count += len(cells)
         if count > MAX_OPS:
             raise InputError(f"{source}:{line}: more than the {MAX_OPS:,} actions pptl accepts")
