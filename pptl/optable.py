@@ -214,6 +214,13 @@ class OpTable:
         present = np.unique(self.kind).tolist() if self.n else []
         return frozenset(self.kind_names[c] for c in present)
 
+    def where(self, field: str, test: Any) -> Any:
+        """bool per op: whether its string ``field`` is one of the names ``test`` (a set of
+        names, or a function of a name); asked once per name, not per op."""
+        names = getattr(self, f"{field}_names")
+        hit = [(test(v) if callable(test) else v in test) for v in names]
+        return np.array(hit or [False], dtype=bool)[getattr(self, field)]
+
     def code_of(self, field: str, table: dict[str, int], other: int) -> Any:
         """A string field re-coded through ``table`` (names not in it get ``other``)."""
         names = getattr(self, f"{field}_names")

@@ -98,8 +98,8 @@ def _durations(t: OpTable, costs: Costs) -> Any:
     not the rank's compute)."""
     n = t.n
     kinds = t.kind_names
-    send = _rows_of(t.kind, kinds, ("SEND",))
-    comm = send | _rows_of(t.kind, kinds, ("RECV",))
+    send = t.where("kind", ("SEND",))
+    comm = send | t.where("kind", ("RECV",))
     # cost key per row: the op's cost name, else its kind name; numbered over (kind, cost) codes
     nc = len(t.cost_names)
     combo = t.kind.astype(np.int64) * nc + t.cost
@@ -120,7 +120,7 @@ def _durations(t: OpTable, costs: Costs) -> Any:
         out[send] = _per_payload(t.payload[send], costs.comm_time)
     if missing.any():
         miss = missing[pair_code] & ~comm
-        copies = miss & _rows_of(t.kind, kinds, _COPIES) & (t.payload != 0)
+        copies = miss & t.where("kind", _COPIES) & (t.payload != 0)
         bad = np.flatnonzero(miss & ~copies)
         if bad.size:
             op = t.op(int(bad[0]))
@@ -128,18 +128,12 @@ def _durations(t: OpTable, costs: Costs) -> Any:
         bw = costs.copy_bandwidth
         out[copies] = _per_payload(t.payload[copies], lambda b: b / bw)
     if costs.rank_scale:
-        compute = np.flatnonzero(_rows_of(t.lane, t.lane_names, ("compute",)))
+        compute = np.flatnonzero(t.where("lane", ("compute",)))
         ranks = t.rank[compute]
         for r, f in costs.rank_scale.items():
             rows = compute[ranks == r]
             out[rows] *= f
     return out
-
-
-def _rows_of(codes: Any, names: tuple[str, ...], wanted: Any) -> Any:
-    """Mask of the rows whose string field (``codes`` into ``names``) is one of ``wanted``."""
-    hit = [k for k, name in enumerate(names) if name in wanted]
-    return np.isin(codes, hit) if hit else np.zeros(codes.size, dtype=bool)
 
 
 def _codes(combo: Any, stage: Any) -> tuple[Any, list[tuple[int, int]]]:
@@ -355,16 +349,16 @@ def memory_events_of(schedule: Schedule, start: Any, end: Any, activation: float
     free[k == code["I"]] = activation * (1.0 - w_activation)
     free[k == code["W"]] = activation * w_activation
     # Of the family kinds, only the copies of activations count (memory_events).
-    offload = _rows_of(table.kind, table.kind_names, ("OFFLOAD",))
+    offload = table.where("kind", ("OFFLOAD",))
     free[offload] = table.payload[offload]
-    onload = _rows_of(table.kind, table.kind_names, ("ONLOAD",))
+    onload = table.where("kind", ("ONLOAD",))
     free[onload] = -table.payload[onload]
-    skipped = _rows_of(table.kind, table.kind_names, skip)
+    skipped = table.where("kind", skip)
     dropped = skipped.copy()
     if MoEMeta.of(schedule).held_saved is True:
         # The held spans carry the saved activations layer by layer: the training-role markers
         # hold nothing, or the activations would count twice.
-        dropped |= _rows_of(table.kind, table.kind_names, _TRAINING_KINDS)
+        dropped |= table.where("kind", _TRAINING_KINDS)
     alloc[dropped] = 0.0
     free[dropped] = 0.0
     start, end = np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64)

@@ -167,10 +167,8 @@ def paired_self_dependency(ctx: Context) -> list[Violation]:
     bad: dict[int, list[Op]] = {}
     if "F" not in ctx.kinds:
         return []
-    from pptl.checks.work_arrays import kind_mask
-
     t = ctx.table
-    f = kind_mask(t, frozenset({"F"}))
+    f = t.where("kind", frozenset({"F"}))
     for op in map(t.op, np.flatnonzero(f & t.has_pair & (t.pair[:, 1] == t.mb) & (t.pair[:, 2] == t.direction))):
         bad.setdefault(op.rank, []).append(op)
     out: list[Violation] = []

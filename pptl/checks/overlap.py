@@ -7,7 +7,7 @@ from collections import deque
 import numpy as np
 
 from pptl.checks.base import Context, Violation
-from pptl.checks.work_arrays import group_ids, kind_mask
+from pptl.checks.work_arrays import group_ids
 from pptl.optable import OpTable
 from pptl.schedules._pipeline_meta import PipelineMeta
 
@@ -28,7 +28,7 @@ def fb_self_dependency(ctx: Context) -> list[Violation]:
     if "FB" not in ctx.kinds:
         return out
     t = ctx.table
-    fb = kind_mask(t, frozenset({"FB"}))
+    fb = t.where("kind", frozenset({"FB"}))
     rows = np.flatnonzero(fb & t.has_pair & (t.pair[:, 1] == t.mb) & (t.pair[:, 2] == t.direction))
     for op in map(t.op, rows.tolist()):
         ps = op.pair[0]  # type: ignore[index]
@@ -99,7 +99,7 @@ def _fifo_in_order(ctx: Context, t: OpTable, per_rank: bool) -> bool:
     la = ctx.lane_arrays
     if not la.unique:
         return False
-    is_i, is_w = kind_mask(t, frozenset({"I"}))[la.op], kind_mask(t, frozenset({"W"}))[la.op]
+    is_i, is_w = t.where("kind", frozenset({"I"}))[la.op], t.where("kind", frozenset({"W"}))[la.op]
     pos = np.flatnonzero(is_i | is_w)  # lane entries in lane order, lane after lane
     rows, is_i = la.op[pos], is_i[pos]
     cols = (la.lane[pos],) if per_rank else (la.lane[pos], t.direction[rows], t.stage[rows])

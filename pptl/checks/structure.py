@@ -12,7 +12,7 @@ import numpy as np
 
 from pptl.checks import work_arrays as wa
 from pptl.checks.base import Context, Violation
-from pptl.ir import COMM_KINDS, COMPUTE_KINDS, Op, Schedule
+from pptl.ir import COMM_KINDS, COMPUTE_KINDS, Op
 from pptl.kinds import is_known
 from pptl.optable import OpTable
 
@@ -32,11 +32,11 @@ def malformed_ops(ctx: Context) -> list[Violation]:
     unknown = frozenset(k for k in ctx.kinds if not is_known(k))  # asked once per kind, not per op
     # Rows that may be malformed: each test of _malformed, on columns; only these become Ops.
     t = ctx.table
-    suspects = wa.kind_mask(t, unknown) | (t.rank < 0) | (t.rank >= s.pp) | _lut(t.lane_names, lambda v: not v)[t.lane]
-    suspects |= wa.kind_mask(t, COMPUTE_KINDS) & ((t.stage < 0) | (t.mb < 0))
-    suspects |= wa.kind_mask(t, frozenset({"FB"})) & ~t.has_pair
-    bad_flow = _lut(t.flow_names, lambda v: v not in ("F", "B"))[t.flow]
-    suspects |= wa.kind_mask(t, COMM_KINDS) & (bad_flow | (t.peer < 0) | (t.peer >= s.pp) | (t.peer == t.rank))
+    suspects = t.where("kind", unknown) | (t.rank < 0) | (t.rank >= s.pp) | t.where("lane", lambda v: not v)
+    suspects |= t.where("kind", COMPUTE_KINDS) & ((t.stage < 0) | (t.mb < 0))
+    suspects |= t.where("kind", frozenset({"FB"})) & ~t.has_pair
+    bad_flow = t.where("flow", lambda v: v not in ("F", "B"))
+    suspects |= t.where("kind", COMM_KINDS) & (bad_flow | (t.peer < 0) | (t.peer >= s.pp) | (t.peer == t.rank))
     out: list[Violation] = []
     for op in map(t.op, np.flatnonzero(suspects).tolist()):
         why = _malformed(op, unknown, s.pp)
@@ -72,15 +72,15 @@ def duplicate_ops(ctx: Context) -> list[Violation]:
     t, w = ctx.table, ctx.work_arrays
     # Whole ops are compared where no unit of work tells them apart (ops of other kinds, FB
     # without its pair); work is indexed by :mod:`pptl.checks.work_arrays`.
-    whole = ~wa.kind_mask(t, _WORK_KINDS) | (wa.kind_mask(t, frozenset({"FB"})) & ~t.has_pair)
-    comm = wa.kind_mask(t, COMM_KINDS)
+    whole = ~t.where("kind", _WORK_KINDS) | (t.where("kind", frozenset({"FB"})) & ~t.has_pair)
+    comm = t.where("kind", COMM_KINDS)
     if comm.any():
         # SENDs and RECVs whose (kind, message key) are all distinct cannot be equal (hashing
         # every field of every message would be most of this rule). Within one kind and flow the
         # key's stage is the op's shifted by a constant, so (kind, flow, direction, stage, mb)
         # repeats exactly where the key does.
         c = np.flatnonzero(comm)
-        recv = wa.kind_mask(t, frozenset({"RECV"}))[c]
+        recv = t.where("kind", frozenset({"RECV"}))[c]
         ids, size = wa.group_ids(recv.astype(np.int64), _canonical(t.flow_names)[t.flow[c]], t.direction[c],
                                  t.stage[c], t.mb[c])
         if not (np.bincount(ids, minlength=size) > 1).any():
@@ -163,20 +163,18 @@ def missing_work(ctx: Context) -> list[Violation]:
     s = ctx.schedule
     if ctx.n and not (ctx.kinds & (COMPUTE_KINDS | COMM_KINDS)):
         return []
-    found = _missing_dense(ctx.table, ctx.work_arrays, s)
-    if found is not None:
-        return found
-    # Far more slots than ops: almost all are missing, and a walk over the slots lists them.
+    # One flag per slot: the sizes are bounded where a schedule is read or built (pptl.config.MAX_OPS
+    # units of work), and every missing slot is a violation to list anyway.
     w = ctx.work_arrays
-    have = set(zip([wa.ROLES[r] for r in w.role.tolist()], w.direction.tolist(), w.stage.tolist(), w.mb.tolist()))
+    D, S, M = max(s.directions, 0), max(s.num_stages, 0), max(s.microbatches, 0)
+    have = np.zeros((3, D, S, M), dtype=bool)
+    ok = w.in_range(S, M, D)
+    have[w.role[ok], w.direction[ok], w.stage[ok], w.mb[ok]] = True
     out: list[Violation] = []
-    for d in range(s.directions):
-        for st in range(s.num_stages):
-            for mb in range(s.microbatches):
-                if ("F", d, st, mb) in have and ("G", d, st, mb) in have and ("W", d, st, mb) in have:
-                    continue
-                missing = [r for r in ("F", "G", "W") if (r, d, st, mb) not in have]
-                out.append(_missing(missing, d, st, mb))
+    for flat in np.flatnonzero(~have.all(axis=0)).tolist():  # direction, then stage, then mb
+        d, rest = divmod(flat, S * M)
+        st, mb = divmod(rest, M)
+        out.append(_missing([r for k, r in enumerate(wa.ROLES) if not have[k, d, st, mb]], d, st, mb))
     return out
 
 
@@ -188,22 +186,6 @@ def _missing(missing: list[str], d: int, st: int, mb: int) -> Violation:
     elif "W" in missing:
         names.append("W")
     return Violation("PP003", f"missing {' and '.join(names)} for stage {st} mb {mb}{_dir(d)}")
-
-
-def _missing_dense(t: OpTable, w: wa.WorkArrays, s: Schedule) -> list[Violation] | None:
-    """PP003 with one flag per slot, or None when the schedule's sizes are too large for that."""
-    D, S, M = max(s.directions, 0), max(s.num_stages, 0), max(s.microbatches, 0)
-    if 3 * D * S * M > 8 * (w.n + t.n) + (1 << 22):
-        return None
-    have = np.zeros((3, D, S, M), dtype=bool)
-    ok = w.in_range(S, M, D)
-    have[w.role[ok], w.direction[ok], w.stage[ok], w.mb[ok]] = True
-    out: list[Violation] = []
-    for flat in np.flatnonzero(~have.all(axis=0)).tolist():  # direction, then stage, then mb
-        d, rest = divmod(flat, S * M)
-        st, mb = divmod(rest, M)
-        out.append(_missing([r for k, r in enumerate(wa.ROLES) if not have[k, d, st, mb]], d, st, mb))
-    return out
 
 
 def index_out_of_range(ctx: Context) -> list[Violation]:
@@ -261,11 +243,6 @@ def stage_on_two_ranks(ctx: Context) -> list[Violation]:
 
 def _dir(d: int) -> str:
     return f" (direction {d})" if d else ""
-
-
-def _lut(names: tuple[str, ...], test: Callable[[str], bool]) -> Any:
-    """``test`` of each name, as a bool array to index with a column's codes."""
-    return np.array([test(v) for v in names] or [False], dtype=bool)
 
 
 def _canonical(names: tuple[str, ...]) -> Any:

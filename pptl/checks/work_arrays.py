@@ -18,7 +18,7 @@ import numpy as np
 if TYPE_CHECKING:
     from pptl.optable import OpTable
 
-__all__ = ["ROLES", "WorkArrays", "work_arrays", "group_ids", "kind_mask"]
+__all__ = ["ROLES", "WorkArrays", "work_arrays", "group_ids"]
 
 ROLES = ("F", "G", "W")
 _I64 = np.int64
@@ -26,12 +26,6 @@ _I64 = np.int64
 _SHAPE = {"F": (1, 0), "B": (2, 1), "I": (1, 1), "W": (1, 2), "FB": (3, 0)}
 #: Ids spread over at most this many slots (times the rows) are used as they are, not compressed.
 _DENSE_SLACK = 4
-
-
-def kind_mask(table: OpTable, kinds: frozenset[str] | set[str]) -> Any:
-    """bool per op: whether its kind is one of ``kinds``."""
-    lut = np.array([k in kinds for k in table.kind_names] or [False], dtype=bool)
-    return lut[table.kind]
 
 
 def group_ids(*cols: Any) -> tuple[Any, int]:

@@ -151,7 +151,7 @@ def span_idle(schedule: Schedule, start: list[float], end: list[float], lane: st
     durations in op order).
     """
     table = table_of(schedule)
-    rows = np.flatnonzero(np.isin(table.lane, [k for k, v in enumerate(table.lane_names) if v == lane]))
+    rows = np.flatnonzero(table.where("lane", (lane,)))
     if not rows.size:
         return {}
     s = np.asarray(start, dtype=np.float64)[rows]
@@ -169,9 +169,7 @@ def span_idle(schedule: Schedule, start: list[float], end: list[float], lane: st
 def _stages_held(schedule: Schedule) -> int:
     """The most (direction, stage) pairs one rank runs forwards of (F or FB on its compute lane)."""
     table = table_of(schedule)
-    fwd = [k for k, name in enumerate(table.kind_names) if name in ("F", "FB")]
-    compute = [k for k, name in enumerate(table.lane_names) if name == "compute"]
-    rows = np.flatnonzero(np.isin(table.kind, fwd) & np.isin(table.lane, compute))
+    rows = np.flatnonzero(table.where("kind", ("F", "FB")) & table.where("lane", ("compute",)))
     if not rows.size:
         return 0
     held = np.unique(np.stack([table.rank[rows], table.direction[rows], table.stage[rows]], axis=1), axis=0)
