@@ -31,8 +31,19 @@ def load_any(path: str | Path, **options: Any) -> Loaded:
     (``microbatches``, ``placement``...) and override what a config file says."""
     path = Path(path)
     suffix = "".join(path.suffixes[-2:]).lower() if path.name.endswith(".json.gz") else path.suffix.lower()
-    if suffix in READERS:
+    if suffix in READERS and not (suffix == ".json" and _is_pptl_file(path)):
         module, name = READERS[suffix]
         reader: Callable[..., Loaded] = getattr(import_module(module), name)
         return reader(path, **options)
     return load_data(read_structured(path), str(path), **options)
+
+
+def _is_pptl_file(path: Path) -> bool:
+    """Whether a .json file opens as pptl writes its plans and timelines (``{"format": "pptl-...``):
+    those need none of the other tools' readers, so ``pptl check plan.json`` does not import them."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError:
+        return False  # the reader says what is wrong
+    return head.replace(b" ", b"").startswith(b'{"format":"pptl-')
