@@ -17,8 +17,7 @@ from pptl.violation import Violation
 if TYPE_CHECKING:
     import networkx as nx
 
-    from pptl.checks._keyed import LaneArrays
-    from pptl.checks.work_arrays import WorkArrays
+    from pptl.checks.work_arrays import LaneArrays, WorkArrays
     from pptl.config import Costs
     from pptl.simulate import Simulation
 
@@ -102,8 +101,8 @@ class Context:
 
     @cached_property
     def lane_arrays(self) -> LaneArrays:
-        """Every lane entry as arrays (:func:`pptl.checks._keyed.lane_arrays`)."""
-        from pptl.checks._keyed import lane_arrays
+        """Every lane entry as arrays (:func:`pptl.checks.work_arrays.lane_arrays`)."""
+        from pptl.checks.work_arrays import lane_arrays
 
         return lane_arrays(self.schedule)
 

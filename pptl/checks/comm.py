@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pptl.checks._keyed import F, G, dense_ids, first_of
 from pptl.checks.base import Context, Violation
+from pptl.checks.work_arrays import F, G, first_of, group_ids
 from pptl.optable import FLOW_CODE, KIND_CODE
 
 __all__ = ["unmatched_p2p"]
@@ -31,7 +31,7 @@ def unmatched_p2p(ctx: Context) -> list[Violation]:
     # Stages beyond +-2**62 (PP004 reports them) are clamped so that stage + 1 cannot wrap.
     flow, kind, stage = col.flow[c], col.kind[c], np.clip(col.stage[c], -_FAR, _FAR)
     sender = np.where(kind == send, stage, np.where(flow == fwd, stage - 1, stage + 1))  # messages.message_key
-    msg, size = dense_ids([flow, col.direction[c], sender, col.mb[c]])
+    msg, size = group_ids(*[flow, col.direction[c], sender, col.mb[c]])
     slot = msg * 2 + (kind == recv)
     first = first_of(slot, 2 * size, c)
     firsts = np.flatnonzero(first >= 0)
@@ -57,7 +57,7 @@ def unmatched_p2p(ctx: Context) -> list[Violation]:
     q_d, q_st, q_role = items.direction[q], np.clip(items.stage[q], -_FAR, _FAR), items.role[q]
     q_next = np.where(q_role == F, q_st + 1, q_st - 1)
     # The rank of the first item of each (direction, stage), for the stage next to each crossing.
-    ids, size = dense_ids([np.concatenate([items.direction, q_d]), np.concatenate([items.stage, q_next])])
+    ids, size = group_ids(*[np.concatenate([items.direction, q_d]), np.concatenate([items.stage, q_next])])
     first_item = first_of(ids[:items.op.size], size, np.arange(items.op.size, dtype=np.int64))
     at = first_item[ids[items.op.size:]]
     peer = np.where(at >= 0, col.rank[items.op[np.maximum(at, 0)]], 0)
@@ -65,7 +65,7 @@ def unmatched_p2p(ctx: Context) -> list[Violation]:
     sends = c[kind == send]
     q_flow = np.where(q_role == F, fwd, bwd).astype(col.flow.dtype)
     q_mb = items.mb[q]
-    ids, size = dense_ids([np.concatenate([col.flow[sends], q_flow]), np.concatenate([col.direction[sends], q_d]),
+    ids, size = group_ids(*[np.concatenate([col.flow[sends], q_flow]), np.concatenate([col.direction[sends], q_d]),
                            np.concatenate([np.clip(col.stage[sends], -_FAR, _FAR), q_st]), np.concatenate([col.mb[sends], q_mb])])
     sent = np.zeros(size, dtype=bool)
     sent[ids[:sends.size]] = True

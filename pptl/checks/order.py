@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pptl.checks._keyed import F, G, dense_ids, first_of, role_items
 from pptl.checks.base import Context, Violation
+from pptl.checks.work_arrays import F, G, first_place, items_of
 from pptl.optable import KIND_CODE
 
 __all__ = ["local_order", "deadlock"]
@@ -23,7 +23,7 @@ def local_order(ctx: Context) -> list[Violation]:
         return []
     # The first position of each unit of work on each lane (entries of one lane grow with their
     # position), looked up for every backward (its F), FB (its pair's F) and W (its G).
-    made = role_items(t, la.op, (F, G))
+    made = items_of(ctx.work_arrays, la.op, (F, G))
     kind = col.kind[la.op]
     backward = np.flatnonzero((kind == KIND_CODE["B"]) | (kind == KIND_CODE["I"]))
     fb = np.flatnonzero((kind == KIND_CODE["FB"]) & t.has_pair[la.op])
@@ -36,11 +36,7 @@ def local_order(ctx: Context) -> list[Violation]:
     need_d = np.concatenate([col.direction[la.op[backward]], pair[:, 2], col.direction[la.op[w]]])
     need_st = np.concatenate([col.stage[la.op[backward]], pair[:, 0], col.stage[la.op[w]]])
     need_mb = np.concatenate([col.mb[la.op[backward]], pair[:, 1], col.mb[la.op[w]]])
-    ids, size = dense_ids([np.concatenate([la.lane[made.src], la.lane[need]]),
-                           np.concatenate([made.role, need_role]), np.concatenate([made.direction, need_d]),
-                           np.concatenate([made.stage, need_st]), np.concatenate([made.mb, need_mb])])
-    first = first_of(ids[:made.src.size], size, made.src)
-    at = first[ids[made.src.size:]]
+    at = first_place(made, la.lane[made.op], made.op, (la.lane[need], need_role, need_d, need_st, need_mb))
     bad = at > need
     is_w = need_role == G
     bad[is_w] &= kind[np.maximum(at[is_w], 0)] == KIND_CODE["I"]  # a W after its B is fine

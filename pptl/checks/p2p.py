@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from pptl.checks._keyed import F, G, dense_ids, first_of, role_items
 from pptl.checks.base import Context, Violation
+from pptl.checks.work_arrays import F, G, first_place, group_ids, items_of
 from pptl.dag import graph_of, left_in_cycles
 from pptl.ir import Schedule
 from pptl.issue_order import given_program, given_sequences
@@ -192,7 +192,7 @@ def wait_edges(schedule: Schedule, prog: dict[int, list[int]], mode: str = "nccl
         (edges, merged): edges (u, v, why) mean v waits for u; a RECV that meets its SEND is merged
         into it (``merged`` maps the RECV to that SEND, so ``u``/``v`` are never merged RECVs).
     """
-    from pptl.checks._keyed import lane_arrays
+    from pptl.checks.work_arrays import lane_arrays
 
     cols = schedule.table.columns
     seqs = np.fromiter((i for seq in prog.values() for i in seq), dtype=np.int64)
@@ -340,8 +340,8 @@ def _matched_pairs(col: Columns, la: Any) -> tuple[Any, Any, Any]:
     if se.size == 0 or re.size == 0:
         none = np.zeros(0, dtype=np.int64)
         return none, none, none
-    # Channel ids sort like (src, dst): dense_ids keeps the order of its columns.
-    chan, size = dense_ids([np.concatenate([la.rank[se], col.peer[la.op[re]]]),
+    # Channel ids sort like (src, dst): group_ids keeps the order of its columns.
+    chan, size = group_ids(*[np.concatenate([la.rank[se], col.peer[la.op[re]]]),
                             np.concatenate([col.peer[la.op[se]], la.rank[re]])])
     sides = []
     for entries, ch in ((se, chan[:se.size]), (re, chan[se.size:])):
@@ -380,15 +380,11 @@ def _issue_positions_of(ctx: Context) -> dict[str, list[Violation]]:
     comp = np.flatnonzero(col.lane[seqs] == LANE_CODE["compute"])
     flow = col.flow[seqs]
     p2p = np.flatnonzero((col.lane[seqs] != LANE_CODE["compute"]) & ((flow == FLOW_CODE["F"]) | (flow == FLOW_CODE["B"])))
-    made = role_items(t, seqs[comp], (F, G))
-    at_made = comp[made.src]  # places in seqs
+    made = items_of(ctx.work_arrays, seqs[comp], (F, G))
+    at_made = comp[made.op]  # places in seqs: one rank's grow with position
     q = seqs[p2p]
     q_role = np.where(col.flow[q] == FLOW_CODE["F"], F, G)
-    ids, size = dense_ids([np.concatenate([rank_of[at_made], rank_of[p2p]]), np.concatenate([made.role, q_role]),
-                           np.concatenate([made.direction, col.direction[q]]),
-                           np.concatenate([made.stage, col.stage[q]]), np.concatenate([made.mb, col.mb[q]])])
-    first = first_of(ids[:made.src.size], size, at_made)  # places in seqs: one rank's grow with position
-    at = first[ids[made.src.size:]]
+    at = first_place(made, rank_of[at_made], at_made, (rank_of[p2p], q_role, col.direction[q], col.stage[q], col.mb[q]))
     kind = col.kind[q]
     early = (at >= 0) & (kind == KIND_CODE["SEND"]) & (at > p2p)
     late = (at >= 0) & (kind == KIND_CODE["RECV"]) & (at < p2p)

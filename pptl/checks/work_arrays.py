@@ -1,11 +1,13 @@
-"""The work every op does, as numpy arrays: the array twin of :class:`pptl.checks.base.WorkIndex`.
+"""What the rules index, as numpy arrays over the op table: the work every op does
+(:class:`WorkArrays`, one row per unit of work (role, direction, stage, mb): op by op, and within
+an op F, then G (input gradient), then W), every lane entry (:class:`LaneArrays`), and rows
+grouped by integer keys (:func:`group_ids`, :func:`first_of`). A key such as (role, direction,
+stage, mb) becomes one dense integer id, and "the first row of each key" a flat array indexed by
+it: a few passes of numpy instead of a dict entry per op. Each is built once per check run
+(:class:`pptl.checks.base.Context`) and shared by its rules.
 
-One row per unit of work (role, direction, stage, mb), in the order ``WorkIndex.items`` lists
-them: op by op, and within an op F, then G (input gradient), then W. Rules that run on an
-:class:`pptl.optable.OpTable` (PP002-PP005, and any other that indexes work) read it instead of
-building ``Op`` objects; it is built once per check run (:attr:`pptl.checks.base.Context.work_arrays`) and shared by its rules.
-
-Roles are coded 0 (F), 1 (G), 2 (W): :data:`ROLES` gives the names ``WorkIndex`` uses.
+Roles are coded 0 (F), 1 (G), 2 (W), the order :func:`pptl.deps.roles` lists an op's roles in
+(:data:`ROLES` gives their names).
 """
 from __future__ import annotations
 
@@ -15,12 +17,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from pptl.optable import OpTable
+from pptl.optable import OpTable, flat_lanes
 
-__all__ = ["ROLES", "WorkArrays", "work_arrays", "group_ids"]
+if TYPE_CHECKING:
+    from pptl.ir import Schedule
+
+__all__ = ["ROLES", "F", "G", "W", "WorkArrays", "work_arrays", "items_of", "first_place", "group_ids", "first_of",
+           "LaneArrays", "lane_arrays"]
 
 ROLES = ("F", "G", "W")
+F, G, W = 0, 1, 2
 _I64 = np.int64
 #: Per kind: (units of work, role of the first). B is G then W; an FB with a pair is F, G, W.
 _SHAPE = {"F": (1, 0), "B": (2, 1), "I": (1, 1), "W": (1, 2), "FB": (3, 0)}
@@ -111,3 +117,63 @@ def work_arrays(table: OpTable) -> WorkArrays:
             p = table.pair[op[halves]]
             stage[halves], mb[halves], direction[halves] = p[:, 0], p[:, 1], p[:, 2]
     return WorkArrays(op, role, direction, stage, mb)
+
+
+def items_of(w: WorkArrays, rows: Any, roles: tuple[int, ...]) -> WorkArrays:
+    """The units of work of the ops ``rows`` (op indices, in any order, repeats allowed) for the
+    ``roles`` asked, as :class:`WorkArrays` whose ``op`` is the position in ``rows``."""
+    start, stop = np.searchsorted(w.op, rows, "left"), np.searchsorted(w.op, rows, "right")
+    counts = stop - start
+    src = np.repeat(np.arange(rows.size, dtype=_I64), counts)
+    at = np.repeat(start, counts) + np.arange(src.size, dtype=_I64) - np.repeat(np.cumsum(counts) - counts, counts)
+    keep = np.isin(w.role[at], roles)
+    src, at = src[keep], at[keep]
+    return WorkArrays(src, w.role[at], w.direction[at], w.stage[at], w.mb[at])
+
+
+def first_place(made: WorkArrays, group: Any, place: Any, want: tuple[Any, Any, Any, Any, Any]) -> Any:
+    """For each wanted (group, role, direction, stage, mb), the least ``place`` of an item of
+    ``made`` (its group ``group``) doing that work in that group, else -1."""
+    ids, size = group_ids(*(np.concatenate([a, b]) for a, b in zip(
+        (group, made.role, made.direction, made.stage, made.mb), want)))
+    return first_of(ids[:made.op.size], size, place)[ids[made.op.size:]]
+
+
+def first_of(ids: Any, size: int, rows: Any) -> Any:
+    """Per id, the least of ``rows`` (positions, op indices...) with that id, else -1."""
+    none = np.iinfo(_I64).max
+    out = np.full(size, none, dtype=_I64)
+    np.minimum.at(out, ids, rows)
+    out[out == none] = -1
+    return out
+
+
+@dataclass(frozen=True)
+class LaneArrays:
+    """Every (lane, position) of ``schedule.lanes``, in its iteration order (lanes in dict order,
+    each in run order)."""
+
+    keys: list[tuple[int, str]]
+    """The lanes, in ``schedule.lanes`` order."""
+    op: Any
+    """The op index of each entry."""
+    lane: Any
+    """The lane (position in ``keys``) of each entry."""
+    pos: Any
+    """The entry's position on its lane."""
+    rank: Any
+    """The rank of the entry's lane (its key's, not the op's)."""
+    unique: bool
+    """Whether every op index is listed once."""
+
+
+def lane_arrays(s: Schedule) -> LaneArrays:
+    """:class:`LaneArrays` of a schedule (a check run keeps one: :attr:`pptl.checks.base.Context.lane_arrays`)."""
+    keys, op, lane = flat_lanes(s.lanes)
+    lengths = np.bincount(lane, minlength=len(keys)) if keys else np.zeros(0, dtype=_I64)
+    starts = np.cumsum(lengths) - lengths
+    pos = np.arange(op.size, dtype=_I64) - starts[lane]
+    ranks = np.fromiter((k[0] for k in keys), dtype=_I64, count=len(keys))
+    n = s.n_ops
+    unique = op.size == 0 or int(np.bincount(op, minlength=n).max()) <= 1
+    return LaneArrays(keys, op, lane, pos, ranks[lane] if keys else np.zeros(0, dtype=_I64), unique)
