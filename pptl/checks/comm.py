@@ -4,12 +4,12 @@ from __future__ import annotations
 import numpy as np
 
 from pptl.checks.base import Context, Violation
-from pptl.checks.work_arrays import F, G, first_of, group_ids
+from pptl.checks.work_arrays import F, G, first_of, group_ids, sender_stages
 from pptl.optable import FLOW_CODE, KIND_CODE
 
 __all__ = ["unmatched_p2p"]
 
-_FAR = 1 << 62
+_FAR = 1 << 62  # stages beyond +-2**62 (PP004 reports them) are clamped so that stage + 1 cannot wrap
 
 
 def unmatched_p2p(ctx: Context) -> list[Violation]:
@@ -28,10 +28,8 @@ def unmatched_p2p(ctx: Context) -> list[Violation]:
     # 1. Each first SEND (RECV) of a message, in op order, against the first RECV (SEND) of it.
     fwd, bwd = FLOW_CODE["F"], FLOW_CODE["B"]
     c = np.flatnonzero(is_comm & ((col.flow == fwd) | (col.flow == bwd)))
-    # Stages beyond +-2**62 (PP004 reports them) are clamped so that stage + 1 cannot wrap.
-    flow, kind, stage = col.flow[c], col.kind[c], np.clip(col.stage[c], -_FAR, _FAR)
-    sender = np.where(kind == send, stage, np.where(flow == fwd, stage - 1, stage + 1))  # messages.message_key
-    msg, size = group_ids(*[flow, col.direction[c], sender, col.mb[c]])
+    flow, kind = col.flow[c], col.kind[c]
+    msg, size = group_ids(flow, col.direction[c], sender_stages(col, c), col.mb[c])
     slot = msg * 2 + (kind == recv)
     first = first_of(slot, 2 * size, c)
     firsts = np.flatnonzero(first >= 0)

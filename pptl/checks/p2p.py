@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 
 from pptl.checks.base import Context, Violation
-from pptl.checks.work_arrays import F, G, first_place, group_ids, items_of
+from pptl.checks.work_arrays import F, G, first_place, group_ids, items_of, sender_stages
 from pptl.dag import graph_of, left_in_cycles
 from pptl.ir import Schedule
-from pptl.issue_order import given_program, given_sequences
+from pptl.issue_order import given_sequences
 from pptl.optable import FLOW_CODE, KIND_CODE, LANE_CODE, Columns
 
 __all__ = [
@@ -47,20 +47,10 @@ __all__ = [
 _COMM = ("SEND", "RECV")
 _COMM_SET = frozenset(_COMM)
 _ORDINAL = {1: "1st", 2: "2nd", 3: "3rd"}
-_FAR = 1 << 62
 
 
 # ----------------------------------------------------------------------------------------------
 # Rules
-
-
-def _given(ctx: Context) -> dict[int, list[int]] | None:
-    """:func:`given_program` once per check run (four rules read it)."""
-    return ctx.once(_given_of)
-
-
-def _given_of(ctx: Context) -> dict[int, list[int]] | None:
-    return given_program(ctx.schedule)
 
 
 def fifo_order(ctx: Context) -> list[Violation]:
@@ -81,14 +71,7 @@ def fifo_order(ctx: Context) -> list[Violation]:
     send, recv, nth = _matched(ctx)
     if send.size == 0:
         return []
-    # message_key of each side (the RECV names its sender's stage); stages beyond +-2**62 (PP004
-    # reports them) are clamped so that stage + 1 cannot wrap.
-    r_stage = np.clip(col.stage[recv], -_FAR, _FAR)
-    r_sender = np.where(col.kind[recv] == KIND_CODE["SEND"], r_stage,
-                        np.where(col.flow[recv] == FLOW_CODE["F"], r_stage - 1, r_stage + 1))
-    s_stage = np.clip(col.stage[send], -_FAR, _FAR)
-    s_sender = np.where(col.kind[send] == KIND_CODE["SEND"], s_stage,
-                        np.where(col.flow[send] == FLOW_CODE["F"], s_stage - 1, s_stage + 1))
+    s_sender, r_sender = sender_stages(col, send), sender_stages(col, recv)  # message_key of each side
     differ = (t.flow[send] != t.flow[recv]) | (col.direction[send] != col.direction[recv]) | \
         (s_sender != r_sender) | (col.mb[send] != col.mb[recv])
     bad = np.flatnonzero(differ)
@@ -174,9 +157,9 @@ def p2p_deadlock(ctx: Context) -> list[Violation]:
     merged = {v: k for k, v in rep.items()}
     steps = []
     for u, v in cycle:
-        steps.append(f"{_node_name(s, u, merged)} -> ({how[u, v]})")
+        steps.append(f"{node_name(s, u, merged)} -> ({how[u, v]})")
     ranks = sorted({s.ops[u].rank for u, _ in cycle} | {s.ops[merged[u]].rank for u, _ in cycle if u in merged})
-    text = " ".join(steps) + f" {_node_name(s, cycle[0][0], merged)}"
+    text = " ".join(steps) + f" {node_name(s, cycle[0][0], merged)}"
     model = {"nccl": "NCCL P2P (a send completes with its receive; per-peer order)",
              "blocking": "blocking P2P (send and receive meet; one op at a time per rank)",
              "nonblocking": "non-blocking P2P"}[mode]
@@ -203,10 +186,6 @@ def wait_edges(schedule: Schedule, prog: dict[int, list[int]], mode: str = "nccl
 def node_name(s: Schedule, u: int, merged: dict[int, int]) -> str:
     """An op id, or ``[SEND = RECV]`` for a merged pair (``merged`` as :func:`wait_edges` returns it,
     or inverted: SEND -> RECV)."""
-    return _node_name(s, u, merged)
-
-
-def _node_name(s: Schedule, u: int, merged: dict[int, int]) -> str:
     if u in merged:
         return f"[{s.ops[u].id} = {s.ops[merged[u]].id}]"
     return s.ops[u].id

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pptl.optable import OpTable, flat_lanes
+from pptl.optable import FLOW_CODE, KIND_CODE, OpTable, flat_lanes
 
 if TYPE_CHECKING:
     from pptl.ir import Schedule
 
 __all__ = ["ROLES", "F", "G", "W", "WorkArrays", "work_arrays", "items_of", "first_place", "group_ids", "first_of",
-           "LaneArrays", "lane_arrays"]
+           "sender_stages", "LaneArrays", "lane_arrays"]
 
 ROLES = ("F", "G", "W")
 F, G, W = 0, 1, 2
@@ -137,6 +137,14 @@ def first_place(made: WorkArrays, group: Any, place: Any, want: tuple[Any, Any, 
     ids, size = group_ids(*(np.concatenate([a, b]) for a, b in zip(
         (group, made.role, made.direction, made.stage, made.mb), want)))
     return first_of(ids[:made.op.size], size, place)[ids[made.op.size:]]
+
+
+def sender_stages(cols: Any, rows: Any) -> Any:
+    """:func:`pptl.messages.message_key`'s stage of the SENDs and RECVs ``rows``: the sender's.
+    Stages beyond +-2**62 (PP004 reports them) are clamped so that stage + 1 cannot wrap."""
+    stage = np.clip(cols.stage[rows], -(1 << 62), 1 << 62)
+    recv = cols.kind[rows] == KIND_CODE["RECV"]
+    return np.where(recv, np.where(cols.flow[rows] == FLOW_CODE["F"], stage - 1, stage + 1), stage)
 
 
 def first_of(ids: Any, size: int, rows: Any) -> Any:
