@@ -15,18 +15,13 @@ from pptl.config import Costs
 from pptl.dag import Successors, kahn_order, successors
 from pptl.errors import InputError, InvalidScheduleError
 from pptl.events import memory_events, op_events
-from pptl.ir import Op, Schedule, table_of
+from pptl.ir import Schedule, table_of
 from pptl.optable import KIND_CODE, LANE_CODE, Columns, OpTable
 from pptl.schedules._moe_meta import MoEMeta
 from pptl.timeline import RankStats, Timeline, TimelineMeta, bubble_fraction
 
 __all__ = ["Simulation", "RankMetrics", "durations", "simulate", "memory_events", "memory_events_of", "MemoryEvents", "peak_memory",
            "held_spans", "op_events"]
-
-
-def op_at(schedule: Schedule, i: int) -> Op:
-    """Op ``i``, without building the others when the schedule holds a table and no ops yet."""
-    return schedule.table.op(i) if not schedule.has_ops() else schedule.ops[i]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +57,7 @@ class Simulation:
             ],
             "bubble_fraction": bubble_fraction(self.ranks, self.makespan),
             "peak_activation": max((r.peak_activation for r in self.ranks), default=0.0),
-            "critical_path": [op_at(s, i).id for i in self.critical_path],
+            "critical_path": [s.table.op(i).id for i in self.critical_path],
         }
 
     def timeline(self, *, with_waits: bool = True) -> Timeline:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar, cast
 
 from pptl.dag import Successors, build_dag, kahn_order, successors, verified_order
 from pptl.ir import Schedule, table_of
-from pptl.optable import Columns, OpTable
+from pptl.optable import OpTable
 from pptl.violation import Violation
 
 if TYPE_CHECKING:
@@ -105,11 +105,6 @@ class Context:
         from pptl.checks.work_arrays import lane_arrays
 
         return lane_arrays(self.schedule)
-
-    @cached_property
-    def columns(self) -> Columns:
-        """:attr:`table` in the fixed codes of :class:`pptl.optable.Columns`."""
-        return self.table.columns
 
     @cached_property
     def ids(self) -> list[str]:

@@ -167,8 +167,6 @@ class LaneArrays:
     """The op index of each entry."""
     lane: Any
     """The lane (position in ``keys``) of each entry."""
-    pos: Any
-    """The entry's position on its lane."""
     rank: Any
     """The rank of the entry's lane (its key's, not the op's)."""
     unique: bool
@@ -178,10 +176,7 @@ class LaneArrays:
 def lane_arrays(s: Schedule) -> LaneArrays:
     """:class:`LaneArrays` of a schedule (a check run keeps one: :attr:`pptl.checks.base.Context.lane_arrays`)."""
     keys, op, lane = flat_lanes(s.lanes)
-    lengths = np.bincount(lane, minlength=len(keys)) if keys else np.zeros(0, dtype=_I64)
-    starts = np.cumsum(lengths) - lengths
-    pos = np.arange(op.size, dtype=_I64) - starts[lane]
     ranks = np.fromiter((k[0] for k in keys), dtype=_I64, count=len(keys))
     n = s.n_ops
     unique = op.size == 0 or int(np.bincount(op, minlength=n).max()) <= 1
-    return LaneArrays(keys, op, lane, pos, ranks[lane] if keys else np.zeros(0, dtype=_I64), unique)
+    return LaneArrays(keys, op, lane, ranks[lane] if keys else np.zeros(0, dtype=_I64), unique)

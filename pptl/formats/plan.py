@@ -184,11 +184,11 @@ def _columns_of(schedule: Schedule, keys: list[tuple[int, str]], times: PlanTime
 
 
 def _compact_array(values: Any) -> list[float] | list[int]:
-    """:func:`_compact` of a float64 array."""
-    if values.size and np.isfinite(values).all() and np.abs(values).max() < 2.0 ** 53:
-        if (values == np.trunc(values)).all():
-            return values.astype(np.int64).tolist()  # type: ignore[no-any-return]
-    return _compact(values.tolist())
+    """Whole numbers as ints ("12" rather than "12.0"): a quarter of a plan's bytes are times."""
+    if values.size and np.isfinite(values).all() and np.abs(values).max() < 2.0 ** 53 and \
+            (values == np.trunc(values)).all():
+        return values.astype(np.int64).tolist()  # type: ignore[no-any-return]
+    return [int(v) if v.is_integer() else v for v in values.tolist()]  # inf or nan: allow_nan=False reports it
 
 
 def timeline_meta_dict(meta: TimelineMeta) -> dict[str, Any]:
@@ -197,17 +197,6 @@ def timeline_meta_dict(meta: TimelineMeta) -> dict[str, Any]:
     d = asdict(meta)
     d["extra"] = dict(meta.extra)
     return d
-
-
-def _compact(values: list[float]) -> list[float] | list[int]:
-    """Whole numbers as ints ("12" rather than "12.0"): a quarter of a plan's bytes are times."""
-    try:
-        ints = list(map(int, values))
-    except (OverflowError, ValueError):  # inf or nan: the writer's allow_nan=False reports it
-        return values
-    if ints == values:
-        return ints
-    return [int(v) if v.is_integer() else v for v in values]
 
 
 def _times_of(schedule: Schedule, timeline: Timeline) -> PlanTimes | None:
