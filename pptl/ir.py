@@ -36,7 +36,6 @@ __all__ = [
     "Op",
     "Schedule",
     "ScheduleBuilder",
-    "table_of",
     "Facts",
 ]
 
@@ -178,11 +177,6 @@ def _set_deps(self: Schedule, deps: list[tuple[int, int]] | None) -> None:
 # builds the views on demand.
 Schedule.ops = property(_ops_of, _set_ops)  # type: ignore[assignment]
 Schedule.deps = property(_deps_of, _set_deps)  # type: ignore[assignment]
-
-
-def table_of(schedule: Schedule) -> OpTable:
-    """The schedule's op table (its storage)."""
-    return schedule.table
 
 
 class ScheduleBuilder:

@@ -1,9 +1,7 @@
-"""A schedule's ops as one table of numpy columns: what large plans are built, read, checked and
-written as, so that no ``Op`` object exists unless a rule reports one or a renderer draws it.
-
-A :class:`pptl.ir.Schedule` made with :meth:`pptl.ir.Schedule.from_table` holds its ops here and
-builds ``schedule.ops`` (the ``Op`` list every other module reads) only when something asks for it;
-:func:`table_of` gives the table of any schedule (building it once from the ops when it has none).
+"""A schedule's ops as one table of numpy columns: what every schedule is stored as
+(:attr:`pptl.ir.Schedule.table`), built, read, checked, simulated and written as, so that no
+``Op`` object exists unless a message, a hover text, a test or the executor asks for one
+(``schedule.ops`` is the view built on first read).
 
 String fields (kind, lane, flow, label, cost) are stored as small integer codes into a tuple of
 names per field, in first-seen order; integer fields as int64; ``pair`` as an (n, 3) array plus a
@@ -176,19 +174,15 @@ class OpTable:
         names = getattr(self, f"{name}_names")
         return list(map(names.__getitem__, getattr(self, name).tolist()))
 
-    def pairs(self) -> list[tuple[int, int, int] | None]:
-        out: list[tuple[int, int, int] | None] = [None] * self.n
-        for i in np.flatnonzero(self.has_pair).tolist():
-            s, m, d = self.pair[i].tolist()
-            out[i] = (s, m, d)
-        return out
-
     def ops(self) -> list[Op]:
         """The ``Op`` of every row (what ``schedule.ops`` is when something asks for it)."""
         n = self.n
         tl = np.ndarray.tolist
+        pairs: list[tuple[int, ...] | None] | Iterable[None] = repeat(None, n)
+        if self.has_pair.any():
+            pairs = [tuple(p) if h else None for p, h in zip(tl(self.pair), tl(self.has_pair))]
         return list(map(Op, self.strings("kind"), tl(self.rank), self.strings("lane"), tl(self.stage), tl(self.mb),
-                        tl(self.direction), tl(self.chunk), self.pairs() if self.has_pair.any() else repeat(None, n),
+                        tl(self.direction), tl(self.chunk), pairs,
                         tl(self.peer), self.strings("flow"), tl(self.sub), self.strings("label"), tl(self.payload),
                         self.strings("cost"), tl(self.bucket), tl(self.half)))
 

@@ -15,7 +15,7 @@ from pptl.config import Costs
 from pptl.dag import Successors, kahn_order, successors
 from pptl.errors import InputError, InvalidScheduleError
 from pptl.events import memory_events, op_events
-from pptl.ir import Schedule, table_of
+from pptl.ir import Schedule
 from pptl.optable import KIND_CODE, LANE_CODE, Columns, OpTable
 from pptl.schedules._moe_meta import MoEMeta
 from pptl.timeline import RankStats, Timeline, TimelineMeta, bubble_fraction
@@ -81,7 +81,7 @@ _COPIES = frozenset(("OFFLOAD", "ONLOAD", "H2D", "COPY"))
 
 def durations(schedule: Schedule, costs: Costs) -> list[float]:
     """Duration of every op. Raises InvalidScheduleError for a cost key with no value."""
-    return _durations(table_of(schedule), costs).tolist()  # type: ignore[no-any-return]
+    return _durations(schedule.table, costs).tolist()  # type: ignore[no-any-return]
 
 
 def _durations(t: OpTable, costs: Costs) -> Any:
@@ -176,7 +176,7 @@ def simulate(schedule: Schedule, costs: Costs | None = None, *, dag: Successors 
     if w_activation is None:
         w_activation = cfg.w_activation if cfg is not None else 0.0
     n = schedule.n_ops
-    table = table_of(schedule)
+    table = schedule.table
     dur_array = _durations(table, costs)
     dur = dur_array.tolist()
     succ = dag if dag is not None else successors(schedule)

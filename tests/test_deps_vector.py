@@ -10,7 +10,7 @@ from deps_oracle import training_deps_loop as _training_deps_loop
 
 from pptl.config import config_from_mapping
 from pptl.deps import facts_of_table, training_deps
-from pptl.ir import Op, table_of
+from pptl.ir import Op
 from pptl.optable import OpTable
 from pptl.schedules import build_schedule
 
@@ -72,7 +72,7 @@ def test_families_derive_the_loop_s_facts_from_their_columns(family: str, pp: in
     as sorted arrays; the ops and the list of facts exist only once something reads them."""
     s = build_schedule(config_from_mapping({"schedule": family, "pp": pp, "microbatches": m, **extra}, source="t"))
     assert not s.has_ops()
-    t = table_of(s)
+    t = s.table
     assert facts_of_table(t, s.num_stages) is facts_of_table(t, s.num_stages)  # derived once, kept
     assert s.deps == sorted(_training_deps_loop(s.ops, s.num_stages))
 

@@ -10,7 +10,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, TypeVar, cast
 
 from pptl.dag import Successors, build_dag, kahn_order, successors, verified_order
-from pptl.ir import Schedule, table_of
+from pptl.ir import Schedule
 from pptl.optable import OpTable
 from pptl.violation import Violation
 
@@ -90,7 +90,7 @@ class Context:
     def table(self) -> OpTable:
         """The ops as columns: what every rule reads. ``schedule.ops`` is built only when a rule
         has something to report (a table-made schedule has no ``Op`` objects until then)."""
-        return table_of(self.schedule)
+        return self.schedule.table
 
     @cached_property
     def work_arrays(self) -> WorkArrays:

@@ -26,7 +26,7 @@ from pptl.fileio import MAX_FILE_BYTES, read_bounded
 from pptl.formats._legacy import BUCKET_KINDS, bucket_fields
 from pptl.formats.structured import read_structured
 from pptl.formats.timeline import timeline_from_dict
-from pptl.ir import Op, Schedule, ScheduleBuilder, table_of
+from pptl.ir import Op, Schedule, ScheduleBuilder
 from pptl.optable import OpTable
 from pptl.schedules._moe_meta import MoEMeta
 from pptl.schedules._pipeline_meta import PipelineMeta
@@ -117,7 +117,7 @@ def _finish(written: _Written, schedule: Schedule, keys: list[tuple[int, str]], 
 def _columns_of(schedule: Schedule, keys: list[tuple[int, str]], times: PlanTimes | None,
                 topo: Sequence[int] | None) -> _Written:
     """:func:`plan_to_dict`'s columns, facts and times, from the schedule's table (no ``Op`` per row)."""
-    t = table_of(schedule)
+    t = schedule.table
     n = t.n
     lanes = schedule.lanes
     order = np.fromiter(chain.from_iterable(map(lanes.__getitem__, keys)), dtype=np.int64, count=n)

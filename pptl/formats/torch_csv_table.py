@@ -11,7 +11,7 @@ per-cell work on arrays so that a large file becomes a table-made schedule
 - :func:`cells_of_rows`: the cell-by-cell reader's parsed rows (FSDP kinds, spaces, quotes...).
 
 Both give the same :class:`Cells`; :func:`op_table` turns them into an
-:class:`pptl.optable.OpTable` with the columns the object path's ``Op`` would hold.
+:class:`pptl.optable.OpTable` with the columns each cell's ``Op`` would hold.
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from pptl.config import Config
 from pptl.errors import InputError
-from pptl.ir import Op, Schedule, table_of
+from pptl.ir import Op, Schedule
 from pptl.schedules._assemble import assemble
 from pptl.schedules._order import Order, phases
 
@@ -150,7 +150,7 @@ def span_idle(schedule: Schedule, start: list[float], end: list[float], lane: st
     stagger of a rank's start and end. Notes: O(ops) in numpy (``bincount`` adds each rank's
     durations in op order).
     """
-    table = table_of(schedule)
+    table = schedule.table
     rows = np.flatnonzero(table.where("lane", (lane,)))
     if not rows.size:
         return {}
@@ -168,7 +168,7 @@ def span_idle(schedule: Schedule, start: list[float], end: list[float], lane: st
 
 def _stages_held(schedule: Schedule) -> int:
     """The most (direction, stage) pairs one rank runs forwards of (F or FB on its compute lane)."""
-    table = table_of(schedule)
+    table = schedule.table
     rows = np.flatnonzero(table.where("kind", ("F", "FB")) & table.where("lane", ("compute",)))
     if not rows.size:
         return 0
