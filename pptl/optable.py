@@ -21,7 +21,7 @@ import numpy as np
 from pptl.op import Op
 
 __all__ = ["OpTable", "Columns", "KIND_CODE", "LANE_CODE", "FLOW_CODE", "flat_lanes", "lane_edge_arrays", "edge_arrays",
-           "encode"]
+           "encode", "group_ids", "first_of"]
 
 #: Kind codes of :class:`Columns` (0: any other kind).
 KIND_CODE = {"F": 1, "B": 2, "I": 3, "W": 4, "FB": 5, "SEND": 6, "RECV": 7}
@@ -250,3 +250,45 @@ def lane_edge_arrays(lanes: Mapping[tuple[int, str], Sequence[int]]) -> tuple[An
     _, op, lane = flat_lanes(lanes)
     same = lane[:-1] == lane[1:]
     return op[:-1][same], op[1:][same]
+
+
+#: Ids spread over at most this many slots (times the rows) are used as they are, not compressed.
+_DENSE_SLACK = 4
+
+
+def group_ids(*cols: Any) -> tuple[Any, int]:
+    """(ids, size): one id in ``0..size-1`` per row, equal where the rows of ``cols`` are equal.
+
+    Ids come from the columns' values themselves when they pack into a range not much larger than
+    the rows (then ``size`` may exceed the number of distinct rows), else from ``np.unique``.
+    """
+    n = int(cols[0].size) if cols else 0
+    if n == 0:
+        return np.zeros(0, dtype=_I64), 0
+    cols = tuple(np.asarray(c).astype(_I64, copy=False) for c in cols)  # narrow codes would wrap below
+    lows = [int(c.min()) for c in cols]
+    spans = [int(c.max()) - lo + 1 for c, lo in zip(cols, lows)]
+    size = 1
+    for s in spans:
+        size *= s  # Python ints: no overflow while deciding
+    if size >= 2**62:
+        _, inv = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
+        inv = inv.reshape(-1)
+        return inv.astype(_I64), int(inv.max()) + 1
+    packed = np.zeros(n, dtype=_I64)
+    for c, lo, s in zip(cols, lows, spans):
+        packed *= s
+        packed += c - lo
+    if size <= _DENSE_SLACK * n + 1024:
+        return packed, size
+    uniq, inv = np.unique(packed, return_inverse=True)
+    return inv.reshape(-1).astype(_I64), int(uniq.size)
+
+
+def first_of(ids: Any, size: int, rows: Any) -> Any:
+    """Per id, the least of ``rows`` (positions, op indices...) with that id, else -1."""
+    none = np.iinfo(_I64).max
+    out = np.full(size, none, dtype=_I64)
+    np.minimum.at(out, ids, rows)
+    out[out == none] = -1
+    return out

@@ -16,7 +16,7 @@ from pptl.dag import Successors, kahn_order, successors
 from pptl.errors import InputError, InvalidScheduleError
 from pptl.events import memory_events, op_events
 from pptl.ir import Schedule
-from pptl.optable import KIND_CODE, LANE_CODE, Columns, OpTable
+from pptl.optable import KIND_CODE, LANE_CODE, Columns, OpTable, first_of, group_ids
 from pptl.schedules._moe_meta import MoEMeta
 from pptl.timeline import RankStats, Timeline, TimelineMeta, bubble_fraction
 
@@ -99,12 +99,14 @@ def _durations(t: OpTable, costs: Costs) -> Any:
     nc = len(t.cost_names)
     combo = t.kind.astype(np.int64) * nc + t.cost
     key_names = [t.cost_names[c % nc] or kinds[c // nc] for c in range(len(kinds) * nc)]
-    pair_code, pairs = _codes(combo, t.stage)
-    value = np.zeros(len(pairs))
-    missing = np.zeros(len(pairs), dtype=bool)
-    for p in np.flatnonzero(np.bincount(pair_code[~comm], minlength=len(pairs))).tolist():
-        c, stage = pairs[p]
-        d = costs.lookup(key_names[c], stage)
+    pair_code, size = group_ids(combo, t.stage)
+    asked = np.flatnonzero(~comm)
+    first = first_of(pair_code[asked], size, asked)  # a row of each (cost key, stage) a compute op has
+    value = np.zeros(size)
+    missing = np.zeros(size, dtype=bool)
+    for p in np.flatnonzero(first >= 0).tolist():
+        row = int(first[p])
+        d = costs.lookup(key_names[int(combo[row])], int(t.stage[row]))
         if d is None:
             missing[p] = True
         else:
@@ -129,24 +131,6 @@ def _durations(t: OpTable, costs: Costs) -> Any:
             rows = compute[ranks == r]
             out[rows] *= f
     return out
-
-
-def _codes(combo: Any, stage: Any) -> tuple[Any, list[tuple[int, int]]]:
-    """A code per row for its (combo, stage) and the (combo, stage) of each code."""
-    n = int(combo.size)
-    if not n:
-        return np.zeros(0, dtype=np.int64), []
-    lo = int(stage.min())
-    span = int(stage.max()) - lo + 1
-    total = (int(combo.max()) + 1) * span
-    if total <= max(1 << 16, 4 * n):  # few stages (every plan pptl builds): one count, no sort
-        flat = combo * span + (stage - lo)
-        present = np.flatnonzero(np.bincount(flat, minlength=total))
-        code = np.zeros(total, dtype=np.int64)
-        code[present] = np.arange(present.size)
-        return code[flat], [(p // span, p % span + lo) for p in present.tolist()]
-    found, inverse = np.unique(np.stack([combo, stage], axis=1), axis=0, return_inverse=True)
-    return inverse.reshape(-1), [(int(c), int(st)) for c, st in found.tolist()]
 
 
 def _per_payload(payload: Any, time_of: Any) -> Any:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pptl.optable import FLOW_CODE, KIND_CODE, OpTable, flat_lanes
+from pptl.optable import FLOW_CODE, KIND_CODE, OpTable, first_of, flat_lanes, group_ids
 
 if TYPE_CHECKING:
     from pptl.ir import Schedule
@@ -30,37 +30,6 @@ F, G, W = 0, 1, 2
 _I64 = np.int64
 #: Per kind: (units of work, role of the first). B is G then W; an FB with a pair is F, G, W.
 _SHAPE = {"F": (1, 0), "B": (2, 1), "I": (1, 1), "W": (1, 2), "FB": (3, 0)}
-#: Ids spread over at most this many slots (times the rows) are used as they are, not compressed.
-_DENSE_SLACK = 4
-
-
-def group_ids(*cols: Any) -> tuple[Any, int]:
-    """(ids, size): one id in ``0..size-1`` per row, equal where the rows of ``cols`` are equal.
-
-    Ids come from the columns' values themselves when they pack into a range not much larger than
-    the rows (then ``size`` may exceed the number of distinct rows), else from ``np.unique``.
-    """
-    n = int(cols[0].size) if cols else 0
-    if n == 0:
-        return np.zeros(0, dtype=_I64), 0
-    cols = tuple(np.asarray(c).astype(_I64, copy=False) for c in cols)  # narrow codes would wrap below
-    lows = [int(c.min()) for c in cols]
-    spans = [int(c.max()) - lo + 1 for c, lo in zip(cols, lows)]
-    size = 1
-    for s in spans:
-        size *= s  # Python ints: no overflow while deciding
-    if size >= 2**62:
-        _, inv = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
-        inv = inv.reshape(-1)
-        return inv.astype(_I64), int(inv.max()) + 1
-    packed = np.zeros(n, dtype=_I64)
-    for c, lo, s in zip(cols, lows, spans):
-        packed *= s
-        packed += c - lo
-    if size <= _DENSE_SLACK * n + 1024:
-        return packed, size
-    uniq, inv = np.unique(packed, return_inverse=True)
-    return inv.reshape(-1).astype(_I64), int(uniq.size)
 
 
 @dataclass(frozen=True, eq=False)
@@ -145,15 +114,6 @@ def sender_stages(cols: Any, rows: Any) -> Any:
     stage = np.clip(cols.stage[rows], -(1 << 62), 1 << 62)
     recv = cols.kind[rows] == KIND_CODE["RECV"]
     return np.where(recv, np.where(cols.flow[rows] == FLOW_CODE["F"], stage - 1, stage + 1), stage)
-
-
-def first_of(ids: Any, size: int, rows: Any) -> Any:
-    """Per id, the least of ``rows`` (positions, op indices...) with that id, else -1."""
-    none = np.iinfo(_I64).max
-    out = np.full(size, none, dtype=_I64)
-    np.minimum.at(out, ids, rows)
-    out[out == none] = -1
-    return out
 
 
 @dataclass(frozen=True)
