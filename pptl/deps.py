@@ -84,15 +84,6 @@ def facts_of_table(table: OpTable, num_stages: int) -> tuple[Any, Any]:
     last = _last
     if last is not None and last[0] is table and last[1] == num_stages:
         return last[2]
-    out = _facts(table, num_stages)
-    _last = (table, num_stages, out)
-    return out
-
-
-_last: tuple[OpTable, int, tuple[Any, Any]] | None = None
-
-
-def _facts(table: OpTable, num_stages: int) -> tuple[Any, Any]:
     n = table.n
     if n == 0:
         return np.zeros(0, dtype=_I64), np.zeros(0, dtype=_I64)
@@ -104,7 +95,11 @@ def _facts(table: OpTable, num_stages: int) -> tuple[Any, Any]:
     fl = lut[table.flow]
     e = _dep_keys(k, table.rank, table.stage, table.mb, table.direction, fl, flows, table.has_pair & (k == 5),
                   table.pair[:, 0], table.pair[:, 1], table.pair[:, 2], num_stages)
-    return e // n, e % n
+    _last = (table, num_stages, (e // n, e % n))
+    return _last[2]
+
+
+_last: tuple[OpTable, int, tuple[Any, Any]] | None = None
 
 
 def _dep_keys(k: Any, r: Any, st: Any, m: Any, d: Any, fl: Any, flows: dict[str, int], has_pair: Any, ps: Any,

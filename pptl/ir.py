@@ -73,7 +73,7 @@ class Schedule:
     in run order.
 
     Made from ``ops`` (and ``deps``), the table (and facts) are built from them; made from a
-    table (:meth:`from_table`), nothing else is built until read.
+    ``table`` and ``facts``, nothing else is built until read.
     """
 
     family: str
@@ -107,15 +107,6 @@ class Schedule:
             self.table = OpTable.from_ops(ops if isinstance(ops, list) else list(ops or ()))
         if self.facts is None or (deps is not None and deps is not self.facts.built()):
             self.facts = Facts.of(list(deps or ()))
-
-    @classmethod
-    def from_table(cls, *, family: str, pp: int, num_stages: int, microbatches: int, table: OpTable,
-                   lanes: dict[tuple[int, str], list[int]], dep_arrays: tuple[Any, Any], directions: int = 1,
-                   config: Config | None = None, meta: dict[str, Any] | None = None, order_hint: Any = None) -> Schedule:
-        """A schedule whose ops are the rows of ``table`` and whose facts are ``dep_arrays``
-        (producers, consumers): ``ops`` and ``deps`` are built only when something reads them."""
-        return cls(family, pp, num_stages, microbatches, lanes=lanes, directions=directions, config=config,
-                   meta=dict(meta or {}), table=table, facts=Facts(*dep_arrays), order_hint=order_hint)
 
     @property
     def n_ops(self) -> int:

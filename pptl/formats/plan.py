@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict, dataclass
 from itertools import chain
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeGuard
@@ -26,7 +27,7 @@ from pptl.fileio import MAX_FILE_BYTES, read_bounded
 from pptl.formats._legacy import BUCKET_KINDS, bucket_fields
 from pptl.formats.structured import read_structured
 from pptl.formats.timeline import timeline_from_dict
-from pptl.ir import Op, Schedule, ScheduleBuilder
+from pptl.ir import Facts, Op, Schedule, ScheduleBuilder
 from pptl.optable import OpTable
 from pptl.schedules._moe_meta import MoEMeta
 from pptl.schedules._pipeline_meta import PipelineMeta
@@ -53,15 +54,13 @@ _MAX_ORDER = 2**62
 _RARE_NAMES = ("label", "cost", "direction", "sub", "pair", "payload", "bucket", "half")
 
 
+@dataclass(frozen=True, slots=True)
 class PlanTimes:
     """Planned start and end of every op (indexed like ``schedule.ops``) and the timeline's meta."""
 
-    __slots__ = ("start", "end", "meta")
-
-    def __init__(self, start: Sequence[float], end: Sequence[float], meta: TimelineMeta) -> None:
-        self.start = start
-        self.end = end
-        self.meta = meta
+    start: Sequence[float]
+    end: Sequence[float]
+    meta: TimelineMeta
 
 
 def plan_to_dict(schedule: Schedule, *, timeline: Timeline | None = None, metrics: Mapping[str, Any] | None = None,
@@ -79,15 +78,15 @@ def plan_to_dict(schedule: Schedule, *, timeline: Timeline | None = None, metric
     return _finish(_columns_of(schedule, keys, times, topo), schedule, keys, timeline, metrics)
 
 
+@dataclass(slots=True)
 class _Written:
     """The op columns, the extra facts, the planned times and the topological positions, all in
     file order."""
 
-    __slots__ = ("columns", "deps", "timeline", "order")
-
-    def __init__(self, columns: dict[str, Any], deps: list[int], timeline: dict[str, Any] | None,
-                 order: list[int] | None) -> None:
-        self.columns, self.deps, self.timeline, self.order = columns, deps, timeline, order
+    columns: dict[str, Any]
+    deps: list[int]
+    timeline: dict[str, Any] | None = None
+    order: list[int] | None = None
 
 
 def _finish(written: _Written, schedule: Schedule, keys: list[tuple[int, str]], timeline: Timeline | None,
@@ -171,7 +170,7 @@ def _columns_of(schedule: Schedule, keys: list[tuple[int, str]], times: PlanTime
             pu, pv = position[u[keep]], position[v[keep]]
             by = np.lexsort((pv, pu))
             extra = np.stack([pu[by], pv[by]], axis=1).ravel().tolist()
-    written = _Written(columns, extra, None, None)
+    written = _Written(columns, extra)
     if times is not None:
         written.timeline = {"meta": timeline_meta_dict(times.meta),
                             "start": _compact_array(np.asarray(times.start, dtype=np.float64)[order]),
@@ -192,8 +191,6 @@ def _compact_array(values: Any) -> list[float] | list[int]:
 
 
 def timeline_meta_dict(meta: TimelineMeta) -> dict[str, Any]:
-    from dataclasses import asdict
-
     d = asdict(meta)
     d["extra"] = dict(meta.extra)
     return d
@@ -345,9 +342,9 @@ def _from_table(raw: _RawColumns, raw_deps: list[Any], raw_order: Any, *, family
             raise InputError(f"{source}: field 'order': expected a list of {n} integers in 0..{_MAX_ORDER} (a "
                              "topological position per op, in file order)")
         hint = np.asarray(checked, dtype=np.int64)
-    return Schedule.from_table(family=family, pp=sizes["pp"], num_stages=sizes["num_stages"],
-                               microbatches=sizes["microbatches"], table=table, lanes=raw.lanes, dep_arrays=(u, v),
-                               directions=sizes["directions"], config=cfg, meta=dict(meta), order_hint=hint)
+    return Schedule(family, sizes["pp"], sizes["num_stages"], sizes["microbatches"], lanes=raw.lanes,
+                    directions=sizes["directions"], config=cfg, meta=dict(meta), table=table, facts=Facts(u, v),
+                    order_hint=hint)
 
 
 def _is_int(x: Any) -> TypeGuard[int]:

@@ -35,7 +35,7 @@ from pptl.deps import facts_of_table
 from pptl.errors import InputError
 from pptl.formats import torch_csv_table as T
 from pptl.formats.torch_csv_table import cells_of_rows, cells_of_text
-from pptl.ir import Op, Schedule
+from pptl.ir import Facts, Op, Schedule
 from pptl.schedules._pipeline_meta import PipelineMeta
 
 __all__ = [
@@ -392,8 +392,8 @@ def _table_schedule(cells: Any, pp: int, *, source: str, microbatches: int | Non
         raise InputError(f"{source}: {e}") from None
 
     def make(cfg: Config, meta: dict[str, Any]) -> Schedule:
-        return Schedule.from_table(family=family, pp=pp, num_stages=num_stages, microbatches=m, table=table,
-                                   lanes=lanes, dep_arrays=derived, directions=1, config=cfg, meta=meta)
+        return Schedule(family, pp, num_stages, m, lanes=lanes, config=cfg, meta=meta, table=table,
+                        facts=Facts(*derived))
 
     return _finish(make, lay, pp=pp, n=cells.n, family=family, source=source, has_comm=has_comm, program=program)
 

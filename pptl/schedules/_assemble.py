@@ -27,7 +27,7 @@ import numpy as np
 from pptl.config import Config
 from pptl.deps import facts_of_table
 from pptl.errors import InputError
-from pptl.ir import Op, Schedule
+from pptl.ir import Facts, Op, Schedule
 from pptl.optable import OpTable, encode
 from pptl.schedules._order import Order
 
@@ -67,9 +67,8 @@ def assemble(cfg: Config, family: str, orders: Mapping[int, Sequence[Op] | Order
         msgs = _messages(compute, ranks, lengths, list(orders), num_stages, at, lanes)
         if msgs is not None:
             table = OpTable.concat([compute, msgs])
-    return Schedule.from_table(family=family, pp=cfg.pp, num_stages=num_stages, microbatches=microbatches,
-                               table=table, lanes=lanes, dep_arrays=facts_of_table(table, num_stages),
-                               directions=directions, config=cfg, meta=meta)
+    return Schedule(family, cfg.pp, num_stages, microbatches, lanes=lanes, directions=directions, config=cfg,
+                    meta=dict(meta or {}), table=table, facts=Facts(*facts_of_table(table, num_stages)))
 
 
 def _order_table(order: Sequence[Op] | Order, rank: int) -> OpTable:
