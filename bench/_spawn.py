@@ -19,14 +19,17 @@ ap = argparse.ArgumentParser()
 ap.add_argument("-n", type=int, default=4)
 ap.add_argument("--timeout", type=float, default=120)
 ap.add_argument("--log-dir", required=True)
+ap.add_argument("--port", type=int, default=0, help="the rendezvous port (default: a free one)")
 ap.add_argument("cmd", nargs=argparse.REMAINDER)
 a = ap.parse_args()
 cmd = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
 logs = Path(a.log_dir)
 logs.mkdir(parents=True, exist_ok=True)
-with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
+port = a.port
+if not port:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
 procs = []
 for r in range(a.n):
     env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(a.n), LOCAL_WORLD_SIZE=str(a.n),

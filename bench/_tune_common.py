@@ -9,8 +9,10 @@ from typing import Any, Sequence
 BLOCKS = 2
 
 
-def tune_config(pp: int, micro: Sequence[int], hidden: int, tokens: int, dtype: str) -> dict[str, Any]:
-    """The bench's model: ``8 pp`` MLP layers plus an embedding and a head of ``BLOCKS`` blocks each.
+def tune_config(pp: int, micro: Sequence[int], hidden: int, tokens: int, dtype: str, *, layers: int | None = None,
+                embedding: int = BLOCKS, head: int = BLOCKS) -> dict[str, Any]:
+    """The bench's model: ``layers`` (default ``8 pp``) MLP layers plus an embedding of ``embedding``
+    and a head of ``head`` blocks (``BLOCKS`` each by default), as ``pptl run`` executes them.
 
     Memory in MiB (the unit pptl run measures): an MLP block holds W_up, W_down and biases plus their
     gradients; its forward keeps the block input (h), the GELU input and output (4h each) and, with
@@ -25,15 +27,24 @@ def tune_config(pp: int, micro: Sequence[int], hidden: int, tokens: int, dtype: 
     a_mib = tokens * 10 * hidden * esz / 2**20
     loss_mib = tokens * hidden * 4 / 2**20
     block = {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0, "activation": a_mib, "weight": w_mib}
-    part = {"F": 1.0 * BLOCKS, "B": 2.0 * BLOCKS, "activation": BLOCKS * a_mib, "weight": BLOCKS * w_mib}
-    head = {**part, "activation": BLOCKS * a_mib + loss_mib}
+
+    def part(n: int) -> dict[str, float]:  # n blocks; the durations only say "n layers' worth"
+        return {"F": 1.0 * n, "B": 2.0 * n, "activation": n * a_mib, "weight": n * w_mib}
+
+    emb = part(embedding)
+    if embedding:
+        # Stage 0's input is data: its first block's backward makes no input gradient, so its first
+        # Linear's dX GEMM (one of the block's four in B, of two in I) is not run (pptl.run.model).
+        emb.update({"B": 2.0 * embedding - 0.5, "I": 1.0 * embedding - 0.5, "W": 1.0 * embedding})
+    last = {**part(head), "activation": head * a_mib + loss_mib}
     return {"pp": pp, "microbatches": list(micro),
-            "model": {"layers": 8 * pp, "layer": block, "embedding": part, "head": head,
+            "model": {"layers": layers if layers is not None else 8 * pp, "layer": block, "embedding": emb,
+                      "head": last,
                       "message_bytes": tokens * hidden * esz, "w_activation": 1.0, "i_working": 0.5,
                       # I and W from the run's F and B through the block's FLOPs and bytes
                       "work": "mlp"},
             "workload": {"hidden": hidden, "tokens": tokens, "dtype": dtype},
-            "run_blocks": {"embedding": BLOCKS, "head": BLOCKS}}
+            "run_blocks": {"embedding": embedding, "head": head}}
 
 
 _LABEL = re.compile(r"^(?P<fam>[a-z0-9-]+)(?: vpp=(?P<vpp>\d+))?(?: G=(?P<g>\d+))?"
@@ -148,3 +159,28 @@ def checks(rows: list[dict[str, Any]], limit: float, picks: dict[int, str | None
     if mem:
         out["peak_err_min"], out["peak_err_max"] = min(mem), max(mem)
     return out
+
+
+def pick_limit(cands: list[tuple[int, float, float]]) -> float:
+    """A limit that rules out the predicted-fastest candidate of every micro-batch count (so the
+    limit changes the answer) while some candidates of each count still fit: the middle of the
+    widest gap between predicted peaks below the lowest of those winners' peaks. Predicted peaks
+    are upper bounds, so a gap a few percent wide is enough. Without such a gap, the middle of the
+    range (the older rule)."""
+    best_peak = {}
+    for m, step, peak in sorted(cands, key=lambda c: c[1]):
+        best_peak.setdefault(m, peak)
+    top = min(best_peak.values())
+    peaks = sorted({round(p, 3) for _, _, p in cands})
+    below = [p for p in peaks if p < top] + [top]
+    gaps = [(hi / lo, (lo * hi) ** 0.5) for lo, hi in zip(below, below[1:]) if hi > lo * 1.03]
+    fits_each = all(any(p < top for mm, _, p in cands if mm == m) for m in best_peak)
+    if gaps and fits_each:
+        return max(gaps)[1]
+    mid = len(peaks) // 2
+    best, score = None, None
+    for i in range(len(peaks) - 1):
+        lo, hi = peaks[i], peaks[i + 1]
+        if hi > lo * 1.04 / 0.96 and (score is None or abs(i - mid) < score):
+            best, score = (lo * 1.04 + hi * 0.96) / 2, abs(i - mid)
+    return best if best is not None else peaks[-1] * 1.05

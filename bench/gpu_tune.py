@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _tune_common import BLOCKS, tune_config  # noqa: E402
+from _tune_common import BLOCKS, pick_limit, tune_config  # noqa: E402
 from _tune_common import checks as tune_checks  # noqa: E402
 
 # PP=2 runs the same study on a 2-GPU machine (8 layers a stage, as at 4).
@@ -82,7 +82,7 @@ def main() -> int:
     p = _pptl("tune", str(work / "tune.json"), "--costs-from", str(work / "base.measured.json"), "--output", "json")
     free = json.loads(p.stdout)
     timed = [c for c in free["candidates"] if c["step"] is not None and c["peak_memory"]]
-    limit = _pick_limit([(c["microbatches"], c["step"], max(c["peak_memory"])) for c in timed])
+    limit = pick_limit([(c["microbatches"], c["step"], max(c["peak_memory"])) for c in timed])
     p = _pptl("tune", str(work / "tune.json"), "--costs-from", str(work / "base.measured.json"), "--output", "json",
               "--memory-limit", f"{limit:.3f}", "--figure", str(out / "pareto.png"))
     ranked = json.loads(p.stdout)
@@ -163,30 +163,6 @@ def _best_label(res: object, m: int) -> str | None:
             return r.label if r.fits else None
     return None
 
-
-def _pick_limit(cands: list[tuple[int, float, float]]) -> float:
-    """A limit that rules out the predicted-fastest candidate of every micro-batch count (so the
-    limit changes the answer) while some candidates of each count still fit: the middle of the
-    widest gap between predicted peaks below the lowest of those winners' peaks. Predicted peaks
-    are upper bounds, so a gap a few percent wide is enough. Without such a gap, the middle of the
-    range (the older rule)."""
-    best_peak = {}
-    for m, step, peak in sorted(cands, key=lambda c: c[1]):
-        best_peak.setdefault(m, peak)
-    top = min(best_peak.values())
-    peaks = sorted({round(p, 3) for _, _, p in cands})
-    below = [p for p in peaks if p < top] + [top]
-    gaps = [(hi / lo, (lo * hi) ** 0.5) for lo, hi in zip(below, below[1:]) if hi > lo * 1.03]
-    fits_each = all(any(p < top for mm, _, p in cands if mm == m) for m in best_peak)
-    if gaps and fits_each:
-        return max(gaps)[1]
-    mid = len(peaks) // 2
-    best, score = None, None
-    for i in range(len(peaks) - 1):
-        lo, hi = peaks[i], peaks[i + 1]
-        if hi > lo * 1.04 / 0.96 and (score is None or abs(i - mid) < score):
-            best, score = (lo * 1.04 + hi * 0.96) / 2, abs(i - mid)
-    return best if best is not None else peaks[-1] * 1.05
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -41,7 +41,8 @@ from _common import env_info, log  # noqa: E402
 
 #: pptl family -> torch's built-in class for the same schedule (None: torch has none).
 BUILTIN = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved-1f1b": "Interleaved1F1B", "zb-h1": None,
-           "zb-h2": None, "zbv": "ZBVZeroBubble", "dualpipev": "DualPipeV", "dualpipe": None}
+           "zb-h2": None, "zbv": "ZBVZeroBubble", "dualpipev": "DualPipeV", "dualpipe": None,
+           "looped-bfs": "LoopedBFS", "interleaved-zb": "InterleavedZeroBubble", "v-half": None, "v-min": None}
 FAMILIES = list(BUILTIN)
 
 

@@ -554,6 +554,9 @@ def run(
                                                     "(default: compute waits for each send, receives start when "
                                                     "their sender is ready), overlap (sends beside compute too) or "
                                                     "inline (as torch.distributed.pipelining).")] = None,
+    slow_rank: Annotated[Optional[int], Option("--slow-rank", min=0, help="Make this rank a straggler: its "
+                                                     "compute lane held --slow-factor times each op's time.")] = None,
+    slow_factor: Annotated[float, Option("--slow-factor", help="How much slower --slow-rank runs (1 to 100).")] = 1.3,
     output: OutputFmt = "text",
 ) -> None:
     """Execute a plan with PyTorch, one process per rank; write the measured timeline."""
@@ -575,7 +578,8 @@ def run(
         check_new(target)
     with err.status(f"running {loaded.schedule.family} on {gpus or loaded.schedule.pp} processes"):
         tl = run_plans([(loaded.schedule, target)], gpus=gpus or loaded.schedule.pp, device=device, steps=steps,
-                       warmup=warmup, verify=verify, timeout=timeout, messages=messages)[0]
+                       warmup=warmup, verify=verify, timeout=timeout, messages=messages, slow_rank=slow_rank,
+                       slow_factor=slow_factor if slow_rank is not None else 1.0)[0]
     if output == "json":
         _print_json((summary(tl, str(target))))
     else:
@@ -608,14 +612,71 @@ def compare(
     if m is None:
         raise InputError(f"{measured}: has no timeline (expected the output of pptl run)")
     cmp = compare_timelines(planned_timeline(str(plan_file)), m)
+    from pptl.whatif.band import step_band
+
+    plan_schedule = load_any(plan_file).schedule
+    band = step_band(plan_schedule, m, str(measured)) if plan_schedule is not None else None
     if out_file is not None:
         from pptl.render.compare import overlay_bytes, overlay_html
 
         atomic_write(out_file, overlay_html(cmp, top) if fmt == "html" else overlay_bytes(cmp, fmt))
     if output == "json":
-        _print_json((cmp.to_dict()))
+        _print_json({**cmp.to_dict(), **({"step_band": band.to_dict()} if band is not None else {})})
     else:
-        for line in comparison_lines(cmp, top):
+        lines = comparison_lines(cmp, top)
+        lines[2:2] = [band.line()] if band is not None else []  # after makespan and bubble
+        for line in lines:
+            out.print(line, markup=False)
+        if out_file is not None:
+            err.print(f"wrote {out_file}", markup=False)
+
+
+# ----------------------------------------------------------------------------------------------
+# pptl whatif
+
+
+@command("whatif")
+def whatif(
+    plans: Annotated[list[Path], Argument(help="Plans or configs, compared side by side.", show_default=False)],
+    measured: Annotated[Optional[Path], Option("--from", help="A measured timeline (pptl run -o): its costs "
+                                                     "and the spread of its op durations.")] = None,
+    samples: Annotated[int, Option("--samples", "-n", min=1, help="Steps drawn per plan.")] = 1000,
+    seed: Annotated[int, Option("--seed", help="Seed of the draws (same seed, same numbers).")] = 0,
+    jitter: Annotated[Optional[str], Option("--jitter", metavar="SHARE", help="Every op's duration times a "
+                                                  "normal factor of this spread (5% or 0.05).")] = None,
+    straggler: Annotated[Optional[list[str]], Option("--straggler", metavar="SPEC", help="A slow rank: rank=2,x1.3 "
+                                                           "or rank=1,+2ms@mb7 (repeatable).")] = None,
+    duty_exponent: Annotated[float, Option("--duty-exponent", metavar="ALPHA", help="With --from: a busier rank "
+                                                 "runs slower, op time x (duty / the run's duty)^ALPHA (0: off; "
+                                                 "docs/tune.md).")] = 0.0,
+    top: Annotated[int, Option("--top", min=0, help="Ops listed per plan by criticality.")] = 5,
+    out_file: Annotated[Optional[Path], Option("-o", "--out", help="Draw the distributions and criticality: "
+                                                     ".png, .svg or .pdf.")] = None,
+    output: OutputFmt = "text",
+) -> None:
+    """Step-time distribution of plans under variance and stragglers (Monte Carlo over the graph)."""
+    from pptl.fileio import atomic_write
+    from pptl.whatif.report import report_dict, report_lines
+    from pptl.whatif.spread import parse_duty_exponent, parse_jitter, parse_straggler
+    from pptl.whatif.study import study_plans
+
+    _check_output(output)
+    fmt = _figure_format(out_file)
+    spec = parse_jitter(jitter) if jitter is not None else None
+    slow = [parse_straggler(t) for t in straggler or []]
+    alpha = parse_duty_exponent(duty_exponent)
+    with err.status(f"sampling {len(plans)} plan(s) x {samples} steps"):
+        outcomes = study_plans(plans, measured=measured, samples=samples, seed=seed, jitter=spec, stragglers=slow,
+                               duty_exponent=alpha)
+    spread = outcomes[0].spread if outcomes else None
+    if out_file is not None and fmt is not None:
+        from pptl.whatif.figure import whatif_bytes
+
+        atomic_write(out_file, whatif_bytes(outcomes, fmt))
+    if output == "json":
+        _print_json(report_dict(outcomes, spread, top=top))
+    else:
+        for line in report_lines(outcomes, spread, top=top):
             out.print(line, markup=False)
         if out_file is not None:
             err.print(f"wrote {out_file}", markup=False)
@@ -635,31 +696,23 @@ def diagnose(
     out_file: Annotated[Optional[Path], Option("-o", "--out", help="Draw the pending ops and the cycle: "
                                                      ".png, .svg or .pdf.")] = None,
     output: OutputFmt = "text",
+    prefix: Annotated[str, Option("--prefix", metavar="PREFIX", help="In folders, dumps are the files named PREFIX<rank> "
+                                  "(TORCH_FR_DUMP_TEMP_FILE's name); other files are skipped.")] = "nccl_trace_rank_",
 ) -> None:
-    """Explain a hung run: per rank the NCCL ops that never completed, the wait-for cycle across ranks,
-    and NCCL order or collective mismatches. Exit 0 when no rank was left waiting, 1 when one was."""
+    """Explain a hung run: first the root cause and the ranks in one sentence, then the evidence (counts per
+    pair of ranks and per group, sizes, kinds, stopped or missing ranks), the NCCL ops that never completed
+    and the wait-for cycle. Exit 0 when every op completed and the counts match, 1 otherwise."""
     from pptl.diagnose import diagnose_dumps, diagnose_timeline, to_dict, to_text
     from pptl.fileio import atomic_write
-    from pptl.formats.flight_recorder import load_dump
+    from pptl.formats.flight_recorder import find_dumps, load_dump
     from pptl.formats.loader import load_any
 
     _check_output(output)
     fmt = _figure_format(out_file)
-    files: list[Path] = []
-    for p in dumps:
-        if p.is_dir():
-            found = sorted(f for f in p.rglob("*") if f.is_file() and not f.name.startswith("."))
-            if not found:
-                raise InputError(f"{p}: folder holds no files")
-            files += found
-        elif p.exists():
-            files.append(p)
-        else:
-            raise InputError(f"{p}: no such file or folder")
-    timelines = [f for f in files if f.suffix.lower() == ".json"]
-    pickles = [f for f in files if f.suffix.lower() != ".json"]
+    found = find_dumps(dumps, prefix)
+    timelines, pickles = found.timelines, found.dumps
     if timelines and pickles:
-        raise InputError(f"{timelines[0]} and {pickles[0]}: give flight-recorder dumps or one pptl timeline, not both")
+        raise InputError(f"{timelines[0]} and {pickles[0][1]}: give flight-recorder dumps or one pptl timeline, not both")
     if len(timelines) > 1:
         raise InputError(f"{timelines[1]}: give one pptl timeline (it holds every rank)")
     schedule = None
@@ -675,13 +728,9 @@ def diagnose(
             raise InputError(f"{timelines[0]}: not a pptl timeline (expected the -o of a stopped pptl run)")
         result = diagnose_timeline(tl, schedule)
     else:
-        loaded = [load_dump(f) for f in pickles]
-        seen: dict[int, Path] = {}
-        for f, d in zip(pickles, loaded):
-            if d.rank in seen:
-                raise InputError(f"{f}: a second dump for rank {d.rank} (the first is {seen[d.rank]})")
-            seen[d.rank] = f
-        result = diagnose_dumps(loaded, schedule)
+        result = diagnose_dumps([load_dump(f, rank=r) for r, f in pickles], schedule)
+        if found.note:
+            err.print(f"note: {found.note}", markup=False)
     if out_file is not None:
         from pptl.errors import InvalidScheduleError
         from pptl.render.diagnose_figure import diagnose_figure
@@ -700,7 +749,7 @@ def diagnose(
             out.print(line, markup=False)
         if out_file is not None:
             err.print(f"wrote {out_file}", markup=False)
-    if result.hung:
+    if not result.ok:
         raise SystemExit(1)
 
 
@@ -792,23 +841,9 @@ def tune(
     result.notes[:0] = notes
     best = result.best
     if best is not None and (out_file is not None or csv is not None):
-        from pptl.tune.rank import best_schedule
+        from pptl.tune.write import write_best
 
-        schedule = best_schedule(tc, best)
-        if units != "unit":
-            schedule.meta["units"] = units
-        if out_file is not None:
-            from pptl.formats.plan import dumps, plan_to_dict
-            from pptl.simulate import simulate
-
-            sim = simulate(schedule)
-            metrics = {**sim.metrics(), "tune": best.to_dict()}
-            atomic_write(out_file, dumps(plan_to_dict(schedule, timeline=sim.timeline(), metrics=metrics)))
-        if csv is not None:
-            from pptl.formats.torch_csv import export_csv
-
-            text, _ = export_csv(schedule)
-            atomic_write(csv, text.encode("utf-8") if isinstance(text, str) else text)
+        write_best(tc, best, out=out_file, csv=csv, units=units)
     if figure is not None:
         from pptl.render.mpl import image_bytes
         from pptl.render.pareto import pareto_figure
@@ -819,7 +854,7 @@ def tune(
     else:
         table = Table(show_edge=False, pad_edge=False)
         for col in COLUMNS:
-            table.add_column(col, justify="right" if col in ("#", "step", "per mb", "bubble") else "left")
+            table.add_column(col, justify="right" if col in ("#", "step", "spread p05-p95", "per mb", "bubble") else "left")
         for row in table_rows(result, top):
             table.add_row(*row)
         (out if out.is_terminal else Console(file=out.file, width=200, highlight=False)).print(table)

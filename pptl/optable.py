@@ -21,7 +21,7 @@ import numpy as np
 from pptl.op import Op
 
 __all__ = ["OpTable", "Columns", "KIND_CODE", "LANE_CODE", "FLOW_CODE", "flat_lanes", "lane_edge_arrays", "edge_arrays",
-           "encode", "group_ids", "first_of"]
+           "encode", "group_ids", "first_of", "table_of"]
 
 #: Kind codes of :class:`Columns` (0: any other kind).
 KIND_CODE = {"F": 1, "B": 2, "I": 3, "W": 4, "FB": 5, "SEND": 6, "RECV": 7}
@@ -227,6 +227,11 @@ class OpTable:
         return Columns(kind=self.code_of("kind", KIND_CODE, 0), rank=self.rank, lane=self.code_of("lane", LANE_CODE, 3),
                        stage=self.stage, mb=self.mb, direction=self.direction, peer=self.peer,
                        flow=self.code_of("flow", FLOW_CODE, 3))
+
+
+def table_of(schedule: Any) -> OpTable:
+    """A schedule's table (``schedule.table``, its storage)."""
+    return schedule.table  # type: ignore[no-any-return]
 
 
 def edge_arrays(edges: Sequence[tuple[int, int]]) -> tuple[Any, Any]:

@@ -95,3 +95,21 @@ def test_gpu_offload_evaluate_only_renames_ops_that_only_changed_lanes():
                          waits_on=("r0/comm/SEND_F PP s0 mb0 ->r1",))])
     [e] = mod._renamed(tl, moved, {op.id: op.lane for op in fresh.ops}).events
     assert (e.op, e.lane, e.waits_on) == ("r1/recv/RECV_F PP s1 mb0 <-r0", "recv", ("r0/send/SEND_F PP s0 mb0 ->r1",))
+
+
+def test_gpu_families_plans_runs_and_verifies_every_family(tmp_path):
+    """bench/gpu_families.py on 2 gloo ranks as the GPU run (v-half and v-min unsqueezed): every family
+    verifies; the plan's peaks (chunk activations, w_activation 0.5, p=2, m=8) are the ones worked out
+    by hand."""
+    r = _bench("gpu_families.py", "--out", str(tmp_path), *SMALL, "--dtype", "float32", "--mb", "8", "--no-squeeze")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rows = {x["family"]: x for x in json.loads((tmp_path / "families.json").read_text())["rows"]}
+    assert all(x["verify"]["ok"] for x in rows.values()), rows
+    # 1f1b: rank 0 holds p=2 stages, rank 1 one; zbv and v-half (p+2)//2 = 2 micro-batches of 2 chunks;
+    # v-min rank 1 holds 2 chunks to I plus half of two more to W; looped BFS all 8 x 2 chunks.
+    assert {f: x["plan_peak"] for f, x in rows.items()} == {
+        "1f1b": [2.0, 1.0], "zbv": [4.0, 4.0], "v-half": [4.0, 4.0], "v-min": [2.0, 3.0],
+        "looped-bfs": [16.0, 16.0], "interleaved-zb": [4.0, 3.5], "inference": [1.0, 1.0]}
+    assert rows["v-min"]["plan_peak_w0"] == [2.0, 2.0] and rows["v-min"]["plan_peak_w1"] == [2.0, 4.0]
+    assert "unit_mib" not in rows["zbv"]  # CPU runs measure no memory
+    assert (tmp_path / "families.md").read_text().startswith("| family | step ms |")

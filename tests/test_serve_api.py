@@ -167,3 +167,18 @@ def test_init_lists_families_with_their_natural_vpp() -> None:
     init = api.init_view(api.parse_request({"schedule": "1f1b", "pp": "4", "microbatches": "8"}).settings)
     vpp = {f["name"]: f["vpp"] for f in init["families"]}
     assert vpp["1f1b"] == 1 and vpp["interleaved-1f1b"] == 2 and vpp["moe-1f1b-overlap"] == 2
+
+
+@pytest.mark.parametrize("family,vpp,formula", [
+    ("looped-bfs", 2, "(p-1)(F+B) with F, B of one chunk, when m >= p"),
+    ("interleaved-zb", 2, "(p-1)(F+I-W) with per-chunk costs, when m >= p"),
+    ("v-half", 1, "about 3pF per rank (the paper's rate p/2m)"), ("v-min", 1, "about 4pF per rank"),
+    ("inference", 1, "(p-1)F with F of one chunk (m a multiple of p when vpp > 1)"),
+])
+def test_newer_families_are_listed_and_planned(family: str, vpp: int, formula: str) -> None:
+    init = api.init_view(api.parse_request({"schedule": family, "pp": "4", "microbatches": "8"}).settings)
+    assert {f["name"]: f["vpp"] for f in init["families"]}[family] == vpp
+    view = _plan(schedule=family, pp="4", microbatches="8", vpp=str(vpp))
+    a = view["a"]
+    assert a["valid"] and a["formula"].startswith(formula), a["formula"]
+    json.dumps(view, allow_nan=False)

@@ -64,7 +64,8 @@ def test_torch_1f1b_ir_is_caught_by_pptl_and_by_torch_s_own_validator() -> None:
 
 @pytest.mark.parametrize("name,kw", [
     ("gpipe", {}), ("1f1b", {}), ("interleaved-1f1b", {"vpp": 2}), ("zb-h1", {}), ("zbv", {"vpp": 2}),
-    ("dualpipev", {"vpp": 2}),
+    ("dualpipev", {"vpp": 2}), ("looped-bfs", {"vpp": 2}), ("interleaved-zb", {"vpp": 2}), ("v-half", {}),
+    ("v-min", {}),
 ], ids=lambda v: v if isinstance(v, str) else None)
 @pytest.mark.parametrize("fmt", ["compute_only", "compute_comms"])
 def test_pptl_exports_load_in_torch_runtime(tmp_path: Path, name: str, kw: dict, fmt: str) -> None:

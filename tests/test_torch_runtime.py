@@ -32,3 +32,21 @@ def test_exports_train_in_torch_runtime_with_reference_gradients(tmp_path):
     rows = (tmp_path / "torch_runtime.md").read_text().splitlines()
     assert rows[0].startswith("| family | torch built-in ms | pptl CSV in torch runtime ms | pptl run ms | gradients ok")
     assert [row.split("|")[1].strip() for row in rows[2:]] == ["1f1b", "zbv"]
+
+
+def test_newer_families_train_in_torch_runtime(tmp_path):
+    """looped-bfs and interleaved-zb beside torch's own classes, v-half and v-min (no torch class), 2 ranks."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    fams = ["looped-bfs", "interleaved-zb", "v-half", "v-min"]
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "torch_runtime.py"), "--out", str(tmp_path),
+                        "--device", "cpu", "--gpus", "2", "--families", ",".join(fams), "--mb", "4", "--hidden", "16",
+                        "--tokens", "4", "--verify-hidden", "8", "--verify-tokens", "2", "--steps", "1",
+                        "--warmup", "0", "--family-timeout", "60"], capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    res = json.loads((tmp_path / "torch_runtime.json").read_text())
+    for fam in fams:
+        t = res["torch"][fam]
+        assert t["verify"]["ok"] and t["verify"]["max_rel_err"] <= 1e-4, t
+        assert t["csv_ms"] > 0, t
+        assert (t.get("builtin_ms", 0) > 0) == (fam in ("looped-bfs", "interleaved-zb")), t

@@ -34,7 +34,8 @@ def _timed(family: str, m: int, split=(8, 8, 8, 8), **over):
     ctx = _check(sched)
     assert not isinstance(ctx, str), ctx
     sp = Split("even", tuple(split))
-    start, end, _, _ = _timing(tc, st, sched, ctx, sp)
+    tm = _timing(tc, st, sched, ctx, sp)
+    start, end = tm.start, tm.end
     act, weight = stage_memory(tc.model, sp.layers)
     return tc, sched, start, end, act, weight
 

@@ -18,7 +18,7 @@ __all__ = ["Violation", "Context", "Rule", "P2P_MODES", "run_checks", "check_con
 @functools.cache
 def rule_table() -> tuple[Rule, ...]:
     """Every rule, by code. Adding a rule is one line here."""
-    from pptl.checks import comm, memory, moe, order, overlap, p2p, structure
+    from pptl.checks import comm, family_memory, memory, moe, order, overlap, p2p, structure
     from pptl.checks import weight_update as wu
 
     return (
@@ -34,6 +34,7 @@ def rule_table() -> tuple[Rule, ...]:
         Rule("PP020", "fb-self-dependency", overlap.fb_self_dependency),
         Rule("PP021", "w-fifo-order", overlap.w_fifo_order),
         Rule("PP022", "formula-assumption", overlap.formula_assumptions, needs_acyclic=True),
+        Rule("PP023", "memory-formula", family_memory.memory_formula, needs_acyclic=True),
         Rule("PP030", "p2p-fifo-order", p2p.fifo_order),
         Rule("PP031", "p2p-deadlock", p2p.p2p_deadlock),
         Rule("PP032", "send-before-data", p2p.send_before_data),

@@ -163,6 +163,10 @@ def missing_work(ctx: Context) -> list[Violation]:
     s = ctx.schedule
     if ctx.n and not (ctx.kinds & (COMPUTE_KINDS | COMM_KINDS)):
         return []
+    from pptl.schedules import find_family
+    from pptl.schedules._common import required_roles
+
+    roles = required_roles(find_family(s.family))  # a forward-only family asks for its F alone
     # One flag per slot: the sizes are bounded where a schedule is read or built (pptl.config.MAX_OPS
     # units of work), and every missing slot is a violation to list anyway.
     w = ctx.work_arrays
@@ -170,11 +174,13 @@ def missing_work(ctx: Context) -> list[Violation]:
     have = np.zeros((3, D, S, M), dtype=bool)
     ok = w.in_range(S, M, D)
     have[w.role[ok], w.direction[ok], w.stage[ok], w.mb[ok]] = True
+    need = [k for k, r in enumerate(wa.ROLES) if r in roles]
+    have = have[need]
     out: list[Violation] = []
     for flat in np.flatnonzero(~have.all(axis=0)).tolist():  # direction, then stage, then mb
         d, rest = divmod(flat, S * M)
         st, mb = divmod(rest, M)
-        out.append(_missing([r for k, r in enumerate(wa.ROLES) if not have[k, d, st, mb]], d, st, mb))
+        out.append(_missing([wa.ROLES[k] for j, k in enumerate(need) if not have[j, d, st, mb]], d, st, mb))
     return out
 
 

@@ -60,7 +60,7 @@ class WorkArrays:
 
     @cached_property
     def repeated(self) -> Any:
-        """bool per row: another row does the same unit of work (``WorkIndex.repeated`` is ``any``)."""
+        """bool per row: another row does the same unit of work."""
         ids, size = self.key
         if not self.n:
             return np.zeros(0, dtype=bool)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import io
+import itertools
 import pickle
 import re
 from dataclasses import dataclass
@@ -32,12 +33,16 @@ from typing import Any, Mapping
 
 from pptl.errors import InputError
 
-__all__ = ["MAX_DUMP_BYTES", "FrGroup", "FrEntry", "FrDump", "load_dump", "loads_dump", "loads_plain",
-           "rank_from_name", "P2P_KINDS"]
+__all__ = ["MAX_DUMP_BYTES", "DEFAULT_PREFIX", "FrGroup", "FrEntry", "FrDump", "DumpInputs", "find_dumps",
+           "load_dump", "loads_dump", "loads_plain", "rank_from_name", "P2P_KINDS"]
 
 #: Largest dump read (a 20,000-entry buffer with stack traces is ~30 MB).
 MAX_DUMP_BYTES = 256 * 1024 * 1024
 P2P_KINDS = frozenset({"send", "recv"})
+#: What torch's dumps are named in the examples and in torchfrtrace's docs (``TORCH_FR_DUMP_TEMP_FILE``).
+DEFAULT_PREFIX = "nccl_trace_rank_"
+#: Files walked under one folder at most (a dump folder holds one file per rank, logs and plans).
+MAX_FOLDER_FILES = 100_000
 _STATES = frozenset({"scheduled", "started", "completed"})
 _NAME = re.compile(r"^(\w+):(\w+)(?: (\d+)(->|<-)(\d+))?$")
 _RANK = re.compile(r"(\d+)(?:\.pkl|\.pickle)?$")
@@ -91,6 +96,86 @@ class FrDump:
     version: str
     groups: Mapping[str, FrGroup]
     entries: tuple[FrEntry, ...]
+
+
+@dataclass(frozen=True)
+class DumpInputs:
+    """What the paths a user gave hold: dumps by rank, pptl timelines, and files skipped."""
+
+    dumps: tuple[tuple[int, Path], ...]
+    """(rank, file), by rank."""
+    timelines: tuple[Path, ...]
+    """``.json`` files named on the command line (a stopped ``pptl run``'s partial timeline)."""
+    skipped: tuple[Path, ...]
+    """Files inside folders whose name is not PREFIX<rank> (logs, plans, ...)."""
+    prefix: str
+
+    @property
+    def note(self) -> str:
+        """One line that says what was skipped ("" when nothing was)."""
+        if not self.skipped:
+            return ""
+        names = ", ".join(p.name for p in self.skipped[:4]) + (", ..." if len(self.skipped) > 4 else "")
+        return (f"skipped {len(self.skipped)} file{'s' if len(self.skipped) > 1 else ''} not named "
+                f"{self.prefix}<rank>: {names}")
+
+
+def find_dumps(paths: "list[Path] | tuple[Path, ...]", prefix: str = DEFAULT_PREFIX) -> DumpInputs:
+    """Sort the paths given to ``pptl diagnose`` as torchfrtrace does: under a folder (walked), a file whose
+    name holds ``prefix`` followed by the rank is a dump and any other file is skipped; a file named on
+    the command line is a timeline when it ends in ``.json``, else a dump (its rank from its name).
+
+    Raises:
+        InputError: a path that does not exist, a folder without dumps, a named file without a rank,
+            or two dumps of one rank.
+    """
+    dumps: dict[int, Path] = {}
+    timelines: list[Path] = []
+    skipped: list[Path] = []
+
+    def add(rank: int, f: Path) -> None:
+        if rank in dumps:
+            raise InputError(f"{f}: a second dump for rank {rank} (the first is {dumps[rank]})")
+        dumps[rank] = f
+
+    for p in paths:
+        if p.is_dir():
+            found = 0
+            walked = list(itertools.islice(p.rglob("*"), MAX_FOLDER_FILES + 1))  # stop early in a huge tree
+            if len(walked) > MAX_FOLDER_FILES:
+                raise InputError(f"{p}: over {MAX_FOLDER_FILES} entries; give the folder that holds the dumps")
+            files = sorted(f for f in walked if f.is_file() and not f.name.startswith("."))
+            for f in files:
+                rank = _rank_after(f.name, prefix)
+                if rank is None:
+                    skipped.append(f)
+                else:
+                    add(rank, f)
+                    found += 1
+            if not found:
+                raise InputError(f"{p}: no file named {prefix}<rank> in the folder ({len(files)} other "
+                                 "file(s); torch names dumps by TORCH_FR_DUMP_TEMP_FILE: pass its name as --prefix)")
+        elif p.is_file():
+            if p.suffix.lower() == ".json":
+                timelines.append(p)
+                continue
+            rank = _rank_after(p.name, prefix)
+            rank = rank if rank is not None else rank_from_name(p)
+            if rank is None:
+                raise InputError(f"{p}: the file name does not end with a rank (torch names dumps PREFIX<rank>)")
+            add(rank, p)
+        else:
+            raise InputError(f"{p}: no such file or folder")
+    return DumpInputs(tuple(sorted(dumps.items())), tuple(timelines), tuple(skipped), prefix)
+
+
+def _rank_after(name: str, prefix: str) -> int | None:
+    """The rank in ``...PREFIX<rank>[.pkl]`` (torchfrtrace: the prefix anywhere in the name), else None."""
+    at = name.rfind(prefix) if prefix else -1
+    if at < 0:
+        return None
+    m = re.fullmatch(r"(\d{1,9})(?:\.pkl|\.pickle)?", name[at + len(prefix):])
+    return int(m.group(1)) if m else None
 
 
 class _PlainUnpickler(pickle.Unpickler):

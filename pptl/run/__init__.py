@@ -20,11 +20,13 @@ __all__ = ["run_plans"]
 
 def run_plans(plans: list[tuple[Any, str | Path | None]], *, gpus: int, device: str | None = None, steps: int = 3,
               warmup: int = 1, verify: bool = False, timeout: float | None = None,
-              threads: int | None = None, messages: str | None = None) -> list[Any]:
+              threads: int | None = None, messages: str | None = None, slow_rank: int | None = None,
+              slow_factor: float = 1.0) -> list[Any]:
     """Run each (schedule, output path or None) with ``gpus`` local processes, one launch for all.
 
     A plan is a :class:`pptl.ir.Schedule` or a path any pptl reader takes (plan, config). Returns the
-    measured :class:`pptl.timeline.Timeline` of each plan. Raises InputError (exit 2) for bad input
+    measured :class:`pptl.timeline.Timeline` of each plan. ``slow_rank`` (with ``slow_factor``)
+    makes one rank a straggler (:mod:`pptl.run.slow`). Raises InputError (exit 2) for bad input
     or a device this machine lacks, RunError (exit 1) when the run fails.
     """
     from pptl.errors import InputError
@@ -49,5 +51,7 @@ def run_plans(plans: list[tuple[Any, str | Path | None]], *, gpus: int, device: 
     dev = check_device(device, gpus)
     job = Job(plans=tuple(jobs), device=dev, steps=steps, warmup=warmup, verify=verify,
               timeout=timeout if timeout is not None else DEFAULT_TIMEOUT, threads=threads,
-              messages=messages or DEFAULT_MESSAGES).validate()
+              messages=messages or DEFAULT_MESSAGES, slow_rank=slow_rank, slow_factor=slow_factor).validate()
+    if slow_rank is not None and slow_rank >= gpus:
+        raise InputError(f"--slow-rank: got {slow_rank}, expected a rank below {gpus} (the run's processes)")
     return launch(job, schedules, gpus)

@@ -117,6 +117,8 @@ class Executor:
 
     #: The message modes this executor runs (families with messages of their own keep ``overlap``).
     message_modes: tuple[str, ...] = MESSAGE_MODES
+    #: A :class:`pptl.run.slow.Stretch` on the rank ``pptl run --slow-rank`` names (set by the worker).
+    stretch: Any = None
 
     def __init__(self, program: Program, rank: int, device: torch.device, channels: dict[Any, Any], *,
                  timeout: float, post: Callable[[int, int], None] | None = None, fault: Fault | None = None,
@@ -264,6 +266,8 @@ class Executor:
                     self.end_ev[i].record(stream)
                 elif i in self.sync_ev:
                     self.sync_ev[i].record(stream)
+                if self.stretch is not None and self.ops[i].lane == "compute":
+                    self.stretch.cuda(i, stream)
         for lane, s in self.streams.items():
             self.lane_done[lane].record(s)
         pending = ([(i, self.end_ev[i]) for i in self.rp.issue] if timed else []) + \
@@ -274,6 +278,8 @@ class Executor:
         step_ms = max(self.anchor.elapsed_time(ev) for ev in self.lane_done.values())
         events = ([[i, self.anchor.elapsed_time(self.start_ev[i]), self.anchor.elapsed_time(self.end_ev[i])]
                    for i in self.rp.issue] if timed else [])
+        if self.stretch is not None and timed:
+            self.stretch.measured({i: b - a for i, a, b in events if self.ops[i].lane == "compute"}, self.device)
         loss = float(st.loss) if self._has_loss() else None
         return {"step": k, "timed": timed, "step_ms": step_ms, "wall_ms": wall_ms, "loss": loss, "events": events,
                 "started": st.started}
@@ -318,6 +324,8 @@ class Executor:
             st.started.append(i)
             self.actions[i](st)
             st.times[i] = [start, None if i in st.works else now()]
+            if self.stretch is not None and self.ops[i].lane == "compute":
+                self.stretch.cpu(st.times[i][1] - start)  # type: ignore[operator]
             self._cpu_reap(st, now)
         for i in list(st.works):
             self.current = i

@@ -52,6 +52,10 @@ class Job:
     """CPU threads per rank (gloo runs); None keeps torch's default."""
     messages: str = DEFAULT_MESSAGES
     """How CUDA ranks run SEND/RECV: sync-send, overlap or inline (see :mod:`pptl.run.executor`)."""
+    slow_rank: int | None = None
+    """A rank made slower on purpose (``--slow-rank``): its compute lane held ``slow_factor`` times
+    each op's time (:mod:`pptl.run.slow`); None: every rank at its own speed."""
+    slow_factor: float = 1.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
@@ -72,6 +76,10 @@ class Job:
             raise InputError(f"--messages: got '{self.messages}', expected {', '.join(MESSAGE_MODES)}")
         if not self.plans:
             raise InputError("give a plan to run")
+        if self.slow_rank is not None and self.slow_rank < 0:
+            raise InputError(f"--slow-rank: got {self.slow_rank}, expected a rank 0 or more")
+        if not (1.0 <= self.slow_factor <= 100.0):
+            raise InputError(f"--slow-factor: got {self.slow_factor}, expected 1 to 100 (a rank can only be slowed)")
         return self
 
 

@@ -106,6 +106,9 @@ def build_timeline(schedule: Schedule, payloads: list[Mapping[str, Any]], *,
                      if timed_ms and bare_ms and statistics.median(bare_ms) > 0 else None),
         "executed": executed_order(schedule, payloads, meta_extra.get("step")),
     })
+    record = _step_ops(schedule, payloads, list(timed))
+    if record is not None:
+        meta_extra["step_ops"] = record
     losses = [st.get("loss") for p in payloads for st in p.get("steps", []) if st.get("loss") is not None]
     if losses:
         meta_extra["loss"] = _last_step_loss(payloads)
@@ -122,6 +125,35 @@ def build_timeline(schedule: Schedule, payloads: list[Mapping[str, Any]], *,
                         vpp=getattr(cfg, "vpp", 1) if cfg is not None else 1,
                         microbatches=schedule.microbatches, title=title, clock=CLOCK, extra=meta_extra)
     return Timeline(events, meta)
+
+
+#: Most (compute op, timed step) durations a timeline keeps (``meta.extra.step_ops``); a larger
+#: run keeps its median step only.
+MAX_STEP_OPS = 200_000
+
+
+def _step_ops(schedule: Schedule, payloads: list[Mapping[str, Any]], steps: list[int]) -> dict[str, Any] | None:
+    """Every timed step's compute-op durations and span (first start to last end, ms): how op
+    times spread across steps, for ``pptl whatif --from``. ``{"span_ms": [per step], "ms": {op id:
+    [per step]}}``, steps in the order of ``meta.extra.step_ms``; ops missing from a step are left out."""
+    compute = [i for i, op in enumerate(schedule.ops) if op.lane == "compute"]
+    if not steps or not compute or len(compute) * len(steps) > MAX_STEP_OPS:
+        return None
+    pos = {k: j for j, k in enumerate(steps)}
+    ms: dict[int, list[float | None]] = {i: [None] * len(steps) for i in compute}
+    lo, hi = [float("inf")] * len(steps), [float("-inf")] * len(steps)
+    for p in payloads:
+        for st in p.get("steps", []):
+            j = pos.get(st["step"])
+            if j is None or not st["timed"]:
+                continue
+            for i, a, b in st["events"]:
+                lo[j], hi[j] = min(lo[j], a), max(hi[j], b)
+                if i in ms:
+                    ms[i][j] = round(max(0.0, b - a), 6)
+    ids = [op.id for op in schedule.ops]
+    return {"span_ms": [round(max(0.0, b - a), 6) if b >= a else 0.0 for a, b in zip(lo, hi)],
+            "ms": {ids[i]: row for i, row in ms.items() if None not in row}}
 
 
 def _sends_end_at_delivery(schedule: Schedule, events: list[Event]) -> list[Event]:

@@ -60,12 +60,13 @@ def reference_step(workload: Workload, *, num_stages: int, directions: int, micr
     return float(total), grads
 
 
-def compare_gradients(workload: Workload, loss: float, loss_ref: float, grads: list[list[torch.Tensor]],
+def compare_gradients(workload: Workload, loss: float, loss_ref: float, grads: list[list[torch.Tensor]] | None,
                       grads_ref: list[list[torch.Tensor]]) -> VerifyResult:
+    """Loss and gradients against the reference; ``grads`` None (a forward-only plan): the loss alone."""
     tol = TOLERANCE[workload.dtype]
     names = ("W_up", "b_up", "W_down", "b_down")
-    worst, worst_err = "-", 0.0
-    for s, (mine, ref) in enumerate(zip(grads, grads_ref)):
+    worst, worst_err = ("-", 0.0) if grads is not None else ("- (forward only: no gradients)", 0.0)
+    for s, (mine, ref) in enumerate(zip(grads or [], grads_ref)):
         for k, (a, b) in enumerate(zip(mine, ref)):
             err = float((a - b).norm() / b.norm().clamp_min(1e-30))
             if err > worst_err or worst == "-":

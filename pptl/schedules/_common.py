@@ -30,6 +30,7 @@ __all__ = [
     "require",
     "uniform_cost_assumptions",
     "span_idle",
+    "required_roles",
     "overlap_metrics",
 ]
 
@@ -88,10 +89,26 @@ class Family:
     optional ``report`` key holds lines the text output prints."""
     runtime: Runtime | None = None
     """How ``pptl run`` executes it; None: the training executor runs it."""
+    kinds: frozenset[str] = frozenset({"F", "B", "I", "W"})
+    """The compute kinds its plans are made of. A family without a backward kind (inference) plans
+    forwards only, and the missing-work check (PP003) then asks each stage and micro-batch for its F
+    alone."""
+    memory_bound: bool = False
+    """Whether ``memory`` is a bound the family's plans keep (PP023 warns when a rank's simulated peak
+    passes it); the other families' formulas describe rank 0 or the usual case."""
     torch_schedule: str = ""
     """torch.distributed.pipelining's schedule class that places its stages, where it is not the one
     its placement implies (1F1B for one stage per rank, Interleaved1F1B for a loop, ZBVZeroBubble
     for a V): ``pptl export --to torchtitan`` names it."""
+
+
+def required_roles(family: Family | None) -> tuple[str, ...]:
+    """The work roles (:func:`pptl.deps.roles`: F, G the input gradient, W the weight gradient) a
+    plan of ``family`` covers for every stage and micro-batch: all three unless its kinds hold no
+    backward. A plan of no family (an imported file) is a training plan."""
+    if family is None or family.kinds & {"B", "I", "W", "FB"}:
+        return ("F", "G", "W")
+    return ("F",)
 
 
 def require(cond: bool, cfg: Config, field_name: str, value: object, expected: str) -> None:

@@ -15,8 +15,8 @@ differ in duty (1F1B's first and last ranks are the busiest), so each stage's ti
 divided by its rank's ``u ** alpha``; the costs are then full-duty costs. alpha is the config's,
 or fitted (:func:`fit_duty_exponent`): with the model's embedding and head given relative to a
 layer, every stage's work is known up to the layer's cost, and the stages' times against their
-ranks' duty give alpha by least squares. Where the ranks' duty barely differs (or the fit falls
-outside 0..1) alpha is 0, today's model of fixed durations.
+ranks' duty give alpha by least squares (clamped to 0..0.5). Where the ranks' duty differs by less
+than :data:`MIN_DUTY_SPREAD` alpha is the device's (:data:`DEVICE_DUTY_EXPONENT` on a CUDA run, 0 on CPU).
 
 When the run recorded peak memory per rank (``pptl run`` on CUDA), the memory model's coefficients
 are fitted to it (:func:`pptl.tune.memory.fit_memory`): the activation scale of the run's backward
@@ -36,9 +36,19 @@ from pptl.tune.split import even_split
 
 __all__ = ["calibrate_tune", "fit_layer_costs", "fit_duty_exponent", "rank_duty", "split_shares"]
 
-#: Least spread of the run's ranks' duty (max / min) for which alpha is fitted: below it the fit
-#: divides noise by almost nothing.
-MIN_DUTY_SPREAD = 1.05
+#: Least spread of the run's ranks' duty (max / min) for which alpha is fitted. alpha is the stages'
+#: time ratio beyond their work ratio over ln(duty ratio), so an error of the model's stage work
+#: (the head's loss, a receive kernel beside a GEMM: 1-2% seen on GPUs) is divided by that log:
+#: at 1.15 a 1.5% error moves alpha by 0.1; at 1.09 (two stages of equal work on 2 H200s,
+#: 2026-11-26) by 0.17 and the fit gave 0.70, ranking a plan with one micro-batch in flight 15% too fast.
+MIN_DUTY_SPREAD = 1.15
+#: Largest alpha: under a power cap P ~ f**k with k >= 2, so a rank's clock, and its op time, move at
+#: most as duty ** (1/2).
+MAX_DUTY_EXPONENT = 0.5
+#: alpha of a CUDA run whose ranks cannot show it (about equally busy): what 4-rank 1F1B runs on
+#: H200s at their 700 W cap showed (0.25, 0.25, 0.29; docs/tune.md "Duty cycle"), a property of
+#: the device, not of a model. ``device.duty_exponent`` sets another GPU's.
+DEVICE_DUTY_EXPONENT = 0.25
 
 
 def split_shares(model: ModelDesc, f: float, b: float) -> tuple[float, float] | None:
@@ -99,12 +109,13 @@ def rank_duty(tl: Any) -> tuple[dict[int, float], dict[int, int]]:
     return ({r: min(1.0, b / span) for r, b in busy.items()} if span > 0 else {}), rank_of
 
 
-def fit_duty_exponent(work: Sequence[float], times: Sequence[Sequence[float]],
+def fit_duty_exponent(work: Sequence[float] | Sequence[Sequence[float]], times: Sequence[Sequence[float]],
                       duty: Sequence[float]) -> float | None:
-    """alpha of ``time[k][s] = c_k * work[s] * duty[s] ** alpha`` by least squares in logs.
+    """alpha of ``time[k][s] = c_k * work[k][s] * duty[s] ** alpha`` by least squares in logs.
 
-    ``work[s]``: stage ``s``'s work in layers (the model's embedding and head as their ratio to a
-    layer); ``times[k]``: per kind (F, B, ...), the measured time of every stage; ``duty[s]``: its
+    ``work[s]`` (or ``work[k][s]`` per kind): stage ``s``'s work in layers (the model's embedding
+    and head as their ratio to a layer, for that kind: the first stage's backward has no input
+    gradient to make); ``times[k]``: per kind (F, B, ...), the measured time of every stage; ``duty[s]``: its
     rank's busy share. One alpha for every kind, one ``c_k`` per kind. None when the duty spreads
     less than :data:`MIN_DUTY_SPREAD`, a value is not positive, or alpha is within 3 standard errors
     of 0 (the times scatter more than duty explains).
@@ -114,8 +125,12 @@ def fit_duty_exponent(work: Sequence[float], times: Sequence[Sequence[float]],
     """
     import math
 
-    S = len(work)
-    if S < 2 or min(duty) <= 0 or max(duty) / min(duty) < MIN_DUTY_SPREAD or min(work) <= 0:
+    per_kind: list[list[float]] = ([[float(x) for x in w] for w in work]  # type: ignore[union-attr]
+                                   if work and isinstance(work[0], Sequence)
+                                   else [[float(x) for x in work]] * len(times))  # type: ignore[arg-type]
+    S = len(duty)
+    if S < 2 or min(duty) <= 0 or max(duty) / min(duty) < MIN_DUTY_SPREAD or len(per_kind) != len(times) \
+            or any(len(w) != S or min(w) <= 0 for w in per_kind):
         return None
     xs, ys, groups = [], [], []
     for k, row in enumerate(times):
@@ -123,7 +138,7 @@ def fit_duty_exponent(work: Sequence[float], times: Sequence[Sequence[float]],
             return None
         for s in range(S):
             xs.append(math.log(duty[s]))
-            ys.append(math.log(row[s] / work[s]))
+            ys.append(math.log(row[s] / per_kind[k][s]))
             groups.append(k)
     # Per kind, remove the mean (that is c_k); alpha is the pooled slope.
     num = den = 0.0
@@ -139,7 +154,8 @@ def fit_duty_exponent(work: Sequence[float], times: Sequence[Sequence[float]],
     # The stages' times must follow their duty, not scatter around it: with more points than
     # unknowns, alpha must stand 3 standard errors clear of 0 (a noisy CPU run fits nothing).
     free = len(xs) - len(set(groups)) - 1
-    if free > 0:
+    # One residual (two stages, two kinds) says nothing about the error: test from two on.
+    if free > 1:
         ssr = 0.0
         for k in set(groups):
             idx = [i for i, g in enumerate(groups) if g == k]
@@ -209,6 +225,14 @@ def calibrate_tune(tc: TuneConfig, measured: Path) -> tuple[TuneConfig, str, lis
     notes.append(f"costs from {measured} ({tl.meta.family}, {S} stages, split {list(split)}): layer "
                  f"F={kinds['F'][0]:.4g} B={kinds['B'][0]:.4g}, embedding F={kinds['F'][1]:.4g}, head "
                  f"F={kinds['F'][2]:.4g}, message {tc.comm_latency:.4g} {tl.meta.units}")
+    from pptl.tune.spread import fit_jitter
+
+    jitter = fit_jitter(tl.events, tl.meta.extra.get("step_ms"))
+    if jitter is not None:
+        tc = replace(tc, jitter=jitter)
+        notes.append("per-op variation of the run (relative deviation from each stage's mean): "
+                     + ", ".join(f"{k} {100 * v:.1f}%" for k, v in sorted(jitter.cv.items()))
+                     + f"; step to step {100 * jitter.step_cv:.1f}%: each candidate's spread (p05..p95) carries them")
     memory = tl.meta.extra.get("memory")
     if isinstance(memory, dict) and memory:
         tc, note = _fit_memory(tc, tl.meta, split, memory)
@@ -229,22 +253,30 @@ def _normalise_duty(tc: TuneConfig, tl: Any, split: Sequence[int], stages: dict[
     alpha = tc.duty_exponent
     if alpha is None:
         m = tc.model
-        base = m.part_cost(m.layer, "F") or 0.0
-        re = (m.part_cost(m.embedding, "F") or 0.0) / base if base else 0.0
-        rh = (m.part_cost(m.head, "F") or 0.0) / base if base else 0.0
-        work = [split[s] + (re if s == 0 else 0.0) + (rh if s == S - 1 else 0.0) for s in range(S)]
-        kinds = [k for k in ("F", "B", "I", "W") if all(k in stages[s] for s in range(S))]
-        fitted = fit_duty_exponent(work, [[stages[s][k] for s in range(S)] for k in kinds], u)
+        ran = {e.kind for e in tl.events}  # a run of full backwards reports I and W as halves of B: not data
+        kinds = [k for k in ("F", "B", "I", "W") if k in ran and all(k in stages[s] for s in range(S))]
+        works = []
+        for k in kinds:  # each kind's own ratios: the embedding's backward need not scale as its forward
+            base = m.part_cost(m.layer, k) or 0.0
+            re = (m.part_cost(m.embedding, k) or 0.0) / base if base else 0.0
+            rh = (m.part_cost(m.head, k) or 0.0) / base if base else 0.0
+            works.append([split[s] + (re if s == 0 else 0.0) + (rh if s == S - 1 else 0.0) for s in range(S)])
+        work = works[0] if works else []
+        fitted = fit_duty_exponent(works, [[stages[s][k] for s in range(S)] for k in kinds], u)
         if fitted is None:
-            notes.append(f"duty exponent 0: the run's ranks (busy {shown} of the step) do not show how speed "
-                         f"depends on duty: too alike, or their times scatter more than duty explains "
-                         f"(set device.duty_exponent to use one)")
-            return replace(tc, duty_exponent=0.0), stages
-        alpha = min(1.0, max(0.0, fitted))
-        notes.append(f"duty exponent {alpha:.3f} fitted (least squares {fitted:.3f}, clamped to 0..1): ranks busy "
-                     f"{shown} of the step, stage work {[round(w, 2) for w in work]} layers (the model's embedding "
-                     f"and head relative to a layer); compute takes duty^{alpha:.3f} of its full-duty time "
-                     f"(set device.duty_exponent to fix it, 0 to turn it off)")
+            cuda = str(tl.meta.extra.get("backend", "")) == "nccl"
+            alpha = DEVICE_DUTY_EXPONENT if cuda else 0.0
+            notes.append(f"duty exponent {alpha:g}: the run's ranks (busy {shown} of the step) do not show how speed "
+                         f"depends on duty (too alike, or their times scatter more than duty explains); "
+                         + ("that of H200s at their power cap (set device.duty_exponent for another GPU)" if cuda
+                            else "not a GPU run"))
+        else:
+            alpha = min(MAX_DUTY_EXPONENT, max(0.0, fitted))
+            notes.append(f"duty exponent {alpha:.3f} fitted (least squares {fitted:.3f}, clamped to "
+                         f"0..{MAX_DUTY_EXPONENT}): ranks busy {shown} of the step, stage work "
+                         f"{[round(w, 2) for w in work]} layers (the model's embedding and head relative to a layer); "
+                         f"compute takes duty^{alpha:.3f} of its full-duty time (set device.duty_exponent to fix it, "
+                         f"0 to turn it off)")
     elif alpha > 0:
         notes.append(f"duty exponent {alpha:.3f} (device.duty_exponent): ranks busy {shown} of the step")
     if alpha <= 0:
@@ -272,7 +304,8 @@ def _fit_memory(tc: TuneConfig, meta: Any, split: Sequence[int], memory: dict) -
         ctx = _check(sched)
         if isinstance(ctx, str):
             return tc, None
-        start, end, _, _ = _timing(probe, st, sched, ctx, sp)
+        tm = _timing(probe, st, sched, ctx, sp)
+        start, end = tm.start, tm.end
     except Exception:  # a family the model cannot rebuild: keep the given memory
         return tc, None
     peaks: dict[int, float] = {}
@@ -302,11 +335,29 @@ def _fit_memory(tc: TuneConfig, meta: Any, split: Sequence[int], memory: dict) -
     if fit is None:
         return tc, None
     mm = fit.model
+    temp = _fresh_weight_grad(tc)
+    if fit.kind == "full" and temp is not None:
+        mm = replace(mm, split_working=max(0.0, mm.working - temp))
     other = "split" if fit.kind == "full" else "full"
     note = (f"memory fitted to the {fit.ranks} ranks' peaks of the {fam} run: activation x{getattr(mm, fit.kind + '_scale'):.3f} "
             f"for micro-batches with a {fit.kind} backward (least squares {fit.scale:.3f}), x"
             f"{getattr(mm, other + '_scale'):.3f} for {other} (not measured: never below the model), "
             f"working memory {mm.working:.4g} per rank (the worst rank, {fit.residual:.3g} above the fit, covered twice), "
-            f"{message:.4g} per message held to the step's end, {data:.4g} per input or target")
+            f"{message:.4g} per message held to the step's end, {data:.4g} per input or target"
+            + ("" if mm.split_working is None else
+               f"; a rank of split backwards only: working memory {mm.split_working:.4g} (less the {temp:.4g} of "
+               f"one Linear's weight gradient, which B writes to a fresh tensor and W adds in place)"))
     return replace(tc, memory=mm), note
+
+
+def _fresh_weight_grad(tc: TuneConfig) -> float | None:
+    """MiB of the largest weight gradient autograd's B makes as a fresh tensor (one Linear(h, 4h) of
+    ``pptl run``'s block, ``4 h^2`` elements), when the model's work is that block (``work: mlp``)."""
+    from pptl.tune.model import mlp_block_work
+
+    w = tc.workload
+    esz = {"float32": 4, "bfloat16": 2, "float16": 2}.get(w.dtype, 4)
+    if tc.model.work is None or dict(tc.model.work) != mlp_block_work(w.hidden, w.tokens, esz):
+        return None
+    return 4 * w.hidden * w.hidden * esz / 2**20
 

@@ -62,7 +62,7 @@ def structures(tc: TuneConfig) -> list[Structure]:
                     # No valid group (m < pp) still yields one candidate, rejected with the family's reason.
                     for g in groups or [p]:
                         out.append(Structure(fam, m, v, g))
-            elif fam in ("zbv", "dualpipev"):
+            elif fam in ("zbv", "dualpipev", "v-half", "v-min", "looped-bfs", "interleaved-zb"):  # two chunks per rank
                 out.append(Structure(fam, m, 2))
             elif fam == "synth":
                 if tc.memory_limit is not None:

@@ -46,6 +46,10 @@ class MemoryModel:
     """Held by each micro-batch's input (first stage) and target (last stage) for the whole step."""
     working: float = 0.0
     """Constant per rank: the op in flight's temporaries and the GEMM workspaces."""
+    split_working: float | None = None
+    """``working`` of a rank whose backwards are all split into I and W (None: ``working``). A run of
+    full backwards measures B's temporaries, among them each weight gradient autograd writes to a
+    fresh tensor before adding it into ``.grad``; W adds in place and makes none."""
 
 
 @dataclass(frozen=True)
@@ -147,10 +151,12 @@ def rank_peaks(schedule: Schedule, start: Sequence[float], end: Sequence[float],
     weights = weights_held(schedule, weight, pp)
     ev = rank_events(schedule, start, end, act, w_activation=w_activation, i_working=i_working)
     data = data_count(schedule) if mm.data else {}
+    full_bw = {op.rank for op in schedule.ops if op.kind in ("B", "FB")}
     out = []
     for r in range(pp):
         top, _ = _peak(ev.get(r, []), mm)
-        out.append(weights[r] + mm.data * data.get(r, 0) + top + mm.working)
+        working = mm.working if r in full_bw or mm.split_working is None else mm.split_working
+        out.append(weights[r] + mm.data * data.get(r, 0) + top + working)
     return tuple(out)
 
 

@@ -18,7 +18,7 @@ A tune config is its own file (YAML, TOML or JSON)::
     families: [1f1b, zb-h1]       # optional subset (default: every training family and synth)
     workload: {hidden: 4096, tokens: 2048, dtype: bfloat16}   # what the best plan runs with pptl run
     run_blocks: {embedding: 2, head: 2}   # MLP blocks pptl run executes for the embedding and head
-    device: {duty_exponent: 0.3}  # optional; see below
+    device: {duty_exponent: 0.3, jitter: {F: 0.03, B: 0.03, step: 0.01}}  # optional; see below
 
 Durations are per layer and micro-batch; ``B`` defaults to ``I + W``; ``embedding`` and ``head``
 default to nothing (zero cost). ``activation`` is held per micro-batch from F to B (or split
@@ -35,6 +35,9 @@ cap, a rank busy a share ``u`` of the step runs its compute at ``u ** alpha`` of
 duration (an idle-ish GPU keeps higher clocks). The costs above are then full-duty durations and
 the timing iterates simulate -> per-rank duty -> rescale (:mod:`pptl.tune.rank`). Not given, it
 is 0 (no effect), or fitted by ``--costs-from`` from the run's ranks when their duty differs.
+
+``device.jitter`` gives each kind's relative deviation of one op and the step's (``--costs-from``
+measures them): every candidate's step then carries a p05-p95 spread (:mod:`pptl.tune.spread`).
 """
 from __future__ import annotations
 
@@ -47,15 +50,17 @@ from pptl.config import MAX_VALUE, Workload
 from pptl.errors import InputError
 from pptl.formats.structured import read_structured
 from pptl.tune.memory import MemoryModel
+from pptl.tune.spread import Jitter
 
 __all__ = ["LayerCost", "Work", "ModelDesc", "mlp_block_work", "TuneConfig", "TRAINING_FAMILIES", "SPLIT_FAMILIES", "load_tune_config",
            "tune_config_from_mapping"]
 
 #: Families the search covers (``synth`` is the order ``pptl tune`` builds for the model).
-TRAINING_FAMILIES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zbv", "dualpipe", "dualpipev", "synth")
+TRAINING_FAMILIES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zbv", "dualpipe", "dualpipev", "looped-bfs",
+                     "interleaved-zb", "v-half", "v-min", "synth")
 _KINDS = ("F", "B", "I", "W")
 #: Families whose backward is split into I and W (they need both costs).
-SPLIT_FAMILIES = frozenset({"zb-h1", "zb-h2", "zbv", "synth"})
+SPLIT_FAMILIES = frozenset({"zb-h1", "zb-h2", "zbv", "interleaved-zb", "v-half", "v-min", "synth"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -177,6 +182,9 @@ class TuneConfig:
     duty_exponent: float | None = None
     """alpha of ``device.duty_exponent``: a rank busy a share u of the step runs its compute at
     u ** alpha of the full-duty cost (None: fitted by ``--costs-from`` where the run allows, else 0)."""
+    jitter: Jitter | None = None
+    """Per-op and per-step variation (``device.jitter``, or measured by ``--costs-from``): each
+    candidate's step gets a spread from it (:mod:`pptl.tune.spread`); None: no spread."""
     memory: MemoryModel = field(default_factory=MemoryModel)
     """Coefficients of the per-rank peak memory (:mod:`pptl.tune.memory`): the model as given,
     or fitted by ``--costs-from`` a run that measured memory."""
@@ -252,8 +260,10 @@ def tune_config_from_mapping(data: Mapping[str, Any], *, source: str) -> TuneCon
     if messages not in ("sync-send", "overlap"):
         raise InputError(f"{source}: field 'messages': got {messages!r}, expected sync-send or overlap")
     device = data.get("device") or {}
-    if not isinstance(device, Mapping) or any(k != "duty_exponent" for k in device):
-        raise InputError(f"{source}: field 'device': expected a mapping such as {{duty_exponent: 0.3}}")
+    if not isinstance(device, Mapping) or any(k not in ("duty_exponent", "jitter") for k in device):
+        raise InputError(f"{source}: field 'device': expected a mapping such as {{duty_exponent: 0.3, "
+                         f"jitter: {{F: 0.02, B: 0.02, step: 0.01}}}}")
+    jitter = _jitter(device.get("jitter"), source)
     alpha = device.get("duty_exponent")
     if alpha is not None:
         alpha = _num(alpha, "device.duty_exponent", source)
@@ -261,7 +271,7 @@ def tune_config_from_mapping(data: Mapping[str, Any], *, source: str) -> TuneCon
             raise InputError(f"{source}: field 'device.duty_exponent': got {alpha}, expected 0..2 "
                              f"(0: speed does not depend on how busy a GPU is)")
     return TuneConfig(
-        pp=pp, microbatches=micro, model=model, messages=messages, duty_exponent=alpha,
+        pp=pp, microbatches=micro, model=model, messages=messages, duty_exponent=alpha, jitter=jitter,
         memory_limit=None if limit is None else _num(limit, "memory_limit", source, positive=True),
         comm_latency=_num(comm.get("latency", 0.0), "comm.latency", source),
         comm_bandwidth=_num(comm.get("bandwidth", math.inf), "comm.bandwidth", source, inf=True, positive=True),
@@ -310,6 +320,21 @@ def _work(data: Any, source: str, workload: Workload) -> dict[str, Work] | None:
         out[k] = Work(_num(v["flops"], f"model.work.{k}.flops", source),
                       _num(v["bytes"], f"model.work.{k}.bytes", source))
     return out
+
+
+def _jitter(data: Any, source: str) -> Jitter | None:
+    if data is None:
+        return None
+    known = _KINDS + ("FB", "step")
+    if not isinstance(data, Mapping) or not data or any(k not in known for k in data):
+        raise InputError(f"{source}: field 'device.jitter': expected a mapping of relative deviations such as "
+                         f"{{F: 0.02, B: 0.02, step: 0.01}} (keys: {', '.join(known)})")
+    vals = {k: _num(v, f"device.jitter.{k}", source) for k, v in data.items()}
+    for k, v in vals.items():
+        if v > 1:
+            raise InputError(f"{source}: field 'device.jitter.{k}': got {v}, expected 0..1 (a relative deviation)")
+    step = vals.pop("step", 0.0)
+    return Jitter(vals, step) if vals or step else None
 
 
 def _layer(data: Any, name: str, source: str, *, zero: bool) -> LayerCost:

@@ -19,7 +19,6 @@ from typing import Any, Callable
 
 from pptl.checks import Context, check_context
 from pptl.config import MAX_OPS, Config, Costs
-from pptl.deps import roles
 from pptl.errors import InputError, InvalidScheduleError
 from pptl.ir import Schedule
 from pptl.schedules import get_family
@@ -27,9 +26,13 @@ from pptl.tune.candidates import Structure, structures
 from pptl.tune.memory import rank_peaks
 from pptl.tune.model import SPLIT_FAMILIES, TuneConfig
 from pptl.tune.split import Split, megatron_layout, splits_for, stage_costs, stage_memory
+from pptl.tune.spread import Spread, step_spread
 from pptl.tune.synth import SynthInput, build_synth
 
 __all__ = ["Result", "TuneResult", "tune", "config_for"]
+
+#: Per rank, the (kind, micro-batch) compute order of a synthesised plan.
+Orders = tuple[tuple[tuple[str, int], ...], ...]
 
 #: Most simulate -> duty -> rescale passes with a duty exponent (they stop once duty moves < 1e-4).
 _DUTY_PASSES = 6
@@ -51,6 +54,14 @@ class Result:
     notes: tuple[str, ...] = ()
     duty: tuple[float, ...] = ()
     """Per rank: busy share of the step the timing converged to (empty when ``duty_exponent`` is 0)."""
+    spread: Spread | None = None
+    """Percentiles of the step under the calibrating run's per-op variation (None: no variation known)."""
+    costs: Costs | None = field(default=None, repr=False)
+    """The costs the step was timed with (per stage, messages on their producers under sync-send,
+    ``rank_scale`` from the duty): the written plan carries them, so ``pptl plan`` of it gives ``step``."""
+    orders: Orders | None = field(default=None, repr=False)
+    """synth: per rank, the (kind, micro-batch) order that was timed (the plan is rebuilt from it,
+    not re-synthesised: the exact order under a time limit need not come out the same twice)."""
 
     @property
     def label(self) -> str:
@@ -71,7 +82,9 @@ class Result:
                 "group_size": s.group, "inflight": s.inflight,
                 "split": None if self.split is None else self.split.name,
                 "stage_layers": None if self.split is None else list(self.split.layers),
-                "megatron_layout": self.layout, "step": self.step, "bubble": self.bubble,
+                "megatron_layout": self.layout, "step": self.step,
+                "step_p05": None if self.spread is None else self.spread.p05,
+                "step_p95": None if self.spread is None else self.spread.p95, "bubble": self.bubble,
                 "peak_memory": list(self.peak), "fits": self.fits, "rejected": self.rejected,
                 "notes": list(self.notes)}
 
@@ -154,7 +167,35 @@ def tune(tc: TuneConfig, *, progress: Callable[[str], None] | None = None, worke
             results.extend(_evaluate(tc, st))
     results.sort(key=_rank_key(tc.memory_limit))
     notes.extend(dict.fromkeys(n for r in results for n in r.notes))
+    note = _prefer_lower_p95(results)
+    if note:
+        notes.append(note)
     return TuneResult(results, tc.memory_limit, notes)
+
+
+def _prefer_lower_p95(results: list[Result]) -> str | None:
+    """Among the fitting candidates whose spread (per micro-batch) overlaps the fastest one's, move
+    the one with the lowest 95th percentile to the front: within the noise the run showed, the
+    predicted order of their medians says little, and a plan that slips less is the safer pick."""
+    top = results[0] if results else None
+    if top is None or not top.fits or top.spread is None:
+        return None
+    m0 = top.structure.microbatches
+    lo0, hi0 = top.spread.p05 / m0, top.spread.p95 / m0
+    close: list[tuple[float, int, Spread]] = []
+    for k, r in enumerate(results):
+        if not r.fits or r.spread is None:
+            continue
+        m = r.structure.microbatches
+        if r.spread.p05 / m <= hi0 and lo0 <= r.spread.p95 / m:
+            close.append((r.spread.p95 / m, k, r.spread))
+    _, k, spread = min(close, key=lambda c: (c[0], c[1]))
+    if k == 0:
+        return None
+    pick = results.pop(k)
+    results.insert(0, pick)
+    return (f"pick: {pick.label} (p95 {spread.p95:.4g}) over {top.label} (p95 {top.spread.p95:.4g}): their "
+            f"spreads overlap and it has the lower 95th percentile per micro-batch")
 
 
 def _evaluate_light(args: tuple[TuneConfig, Structure]) -> list[Result]:
@@ -240,10 +281,13 @@ def _time_synth(tc: TuneConfig, st: Structure, sp: Split) -> Result:
     if st.inflight is not None:
         limit = [st.inflight * act[r] for r in range(p)]
     else:
-        # What the activations may use: the limit less what the rank holds anyway (the messages the
-        # runtime keeps grow over the step and are left to the timed peak, which decides "fits").
+        # What the activations may use: the limit less what the rank holds anyway, the messages
+        # included (pptl run keeps each until the step ends; a rank of a one-stage-per-rank pipeline
+        # sends and receives one per micro-batch and direction it has a neighbour in). Without them the
+        # order fits its budget and its timed peak, which decides "fits", goes over.
         data = [mm.data * st.microbatches * ((r == 0) + (r == p - 1)) for r in range(p)]
-        limit = [max(0.0, tc.memory_limit - weight[r] - data[r] - mm.working  # type: ignore[operator]
+        msgs = [mm.message * 2 * st.microbatches * ((r > 0) + (r < p - 1)) for r in range(p)]
+        limit = [max(0.0, tc.memory_limit - weight[r] - data[r] - msgs[r] - mm.working  # type: ignore[operator]
                       - tc.model.i_working * act[r]) for r in range(p)]
     cfg = config_for(tc, st, sp)
     message = cfg.costs.comm_time(0.0)
@@ -294,7 +338,11 @@ def _held_peak(seq: list[tuple[str, int]], act: float, w: float) -> float:
 
 def _time(tc: TuneConfig, st: Structure, schedule: Schedule, ctx: Context, sp: Split,
           cfg: Config | None = None) -> Result:
-    start, end, dur, duty = _timing(tc, st, schedule, ctx, sp, cfg)
+    try:
+        tm = _timing(tc, st, schedule, ctx, sp, cfg)
+    except InvalidScheduleError as e:  # an op the model has no cost for, or costs no plan could hold
+        return Result(st, sp, rejected=str(e))
+    start, end, dur = tm.start, tm.end, tm.dur
     makespan = max(end, default=0.0)
     act, weight = stage_memory(tc.model, sp.layers)
     busy = [0.0] * tc.pp
@@ -305,87 +353,97 @@ def _time(tc: TuneConfig, st: Structure, schedule: Schedule, ctx: Context, sp: S
                             i_working=tc.model.i_working, mm=tc.memory))
     bubble = 1 - sum(busy) / (makespan * tc.pp) if makespan > 0 else 0.0
     fits = tc.memory_limit is None or max(peaks) <= tc.memory_limit * (1 + 1e-9)
-    return Result(st, sp, step=makespan, bubble=bubble, peak=tuple(peaks), fits=fits,
+    spread = None
+    if tc.jitter is not None:
+        spread = step_spread(ctx.order, ctx.dag.pred, dur, [op.kind for op in schedule.ops],  # type: ignore[arg-type]
+                             [op.lane == "compute" for op in schedule.ops], tc.jitter)
+    return Result(st, sp, step=makespan, bubble=bubble, peak=tuple(peaks), fits=fits, spread=spread,
                   rejected=None if fits else f"peak {max(peaks):g} over the limit {tc.memory_limit:g}",
-                  schedule=schedule, duty=duty)
+                  schedule=schedule, duty=tm.duty, costs=tm.costs, orders=_orders(schedule, st))
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One candidate timed: per op start, end and duration, the ranks' converged duty, and the
+    costs (with ``rank_scale``) that give exactly these times in :func:`pptl.simulate.simulate`."""
+
+    start: list[float]
+    end: list[float]
+    dur: list[float]
+    duty: tuple[float, ...]
+    costs: Costs
 
 
 def _timing(tc: TuneConfig, st: Structure, schedule: Schedule, ctx: Context, sp: Split,
-           cfg: Config | None = None) -> tuple[list[float], list[float], list[float], tuple[float, ...]]:
-    """(start, end, duration of every op, converged duty per rank) of ``schedule`` under ``sp``'s costs."""
-    cfg = cfg or config_for(tc, st, sp)
-    costs = stage_costs(tc.model, sp.layers)
-    comp: list[float] = []  # compute time at full duty (rescaled by the rank's duty, see below)
-    dur: list[float] = []  # the rest: messages (and, with sync-send, sends on their producer)
-    producer: dict[tuple[str, int, int, int], int] = {}  # (role F or G, direction, stage, mb) -> op
-    for i, op in enumerate(schedule.ops):
-        k = op.kind
-        c = 0.0
-        if k == "SEND":
-            dur.append(cfg.costs.comm_time(op.payload))
-        elif k == "RECV":
-            dur.append(0.0)
-        elif k == "FB":
-            bstage = op.pair[0] if op.pair else op.stage
-            c = costs[op.stage]["F"] + costs[bstage]["B"]
-            dur.append(0.0)
-        elif k in ("F", "B", "I", "W"):
-            c = costs[op.stage][k]
-            dur.append(0.0)
-        else:
-            raise InvalidScheduleError(f"pptl tune: op kind {k} of {op.id} has no model cost")
-        comp.append(c)
-        if op.lane == "compute":
-            for role, d, stg, mb in roles(op):
-                if role in ("F", "G"):
-                    producer[(role, d, stg, mb)] = i
-    if tc.messages == "sync-send":
-        # pptl run's CUDA default: a SEND runs on the compute stream right after its producer and
-        # the next compute op waits for it, so its time belongs to the producer; the data is then
-        # there when the producer (with its sends) ends.
-        for i, op in enumerate(schedule.ops):
-            if op.kind == "SEND":
-                j = producer.get(("F" if op.flow == "F" else "G", op.direction, op.stage, op.mb))
-                if j is not None:
-                    dur[j] += dur[i]
-                    dur[i] = 0.0
+            cfg: Config | None = None) -> Timing:
+    """``schedule`` timed under ``sp``'s costs (:func:`pptl.tune.costs.candidate_costs`), with each
+    rank's compute at its duty factor when the duty exponent is set."""
+    from pptl.simulate import durations
+    from pptl.tune.costs import candidate_costs
+
+    costs = candidate_costs(tc, schedule, sp.layers)
+    compute = [op.lane == "compute" for op in schedule.ops]
     ranks = [op.rank for op in schedule.ops]
-    n = len(dur)
+    n = len(compute)
     start, end = [0.0] * n, [0.0] * n
     pred = ctx.dag.pred
     order = ctx.order
     alpha = tc.alpha
-    scale = [1.0] * tc.pp
+    used = costs
     duty: tuple[float, ...] = ()
+    dur: list[float] = []
     # Under a power cap a busy GPU clocks lower: compute runs at duty ** alpha of its full-duty
     # time. The duty depends on the timing, so iterate to a fixed point (a few passes converge:
     # each rescale moves the makespan by a fraction of alpha times the change in duty).
     for k in range(_DUTY_PASSES if alpha > 0 else 1):
+        dur = durations(schedule, used)
         for v in order:  # type: ignore[union-attr]
             t = 0.0
             for u in pred[v]:
                 if end[u] > t:
                     t = end[u]
-            start[v], end[v] = t, t + comp[v] * scale[ranks[v]] + dur[v]
+            start[v], end[v] = t, t + dur[v]
         makespan = max(end, default=0.0)
         if alpha <= 0 or makespan <= 0:
             break
         work = [0.0] * tc.pp
-        for i, c in enumerate(comp):
-            work[ranks[i]] += c * scale[ranks[i]]
+        for i in range(n):
+            if compute[i]:
+                work[ranks[i]] += dur[i]
         new = tuple(min(1.0, w / makespan) for w in work)
         done = bool(duty) and max(abs(a - b) for a, b in zip(new, duty)) < 1e-4
         duty = new
         if done or k == _DUTY_PASSES - 1:
-            break  # start/end stay those of ``scale``
-        scale = [max(d, 1e-3) ** alpha for d in duty]
-    dur = [comp[i] * scale[ranks[i]] + dur[i] for i in range(n)]
-    return start, end, dur, duty
+            break  # start/end stay those of ``used``
+        used = replace(costs, rank_scale={r: max(d, 1e-3) ** alpha for r, d in enumerate(duty)})
+    return Timing(start, end, dur, duty, used)
 
 
 def best_schedule(tc: TuneConfig, result: Result) -> Schedule:
-    """The plan of ``result`` with its split's per-stage costs and ``workload.stage_layers``."""
+    """The plan ``result`` was timed on: the same order (synth: the order it timed), its split's
+    ``workload.stage_layers`` and the costs it was timed with, so that simulating it gives
+    ``result.step``.
+
+    Raises:
+        InputError: ``result`` was not timed (a rejected candidate has no plan).
+    """
     st, sp = result.structure, result.split
-    if st.family == "synth":
-        return result.schedule if result.schedule is not None else _time_synth(tc, st, sp).schedule
-    return get_family(st.family).build(config_for(tc, st, sp))
+    if result.step is None or sp is None or result.costs is None:
+        raise InputError(f"{result.label}: was not timed ({result.rejected}); it has no plan to write")
+    cfg = config_for(tc, st, sp)
+    schedule = result.schedule
+    if schedule is None:
+        if st.family == "synth":
+            assert result.orders is not None  # every timed synth result keeps its order
+            x = SynthInput(pp=tc.pp, microbatches=st.microbatches, F=[], I=[], W=[], activation=[], limit=[],
+                           w_activation=tc.model.w_activation, message=0.0)
+            schedule = build_synth(cfg, x, orders={r: list(seq) for r, seq in enumerate(result.orders)})
+        else:
+            schedule = get_family(st.family).build(config_for(tc, st))
+    return schedule.copy_with(config=replace(cfg, costs=result.costs))
+
+
+def _orders(schedule: Schedule, st: Structure) -> Orders | None:
+    if st.family != "synth":
+        return None
+    return tuple(tuple((op.kind, op.mb) for op in schedule.lane_ops(r, "compute")) for r in range(schedule.pp))

@@ -7,7 +7,7 @@ from pptl.tune.rank import Result, TuneResult
 
 __all__ = ["table_rows", "to_dict", "summary_lines"]
 
-COLUMNS = ("#", "candidate", "step", "per mb", "bubble", "peak memory per rank", "verdict")
+COLUMNS = ("#", "candidate", "step", "spread p05-p95", "per mb", "bubble", "peak memory per rank", "verdict")
 
 
 def _num(x: float) -> str:
@@ -19,10 +19,12 @@ def table_rows(res: TuneResult, top: int) -> list[tuple[str, ...]]:
     shown = res.results[:top]
     for k, r in enumerate(shown, 1):
         if r.step is None:
-            rows.append((str(k), r.label, "-", "-", "-", "-", f"rejected: {r.rejected}"))
+            rows.append((str(k), r.label, "-", "-", "-", "-", "-", f"rejected: {r.rejected}"))
             continue
         verdict = "fits" if r.fits else f"over: {r.rejected}"
-        rows.append((str(k), r.label, _num(r.step), _num(r.step / r.structure.microbatches), f"{100 * r.bubble:.1f}%",
+        spread = "-" if r.spread is None else f"{_num(r.spread.p05)}-{_num(r.spread.p95)}"
+        rows.append((str(k), r.label, _num(r.step), spread, _num(r.step / r.structure.microbatches),
+                     f"{100 * r.bubble:.1f}%",
                      " ".join(_num(p) for p in r.peak), verdict))
     return rows
 
@@ -35,9 +37,13 @@ def summary_lines(res: TuneResult, units: str) -> list[str]:
            f"(times in {units})"]
     b = res.best
     if b is not None:
-        out.append(f"best: {b.label}: step {_num(b.step)}, bubble {100 * b.bubble:.1f}%, "
+        spread = "" if b.spread is None else f" (p05 {_num(b.spread.p05)}, p95 {_num(b.spread.p95)})"
+        out.append(f"best: {b.label}: step {_num(b.step)}{spread}, bubble {100 * b.bubble:.1f}%, "
                    f"peak {_num(b.max_peak)}; stage layers {list(b.split.layers)}; "
                    f"Megatron --pipeline-model-parallel-layout \"{b.layout}\"")
+    if any(r.step is not None for r in res.results) and all(r.spread is None for r in res.results):
+        out.append("note: no spread: the per-op variation is unknown; --costs-from a run measures it (or give "
+                   "device.jitter, e.g. {F: 0.02, B: 0.02, step: 0.01})")
     out += [f"note: {n}" for n in res.notes]
     return out
 

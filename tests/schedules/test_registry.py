@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 def test_every_family_is_registered_under_its_own_name() -> None:
     assert list(FAMILIES) == names() == list(_WHERE)
     assert all(name == fam.name for name, fam in FAMILIES.items())
-    assert len(names()) == 10
+    assert len(names()) == 15
 
 
 def test_names_and_aliases_resolve_case_insensitively() -> None:

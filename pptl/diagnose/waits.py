@@ -1,5 +1,9 @@
 """Explain a hung job: which NCCL ops each rank was waiting on, and the cycle of waits across ranks.
 
+:func:`diagnose_dumps` gathers everything a diagnosis holds: each rank's calls (named by the plan,
+:mod:`pptl.diagnose.plan_names`), the count facts (:mod:`pptl.diagnose.counts`), the wait-for cycle
+and order mismatches (here), and the leading sentence (:mod:`pptl.diagnose.cause`).
+
 Inputs are views of one run: torch's flight-recorder dumps (:mod:`pptl.formats.flight_recorder`,
 one per rank), or the partial timeline ``pptl run`` writes when it stops a hung run. Pure: no
 torch, no files.
@@ -29,57 +33,16 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import networkx as nx
 
+from pptl.diagnose.cause import Cause, PlanNext, evidence, find_cause
+from pptl.diagnose.counts import EMPTY, Counts, count_calls
+from pptl.diagnose.ops import NcclOp
+from pptl.diagnose.ops import ranks_text as _ranks
+from pptl.diagnose.plan_names import name_by_plan, plan_counterparts, plan_next, plan_pairs
 from pptl.formats.flight_recorder import FrDump, FrEntry
 from pptl.ir import Schedule
 from pptl.timeline import Timeline
 
-__all__ = ["NcclOp", "Diagnosis", "diagnose_dumps", "diagnose_timeline", "to_text", "to_dict"]
-
-_ORD = {1: "1st", 2: "2nd", 3: "3rd"}
-
-
-@dataclass(frozen=True)
-class NcclOp:
-    """One NCCL call as a rank issued it."""
-
-    rank: int
-    index: int
-    """Position in the rank's issue order (P2P and collectives together)."""
-    group: str
-    kind: str
-    peer: int
-    """Global rank at the other end (send/recv), else -1."""
-    seq: int
-    """p2p_seq_id of a send/recv, collective_seq_id of a collective."""
-    nth: int
-    """Send/recv: 0-based position among this rank's ops of the same kind to the same peer in the group."""
-    sizes: tuple[tuple[int, ...], ...]
-    state: str
-    name: str = ""
-    """The plan's op id (``--plan``), else empty."""
-    step: int = -1
-    """The plan step the op belongs to (``--plan``), else -1."""
-    group_desc: str = ""
-    """The group's description (``pg_desc``: ``default_pg``, or what ``new_group(group_desc=...)`` gave)."""
-
-    @property
-    def done(self) -> bool:
-        return self.state == "completed"
-
-    @property
-    def group_label(self) -> str:
-        """How the group is named to users: its description when it has one (``ep_dispatch``), else its id."""
-        return self.group_desc if self.group_desc not in ("", "undefined") else self.group
-
-    @property
-    def label(self) -> str:
-        if self.name:
-            return self.name
-        if self.kind == "send":
-            return f"r{self.rank} send->{self.peer} #{self.nth + 1} (group {self.group_label})"
-        if self.kind == "recv":
-            return f"r{self.rank} recv<-{self.peer} #{self.nth + 1} (group {self.group_label})"
-        return f"r{self.rank} {self.kind} #{self.seq} (group {self.group_label})"
+__all__ = ["Diagnosis", "diagnose_dumps", "diagnose_timeline"]
 
 
 @dataclass(frozen=True)
@@ -107,10 +70,21 @@ class Diagnosis:
     blocked: tuple[str, ...] = field(default_factory=tuple)
     """Ranks whose front waits on a peer that is itself held up elsewhere (a consequence of the
     hang, not an order mismatch)."""
+    cause: Cause = Cause("none", (), "")
+    """The root cause in one sentence (:func:`pptl.diagnose.cause.find_cause`)."""
+    counts: Counts = EMPTY
+    """The count, size and sequence-number facts (:mod:`pptl.diagnose.counts`)."""
+    plan_next: Mapping[int, PlanNext] = field(default_factory=dict)
+    """With a plan: per stopped rank, the op it should have issued next."""
 
     @property
     def hung(self) -> bool:
         return any(v is not None for v in self.front.values())
+
+    @property
+    def ok(self) -> bool:
+        """Every call completed and the counts, sizes and kinds match (exit 0)."""
+        return not self.hung and not self.counts.mismatched
 
 
 # ----------------------------------------------------------------------------------------------
@@ -125,6 +99,7 @@ def diagnose_dumps(dumps: Sequence[FrDump], schedule: Schedule | None = None) ->
     notes: list[str] = []
     ops: dict[int, list[NcclOp]] = {}
     groups: dict[str, tuple[int, ...]] = {}
+    wrapped_ranks: set[int] = set()
     for d in sorted(dumps, key=lambda d: d.rank):
         if d.rank in ops:
             raise ValueError(f"two dumps for rank {d.rank}")
@@ -132,14 +107,15 @@ def diagnose_dumps(dumps: Sequence[FrDump], schedule: Schedule | None = None) ->
         for g in d.groups.values():
             groups.setdefault(g.name, g.ranks)
         if d.entries and d.entries[0].record_id > 0:
+            wrapped_ranks.add(d.rank)
             notes.append(f"rank {d.rank}: the ring buffer wrapped (first record {d.entries[0].record_id}); older "
-                         "calls are gone, so matches assume both ends lost the same number (raise "
-                         "TORCH_NCCL_TRACE_BUFFER_SIZE)")
+                         "calls are gone, so its sends and receives are not counted and the cycle assumes both ends "
+                         "lost the same number (raise TORCH_NCCL_TRACE_BUFFER_SIZE)")
     if schedule is not None:
-        ops = _name_by_plan(ops, schedule, notes)
+        ops = name_by_plan(ops, schedule, notes)
     frozen = {r: tuple(v) for r, v in ops.items()}
     collectives, mixed = _collective_mismatches(frozen)
-    nodes, sizes = _match(frozen, mixed)
+    nodes = _match(frozen, mixed)
     front = {r: next((o for o in v if not o.done), None) for r, v in frozen.items()}
     cycle, ranks, names = _cycle(frozen, nodes, groups)
     order, blocked = _order_mismatches(frozen, front, nodes)
@@ -148,8 +124,20 @@ def diagnose_dumps(dumps: Sequence[FrDump], schedule: Schedule | None = None) ->
     if missing:
         notes.append(f"no dump for rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}: "
                      "their ops are unknown")
+    counts = count_calls(frozen, groups, frozenset(wrapped_ranks))
+    nexts = plan_next(frozen, schedule, [st.rank for st in counts.stopped]) if schedule is not None else {}
+    off_plan = [r for r, v in frozen.items() if schedule is not None and
+                any(o.is_p2p for o in v) and not any(o.name for o in v)]
+    cause = find_cause(counts, frozen, cycle_ranks=ranks, order=collectives + order, plan_next=nexts,
+                       plan_pairs=plan_pairs(schedule) if schedule is not None else None, off_plan=off_plan,
+                       counterpart=plan_counterparts(schedule) if schedule is not None else None)
     return Diagnosis("flight-recorder", frozen, front, cycle, ranks, names, tuple(order), tuple(collectives),
-                     tuple(sizes), tuple(notes), tuple(blocked))
+                     tuple(_size_lines(counts)), tuple(notes), tuple(blocked), cause, counts, nexts)
+
+
+def _size_lines(counts: Counts) -> list[str]:
+    """The size facts as the ``size_mismatches`` field carries them (the evidence's wording)."""
+    return [line[len("sizes: "):] for line in evidence(counts) if line.startswith("sizes: ")]
 
 
 def _rank_ops(d: FrDump) -> list[NcclOp]:
@@ -191,9 +179,9 @@ def _seq(e: FrEntry) -> int:
     return e.p2p_seq_id if e.is_p2p else e.collective_seq_id
 
 
-def _match(ops: Mapping[int, tuple[NcclOp, ...]], mixed: set[str]
-           ) -> tuple[dict[tuple[int, int], tuple[tuple[int, int], ...]], list[str]]:
-    """(rank, index) -> the node it belongs to (the keys of the ops that meet), and size mismatches.
+def _match(ops: Mapping[int, tuple[NcclOp, ...]], mixed: set[str]) -> dict[tuple[int, int], tuple[tuple[int, int], ...]]:
+    """(rank, index) -> the node it belongs to (the keys of the ops that meet). Sizes are compared
+    once, by :func:`pptl.diagnose.counts.count_calls`.
 
     In a group whose ranks issued different collectives at one sequence number (``mixed``), NCCL
     pairs calls that do not belong together; the wait-for cycle is then about which call each rank
@@ -215,30 +203,11 @@ def _match(ops: Mapping[int, tuple[NcclOp, ...]], mixed: set[str]
             else:
                 key = ("coll", o.group, o.seq)
             by_key.setdefault(key, {})[r] = o
-    sizes: list[str] = []
-    for key, members in by_key.items():
-        if key[0] == "p2p" and len(members) == 2:
-            a, b = members[key[2]], members[key[3]]
-            if a.kind == b.kind:  # a rank sending to itself: not a pair
-                continue
-            if a.sizes and b.sizes and _numels(a.sizes) != _numels(b.sizes):
-                sizes.append(f"{a.label} sends {_shape(a.sizes)} but {b.label} receives {_shape(b.sizes)}")
+    for members in by_key.values():
         keys = tuple(sorted((o.rank, o.index) for o in members.values()))
         for k in keys:
             node[k] = keys
-    return node, sizes
-
-
-def _numels(sizes: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
-    """Element counts: NCCL moves counts, not shapes (torch's pipelining sends a 0-d tensor that the
-    peer receives as shape [1] while it agrees the shapes)."""
-    out = []
-    for s in sizes:
-        n = 1
-        for x in s:
-            n *= x
-        out.append(n)
-    return tuple(out)
+    return node
 
 
 def _shape(sizes: tuple[tuple[int, ...], ...]) -> str:
@@ -260,10 +229,21 @@ def _collective_mismatches(ops: Mapping[int, tuple[NcclOp, ...]]) -> tuple[list[
             if first.kind != o.kind or first.sizes != o.sizes:
                 what = f"{first.kind} {_shape(first.sizes)}"
                 other = f"{o.kind} {_shape(o.sizes)}"
+                why = (" (the ranks issue the group's collectives in different orders)"
+                       if _same_calls(ops, o.group, first.rank, o.rank) else "")
                 out.append(f"group {o.group_label} collective #{o.seq}: rank {first.rank} issues {what} but rank {o.rank} "
-                           f"issues {other} (the ranks issue the group's collectives in different orders)")
+                           f"issues {other}{why}")
                 reported.add(o.group)  # later ones follow from the first
     return out, reported
+
+
+def _same_calls(ops: Mapping[int, tuple[NcclOp, ...]], group: str, a: int, b: int) -> bool:
+    """Ranks a and b issued the same collectives (kind, shapes) in ``group``, whatever the order."""
+
+    def calls(r: int) -> list[tuple]:
+        return sorted((o.kind, o.sizes) for o in ops[r] if o.group == group and o.kind not in ("send", "recv"))
+
+    return calls(a) == calls(b)
 
 
 def _cycle(ops: Mapping[int, tuple[NcclOp, ...]], node: Mapping[tuple[int, int], tuple[tuple[int, int], ...]],
@@ -319,20 +299,6 @@ def _node_text(keys: tuple[tuple[int, int], ...], by_key: Mapping[tuple[int, int
         # One collective call of a whole group: naming it per rank repeats the same words N times.
         return f"[{first.kind} #{first.seq} (group {first.group_label}) on ranks {_ranks(o.rank for o in members)}]"
     return "[" + " = ".join(o.label for o in members) + "]"
-
-
-def _ranks(ranks: Iterable[int]) -> str:
-    """``0, 1, 2, 3, 5`` -> ``0-3, 5``."""
-    rs = sorted(set(ranks))
-    parts: list[str] = []
-    k = 0
-    while k < len(rs):
-        j = k
-        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
-            j += 1
-        parts.append(f"{rs[k]}-{rs[j]}" if j - k >= 2 else ", ".join(map(str, rs[k:j + 1])))
-        k = j + 1
-    return ", ".join(parts)
 
 
 def _collective_order(ops: Mapping[int, tuple[NcclOp, ...]],
@@ -417,48 +383,6 @@ def _doing(o: NcclOp) -> str:
     return f"waits in {o.kind} ({o.label})"
 
 
-def _name_by_plan(ops: dict[int, list[NcclOp]], schedule: Schedule, notes: list[str]) -> dict[int, list[NcclOp]]:
-    """Name each rank's send/recv by the plan's op, aligning the rank's P2P order with the plan's
-    (repeated once per step, after whatever set-up messages came first)."""
-    from dataclasses import replace
-
-    from pptl.issue_order import program
-
-    prog = program(schedule)
-    out: dict[int, list[NcclOp]] = {}
-    for r, seq in ops.items():
-        plan = [i for i in prog.get(r, []) if schedule.ops[i].kind in ("SEND", "RECV")]
-        p2p = [o for o in seq if o.kind in ("send", "recv")]
-        want = [("send" if schedule.ops[i].kind == "SEND" else "recv", schedule.ops[i].peer) for i in plan]
-        got = [(o.kind, o.peer) for o in p2p]
-        start = _align(got, want)
-        if start is None:
-            if plan and p2p:
-                notes.append(f"rank {r}: its NCCL send/receive order does not follow the plan's; its ops are "
-                             "named by peer only (was the plan the one that ran?)")
-            out[r] = list(seq)
-            continue
-        names = {id(o): (schedule.ops[plan[(k - start) % len(plan)]].id, (k - start) // len(plan))
-                 for k, o in enumerate(p2p) if k >= start}
-        out[r] = [replace(o, name=names[id(o)][0], step=names[id(o)][1]) if id(o) in names else o for o in seq]
-    return out
-
-
-def _align(got: list[tuple[str, int]], want: list[tuple[str, int]]) -> int | None:
-    """The offset from which ``got`` follows ``want`` repeated (None: no offset does).
-
-    Set-up messages can look like the start of a step, so an offset after which whole steps
-    remain wins (a CUDA host issues a step's calls without blocking, so the last step is whole);
-    else the smallest offset that fits.
-    """
-    if not want or not got:
-        return None
-    m = len(want)
-    fits = [s for s in range(len(got)) if all(got[s + j] == want[j % m] for j in range(len(got) - s))]
-    whole = [s for s in fits if (len(got) - s) % m == 0]
-    return (whole or fits or [None])[0]
-
-
 # ----------------------------------------------------------------------------------------------
 # pptl's own partial timeline
 
@@ -523,65 +447,6 @@ def diagnose_timeline(timeline: Timeline, schedule: Schedule) -> Diagnosis:
             nodes.setdefault((o.rank, o.index), ((o.rank, o.index),))
     p2p_front = {r: next((o for o in v if not o.done and o.kind in ("send", "recv")), None) for r, v in ops.items()}
     order, blocked = _order_mismatches(ops, p2p_front, nodes)
-    return Diagnosis("timeline", ops, front, cycle, ranks, names, tuple(order), (), (), tuple(notes), tuple(blocked))
-
-
-# ----------------------------------------------------------------------------------------------
-# Output
-
-
-def to_text(d: Diagnosis, *, per_rank: int = 6) -> str:
-    """The report: per rank the ops around its front, then the cycle and the mismatches."""
-    lines: list[str] = []
-    for r in sorted(d.ops):
-        seq = d.ops[r]
-        f = d.front.get(r)
-        done = sum(o.done for o in seq)
-        if f is None:
-            lines.append(f"rank {r}: {len(seq)} ops, all completed")
-            continue
-        lines.append(f"rank {r}: {done} of {len(seq)} ops completed; first not completed: {f.label} ({f.state})")
-        shown = [o for o in seq[f.index:] if not o.done][:per_rank]
-        for o in shown:
-            lines.append(f"  {o.index:>5}  {o.state:<9}  {o.label}")
-        rest = sum(1 for o in seq[f.index:] if not o.done) - len(shown)
-        if rest > 0:
-            lines.append(f"  ... {rest} more not completed")
-    if d.cycle:
-        text = " ".join(f"{n} -> ({w})" for n, w in d.cycle) + f" {d.cycle[0][0]}"
-        lines.append(f"hang: wait-for cycle across ranks {', '.join(map(str, d.cycle_ranks))}: {text}")
-    elif d.hung:
-        lines.append("no wait-for cycle among the pending ops (a rank may have stopped issuing, or its dump is missing)")
-    else:
-        lines.append("no hang: every op completed")
-    lines += [f"order: {t}" for t in d.order]
-    lines += [f"blocked: {t}" for t in d.blocked]
-    lines += [f"collective mismatch: {t}" for t in d.collectives]
-    lines += [f"size mismatch: {t}" for t in d.sizes]
-    lines += [f"note: {t}" for t in d.notes]
-    return "\n".join(lines)
-
-
-def to_dict(d: Diagnosis) -> dict[str, Any]:
-    """JSON-ready form (``--output json``)."""
-
-    def op(o: NcclOp) -> dict[str, Any]:
-        return {"index": o.index, "kind": o.kind, "group": o.group, "group_desc": o.group_desc, "peer": o.peer, "seq": o.seq, "state": o.state,
-                "sizes": [list(s) for s in o.sizes], "op": o.name or None, "step": o.step, "label": o.label}
-
-    return {
-        "source": d.source,
-        "hung": d.hung,
-        "ranks": {str(r): {"ops": len(v), "completed": sum(o.done for o in v),
-                           "front": op(d.front[r]) if d.front.get(r) is not None else None,
-                           "pending": [op(o) for o in v if not o.done]}
-                  for r, v in sorted(d.ops.items())},
-        "cycle": [{"node": n, "then": w} for n, w in d.cycle],
-        "cycle_ranks": list(d.cycle_ranks),
-        "cycle_ops": [list(n) for n in d.cycle_ops],
-        "order_mismatches": list(d.order),
-        "blocked": list(d.blocked),
-        "collective_mismatches": list(d.collectives),
-        "size_mismatches": list(d.sizes),
-        "notes": list(d.notes),
-    }
+    cause = find_cause(EMPTY, ops, cycle_ranks=ranks, order=order)
+    return Diagnosis("timeline", ops, front, cycle, ranks, names, tuple(order), (), (), tuple(notes), tuple(blocked),
+                     cause)

@@ -1,0 +1,122 @@
+"""The newer families on 2 GPUs: v-half, v-min, zbv, 1f1b, looped-bfs, interleaved-zb and inference through
+`pptl run --verify` (one launch, the library call `pptl run` makes), step time and measured peak
+activation per rank against the plan's.
+
+    PYTHONPATH=. python3 bench/gpu_families.py --out OUT [--device cpu --hidden 32 --tokens 8]
+
+Every family does the same work per rank: `--layers` MLP blocks per rank per micro-batch (1f1b: one
+stage of that many; the two-chunk families: two chunks of half). Memory: a rank's measured activation
+is its allocated peak over the step less what it held before the first step (weights, inputs) and
+less the message buffers the run keeps until the step ends (one activation-sized tensor per SEND and
+RECV of the rank); the plan's is its simulated peak in chunk activations with `w_activation` 0.5 (the
+executor keeps each layer's two Linear inputs, about half of what a forward saves, from I to W). One
+chunk activation in MiB is then measured/plan; the check is that every V family's unit is within 10% of
+zbv's (the same chunk size), i.e. the plan's peak, scaled by one unit, predicts the measured one.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _common import env_info, log  # noqa: E402
+
+from pptl.config import config_from_mapping  # noqa: E402
+from pptl.schedules import build_schedule  # noqa: E402
+from pptl.simulate import simulate  # noqa: E402
+
+FAMILIES = ("1f1b", "zbv", "v-half", "v-min", "looped-bfs", "interleaved-zb", "inference")
+SPLIT = {"zbv", "v-half", "v-min", "interleaved-zb"}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--gpus", type=int, default=2)
+    ap.add_argument("--mb", type=int, default=8)
+    ap.add_argument("--hidden", type=int, default=2048)
+    ap.add_argument("--tokens", type=int, default=2048)
+    ap.add_argument("--layers", type=int, default=8, help="MLP blocks per rank")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--families", default=",".join(FAMILIES))
+    ap.add_argument("--no-verify", action="store_true", help="time and measure only (the reference step is slow)")
+    ap.add_argument("--no-squeeze", action="store_true",
+                    help="v-half and v-min in their pattern's order (options.squeeze false), as the 2026-11-26 run")
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    from pptl.run import run_plans
+
+    p, m = a.gpus, a.mb
+    plans, meta = [], {}
+    for fam in a.families.split(","):
+        vpp = 1 if fam == "1f1b" else 2
+        data = {
+            "schedule": fam, "pp": p, "microbatches": m, "vpp": vpp, "split_backward": fam in SPLIT,
+            "w_activation": 0.5, "costs": {"F": 1, "B": 2, "I": 1, "W": 1},
+            "workload": {"hidden": a.hidden, "tokens": a.tokens, "layers_per_stage": a.layers // vpp, "dtype": a.dtype}}
+        if a.no_squeeze and fam in ("v-half", "v-min"):
+            data["options"] = {"squeeze": False}
+        # The config as a file too: `pptl plan` + `pptl run --verify` on it is the CLI's path.
+        (a.out / f"{fam}.config.json").write_text(json.dumps(data))
+        s = build_schedule(config_from_mapping(data))
+        sim = simulate(s)
+        msgs = {r: sum(1 for op in s.ops if op.rank == r and op.kind in ("SEND", "RECV")) for r in range(p)}
+        meta[fam] = {"plan_peak": [r.peak_activation for r in sim.ranks], "messages": [msgs[r] for r in range(p)],
+                     "plan_makespan": sim.makespan, "layers_per_chunk": a.layers // vpp,
+                     # the bounds of the executor's memory: I frees all (w_activation 0) or nothing (1)
+                     **{f"plan_peak_w{w}": [r.peak_activation for r in simulate(s, w_activation=float(w)).ranks]
+                        for w in (0, 1)}}
+        plans.append((s, a.out / f"{fam}.measured.json"))
+    verify = not a.no_verify
+    log(f"running {len(plans)} plans on {p} processes, one launch{', --verify' if verify else ''}")
+    t = time.time()
+    tls = run_plans(plans, gpus=p, device=a.device, steps=a.steps, warmup=1, verify=verify, timeout=120)
+    log(f"launch took {time.time() - t:.1f}s")
+    elem = {"float32": 4, "bfloat16": 2, "float16": 2}[a.dtype]
+    msg_mib = a.tokens * a.hidden * elem / 2**20
+    rows = []
+    for (s, _), tl in zip(plans, tls):
+        fam = s.family
+        x = tl.meta.extra
+        mem = x.get("memory") or {}
+        row = dict(meta[fam], family=fam, step_ms=x.get("median_step_ms"), makespan_ms=tl.makespan,
+                   verify=x.get("verify"), loss=x.get("loss"))
+        if mem:
+            act = [mem[str(r)]["peak_mib"] - mem[str(r)]["base_mib"] - meta[fam]["messages"][r] * msg_mib for r in range(p)]
+            row["measured_activation_mib"] = act
+            row["unit_mib"] = [act[r] / meta[fam]["plan_peak"][r] for r in range(p)]
+        rows.append(row)
+    zbv = next((r for r in rows if r["family"] == "zbv" and "unit_mib" in r), None)
+    for r in rows:
+        # inference is left out: the executor keeps a forward's tensors to the step's end (its plan
+        # frees them when the next stage has the output)
+        if zbv is not None and "unit_mib" in r and r["layers_per_chunk"] == zbv["layers_per_chunk"] \
+                and r["family"] != "inference":
+            ref = max(zbv["unit_mib"])
+            r["unit_vs_zbv"] = [u / ref for u in r["unit_mib"]]
+            r["plan_predicts_within_10pct"] = all(abs(u / ref - 1) <= 0.10 for u in r["unit_mib"])
+    res = {"env": env_info(), "args": {k: str(v) for k, v in vars(a).items()}, "rows": rows,
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    (a.out / "families.json").write_text(json.dumps(res, indent=1, default=str))
+    lines = ["| family | step ms | plan peak (chunk acts) per rank | measured activation MiB per rank | unit vs zbv | verify |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        v = r.get("verify") or {}
+        lines.append(f"| {r['family']} | {r['step_ms'] if r['step_ms'] is None else round(r['step_ms'], 2)} | "
+                     f"{r['plan_peak']} | {[round(u) for u in r.get('measured_activation_mib', [])]} | "
+                     f"{[round(u, 3) for u in r.get('unit_vs_zbv', [])]} | {v.get('ok')} {v.get('max_grad_rel_err', '')} |")
+    (a.out / "families.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0 if not verify or all((r.get("verify") or {}).get("ok") for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

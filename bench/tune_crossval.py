@@ -1,0 +1,345 @@
+"""Cross-validate `pptl tune` on model shapes unlike the bench's: for each shape, one `pptl run` of
+1F1B calibrates the tuner, then every family's fastest candidate and the top 5 run, and the pick,
+the rank correlation and every family's error are checked against what ran.
+
+    python3 bench/tune_crossval.py OUTDIR [--device cuda|cpu] [--shapes a,b] [--steps 2] [--warmup 1]
+    python3 bench/tune_crossval.py --offline DIR       (re-rank saved shapes without a GPU)
+
+Shapes (pp 2, bf16 on CUDA): hidden 2048-8192, tokens 1024-8192, 4-16 MLP layers a stage, an
+embedding and a head of 1-4 blocks each (the head the heavier), 4-32 micro-batches. Nothing here is
+fitted to them: each shape's model is its blocks' FLOPs, bytes and memory (bench/_tune_common.py)
+and the one calibrating run.
+
+Launches: the calibrating 1F1B plans of every shape in one, then the candidates in one launch per
+group of shapes (each group's results are written as soon as it ends). Each shape's candidate
+launch runs its calibrating plan again, which measures the launch-to-launch spread of one plan.
+
+Writes OUTDIR/crossval.md (the tables), OUTDIR/crossval.json (every row and check) and
+OUTDIR/shapes/<name>.json: the tune config, the limit, the calibrating timeline and each
+candidate's measured step, peaks and (synth) executed order -- what `--offline` and
+tests/test_tune_crossval.py re-rank.
+--device cpu runs a tiny float32 shape on gloo (a smoke test of the script; no memory numbers).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _tune_common import checks, executed_orders, pick_limit, retime, tune_config  # noqa: E402
+
+PP = 2
+#: Each family's fastest candidate plus this many of the ranking's top.
+TOP = 5
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    hidden: int
+    tokens: int
+    layers: int
+    """Decoder layers in all (``layers / PP`` a stage on the even split)."""
+    embedding: int
+    """MLP blocks the embedding runs as (the first stage)."""
+    head: int
+    """MLP blocks the head runs as (the last stage)."""
+    microbatches: int
+
+
+SHAPES = (
+    Shape("h2048-t2048-l4-m32", 2048, 2048, 8, 1, 3, 32),
+    Shape("h4096-t1024-l8-m8", 4096, 1024, 16, 1, 2, 8),
+    Shape("h8192-t1024-l4-m4", 8192, 1024, 8, 1, 2, 4),
+    Shape("h3072-t4096-l5-m6", 3072, 4096, 10, 2, 2, 6),
+    Shape("h2048-t6144-l4-m10", 2048, 6144, 8, 1, 4, 10),
+    Shape("h2560-t2048-l6-m16", 2560, 2048, 12, 1, 2, 16),
+    Shape("h2048-t1024-l16-m8", 2048, 1024, 32, 2, 3, 8),
+)
+#: CPU smoke shapes (gloo, float32): the script end to end in seconds.
+TINY = (Shape("tiny-a", 64, 16, 8, 1, 3, 4), Shape("tiny-b", 32, 8, 4, 1, 2, 6))
+
+
+def _config(shape: Shape, cuda: bool) -> dict[str, Any]:
+    dtype = "bfloat16" if cuda else "float32"
+    return tune_config(PP, [shape.microbatches], shape.hidden, shape.tokens, dtype, layers=shape.layers,
+                       embedding=shape.embedding, head=shape.head)
+
+
+def _base_plan(shape: Shape, cfg: dict[str, Any]) -> dict[str, Any]:
+    from pptl.tune.split import even_split
+
+    even = list(even_split(shape.layers, PP))
+    layers = [even[0] + shape.embedding] + even[1:-1] + [even[-1] + shape.head]
+    return {"schedule": "1f1b", "pp": PP, "microbatches": shape.microbatches,
+            "workload": {**cfg["workload"], "stage_layers": layers}}
+
+
+def _machine(cuda: bool) -> dict[str, Any]:
+    import torch
+
+    out: dict[str, Any] = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                           "torch": torch.__version__, "python": platform.python_version()}
+    if cuda:
+        try:
+            q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,power.limit", "--format=csv,noheader"],
+                               capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
+            out["gpus"] = q
+        except (OSError, subprocess.SubprocessError):
+            out["gpus"] = ["unknown"]
+        out["cuda"] = torch.version.cuda
+    else:
+        out["gpus"] = ["cpu (gloo)"]
+    return out
+
+
+def _rank(tc: Any, base: Path, *, workers: int) -> tuple[Any, Any, float, list[str]]:
+    """(calibrated config with its limit, ranking, limit, notes): as gpu_tune.py, the limit rules out
+    the predicted-fastest candidate and sits in a gap between predicted peaks."""
+    from pptl.tune import tune
+    from pptl.tune.calibrate import calibrate_tune
+
+    tc, _, notes = calibrate_tune(tc, base)
+    free = tune(tc, workers=workers)
+    timed = [r for r in free.results if r.step is not None and r.peak]
+    limit = pick_limit([(r.structure.microbatches, r.step, max(r.peak)) for r in timed])
+    tc = replace(tc, memory_limit=limit)
+    return tc, tune(tc, workers=workers), limit, notes
+
+
+def _chosen(res: Any) -> list[Any]:
+    timed = [r for r in res.results if r.step is not None]
+    out: dict[str, Any] = {}
+    for r in timed[:TOP]:
+        out.setdefault(r.label, r)
+    for fam in dict.fromkeys(r.structure.family for r in timed):  # each family's fastest, fitting first
+        r = next(x for x in timed if x.structure.family == fam)
+        out.setdefault(r.label, r)
+    return list(out.values())
+
+
+def _peaks(tl: Any) -> list[float] | None:
+    mem = tl.meta.extra.get("memory") or {}
+    return [mem[str(k)]["peak_mib"] for k in range(PP)] if mem else None
+
+
+def _row(r: Any, tl: Any) -> dict[str, Any]:
+    row = {"label": r.label, "family": r.structure.family, "microbatches": r.structure.microbatches,
+           "stage_layers": list(r.split.layers), "predicted_ms": r.step,
+           "spread": None if r.spread is None else [r.spread.p05, r.spread.p95],
+           "predicted_peak": list(r.peak), "fits": r.fits, "measured_ms": tl.makespan,
+           "step_ms": tl.meta.extra.get("step_ms"), "measured_peak": _peaks(tl)}
+    if r.structure.family == "synth":  # the order that ran: the offline re-timing uses it
+        row["executed"] = (tl.meta.extra.get("executed") or {})
+        row["executed"] = {k: {"compute": v.get("compute", [])} for k, v in row["executed"].items()}
+    return row
+
+
+def _trim_base(path: Path) -> dict[str, Any]:
+    d = json.loads(path.read_text())
+    d["meta"]["extra"].pop("executed", None)
+    for e in d["events"]:
+        e.pop("waits_on", None)
+    return d
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", nargs="?")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--shapes", help="comma-separated names (default: all for the device)")
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--group", type=int, default=4, help="shapes per candidates' launch")
+    ap.add_argument("--offline", type=Path, help="re-rank the saved shapes in this folder; no run")
+    a = ap.parse_args()
+    if a.offline is not None:
+        return _offline(a.offline)
+    if a.out is None:
+        ap.error("give OUTDIR (or --offline DIR)")
+    from pptl.run import run_plans
+    from pptl.tune.model import tune_config_from_mapping
+    from pptl.tune.rank import best_schedule
+
+    cuda = a.device == "cuda"
+    shapes = SHAPES if cuda else TINY
+    if a.shapes:
+        want = a.shapes.split(",")
+        shapes = tuple(s for s in SHAPES + TINY if s.name in want)
+    out = Path(a.out)
+    (out / "shapes").mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="pptl_crossval_"))
+    workers = os.cpu_count() or 1
+    t0 = time.time()
+    machine = _machine(cuda)
+
+    # 1. The calibrating 1F1B run of every shape, in one launch.
+    cfgs = {s.name: _config(s, cuda) for s in shapes}
+    base_plans = []
+    for s in shapes:
+        p = work / f"{s.name}.base.json"
+        p.write_text(json.dumps(_base_plan(s, cfgs[s.name])))
+        base_plans.append((p, work / f"{s.name}.base.measured.json"))
+    print(f"[{time.time() - t0:.0f}s] calibrating {len(shapes)} shapes in one launch", flush=True)
+    run_plans(base_plans, gpus=PP, device=a.device, steps=a.steps, warmup=a.warmup)
+
+    # 2. Rank each shape from its run; 3. its candidates (and its calibrating plan again), a launch per group.
+    summary: dict[str, Any] = {"machine": machine, "steps": a.steps, "warmup": a.warmup, "shapes": {}}
+    for g in range(0, len(shapes), a.group):
+        group = shapes[g:g + a.group]
+        plans: list[tuple[Any, Path]] = []
+        ranked: dict[str, tuple[Any, Any, float, list[Any], list[str]]] = {}
+        for s in group:
+            tc0 = tune_config_from_mapping(cfgs[s.name], source=s.name)
+            tc, res, limit, notes = _rank(tc0, work / f"{s.name}.base.measured.json", workers=workers)
+            chosen = _chosen(res)
+            ranked[s.name] = (tc, res, limit, chosen, notes)
+            plans.append((work / f"{s.name}.base.json", work / f"{s.name}.again.measured.json"))
+            for k, r in enumerate(chosen):
+                plans.append((best_schedule(tc, r), work / f"{s.name}.c{k}.measured.json"))
+            print(f"[{time.time() - t0:.0f}s] {s.name}: limit {limit:.0f} MiB, {len(chosen)} candidates, pick "
+                  f"{res.best.label if res.best else None}", flush=True)
+        tls = run_plans(plans, gpus=PP, device=a.device, steps=a.steps, warmup=a.warmup)
+        k = 0
+        for s in group:
+            tc, res, limit, chosen, notes = ranked[s.name]
+            again = tls[k]
+            k += 1
+            rows = [_row(r, tl) for r, tl in zip(chosen, tls[k:k + len(chosen)])]
+            k += len(chosen)
+            base = _trim_base(work / f"{s.name}.base.measured.json")
+            # The families searched: a re-ranking later must not pick a family added since, which never ran.
+            config = {**cfgs[s.name], "families": list(tc.families)}
+            saved = {"shape": s.__dict__, "config": config, "limit_mib": limit, "machine": machine,
+                     "notes": notes, "pick": res.best.label if res.best else None,
+                     "base_ms": base["meta"]["extra"].get("makespan") or _makespan(base),
+                     "again_ms": again.makespan, "rows": rows, "base": base}
+            (out / "shapes" / f"{s.name}.json").write_text(json.dumps(saved))
+            summary["shapes"][s.name] = _evaluate(saved, as_run=True)
+            _report(out, summary)
+            print(f"[{time.time() - t0:.0f}s] {s.name}: {json.dumps(summary['shapes'][s.name]['checks'])}",
+                  flush=True)
+    summary["seconds"] = time.time() - t0
+    _report(out, summary)
+    print(f"done in {summary['seconds']:.0f} s")
+    return 0
+
+
+def _makespan(tl: dict[str, Any]) -> float:
+    ev = tl["events"]
+    return max(e["end"] for e in ev) - min(e["start"] for e in ev)
+
+
+def _evaluate(saved: dict[str, Any], *, as_run: bool = False) -> dict[str, Any]:
+    """The checks of one shape: as run (the predictions and pick the run made), or re-ranked now
+    from the saved calibrating timeline with today's model (synth re-timed on the order that ran)."""
+    limit = float(saved["limit_mib"])
+    rows = saved["rows"]
+    if as_run:
+        pick = saved["pick"]
+        new_rows = rows
+    else:
+        from pptl.tune import tune
+        from pptl.tune.calibrate import calibrate_tune
+        from pptl.tune.model import tune_config_from_mapping
+
+        tc = tune_config_from_mapping(saved["config"], source=saved["shape"]["name"])
+        with tempfile.TemporaryDirectory() as d:
+            base = Path(d) / "base.measured.json"
+            base.write_text(json.dumps(saved["base"]))
+            tc, _, _ = calibrate_tune(tc, base)
+        tc = replace(tc, memory_limit=limit)
+        res = tune(tc)
+        best = res.best
+        new_rows = []
+        for old in rows:
+            orders = executed_orders({"meta": {"extra": {"executed": old["executed"]}}}) \
+                if old["family"] == "synth" and old.get("executed") else None
+            r = retime(tc, old["label"], old["stage_layers"], orders)
+            if r is None or r.step is None:
+                continue
+            new_rows.append({**old, "predicted_ms": r.step, "predicted_peak": list(r.peak), "fits": r.fits,
+                             "spread": None if r.spread is None else [r.spread.p05, r.spread.p95]})
+        pick = None
+        if best is not None:
+            pick = next((x["label"] for x in new_rows if x["label"] == best.label
+                         and tuple(x["stage_layers"]) == best.split.layers
+                         and (best.orders is None or _ran(x) == best.orders)), f"{best.label} (not measured)")
+    m = saved["shape"]["microbatches"]
+    c = checks(new_rows, limit, {m: pick})
+    spread = abs(saved["again_ms"] - saved["base_ms"]) / saved["base_ms"]
+    pick_row = next((x for x in new_rows if x["label"] == pick), None)
+    fastest = c.get(f"m{m}_fastest_fitting")
+    fast_row = next((x for x in new_rows if x["label"] == fastest), None)
+    gap = (pick_row["measured_ms"] / fast_row["measured_ms"] - 1) if pick_row and fast_row else None
+    fam_err: dict[str, float] = {}
+    for x in new_rows:
+        e = (x["predicted_ms"] - x["measured_ms"]) / x["measured_ms"]
+        if abs(e) > abs(fam_err.get(x["family"], 0.0)):
+            fam_err[x["family"]] = e
+        fam_err.setdefault(x["family"], e)
+    c.update({"launch_spread": spread, "pick_gap": gap,
+              "pick_ok": gap is not None and gap <= max(0.02, spread),
+              "spearman": c[f"m{m}_spearman"], "family_err": fam_err,
+              "families_ok": all(abs(e) <= (0.05 if f == "synth" else 0.03) for f, e in fam_err.items())})
+    return {"checks": c, "rows": new_rows, "pick": pick}
+
+
+def _ran(row: dict[str, Any]) -> tuple[tuple[tuple[str, int], ...], ...] | None:
+    """The (kind, micro-batch) compute order per rank a synth row ran."""
+    orders = executed_orders({"meta": {"extra": {"executed": row.get("executed") or {}}}})
+    return None if not orders else tuple(tuple(orders[r]) for r in sorted(orders))
+
+
+def _offline(folder: Path) -> int:
+    res = {}
+    for p in sorted(folder.glob("*.json")):
+        saved = json.loads(p.read_text())
+        ev = _evaluate(saved)
+        res[p.stem] = ev
+        c = ev["checks"]
+        print(f"{p.stem}: pick {ev['pick']} ({'+' if (c['pick_gap'] or 0) >= 0 else ''}"
+              f"{100 * (c['pick_gap'] or 0):.1f}% vs fastest fitting {c[next(k for k in c if k.endswith('fastest_fitting'))]}), "
+              f"spearman {c['spearman']:.2f}, max err {100 * c['max_abs_err']:.1f}%, over limit: "
+              f"{c['fitting_over_limit'] or 'none'}")
+    return 0
+
+
+def _report(out: Path, summary: dict[str, Any]) -> None:
+    (out / "crossval.json").write_text(json.dumps(summary, indent=1))
+    m = summary["machine"]
+    lines = [f"# pptl tune cross-validation: {', '.join(m['gpus'])}; torch {m['torch']}; {m['date']}", ""]
+    for name, ev in summary["shapes"].items():
+        c = ev["checks"]
+        lines += [f"## {name}", "",
+                  f"pick {ev['pick']}; fastest fitting measured {c.get(next(k for k in c if k.endswith('fastest_fitting')))}; "
+                  f"pick gap {100 * (c['pick_gap'] or 0):+.1f}% (launch spread {100 * c['launch_spread']:.1f}%); "
+                  f"Spearman {c['spearman']:.3f}; over limit: {c['fitting_over_limit'] or 'none'}", "",
+                  "| candidate | stage layers | predicted ms | p05-p95 | measured ms | error | predicted peak | "
+                  "measured peak | fits |", "|---|---|---:|---|---:|---:|---:|---:|---|"]
+        for x in sorted(ev["rows"], key=lambda x: x["predicted_ms"]):
+            sp = "-" if not x.get("spread") else f"{x['spread'][0]:.1f}-{x['spread'][1]:.1f}"
+            mp = "-" if not x["measured_peak"] else f"{max(x['measured_peak']):.0f}"
+            err = (x["predicted_ms"] - x["measured_ms"]) / x["measured_ms"]
+            lines.append(f"| {x['label']} | {x['stage_layers']} | {x['predicted_ms']:.2f} | {sp} | "
+                         f"{x['measured_ms']:.2f} | {100 * err:+.1f}% | {max(x['predicted_peak']):.0f} | {mp} | "
+                         f"{'yes' if x['fits'] else 'no'} |")
+        lines.append("")
+    (out / "crossval.md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""PP023 (warning): a plan holds more activations than its family's memory formula says."""
+from __future__ import annotations
+
+from pptl.checks.base import Context, Violation
+
+__all__ = ["memory_formula"]
+
+
+def memory_formula(ctx: Context) -> list[Violation]:
+    """PP023 (warning): the simulated peak activation of a rank is above the family's formula.
+
+    For the families whose formula is a bound pptl holds its plans to (``Family.memory_bound``: the
+    controllable-memory V schedules, whose point is their fraction of 1F1B's memory, the torch orders
+    and inference): a plan whose peak passes the formula is not the schedule the formula describes
+    (a hand-edited order, or a config outside the formula's assumptions: slow messages held by
+    inference, ``w_activation`` for a formula counted to I). The message names the rank, both values
+    and, for a V schedule, the fraction of 1F1B's memory on the same model. Schedules without a
+    config or family get no warning. Notes: O(ranks) after the simulation the checker already ran.
+    """
+    s = ctx.schedule
+    cfg = s.config
+    if cfg is None:
+        return []
+    from pptl.schedules import find_family
+
+    fam = find_family(s.family)
+    if fam is None or not fam.memory_bound:
+        return []
+    bound = fam.memory(cfg)
+    if bound is None:
+        return []
+    ranks = ctx.simulation.ranks
+    over = [r for r in ranks if r.peak_activation > bound + 1e-9]
+    if not over:
+        return []
+    worst = max(over, key=lambda r: r.peak_activation)
+    share = ""
+    if s.num_stages == 2 * s.pp and cfg.activation > 0 and min(cfg.pp, cfg.microbatches) > 0:
+        # A V chunk is half of a 1F1B stage of the same model: 1F1B holds min(p, m) stages.
+        share = (f" ({worst.peak_activation / 2 / (min(cfg.pp, cfg.microbatches) * cfg.activation):.2f} of "
+                 f"1F1B's, against {bound / 2 / (min(cfg.pp, cfg.microbatches) * cfg.activation):.2f})")
+    return [Violation("PP023", f"{fam.name}: simulated peak activation {worst.peak_activation:g} on rank "
+                      f"{worst.rank} is above the formula's {bound:g}{share}: {fam.memory_formula}; {len(over)} rank(s) over", (), severity="warning")]

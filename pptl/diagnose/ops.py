@@ -1,0 +1,90 @@
+"""One NCCL call as a rank issued it, the unit every part of ``pptl diagnose`` reasons about."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+__all__ = ["NcclOp", "ranks_text", "P2P"]
+
+P2P = ("send", "recv")
+
+
+@dataclass(frozen=True)
+class NcclOp:
+    """One NCCL call as a rank issued it."""
+
+    rank: int
+    index: int
+    """Position in the rank's issue order (P2P and collectives together)."""
+    group: str
+    kind: str
+    peer: int
+    """Global rank at the other end (send/recv), else -1."""
+    seq: int
+    """p2p_seq_id of a send/recv, collective_seq_id of a collective."""
+    nth: int
+    """Send/recv: 0-based position among this rank's ops of the same kind to the same peer in the group."""
+    sizes: tuple[tuple[int, ...], ...]
+    state: str
+    name: str = ""
+    """The plan's op id (``--plan``), else empty."""
+    step: int = -1
+    """The plan step the op belongs to (``--plan``), else -1."""
+    flow: str = ""
+    """What the plan's SEND/RECV carries (``--plan``): "F" activations, "B" gradients, else empty."""
+    group_desc: str = ""
+    """The group's description (``pg_desc``: ``default_pg``, or what ``new_group(group_desc=...)`` gave)."""
+
+    @property
+    def done(self) -> bool:
+        return self.state == "completed"
+
+    @property
+    def group_label(self) -> str:
+        """How the group is named to users: its description when it has one (``ep_dispatch``), else its id."""
+        return self.group_desc if self.group_desc not in ("", "undefined") else self.group
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        if self.kind == "send":
+            return f"r{self.rank} send->{self.peer} #{self.nth + 1} (group {self.group_label})"
+        if self.kind == "recv":
+            return f"r{self.rank} recv<-{self.peer} #{self.nth + 1} (group {self.group_label})"
+        return f"r{self.rank} {self.kind} #{self.seq} (group {self.group_label})"
+
+    @property
+    def is_p2p(self) -> bool:
+        return self.kind in P2P
+
+    @property
+    def numels(self) -> tuple[int, ...]:
+        """Element counts per tensor: NCCL moves counts, not shapes (torch's pipelining sends a 0-d
+        tensor that the peer receives as shape [1])."""
+        out = []
+        for s in self.sizes:
+            n = 1
+            for x in s:
+                n *= x
+            out.append(n)
+        return tuple(out)
+
+    @property
+    def shape(self) -> str:
+        """``8192x4096``, ``[]`` for none."""
+        return " ".join("x".join(map(str, s)) or "[]" for s in self.sizes) or "[]"
+
+
+def ranks_text(ranks: Iterable[int]) -> str:
+    """``0, 1, 2, 3, 5`` -> ``0-3, 5``."""
+    rs = sorted(set(ranks))
+    parts: list[str] = []
+    k = 0
+    while k < len(rs):
+        j = k
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        parts.append(f"{rs[k]}-{rs[j]}" if j - k >= 2 else ", ".join(map(str, rs[k:j + 1])))
+        k = j + 1
+    return ", ".join(parts)

@@ -1,0 +1,59 @@
+"""What ``pptl tune -o/--csv`` writes: the plan the ranking timed, through the one plan writer
+(:func:`pptl.planning.write_plan`) and the torch CSV exporter.
+
+The plan is :func:`pptl.tune.rank.best_schedule`: the candidate's own order and split, with the costs
+its step was timed with, checked by every rule and simulated again here; the two steps agree (the
+plan's simulated makespan is the ranked step), and the plan's metrics carry the ranking's row under
+``tune``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pptl.ir import Schedule
+    from pptl.planning import PlanResult
+    from pptl.tune.model import TuneConfig
+    from pptl.tune.rank import Result
+
+__all__ = ["plan_result", "write_best"]
+
+
+def plan_result(tc: TuneConfig, result: Result, *, units: str = "unit") -> PlanResult:
+    """``result``'s plan, checked (every rule) and simulated, as ``pptl plan`` would hold it."""
+    from pptl.checks import Context, check_context
+    from pptl.planning import PlanResult, title_of
+    from pptl.tune.rank import best_schedule
+
+    schedule = best_schedule(tc, result)
+    if units != "unit":
+        schedule.meta["units"] = units
+    ctx = Context(schedule, costs=schedule.config.costs if schedule.config is not None else None)
+    violations = check_context(ctx)
+    sim = ctx.simulation
+    metrics = sim.metrics()
+    metrics.update({"schedule": result.structure.family, "pp": tc.pp, "vpp": result.structure.vpp,
+                    "microbatches": result.structure.microbatches, "textbook_bubble": None,
+                    "tune": result.to_dict()})
+    metrics["violations"] = [v.to_dict() for v in violations]
+    title = title_of(schedule, sim.makespan, metrics["bubble_fraction"])
+    schedule.meta.setdefault("title", title)
+    return PlanResult(schedule, sim, None, metrics, title, violations, ctx.order)
+
+
+def write_best(tc: TuneConfig, result: Result, *, out: Path | None, csv: Path | None,
+               units: str = "unit") -> Schedule:
+    """Write ``result``'s plan to ``out`` (a pptl plan) and/or ``csv`` (a torch CSV); return it."""
+    from pptl.fileio import atomic_write
+    from pptl.planning import write_plan
+
+    planned = plan_result(tc, result, units=units)
+    if out is not None:
+        write_plan(planned, out)
+    if csv is not None:
+        from pptl.formats.torch_csv import export_csv
+
+        text, _ = export_csv(planned.schedule)
+        atomic_write(csv, text.encode("utf-8") if isinstance(text, str) else text)
+    return planned.schedule

@@ -1,0 +1,359 @@
+"""Duration spread: how far each op's time strays from what the cost model says.
+
+Vocabulary: an op's *factor* multiplies its planned duration (1: as planned). A :class:`Spread`
+says how factors are drawn: per (stage, kind) of the compute ops, the empirical distribution a
+measured run showed (:class:`Quantiles`, mean 1), a *step factor* common to every compute op of
+one step (what moves a whole step: clocks, the host), a normal *jitter* on every op, and
+*stragglers*, ranks whose compute is slower by a factor or a delay. A measured step also lasts a
+little longer than its ops' span (the clock anchor to the first op): the *offset*, drawn from what
+the run showed.
+
+Everything here is pure; input from files (a timeline's ``meta.extra``) is bounded and checked
+before it is used.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from pptl.errors import InputError
+
+__all__ = ["QUANTILE_POINTS", "Quantiles", "Jitter", "Straggler", "Spread", "parse_jitter", "parse_straggler",
+           "spread_from_timeline", "delay_in", "parse_duty_exponent", "MAX_STEP_RECORDS"]
+
+#: Points of every quantile table (0, 1/(Q-1), ..., 1): percentiles, min and max included.
+QUANTILE_POINTS = 101
+#: Most (op, step) durations read from a timeline's per-step record.
+MAX_STEP_RECORDS = 2_000_000
+#: Compute lanes: where the step factor and the measured spreads apply (messages keep their times).
+_COMPUTE = "compute"
+
+
+@dataclass(frozen=True, slots=True)
+class Quantiles:
+    """An empirical distribution of a factor, as its quantiles at ``QUANTILE_POINTS`` even steps
+    (``values[0]`` the smallest sample, ``values[-1]`` the largest)."""
+
+    values: tuple[float, ...]
+    count: int
+    """Samples it was made from."""
+
+    @staticmethod
+    def of(samples: Sequence[float] | Any, *, unit_mean: bool = True) -> "Quantiles":
+        """Quantiles of ``samples`` (non-negative, finite), scaled to mean 1 when ``unit_mean``."""
+        import numpy as np
+
+        x = np.asarray(samples, dtype=np.float64).reshape(-1)
+        if x.size == 0:
+            raise ValueError("no samples")
+        q = np.quantile(x, np.linspace(0.0, 1.0, QUANTILE_POINTS))
+        if unit_mean:
+            # Scaled by the table's own mean, not the samples': draws interpolate between quantiles, and
+            # from few samples that mean differs (1, 1, 1, 5 averages 2; its table 1.67).
+            m = float((q[1:] + q[:-1]).sum() / (2 * (QUANTILE_POINTS - 1)))
+            q = q / m if m > 0 else np.ones_like(q)
+        return Quantiles(tuple(float(v) for v in q), int(x.size))
+
+    @property
+    def mean(self) -> float:
+        """Mean of the piecewise-linear distribution the table stands for (what draws average)."""
+        v = self.values
+        return sum((a + b) / 2 for a, b in zip(v, v[1:])) / (len(v) - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Jitter:
+    """Every op's factor drawn from a normal distribution around 1 (clipped at 0)."""
+
+    sd: float
+    """Standard deviation of the factor (0.05 for ``--jitter 5%``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Straggler:
+    """A rank whose compute-lane ops run slower: ``factor`` times as long, plus ``delay``."""
+
+    rank: int
+    factor: float = 1.0
+    delay: float = 0.0
+    """Added to each matching op, in ``unit``."""
+    unit: str = ""
+    """"" (the plan's own unit), "ms" or "us"."""
+    mb: int | None = None
+    """Only the rank's compute ops of this micro-batch (one hiccup); None: all of them."""
+
+
+@dataclass(frozen=True)
+class Spread:
+    """How op durations are drawn (the empty spread: every op as planned)."""
+
+    stages: Mapping[tuple[int, str], Quantiles] = field(default_factory=dict)
+    """(stage, kind) -> factor of the compute ops of that stage and kind."""
+    ranks: Mapping[tuple[int, str], Quantiles] = field(default_factory=dict)
+    """(rank, kind) -> factor: for a plan whose stages the run did not have (more chunks per rank)."""
+    step: Quantiles | None = None
+    """Factor common to every compute op of one step."""
+    offset: tuple[float, ...] = ()
+    """Measured step time minus its ops' span, one per measured step (added to each sample)."""
+    jitter: Jitter | None = None
+    stragglers: tuple[Straggler, ...] = ()
+    units: str = ""
+    """Unit of ``offset`` and of the plan it was measured for ("" when made by hand)."""
+    source: str = ""
+    """The measured timeline it came from ("" when made by hand)."""
+    pp: int = 0
+    """Ranks of the measured run (0 when made by hand)."""
+    duty: Mapping[int, float] = field(default_factory=dict)
+    """Rank -> share of the measured step its compute lane was busy (the duty its costs were measured at)."""
+    duty_exponent: float = 0.0
+    """alpha of the duty model (``pptl tune``'s ``device.duty_exponent``, docs/tune.md): under a power
+    cap an op takes ``u ** alpha`` of its full-duty time on a rank busy a share ``u`` of the step, so
+    a plan's ranks run their compute at ``(u_plan / u_run) ** alpha`` of the run's op times. 0: off."""
+
+    @property
+    def measured(self) -> bool:
+        return bool(self.source)
+
+    def factor_for(self, stage: int, rank: int, kind: str) -> Quantiles | None:
+        """The measured factor of a compute op: its (stage, kind), else its (rank, kind), else None."""
+        q = self.stages.get((stage, kind))
+        return q if q is not None else self.ranks.get((rank, kind))
+
+    def describe(self) -> str:
+        """One line: where the spread comes from."""
+        parts = []
+        if self.measured:
+            step = f", step factor p5-p95 {_band(self.step)}" if self.step is not None else ""
+            parts.append(f"measured {self.source} ({len(self.stages)} stage x kind spreads{step})")
+        if self.duty_exponent > 0:
+            busy = ", ".join(f"{u:.2f}" for _, u in sorted(self.duty.items()))
+            parts.append(f"duty exponent {self.duty_exponent:g} (the run's ranks busy {busy})")
+        if self.jitter is not None:
+            parts.append(f"jitter {100 * self.jitter.sd:g}%")
+        for s in self.stragglers:
+            what = []
+            if s.factor != 1.0:
+                what.append(f"x{s.factor:g}")
+            if s.delay:
+                what.append(f"+{s.delay:g}{s.unit}" + (f" at mb {s.mb}" if s.mb is not None else ""))
+            parts.append(f"rank {s.rank} {' '.join(what) or 'as planned'}")
+        return "; ".join(parts) or "no spread (every op as planned)"
+
+
+def _band(q: Quantiles) -> str:
+    n = QUANTILE_POINTS - 1
+    return f"{q.values[n * 5 // 100]:.3f}-{q.values[n * 95 // 100]:.3f}"
+
+
+# --------------------------------------------------------------------------------------------
+# By hand: --jitter and --straggler
+
+_PERCENT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(%?)\s*$")
+
+
+def parse_jitter(text: str) -> Jitter:
+    """``5%`` or ``0.05``: the standard deviation of every op's factor.
+
+    Raises:
+        InputError: not a number, negative, or 100% and more (a factor below 0 half the time).
+    """
+    m = _PERCENT.match(text)
+    if not m:
+        raise InputError(f"--jitter: got '{text}', expected a share such as 5% or 0.05")
+    sd = float(m.group(1)) / (100.0 if m.group(2) else 1.0)
+    if not (math.isfinite(sd) and 0.0 <= sd < 1.0):
+        raise InputError(f"--jitter: got '{text}', expected 0% up to (not including) 100%")
+    return Jitter(sd)
+
+
+_UNITS = {"": 1.0, "ms": 1.0, "us": 1e-3, "s": 1e3}
+_DELAY = re.compile(r"^\+([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)(ms|us|s)?(?:@mb([0-9]+))?$")
+_FACTOR = re.compile(r"^x([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)$")
+_STRAGGLER_HELP = "expected rank=R,xFACTOR (rank=2,x1.3) or rank=R,+DELAY[ms|us|s][@mbK] (rank=1,+2ms@mb7)"
+
+
+def parse_straggler(text: str) -> Straggler:
+    """``rank=2,x1.3`` (rank 2's compute 1.3 times as long), ``rank=1,+2ms`` (each of its compute
+    ops 2 ms longer), ``rank=1,+2ms@mb7`` (only those of micro-batch 7: one hiccup); the parts
+    combine (``rank=0,x1.1,+0.5ms``). A delay without a unit is in the plan's unit.
+
+    Raises:
+        InputError: a malformed part, a rank below 0, a factor not above 0, or no effect named.
+    """
+    parts = [p.strip() for p in text.split(",")]
+    if not parts or not parts[0].startswith("rank="):
+        raise InputError(f"--straggler: got '{text}', {_STRAGGLER_HELP}")
+    r = parts[0][5:]
+    if not r.isdigit() or len(r) > 7:
+        raise InputError(f"--straggler: got rank '{r}' in '{text}', expected a rank 0 or more")
+    factor, delay, unit, mb = 1.0, 0.0, "", None
+    if len(parts) < 2:
+        raise InputError(f"--straggler: got '{text}' (no effect), {_STRAGGLER_HELP}")
+    for p in parts[1:]:
+        f, d = _FACTOR.match(p), _DELAY.match(p)
+        if f:
+            factor = float(f.group(1))
+            if not (math.isfinite(factor) and 0.0 < factor <= 1e6):
+                raise InputError(f"--straggler: got factor '{p}' in '{text}', expected x above 0 (x1.3)")
+        elif d:
+            delay = float(d.group(1))
+            if not (math.isfinite(delay) and delay <= 1e15):
+                raise InputError(f"--straggler: got delay '{p}' in '{text}', expected a finite time (+2ms)")
+            unit = d.group(2) or ""
+            mb = int(d.group(3)) if d.group(3) is not None else None
+        else:
+            raise InputError(f"--straggler: got '{p}' in '{text}', {_STRAGGLER_HELP}")
+    return Straggler(int(r), factor, delay, unit, mb)
+
+
+def delay_in(s: Straggler, units: str) -> float:
+    """The straggler's delay in the plan's unit ``units`` ("ms", "us" or a cost-model unit).
+
+    Raises:
+        InputError: a delay with a time unit on a plan in cost-model units.
+    """
+    if not s.unit or s.delay == 0.0:
+        return s.delay
+    if units not in ("ms", "us", "s"):
+        raise InputError(f"--straggler: rank={s.rank},+{s.delay:g}{s.unit}: the plan is in '{units or 'unit'}' "
+                         f"(cost-model units), not time; give the delay without a unit (+{s.delay:g}) or "
+                         f"calibrate with --from a measured run")
+    return s.delay * _UNITS[s.unit] / _UNITS[units]
+
+
+# --------------------------------------------------------------------------------------------
+# From a measured timeline
+
+def spread_from_timeline(tl: Any, source: str) -> Spread:
+    """The spread a measured timeline shows: per (stage, kind) of its compute ops the factor of
+    each op's duration over its group's mean; with ``pptl run``'s per-step record
+    (``meta.extra['step_ops']``), over all timed steps, with the step factor (a step's compute
+    time over the mean step's) taken out of each op's factor and kept as its own distribution.
+    Without it (one step, e.g. an imported profiler trace), the step factor comes from the run's
+    step times (``meta.extra['step_ms']``) when there are two or more.
+
+    Raises:
+        InputError: no compute events, or a malformed per-step record.
+    """
+    import numpy as np
+
+    events = [e for e in tl.events if e.lane == _COMPUTE and e.stage >= 0]
+    if not events:
+        raise InputError(f"{source}: has no compute ops with a stage to measure a spread from (expected the "
+                         f"timeline of pptl run or a profiler trace)")
+    extra = tl.meta.extra if isinstance(tl.meta.extra, Mapping) else {}
+    record = _step_record(extra.get("step_ops"), source)
+    by_op = {e.op: e for e in events}
+    if record is not None:
+        ids = [op for op in record[0] if op in by_op]
+        d = np.array([record[1][op] for op in ids], dtype=np.float64)  # (ops, steps)
+        evs = [by_op[op] for op in ids]
+        spans = record[2]
+    else:
+        evs = events
+        d = np.array([[e.duration] for e in evs], dtype=np.float64)
+        spans = None
+    if d.size == 0:
+        raise InputError(f"{source}: its per-step record names none of its compute ops")
+    keys = [(e.stage, e.kind) for e in evs]
+    group = {k: g for g, k in enumerate(dict.fromkeys(keys))}
+    gid = np.array([group[k] for k in keys])
+    sums = np.bincount(gid, weights=d.sum(axis=1), minlength=len(group))
+    counts = np.bincount(gid, minlength=len(group)) * d.shape[1]
+    mean = sums / np.maximum(counts, 1)
+    expected = mean[gid]  # (ops,) planned-by-mean duration of each op
+    step = None
+    offset: tuple[float, ...] = ()
+    steps_ms = _floats(extra.get("step_ms"))
+    if d.shape[1] >= 2:
+        total = float(expected.sum())
+        c = d.sum(axis=0) / total if total > 0 else np.ones(d.shape[1])
+        step = Quantiles.of(c)
+        resid = d / (np.maximum(c, 1e-300)[None, :] * np.where(expected > 0, expected, 1.0)[:, None])
+        if spans is not None and len(steps_ms) == len(spans):
+            offset = tuple(max(0.0, s - sp) for s, sp in zip(steps_ms, spans))
+    else:
+        resid = d / np.where(expected > 0, expected, 1.0)[:, None]
+        if len(steps_ms) >= 2:
+            step = Quantiles.of(steps_ms)
+        med = extra.get("median_step_ms")
+        if isinstance(med, (int, float)) and not isinstance(med, bool) and math.isfinite(med):
+            span = max(e.end for e in tl.events) - min(e.start for e in tl.events)
+            offset = (max(0.0, float(med) - span),)
+    stages: dict[tuple[int, str], Quantiles] = {}
+    per_rank: dict[tuple[int, str], list[Any]] = {}
+    for k, g in group.items():
+        rows = resid[gid == g]
+        stages[k] = Quantiles.of(rows)
+    for e, row in zip(evs, resid):
+        per_rank.setdefault((e.rank, e.kind), []).append(row)
+    ranks = {k: Quantiles.of(np.concatenate(v)) for k, v in per_rank.items()}
+    return Spread(stages=stages, ranks=ranks, step=step, offset=offset, units=tl.meta.units, source=source,
+                  pp=int(tl.meta.pp or (max(e.rank for e in tl.events) + 1)), duty=_duty(tl))
+
+
+def _duty(tl: Any) -> dict[int, float]:
+    """Per rank: compute-lane time over the step's span (first start to last end)."""
+    t0 = min(e.start for e in tl.events)
+    span = max(e.end for e in tl.events) - t0
+    busy: dict[int, float] = {}
+    for e in tl.events:
+        if e.lane == _COMPUTE:
+            busy[e.rank] = busy.get(e.rank, 0.0) + e.duration
+    return {r: min(1.0, b / span) for r, b in sorted(busy.items())} if span > 0 else {}
+
+
+def parse_duty_exponent(value: float) -> float:
+    """``--duty-exponent``: 0 (off) to 1.
+
+    Raises:
+        InputError: outside 0..1 or not finite.
+    """
+    if not (math.isfinite(value) and 0.0 <= value <= 1.0):
+        raise InputError(f"--duty-exponent: got {value:g}, expected 0 (off) to 1 (pptl tune fitted 0.25-0.29 on "
+                         f"H200s, docs/tune.md)")
+    return value
+
+
+def _floats(v: Any) -> list[float]:
+    """A list of finite non-negative numbers from file data, else []."""
+    if not isinstance(v, list) or len(v) > MAX_STEP_RECORDS:
+        return []
+    out = []
+    for x in v:
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not (math.isfinite(x) and x >= 0):
+            return []
+        out.append(float(x))
+    return out
+
+
+def _step_record(raw: Any, source: str) -> tuple[list[str], dict[str, list[float]], list[float]] | None:
+    """``meta.extra['step_ops']`` of ``pptl run``: ``{"span_ms": [per step], "ms": {op id: [per step]}}``.
+
+    Returns (op ids, durations per op, span per step), or None when absent.
+
+    Raises:
+        InputError: present but malformed (the message names the field).
+    """
+    if raw is None:
+        return None
+    where = f"{source}: field 'meta.extra.step_ops"
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("ms"), Mapping):
+        raise InputError(f"{where}': expected {{\"span_ms\": [...], \"ms\": {{op id: [ms per step]}}}}")
+    spans = _floats(raw.get("span_ms"))
+    k = len(spans)
+    if k == 0:
+        raise InputError(f"{where}.span_ms': expected a list of step spans >= 0 (ms)")
+    ms = raw["ms"]
+    if len(ms) * k > MAX_STEP_RECORDS:
+        raise InputError(f"{where}': {len(ms):,} ops x {k} steps, more than the {MAX_STEP_RECORDS:,} durations "
+                         f"pptl reads")
+    out: dict[str, list[float]] = {}
+    for op, row in ms.items():
+        vals = _floats(row)
+        if not isinstance(op, str) or len(vals) != k:
+            raise InputError(f"{where}.ms[{str(op)[:60]!r}]': expected {k} durations >= 0 (one per step)")
+        out[op] = vals
+    return list(out), out, spans

@@ -1,0 +1,50 @@
+"""pptl tune over the newer families: they are ranked beside the others, and under a tight memory
+limit the controllable-memory V schedules are picked where they fit and the rest do not."""
+from __future__ import annotations
+
+import pytest
+
+from pptl.tune import tune
+from pptl.tune.model import tune_config_from_mapping
+
+# 16 identical layers on 4 ranks, activation 1 per layer and micro-batch, held until W (w_activation 1,
+# the paper's memory model), no weights: the peaks are activations alone.
+MODEL = {"layers": 16, "layer": {"F": 1, "B": 2, "I": 1, "W": 1, "activation": 1}, "w_activation": 1.0}
+
+
+def _tune(limit: float | None, families: list[str] | None = None):
+    data = {"pp": 4, "microbatches": [8], "memory_limit": limit, "model": MODEL}
+    if families is not None:
+        data["families"] = families
+    return tune(tune_config_from_mapping(data, source="t.yaml"))
+
+
+def test_newer_families_are_ranked() -> None:
+    res = _tune(None)
+    timed = {r.structure.family for r in res.results if r.step is not None}
+    assert {"looped-bfs", "interleaved-zb", "v-half", "v-min"} <= timed
+    peak = {r.structure.family: r.max_peak for r in res.results if r.step is not None}
+    # By hand: a V chunk is 2 layers. v-min holds (p+4)//3 = 2 micro-batches of 2 chunks: 8; v-half
+    # (p+2)//2 = 3: 12; 1F1B 4 micro-batches of a 4-layer stage on rank 0: 16; ZB-V 2p = 8 chunks: 16;
+    # looped BFS all 8 micro-batches of both chunks: 32.
+    assert (peak["v-min"], peak["v-half"], peak["1f1b"], peak["zbv"], peak["looped-bfs"]) == (8, 12, 16, 16, 32)
+
+
+@pytest.mark.parametrize("limit,fitting,pick", [
+    (8, {"v-min", "synth"}, "v-min"),  # exactly v-min's peak; synth's order under the limit is far slower
+    (12, {"v-min", "v-half", "synth"}, "v-half"),  # v-half's peak: it idles less than v-min (7 against 11 per rank)
+], ids=["limit-8", "limit-12"])
+def test_tight_limit_picks_a_v_schedule(limit: float, fitting: set[str], pick: str) -> None:
+    res = _tune(limit)
+    assert {r.structure.family for r in res.results if r.fits} == fitting
+    assert res.best is not None and res.best.structure.family == pick
+    assert res.best.max_peak == limit
+    synth = min(r.step for r in res.results if r.fits and r.structure.family == "synth")
+    assert res.best.step < synth
+
+
+def test_just_under_the_v_min_peak_only_synth_fits() -> None:
+    res = _tune(7.99)
+    assert {r.structure.family for r in res.results if r.fits} <= {"synth"}
+    res = _tune(7.99, families=["1f1b", "zbv", "v-half", "v-min", "interleaved-zb"])
+    assert res.best is None and res.closest() is not None and res.closest().structure.family == "v-min"

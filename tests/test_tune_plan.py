@@ -1,0 +1,183 @@
+"""The plan ``pptl tune`` writes is the candidate it ranked: same order, same split, same costs, so
+that ``pptl plan`` of the written file gives the ranked step exactly (every candidate, several
+model files, sync-send and overlap messages, with and without a duty exponent)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_runner import CliRunner
+
+from pptl.cli import app
+from pptl.formats.loader import load_any
+from pptl.planning import plan_from_file, write_plan
+from pptl.tune import load_tune_config, tune
+from pptl.tune.costs import candidate_costs
+from pptl.tune.rank import best_schedule
+from pptl.tune.write import plan_result
+
+FIX = Path(__file__).resolve().parent.parent / "fixtures" / "tune"
+MODELS = ["uneven.yaml", "user3.yaml", "skewed.yaml"]
+_runner = CliRunner()
+
+
+def invoke(args: list[str]):
+    return _runner.invoke(app, args)
+
+
+def _lanes(schedule) -> dict:
+    return {key: [schedule.ops[i].id for i in order] for key, order in schedule.lanes.items()}
+
+
+def _calibrated(name: str):
+    """A model calibrated from a saved 2x H200 run (fitted duty exponent, memory and spread), at its limit."""
+    import tempfile
+    from dataclasses import replace
+
+    from pptl.tune.calibrate import calibrate_tune
+    from pptl.tune.model import tune_config_from_mapping
+
+    d = json.loads((Path(__file__).resolve().parent / "data" / "tune_crossval" / f"{name}.json").read_text())
+    tc = tune_config_from_mapping(d["config"], source=name)
+    with tempfile.TemporaryDirectory() as t:
+        base = Path(t) / "base.measured.json"
+        base.write_text(json.dumps(d["base"]))
+        tc, _, _ = calibrate_tune(tc, base)
+    return replace(tc, memory_limit=d["limit_mib"])
+
+
+@pytest.fixture(scope="module", params=MODELS + ["calibrated:h2560-t2048-l6-m16"])
+def ranked(request):
+    name = request.param
+    tc = _calibrated(name.split(":", 1)[1]) if name.startswith("calibrated:") else load_tune_config(FIX / name)
+    return tc, tune(tc)
+
+
+def test_every_written_plan_simulates_to_its_ranked_step(ranked, tmp_path: Path) -> None:
+    tc, res = ranked
+    timed = [r for r in res.results if r.step is not None]
+    assert len(timed) >= 40
+    for k, r in enumerate(timed):
+        planned = plan_result(tc, r)
+        assert planned.valid, (r.label, [v.message for v in planned.violations if v.severity == "error"])
+        path = tmp_path / f"c{k}.json"
+        write_plan(planned, path)
+        again = plan_from_file(path)
+        # Exactly, not approximately: the ranking's durations are the plan's costs.
+        assert again.simulation.makespan == r.step, r.label
+        assert _lanes(again.schedule) == _lanes(r.schedule), r.label
+        assert again.schedule.config.workload.stage_layers is not None
+        layers = list(again.schedule.config.workload.stage_layers)
+        blocks = list(r.split.layers)
+        blocks[0] += tc.run_blocks[0]
+        blocks[-1] += tc.run_blocks[1]
+        assert layers == blocks, r.label
+
+
+def test_forked_search_writes_the_same_orders(ranked) -> None:
+    """With several workers the results come back without their schedules; the plans rebuilt from
+    them (synth from the order it timed) are the ranked ones."""
+    tc, res = ranked
+    forked = tune(tc, workers=2)
+    assert [r.label for r in forked.results] == [r.label for r in res.results]
+    for a, b in zip(res.results, forked.results):
+        assert a.step == b.step, a.label
+        if b.step is None:
+            continue
+        assert b.schedule is None
+        assert _lanes(best_schedule(tc, b)) == _lanes(a.schedule), a.label
+
+
+def test_fb_costs_its_pair_stage_backward() -> None:
+    """DualPipeV under an uneven split: an FB pairs a forward of one stage with the backward of
+    another on the same rank. uneven.yaml's balanced split of 8 stages: F of stage 1 (5 layers,
+    5.0) overlaps B of stage 6 (4 layers, 8.0), and both halves send a message (0.05 each) under
+    sync-send: 13.1, where F and B of stage 1 alone would be 15."""
+    tc = load_tune_config(FIX / "uneven.yaml")
+    res = tune(tc)
+    r = next(r for r in res.results if r.label == "dualpipev vpp=2 m=8 split=balanced")
+    assert r.split.layers == (3, 5, 5, 5, 4, 4, 4, 2)
+    s = r.schedule
+    fb = next(op for op in s.ops if op.kind == "FB" and op.stage == 1)
+    assert fb.pair[0] == 6
+    assert r.costs.stages[1]["FB"] == pytest.approx(5 * 1.0 + 4 * 2.0 + 2 * 0.05)
+    assert r.costs.stages[1]["F"] == pytest.approx(5.05)
+
+
+def test_sync_send_puts_each_message_on_its_producer() -> None:
+    """1F1B on 2 ranks, 3 layers each plus an embedding of 2 and a head of 3 layers: F of stage 0
+    sends (5 + 0.05), F of stage 1 does not (6); B of stage 1 sends its gradient (12 + 0.05), B of
+    stage 0 does not (10). The plan's messages take no time of their own."""
+    tc = load_tune_config(FIX / "user3.yaml")
+    from dataclasses import replace
+
+    from pptl.schedules import get_family
+    from pptl.tune.candidates import Structure
+    from pptl.tune.model import LayerCost
+    from pptl.tune.rank import config_for
+
+    tc = replace(tc, pp=2, model=replace(tc.model, layers=6, embedding=LayerCost(F=2.0, B=4.0),
+                                         head=LayerCost(F=3.0, B=6.0)))
+    st = Structure("1f1b", 4)
+    sched = get_family("1f1b").build(config_for(tc, st))
+    c = candidate_costs(tc, sched, (3, 3))
+    assert c.stages[0] == {"F": 5.05, "B": 10.0}
+    assert c.stages[1] == {"F": 6.0, "B": 12.05}
+    assert c.comm_time(0.0) == 0.0
+    overlap = candidate_costs(replace(tc, messages="overlap"), sched, (3, 3))
+    assert overlap.stages[0] == {"F": 5.0, "B": 10.0} and overlap.comm_time(0.0) == 0.05
+
+
+def test_costs_a_plan_cannot_hold_reject_the_candidate_not_the_search() -> None:
+    """A family whose ops of one (kind, stage) the model times differently (here: one F of stage 0
+    pretends to send nothing) is listed as rejected with the reason; the search goes on."""
+    from dataclasses import replace
+
+    from pptl.checks import Context
+    from pptl.schedules import get_family
+    from pptl.tune.candidates import Structure
+    from pptl.tune.rank import _time, config_for
+    from pptl.tune.split import Split
+
+    tc = load_tune_config(FIX / "user3.yaml")
+    st = Structure("1f1b", 6)
+    sched = get_family("1f1b").build(config_for(tc, st))
+    k = next(i for i, op in enumerate(sched.ops) if op.kind == "SEND" and op.stage == 0 and op.flow == "F")
+    sched.ops[k] = replace(sched.ops[k], mb=99)  # its producer is gone: that F of stage 0 sends nothing
+    r = _time(tc, st, sched, Context(sched), Split("even", (7, 7, 7)))
+    assert r.step is None and r.rejected is not None
+    assert "a plan holds one cost per key and stage" in r.rejected
+
+
+def test_duty_factors_ride_in_the_plan(tmp_path: Path) -> None:
+    tc = load_tune_config(FIX / "skewed.yaml")
+    res = tune(tc)
+    best = res.results[0]
+    assert best.duty and best.costs.rank_scale
+    assert best.costs.rank_scale == {r: pytest.approx(d ** 0.3, rel=1e-3) for r, d in enumerate(best.duty)}
+    write_plan(plan_result(tc, best), tmp_path / "b.json")
+    saved = json.loads((tmp_path / "b.json").read_text())
+    assert set(saved["config"]["costs"]["rank_scale"]) == {"0", "1"}
+
+
+@pytest.mark.parametrize("model", ["uneven.yaml", "user3.yaml"])
+def test_cli_best_plan_checks_and_simulates_to_the_printed_step(model: str, tmp_path: Path) -> None:
+    out, csv = tmp_path / "best.json", tmp_path / "best.csv"
+    r = invoke(["tune", str(FIX / model), "-o", str(out), "--csv", str(csv), "--output", "json"])
+    assert r.exit_code == 0, r.output
+    best = json.loads(r.stdout)["best"]
+    if model == "uneven.yaml":  # it gives device.jitter: every timed candidate has a spread around its step
+        assert best["step_p05"] < best["step"] < best["step_p95"]
+    c = invoke(["check", str(out)])
+    assert c.exit_code == 0, c.output
+    p = invoke(["plan", str(out), "--output", "json"])
+    assert p.exit_code == 0, p.output
+    assert json.loads(p.stdout)["makespan"] == best["step"]
+    # The CSV holds the same compute order per rank as the plan.
+    plan = load_any(out).schedule
+    from_csv = load_any(csv).schedule
+    for r_ in range(plan.pp):
+        a = [(op.kind, op.stage, op.mb) for op in plan.lane_ops(r_, "compute")]
+        b = [(op.kind, op.stage, op.mb) for op in from_csv.lane_ops(r_, "compute")]
+        assert a == b
