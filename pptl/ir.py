@@ -48,17 +48,10 @@ class Facts:
     def __init__(self, u: Any, v: Any, pairs: list[tuple[int, int]] | None = None) -> None:
         self.u, self.v, self._pairs = u, v, pairs
 
-    @staticmethod
-    def of(pairs: list[tuple[int, int]]) -> Facts:
-        return Facts(*edge_arrays(pairs), pairs)
-
     @property
     def pairs(self) -> list[tuple[int, int]]:
         if self._pairs is None:
             self._pairs = list(zip(self.u.tolist(), self.v.tolist()))
-        return self._pairs
-
-    def built(self) -> list[tuple[int, int]] | None:
         return self._pairs
 
 
@@ -105,8 +98,9 @@ class Schedule:
         # dataclasses.replace) unless they are other lists: then they are the new storage.
         if self.table is None or (ops is not None and ops is not self.table.built_ops()):
             self.table = OpTable.from_ops(ops if isinstance(ops, list) else list(ops or ()))
-        if self.facts is None or (deps is not None and deps is not self.facts.built()):
-            self.facts = Facts.of(list(deps or ()))
+        if self.facts is None or (deps is not None and deps is not self.facts._pairs):
+            pairs = list(deps or ())
+            self.facts = Facts(*edge_arrays(pairs), pairs)
 
     @property
     def n_ops(self) -> int:
