@@ -3,7 +3,7 @@ PY ?= python3
 PIP ?= $(PY) -m pip
 OUT ?= out
 
-.PHONY: install install-test install-browser demo test bench fuzz mutate mutate-sample clean
+.PHONY: install install-test install-browser demo test bench fuzz mutate mutate-sample hand-mutants clean
 
 install:
 	$(PIP) install -q -e .
@@ -63,6 +63,9 @@ SIZE ?= 50
 mutate-sample: install-test
 	$(PIP) install -q mutmut==3.8.1
 	$(PY) tests/mutate_sample.py --seed $(SEED) --size $(SIZE) --jobs $(JOBS)
+
+hand-mutants:  # the hand-written boundary mutants of docs/testing.md, each against its tests (~1.5 min)
+	$(PY) tests/hand_mutants.py
 
 clean:
 	rm -rf $(OUT) build *.egg-info mutants

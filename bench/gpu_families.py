@@ -8,10 +8,10 @@ Every family does the same work per rank: `--layers` MLP blocks per rank per mic
 stage of that many; the two-chunk families: two chunks of half). Memory: a rank's measured activation
 is its allocated peak over the step less what it held before the first step (weights, inputs) and
 less the message buffers the run keeps until the step ends (one activation-sized tensor per SEND and
-RECV of the rank); the plan's is its simulated peak in chunk activations with `w_activation` 0.5 (the
-executor keeps each layer's two Linear inputs, about half of what a forward saves, from I to W). One
-chunk activation in MiB is then measured/plan; the check is that every V family's unit is within 10% of
-zbv's (the same chunk size), i.e. the plan's peak, scaled by one unit, predicts the measured one.
+RECV of the rank); the plan's is `pptl.run.footprint.planned_peaks`: the bytes each chunk holds from F
+to its backward and from I to W, counted from the model's tensors, at the plan's simulated times.
+The check is measured / plan within 10% on every rank. Inference plans hold no graph: their plan is 0
+bytes beyond the messages, and the row shows what the rank held.
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from _common import env_info, log  # noqa: E402
 
 from pptl.config import config_from_mapping  # noqa: E402
+from pptl.run.footprint import planned_peaks  # noqa: E402
 from pptl.schedules import build_schedule  # noqa: E402
 from pptl.simulate import simulate  # noqa: E402
 
@@ -60,7 +61,7 @@ def main() -> int:
         vpp = 1 if fam == "1f1b" else 2
         data = {
             "schedule": fam, "pp": p, "microbatches": m, "vpp": vpp, "split_backward": fam in SPLIT,
-            "w_activation": 0.5, "costs": {"F": 1, "B": 2, "I": 1, "W": 1},
+            "w_activation": 1.0, "costs": {"F": 1, "B": 2, "I": 1, "W": 1},
             "workload": {"hidden": a.hidden, "tokens": a.tokens, "layers_per_stage": a.layers // vpp, "dtype": a.dtype}}
         if a.no_squeeze and fam in ("v-half", "v-min"):
             data["options"] = {"squeeze": False}
@@ -69,9 +70,11 @@ def main() -> int:
         s = build_schedule(config_from_mapping(data))
         sim = simulate(s)
         msgs = {r: sum(1 for op in s.ops if op.rank == r and op.kind in ("SEND", "RECV")) for r in range(p)}
+        plan_bytes = planned_peaks(s, sim.start, sim.end)
         meta[fam] = {"plan_peak": [r.peak_activation for r in sim.ranks], "messages": [msgs[r] for r in range(p)],
+                     "plan_mib": [plan_bytes[r] / 2**20 for r in range(p)],
                      "plan_makespan": sim.makespan, "layers_per_chunk": a.layers // vpp,
-                     # the bounds of the executor's memory: I frees all (w_activation 0) or nothing (1)
+                     # in chunk activations, held to I only (w_activation 0) or to W (1)
                      **{f"plan_peak_w{w}": [r.peak_activation for r in simulate(s, w_activation=float(w)).ranks]
                         for w in (0, 1)}}
         plans.append((s, a.out / f"{fam}.measured.json"))
@@ -92,27 +95,22 @@ def main() -> int:
         if mem:
             act = [mem[str(r)]["peak_mib"] - mem[str(r)]["base_mib"] - meta[fam]["messages"][r] * msg_mib for r in range(p)]
             row["measured_activation_mib"] = act
-            row["unit_mib"] = [act[r] / meta[fam]["plan_peak"][r] for r in range(p)]
+            row["held_mib"] = [mem[str(r)]["peak_mib"] - mem[str(r)]["base_mib"] for r in range(p)]
+            plan = meta[fam]["plan_mib"]
+            if all(plan):
+                row["measured_vs_plan"] = [act[r] / plan[r] for r in range(p)]
+                row["plan_predicts_within_10pct"] = all(abs(x - 1) <= 0.10 for x in row["measured_vs_plan"])
         rows.append(row)
-    zbv = next((r for r in rows if r["family"] == "zbv" and "unit_mib" in r), None)
-    for r in rows:
-        # inference is left out: the executor keeps a forward's tensors to the step's end (its plan
-        # frees them when the next stage has the output)
-        if zbv is not None and "unit_mib" in r and r["layers_per_chunk"] == zbv["layers_per_chunk"] \
-                and r["family"] != "inference":
-            ref = max(zbv["unit_mib"])
-            r["unit_vs_zbv"] = [u / ref for u in r["unit_mib"]]
-            r["plan_predicts_within_10pct"] = all(abs(u / ref - 1) <= 0.10 for u in r["unit_mib"])
     res = {"env": env_info(), "args": {k: str(v) for k, v in vars(a).items()}, "rows": rows,
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     (a.out / "families.json").write_text(json.dumps(res, indent=1, default=str))
-    lines = ["| family | step ms | plan peak (chunk acts) per rank | measured activation MiB per rank | unit vs zbv | verify |",
+    lines = ["| family | step ms | plan MiB per rank | measured MiB per rank | measured / plan | verify |",
              "|---|---|---|---|---|---|"]
     for r in rows:
         v = r.get("verify") or {}
         lines.append(f"| {r['family']} | {r['step_ms'] if r['step_ms'] is None else round(r['step_ms'], 2)} | "
-                     f"{r['plan_peak']} | {[round(u) for u in r.get('measured_activation_mib', [])]} | "
-                     f"{[round(u, 3) for u in r.get('unit_vs_zbv', [])]} | {v.get('ok')} {v.get('max_grad_rel_err', '')} |")
+                     f"{[round(u, 1) for u in r['plan_mib']]} | {[round(u, 1) for u in r.get('measured_activation_mib', [])]} | "
+                     f"{[round(u, 3) for u in r.get('measured_vs_plan', [])]} | {v.get('ok')} {v.get('max_grad_rel_err', '')} |")
     (a.out / "families.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0 if not verify or all((r.get("verify") or {}).get("ok") for r in rows) else 1

@@ -90,11 +90,17 @@ def main() -> int:
     ap.add_argument("--slow-rank", type=int, default=1)
     ap.add_argument("--slow-factor", type=float, default=1.3)
     ap.add_argument("--samples", type=int, default=4000)
-    ap.add_argument("--duty-exponent", type=float, default=0.0,
-                    help="pptl whatif --duty-exponent for every prediction (0: off; docs/whatif.md)")
+    ap.add_argument("--duty-exponent", default="learn",
+                    help="pptl whatif --duty-exponent for every prediction: learn (from the calibrating run), "
+                    "or a number (0: off; docs/whatif.md)")
+    ap.add_argument("--held-factor", action="store_true",
+                    help="predict each straggler with the factor its lane held (a launch whose hold was off)")
     ap.add_argument("--replay", action="store_true", help="no runs: predict again from the timelines in --work "
                     "(a work.tar.gz of an earlier call, unpacked)")
     a = ap.parse_args()
+    from pptl.whatif.spread import parse_duty_exponent
+
+    a.alpha = parse_duty_exponent(a.duty_exponent)
     a.out.mkdir(parents=True, exist_ok=True)
     a.work.mkdir(parents=True, exist_ok=True)
     res: dict = {"env": env_info(), "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
@@ -142,9 +148,12 @@ def predict(a: argparse.Namespace, plans: dict[str, Path], calib: Path, later: d
 
     rows = []
     base = study_plans([plans[n] for n in plans], measured=calib, samples=a.samples, seed=0,
-                       duty_exponent=a.duty_exponent)
-    strag = study_plans([plans[n] for n in plans], measured=calib, samples=a.samples, seed=0,
-                        stragglers=[Straggler(a.slow_rank, a.slow_factor)], duty_exponent=a.duty_exponent)
+                       duty_exponent=a.alpha)
+    held = {n: held_factor(load_any(slow[n]).timeline, a.slow_rank) for n in plans}
+    strag = [study_plans([plans[n]], measured=calib, samples=a.samples, seed=0, duty_exponent=a.alpha,
+                         stragglers=[Straggler(a.slow_rank, round(held[n] or a.slow_factor, 3) if a.held_factor
+                                               else a.slow_factor)])[0] for n in plans]
+    res_alpha = base[0].spread.duty_exponent
     for (name, *_), o, s in zip(PLANS, base, strag):
         meas = load_any(later[name]).timeline
         meas_slow = load_any(slow[name]).timeline
@@ -153,6 +162,7 @@ def predict(a: argparse.Namespace, plans: dict[str, Path], calib: Path, later: d
         p = _quantiles(o.samples.makespan.tolist())
         ps = _quantiles(s.samples.makespan.tolist())
         rows.append({"plan": name, "family": o.schedule.family, "microbatches": o.schedule.microbatches,
+                     "duty_exponent": res_alpha, "straggler": s.spread.stragglers[0].factor,
                      "held_factor": held_factor(meas_slow, a.slow_rank),
                      "planned_ms": o.samples.planned, "predicted": p, "measured": m,
                      "predicted_slow": ps, "measured_slow": ms,
@@ -173,9 +183,9 @@ def self_prediction(a: argparse.Namespace, plan: Path, run: Path) -> dict:
     from pptl.whatif.study import study_plans
 
     base = study_plans([plan], measured=run, samples=a.samples, seed=0,
-                       duty_exponent=a.duty_exponent)[0].samples.makespan
+                       duty_exponent=a.alpha)[0].samples.makespan
     slow = study_plans([plan], measured=run, samples=a.samples, seed=0, stragglers=[Straggler(a.slow_rank, a.slow_factor)],
-                       duty_exponent=a.duty_exponent)[0].samples.makespan
+                       duty_exponent=a.alpha)[0].samples.makespan
     return {"p50": float(sorted(base)[len(base) // 2]), "mean": float(base.mean()), "slow_mean": float(slow.mean()),
             "sensitivity": float(slow.mean() / base.mean())}
 
@@ -228,7 +238,9 @@ def checks(rows: list[dict]) -> dict[str, bool]:
 def table(res: dict) -> str:
     env = res["env"]
     lines = [f"{res['date']}; {', '.join(env.get('gpus', [])) or 'no GPU'}; torch {env.get('torch', '?')}; "
-             f"duty exponent {res['args'].get('duty_exponent', '0.0')}", "",
+             f"duty exponent {res['args'].get('duty_exponent', '0.0')}"
+             f" ({res['rows'][0]['duty_exponent']:.3f} as used); straggler x"
+             f"{', x'.join(format(r['straggler'], 'g') for r in res['rows'])}", "",
              "| plan | measured p50 | predicted p25-p75 | measured p95 | predicted p95 | p95 error | "
              "straggler: measured mean | predicted mean | error | sensitivity measured | predicted | lane held |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]

@@ -646,9 +646,10 @@ def whatif(
                                                   "normal factor of this spread (5% or 0.05).")] = None,
     straggler: Annotated[Optional[list[str]], Option("--straggler", metavar="SPEC", help="A slow rank: rank=2,x1.3 "
                                                            "or rank=1,+2ms@mb7 (repeatable).")] = None,
-    duty_exponent: Annotated[float, Option("--duty-exponent", metavar="ALPHA", help="With --from: a busier rank "
-                                                 "runs slower, op time x (duty / the run's duty)^ALPHA (0: off; "
-                                                 "docs/tune.md).")] = 0.0,
+    duty_exponent: Annotated[str, Option("--duty-exponent", metavar="ALPHA", help="With --from: a busier rank "
+                                               "runs slower, op time x (duty / the run's duty)^ALPHA; 'learn' "
+                                               "(the default with --from) learns ALPHA from the run's ranks, 0 "
+                                               "is off (docs/whatif.md).")] = "",
     top: Annotated[int, Option("--top", min=0, help="Ops listed per plan by criticality.")] = 5,
     out_file: Annotated[Optional[Path], Option("-o", "--out", help="Draw the distributions and criticality: "
                                                      ".png, .svg or .pdf.")] = None,
@@ -664,7 +665,7 @@ def whatif(
     fmt = _figure_format(out_file)
     spec = parse_jitter(jitter) if jitter is not None else None
     slow = [parse_straggler(t) for t in straggler or []]
-    alpha = parse_duty_exponent(duty_exponent)
+    alpha = parse_duty_exponent(duty_exponent or ("learn" if measured is not None else "0"))
     with err.status(f"sampling {len(plans)} plan(s) x {samples} steps"):
         outcomes = study_plans(plans, measured=measured, samples=samples, seed=seed, jitter=spec, stragglers=slow,
                                duty_exponent=alpha)

@@ -67,6 +67,8 @@ class Comparison:
     notes: list[str] = field(default_factory=list)
     contexts: list[Any] = field(default_factory=list)
     """:class:`pptl.contexts.ContextRow` per (kind, context) of the side-lane ops."""
+    measurement: list[Any] = field(default_factory=list)
+    """:class:`pptl.checks.Violation` per measurement error in the run (:mod:`pptl.checks.measured`)."""
 
     @property
     def makespan_error(self) -> float | None:
@@ -86,6 +88,7 @@ class Comparison:
                      "planned_end": o.planned_end, "measured_start": o.measured_start,
                      "measured_end": o.measured_end, "end_error": o.end_error} for o in self.ops],
             "missing": self.missing, "notes": self.notes,
+            "measurement_errors": [v.to_dict() for v in self.measurement],
             "contexts": [{"kind": c.kind, "context": c.context, "planned_count": c.planned_count,
                           "measured_count": c.measured_count, "planned_mean": c.planned_mean,
                           "measured_mean": c.measured_mean, "error": c.error} for c in self.contexts],
@@ -132,8 +135,18 @@ def compare_timelines(planned: Timeline, measured: Timeline) -> Comparison:
                      f"{scale:.4g} so the makespans match (shapes only); calibrate with 'pptl plan --costs-from'")
     p0, m0 = planned.start, measured.start
     ops = [_row(p_by[op], m_by[op], p0, m0, scale) for op in common]
+    from pptl.checks.measured import RECV_BEFORE_SEND, measured_violations
+
+    measurement = measured_violations(measured)
+    # A message whose RECV ends before its SEND starts has no true duration on this clock: its SEND
+    # and RECV stay out of the kinds' means rather than be counted as transfer time.
+    untrue = {op for v in measurement if v.code == RECV_BEFORE_SEND for op in v.ops}
+    if untrue:
+        notes.append(f"{len(untrue)} SEND/RECV ops with a measurement error are left out of the mean durations")
     kinds: dict[str, list[tuple[float, float]]] = {}
     for op in common:
+        if op in untrue:
+            continue
         p, m = p_by[op], m_by[op]
         kinds.setdefault(p.kind, []).append((p.duration * scale, m.duration))
     rows = [KindRow(k, len(v), sum(a for a, _ in v) / len(v), sum(b for _, b in v) / len(v))
@@ -145,7 +158,7 @@ def compare_timelines(planned: Timeline, measured: Timeline) -> Comparison:
         notes.append(f"the run failed: {measured.meta.extra['failed']}")
     return Comparison(planned, measured, scale, units, span_p * scale, span_m, planned.bubble_fraction(),
                       measured.bubble_fraction(), rows, ops, missing, notes,
-                      _contexts([(p_by[op], m_by[op]) for op in common], scale))
+                      _contexts([(p_by[op], m_by[op]) for op in common], scale), measurement)
 
 
 _COLLECTIVES = frozenset({"A2A_DISPATCH", "A2A_COMBINE"})
@@ -238,6 +251,11 @@ def comparison_lines(cmp: Comparison, top: int = 10) -> list[str]:
     lines = [f"makespan: planned {cmp.makespan_planned:.4g} {u}, measured {cmp.makespan_measured:.4g} {u}"
              + (f" (error {100 * err:+.1f}%)" if err is not None else ""),
              f"bubble: planned {100 * cmp.bubble_planned:.1f}%, measured {100 * cmp.bubble_measured:.1f}%"]
+    from pptl.checks.measured import measurement_line
+
+    bad = measurement_line(cmp.measurement)
+    if bad is not None:
+        lines.append(bad)
     lines += [f"note: {n}" for n in cmp.notes]
     lines.append(f"{'kind':<6}{'ops':>6}{'planned':>12}{'measured':>12}{'error':>9}   (mean duration, {u})")
     for k in cmp.kinds:

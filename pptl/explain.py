@@ -102,6 +102,9 @@ class Explanation:
     late: list[LateInput]
     path: list[PathStep]
     notes: list[str] = field(default_factory=list)
+    measurement: list[Any] = field(default_factory=list)
+    """:class:`pptl.checks.Violation` per measurement error (:mod:`pptl.checks.measured`): where the
+    ranks' times contradict causality, waits across ranks are not transfer (or late input) time."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -112,6 +115,7 @@ class Explanation:
             "critical_path": [{"op": s.op, "rank": s.rank, "kind": s.kind, "start": s.start, "end": s.end,
                                "via": s.via, "wait": s.wait} for s in self.path],
             "notes": self.notes,
+            "measurement_errors": [v.to_dict() for v in self.measurement],
         }
 
 
@@ -298,7 +302,9 @@ def explain(tl: Timeline, plan: Schedule | None = None) -> Explanation:
     late = [_late(events, prev_on_lane, parts_of, ins.needs, bal, i, src, send, w) for i, src, send, w in late_rows]
     late.sort(key=lambda x: -x.waited)
     path = _critical_path(events, order, ins.needs)
-    return Explanation(tl.meta.units, tl.makespan, splits, late, path, notes)
+    from pptl.checks.measured import measured_violations
+
+    return Explanation(tl.meta.units, tl.makespan, splits, late, path, notes, measured_violations(tl))
 
 
 def _p2p_intervals(events: list[Event]) -> dict[int, list[tuple[float, float]]]:
@@ -331,6 +337,10 @@ def _split_gap(events: list[Event], links: list[tuple[int, int, int]], a: float,
         ready = events[p].end
         if send >= 0:
             ready = max(ready, events[send].start)  # posted late by the sender: still the sender's delay
+        if rcv >= 0:
+            # The data was on this rank when its RECV ended: a producer or SEND stamped later than
+            # that is a clock error (pptl check reports it, PP090/PP091), not a wait of this rank's.
+            ready = min(ready, events[rcv].end)
         arrive = max(ready, events[rcv].end) if rcv >= 0 else ready
         if ready > t_prod or (src < 0 and ready >= t_prod):
             t_prod, src, src_send = ready, p, send
@@ -436,7 +446,11 @@ def for_display(x: Explanation) -> Explanation:
 def explanation_lines(x: Explanation, *, top: int = 8) -> list[str]:
     x = for_display(x)
     u = x.units
-    lines = [f"makespan {x.makespan:.4g} {u}; compute idle per rank and where it went ({u}):"]
+    from pptl.checks.measured import measurement_line
+
+    bad = measurement_line(x.measurement)
+    lines = [bad] if bad is not None else []
+    lines.append(f"makespan {x.makespan:.4g} {u}; compute idle per rank and where it went ({u}):")
     head = f"{'rank':>4}{'busy':>11}{'idle':>11}" + "".join(f"{PART_LABELS[p]:>17}" for p in PARTS)
     lines.append(head)
     for r in x.ranks:
@@ -459,7 +473,7 @@ def _scaled(x: Explanation, k: float, units: str) -> Explanation:
     ranks = [RankSplit(r.rank, r.busy * k, r.idle * k, *(getattr(r, p) * k for p in PARTS)) for r in x.ranks]
     late = [LateInput(li.op, li.rank, li.waited * k, li.producer, li.root, li.reason, li.delay * k) for li in x.late]
     path = [PathStep(s.op, s.rank, s.kind, s.start * k, s.end * k, s.via, s.wait * k) for s in x.path]
-    return Explanation(units, x.makespan * k, ranks, late, path, x.notes)
+    return Explanation(units, x.makespan * k, ranks, late, path, x.notes, x.measurement)
 
 
 def _cell(v: float, idle: float) -> str:

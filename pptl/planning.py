@@ -310,6 +310,12 @@ def check_file(path: str, *, microbatches: int | None = None, memory_limit: floa
         # is most often a folder of plans.
         raise InputError(f"{path}: is a folder; pptl check takes plan, config and schedule files "
                          f"(to check every plan in it, pass '{Path(path) / '*.json'}')") from None
+    if loaded.schedule is None and loaded.timeline is not None and loaded.timeline.meta.source == "measured":
+        from pptl.checks.measured import measured_violations
+
+        # A measured timeline has no schedule to check, but its times must be causal across ranks.
+        return FileReport(path, loaded.kind, len(loaded.timeline.events), measured_violations(loaded.timeline),
+                          loaded.notes)
     if loaded.schedule is None:
         raise InputError(f"{path}: is a {loaded.kind}, not a schedule; 'pptl check' takes plans, configs and schedules")
     violations = list(getattr(loaded, "problems", ())) + run_checks(loaded.schedule, memory_limit=memory_limit, p2p=p2p)

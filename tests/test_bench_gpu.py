@@ -99,17 +99,23 @@ def test_gpu_offload_evaluate_only_renames_ops_that_only_changed_lanes():
 
 def test_gpu_families_plans_runs_and_verifies_every_family(tmp_path):
     """bench/gpu_families.py on 2 gloo ranks as the GPU run (v-half and v-min unsqueezed): every family
-    verifies; the plan's peaks (chunk activations, w_activation 0.5, p=2, m=8) are the ones worked out
-    by hand."""
+    verifies; the plan's peaks (chunk activations with w_activation 1, and bytes) are the ones worked
+    out by hand."""
     r = _bench("gpu_families.py", "--out", str(tmp_path), *SMALL, "--dtype", "float32", "--mb", "8", "--no-squeeze")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     rows = {x["family"]: x for x in json.loads((tmp_path / "families.json").read_text())["rows"]}
     assert all(x["verify"]["ok"] for x in rows.values()), rows
     # 1f1b: rank 0 holds p=2 stages, rank 1 one; zbv and v-half (p+2)//2 = 2 micro-batches of 2 chunks;
-    # v-min rank 1 holds 2 chunks to I plus half of two more to W; looped BFS all 8 x 2 chunks.
+    # v-min rank 1 holds 2 chunks to I and two more to W; looped BFS all 8 x 2 chunks.
     assert {f: x["plan_peak"] for f, x in rows.items()} == {
-        "1f1b": [2.0, 1.0], "zbv": [4.0, 4.0], "v-half": [4.0, 4.0], "v-min": [2.0, 3.0],
-        "looped-bfs": [16.0, 16.0], "interleaved-zb": [4.0, 3.5], "inference": [1.0, 1.0]}
+        "1f1b": [2.0, 1.0], "zbv": [4.0, 4.0], "v-half": [4.0, 4.0], "v-min": [2.0, 4.0],
+        "looped-bfs": [16.0, 16.0], "interleaved-zb": [4.0, 4.0], "inference": [1.0, 1.0]}
     assert rows["v-min"]["plan_peak_w0"] == [2.0, 2.0] and rows["v-min"]["plan_peak_w1"] == [2.0, 4.0]
-    assert "unit_mib" not in rows["zbv"]  # CPU runs measure no memory
+    # Bytes (8 tokens x 32 hidden x 4 bytes = 1 KiB a unit): a chunk of 8 blocks saves 71 units (72 on
+    # the last stage); one of 4 blocks 35 (36), and 38 (39) from I to W. looped BFS: 16 x 35 on rank 0,
+    # 8 x 35 + 8 x 36 on rank 1; v-min rank 1: two chunks of stages 1 and 2 waiting for W, two for I.
+    kib = {f: [round(m * 1024, 6) for m in x["plan_mib"]] for f, x in rows.items()}
+    assert kib["1f1b"] == [142, 72] and kib["looped-bfs"] == [560, 568] and kib["v-min"][1] == 2 * 38 + 2 * 35
+    assert kib["inference"] == [0, 0]  # no graph: only the messages
+    assert "measured_vs_plan" not in rows["zbv"]  # CPU runs measure no memory
     assert (tmp_path / "families.md").read_text().startswith("| family | step ms |")

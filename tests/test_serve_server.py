@@ -35,6 +35,8 @@ def server() -> Iterator[tuple[object, list[str]]]:
 def _request(srv: object, method: str, path: str, body: bytes | None = None,
              headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", srv.server_address[1], timeout=60)
+    if headers is None and method == "POST":
+        headers = {"Content-Type": "application/json"}  # what the page sends
     conn.request(method, path, body=body, headers=headers or {})
     res = conn.getresponse()
     data = res.read()
@@ -106,6 +108,7 @@ def test_oversized_and_unsized_bodies_are_refused(server) -> None:
     assert status == 413 and "at most 65536" in json.loads(data)["error"]
     conn = http.client.HTTPConnection("127.0.0.1", srv.server_address[1], timeout=10)
     conn.putrequest("POST", "/api/plan")
+    conn.putheader("Content-Type", "application/json")
     conn.endheaders()
     res = conn.getresponse()
     assert res.status == 411
@@ -190,7 +193,9 @@ def _pptl(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
 
 def test_cli_serve_starts_from_a_config_and_prints_its_address() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "pptl", "serve", "fixtures/interleaved.yaml", "--port", "0"],
+    # An absolute path, as a user's shell completion gives it: the page learns the file's name only.
+    proc = subprocess.Popen([sys.executable, "-m", "pptl", "serve", str(ROOT / "fixtures" / "interleaved.yaml"),
+                             "--port", "0"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
@@ -198,8 +203,10 @@ def test_cli_serve_starts_from_a_config_and_prints_its_address() -> None:
         assert m, line + proc.stderr.read() if proc.poll() is not None else line
         conn = http.client.HTTPConnection("127.0.0.1", int(m.group(1)), timeout=30)
         conn.request("GET", "/api/init")
-        init = json.loads(conn.getresponse().read())
-        assert init["params"]["schedule"] == "interleaved-1f1b" and init["config"] == "fixtures/interleaved.yaml"
+        raw = conn.getresponse().read()
+        init = json.loads(raw)
+        assert init["params"]["schedule"] == "interleaved-1f1b" and init["config"] == "interleaved.yaml"
+        assert str(ROOT).encode() not in raw and b"fixtures/" not in raw
     finally:
         proc.terminate()
         proc.wait(timeout=30)

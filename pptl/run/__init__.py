@@ -7,7 +7,8 @@ Modules: :mod:`~pptl.run.program` (pure: what each rank runs, in what order),
 :mod:`~pptl.run.model` (the synthetic MLP chunks, split backward), :mod:`~pptl.run.executor`
 (one step on streams / on the host), :mod:`~pptl.run.worker` (one process), :mod:`~pptl.run.launcher`
 (local processes, failures), :mod:`~pptl.run.results` (records -> measured Timeline),
-:mod:`~pptl.run.verify` (single-process reference). ``python -m pptl.run PLAN`` is the per-rank
+:mod:`~pptl.run.verify` (single-process reference), :mod:`~pptl.run.clocksync` (each rank's clock
+against rank 0's) and :mod:`~pptl.run.timebase` (pure: those offsets -> one time base). ``python -m pptl.run PLAN`` is the per-rank
 entry under ``torchrun``.
 """
 from __future__ import annotations

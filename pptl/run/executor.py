@@ -152,6 +152,9 @@ class Executor:
         self.local = {k for k, r in program.placement.items() if r == rank}
         self.shape = (self.workload.tokens, self.workload.hidden)
         self.dtype = DTYPES[self.workload.dtype]
+        # A plan without backwards (inference) builds no autograd graph: a forward's output is all
+        # it leaves, and its consumer (the next stage here, or the SEND) takes it.
+        self.forward_only = not any(op.kind in _BACKWARD_KINDS for op in self.ops)
         self._setup_model()
         self.actions = {i: self._action(i) for i in self.rp.issue}
         if self.cuda:
@@ -167,9 +170,11 @@ class Executor:
             self.sync_ev = {i: torch.cuda.Event() for i in self.rp.waited}
             self.lane_done = {lane: torch.cuda.Event(enable_timing=True) for lane in self.streams}
             self.anchor = torch.cuda.Event(enable_timing=True)
+            self.calib = torch.cuda.Event(enable_timing=True)
             self.flag = torch.zeros(1, device=device)
             torch.cuda.synchronize(device)  # weights and inputs were made on the default stream
         self.current = -1
+        self._anchor: tuple[float, float] | None = None
 
     def _setup_model(self) -> None:
         """Weights, inputs and targets of this rank (a family's executor builds its own model)."""
@@ -223,6 +228,33 @@ class Executor:
             pass
         return out
 
+    def partial_anchor(self) -> tuple[float, float] | None:
+        """(host ms, its uncertainty) of the interrupted step's anchor, when it is known."""
+        if not self.cuda:
+            return self._anchor
+        try:
+            if self._anchor is not None and self.anchor.query():
+                mid, err = self._anchor
+                return mid + self.calib.elapsed_time(self.anchor), err
+        except Exception:
+            pass
+        return None
+
+    def _calibrate(self) -> tuple[float, float]:
+        """Where the GPU's event clock sits on this host's clock: (host ms of ``self.calib``, half
+        the window it was recorded in). The GPU is idle here (the last step was polled to its end),
+        so the event completes as soon as it is recorded. A window wider than 20 us (the thread was
+        descheduled) is tried again, up to 3 times; the event kept is the last one recorded. Every
+        rank sees the same launch latency, so what is left between two ranks is the window."""
+        for _ in range(3):
+            h0 = time.perf_counter()
+            self.calib.record(self.compute)
+            self.calib.synchronize()
+            h1 = time.perf_counter()
+            if h1 - h0 < 20e-6:
+                break
+        return (h0 + h1) * 5e2, (h1 - h0) * 5e2
+
     def _zero_grads(self) -> None:
         # On the compute stream, where the gradients accumulate (the pool's streams do not wait on
         # the default stream).
@@ -233,6 +265,7 @@ class Executor:
 
     def _step_cuda(self, k: int, st: _Step, timed: bool) -> dict[str, Any]:
         comp = self.compute
+        calib = self._anchor = self._calibrate()
         # Wall time the way bench/torch_pp_anchor.py takes it: from an idle, joined start to the
         # moment every rank is done (both barriers are outside the event-timed window).
         dist.barrier()
@@ -281,8 +314,9 @@ class Executor:
         if self.stretch is not None and timed:
             self.stretch.measured({i: b - a for i, a, b in events if self.ops[i].lane == "compute"}, self.device)
         loss = float(st.loss) if self._has_loss() else None
+        mid, err = calib
         return {"step": k, "timed": timed, "step_ms": step_ms, "wall_ms": wall_ms, "loss": loss, "events": events,
-                "started": st.started}
+                "started": st.started, "anchor_ms": mid + self.calib.elapsed_time(self.anchor), "anchor_err_ms": err}
 
     def _before_issue(self, i: int) -> None:
         """CUDA: called before op ``i`` is issued (and timed); a family may hold the host back here."""
@@ -309,6 +343,9 @@ class Executor:
         st.loss = torch.zeros((), dtype=torch.float32)
         dist.barrier()
         t0 = time.perf_counter()
+        # perf_counter is the host's monotonic clock, one clock for every process of this host:
+        # the anchor on it is what places this rank's times beside the others' (run/timebase.py).
+        self._anchor = (t0 * 1e3, 0.0)
 
         def now() -> float:
             return (time.perf_counter() - t0) * 1e3
@@ -334,7 +371,7 @@ class Executor:
         events = [[i, t[0], t[1]] for i, t in st.times.items()] if timed else []
         loss = float(st.loss) if self._has_loss() else None
         return {"step": k, "timed": timed, "step_ms": step_ms, "wall_ms": now(), "loss": loss, "events": events,
-                "started": st.started}
+                "started": st.started, "anchor_ms": t0 * 1e3, "anchor_err_ms": 0.0}
 
     def _cpu_wait(self, u: int, st: _Step, now: Callable[[], float]) -> None:
         works = st.works.pop(u, None)
@@ -387,14 +424,19 @@ class Executor:
         if s == 0:
             x = self.inputs[(d, mb)]
         elif (d, s - 1) in self.local:
-            x = st.acts[(d, s - 1, mb)].y
+            prev = (d, s - 1, mb)
+            x = (st.acts.pop(prev) if self.forward_only else st.acts[prev]).y
         else:
             x = st.recvd.pop(("F", d, s, mb))
         last = s == self.last
-        act = forward(self.chunks[(d, s)], x, needs_input_grad=s > 0, keep_linears=(d, s, mb) in self.split,
-                      target=self.targets[(d, mb)] if last else None, scale=self.scale)
+        with torch.no_grad() if self.forward_only else _nullcontext():
+            act = forward(self.chunks[(d, s)], x, needs_input_grad=s > 0 and not self.forward_only,
+                          keep_linears=(d, s, mb) in self.split,
+                          target=self.targets[(d, mb)] if last else None, scale=self.scale)
         if last:
             st.loss += act.y.detach()
+            if self.forward_only:
+                return
         st.acts[(d, s, mb)] = act
 
     def _backward(self, st: _Step, d: int, s: int, mb: int, full: bool) -> None:
@@ -410,9 +452,7 @@ class Executor:
             act = st.acts.pop(key)
             dx = backward_full(chunk, act, dy)
         else:
-            act = st.acts[key]
-            dx = backward_input(chunk, act, dy)
-            act.linear_out = []  # their gradients are taken; W needs only the inputs
+            dx = backward_input(chunk, st.acts[key], dy)
         if dx is not None:
             st.grads[key] = dx
 
@@ -424,7 +464,7 @@ class Executor:
 
         def send(st: _Step) -> None:
             if op.flow == "F":
-                t = st.acts[key].y.detach()
+                t = (st.acts.pop(key) if self.forward_only else st.acts[key]).y.detach()
             else:
                 t = st.grads.pop(key)
             t = t.contiguous()
@@ -469,6 +509,9 @@ class Executor:
     def grads(self) -> dict[str, list[torch.Tensor]]:
         """"d,s" -> this rank's gradient of that copy (CPU, fp32), for --verify."""
         return {f"{d},{s}": [p.grad.detach().float().cpu() for p in c.params] for (d, s), c in self.chunks.items()}
+
+
+_BACKWARD_KINDS = frozenset({"B", "I", "W", "FB"})
 
 
 def _first_line(e: BaseException) -> str:

@@ -96,15 +96,24 @@ def launch(job: Job, schedules: list[Schedule], world: int) -> list[Timeline]:
     from pptl.run.progress import Board
 
     board = Board(Path(rundir) / "progress.bin", world, create=True)
-    ranks = _Ranks(job_file, rundir, world)
-    try:
-        verdict = _watch(ranks, board, job.timeout)
-    except BaseException:
-        ranks.stop()
-        raise
-    finally:
-        board_posts = [board.read(r) for r in range(world)]
-        board.close()
+    ranks: _Ranks | None = None
+    with _StopSignals() as stop_signals:
+        try:
+            ranks = _Ranks(job_file, rundir, world)
+            verdict = _watch(ranks, board, job.timeout)
+        except _Stopped as e:  # SIGTERM, SIGHUP or Ctrl-C: like a hang, stop the ranks and keep what they measured
+            stop_signals.ignore()  # a second signal must not cut the clean-up short
+            if ranks is not None:
+                ranks.stop()
+            verdict = {"signal": e.signum}
+        except BaseException:
+            stop_signals.ignore()
+            if ranks is not None:
+                ranks.stop()
+            raise
+        finally:
+            board_posts = [board.read(r) for r in range(world)]
+            board.close()
     if verdict is None:
         timelines = [timeline_from_dict(json.loads(Path(p.out).read_text()), source=p.out) for p in plans]
         if not os.environ.get("PPTL_RUN_KEEP"):
@@ -116,7 +125,56 @@ def launch(job: Job, schedules: list[Schedule], world: int) -> list[Timeline]:
     full = f"{message}{where} (logs in {rundir})"
     if code == 2:
         raise InputError(full)
-    raise RunError(full)
+    error = RunError(full)
+    if "signal" in verdict:  # the shell's convention for a process ended by a signal: 128 + its number
+        error.exit_code = 128 + int(verdict["signal"])
+    raise error
+
+
+class _Stopped(BaseException):
+    """A stop signal reached ``pptl run`` (a BaseException, as KeyboardInterrupt: no handler swallows it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+#: What stops a run: Ctrl-C, ``kill``/``timeout``/Slurm/CI cancellation, a closed terminal.
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class _StopSignals:
+    """While a run is in flight, a stop signal raises :class:`_Stopped` in the launcher's loop.
+
+    The ranks live in the spawner's own session (so a Ctrl-C at the terminal reaches only
+    ``pptl``), hence nothing but the launcher can stop them: without this, SIGTERM ended ``pptl``
+    and left the spawner and every rank running. Outside the main thread (where Python cannot set
+    handlers) it does nothing.
+    """
+
+    def __init__(self) -> None:
+        self._saved: dict[int, Any] = {}
+
+    def __enter__(self) -> "_StopSignals":
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in _STOP_SIGNALS:
+                self._saved[sig] = signal.signal(sig, self._raise)
+        return self
+
+    @staticmethod
+    def _raise(signum: int, frame: Any) -> None:
+        raise _Stopped(signum)
+
+    def ignore(self) -> None:
+        """From now on a stop signal is noted and dropped (the run is already stopping)."""
+        for sig in self._saved:
+            signal.signal(sig, signal.SIG_IGN)
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._saved.items():
+            signal.signal(sig, handler)
 
 
 class _Ranks:
@@ -207,6 +265,12 @@ def _diagnose(verdict: dict[str, Any], rundir: str, world: int, posts: list[Any]
             return schedules[plan].ops[op].id
         return "(setup, before any op)"
 
+    if "signal" in verdict:
+        name = signal.Signals(verdict["signal"]).name
+        running = [p for p in posts if p.plan >= 0]
+        p = max(running, key=lambda q: (q.plan, q.step)) if running else None
+        where = f" at step {p.step}" if p is not None and p.step >= 0 else " during set-up"
+        return f"run stopped by {name}{where}; every rank was stopped", max(p.plan, 0) if p else 0, 1
     if verdict.get("hung"):
         r = _stuck_rank(posts, schedules, world)
         p = posts[r]

@@ -3,11 +3,17 @@
 Same block as bench/torch_pp_anchor.py: ``x + Linear(4h, h)(GELU(Linear(h, 4h)(x)))``, written
 functionally so the backward can be split the way zero-bubble runtimes split it:
 
-- **I** (input gradient): one ``torch.autograd.grad`` call for the chunk's input *and* the output
-  of every Linear. Autograd then runs only the activation-gradient kernels; no weight-gradient
-  matmul runs, and the graph is freed.
+- **I** (input gradient): one ``torch.autograd.grad`` call for the chunk's input (stage 0: the
+  first Linear's output). Autograd then runs only the activation-gradient kernels; no
+  weight-gradient matmul runs, and the graph is freed node by node as it goes. A hook on every
+  Linear's output keeps the gradient that flows through it (dU).
 - **W** (weight gradient): ``dW += dU^T X`` and ``db += dU.sum(0)`` per Linear, from the saved
   Linear inputs X and the output gradients dU that I kept.
+
+The Linear outputs themselves are not kept: a block's second Linear output is needed by nothing
+after the residual add, and holding the outputs through I would keep every GELU input alive until
+the last node ran, beside the gradients I makes (half a chunk more at I's end). What a chunk holds
+when is counted in :mod:`pptl.run.footprint`.
 - **B** runs both at once through autograd (accumulating into ``.grad``).
 
 Weights, inputs and targets come from generators seeded by the *logical* stage (the stage index
@@ -53,9 +59,10 @@ class Activation:
     linear_in: list[torch.Tensor] = field(default_factory=list)
     """The input of every Linear, in parameter order (for W)."""
     linear_out: list[torch.Tensor] = field(default_factory=list)
-    """The output of every Linear (I asks autograd for their gradients)."""
+    """Stage 0 of a split backward: the first Linear's output, what I asks autograd to reach (the
+    chunk's input needs no gradient there). Its GELU saves it anyway: holding it costs nothing."""
     linear_grad: list[torch.Tensor] | None = None
-    """Set by I: the gradient of every Linear's output, consumed by W."""
+    """Filled during I by the hooks on every Linear's output: the gradients W consumes."""
 
 
 def _gen(device: torch.device, *key: int) -> torch.Generator:
@@ -106,7 +113,19 @@ def forward(chunk: Chunk, x: torch.Tensor, *, needs_input_grad: bool, keep_linea
     outs: list[torch.Tensor] = []
     h = apply_chunk(chunk, leaf, ins if keep_linears else None, outs if keep_linears else None)
     y = loss_of(h, target, scale) if target is not None else h
-    return Activation(leaf if needs_input_grad else None, y, ins, outs)
+    if not keep_linears:
+        return Activation(leaf if needs_input_grad else None, y)
+    grads: list[torch.Tensor] = [None] * len(outs)  # type: ignore[list-item]
+    for k, u in enumerate(outs):
+        u.register_hook(_keeper(grads, k))  # the hook lives on the graph node, not on ``u``
+    reach = [] if needs_input_grad else outs[:1]
+    return Activation(leaf if needs_input_grad else None, y, ins, reach, grads)
+
+
+def _keeper(grads: list[torch.Tensor], k: int):  # type: ignore[no-untyped-def]
+    def keep(g: torch.Tensor) -> None:
+        grads[k] = g
+    return keep
 
 
 def apply_chunk(chunk: Chunk, h: torch.Tensor, ins: list[torch.Tensor] | None = None,
@@ -131,17 +150,16 @@ def backward_full(chunk: Chunk, act: Activation, dy: torch.Tensor | None) -> tor
 
 
 def backward_input(chunk: Chunk, act: Activation, dy: torch.Tensor | None) -> torch.Tensor | None:
-    """I: gradients of the input and of every Linear's output; frees the graph. Returns dx."""
-    wanted = ([act.x] if act.x is not None else []) + act.linear_out
-    grads = torch.autograd.grad(act.y, wanted, grad_outputs=dy)
-    # W needs only the Linear inputs and these gradients: the outputs go now, so a micro-batch
-    # waiting for its W holds no more than its forward did (as zero-bubble runtimes do).
+    """I: the input's gradient (the hooks keep every Linear's output gradient); frees the graph.
+    Returns dx (None on stage 0)."""
+    assert act.linear_grad is not None, "I of a forward that kept no Linear inputs"
+    wanted = [act.x] if act.x is not None else act.linear_out
     act.linear_out = []
-    if act.x is not None:
-        act.linear_grad = list(grads[1:])
-        return grads[0]
-    act.linear_grad = list(grads)
-    return None
+    (g,) = torch.autograd.grad(act.y, wanted, grad_outputs=dy)
+    if act.x is None:
+        act.linear_grad[0] = g  # the gradient of the output asked for (its hook may not run)
+        return None
+    return g
 
 
 def backward_weight(chunk: Chunk, act: Activation) -> None:

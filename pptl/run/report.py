@@ -18,7 +18,16 @@ def summary(tl: Timeline, out: str | None = None) -> dict[str, Any]:
         "ranks": [{"rank": s.rank, "busy_ms": s.busy, "idle_ms": s.idle, "bubble_fraction": s.bubble_fraction}
                   for s in tl.rank_stats("compute")],
         "loss": x.get("loss"), "verify": x.get("verify"), "failed": x.get("failed"), "out": out,
+        "clock": _clock(x.get("clock")),
     }
+
+
+def _clock(clock: Any) -> dict[str, Any] | None:
+    """The time base's tolerance and the measurement errors found on it (None: records without one)."""
+    if not isinstance(clock, dict):
+        return None
+    return {"tolerance_ms": clock.get("tolerance_ms"), "offsets_applied": clock.get("offsets_applied"),
+            "violations": clock.get("violations", 0), "first_violation": clock.get("first_violation")}
 
 
 def summary_lines(tl: Timeline) -> list[str]:
@@ -38,6 +47,11 @@ def summary_lines(tl: Timeline) -> list[str]:
     for r in s["ranks"]:
         lines.append(f"  rank {r['rank']}: busy {r['busy_ms']:.3f} ms, idle {r['idle_ms']:.3f} ms "
                      f"({100 * r['bubble_fraction']:.1f}%)")
+    c = s["clock"]
+    if c and c["violations"]:  # the rule on measured timelines failed: say so before anyone reads the numbers
+        lines.append(f"measurement error: {c['violations']} event pair{'s' if c['violations'] != 1 else ''} out of "
+                     f"causal order across ranks (tolerance {c['tolerance_ms']:.3g} ms), e.g. "
+                     f"{str(c['first_violation']).removeprefix('measurement error: ')}")
     v = s["verify"]
     if v:
         verdict = "ok" if v["ok"] else "FAILED"

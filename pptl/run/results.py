@@ -9,7 +9,10 @@ Every rank sends rank 0 one *payload* (a JSON-ready dict) per plan::
      "partial": {"step": k, "events": [...]} | absent,   # the step a failure interrupted
      "info": {"device": ..., "torch": ...}}
 
-Times are milliseconds after the step's clock anchor (the end of a collective every rank joined).
+Times are milliseconds after the step's clock anchor (the end of a collective every rank joined);
+each step also carries ``anchor_ms`` (that anchor on the rank's host clock, ``anchor_err_ms`` how
+well it is placed there) and each payload ``"clock": {"host", "apply", "samples"}`` (offsets to
+rank 0's clock): :mod:`pptl.run.timebase` puts every rank on rank 0's clock with them.
 The timeline holds the timed step whose step time is the median, with the plan's op ids, so
 ``pptl render`` and ``pptl compare`` read it like a planned one.
 """
@@ -22,10 +25,16 @@ from typing import Any, Iterable, Mapping
 from pptl.ir import Schedule
 from pptl.timeline import Event, Timeline, TimelineMeta
 
-__all__ = ["CLOCK", "step_times", "build_timeline", "executed_order"]
+__all__ = ["CLOCK", "CLOCK_PER_RANK", "step_times", "build_timeline", "executed_order"]
 
-CLOCK = ("per step: every rank joins a collective, then stamps an anchor (a CUDA event on the compute "
-         "stream, or the host clock on CPU); times are ms after each rank's anchor")
+CLOCK = ("one time base, rank 0's host clock: each rank's times are mapped onto it through its offset to "
+         "rank 0, measured at the plan's start and end with the drift taken as linear (0 when the ranks share "
+         "a host's monotonic clock); CUDA event times are placed on the host clock by an event synchronized "
+         "at each step's start; time 0 is the step's first anchor (each rank stamps one after a collective every "
+         "rank joined)")
+#: What records without anchors on the host clock were measured on.
+CLOCK_PER_RANK = ("per step: every rank joins a collective, then stamps an anchor (a CUDA event on the compute "
+                  "stream, or the host clock on CPU); times are ms after each rank's anchor")
 
 
 def step_times(payloads: list[Mapping[str, Any]], *, timed: bool, key: str = "step_ms") -> dict[int, float]:
@@ -69,13 +78,16 @@ def build_timeline(schedule: Schedule, payloads: list[Mapping[str, Any]], *,
     if timed:
         ordered = sorted(timed, key=lambda k: (timed[k], k))
         chosen = ordered[(len(ordered) - 1) // 2]
-        rows = [ev for p in payloads for st in p["steps"] if st["step"] == chosen for ev in st["events"]]
+        picked = [(p, st) for p in payloads for st in p["steps"] if st["step"] == chosen]
         meta_extra["step"] = chosen
     else:
         partial = True
-        rows = [ev for p in payloads for ev in (p.get("partial") or {}).get("events", [])]
-        if not rows:  # no complete step either: fall back to the last complete step any rank has
-            rows = [ev for p in payloads for st in p.get("steps", [])[-1:] for ev in st["events"]]
+        picked = [(p, p["partial"]) for p in payloads if (p.get("partial") or {}).get("events")]
+        if not picked:  # no complete step either: fall back to the last complete step any rank has
+            picked = [(p, st) for p in payloads for st in p.get("steps", [])[-1:]]
+    rows, clock_meta = _on_one_clock(picked)
+    if clock_meta is not None:
+        meta_extra["clock"] = clock_meta
     waits: dict[int, list[int]] = {}
     for u, v in schedule.deps:
         waits.setdefault(v, []).append(u)
@@ -123,8 +135,59 @@ def build_timeline(schedule: Schedule, payloads: list[Mapping[str, Any]], *,
     title = f"{schedule.family}: measured on {device}, pp={schedule.pp} makespan={span:.3f} ms"
     meta = TimelineMeta(source="measured", units="ms", family=schedule.family, pp=schedule.pp,
                         vpp=getattr(cfg, "vpp", 1) if cfg is not None else 1,
-                        microbatches=schedule.microbatches, title=title, clock=CLOCK, extra=meta_extra)
-    return Timeline(events, meta)
+                        microbatches=schedule.microbatches, title=title,
+                        clock=CLOCK if clock_meta is not None else CLOCK_PER_RANK, extra=meta_extra)
+    timeline = Timeline(events, meta)
+    if clock_meta is not None:
+        from pptl.checks.measured import measured_violations
+
+        # What the rule finds is kept with the timeline, so `pptl run` can say so at once.
+        found = measured_violations(timeline)
+        clock_meta["violations"] = len(found)
+        if found:
+            clock_meta["first_violation"] = found[0].message
+    return timeline
+
+
+def _on_one_clock(picked: list[tuple[Mapping[str, Any], Mapping[str, Any]]]
+                  ) -> tuple[list[list[float]], dict[str, Any] | None]:
+    """The picked step's events of every rank on one time base (run/timebase.py), zero at the
+    earliest rank's anchor; and what the clocks were.
+
+    Records without anchors or offsets (written before both existed) keep each rank's own zero,
+    and the clock part is None.
+    """
+    from pptl.run.timebase import ClockSample, fit_clock, tolerance_ms
+
+    usable = [(p, st) for p, st in picked if isinstance(st.get("anchor_ms"), (int, float))
+              and isinstance(p.get("clock"), Mapping) and p["clock"].get("samples")]
+    if not picked or len(usable) != len(picked):
+        return [ev for _, st in picked for ev in st.get("events", [])], None
+    hosts = {str(p["clock"].get("host")) for p, _ in usable}
+    apply = len(hosts) > 1 or any(bool(p["clock"].get("apply")) for p, _ in usable)
+    clocks, errs, samples = {}, {}, {}
+    for p, st in usable:
+        r = int(p["rank"])
+        samples[r] = [ClockSample.from_list(x) for x in p["clock"]["samples"]]
+        clocks[r] = fit_clock(samples[r], apply=apply)
+        errs[r] = float(st.get("anchor_err_ms") or 0.0)
+    # Time 0 is the first anchor on the base, so every event is at or after 0 (each follows its own).
+    first = min(usable, key=lambda ps: int(ps[0]["rank"]))
+    zero = min(clocks[int(p["rank"])].to_base(float(st["anchor_ms"])) for p, st in usable)
+    rows: list[list[float]] = []
+    ranks: dict[str, Any] = {}
+    for p, st in usable:
+        r = int(p["rank"])
+        c, anchor = clocks[r], float(st["anchor_ms"])
+        rows += [[i, c.to_base(anchor + a) - zero, c.to_base(anchor + b) - zero] for i, a, b in st.get("events", [])]
+        ranks[str(r)] = {"measured_offset_ms": samples[r][0].offset_ms, "offset_ms": c.offset_ms,
+                         "drift_ppm": c.drift * 1e6, "uncertainty_ms": c.uncertainty_ms, "anchor_err_ms": errs[r],
+                         # Where this rank's own anchor sat on the time base: the shift a per-rank zero made
+                         # (a CPU rank that left the barrier late, say).
+                         "anchor_skew_ms": c.to_base(anchor) - zero}
+    meta = {"base": f"rank {int(first[0]['rank'])}'s host clock", "same_host": len(hosts) == 1,
+            "offsets_applied": apply, "tolerance_ms": tolerance_ms(clocks, errs), "ranks": ranks}
+    return rows, meta
 
 
 #: Most (compute op, timed step) durations a timeline keeps (``meta.extra.step_ops``); a larger

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 
 __all__ = ["main"]
 
@@ -47,6 +48,7 @@ def main(argv: list[str]) -> int:
                 sys.stderr.flush()
                 os._exit(code)
         ranks[pid] = r
+    _watch_parent(os.getppid(), ranks)
     while ranks:
         pid, status = os.waitpid(-1, 0)
         r = ranks.pop(pid, None)
@@ -57,6 +59,26 @@ def main(argv: list[str]) -> int:
             f.write(str(os.waitstatus_to_exitcode(status)))
         os.replace(tmp, os.path.join(rundir, f"exit.rank{r}"))
     return 0
+
+
+def _watch_parent(parent: int, ranks: dict[int, int]) -> None:
+    """Stop the ranks when ``pptl`` is gone without stopping them (killed with SIGKILL, say): they
+    would otherwise run on until their own collective timeout. SIGTERM first (each saves its records
+    and exits), SIGKILL 2 s later."""
+    import threading
+
+    def loop() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        for pid in list(ranks):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        time.sleep(2.0)
+        _kill(ranks)
+
+    threading.Thread(target=loop, name="pptl-parent", daemon=True).start()
 
 
 def _kill(ranks: dict[int, int]) -> None:

@@ -66,11 +66,14 @@ def run_worker(job: Job, *, rank: int, world: int, local_rank: int, init_method:
             dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
                                     timeout=timedelta(seconds=job.timeout + margin))
         channels: dict[Any, Any] = {}
+        # Clock offsets travel over gloo: host stamps between host processes (NCCL would put a GPU
+        # round trip on each), so a CUDA run opens a gloo group beside its NCCL ones.
+        clock_group = dist.new_group(backend="gloo") if cuda and world > 1 else None
         fault = Fault.from_env()
         for k, pj in enumerate(job.plans):
             state["plan"] = k
             _release_cached(device)
-            _run_plan(job, k, pj, rank, world, device, channels, board, fault, state, margin)
+            _run_plan(job, k, pj, rank, world, device, channels, board, fault, state, margin, clock_group)
         dist.barrier()
         dist.destroy_process_group()
         return 0
@@ -111,7 +114,7 @@ def _release_cached(device: torch.device) -> None:
 
 def _run_plan(job: Job, k: int, pj: PlanJob, rank: int, world: int, device: torch.device,
               channels: dict[Any, Any], board: Any, fault: Fault | None, state: dict[str, Any],
-              margin: float) -> None:
+              margin: float, clock_group: Any = None) -> None:
     from pptl.formats.loader import load_any
 
     plan_path, out = pj.plan, pj.out
@@ -148,6 +151,11 @@ def _run_plan(job: Job, k: int, pj: PlanJob, rank: int, world: int, device: torc
     info["gated_receives"] = gates is not None
     info["messages"] = ex.messages
     payload: dict[str, Any] = {"rank": rank, "steps": [], "info": info}
+    from pptl.run.clocksync import apply_offsets, host_id, measure_offset
+
+    # Offsets to rank 0's clock at the plan's start and end (run/timebase.py fits them).
+    payload["clock"] = {"host": host_id(), "apply": apply_offsets(),
+                        "samples": [measure_offset(rank, world, clock_group)]}
     state["executor"], state["payload"] = ex, payload
     total = job.warmup + 2 * job.steps
     if device.type == "cuda":  # the peak from here on: weights, gradients, activations, buffers
@@ -163,6 +171,7 @@ def _run_plan(job: Job, k: int, pj: PlanJob, rank: int, world: int, device: torc
         if job.rundir:
             _write_json(records_path(job.rundir, k, rank), payload)
     post(total, -1)
+    payload["clock"]["samples"].append(measure_offset(rank, world, clock_group))
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         payload["memory"] = {"start_mib": start / 2**20, "base_mib": base / 2**20,
@@ -333,6 +342,9 @@ def _fail(job: Job, rank: int, e: BaseException, state: dict[str, Any], *, quiet
     if ex is not None and payload is not None:
         payload = dict(payload)
         payload["partial"] = {"step": getattr(ex, "current", -1), "events": ex.partial_events()}
+        anchor = ex.partial_anchor() if hasattr(ex, "partial_anchor") else None
+        if anchor is not None:
+            payload["partial"]["anchor_ms"], payload["partial"]["anchor_err_ms"] = anchor
         plan = job.plans[state["plan"]] if 0 <= state["plan"] < len(job.plans) else None
         # Under torchrun there is no run folder: each failing rank keeps its records beside -o.
         path = (records_path(job.rundir, state["plan"], rank) if job.rundir

@@ -312,7 +312,13 @@ def init_view(initial: Settings, base: Config | None = None) -> dict[str, Any]:
         fams.append({"name": f.name, "summary": f.summary, "constraints": f.constraints,
                      "bubble": f.bubble_formula, "vpp": _natural_vpp(f)})
     return {"families": fams, "params": settings_params(initial), "live_max_blocks": LIVE_MAX_BLOCKS,
-            "config": base.source if base is not None else None}
+            # The file's name only: a page (or whatever reads it) learns nothing of this machine's folders.
+            "config": _file_name(base.source) if base is not None else None}
+
+
+def _file_name(source: str) -> str:
+    """The last part of a path, "/" or "\\" separated ("<flags>" stays as it is)."""
+    return source.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1] or source
 
 
 def _natural_vpp(fam: Any) -> int:

@@ -4,10 +4,15 @@ Standard library only (``http.server.ThreadingHTTPServer``): the page asks one J
 change, so a web framework would add a dependency and nothing users see. Rules:
 
 - it binds where it is told (the CLI's default is 127.0.0.1) and, on a loopback address, answers
-  only requests whose Host is a loopback name (a web page elsewhere cannot reach it through DNS
-  rebinding);
+  only requests whose Host is exactly a loopback name with at most a numeric port (a web page
+  elsewhere cannot reach it through DNS rebinding: ``127.0.0.1.evil.com`` and ``localhost.evil``
+  are foreign names);
+- a POST must say ``Content-Type: application/json`` (else ``415``) and come from this server's
+  own origin, or name none (else ``403``): another web page can send a ``text/plain`` form post
+  without asking the browser first, and would make the server compute;
 - no request kills it: a :class:`~pptl.errors.PptlError` is ``400 {"error", "field"}``, anything
-  else is ``500`` with one line, logged as one line; a client that went away is ignored;
+  else is ``500`` with one line, logged as one line; a client that went away (while it sent or
+  while it was answered) is ignored, with no traceback;
 - bodies are at most :data:`MAX_BODY_BYTES`, plans at most ``api.SERVE_MAX_OPS`` ops, and three plans
   are computed at once; a request that a newer one from the same page has replaced is dropped
   before planning (``409``), so typing quickly never queues stale work;
@@ -34,7 +39,7 @@ from pptl.config import Config
 from pptl.errors import InputError, PptlError
 from pptl.serve import api
 
-__all__ = ["MAX_BODY_BYTES", "ExplorerServer", "make_server"]
+__all__ = ["MAX_BODY_BYTES", "ExplorerServer", "host_name", "make_server", "same_origin"]
 
 MAX_BODY_BYTES = 64 * 1024
 _MAX_CLIENTS = 256
@@ -43,7 +48,10 @@ _STATIC = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript;
            "app.css": "text/css; charset=utf-8"}
 _CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
         "connect-src 'self'; font-src 'self' data:; object-src 'none'; base-uri 'none'; form-action 'self'")
-_LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+#: Host names that are this machine (as host_name gives them: IPv6 in brackets).
+_LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
+#: A client that went away: while it sent its request, or while it was answered.
+_GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError)
 
 
 def _plotly_js() -> bytes:
@@ -95,7 +103,15 @@ class ExplorerServer(ThreadingHTTPServer):
 
     @property
     def loopback(self) -> bool:
-        return self.server_address[0] in _LOOPBACK
+        return self.server_address[0] in ("127.0.0.1", "localhost", "::1")
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """What escaped a handler (socketserver prints a traceback): a client that went away is
+        nothing to report; anything else is one line."""
+        e = sys.exc_info()[1]
+        if isinstance(e, _GONE):
+            return
+        self.log(f"error: {type(e).__name__}: {' '.join(str(e).split())}"[:300])
 
     def note_request(self, client: str, seq: int) -> None:
         with self.latest_lock:
@@ -161,27 +177,48 @@ class _Handler(BaseHTTPRequestHandler):
                 raise _Reply(HTTPStatus.FORBIDDEN, {"error": "request: Host is not this machine", "field": None})
             route()
         except _Reply as r:
-            self._json(r.status, r.body)
+            self._answer(r.status, r.body)
         except PptlError as e:
-            self._json(HTTPStatus.BAD_REQUEST, api.error_body(e))
-        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            self._answer(HTTPStatus.BAD_REQUEST, api.error_body(e))
+        except _GONE:
             self.close_connection = True  # the page aborted this request; nothing to tell it
         except Exception as e:  # a bug: one line to the page and to the log, the server goes on
             frame = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
             where = f" at {Path(frame.filename).name}:{frame.lineno}" if frame else ""
             line = f"{type(e).__name__}: {' '.join(str(e).split())}"[:300]
             self.server.log(f"error: {self.command} {urlsplit(self.path).path}: {line}{where}")
-            try:
-                self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"internal error: {line}", "field": None})
-            except OSError:
-                self.close_connection = True
+            self._answer(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"internal error: {line}", "field": None})
+
+    def _answer(self, status: int, body: dict[str, Any]) -> None:
+        """An error reply to a client that may have gone away meanwhile (it closed mid-body, or the
+        page aborted a request a newer one replaced): then there is no one to tell."""
+        try:
+            self._json(status, body)
+        except OSError:
+            self.close_connection = True
 
     def _host_ok(self) -> bool:
         if not self.server.loopback:
             return True
-        host = (self.headers.get("Host") or "").strip().lower()
-        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-        return name in _LOOPBACK
+        return host_name(self.headers.get("Host")) in _LOOPBACK
+
+    def _post_allowed(self) -> None:
+        """A POST from this server's own page (or from no page: curl, scripts), with a JSON body.
+
+        A refusal comes before the body is read: the connection is closed after it, or the unread
+        body would be taken for the next request."""
+        keep, self.close_connection = self.close_connection, True
+        origin = self.headers.get("Origin")
+        if origin is not None and not same_origin(origin, self.headers.get("Host")):
+            raise _Reply(HTTPStatus.FORBIDDEN, {"error": "request: Origin is not this server", "field": None})
+        if (self.headers.get("Sec-Fetch-Site") or "").strip().lower() == "cross-site":
+            raise _Reply(HTTPStatus.FORBIDDEN, {"error": "request: sent by another site", "field": None})
+        ctype = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+        if ctype != "application/json":
+            raise _Reply(HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
+                         {"error": f"request: Content-Type {ctype or '(none)'}, expected application/json",
+                          "field": None})
+        self.close_connection = keep
 
     def _send(self, status: int, body: bytes, ctype: str, extra: dict[str, str] | None = None) -> None:
         self.send_response(status)
@@ -191,6 +228,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Referrer-Policy", "no-referrer")
         for k, v in (extra or {}).items():
             self.send_header(k, v)
+        if self.close_connection:  # the client learns it too, not only from the closed socket
+            self.send_header("Connection", "close")
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
@@ -227,6 +266,7 @@ class _Handler(BaseHTTPRequestHandler):
         path = urlsplit(self.path).path
         if path != "/api/plan":
             raise _Reply(HTTPStatus.NOT_FOUND, {"error": f"{path}: no such endpoint", "field": None})
+        self._post_allowed()
         data = self._body()
         client = data.get("client", "")
         seq = data.get("seq", 0)
@@ -276,6 +316,50 @@ class _Handler(BaseHTTPRequestHandler):
             got = api.download(what, req, which, cache=self.server.cache, base=self.server.base)
         self._send(HTTPStatus.OK, got.data, got.content_type,
                    {"Content-Disposition": f'attachment; filename="{got.filename}"', "Cache-Control": "no-store"})
+
+
+def host_name(header: str | None) -> str | None:
+    """The host name of a ``Host`` header, lower case, brackets kept for IPv6 (``[::1]``); None
+    for a header of any other shape: empty, a port that is not 1-5 digits, spaces, a user part,
+    a path, a second colon outside brackets. ``127.0.0.1.evil.com`` is a name of its own."""
+    parts = _host_port(header)
+    return parts[0] if parts is not None else None
+
+
+def _host_port(header: str | None) -> tuple[str, int] | None:
+    """(name, port) of a ``Host`` header (port 80 when it names none), or None (see host_name)."""
+    if header is None:
+        return None
+    h = header.strip().lower()
+    if h.startswith("["):
+        name, _, rest = h.partition("]")
+        name += "]"
+        if rest and not rest.startswith(":"):
+            return None
+        port = rest[1:]
+    else:
+        name, _, port = h.partition(":")
+    if port and not (port.isascii() and port.isdigit() and len(port) <= 5):
+        return None
+    if not name or any(c in name for c in " \t/@?#\\"):
+        return None
+    return name, int(port) if port else 80
+
+
+def same_origin(origin: str, host: str | None) -> bool:
+    """Whether an ``Origin`` header names the server the ``Host`` header reached: scheme http,
+    the same host name and the same port (80 when either leaves it out). ``null`` (a sandboxed or
+    file page) is never the same."""
+    try:
+        o = urlsplit(origin.strip())
+        o_port = o.port or 80
+    except ValueError:
+        return False
+    if o.scheme != "http" or not o.hostname or o.path not in ("", "/") or o.username or o.query:
+        return False
+    h = _host_port(host)
+    o_name = f"[{o.hostname}]" if ":" in o.hostname else o.hostname
+    return h is not None and (o_name, o_port) == h
 
 
 def _no_constant(name: str) -> Any:

@@ -133,8 +133,9 @@ _DUTY_PASSES = 8
 
 def _at_plan_duty(schedule: Schedule, costs: Costs | None, spread: Spread) -> Costs:
     """``costs`` (measured at the run's duty) with each rank's compute scaled to the plan's duty:
-    ``(u_plan / u_run) ** alpha``, iterated to a fixed point (the duty depends on the timing).
-    A straggler's factor slows its rank's lane but is no work: its holds count as idle.
+    ``(max(u_plan, u_min) / u_run) ** alpha``, iterated to a fixed point (the duty depends on the
+    timing), where ``u_min`` is the run's least busy rank's duty. A straggler's factor slows its
+    rank's lane but is no work: its holds count as idle.
 
     Raises:
         InputError: no measured duty to start from (the spread was not measured).
@@ -153,6 +154,9 @@ def _at_plan_duty(schedule: Schedule, costs: Costs | None, spread: Spread) -> Co
         slow[s.rank] = slow.get(s.rank, 1.0) * s.factor
     own = dict(costs.rank_scale)
     alpha = spread.duty_exponent
+    # No faster than the run's least busy rank: a power cap binds only above some duty, and the run
+    # shows the law only down to its least busy rank; below, nothing says the clock rises further.
+    floor = max(1e-3, min(spread.duty.values()))
     scale: dict[int, float] = {}
     duty: dict[int, float] = {}
     for _ in range(_DUTY_PASSES):
@@ -164,7 +168,7 @@ def _at_plan_duty(schedule: Schedule, costs: Costs | None, spread: Spread) -> Co
         new = {m.rank: min(1.0, m.busy / slow.get(m.rank, 1.0) / sim.makespan) for m in sim.ranks}
         done = bool(duty) and max(abs(new[r] - duty.get(r, 0.0)) for r in new) < 1e-4
         duty = new
-        scale = {r: (max(u, 1e-3) / spread.duty[r]) ** alpha for r, u in duty.items()
+        scale = {r: (max(u, floor) / spread.duty[r]) ** alpha for r, u in duty.items()
                  if spread.duty.get(r, 0.0) > 0}
         if done:
             break

@@ -111,6 +111,8 @@ class Spread:
     """alpha of the duty model (``pptl tune``'s ``device.duty_exponent``, docs/tune.md): under a power
     cap an op takes ``u ** alpha`` of its full-duty time on a rank busy a share ``u`` of the step, so
     a plan's ranks run their compute at ``(u_plan / u_run) ** alpha`` of the run's op times. 0: off."""
+    duty_learnt: bool = False
+    """``duty_exponent`` was learnt from the measured run (:mod:`pptl.whatif.duty`), not given."""
 
     @property
     def measured(self) -> bool:
@@ -129,7 +131,8 @@ class Spread:
             parts.append(f"measured {self.source} ({len(self.stages)} stage x kind spreads{step})")
         if self.duty_exponent > 0:
             busy = ", ".join(f"{u:.2f}" for _, u in sorted(self.duty.items()))
-            parts.append(f"duty exponent {self.duty_exponent:g} (the run's ranks busy {busy})")
+            how = "learnt from the run, whose" if self.duty_learnt else "the run's"
+            parts.append(f"duty exponent {self.duty_exponent:.2f} ({how} ranks busy {busy})")
         if self.jitter is not None:
             parts.append(f"jitter {100 * self.jitter.sd:g}%")
         for s in self.stragglers:
@@ -305,12 +308,18 @@ def _duty(tl: Any) -> dict[int, float]:
     return {r: min(1.0, b / span) for r, b in sorted(busy.items())} if span > 0 else {}
 
 
-def parse_duty_exponent(value: float) -> float:
-    """``--duty-exponent``: 0 (off) to 1.
+def parse_duty_exponent(text: str | float) -> float | None:
+    """``--duty-exponent``: 0 (off) to 1, or ``learn`` (None: learnt from the ``--from`` run).
 
     Raises:
-        InputError: outside 0..1 or not finite.
+        InputError: not ``learn`` nor a number, outside 0..1 or not finite.
     """
+    if isinstance(text, str) and text.strip().lower() == "learn":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError(f"--duty-exponent: got '{text}', expected 'learn' or a number 0 (off) to 1") from None
     if not (math.isfinite(value) and 0.0 <= value <= 1.0):
         raise InputError(f"--duty-exponent: got {value:g}, expected 0 (off) to 1 (pptl tune fitted 0.25-0.29 on "
                          f"H200s, docs/tune.md)")

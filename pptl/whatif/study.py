@@ -6,9 +6,9 @@ adds the spread the run showed (:func:`pptl.whatif.spread.spread_from_timeline`)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Mapping, Sequence
 
 from pptl.config import Costs
 from pptl.errors import InputError
@@ -27,6 +27,11 @@ class Measured:
     spread: Spread
     sends_on_compute: bool
     """The run sent on the compute stream (CUDA, ``sync-send``): plans are sampled so."""
+    stage_rank: Mapping[int, int] = field(default_factory=dict)
+    """Stage -> the rank that ran it."""
+    layers: Callable[[int], int] | None = None
+    """Stage -> MLP blocks of the run's workload (:func:`pptl.whatif.roles.layers_from_mapping`);
+    None where the run does not say (an imported profiler trace): the plan's are taken."""
 
 
 @dataclass(frozen=True)
@@ -70,7 +75,12 @@ def load_measured(path: Path) -> Measured:
     spread = spread_from_timeline(tl, str(path))
     extra = tl.meta.extra
     sync = extra.get("messages") == "sync-send" and extra.get("device") not in (None, "cpu")
-    return Measured(costs_from_mapping(costs_from_timeline(tl), source=str(path)), spread, sync)
+    from pptl.whatif.roles import layers_from_mapping
+
+    stage_rank = {e.stage: e.rank for e in tl.events if e.lane == "compute" and e.stage >= 0}
+    wl = extra.get("workload")
+    return Measured(costs_from_mapping(costs_from_timeline(tl), source=str(path)), spread, sync, stage_rank,
+                    layers_from_mapping(wl) if isinstance(wl, Mapping) else None)
 
 
 def study(schedule: Schedule, name: str, spread: Spread, *, costs: Costs | None = None, samples: int = 1000,
@@ -87,8 +97,11 @@ def study(schedule: Schedule, name: str, spread: Spread, *, costs: Costs | None 
 
 def study_plans(paths: Sequence[Path], *, measured: Path | None = None, samples: int = 1000, seed: int = 0,
                 jitter: Jitter | None = None, stragglers: Sequence[Straggler] = (),
-                duty_exponent: float = 0.0) -> list[PlanOutcome]:
+                duty_exponent: float | None = 0.0) -> list[PlanOutcome]:
     """Every plan of ``paths`` under the same spread and seed.
+
+    ``duty_exponent`` None: learnt from the measured run (:func:`pptl.whatif.duty.fit_duty_exponent`;
+    0 where its ranks' duty barely differs or without one).
 
     Raises:
         InputError: a file holds no schedule, or a spread does not fit a plan (see
@@ -97,8 +110,13 @@ def study_plans(paths: Sequence[Path], *, measured: Path | None = None, samples:
     from pptl.formats.loader import load_any
 
     m = load_measured(measured) if measured is not None else None
+    learnt = duty_exponent is None
+    if learnt and m is None:
+        raise InputError("--duty-exponent learn: needs --from a measured run (it is learnt from the run's ranks)")
+    if duty_exponent is None:
+        duty_exponent = (_learnt_duty_exponent(m) if m is not None else None) or 0.0
     spread = replace(m.spread if m is not None else Spread(), jitter=jitter, stragglers=tuple(stragglers),
-                     duty_exponent=duty_exponent)
+                     duty_exponent=duty_exponent, duty_learnt=learnt)
     out = []
     for p in paths:
         loaded = load_any(p)
@@ -109,8 +127,41 @@ def study_plans(paths: Sequence[Path], *, measured: Path | None = None, samples:
             from pptl.whatif.lanes import sends_on_compute
 
             schedule = sends_on_compute(schedule)
-        o = study(schedule, str(p), spread, costs=m.costs if m is not None else None, samples=samples, seed=seed)
+        costs, spread_p = (None, spread) if m is None else _by_role(schedule, m, spread)
+        o = study(schedule, str(p), spread_p, costs=costs, samples=samples, seed=seed)
         out.append(replace(o, sends_on_compute=schedule is not loaded.schedule))
     return out
 
 
+
+
+def _by_role(schedule: Schedule, m: Measured, spread: Spread) -> tuple[Costs, Spread]:
+    """The run's costs and spread keyed by the plan's stages through their roles
+    (:mod:`pptl.whatif.roles`)."""
+    import numpy as np
+
+    from pptl.optable import table_of
+    from pptl.whatif.roles import by_role, layers_from_mapping, sources
+
+    t = table_of(schedule)
+    compute = [k for k, name in enumerate(t.lane_names) if name == "compute"]
+    on = (t.stage >= 0) & np.isin(t.lane, compute)
+    if not on.any() or not m.stage_rank:
+        return m.costs, spread
+    plan_rank = {int(s): int(r) for s, r in zip(t.stage[on].tolist(), t.rank[on].tolist())}
+    wl = schedule.config.workload if schedule.config is not None else None
+    plan_layers = wl.layers_of if wl is not None else layers_from_mapping(None)
+    srcs = sources(max(plan_rank) + 1, sorted(m.stage_rank), plan_layers=plan_layers,
+                   run_layers=m.layers or plan_layers, keys=("F", "B", "I", "W"))
+    return by_role(m.costs, spread, srcs, plan_rank=plan_rank, run_rank=m.stage_rank)
+
+
+def _learnt_duty_exponent(m: Measured) -> float | None:
+    """alpha from the run's ranks; None without its workload (a profiler trace of another model:
+    the GEMM count that separates a stage's role from its rank's duty does not hold)."""
+    from pptl.whatif.duty import fit_duty_exponent
+
+    if m.layers is None:
+        return None
+    times = {(s, k): v for s, k in m.spread.stages if (v := m.costs.lookup(k, s)) is not None}
+    return fit_duty_exponent(times, m.stage_rank, m.spread.duty, m.layers)

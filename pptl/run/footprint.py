@@ -1,0 +1,102 @@
+"""What one chunk of ``pptl run``'s MLP holds between its passes, in bytes (pure: no torch).
+
+A block is ``h + Linear(4h, h)(GELU(Linear(h, 4h)(h)))`` on a ``tokens x hidden`` input (one
+"unit": ``tokens * hidden`` elements). Counting the tensors :mod:`pptl.run.model` keeps:
+
+- **F to its backward** (autograd's saved tensors): per block the first Linear's input ``h`` (1
+  unit), the GELU's input ``u`` (4) and the second Linear's input ``a`` (4): 9 units. The chunk's
+  input is not counted (the step holds it to its end anyway: a micro-batch's input on stage 0, a
+  received message elsewhere), nor its output (the next chunk's input or a sent message). The last
+  stage's loss saves the float32 residual ``y - target``: one unit at 4 bytes an element.
+- **I's end to W's end**: per block the two Linear inputs (``h``, ``a``: 5 units) and the two
+  output gradients (``du``: 4, ``dd``: 1): 10 units. Again less the chunk's input, and on every
+  stage but the last less the last block's ``dd``, which is the gradient the chunk received (the
+  residual add passes it on unchanged).
+
+So a chunk waiting for its W holds *more* than its forward did: I frees ``u`` (4 units per block)
+and makes ``du`` and ``dd`` (5). The plan's memory model says this with ``w_activation`` =
+until_w / forward (above 1 here: 78/71 for 8 blocks); the weight gradients' inputs are what the
+split keeps, whatever share of the forward's tensors they are.
+
+Not counted: the tensors an op makes and frees while it runs (``da`` in I, the GEMM workspaces), and
+the message buffers (``pptl run`` keeps every SEND and RECV tensor to the step's end).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from pptl.config import Workload
+from pptl.ir import Schedule
+
+__all__ = ["Footprint", "chunk_footprint", "planned_peaks", "ELEMENT_BYTES"]
+
+ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+#: Units (tokens x hidden elements) a block saves for its backward: h, u (4h wide), a (4h wide).
+_SAVED = 1 + 4 + 4
+#: Units a block holds from I to W: Linear inputs h and a, output gradients du and dd.
+_UNTIL_W = 1 + 4 + 4 + 1
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """Bytes one chunk (one stage, one micro-batch) holds, beyond its input and output."""
+
+    forward: int
+    """From F's end to the end of its backward (B), or of I."""
+    until_w: int
+    """From I's end to W's end (split backward)."""
+
+    @property
+    def w_activation(self) -> float:
+        """``until_w`` as a share of ``forward``: the plan's ``w_activation`` for this chunk."""
+        return self.until_w / self.forward if self.forward else 0.0
+
+
+def chunk_footprint(workload: Workload, stage: int, *, last: bool) -> Footprint:
+    """The bytes of :class:`Footprint` for ``stage`` of ``workload`` (``last``: the loss is here)."""
+    layers = workload.layers_of(stage)
+    unit = workload.tokens * workload.hidden
+    e = ELEMENT_BYTES[workload.dtype]
+    if layers == 0:
+        return Footprint(4 * unit if last else 0, 0)
+    forward = (_SAVED * layers - 1) * unit * e + (4 * unit if last else 0)
+    until_w = (_UNTIL_W * layers - 1 - (0 if last else 1)) * unit * e
+    return Footprint(forward, until_w)
+
+
+def planned_peaks(schedule: Schedule, start: Sequence[float], end: Sequence[float]) -> dict[int, int]:
+    """Per rank, the most bytes of chunk activations the plan's timing (``start``, ``end``: a
+    simulation's) says ``pptl run`` holds: F adds its stage's ``forward`` at its start, B frees it at
+    its end, I trades it for ``until_w`` at its end and W frees that at its end (at equal times a
+    free comes first, as in :func:`pptl.simulate.memory_timeline`). A plan without backwards holds
+    none: the run builds no graph for it."""
+    workload = schedule.config.workload if schedule.config is not None else Workload()
+    last = schedule.num_stages - 1
+    if not any(op.kind in ("B", "I", "W", "FB") for op in schedule.ops):
+        return {r: 0 for r in range(schedule.pp)}
+    fps = {st: chunk_footprint(workload, st, last=st == last) for st in range(schedule.num_stages)}
+    events: dict[int, list[tuple[float, int, int]]] = {r: [] for r in range(schedule.pp)}
+    for i, op in enumerate(schedule.ops):
+        if op.kind not in ("F", "B", "I", "W", "FB"):
+            continue
+        fp, ev = fps[op.stage], events[op.rank]
+        if op.kind in ("F", "FB"):
+            ev.append((start[i], 1, fp.forward))
+        if op.kind == "B":
+            ev.append((end[i], 0, -fp.forward))
+        if op.kind == "FB":  # its backward half is the pair's (stage, micro-batch)
+            ev.append((end[i], 0, -fps[op.pair[0]].forward))  # type: ignore[index]
+        if op.kind == "I":
+            ev.append((end[i], 0, fp.until_w - fp.forward))
+        if op.kind == "W":
+            ev.append((end[i], 0, -fp.until_w))
+    peaks = {}
+    for r, ev in events.items():
+        cur = best = 0
+        for _, _, delta in sorted(ev):
+            cur += delta
+            best = max(best, cur)
+        peaks[r] = best
+    return peaks

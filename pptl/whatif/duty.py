@@ -1,0 +1,73 @@
+"""The duty exponent learnt from the calibrating run itself.
+
+Under a power cap a GPU busy a share ``u`` of the step runs its ops at ``u ** alpha`` of their
+full-duty time (``pptl tune``'s duty model, docs/tune.md "Duty cycle"). A run's ranks differ in
+duty (1F1B's last rank is the busiest), so their op times, once divided by the work each op does,
+tell alpha: per kind, ``log(time / work) = log c_kind + alpha * log u_rank`` by least squares,
+one alpha for every kind. The work of an op is the GEMMs its stage's role runs
+(:func:`pptl.whatif.roles.gemm_work`): the first stage's B runs one fewer, so it is not mistaken
+for a faster GPU.
+
+What the GEMM count leaves out stays in the fit: the last stage's loss (elementwise, in fp32)
+makes its F and B longer than their GEMMs say, and reads as duty. On 2 H200s (2026-11-26) B alone
+gives 0.20, F alone 0.63 (its loss is about 8% of the op), both 0.41.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Mapping
+
+__all__ = ["MIN_DUTY_SPREAD", "fit_duty_exponent"]
+
+#: Least spread of the run's ranks' duty (max / min) for which alpha is fitted, as ``pptl tune``:
+#: below it the fit divides noise by almost nothing.
+MIN_DUTY_SPREAD = 1.05
+#: Kinds whose GEMMs :func:`pptl.whatif.roles.gemm_work` counts.
+_KINDS = ("F", "B", "I", "W")
+
+
+def fit_duty_exponent(times: Mapping[tuple[int, str], float], stage_rank: Mapping[int, int],
+                      duty: Mapping[int, float], layers: Callable[[int], int]) -> float | None:
+    """alpha from a run's mean op time per (stage, kind), clipped to 0..1.
+
+    Args:
+        times: (stage, kind) -> mean measured duration (kinds outside F, B, I, W are left out).
+        stage_rank: stage -> the rank that ran it.
+        duty: rank -> share of the step its compute lane was busy.
+        layers: stage -> MLP blocks (a callable).
+
+    Returns:
+        alpha, or None when no kind was timed on two ranks whose duty differs by
+        :data:`MIN_DUTY_SPREAD` or more.
+
+    Example: stages 0 and 1 on ranks busy 0.5 and 1.0, F times 1.0 and 2 ** 0.3 (same work):
+    alpha 0.3.
+
+    Notes:
+        O(stages x kinds).
+    """
+    from pptl.whatif.roles import gemm_work, role_of
+
+    if not times:
+        return None
+    n = max(s for s, _ in times) + 1
+    per_kind: dict[str, list[tuple[float, float]]] = {}
+    for (s, k), t in times.items():
+        u = duty.get(stage_rank.get(s, -1), 0.0)
+        w = gemm_work(k, role_of(s, n), int(layers(s))) if k in _KINDS else None
+        if w and t > 0 and u > 0:
+            per_kind.setdefault(k, []).append((math.log(u), math.log(t / w)))
+    sxy = sxx = 0.0
+    lo, hi = math.inf, -math.inf
+    for pts in per_kind.values():
+        xs = [x for x, _ in pts]
+        if len(pts) < 2 or max(xs) - min(xs) < 1e-12:
+            continue
+        lo, hi = min(lo, min(xs)), max(hi, max(xs))
+        mx = sum(xs) / len(xs)
+        my = sum(y for _, y in pts) / len(pts)
+        sxy += sum((x - mx) * (y - my) for x, y in pts)
+        sxx += sum((x - mx) ** 2 for x in xs)
+    if sxx <= 0 or hi - lo < math.log(MIN_DUTY_SPREAD) - 1e-12:  # a spread of exactly 1.05 counts
+        return None
+    return min(1.0, max(0.0, sxy / sxx))

@@ -1,0 +1,196 @@
+"""Hand-written mutants of tune, diagnose, explain, serve, the plan reader and the measured-timeline
+rule, each with the tests that must kill it (docs/testing.md lists them).
+
+    python tests/hand_mutants.py            # apply each to a copy of the tree, run its tests, report
+    python tests/hand_mutants.py --only 3,serve-body-limit
+    python tests/hand_mutants.py --list
+
+Each mutant is one edit of one line, written to look like a plausible bug at a boundary (a limit
+hit exactly, a tie, a remainder, a two-digit rank, a hostile header). The runner copies ``pptl/``,
+``tests/``, ``fixtures/`` and ``pyproject.toml`` to a temporary folder, applies the edit there (the
+working tree is never touched), runs the named tests with ``pytest -x``, and counts the mutant as
+killed when they fail (pytest exit 1). An edit whose text is not found exactly once is reported as
+stale (the source moved): fix the table, don't count it.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+    bug: str
+    """What the edit does, as a user would see it."""
+
+
+_B = "tests/test_boundaries.py::"
+_H = "tests/test_serve_hostile.py::"
+_M = "tests/test_measured_clock.py::"
+
+MUTANTS: tuple[Mutant, ...] = (
+    # --- the plan reader
+    Mutant("plan-size-limit", "pptl/formats/plan.py",
+           "v < lo or v > 10_000_000:", "v < lo or v >= 10_000_000:",
+           (_B + "test_schedule_sizes_up_to_ten_million_are_sizes",),
+           "a size of exactly 10,000,000 is called not an integer"),
+    Mutant("plan-payload-zero", "pptl/formats/plan.py",
+           "not 0 <= v < math.inf:", "not 0 < v < math.inf:",
+           (_B + "test_a_payload_of_zero_bytes_is_a_payload",),
+           "a payload of 0 bytes refused"),
+    Mutant("plan-max-time", "pptl/formats/plan.py",
+           "not -MAX_TIME <= v <= MAX_TIME:", "not -MAX_TIME <= v < MAX_TIME:",
+           (_B + "test_timeline_times_up_to_max_time",),
+           "a time of exactly MAX_TIME refused"),
+    # --- diagnose
+    Mutant("diagnose-rank-runs", "pptl/diagnose/ops.py",
+           "if j - k >= 2 else", "if j - k >= 1 else",
+           (_B + "test_rank_lists",),
+           "two ranks in a row printed as a range (0-1)"),
+    Mutant("diagnose-rank-order-text", "pptl/diagnose/ops.py",
+           "rs = sorted(set(ranks))", "rs = sorted(set(ranks), key=str)",
+           (_B + "test_rank_lists",),
+           "ranks ordered as text: 10 before 9, so 9-11 is never a range"),
+    Mutant("diagnose-ring-wrapped", "pptl/diagnose/waits.py",
+           "d.entries[0].record_id > 0:", "d.entries[0].record_id >= 0:",
+           (_B + "test_a_wrapped_ring_buffer_is_noted_from_record_one",),
+           "every dump said to have wrapped, record 0 first included"),
+    Mutant("diagnose-missing-plural", "pptl/diagnose/waits.py",
+           "{'s' if len(missing) > 1 else ''}", "{'s' if len(missing) >= 1 else ''}",
+           (_B + "test_missing_dumps_are_named",),
+           "one missing dump named as 'ranks 2'"),
+    # --- explain
+    Mutant("explain-receiver-clock", "pptl/explain.py",
+           "ready = min(ready, events[rcv].end)", "ready = ready",
+           (_B + "test_explain_trusts_the_receivers_clock_when_the_ranks_disagree",),
+           "a RECV stamped before its SEND keeps the sender's (other) clock: the receiver's own wait misfiled"),
+    Mutant("explain-zero-idle", "pptl/explain.py",
+           "if idle > 0 else f\"{v:.4g}\"", "if idle >= 0 else f\"{v:.4g}\"",
+           (_B + "test_a_rank_with_no_idle_time_prints_without_a_share",),
+           "a rank with no idle time divides by zero"),
+    Mutant("explain-measurement-line", "pptl/explain.py",
+           "lines = [bad] if bad is not None else []", "lines = []",
+           (_B + "test_explain_trusts_the_receivers_clock_when_the_ranks_disagree",
+            _M + "test_compare_and_explain_name_the_measurement_error"),
+           "a measurement error not reported by explain"),
+    # --- tune
+    Mutant("tune-even-split-ties", "pptl/tune/split.py",
+           "key=lambda s: (abs(s - (stages - 1) / 2), s))", "key=lambda s: (abs(s - (stages - 1) / 2), -s))",
+           (_B + "test_even_split_puts_the_remainder_in_the_middle",),
+           "an odd remainder goes to the later of two middle stages"),
+    Mutant("tune-layout-empty-stage", "pptl/tune/split.py",
+           'body = "" if n == 0 else ("t" if n == 1 else f"t*{n}")', 'body = "t" if n == 1 else f"t*{n}"',
+           (_B + "test_megatron_layout_edges",),
+           "a stage of no layers written t*0 in the Megatron layout"),
+    Mutant("tune-head-on-one-stage", "pptl/tune/split.py",
+           "(model.head, s == last)", "(model.head, s == last and s > 0)",
+           (_B + "test_stage_costs_add_embedding_to_the_first_and_head_to_the_last",),
+           "a one-stage pipeline's head cost forgotten"),
+    Mutant("tune-embedding-iw-ratio", "pptl/tune/model.py",
+           'b * (i if kind == "I" else w) / (i + w)', 'b * (w if kind == "I" else i) / (i + w)',
+           (_B + "test_stage_costs_add_embedding_to_the_first_and_head_to_the_last",),
+           "an embedding's B split into I and W the wrong way round"),
+    Mutant("tune-rank-per-step", "pptl/tune/rank.py",
+           "per_mb = r.step / r.structure.microbatches", "per_mb = r.step",
+           (_B + "test_ranking_is_per_micro_batch_then_peak_then_named_families",),
+           "candidates of different micro-batch counts ranked by step, not throughput"),
+    Mutant("tune-rank-named-first", "pptl/tune/rank.py",
+           'synth = r.structure.family == "synth"', "synth = False",
+           (_B + "test_ranking_is_per_micro_batch_then_peak_then_named_families",),
+           "on a tie, a synthesized order ranked before the named family"),
+    # --- serve
+    Mutant("serve-body-limit", "pptl/serve/server.py",
+           "if n > MAX_BODY_BYTES:", "if n >= MAX_BODY_BYTES:",
+           (_B + "test_a_body_of_exactly_the_limit_is_read",),
+           "a body of exactly the limit refused (413)"),
+    Mutant("serve-host-prefix", "pptl/serve/server.py",
+           'return host_name(self.headers.get("Host")) in _LOOPBACK',
+           'return any((host_name(self.headers.get("Host")) or "").startswith(n) for n in _LOOPBACK)',
+           (_H + "test_loopback_lookalike_hosts_are_refused",),
+           "Host 127.0.0.1.evil.com taken for this machine (DNS rebinding)"),
+    Mutant("serve-origin-port", "pptl/serve/server.py",
+           "o_port = o.port or 80", "o_port = o.port",
+           (_H + "test_same_origin",),
+           "the page's own POST refused when its Origin leaves out port 80"),
+    Mutant("serve-content-type-prefix", "pptl/serve/server.py",
+           'if ctype != "application/json":', 'if not ctype.startswith("application/json"):',
+           (_H + "test_post_needs_a_json_content_type",),
+           "Content-Type application/jsonx accepted"),
+    Mutant("serve-gone-client-logged", "pptl/serve/server.py",
+           "        if isinstance(e, _GONE):\n            return\n", "",
+           (_H + "test_handle_error_of_a_gone_client_is_silent",),
+           "a client that went away logged as an error"),
+    # --- the rule on measured timelines
+    Mutant("measured-tolerance-edge", "pptl/checks/measured.py",
+           "if recv.end < send.start - tol:", "if recv.end <= send.start - tol:",
+           (_M + "test_recv_before_send_at_the_tolerance",),
+           "a RECV ending exactly at the tolerance called a measurement error"),
+)
+
+
+def _copy_tree(dst: Path) -> None:
+    for name in ("pptl", "tests", "fixtures"):
+        shutil.copytree(ROOT / name, dst / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copy2(ROOT / "pyproject.toml", dst / "pyproject.toml")
+
+
+def run_one(m: Mutant) -> tuple[str, str]:
+    """(outcome, detail): killed, SURVIVED, stale or error."""
+    with tempfile.TemporaryDirectory(prefix="pptl-mutant-") as tmp:
+        dst = Path(tmp)
+        _copy_tree(dst)
+        target = dst / m.path
+        text = target.read_text()
+        if text.count(m.old) != 1:
+            return "stale", f"{m.old!r} found {text.count(m.old)} times in {m.path}"
+        target.write_text(text.replace(m.old, m.new))
+        env = dict(os.environ, PYTHONPATH=str(dst), PYTHONDONTWRITEBYTECODE="1")
+        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *m.tests],
+                           cwd=dst, env=env, capture_output=True, text=True, timeout=900)
+        fail = next((line for line in r.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))), "")
+        if r.returncode == 1:
+            return "killed", fail
+        if r.returncode == 0:
+            return "SURVIVED", "its tests passed"
+        return "error", f"pytest exit {r.returncode}: {r.stdout.strip().splitlines()[-1:]}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", default="", help="comma-separated names or 1-based numbers")
+    ap.add_argument("--list", action="store_true")
+    args = ap.parse_args()
+    picked = list(enumerate(MUTANTS, 1))
+    if args.only:
+        want = set(args.only.split(","))
+        picked = [(k, m) for k, m in picked if m.name in want or str(k) in want]
+    if args.list:
+        for k, m in picked:
+            print(f"{k:>2} {m.name:<28} {m.path}: {m.bug}")
+        return 0
+    outcomes: dict[str, int] = {}
+    for k, m in picked:
+        t = time.monotonic()
+        outcome, detail = run_one(m)
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        print(f"{k:>2} {m.name:<28} {outcome:<8} {time.monotonic() - t:5.1f} s  {detail}", flush=True)
+    print(", ".join(f"{v} {k}" for k, v in sorted(outcomes.items())))
+    return 0 if set(outcomes) <= {"killed"} else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""pptl run's memory between passes: the bytes :mod:`pptl.run.footprint` predicts, worked out by
+hand, and the tensors the model really keeps, counted storage by storage on CPU."""
+from __future__ import annotations
+
+import pytest
+
+from pptl.config import Workload, config_from_mapping
+from pptl.run.footprint import chunk_footprint, planned_peaks
+from pptl.schedules import build_schedule
+from pptl.simulate import simulate
+
+# 4 tokens x 8 hidden in float32: one unit (a tokens x hidden tensor) is 32 elements, 128 bytes.
+SMALL = Workload(hidden=8, tokens=4, layers_per_stage=3, dtype="float32")
+UNIT = 4 * 8 * 4
+
+
+def test_footprint_by_hand_middle_and_last_stage():
+    # 3 blocks save h, u, a: 27 units, less the chunk's input: 26. Until W: h, a, du, dd = 30,
+    # less the input and the received gradient (the last block's dd): 28.
+    mid = chunk_footprint(SMALL, 1, last=False)
+    assert (mid.forward, mid.until_w) == (26 * UNIT, 28 * UNIT) == (3328, 3584)
+    # The loss's float32 residual (32 elements, 128 bytes); dd of the last block is made here (29).
+    last = chunk_footprint(SMALL, 1, last=True)
+    assert (last.forward, last.until_w) == (26 * UNIT + 128, 29 * UNIT) == (3456, 3712)
+
+
+def test_footprint_of_the_gpu_benchmark_chunk():
+    # 8 blocks of 2048 x 2048 in bf16: a unit is 8 MiB; 71 units saved, 78 held until W.
+    w = Workload(hidden=2048, tokens=2048, layers_per_stage=8, dtype="bfloat16")
+    fp = chunk_footprint(w, 0, last=False)
+    assert (fp.forward, fp.until_w) == (568 * 2**20, 624 * 2**20)
+    assert fp.w_activation == pytest.approx(78 / 71)  # above 1: W's inputs outweigh F's saved tensors
+
+
+def test_footprint_one_block_and_an_empty_stage():
+    one = Workload(hidden=8, tokens=4, layers_per_stage=1, stage_layers=(1, 0), dtype="bfloat16")
+    u = 4 * 8 * 2
+    assert chunk_footprint(one, 0, last=False) == type(chunk_footprint(one, 0, last=False))(8 * u, 8 * u)
+    empty = chunk_footprint(one, 1, last=True)
+    assert (empty.forward, empty.until_w) == (4 * 32, 0)  # the residual only; nothing to split
+
+
+def _storages(tensors, skip):
+    """Bytes of the distinct storages among ``tensors``, leaving out those of ``skip``."""
+    out = {}
+    gone = {t.untyped_storage().data_ptr() for t in skip if t is not None}
+    for t in tensors:
+        if t is None:
+            continue
+        s = t.untyped_storage()
+        if s.data_ptr() not in gone:
+            out[s.data_ptr()] = s.nbytes()
+    return sum(out.values())
+
+
+@pytest.mark.parametrize("stage,last", [(0, False), (1, False), (1, True)], ids=["first", "middle", "last"])
+def test_model_holds_what_the_footprint_counts(stage, last):
+    torch = pytest.importorskip("torch")
+    from pptl.run.model import backward_input, forward, make_chunk
+
+    cpu = torch.device("cpu")
+    chunk = make_chunk(SMALL, stage, cpu)
+    x = torch.randn(SMALL.tokens, SMALL.hidden)
+    target = torch.randn(SMALL.tokens, SMALL.hidden) if last else None
+    dy = None if last else torch.randn(SMALL.tokens, SMALL.hidden)
+    saved = []
+
+    def pack(t):
+        saved.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        act = forward(chunk, x, needs_input_grad=stage > 0, keep_linears=True, target=target, scale=1.0)
+    fp = chunk_footprint(SMALL, stage, last=last)
+    not_activation = [x, act.x, act.y, *chunk.params] + ([target] if last else [])
+    held = saved + act.linear_in + act.linear_out
+    assert _storages(held, not_activation) == fp.forward
+    saved.clear()  # from here only the graph and the Activation keep the tensors
+    held.clear()
+    backward_input(chunk, act, dy)
+    assert act.linear_out == [] and all(g is not None for g in act.linear_grad)
+    kept = act.linear_in + act.linear_grad
+    assert _storages(kept, [x, act.x, dy]) == fp.until_w
+
+
+def _plan(cfg):
+    s = build_schedule(config_from_mapping({**cfg, "costs": {"F": 1, "B": 2, "I": 1, "W": 1},
+                                            "workload": {"hidden": 8, "tokens": 4, "layers_per_stage": 3}}))
+    sim = simulate(s)
+    return planned_peaks(s, sim.start, sim.end)
+
+
+def test_planned_peaks_by_hand():
+    # 1F1B, 2 ranks: rank 0 holds 2 forwards of stage 0 (26 units each), rank 1 one of the last
+    # stage (26 units and the 128-byte residual).
+    assert _plan({"schedule": "1f1b", "pp": 2, "microbatches": 4}) == {0: 2 * 3328, 1: 3456}
+    # ZB-H1: rank 0 runs F0 F1 I0 W0 F2 ...: at I0's end one chunk waits for W (28 units) beside F1's
+    # (26); rank 1 runs F0 I0 F1 I1 W0 ...: two chunks wait for W (29 units each on the last stage).
+    assert _plan({"schedule": "zb-h1", "pp": 2, "microbatches": 4, "split_backward": True}) == \
+        {0: 3328 + 3584, 1: 2 * 3712}
+    assert _plan({"schedule": "inference", "pp": 2, "vpp": 2, "microbatches": 4}) == {0: 0, 1: 0}

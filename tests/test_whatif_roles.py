@@ -1,0 +1,122 @@
+"""Stage roles and the learnt duty exponent of ``pptl whatif --from`` (pptl/whatif/roles.py, duty.py),
+against GEMM counts and exponents worked out by hand."""
+from __future__ import annotations
+
+import math
+
+import pytest
+from cli_runner import CliRunner
+
+from pptl.cli import app
+from pptl.config import Costs
+from pptl.errors import InputError
+from pptl.whatif.duty import fit_duty_exponent
+from pptl.whatif.roles import by_role, gemm_work, layers_from_mapping, role_of, sources
+from pptl.whatif.spread import Quantiles, Spread, parse_duty_exponent
+
+
+@pytest.mark.parametrize("stage,stages,role", [
+    (0, 1, "only"), (0, 2, "first"), (1, 2, "last"), (0, 4, "first"), (1, 4, "middle"), (2, 4, "middle"),
+    (3, 4, "last"), (9, 10, "last"), (10, 12, "middle"), (11, 12, "last")],
+    ids=["one-stage", "2-first", "2-last", "4-first", "4-second", "4-third", "4-last", "10-last",
+         "12-two-digit-middle", "12-last"])
+def test_role_of(stage, stages, role):
+    assert role_of(stage, stages) == role
+
+
+@pytest.mark.parametrize("kind,role,layers,gemms", [
+    ("F", "first", 2, 4.0), ("F", "last", 2, 4.0),           # the loss is no GEMM
+    ("B", "first", 2, 7.0), ("B", "middle", 2, 8.0), ("B", "last", 2, 8.0), ("B", "only", 1, 3.0),
+    ("I", "first", 1, 1.0), ("I", "middle", 1, 2.0), ("W", "first", 3, 6.0),
+    ("FB", "middle", 2, None), ("SEND", "first", 2, None), ("F", "middle", 0, None)],
+    ids=["F-first", "F-last", "B-first", "B-middle", "B-last", "B-only-1", "I-first-1", "I-middle-1", "W-first-3",
+         "FB-uncounted", "SEND", "no-layers"])
+def test_gemm_work(kind, role, layers, gemms):
+    assert gemm_work(kind, role, layers) == gemms
+
+
+def _two(_s: int) -> int:
+    return 2
+
+
+def test_sources_interleaved_from_a_two_stage_run():
+    # 1F1B on 2 ranks (first, last) -> interleaved V=2 (first, middle, middle, last): the middles come
+    # from the first stage, their B with 8 GEMMs where the first ran 7; F and W unchanged
+    srcs = sources(4, [0, 1], plan_layers=_two, run_layers=_two, keys=("F", "B", "I", "W"))
+    assert [(s.stage, s.role, s.stages) for s in srcs] == [(0, "first", (0,)), (1, "middle", (0,)),
+                                                           (2, "middle", (0,)), (3, "last", (1,))]
+    assert srcs[1].work == pytest.approx({"F": 1.0, "B": 8 / 7, "I": 4 / 3, "W": 1.0})
+    assert srcs[0].work == pytest.approx({"F": 1.0, "B": 1.0, "I": 1.0, "W": 1.0})
+    assert srcs[3].work == pytest.approx({"F": 1.0, "B": 1.0, "I": 1.0, "W": 1.0})
+
+
+def test_sources_same_stages_keep_their_index_and_scale_by_layers():
+    # a plan with as many stages keeps each stage's own costs; 3 blocks where the run had 2: x 3/2
+    srcs = sources(3, [0, 1, 2], plan_layers=lambda s: 3 if s == 1 else 2, run_layers=_two, keys=("F", "B"))
+    assert [s.stages for s in srcs] == [(0,), (1,), (2,)]
+    assert srcs[1].work == pytest.approx({"F": 1.5, "B": 1.5})
+    # fewer stages than the run: the plan's middle takes the mean of the run's two middles
+    srcs = sources(3, [0, 1, 2, 3], plan_layers=_two, run_layers=_two, keys=("F",))
+    assert [s.stages for s in srcs] == [(0,), (1, 2), (3,)]
+    assert sources(3, [], plan_layers=_two, run_layers=_two, keys=("F",)) == []
+
+
+def test_by_role_rekeys_costs_and_spread_with_the_duty_of_the_rank_that_runs_it():
+    costs = Costs(base={"F": 9.0, "B": 9.0}, stages={0: {"F": 1.6, "B": 3.5}, 1: {"F": 1.8, "B": 4.0}})
+    q0, q1 = Quantiles.of([0.9, 1.1]), Quantiles.of([0.8, 1.2])
+    spread = Spread(stages={(0, "F"): q0, (1, "F"): q1}, source="m.json", pp=2, duty={0: 0.5, 1: 0.8},
+                    duty_exponent=0.5)
+    srcs = sources(4, [0, 1], plan_layers=_two, run_layers=_two, keys=("F", "B"))
+    c, s = by_role(costs, spread, srcs, plan_rank={0: 0, 1: 1, 2: 0, 3: 1}, run_rank={0: 0, 1: 1})
+    # stage 1 runs on rank 1 (run duty 0.8) from stage 0 of rank 0 (0.5): x (0.8 / 0.5) ** 0.5
+    up = math.sqrt(0.8 / 0.5)
+    assert dict(c.stages[0]) == pytest.approx({"F": 1.6, "B": 3.5})
+    assert dict(c.stages[1]) == pytest.approx({"F": 1.6 * up, "B": 3.5 * 8 / 7 * up})
+    assert dict(c.stages[2]) == pytest.approx({"F": 1.6, "B": 4.0})
+    assert dict(c.stages[3]) == pytest.approx({"F": 1.8, "B": 4.0})
+    assert s.stages == {(0, "F"): q0, (1, "F"): q0, (2, "F"): q0, (3, "F"): q1}
+
+
+def test_fit_duty_exponent_recovers_alpha_and_separates_role_from_duty():
+    # F on ranks busy 0.5 and 1.0 with the same work: alpha 0.3 exactly
+    assert fit_duty_exponent({(0, "F"): 1.0, (1, "F"): 2 ** 0.3}, {0: 0, 1: 1}, {0: 0.5, 1: 1.0},
+                             _two) == pytest.approx(0.3)
+    # B on a first stage runs 7 GEMMs, on the last 8: the 8 / 7 is work, not duty (alpha 0.3 again)
+    times = {(0, "B"): 7.0, (1, "B"): 8.0 * 2 ** 0.3, (0, "F"): 4.0, (1, "F"): 4.0 * 2 ** 0.3}
+    assert fit_duty_exponent(times, {0: 0, 1: 1}, {0: 0.5, 1: 1.0}, _two) == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize("times,duty,alpha", [
+    ({(0, "F"): 1.0, (1, "F"): 2.0}, {0: 0.80, 1: 0.839}, None),         # duty spread 1.049 < 1.05
+    ({(0, "F"): 1.0, (1, "F"): 1.1}, {0: 0.80, 1: 0.84}, 1.0),           # at 1.05: fitted, clipped to 1
+    ({(0, "F"): 1.0, (1, "F"): 0.5}, {0: 0.5, 1: 1.0}, 0.0),             # faster when busier: clipped to 0
+    ({(0, "FB"): 1.0, (1, "FB"): 2.0}, {0: 0.5, 1: 1.0}, None),          # no GEMM count for FB
+    ({(0, "F"): 1.0}, {0: 0.5}, None), ({}, {}, None)],
+    ids=["below-spread", "at-spread-clipped", "negative-clipped", "uncounted-kind", "one-stage", "empty"])
+def test_fit_duty_exponent_edges(times, duty, alpha):
+    got = fit_duty_exponent(times, {0: 0, 1: 1}, duty, _two)
+    assert got == (pytest.approx(alpha) if alpha is not None else None)
+
+
+def test_layers_from_mapping_is_bounded():
+    f = layers_from_mapping({"layers_per_stage": 3, "stage_layers": [5, 4]})
+    assert (f(0), f(1), f(2)) == (5, 4, 3)
+    g = layers_from_mapping({"layers_per_stage": True, "stage_layers": [0, "x"]})
+    assert (g(0), g(7)) == (1, 1)
+
+
+def test_parse_duty_exponent_learn_and_errors():
+    assert parse_duty_exponent("learn") is None and parse_duty_exponent(" LEARN ") is None
+    assert parse_duty_exponent("0.25") == 0.25 and parse_duty_exponent("1") == 1.0
+    with pytest.raises(InputError, match=r"^--duty-exponent: got 'fit', expected 'learn' or a number 0 \(off\) to 1$"):
+        parse_duty_exponent("fit")
+
+
+def test_duty_exponent_learn_needs_a_run(tmp_path):
+    r = CliRunner()
+    plan = tmp_path / "p.json"
+    assert r.invoke(app, ["plan", "-s", "1f1b", "--pp", "2", "-m", "2", "-o", str(plan)]).exit_code == 0
+    res = r.invoke(app, ["whatif", str(plan), "--duty-exponent", "learn", "-n", "5"])
+    assert res.exit_code == 2 and res.exception is None, res.output
+    assert res.stderr.strip().splitlines() == ["error: --duty-exponent learn: needs --from a measured run (it is "
+                                               "learnt from the run's ranks)"]
