@@ -1,7 +1,7 @@
-"""Simulation of a large plan held as an op table (``Schedule.from_table``) against the same plan
-as ``Op`` objects, in one process, the cycle collector off (as the CLI runs), in CPU seconds.
+"""Simulation of a large plan whose ``Op`` view was built against a copy that has built none, in one
+process, the cycle collector off (as the CLI runs), in CPU seconds.
 
-Times, least of ``--repeat`` runs: the DAG's adjacency lists and topological order, ``simulate``
+Times, least of ``--repeat`` runs: the DAG's successor lists and topological order, ``simulate``
 given them, and the plan's summary (``Simulation.metrics`` and the family's metrics); then whether
 the table-made schedule built ``Op`` objects, and whether both give the same metrics.
 

@@ -2,7 +2,7 @@
 
 :mod:`pptl.formats.torch_csv` decides the placement, micro-batches and notes; this module does the
 per-cell work on arrays so that a large file becomes a table-made schedule
-(:meth:`pptl.ir.Schedule.from_table`) without one ``Op`` per cell. Two ways in:
+(``Schedule.table``) without one ``Op`` per cell. Two ways in:
 
 - :func:`cells_of_text`: the form torch writes (``0F0``, ``3SEND_B5``, ``(0F7;7B3)OVERLAP_F_B``,
   empty cells; ASCII, no quotes): one regex match validates the whole text, then the numbers are

@@ -1,5 +1,5 @@
 """One assembler: the families' compute orders become a schedule as an op table
-(:meth:`pptl.ir.Schedule.from_table`), with no ``Op`` object built.
+(``Schedule.table``), with no ``Op`` object built.
 
 The rules, written as numpy key joins:
 
