@@ -1,7 +1,7 @@
-"""Simulation of a large plan held as an op table (``Schedule.from_table``) against the same plan
-as ``Op`` objects, in one process, the cycle collector off (as the CLI runs), in CPU seconds.
+"""Simulation of a large plan whose ``Op`` view was built against a copy that has built none, in one
+process, the cycle collector off (as the CLI runs), in CPU seconds.
 
-Times, least of ``--repeat`` runs: the DAG's adjacency lists and topological order, ``simulate``
+Times, least of ``--repeat`` runs: the DAG's successor lists and topological order, ``simulate``
 given them, and the plan's summary (``Simulation.metrics`` and the family's metrics); then whether
 the table-made schedule built ``Op`` objects, and whether both give the same metrics.
 
@@ -28,7 +28,7 @@ def main() -> None:
     a = ap.parse_args()
     gc.disable()
     from pptl.config import Config
-    from pptl.dag import adjacency, topological_order
+    from pptl.dag import kahn_order, successors
     from pptl.schedules import build_schedule, get_family
     from pptl.simulate import simulate
     from tests.table_copy import table_made
@@ -37,7 +37,7 @@ def main() -> None:
     fam = get_family(cfg.schedule)
     objects = build_schedule(cfg)
     print(f"{a.schedule} pp {a.pp} V {a.vpp} {a.mb} micro-batches: {len(objects.ops):,} ops")
-    print("| schedule | adjacency s | order s | simulate s | summary s | total s | Op objects built |")
+    print("| schedule | successors s | order s | simulate s | summary s | total s | Op objects built |")
     print("|---|---:|---:|---:|---:|---:|---|")
     results = {}
     for name in ("objects", "table-made"):
@@ -45,9 +45,9 @@ def main() -> None:
         for _ in range(a.repeat):
             s = objects if name == "objects" else table_made(objects)
             t0 = time.process_time()
-            adj = adjacency(s)
+            adj = successors(s)
             t1 = time.process_time()
-            order = topological_order(adj)
+            order = kahn_order(adj)
             t2 = time.process_time()
             sim = simulate(s, dag=adj, order=order)
             t3 = time.process_time()

@@ -68,7 +68,8 @@ def run_demo(out: Path, *, fixtures: Path | None = None, style: str = "auto",
     (``plotlyjs="inline"``: each page carries its own)."""
     from dataclasses import replace
 
-    from pptl.render import load_timeline, plain_counterpart, write_file
+    from pptl.planning import load_timeline, plain_counterpart
+    from pptl.render import write_file
     from pptl.render.options import RenderOptions
     from pptl.render.styles import resolve_style
 
@@ -94,7 +95,7 @@ def run_demo(out: Path, *, fixtures: Path | None = None, style: str = "auto",
                 warnings += write_file(tl, target, options=opts, plotlyjs=plotlyjs)
                 written.append(str(target))
             if resolve_style("auto", tl).compares_warmup(tl):  # the family's style decides, not the drawing one
-                plain = plain_counterpart(tl, path)
+                plain = plain_counterpart(path)
                 for suffix in (".png", ".pdf"):
                     target = out / f"{path.stem}_compare_warmup{suffix}"
                     warnings += write_file(tl, target, options=opts, compare=plain)

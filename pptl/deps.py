@@ -14,33 +14,37 @@ Facts:
 - A message of flow ``F`` goes from stage ``s`` to ``s + 1`` of its direction, one of flow ``B``
   from ``s`` to ``s - 1``; a SEND and the RECV of its data share
   :func:`pptl.messages.message_key`.
+- When two ops do the same work (an invalid schedule), the first one (lowest index) is its producer.
+
+The facts are derived on the op table with numpy key joins: each work item (role, direction,
+stage, mb) and each message (kind, flow, direction, sender's stage, mb) is packed into one int64;
+"the first op producing X" is a sort plus a first-of-run; every consumer looks its producer up
+with ``searchsorted``. A clear per-op statement of the same rules lives in tests/deps_oracle.py.
 
 Notes:
-    O(n) in the number of ops, with dict lookups keyed by tuples.
-
-This module needs no other pptl module at run time but :mod:`pptl.messages`: :mod:`pptl.ir` imports it to derive the
-facts of a re-ordered schedule (``Schedule.with_lanes``).
+    O(n log n) in numpy (0.05 s at 391k ops).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from pptl.messages import message_key
+import numpy as np
 
-if TYPE_CHECKING:  # only for annotations: ir imports this module to derive the facts of a new lane order
-    from pptl.ir import Op
+from pptl.errors import InputError
+from pptl.messages import sender_stage
+from pptl.optable import KIND_CODE, OpTable
 
-__all__ = ["roles", "training_deps", "training_deps_again", "training_deps_columns", "comm_key", "VECTOR_MIN_OPS"]
+if TYPE_CHECKING:
+    from pptl.op import Op
 
-#: From this many ops on, the facts are derived with numpy key joins (:mod:`pptl._deps_np`);
-#: below, the plain loop is faster than importing numpy.
-VECTOR_MIN_OPS = 20_000
+__all__ = ["roles", "training_deps", "facts_of_table"]
 
+_I64 = np.int64
 _Key = tuple[str, int, int, int]
 
 
 def roles(op: Op) -> list[_Key]:
-    """The work items an op produces, as (role, direction, stage, mb)."""
+    """The work items an op produces, as (role, direction, stage, mb) (for one op's message)."""
     k = op.kind
     if k == "F":
         return [("F", op.direction, op.stage, op.mb)]
@@ -56,161 +60,202 @@ def roles(op: Op) -> list[_Key]:
     return []
 
 
-def comm_key(op: Op) -> tuple[str, str, int, int, int]:
-    """(kind, flow, direction, stage, mb) of a SEND or RECV: the op's own stage (the sender's for
-    a SEND, the receiver's for a RECV). To pair a SEND with its RECV, use :func:`pptl.messages.message_key`."""
-    return (op.kind, op.flow, op.direction, op.stage, op.mb)
-
-
 def training_deps(ops: list[Op], num_stages: int) -> list[tuple[int, int]]:
-    """(producer, consumer) index pairs for every training fact among ``ops``.
+    """(producer, consumer) index pairs for every training fact among ``ops`` (sorted, distinct):
+    :func:`facts_of_table` of their table. Missing producers add no edge: the checker reports
+    missing work separately."""
+    u, v = facts_of_table(OpTable.from_ops(ops), num_stages)
+    return list(zip(u.tolist(), v.tolist()))
 
-    Args:
-        ops: the schedule's ops (any order).
-        num_stages: stages per direction; stage ``num_stages - 1`` is where the loss is.
 
-    Returns:
-        A list of edges, without duplicates. Missing producers add no edge: the checker
-        reports missing work separately.
+def facts_of_table(table: OpTable, num_stages: int) -> tuple[Any, Any]:
+    """The facts of an :class:`pptl.optable.OpTable` as (producers, consumers) int64 arrays,
+    sorted by (producer, consumer).
 
-    Notes:
-        One pass to index producers and messages, one to link consumers; written out per kind
-        (no generator per op) because ``pptl plan`` and ``pptl check`` both run it on 400k ops.
+    The last result is kept: ``pptl plan -o`` derives the facts of one table when building the
+    schedule and again when writing it (to find the extra ones); the second call returns the very
+    arrays of the first.
+
+    Raises:
+        InputError: the places (direction, stage, mb) are too many and too spread to be keyed
+            in an int64 (only a hostile file gets there: millions of distinct values in each).
     """
-    out: list[tuple[int, int]] | None = None
-    if len(ops) >= VECTOR_MIN_OPS:
-        from pptl._deps_np import deps_of_ops
-
-        out = deps_of_ops(ops, num_stages)
-    if out is None:
-        out = _training_deps_loop(ops, num_stages)
     global _last
-    _last = (ops, len(ops), num_stages, out)
-    return out
-
-
-# The last derivation: (ops list, its length, num_stages, result). Ops lists are not edited in
-# place (a new order or op set is a new Schedule), so the same list of the same length has the
-# same facts; `pptl plan -o` derives them when building and would again when writing.
-_last: tuple[list[Op], int, int, list[tuple[int, int]]] | None = None
-
-
-def training_deps_again(ops: list[Op], num_stages: int) -> list[tuple[int, int]]:
-    """:func:`training_deps`, reusing the previous result when it was derived from this very list."""
     last = _last
-    if last is not None and last[0] is ops and last[1] == len(ops) and last[2] == num_stages:
-        return last[3]
-    return training_deps(ops, num_stages)
+    if last is not None and last[0] is table and last[1] == num_stages:
+        return last[2]
+    n = table.n
+    if n == 0:
+        return np.zeros(0, dtype=_I64), np.zeros(0, dtype=_I64)
+    k = table.code_of("kind", KIND_CODE, 0)
+    flows: dict[str, int] = {"F": 0, "B": 1}
+    for value in table.flow_names:
+        flows.setdefault(value, len(flows))
+    lut = np.array([flows[v] for v in table.flow_names] or [0], dtype=_I64)
+    fl = lut[table.flow]
+    e = _dep_keys(k, table.rank, table.stage, table.mb, table.direction, fl, flows, table.has_pair & (k == 5),
+                  table.pair[:, 0], table.pair[:, 1], table.pair[:, 2], num_stages)
+    _last = (table, num_stages, (e // n, e % n))
+    return _last[2]
 
 
-def training_deps_columns(kind: list[str], rank: list[int], stage: list[int], mb: list[int], direction: list[int],
-                          flow: list[str], pair: list[tuple[int, int, int] | None],
-                          num_stages: int, *, ops: list[Op] | None = None) -> list[tuple[int, int]] | None:
-    """:func:`training_deps` of ops given as columns (a plan file's, or the ones a family builds),
-    or None when the vector path does not apply (few ops, or indices too wide to pack); the
-    caller then derives them from the ops.
-
-    ``ops``: the op list the columns describe, when there is one; :func:`training_deps_again`
-    then reuses the result for it.
-    """
-    if len(kind) < VECTOR_MIN_OPS:
-        return None
-    from pptl._deps_np import deps_of_columns
-
-    out = deps_of_columns(kind, rank, stage, mb, direction, flow, pair, num_stages)
-    if ops is not None and out is not None:
-        global _last
-        _last = (ops, len(ops), num_stages, out)
-    return out
+_last: tuple[OpTable, int, tuple[Any, Any]] | None = None
 
 
-def _training_deps_loop(ops: list[Op], num_stages: int) -> list[tuple[int, int]]:
-    """:func:`training_deps` in one Python pass (the reference the vector path is tested against)."""
-    prod: dict[_Key, int] = {}
-    comm: dict[tuple[str, str, int, int, int], int] = {}  # (kind, *message_key) -> first such op
-    put = prod.setdefault
-    for i, op in enumerate(ops):
-        k = op.kind
-        if k == "F":
-            put(("F", op.direction, op.stage, op.mb), i)
-        elif k == "B":
-            d, st, mb = op.direction, op.stage, op.mb
-            put(("G", d, st, mb), i)
-            put(("W", d, st, mb), i)
-        elif k == "I":
-            put(("G", op.direction, op.stage, op.mb), i)
-        elif k == "W":
-            put(("W", op.direction, op.stage, op.mb), i)
-        elif k == "SEND" or k == "RECV":
-            comm.setdefault((k, *message_key(op)), i)
-        elif k == "FB" and op.pair is not None:
-            put(("F", op.direction, op.stage, op.mb), i)
-            ps, pm, pd = op.pair
-            put(("G", pd, ps, pm), i)
-            put(("W", pd, ps, pm), i)
+def _dep_keys(k: Any, r: Any, st: Any, m: Any, d: Any, fl: Any, flows: dict[str, int], has_pair: Any, ps: Any,
+              pm: Any, pd: Any, num_stages: int) -> Any:
+    """The facts as sorted, distinct ``producer * n + consumer`` keys."""
+    n = int(k.size)
+    idx = np.arange(n, dtype=_I64)
+    fb = k == 5
+    fbp = fb & has_pair
 
-    edges: set[tuple[int, int]] = set()
-    add = edges.add
-    get = prod.get
+    # Pack (direction, stage, mb) with room for stage +-1 into one int64.
+    used = np.concatenate([np.flatnonzero(~fbp), np.flatnonzero(fbp)])
+    all_d = np.concatenate([d[used], pd[fbp]])
+    all_s = np.concatenate([st[used], ps[fbp]])
+    all_m = np.concatenate([m[used], pm[fbp]])
+    d0, s0, m0 = int(all_d.min()), int(all_s.min()) - 1, int(all_m.min())
+    D = int(all_d.max()) - d0 + 1
+    S = int(all_s.max()) + 2 - s0 + 1
+    M = int(all_m.max()) - m0 + 1
+
+    def pack(dd: Any, ss: Any, mm: Any) -> tuple[Any, Any]:
+        """Packed keys, and which of them are inside the packed range (others match nothing)."""
+        ok = (dd >= d0) & (dd < d0 + D) & (ss >= s0) & (ss < s0 + S) & (mm >= m0) & (mm < m0 + M)
+        return ((dd - d0) * S + (ss - s0)) * M + (mm - m0), ok
+
+    if len(flows) * D * S * M >= 1 << 62:
+        # Values spread too far for their span: key by their ranks among the values present
+        # instead (a stage's neighbours s - 1 and s + 1 included, so every look-up finds its key).
+        axes = (np.unique(all_d), np.unique(np.concatenate([all_s - 1, all_s, all_s + 1])), np.unique(all_m))
+        D, S, M = (a.size for a in axes)
+        if len(flows) * D * S * M >= 1 << 62:
+            raise InputError(f"{n} ops name too many distinct directions, stages and micro-batches to relate them "
+                             "(at most about 2**60 combinations)")
+
+        def pack(dd: Any, ss: Any, mm: Any) -> tuple[Any, Any]:  # noqa: F811 (the wide case)
+            (pd_, okd), (ps_, oks), (pm_, okm) = (_rank_in(a, x) for a, x in zip(axes, (dd, ss, mm)))
+            return (pd_ * S + ps_) * M + pm_, okd & oks & okm
+
+    def table(keys: Any, where: Any) -> tuple[Any, Any]:
+        """Sorted unique keys and the first (lowest) op index producing each."""
+        order = np.lexsort((where, keys))
+        keys, where = keys[order], where[order]
+        first = np.ones(keys.size, dtype=bool)
+        first[1:] = keys[1:] != keys[:-1]
+        return keys[first], where[first]
+
+    def lookup(tab: tuple[Any, Any], dd: Any, ss: Any, mm: Any) -> Any:
+        q, ok = pack(dd, ss, mm)
+        return lookup_packed(tab, q, ok)
+
+    def lookup_packed(tab: tuple[Any, Any], q: Any, ok: Any = True) -> Any:
+        keys, vals = tab
+        if keys.size == 0:
+            return np.full(q.size, -1, dtype=_I64)
+        pos = np.searchsorted(keys, q)
+        pos[pos >= keys.size] = 0
+        hit = ok & (keys[pos] == q)
+        return np.where(hit, vals[pos], -1)
+
+    fwd = (k == 1) | fbp
+    grad_own = (k == 2) | (k == 3)
+
+    def producers(own: Any, with_pair: bool) -> tuple[Any, Any]:
+        keys, ok = pack(d[own], st[own], m[own])
+        where = idx[own]
+        if with_pair:
+            pk, _ = pack(pd[fbp], ps[fbp], pm[fbp])
+            keys, where = np.concatenate([keys, pk]), np.concatenate([where, idx[fbp]])
+        return table(keys, where)
+
+    prod_f = producers(fwd, False)
+    prod_g = producers(grad_own, True)  # no fact reads a W, so W producers are not indexed
+    # Messages are keyed as pptl.messages.message_key keys them: by the sender's stage, on both ends.
+    comm_tabs: dict[tuple[int, int], tuple[Any, Any]] = {}
+    for kc in (6, 7):
+        for name, fc in flows.items():
+            sel = (k == kc) & (fl == fc)
+            if sel.any():
+                ss = st[sel] if kc == 6 else sender_stage(name, st[sel])
+                comm_tabs[(kc, fc)] = table(pack(d[sel], ss, m[sel])[0], idx[sel])
+    empty = (np.zeros(0, dtype=_I64), np.zeros(0, dtype=_I64))
     last = num_stages - 1
-    cget = comm.get
+    us: list[Any] = []
+    vs: list[Any] = []
 
-    def link(src: int, dst: int, flow: str, d: int, s_src: int, mb: int) -> None:
-        if ops[src].rank == ops[dst].rank:
-            add((src, dst))
-            return
-        send = cget(("SEND", flow, d, s_src, mb))
-        recv = cget(("RECV", flow, d, s_src, mb))
-        if send is None and recv is None:
-            add((src, dst))  # compute-only schedule: communication is implicit
-            return
-        if send is not None:
-            add((src, send))
-        if recv is not None:
-            add((recv, dst))
-        if send is not None and recv is not None:
-            add((send, recv))
+    def add(u: Any, v: Any) -> None:
+        us.append(u)
+        vs.append(v)
 
-    def grad(i: int, d: int, st: int, mb: int) -> None:
-        # G(d, st, mb) needs F(d, st, mb) on its own stage and G(d, st + 1, mb) from the next.
-        if 0 <= st <= last:
-            src = get(("F", d, st, mb))
-            if src is not None and src != i:
-                add((src, i))
-        if 0 <= st + 1 <= last:
-            src = get(("G", d, st + 1, mb))
-            if src is not None and src != i:
-                link(src, i, "B", d, st + 1, mb)
+    def link(src: Any, dst: Any, fc: int, dd: Any, s_src: Any, mm: Any) -> None:
+        same = r[src] == r[dst]
+        send = lookup(comm_tabs.get((6, fc), empty), dd, s_src, mm)
+        recv = lookup(comm_tabs.get((7, fc), empty), dd, s_src, mm)
+        direct = same | ((send < 0) & (recv < 0))
+        add(src[direct], dst[direct])
+        cross = ~direct
+        s_ok = cross & (send >= 0)
+        r_ok = cross & (recv >= 0)
+        add(src[s_ok], send[s_ok])
+        add(recv[r_ok], dst[r_ok])
+        both = s_ok & r_ok
+        add(send[both], recv[both])
 
-    for i, op in enumerate(ops):
-        k = op.kind
-        if k == "F" or k == "FB":
-            if k == "FB" and op.pair is None:
-                continue
-            st = op.stage - 1
-            if 0 <= st <= last:
-                src = get(("F", op.direction, st, op.mb))
-                if src is not None and src != i:
-                    link(src, i, "F", op.direction, st, op.mb)
-            if k == "FB":
-                ps, pm, pd = op.pair  # type: ignore[misc]
-                grad(i, pd, ps, pm)
-        elif k == "B" or k == "I":
-            grad(i, op.direction, op.stage, op.mb)
-        elif k == "W":
-            if 0 <= op.stage <= last:
-                src = get(("G", op.direction, op.stage, op.mb))
-                if src is not None and src != i:
-                    add((src, i))
-    # SEND/RECV whose partner is missing still hang off their producer/consumer.
-    for key, i in comm.items():
-        kind, flow, d, s, mb = key
-        if kind == "SEND":
-            src = get(("F" if flow == "F" else "G", d, s, mb))
-            if src is not None:
-                add((src, i))
+    # F (and the F half of FB) needs F of the previous stage.
+    i = idx[fwd]
+    prev = st[fwd] - 1
+    sel = (prev >= 0) & (prev <= last)
+    i, prev, dd, mm = i[sel], prev[sel], d[fwd][sel], m[fwd][sel]
+    src = lookup(prod_f, dd, prev, mm)
+    ok = (src >= 0) & (src != i)
+    link(src[ok], i[ok], 0, dd[ok], prev[ok], mm[ok])
+
+    # G needs F of its own stage and G of the next: B and I for themselves, FB for its B half.
+    gi = np.concatenate([idx[grad_own], idx[fbp]])
+    gd = np.concatenate([d[grad_own], pd[fbp]])
+    gs = np.concatenate([st[grad_own], ps[fbp]])
+    gm = np.concatenate([m[grad_own], pm[fbp]])
+    sel = (gs >= 0) & (gs <= last)
+    src = lookup(prod_f, gd[sel], gs[sel], gm[sel])
+    ok = (src >= 0) & (src != gi[sel])
+    add(src[ok], gi[sel][ok])
+    nxt = gs + 1
+    sel = (nxt >= 0) & (nxt <= last)
+    src = lookup(prod_g, gd[sel], nxt[sel], gm[sel])
+    ok = (src >= 0) & (src != gi[sel])
+    link(src[ok], gi[sel][ok], 1, gd[sel][ok], nxt[sel][ok], gm[sel][ok])
+
+    # W needs G of its stage.
+    w = k == 4
+    sel = w & (st >= 0) & (st <= last)
+    src = lookup(prod_g, d[sel], st[sel], m[sel])
+    ok = (src >= 0) & (src != idx[sel])
+    add(src[ok], idx[sel][ok])
+
+    # Every message (first of its key) hangs off its producer (SEND) or its SEND (RECV).
+    f_code = 0
+    for (kc, fc), (keys, first) in comm_tabs.items():
+        if kc == 6:
+            src = lookup(prod_f if fc == f_code else prod_g, d[first], st[first], m[first])
+            ok = src >= 0
+            add(src[ok], first[ok])
         else:
-            send = cget(("SEND", flow, d, s, mb))
-            if send is not None:
-                add((send, i))
-    return sorted(e for e in edges if e[0] != e[1])
+            send = lookup_packed(comm_tabs.get((6, fc), empty), keys)
+            ok = send >= 0
+            add(send[ok], first[ok])
+
+    u = np.concatenate(us) if us else np.zeros(0, dtype=_I64)
+    v = np.concatenate(vs) if vs else np.zeros(0, dtype=_I64)
+    keep = u != v
+    e = np.sort(u[keep] * n + v[keep])  # sort and drop repeats: faster here than np.unique's hash table
+    if e.size:
+        e = e[np.concatenate(([True], e[1:] != e[:-1]))]
+    return e
+
+
+def _rank_in(values: Any, x: Any) -> tuple[Any, Any]:
+    """The position of each of ``x`` in the sorted distinct ``values``, and whether it is there."""
+    at = np.minimum(np.searchsorted(values, x), values.size - 1)
+    return at, values[at] == x

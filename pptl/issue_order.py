@@ -15,21 +15,20 @@ op that produces its data and a RECV before the op that needs it, on every rank.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
-from pptl.dag import Adjacency, adjacency, topological_order
+import numpy as np
+
+from pptl.dag import Successors, kahn_order, successors
 from pptl.errors import InputError, InvalidScheduleError
 from pptl.ir import Schedule
 from pptl.messages import message_key
 from pptl.schedules._pipeline_meta import PipelineMeta
 
-if TYPE_CHECKING:
-    import networkx as nx
-
-__all__ = ["issue_key", "program", "given_program"]
+__all__ = ["issue_key", "program", "given_program", "given_sequences"]
 
 
-def issue_key(schedule: Schedule, *, dag: nx.DiGraph | Adjacency | None = None, order: list[int] | None = None,
+def issue_key(schedule: Schedule, *, dag: Successors | None = None, order: list[int] | None = None,
               start: list[float] | None = None, untimed: bool = False) -> list[tuple[float, int]]:
     """(planned start, topological position) per op: sorting a rank's ops by it gives the order its
     host issues them (a linear extension of the plan's DAG; keys are unique).
@@ -47,9 +46,9 @@ def issue_key(schedule: Schedule, *, dag: nx.DiGraph | Adjacency | None = None, 
         O(ops + deps) plus one simulation.
     """
     if dag is None:
-        dag = adjacency(schedule)
+        dag = successors(schedule)
     if order is None:
-        order = topological_order(dag if isinstance(dag, Adjacency) else adjacency(schedule))
+        order = kahn_order(dag)
         if order is None:
             raise InvalidScheduleError("the schedule deadlocks (its DAG has a cycle); run 'pptl check' "
                                        "to see the cycle")
@@ -72,25 +71,38 @@ def issue_key(schedule: Schedule, *, dag: nx.DiGraph | Adjacency | None = None, 
 def given_program(schedule: Schedule) -> dict[int, list[int]] | None:
     """Each rank's issue order from ``meta["program_order"]``, or None when the schedule has none
     or its lanes no longer fit it (a copy whose lanes were reordered)."""
+    found = given_sequences(schedule)
+    if found is None:
+        return None
+    seqs, lengths = found
+    cut = np.cumsum(lengths)[:-1].tolist() if lengths else []
+    return {rank: part.tolist() for rank, part in enumerate(np.split(seqs, cut))}
+
+
+def given_sequences(schedule: Schedule) -> tuple[Any, list[int]] | None:
+    """:func:`given_program` as arrays: every rank's issue order one after the other (int64), and
+    each rank's length; None when it gives None."""
     letters = PipelineMeta.of(schedule).program_order
     if letters is None or len(letters) != schedule.pp:
         return None
-    out: dict[int, list[int]] = {}
+    parts = []
     for rank, text in enumerate(letters):
-        orders = {ch: schedule.lanes.get((rank, lane), []) for ch, lane in (("c", "compute"), ("s", "send"),
-                                                                             ("r", "recv"))}
+        orders = [schedule.lanes.get((rank, lane), []) for lane in ("compute", "send", "recv")]
         # Each letter takes the next op of its lane: every lane used up exactly, no other letter.
-        if any(text.count(ch) != len(order) for ch, order in orders.items()) or \
-                len(text) != sum(len(order) for order in orders.values()):
+        if [text.count(ch) for ch in "csr"] != [len(o) for o in orders] or len(text) != sum(map(len, orders)):
             return None
-        nexts = {ch: iter(order).__next__ for ch, order in orders.items()}
-        out[rank] = [nexts[ch]() for ch in text]
-    if sum(len(v) for v in out.values()) != schedule.n_ops:
+        code = np.frombuffer(text.encode("ascii", "replace"), dtype=np.uint8)
+        seq = np.empty(code.size, dtype=np.int64)
+        for ch, order in zip(b"csr", orders):
+            seq[code == ch] = order
+        parts.append(seq)
+    lengths = [int(p.size) for p in parts]
+    if sum(lengths) != schedule.n_ops:
         return None
-    return out
+    return (np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)), lengths
 
 
-def program(schedule: Schedule, *, dag: nx.DiGraph | Adjacency | None = None, order: list[int] | None = None,
+def program(schedule: Schedule, *, dag: Successors | None = None, order: list[int] | None = None,
             start: list[float] | None = None) -> dict[int, list[int]]:
     """Each rank's P2P issue order: the given one (:func:`given_program`), else derived.
 

@@ -3,11 +3,10 @@
 A message of flow ``F`` (activations) goes from stage ``s`` to ``s + 1`` of its direction, one of
 flow ``B`` (gradients) from ``s`` to ``s - 1``. A SEND and the RECV of its data share
 :func:`message_key` (flow, direction, sender's stage, mb): the training facts
-(:mod:`pptl.deps` and its numpy half), the checker's P2P rules, the derived issue order,
+(:mod:`pptl.deps`), the checker's P2P rules, the derived issue order,
 ``pptl run``'s channels and calibration's message latency all pair messages with it.
 
-A leaf module (it imports nothing of pptl) so that both :mod:`pptl.deps` and
-:mod:`pptl._deps_np`, which deps imports, can read it without an import cycle.
+A leaf module (it imports nothing of pptl): the facts, the rules and the runtime all read it.
 """
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
-"""A schedule's ops as one table of numpy columns: what large plans are built, read, checked and
-written as, so that no ``Op`` object exists unless a rule reports one or a renderer draws it.
-
-A :class:`pptl.ir.Schedule` made with :meth:`pptl.ir.Schedule.from_table` holds its ops here and
-builds ``schedule.ops`` (the ``Op`` list every other module reads) only when something asks for it;
-:func:`table_of` gives the table of any schedule (building it once from the ops when it has none).
+"""A schedule's ops as one table of numpy columns: what every schedule is stored as
+(:attr:`pptl.ir.Schedule.table`), built, read, checked, simulated and written as, so that no
+``Op`` object exists unless a message, a hover text, a test or the executor asks for one
+(``schedule.ops`` is the view built on first read).
 
 String fields (kind, lane, flow, label, cost) are stored as small integer codes into a tuple of
 names per field, in first-seen order; integer fields as int64; ``pair`` as an (n, 3) array plus a
@@ -16,17 +14,21 @@ from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain, repeat
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from pptl.columns import FLOW_CODE, KIND_CODE, LANE_CODE, Columns
-from pptl.ir import Op
+from pptl.op import Op
 
-if TYPE_CHECKING:
-    from pptl.ir import Schedule
+__all__ = ["OpTable", "Columns", "KIND_CODE", "LANE_CODE", "FLOW_CODE", "flat_lanes", "lane_edge_arrays", "edge_arrays",
+           "encode", "group_ids", "first_of", "table_of"]
 
-__all__ = ["OpTable", "table_of", "flat_lanes", "lane_edge_arrays", "encode", "verified_order"]
+#: Kind codes of :class:`Columns` (0: any other kind).
+KIND_CODE = {"F": 1, "B": 2, "I": 3, "W": 4, "FB": 5, "SEND": 6, "RECV": 7}
+#: Lane codes (3: any other lane).
+LANE_CODE = {"compute": 0, "send": 1, "recv": 2}
+#: Flow codes (3: any other flow).
+FLOW_CODE = {"": 0, "F": 1, "B": 2}
 
 _I64 = np.int64
 #: The integer fields, with their defaults.
@@ -36,11 +38,38 @@ INT_FIELDS = (("stage", -1), ("mb", -1), ("direction", 0), ("chunk", -1), ("peer
 STR_FIELDS = (("kind", None), ("lane", None), ("flow", ""), ("label", ""), ("cost", ""))
 
 
+def _is_set(p: object) -> bool:
+    return p is not None
+
+
 def encode(values: Sequence[str]) -> tuple[Any, tuple[str, ...]]:
     """(codes, names): ``names`` in first-seen order, ``codes[i]`` the position of ``values[i]``."""
     names = tuple(dict.fromkeys(values))
     code = {v: k for k, v in enumerate(names)}
     return np.fromiter(map(code.__getitem__, values), dtype=np.int32, count=len(values)), names
+
+
+@dataclass(frozen=True, slots=True)
+class Columns:
+    """The fields the rules and the simulator branch on, in the fixed codes above, indexed like
+    the table's rows (:attr:`OpTable.columns`): a rule compares with ``KIND_CODE["SEND"]``, not
+    with a table's own first-seen codes."""
+
+    kind: Any
+    """int8 :data:`KIND_CODE` of each op."""
+    rank: Any
+    lane: Any
+    """int8 :data:`LANE_CODE` of each op."""
+    stage: Any
+    mb: Any
+    direction: Any
+    peer: Any
+    flow: Any
+    """int8 :data:`FLOW_CODE` of each op."""
+
+    @property
+    def n(self) -> int:
+        return int(self.kind.size)
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,8 +116,11 @@ class OpTable:
         ints = {name: np.fromiter(map(attrgetter(name), ops), dtype=_I64, count=n)
                 for name in ("rank", *(f for f, _ in INT_FIELDS))}
         pairs = list(map(attrgetter("pair"), ops))
-        return OpTable.of_columns(n, strs, ints, pairs, np.fromiter(map(attrgetter("payload"), ops), dtype=np.float64,
-                                                                  count=n))
+        t = OpTable.of_columns(n, strs, ints, pairs, np.fromiter(map(attrgetter("payload"), ops), dtype=np.float64,
+                                                               count=n))
+        if isinstance(ops, list):
+            t.__dict__["op_list"] = ops  # the rows' Op view is the list they came from
+        return t
 
     @staticmethod
     def of_columns(n: int, strs: dict[str, tuple[Any, tuple[str, ...]]], ints: dict[str, Any],
@@ -103,10 +135,9 @@ class OpTable:
         pair = np.full((n, 3), -1, dtype=_I64)
         has_pair = np.zeros(n, dtype=bool)
         if pairs is not None:
-            for i, p in enumerate(pairs):
-                if p is not None:
-                    pair[i] = p
-                    has_pair[i] = True
+            has_pair[:] = np.fromiter(map(_is_set, pairs), dtype=bool, count=n)
+            if has_pair.any():
+                pair[has_pair] = np.asarray([p for p in pairs if p is not None], dtype=_I64).reshape(-1, 3)
         return OpTable(
             kind=strs["kind"][0], kind_names=strs["kind"][1], rank=ints["rank"],
             lane=strs["lane"][0], lane_names=strs["lane"][1],
@@ -143,21 +174,26 @@ class OpTable:
         names = getattr(self, f"{name}_names")
         return list(map(names.__getitem__, getattr(self, name).tolist()))
 
-    def pairs(self) -> list[tuple[int, int, int] | None]:
-        out: list[tuple[int, int, int] | None] = [None] * self.n
-        for i in np.flatnonzero(self.has_pair).tolist():
-            s, m, d = self.pair[i].tolist()
-            out[i] = (s, m, d)
-        return out
-
     def ops(self) -> list[Op]:
         """The ``Op`` of every row (what ``schedule.ops`` is when something asks for it)."""
         n = self.n
         tl = np.ndarray.tolist
+        pairs: list[tuple[int, ...] | None] | Iterable[None] = repeat(None, n)
+        if self.has_pair.any():
+            pairs = [tuple(p) if h else None for p, h in zip(tl(self.pair), tl(self.has_pair))]
         return list(map(Op, self.strings("kind"), tl(self.rank), self.strings("lane"), tl(self.stage), tl(self.mb),
-                        tl(self.direction), tl(self.chunk), self.pairs() if self.has_pair.any() else repeat(None, n),
+                        tl(self.direction), tl(self.chunk), pairs,
                         tl(self.peer), self.strings("flow"), tl(self.sub), self.strings("label"), tl(self.payload),
                         self.strings("cost"), tl(self.bucket), tl(self.half)))
+
+    @cached_property
+    def op_list(self) -> list[Op]:
+        """:meth:`ops`, built once (what ``Schedule.ops`` reads)."""
+        return self.ops()
+
+    def built_ops(self) -> list[Op] | None:
+        """:attr:`op_list` if it exists, else None (nothing built)."""
+        return self.__dict__.get("op_list")
 
     def op(self, i: int) -> Op:
         """Row ``i`` as an ``Op`` (for a rule's message), without building the others."""
@@ -172,6 +208,13 @@ class OpTable:
         present = np.unique(self.kind).tolist() if self.n else []
         return frozenset(self.kind_names[c] for c in present)
 
+    def where(self, field: str, test: Any) -> Any:
+        """bool per op: whether its string ``field`` is one of the names ``test`` (a set of
+        names, or a function of a name); asked once per name, not per op."""
+        names = getattr(self, f"{field}_names")
+        hit = [(test(v) if callable(test) else v in test) for v in names]
+        return np.array(hit or [False], dtype=bool)[getattr(self, field)]
+
     def code_of(self, field: str, table: dict[str, int], other: int) -> Any:
         """A string field re-coded through ``table`` (names not in it get ``other``)."""
         names = getattr(self, f"{field}_names")
@@ -180,53 +223,77 @@ class OpTable:
 
     @cached_property
     def columns(self) -> Columns:
-        """The fixed-code view the array passes of :mod:`pptl.columns` read."""
+        """The fixed-code view (:class:`Columns`) the rules and the simulator read."""
         return Columns(kind=self.code_of("kind", KIND_CODE, 0), rank=self.rank, lane=self.code_of("lane", LANE_CODE, 3),
                        stage=self.stage, mb=self.mb, direction=self.direction, peer=self.peer,
                        flow=self.code_of("flow", FLOW_CODE, 3))
 
 
-def table_of(schedule: Schedule) -> OpTable:
-    """The schedule's table: the one it was made from, else built from its ops once (and kept
-    while ``schedule.ops`` is the same list)."""
-    t = schedule.built_table()
-    if t is None:
-        ops = schedule.ops
-        t = OpTable.from_ops(ops)
-        schedule.attach_table(t, ops)
-    return t
+def table_of(schedule: Any) -> OpTable:
+    """A schedule's table (``schedule.table``, its storage)."""
+    return schedule.table  # type: ignore[no-any-return]
 
 
-def flat_lanes(schedule: Schedule) -> tuple[list[tuple[int, str]], Any, Any]:
-    """Every lane entry in one pass: (the lanes in ``schedule.lanes`` order, the op index of each
-    entry lane after lane in run order, the lane (position in the first) of each entry)."""
-    keys = list(schedule.lanes)
-    lengths = np.fromiter(map(len, map(schedule.lanes.__getitem__, keys)), dtype=_I64, count=len(keys))
+def edge_arrays(edges: Sequence[tuple[int, int]]) -> tuple[Any, Any]:
+    """(producers, consumers) of a list of index pairs, as two int64 arrays."""
+    flat = np.fromiter(chain.from_iterable(edges), dtype=_I64, count=2 * len(edges))
+    return flat[0::2], flat[1::2]
+
+
+def flat_lanes(lanes: Mapping[tuple[int, str], Sequence[int]]) -> tuple[list[tuple[int, str]], Any, Any]:
+    """Every lane entry in one pass: (the lanes in ``lanes`` order, the op index of each entry,
+    lane after lane in run order, the lane (position in the first) of each entry)."""
+    keys = list(lanes)
+    lengths = np.fromiter(map(len, map(lanes.__getitem__, keys)), dtype=_I64, count=len(keys))
     total = int(lengths.sum()) if keys else 0
-    op = np.fromiter(chain.from_iterable(map(schedule.lanes.__getitem__, keys)), dtype=_I64, count=total)
+    op = np.fromiter(chain.from_iterable(map(lanes.__getitem__, keys)), dtype=_I64, count=total)
     return keys, op, np.repeat(np.arange(len(keys), dtype=_I64), lengths)
 
 
-def lane_edge_arrays(schedule: Schedule) -> tuple[Any, Any]:
+def lane_edge_arrays(lanes: Mapping[tuple[int, str], Sequence[int]]) -> tuple[Any, Any]:
     """Consecutive ops on each (rank, lane), as (earlier, later) int64 arrays."""
-    _, op, lane = flat_lanes(schedule)
+    _, op, lane = flat_lanes(lanes)
     same = lane[:-1] == lane[1:]
     return op[:-1][same], op[1:][same]
 
 
-def verified_order(schedule: Schedule, hint: Any) -> list[int] | None:
-    """The ops sorted by ``hint`` (a claimed topological position per op), when every edge of the
-    graph (the facts and each lane's order) goes strictly forward in it; else None.
+#: Ids spread over at most this many slots (times the rows) are used as they are, not compressed.
+_DENSE_SLACK = 4
 
-    A plan file carries such a hint; checking it is one comparison per edge, where finding an
-    order is a walk over every op. The hint is never trusted: a graph with a cycle has no
-    labelling in which every edge goes forward, so a passing hint proves the graph acyclic.
+
+def group_ids(*cols: Any) -> tuple[Any, int]:
+    """(ids, size): one id in ``0..size-1`` per row, equal where the rows of ``cols`` are equal.
+
+    Ids come from the columns' values themselves when they pack into a range not much larger than
+    the rows (then ``size`` may exceed the number of distinct rows), else from ``np.unique``.
     """
-    n = schedule.n_ops
-    hint = np.asarray(hint)
-    if hint.shape != (n,) or hint.dtype.kind not in "iu":
-        return None
-    for u, v in (schedule.dep_arrays(), lane_edge_arrays(schedule)):
-        if u.size and not (hint[u] < hint[v]).all():
-            return None
-    return np.argsort(hint, kind="stable").tolist()  # type: ignore[no-any-return]
+    n = int(cols[0].size) if cols else 0
+    if n == 0:
+        return np.zeros(0, dtype=_I64), 0
+    cols = tuple(np.asarray(c).astype(_I64, copy=False) for c in cols)  # narrow codes would wrap below
+    lows = [int(c.min()) for c in cols]
+    spans = [int(c.max()) - lo + 1 for c, lo in zip(cols, lows)]
+    size = 1
+    for s in spans:
+        size *= s  # Python ints: no overflow while deciding
+    if size >= 2**62:
+        _, inv = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
+        inv = inv.reshape(-1)
+        return inv.astype(_I64), int(inv.max()) + 1
+    packed = np.zeros(n, dtype=_I64)
+    for c, lo, s in zip(cols, lows, spans):
+        packed *= s
+        packed += c - lo
+    if size <= _DENSE_SLACK * n + 1024:
+        return packed, size
+    uniq, inv = np.unique(packed, return_inverse=True)
+    return inv.reshape(-1).astype(_I64), int(uniq.size)
+
+
+def first_of(ids: Any, size: int, rows: Any) -> Any:
+    """Per id, the least of ``rows`` (positions, op indices...) with that id, else -1."""
+    none = np.iinfo(_I64).max
+    out = np.full(size, none, dtype=_I64)
+    np.minimum.at(out, ids, rows)
+    out[out == none] = -1
+    return out

@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from pptl.schedules import Family
     from pptl.simulate import Simulation
 
-__all__ = ["PlanResult", "FileReport", "make_config", "load_config_or_plan", "plan", "plan_config", "plan_from_file", "timeline_of", "write_plan", "check_file", "expand_paths",
+__all__ = ["PlanResult", "FileReport", "make_config", "load_config_or_plan", "plan", "plan_config", "plan_from_file",
+           "timeline_of", "load_timeline", "plain_counterpart", "write_plan", "check_file", "expand_paths",
            "calibrate_config", "calibrate", "costs_from_timeline", "rank_scale_of", "title_of", "github_input_error",
            "expand_paths_reporting"]
 
@@ -245,6 +246,36 @@ def timeline_of(loaded: Loaded) -> Timeline | None:
     if loaded.schedule is not None:
         return simulate(loaded.schedule).timeline()
     return stored
+
+
+def load_timeline(path: str | Path) -> Timeline:
+    """The timeline of a plan or timeline file; a config or bare schedule is planned on the fly
+    (what ``pptl render`` draws)."""
+    from pptl.formats.loader import load_any
+
+    tl = timeline_of(load_any(path))
+    if tl is None or not tl.events:
+        raise InputError(f"{path}: has no events to draw")
+    return tl
+
+
+def plain_counterpart(path: str | Path) -> Timeline:
+    """The moe-1f1b-overlap config of ``path`` planned as plain interleaved 1F1B (no pairing, no +1
+    warmup), for the comparison view.
+
+    Raises:
+        InputError: ``path`` holds no moe-1f1b-overlap config (a measured or imported timeline).
+    """
+    from pptl.formats.loader import load_any
+    from pptl.schedules import build_schedule, get_family
+    from pptl.simulate import simulate
+
+    loaded = load_any(path)
+    cfg = loaded.schedule.config if loaded.schedule is not None else None
+    if cfg is None or get_family(cfg.schedule).name != "moe-1f1b-overlap":
+        raise InputError(f"{path}: --compare-warmup needs a moe-1f1b-overlap config or plan (it re-plans it "
+                         "as plain interleaved 1F1B)")
+    return simulate(build_schedule(replace(cfg, options={**dict(cfg.options or {}), "overlap": False}))).timeline()
 
 
 def write_plan(result: PlanResult, path: Path) -> None:

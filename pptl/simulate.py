@@ -7,31 +7,21 @@ the timed events: F allocates at its start, B (or I and W, by the declared split
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any
 
-from pptl.columns import KIND_CODE, LANE_CODE, Columns, table_if_arrays
+import numpy as np
+
 from pptl.config import Costs
-from pptl.dag import Adjacency, Successors, adjacency, kahn_order, successors, topological_order
+from pptl.dag import Successors, kahn_order, successors
 from pptl.errors import InputError, InvalidScheduleError
-from pptl.ir import Op, Schedule
+from pptl.events import memory_events, op_events
+from pptl.ir import Schedule
+from pptl.optable import KIND_CODE, LANE_CODE, Columns, OpTable, first_of, group_ids
 from pptl.schedules._moe_meta import MoEMeta
-from pptl.timeline import Event, RankStats, Timeline, TimelineMeta, bubble_fraction
+from pptl.timeline import RankStats, Timeline, TimelineMeta, bubble_fraction
 
-if TYPE_CHECKING:
-    import networkx as nx
-
-    from pptl.optable import OpTable
-
-__all__ = ["Simulation", "RankMetrics", "durations", "simulate", "memory_events", "memory_timeline", "peak_memory",
+__all__ = ["Simulation", "RankMetrics", "durations", "simulate", "memory_events", "memory_events_of", "MemoryEvents", "peak_memory",
            "held_spans", "op_events"]
-
-
-def op_at(schedule: Schedule, i: int) -> Op:
-    """Op ``i``, without building the others when the schedule holds a table and no ops yet."""
-    t = schedule.built_table()
-    if t is not None and not schedule.has_ops():
-        return t.op(i)
-    return schedule.ops[i]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +57,7 @@ class Simulation:
             ],
             "bubble_fraction": bubble_fraction(self.ranks, self.makespan),
             "peak_activation": max((r.peak_activation for r in self.ranks), default=0.0),
-            "critical_path": [op_at(s, i).id for i in self.critical_path],
+            "critical_path": [s.table.op(i).id for i in self.critical_path],
         }
 
     def timeline(self, *, with_waits: bool = True) -> Timeline:
@@ -83,83 +73,38 @@ class Simulation:
                             extra={"makespan": self.makespan})
 
 
-def op_events(schedule: Schedule, start: Sequence[float], end: Sequence[float], *,
-              with_waits: bool = True) -> list[Event]:
-    """One :class:`Event` per op (indexed like ``schedule.ops``), naming the ops it waits on."""
-    waits: dict[int, list[int]] = {}
-    if with_waits:
-        for u, v in schedule.deps:
-            waits.setdefault(v, []).append(u)
-    ids = [op.id for op in schedule.ops]
-    none: tuple[str, ...] = ()
-    return [
-        Event(op=ids[i], rank=op.rank, lane=op.lane, start=start[i], end=end[i], kind=op.kind,
-              stage=op.stage, mb=op.mb, direction=op.direction, chunk=op.chunk, pair=op.pair,
-              label=op.label, sub=op.sub, peer=op.peer,
-              waits_on=tuple(ids[u] for u in waits[i]) if i in waits else none, flow=op.flow, bucket=op.bucket,
-              half=op.half)
-        for i, op in enumerate(schedule.ops)
-    ]
-
-
 _COPIES = frozenset(("OFFLOAD", "ONLOAD", "H2D", "COPY"))
 """Copy kinds: with no cost of their own they take ``payload / Costs.copy_bandwidth``."""
 
 
 def durations(schedule: Schedule, costs: Costs) -> list[float]:
     """Duration of every op. Raises InvalidScheduleError for a cost key with no value."""
-    table = table_if_arrays(schedule)
-    if table is not None:
-        return _durations_table(table, costs).tolist()  # type: ignore[no-any-return]
-    out: list[float] = []
-    # The cost table's answer per (cost key, stage), looked up once: plans run to 100k+ ops. A copy
-    # with no cost of its own is timed from its payload, so only the table's answer is cached,
-    # never a duration derived from one op's bytes.
-    cache: dict[tuple[str, int], float | None] = {}
-    for op in schedule.ops:
-        if op.kind == "SEND":
-            out.append(costs.comm_time(op.payload))
-            continue
-        if op.kind == "RECV":
-            out.append(0.0)  # the transfer is on the SEND; a RECV completes with it
-            continue
-        key = (op.cost_key, op.stage)
-        try:
-            d = cache[key]
-        except KeyError:  # first op of this key and stage (few: the hits pay no exception)
-            d = cache[key] = costs.lookup(op.cost_key, op.stage)
-        if d is None:
-            if op.payload and op.kind in _COPIES:
-                d = op.payload / costs.copy_bandwidth
-            else:
-                raise InvalidScheduleError(f"no cost for '{op.cost_key}' (op {op.id}); set it with --cost {op.cost_key}=VALUE")
-        out.append(d)
-
-    if costs.rank_scale:
-        _scale_ranks(schedule, costs.rank_scale, out)
-    return out
+    return _durations(schedule.table, costs).tolist()  # type: ignore[no-any-return]
 
 
-def _durations_table(t: OpTable, costs: Costs) -> Any:
-    """:func:`durations` on a table, with the same floats and the same error: the cost table is
-    asked once per (cost key, stage) present, a SEND's time and a copy's once per payload (in
-    Python, as the loop computes them), and the answers are spread over the rows."""
-    import numpy as np
-
+def _durations(t: OpTable, costs: Costs) -> Any:
+    """:func:`durations` as a float64 array: the cost table is asked once per (cost key, stage)
+    present, a SEND's time and a copy's once per payload (a SEND takes ``Costs.comm_time``, a
+    RECV completes with its SEND, a copy with no cost of its own takes ``payload /
+    copy_bandwidth``), and the answers are spread over the rows. ``Costs.rank_scale`` runs each
+    rank's compute-lane ops at its own speed (side lanes keep theirs: an all-to-all or a copy is
+    not the rank's compute)."""
     n = t.n
     kinds = t.kind_names
-    send = _rows_of(t.kind, kinds, ("SEND",))
-    comm = send | _rows_of(t.kind, kinds, ("RECV",))
+    send = t.where("kind", ("SEND",))
+    comm = send | t.where("kind", ("RECV",))
     # cost key per row: the op's cost name, else its kind name; numbered over (kind, cost) codes
     nc = len(t.cost_names)
     combo = t.kind.astype(np.int64) * nc + t.cost
     key_names = [t.cost_names[c % nc] or kinds[c // nc] for c in range(len(kinds) * nc)]
-    pair_code, pairs = _codes(combo, t.stage)
-    value = np.zeros(len(pairs))
-    missing = np.zeros(len(pairs), dtype=bool)
-    for p in np.flatnonzero(np.bincount(pair_code[~comm], minlength=len(pairs))).tolist():
-        c, stage = pairs[p]
-        d = costs.lookup(key_names[c], stage)
+    pair_code, size = group_ids(combo, t.stage)
+    asked = np.flatnonzero(~comm)
+    first = first_of(pair_code[asked], size, asked)  # a row of each (cost key, stage) a compute op has
+    value = np.zeros(size)
+    missing = np.zeros(size, dtype=bool)
+    for p in np.flatnonzero(first >= 0).tolist():
+        row = int(first[p])
+        d = costs.lookup(key_names[int(combo[row])], int(t.stage[row]))
         if d is None:
             missing[p] = True
         else:
@@ -170,7 +115,7 @@ def _durations_table(t: OpTable, costs: Costs) -> Any:
         out[send] = _per_payload(t.payload[send], costs.comm_time)
     if missing.any():
         miss = missing[pair_code] & ~comm
-        copies = miss & _rows_of(t.kind, kinds, _COPIES) & (t.payload != 0)
+        copies = miss & t.where("kind", _COPIES) & (t.payload != 0)
         bad = np.flatnonzero(miss & ~copies)
         if bad.size:
             op = t.op(int(bad[0]))
@@ -178,7 +123,7 @@ def _durations_table(t: OpTable, costs: Costs) -> Any:
         bw = costs.copy_bandwidth
         out[copies] = _per_payload(t.payload[copies], lambda b: b / bw)
     if costs.rank_scale:
-        compute = np.flatnonzero(_rows_of(t.lane, t.lane_names, ("compute",)))
+        compute = np.flatnonzero(t.where("lane", ("compute",)))
         ranks = t.rank[compute]
         for r, f in costs.rank_scale.items():
             rows = compute[ranks == r]
@@ -186,65 +131,24 @@ def _durations_table(t: OpTable, costs: Costs) -> Any:
     return out
 
 
-def _rows_of(codes: Any, names: tuple[str, ...], wanted: Any) -> Any:
-    """Mask of the rows whose string field (``codes`` into ``names``) is one of ``wanted``."""
-    import numpy as np
-
-    hit = [k for k, name in enumerate(names) if name in wanted]
-    return np.isin(codes, hit) if hit else np.zeros(codes.size, dtype=bool)
-
-
-def _codes(combo: Any, stage: Any) -> tuple[Any, list[tuple[int, int]]]:
-    """A code per row for its (combo, stage) and the (combo, stage) of each code."""
-    import numpy as np
-
-    n = int(combo.size)
-    if not n:
-        return np.zeros(0, dtype=np.int64), []
-    lo = int(stage.min())
-    span = int(stage.max()) - lo + 1
-    total = (int(combo.max()) + 1) * span
-    if total <= max(1 << 16, 4 * n):  # few stages (every plan pptl builds): one count, no sort
-        flat = combo * span + (stage - lo)
-        present = np.flatnonzero(np.bincount(flat, minlength=total))
-        code = np.zeros(total, dtype=np.int64)
-        code[present] = np.arange(present.size)
-        return code[flat], [(p // span, p % span + lo) for p in present.tolist()]
-    found, inverse = np.unique(np.stack([combo, stage], axis=1), axis=0, return_inverse=True)
-    return inverse.reshape(-1), [(int(c), int(st)) for c, st in found.tolist()]
-
-
 def _per_payload(payload: Any, time_of: Any) -> Any:
     """``time_of(payload)`` per row, called once per distinct payload (as Python floats)."""
-    import numpy as np
-
     found, inverse = np.unique(payload, return_inverse=True)
     return np.array([time_of(p) for p in found.tolist()], dtype=np.float64)[inverse.reshape(-1)]
 
 
-def _scale_ranks(schedule: Schedule, scale: Any, out: list[float]) -> None:
-    """``Costs.rank_scale``: each rank's compute-lane ops at its own speed (side lanes keep theirs:
-    an all-to-all or a copy is not the rank's compute)."""
-    for i, op in enumerate(schedule.ops):
-        if op.lane == "compute":
-            f = scale.get(op.rank)
-            if f is not None:
-                out[i] *= f
-
-
-def simulate(schedule: Schedule, costs: Costs | None = None, *, dag: nx.DiGraph | Adjacency | Successors | None = None,
+def simulate(schedule: Schedule, costs: Costs | None = None, *, dag: Successors | None = None,
              order: list[int] | None = None, activation: float | None = None,
              w_activation: float | None = None) -> Simulation:
     """Time every op of ``schedule`` and compute its metrics.
 
-    ``dag`` and ``order`` let a caller that has them (the checker) save their cost; ``dag`` is an
-    :class:`~pptl.dag.Adjacency` or a networkx graph of the same edges.
+    ``dag`` and ``order`` let a caller that has them (the checker) save their cost.
 
     Raises:
         InvalidScheduleError: the DAG has a cycle (run the checker for the cycle) or a cost is missing.
 
     Notes:
-        O(ops + edges): one topological pass over the DAG.
+        O(ops + edges): one topological pass over the DAG (one per re-timing pass under contexts).
     """
     cfg = schedule.config
     if costs is None:
@@ -254,69 +158,29 @@ def simulate(schedule: Schedule, costs: Costs | None = None, *, dag: nx.DiGraph 
     if w_activation is None:
         w_activation = cfg.w_activation if cfg is not None else 0.0
     n = schedule.n_ops
-    table = table_if_arrays(schedule)
-    # durations as an array too where the passes below run on arrays
-    dur_array = _durations_table(table, costs) if table is not None else None
-    dur = dur_array.tolist() if dur_array is not None else durations(schedule, costs)
-    contexts = bool(costs.context or costs.beside)
-    succ: Successors | None = None
-    if not contexts and (isinstance(dag, Successors) or (dag is None and table is not None)):
-        # Large plans: one walk over successor lists, no list of predecessors per op.
-        succ = dag if isinstance(dag, Successors) else successors(schedule)
-        if order is None:
-            order = kahn_order(succ)
-        if order is None:
-            raise InvalidScheduleError(_CYCLE)
-        start, end = _push_longest(order, succ, dur)
-    else:
-        g = dag if dag is not None and not isinstance(dag, Successors) else adjacency(schedule)
-        start = [0.0] * n
-        end = [0.0] * n
-        via = [-1] * n
-        pred = g.pred
-        if order is None:
-            order = topological_order(g if isinstance(g, Adjacency) else adjacency(schedule))
-        if order is None:
-            raise InvalidScheduleError(_CYCLE)
-        _longest_path(order, pred, dur, start, end, via)
-        if contexts:
-            dur = _retime_in_context(schedule, costs, order, pred, dur, start, end, via)
-            dur_array = None
-    # On arrays only when the checker built the columns already (or the schedule was made from a
-    # table): building them for these passes alone costs more than the loops (2026-11-26: 97k-op
-    # interleaved plan, 97 ms against 83).
-    cols = table.columns if table is not None and n else None
-    times = None
-    if cols is not None:
-        import numpy as np
-
-        times = (np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64))
-        # max and argmax as the loops take them: the first op of the latest end
-        makespan = float(times[1].max()) - float(times[0].min())
-        last = int(times[1].argmax())
-    else:
-        makespan = max(end, default=0.0) - min(start, default=0.0)
-        last = max(range(n), key=end.__getitem__) if n else -1
+    table = schedule.table
+    dur_array = _durations(table, costs)
+    dur = dur_array.tolist()
+    succ = dag if dag is not None else successors(schedule)
+    if order is None:
+        order = kahn_order(succ)
+    if order is None:
+        raise InvalidScheduleError(_CYCLE)
+    start, end = _push_longest(order, succ, dur)
+    if costs.context or costs.beside:
+        dur, start, end = _retime_in_context(schedule, costs, order, succ, dur, start, end)
+        dur_array = np.asarray(dur, dtype=np.float64)
+    times = (np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64))
+    # max and argmax: the first op of the latest end
+    makespan = float(times[1].max()) - float(times[0].min()) if n else 0.0
+    last = int(times[1].argmax()) if n else -1
     if not makespan < float("inf"):  # also NaN; every renderer and writer needs finite times
         raise InputError(f"the timed schedule overflows a float (makespan {makespan}): a cost, comm.bytes or a "
                          "bandwidth is out of scale; costs up to 1e15 and bandwidths that keep bytes / bandwidth "
                          "finite work")
-    if succ is not None:
-        path = _critical_path(succ, start, end, last)
-    else:
-        path = []
-        v = last
-        while v >= 0:
-            path.append(v)
-            v = via[v]
-        path.reverse()
-    peaks, peak_at = _peak_memory(schedule, start, end, activation, w_activation, times=times)
-    busy = _busy_arrays(schedule, cols, dur if dur_array is None else dur_array) if cols is not None else None
-    if busy is None:
-        busy = {r: 0.0 for r in range(schedule.pp)}
-        for i, op in enumerate(schedule.ops):
-            if op.lane == "compute":
-                busy[op.rank] = busy.get(op.rank, 0.0) + dur[i]
+    path = _critical_path(succ, start, end, last)
+    peaks, peak_at = _peak_memory(schedule, times[0], times[1], activation, w_activation)
+    busy = _busy(schedule, table.columns, dur_array)
     ranks = [
         RankMetrics.of(r, b, makespan, peak_activation=peaks.get(r, 0.0))
         for r, b in sorted(busy.items())
@@ -324,29 +188,22 @@ def simulate(schedule: Schedule, costs: Costs | None = None, *, dag: nx.DiGraph 
     return Simulation(schedule, start, end, makespan, ranks, path, peak_at)
 
 
-def _busy_arrays(schedule: Schedule, cols: Columns, dur: list[float]) -> dict[int, float] | None:
-    """Compute-lane time per rank on arrays (None for ranks below 0: the plain loop takes those).
-    ``bincount`` adds each rank's durations in op order, as the loop does (same floats)."""
-    import numpy as np
-
+def _busy(schedule: Schedule, cols: Columns, dur: Any) -> dict[int, float]:
+    """Compute-lane time per rank (every rank of the schedule, and any other an op names).
+    ``bincount`` adds each rank's durations in op order (the floats of a loop)."""
     comp = cols.lane == LANE_CODE["compute"]
     ranks = cols.rank[comp]
-    if ranks.size and int(ranks.min()) < 0:
-        return None
-    sums = np.bincount(ranks, weights=np.asarray(dur, dtype=np.float64)[comp], minlength=schedule.pp)
-    busy = dict(enumerate(sums.tolist()))
-    seen = np.zeros(sums.size, dtype=bool)
-    seen[ranks] = True
-    seen[:schedule.pp] = True
-    return {r: busy[r] for r in np.flatnonzero(seen).tolist()}
+    rank_ids, where = np.unique(np.concatenate([np.arange(schedule.pp, dtype=np.int64), ranks]), return_inverse=True)
+    sums = np.bincount(where.reshape(-1)[schedule.pp:], weights=dur[comp], minlength=rank_ids.size)
+    return dict(zip(rank_ids.tolist(), sums.tolist()))
 
 
 _CYCLE = "the schedule deadlocks (its DAG has a cycle); run 'pptl check' to see the cycle"
 
 
 def _push_longest(order: list[int], succ: Successors, dur: list[float]) -> tuple[list[float], list[float]]:
-    """:func:`_longest_path` pushed along successors: each op, once its own end is known, raises
-    the start of the ops after it. The same floats (a max is a max in any order)."""
+    """The longest path over the DAG, pushed along successors: each op, once its own end is known,
+    raises the start of the ops after it. Returns (start, end)."""
     n = len(dur)
     start = [0.0] * n
     end = [0.0] * n
@@ -361,11 +218,9 @@ def _push_longest(order: list[int], succ: Successors, dur: list[float]) -> tuple
 
 
 def _critical_path(succ: Successors, start: list[float], end: list[float], last: int) -> list[int]:
-    """The longest path into ``last``, as :func:`_longest_path`'s ``via`` walks it: from each op
-    to its first predecessor (in edge order) that ends when the op starts (none when it starts
-    at 0). Only the ops on the path look their predecessors up."""
-    import numpy as np
-
+    """The longest path into ``last``: from each op to its first predecessor (in edge order) that
+    ends when the op starts (none when it starts at 0). Only the ops on the path look their
+    predecessors up."""
     if last < 0:
         return []
     n = len(start)
@@ -389,26 +244,13 @@ def _critical_path(succ: Successors, start: list[float], end: list[float], last:
     return path
 
 
-def _longest_path(order: list[int], pred: Any, dur: list[float], start: list[float], end: list[float],
-                  via: list[int]) -> None:
-    for v in order:
-        t = 0.0
-        best = -1
-        for u in pred[v]:
-            e = end[u]
-            if e > t:
-                t, best = e, u
-        start[v] = t
-        end[v] = t + dur[v]
-        via[v] = best
-
-
-def _retime_in_context(schedule: Schedule, costs: Costs, order: list[int], pred: Any, dur: list[float],
-                       start: list[float], end: list[float], via: list[int]) -> list[float]:
+def _retime_in_context(schedule: Schedule, costs: Costs, order: list[int], succ: Successors, dur: list[float],
+                       start: list[float], end: list[float]) -> tuple[list[float], list[float], list[float]]:
     """Context hook (:mod:`pptl.contexts`): ops whose cost key has durations per context (alone, or
     beside compute of a kind) progress at the rate of the context they are in along their timed
     span, and so do compute ops with a duration beside a side-lane op (``Costs.beside``);
-    re-timed until the durations settle. Family-agnostic: read off the lanes of each rank."""
+    re-timed until the durations settle. Family-agnostic: read off the lanes of each rank.
+    Returns (durations, start, end)."""
     from pptl.contexts import BESIDE_PASSES, CONTEXT_PASSES, Span, compute_context_durations, context_durations, is_side
 
     ops = schedule.ops
@@ -423,7 +265,8 @@ def _retime_in_context(schedule: Schedule, costs: Costs, order: list[int], pred:
                 if b is not None:
                     beside.append((i, b))
             elif is_side(op.lane, op.kind):
-                issued.append((i, [u for u in pred[i] if ops[u].rank == op.rank]))
+                preds = succ.edge_u[succ.edge_v == i].tolist()
+                issued.append((i, [u for u in preds if ops[u].rank == op.rank]))
     memo: list[float | None] = [None] * len(ops)
     swing = [0.0] * len(ops) if beside else []
     for _ in range(BESIDE_PASSES if beside else CONTEXT_PASSES):
@@ -444,66 +287,75 @@ def _retime_in_context(schedule: Schedule, costs: Costs, order: list[int], pred:
         if new == dur:
             break
         dur = new
-        _longest_path(order, pred, dur, start, end, via)
-    return dur
-
-
-def memory_events(op: Op, activation: float, w_activation: float) -> tuple[float, float]:
-    """(allocated at start, freed at end) by one op, in activation units (a negative free is an
-    allocation at the end: an ONLOAD's data is on the GPU once the copy ends)."""
-    k = op.kind
-    if k == "F":
-        return activation, 0.0
-    if k == "B":
-        return 0.0, activation
-    if k == "I":
-        return 0.0, activation * (1.0 - w_activation)
-    if k == "W":
-        return 0.0, activation * w_activation
-    if k == "FB":
-        return activation, activation
-    # Offloaded activations are off the GPU from the end of their OFFLOAD to the end of their
-    # ONLOAD; for these two kinds ``payload`` is in the unit of ``activation``.
-    if k == "OFFLOAD":
-        return 0.0, op.payload
-    if k == "ONLOAD":
-        return 0.0, -op.payload
-    return 0.0, 0.0
+        start, end = _push_longest(order, succ, dur)
+    return dur, start, end
 
 
 _TRAINING_KINDS = frozenset({"F", "B", "I", "W", "FB"})
 
 
-def memory_timeline(schedule: Schedule, start: list[float], end: list[float], activation: float,
-                    w_activation: float, skip: frozenset[str] = frozenset()
-                    ) -> dict[int, list[tuple[float, int, float, int]]]:
-    """Per rank, the memory events (time, 0 free / 1 allocate, delta, op index), sorted.
+@dataclass(frozen=True)
+class MemoryEvents:
+    """Every memory event of a timed schedule, one row each, sorted by rank, then time, frees
+    before allocations at one time (an op that ends as the next begins has freed), then delta and
+    op: allocations at an op's start, frees at its end (:func:`pptl.events.memory_events`), and
+    the spans a family declares (``meta['held']``)."""
 
-    At equal times frees come before allocations (an op that ends as the next begins has freed).
-    Ops of the kinds in ``skip`` are left out (e.g. the copies, for the peak without offloading).
-    """
-    per_rank: dict[int, list[tuple[float, int, float, int]]] = {}
-    # A family whose held spans carry the saved activations layer by layer (meta['held_saved']):
-    # its training-role markers hold nothing, or the activations would count twice.
-    saved = MoEMeta.of(schedule).held_saved is True
-    for i, op in enumerate(schedule.ops):
-        if op.kind in skip or (saved and op.kind in _TRAINING_KINDS):
-            continue
-        alloc, free = memory_events(op, activation, w_activation)
-        if alloc:
-            per_rank.setdefault(op.rank, []).append((start[i], 1, alloc, i))
-        if free:
-            per_rank.setdefault(op.rank, []).append((end[i], 0, -free, i))
-    for a, ea, b, eb, amount in held_spans(schedule):
-        # memory a family declares between two ops' edges (e.g. an MoE layer's working tensors)
-        if schedule.ops[a].kind in skip or schedule.ops[b].kind in skip:
-            continue
-        rank = schedule.ops[a].rank
-        per_rank.setdefault(rank, []).append(((end if ea else start)[a], 1, amount, a))
-        per_rank.setdefault(rank, []).append(((end if eb else start)[b], 0, -amount, b))
-    for evs in per_rank.values():
-        evs.sort()
-    return per_rank
+    rank: Any
+    time: Any
+    delta: Any
+    op: Any
+    """The op whose edge the event is at."""
+    first: Any
+    """Per row, where its rank first shows up (op index, or after every op for a held span): the
+    order ranks are reported in."""
+
+
+def memory_events_of(schedule: Schedule, start: Any, end: Any, activation: float, w_activation: float,
+                     skip: frozenset[str] = frozenset()) -> MemoryEvents:
+    """:class:`MemoryEvents` of ``schedule`` timed by ``start``/``end``; ops of the kinds in
+    ``skip`` are left out (e.g. the copies, for the peak without offloading). Notes: O(n log n)."""
+    table = schedule.table
+    n = table.n
+    k = table.columns.kind
+    alloc = np.zeros(n)
+    free = np.zeros(n)
+    code = KIND_CODE
+    alloc[(k == code["F"]) | (k == code["FB"])] = activation
+    free[(k == code["B"]) | (k == code["FB"])] = activation
+    free[k == code["I"]] = activation * (1.0 - w_activation)
+    free[k == code["W"]] = activation * w_activation
+    # Of the family kinds, only the copies of activations count (memory_events).
+    offload = table.where("kind", ("OFFLOAD",))
+    free[offload] = table.payload[offload]
+    onload = table.where("kind", ("ONLOAD",))
+    free[onload] = -table.payload[onload]
+    skipped = table.where("kind", skip)
+    dropped = skipped.copy()
+    if MoEMeta.of(schedule).held_saved is True:
+        # The held spans carry the saved activations layer by layer: the training-role markers
+        # hold nothing, or the activations would count twice.
+        dropped |= table.where("kind", _TRAINING_KINDS)
+    alloc[dropped] = 0.0
+    free[dropped] = 0.0
+    start, end = np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64)
+    a, f = np.flatnonzero(alloc), np.flatnonzero(free)
+    held = [h for h in held_spans(schedule) if not (skipped[h[0]] or skipped[h[2]])]
+    ha = np.array([h[0] for h in held], dtype=np.int64)
+    hb = np.array([h[2] for h in held], dtype=np.int64)
+    amount = np.array([h[4] for h in held], dtype=np.float64)
+    at_a = np.where(np.array([h[1] for h in held], dtype=bool), end[ha], start[ha]) if held else np.zeros(0)
+    at_b = np.where(np.array([h[3] for h in held], dtype=bool), end[hb], start[hb]) if held else np.zeros(0)
+    later = n + np.arange(len(held), dtype=np.int64)
+    op = np.concatenate([a, f, ha, hb])
+    rank = np.concatenate([table.rank[a], table.rank[f], table.rank[ha], table.rank[ha]])
+    time = np.concatenate([start[a], end[f], at_a, at_b])
+    flag = np.concatenate([np.ones(a.size, np.int8), np.zeros(f.size, np.int8), np.ones(ha.size, np.int8),
+                           np.zeros(hb.size, np.int8)])
+    delta = np.concatenate([alloc[a], -free[f], amount, -amount])
+    first = np.concatenate([a, f, later, later])
+    o = np.lexsort((op, delta, flag, time, rank))
+    return MemoryEvents(rank[o], time[o], delta[o], op[o], first[o])
 
 
 def held_spans(schedule: Schedule) -> list[tuple[int, int, int, int, float]]:
@@ -534,62 +386,12 @@ def peak_memory(schedule: Schedule, start: list[float], end: list[float], activa
     return _peak_memory(schedule, start, end, activation, w_activation, skip)
 
 
-def _peak_memory(schedule: Schedule, start: list[float], end: list[float], activation: float, w_activation: float,
-                 skip: frozenset[str] = frozenset(), times: tuple[Any, Any] | None = None
-                 ) -> tuple[dict[int, float], dict[int, float]]:
-    """:func:`peak_memory`; ``times``: ``start`` and ``end`` as float64 arrays, when the caller has them."""
-    table = table_if_arrays(schedule) if not skip else None
-    if table is not None and not held_spans(schedule) and MoEMeta.of(schedule).held_saved is not True:
-        at, till = times if times is not None else (start, end)
-        return _peaks_arrays(schedule, table.columns, at, till, activation, w_activation, table)
-    peaks: dict[int, float] = {}
-    when: dict[int, float] = {}
-    for r, evs in memory_timeline(schedule, start, end, activation, w_activation, skip).items():
-        cur = best = 0.0
-        at = 0.0
-        for t, _, delta, _ in evs:
-            cur += delta
-            if cur > best + 1e-12:
-                best, at = cur, t
-        peaks[r] = best
-        when[r] = at
-    return peaks, when
-
-
-def _peaks_arrays(schedule: Schedule, cols: Columns, start: Any, end: Any, activation: float,
-                  w_activation: float, table: OpTable | None = None) -> tuple[dict[int, float], dict[int, float]]:
-    """:func:`peak_memory` (no skipped kinds, no held spans) on arrays, with the same floats: the
-    events sorted as :func:`memory_timeline` sorts them, each rank's running sum added in order
-    (``cumsum`` is sequential), and the peak's tolerance applied where the running sum reaches a
-    new high (the only places the loop can move its peak)."""
-    import numpy as np
-
-    n = schedule.n_ops
-    k = cols.kind
-    alloc = np.zeros(n)
-    free = np.zeros(n)
-    code = KIND_CODE
-    alloc[(k == code["F"]) | (k == code["FB"])] = activation
-    free[(k == code["B"]) | (k == code["FB"])] = activation
-    free[k == code["I"]] = activation * (1.0 - w_activation)
-    free[k == code["W"]] = activation * w_activation
-    if table is not None:  # of the family kinds, only the copies of activations count (memory_events)
-        offload = _rows_of(table.kind, table.kind_names, ("OFFLOAD",))
-        free[offload] = table.payload[offload]
-        onload = _rows_of(table.kind, table.kind_names, ("ONLOAD",))
-        free[onload] = -table.payload[onload]
-    else:
-        for i in np.flatnonzero(k == 0).tolist():  # family kinds (OFFLOAD, ONLOAD...): as the loop says
-            alloc[i], free[i] = memory_events(schedule.ops[i], activation, w_activation)
-    a = np.flatnonzero(alloc)
-    f = np.flatnonzero(free)
-    idx = np.concatenate([a, f])
-    t = np.concatenate([np.asarray(start, dtype=np.float64)[a], np.asarray(end, dtype=np.float64)[f]])
-    flag = np.concatenate([np.ones(a.size, dtype=np.int8), np.zeros(f.size, dtype=np.int8)])
-    delta = np.concatenate([alloc[a], -free[f]])
-    rank = cols.rank[idx]
-    o = np.lexsort((idx, delta, flag, t, rank))
-    t, delta, rank, idx = t[o], delta[o], rank[o], idx[o]
+def _peak_memory(schedule: Schedule, start: Any, end: Any, activation: float, w_activation: float,
+                 skip: frozenset[str] = frozenset()) -> tuple[dict[int, float], dict[int, float]]:
+    """:func:`peak_memory`: each rank's running sum added in event order (``cumsum`` is
+    sequential), and a new peak only where the sum rises more than 1e-12 above the last one."""
+    ev = memory_events_of(schedule, start, end, activation, w_activation, skip)
+    t, delta, rank = ev.time, ev.delta, ev.rank
     bounds = np.flatnonzero(np.diff(rank)) + 1
     starts = [0, *bounds.tolist()]
     stops = [*bounds.tolist(), int(rank.size)]
@@ -605,6 +407,6 @@ def _peaks_arrays(schedule: Schedule, cols: Columns, start: Any, end: Any, activ
             c = float(cur[j])
             if c > best + 1e-12:
                 best, at = c, float(t[lo + j])
-        found.append((int(idx[lo:hi].min()), int(rank[lo]), best, at))
-    found.sort()  # ranks in the order their first event's op comes, as the loop's dict fills
+        found.append((int(ev.first[lo:hi].min()), int(rank[lo]), best, at))
+    found.sort()  # ranks in the order they first show up
     return {r: p for _, r, p, _ in found}, {r: w for _, r, _, w in found}

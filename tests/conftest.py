@@ -35,27 +35,3 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture
 def fixtures() -> Path:
     return FIXTURES
-
-
-@pytest.fixture
-def force():
-    """``force(True)`` runs the checker's and simulator's array paths, ``force(False)`` their plain
-    paths, ``force(None)`` lets the size decide (``pptl.columns.FORCE``); reset after the test."""
-    from pptl import columns
-
-    def set_(value: bool | None) -> None:
-        columns.FORCE = value
-
-    yield set_
-    columns.FORCE = None
-
-
-@pytest.fixture(scope="module", params=["objects", "arrays"])
-def read_paths(request):
-    """Runs a module's tests twice: with the per-op readers, rules and simulator (what small files
-    take), then with their array paths forced (what files of 2,000+ ops take); reset after."""
-    from pptl import columns
-
-    columns.FORCE = None if request.param == "objects" else True
-    yield request.param
-    columns.FORCE = None

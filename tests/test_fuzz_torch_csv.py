@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-import pytest
 from fuzzing import EXAMPLES, NASTY_CELLS, clean_run, mutate_bytes, mutate_cells
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -13,8 +12,6 @@ from hypothesis import strategies as st
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 CSVS = sorted((FIXTURES / "csv").glob("*.csv")) + sorted((FIXTURES / "csv" / "invalid").glob("*.csv")) + \
     sorted((FIXTURES / "invalid").glob("*.csv"))
-
-pytestmark = pytest.mark.usefixtures("read_paths")
 
 _SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
                      suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

@@ -388,7 +388,7 @@ def test_malformed_held_entry_message_says_what_is_expected() -> None:
 
 
 def test_peak_without_copies_drops_exactly_the_spans_that_touch_them() -> None:
-    # simulate memory_timeline 39 (`break` at the first span touching a skipped op): leaving the
+    # simulate memory_events_of (a span touching a skipped op dropped, not the others): leaving the
     # copies out is the same as a plan whose held spans never named them
     from pptl.simulate import peak_memory
 
@@ -420,44 +420,38 @@ def test_schedule_with_no_ops_simulates_to_nothing() -> None:
     assert (sim.makespan, sim.start, sim.critical_path) == (0.0, [], [])
 
 
-def test_saved_in_held_spans_counts_no_markers_on_the_array_path_too(monkeypatch) -> None:
+def test_saved_in_held_spans_counts_no_markers() -> None:
     # simulate peak_memory 11: meta held_saved (the layers' spans hold the activations) with no spans
-    # left: the F/B markers hold nothing, whichever path (plain or arrays) counts the events
-    from pptl import columns
-    from pptl.optable import table_of
+    # left: the F/B markers hold nothing
     from pptl.simulate import peak_memory
 
     s = build_schedule(Config(schedule="1f1b", pp=2, microbatches=4))
     saved = dataclasses.replace(s, meta={**s.meta, "held_saved": True})
-    for force in (False, True):
-        monkeypatch.setattr(columns, "FORCE", force)
-        sim = simulate(s)
-        if force:
-            table_of(s)  # what a check on arrays builds first; the peak pass reuses it
-        assert peak_memory(s, sim.start, sim.end, 1.0, 0.0)[0] == {0: 2.0, 1: 1.0}
-        assert peak_memory(saved, sim.start, sim.end, 1.0, 0.0)[0] == {}
+    sim = simulate(s)
+    assert peak_memory(s, sim.start, sim.end, 1.0, 0.0)[0] == {0: 2.0, 1: 1.0}
+    assert peak_memory(saved, sim.start, sim.end, 1.0, 0.0)[0] == {}
 
 
-def test_array_passes_count_a_rank_without_compute_and_the_copies(monkeypatch) -> None:
-    # simulate _busy_arrays 16 (no minlength: a last rank with no compute op dropped from the ranks)
-    # and _peaks_arrays 40 (a family kind's memory read off no op): the array passes (FORCE, columns
-    # built as a check builds them) give what the loops give
-    from pptl import columns
-    from pptl.optable import table_of
+def test_a_rank_without_compute_and_the_copies_count() -> None:
+    # simulate _busy 16 (no minlength: a last rank with no compute op dropped from the ranks) and
+    # _peaks 40 (a family kind's memory read off no op): the peaks are the event walk's
+    from pptl.simulate import memory_events_of
 
     idle_rank = Schedule("custom", 2, 1, 1, [Op(kind="F", rank=0, lane="compute", stage=0, mb=0)],
                          {(0, "compute"): [0]})
     offload = build_schedule(config_from_mapping({
         "schedule": "moe-1f1b-overlap", "pp": 2, "vpp": 2, "microbatches": 4, "activation": 10,
         "options": {"ep": 1, "layers_per_chunk": 2, "offload": True, "costs": {"offload_bytes": 2}}}))
-    assert "held" not in offload.meta  # no held spans: the array pass may take it
-    for s in (idle_rank, offload):
-        monkeypatch.setattr(columns, "FORCE", False)
-        plain = simulate(s)
-        monkeypatch.setattr(columns, "FORCE", True)
-        table_of(s)
-        arrays = simulate(s)
-        assert arrays.ranks == plain.ranks and arrays.peak_time == plain.peak_time
+    assert "held" not in offload.meta  # no held spans: the array pass takes it
+    sim = simulate(offload)
+    walked: dict[int, float] = {}
+    ev = memory_events_of(offload, sim.start, sim.end, 10.0, 0.0)
+    cur: dict[int, float] = {}
+    for r, delta in zip(ev.rank.tolist(), ev.delta.tolist()):
+        cur[r] = cur.get(r, 0.0) + delta
+        walked[r] = max(walked.get(r, 0.0), cur[r])
+    assert {r.rank: r.peak_activation for r in sim.ranks} == walked
+    assert any(op.kind == "OFFLOAD" for op in offload.ops)
     assert [(r.rank, r.busy) for r in simulate(idle_rank).ranks] == [(0, 1.0), (1, 0.0)]
 
 
@@ -481,49 +475,40 @@ def test_each_send_takes_its_own_payload_over_the_link() -> None:
     assert durations(s, costs) == [1.5, 3.5, 1.0, 0.0]
 
 
-def test_array_peak_pass_applies_the_loops_tolerance(monkeypatch) -> None:
-    # simulate _peaks_arrays 115 (`>=`): a running sum that reaches exactly the tolerance above the
-    # peak (1e-12 activation units) is no new peak on arrays either, as in memory_timeline's loop
-    from pptl import columns
-    from pptl.optable import table_of
+def test_peak_pass_applies_the_tolerance() -> None:
+    # simulate _peaks 115 (`>=`): a running sum that reaches exactly the tolerance above the
+    # peak (1e-12 activation units) is no new peak
     from pptl.simulate import peak_memory
 
     s = build_schedule(Config(schedule="gpipe", pp=2, microbatches=1))
     sim = simulate(s)
-    monkeypatch.setattr(columns, "FORCE", False)
-    plain = peak_memory(s, sim.start, sim.end, 1e-12, 0.0)
-    monkeypatch.setattr(columns, "FORCE", True)
-    table_of(s)
-    assert peak_memory(s, sim.start, sim.end, 1e-12, 0.0) == plain
-    assert plain[0] == {0: 0.0, 1: 0.0}
+    assert peak_memory(s, sim.start, sim.end, 1e-12, 0.0)[0] == {0: 0.0, 1: 0.0}
 
 
 # ---------------------------------------------------------------- pptl/deps.py
 
 
-def test_plan_file_columns_give_the_loops_edges_on_a_large_plan() -> None:
-    # deps training_deps_columns 9 (num_stages dropped); the plan-file reader takes this path
-    from pptl.deps import VECTOR_MIN_OPS, _training_deps_loop, training_deps_columns
+def test_a_large_plan_has_the_oracle_s_edges() -> None:
+    # deps facts_of_table (num_stages dropped): what the plan-file reader derives
+    from deps_oracle import training_deps_loop
 
-    s = build_schedule(Config(schedule="1f1b", pp=2, microbatches=VECTOR_MIN_OPS // 8 + 1))
-    ops = s.ops
-    assert len(ops) >= VECTOR_MIN_OPS
-    cols = training_deps_columns([o.kind for o in ops], [o.rank for o in ops], [o.stage for o in ops],
-                                 [o.mb for o in ops], [o.direction for o in ops], [o.flow for o in ops],
-                                 [o.pair for o in ops], s.num_stages)
-    assert cols == _training_deps_loop(ops, s.num_stages)
+    s = build_schedule(Config(schedule="1f1b", pp=2, microbatches=2501))
+    assert s.deps == training_deps_loop(s.ops, s.num_stages)
 
 
-def test_deps_are_reused_only_for_the_same_list() -> None:
-    # deps training_deps_again 7 (`is not`): another list of the same length and stages is derived anew
-    from pptl.deps import training_deps, training_deps_again
+def test_facts_are_reused_only_for_the_same_table() -> None:
+    # deps facts_of_table's cache (`is`): another table of the same ops and stages is derived anew
+    from pptl.deps import facts_of_table, training_deps
+    from pptl.optable import OpTable
 
     ops = _zb(2, 2).ops
     other = list(reversed(ops))
     want = training_deps(list(other), 2)
     assert training_deps(ops, 2) != want
-    assert training_deps_again(other, 2) == want
-    assert training_deps_again(ops, 2) == training_deps(list(ops), 2)
+    t = OpTable.from_ops(other)
+    first = facts_of_table(t, 2)
+    assert facts_of_table(t, 2) is first and list(zip(*(a.tolist() for a in first))) == want
+    assert facts_of_table(OpTable.from_ops(other), 2) is not first
 
 
 def test_roles_of_each_compute_kind() -> None:

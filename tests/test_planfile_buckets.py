@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from pptl import columns
 from pptl.checks import run_checks
 from pptl.config import Config, load_config
 from pptl.errors import InputError
@@ -34,12 +33,10 @@ UPDATES = [("weight_update_v2.json", "weight_update_seed.yaml", 3272.76507955199
            ("weight_update_no_h2d_buffer_v2.json", "weight_update_no_h2d_buffer.yaml", 3006.4771072000003)]
 
 
-@pytest.fixture(params=[False, True], ids=["objects", "table"])
-def path_kind(request):
-    """Both readers: one op object per row, and the columns of a large plan."""
-    columns.FORCE = request.param
-    yield request.param
-    columns.FORCE = None
+@pytest.fixture
+def path_kind():
+    """The reader (one: the plan's columns into an op table)."""
+    return "table"
 
 
 def _key(op: Op) -> tuple:
@@ -188,11 +185,6 @@ def test_duplicate_updates_differ_by_bucket() -> None:
     # Two ops equal in every field but the bucket are two ops, not a duplicate (PP002 compares whole ops).
     s = plan(load_config(ROOT / "fixtures/weight_update_seed.yaml")).schedule
     assert run_checks(s, select={"PP002"}) == []
-    columns.FORCE = True
-    try:
-        assert run_checks(s, select={"PP002"}) == []
-    finally:
-        columns.FORCE = None
     assert dumps(plan_to_dict(s))  # serialisable as written
 
 

@@ -12,7 +12,8 @@ import pytest
 
 from pptl.demo import default_fixtures_dir, example_files
 from pptl.errors import InputError
-from pptl.render import load_timeline, write_file
+from pptl.planning import load_timeline
+from pptl.render import write_file
 from pptl.render.html import HTML_WARN_BLOCKS, HtmlOptions, figure_dict, html_document, size_warning
 from pptl.render.layout import build_layout
 from pptl.render.samples import dualpipe_sample, moe_sample, scaled, weight_update_sample

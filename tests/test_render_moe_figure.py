@@ -8,7 +8,8 @@ from typer.testing import CliRunner
 
 from pptl.cli import app
 from pptl.errors import InputError
-from pptl.render import load_timeline, plain_counterpart, write_file
+from pptl.planning import load_timeline, plain_counterpart
+from pptl.render import write_file
 from pptl.render.moe_figure import SECTION_ROWS, moe_figure
 from pptl.render.options import RenderOptions, parse_size
 
@@ -83,7 +84,7 @@ def test_grid_numbers_per_device_show_the_extra_warmup_forward(tl, fig) -> None:
     }
     assert fig.grid_title == "VPP + 1 warmup"
     assert all(d.pp for d in fig.devices)  # PP transfers are in the grid, green
-    plain = moe_figure(plain_counterpart(tl, SEED))
+    plain = moe_figure(plain_counterpart(SEED))
     assert plain.grid_title == "Interleaved 1F1B (VPP)"  # no "+1" where it does not apply
     assert all(len(c.texts) == 1 for d in plain.devices for c in d.steps)  # nothing paired
     # +1: forward-only steps before the first pair = Megatron's interleaved warmup 2(p-r-1) + (V-1)G, plus one

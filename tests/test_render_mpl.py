@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from pptl.demo import default_fixtures_dir, example_files
-from pptl.render import load_timeline, write_file
+from pptl.planning import load_timeline
+from pptl.render import write_file
 from pptl.render.layout import build_layout
 from pptl.render.mpl import FigureOptions, figure, figure_from_layout, image_bytes
 from pptl.render.samples import dualpipe_sample, moe_sample, scaled, weight_update_sample

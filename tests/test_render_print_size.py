@@ -8,7 +8,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.text import Text
 
 from pptl.demo import default_fixtures_dir
-from pptl.render import load_timeline, plain_counterpart, static_figure
+from pptl.planning import load_timeline, plain_counterpart
+from pptl.render import static_figure
 from pptl.render.options import RenderOptions
 
 COLUMN_IN, MIN_PT = 7.0, 6.0
@@ -41,7 +42,7 @@ def test_every_label_prints_at_6pt_in_a_7_inch_column(family: str) -> None:
 def test_moe_warmup_comparison_prints_at_6pt() -> None:
     path = default_fixtures_dir() / "moe_seed.yaml"
     tl = load_timeline(path)
-    sizes = printed_sizes(static_figure(tl, compare=plain_counterpart(tl, path)))
+    sizes = printed_sizes(static_figure(tl, compare=plain_counterpart(path)))
     assert min(pt for pt, _ in sizes) >= MIN_PT - 1e-6
 
 

@@ -100,7 +100,7 @@ def test_title_is_worded_by_the_family_style_whatever_style_draws() -> None:
                                              ("moe_paired_step", False), ("interleaved", False)])
 def test_the_family_style_decides_the_warmup_comparison(fixture: str, wanted: bool) -> None:
     # pptl demo draws the "+1 warmup" comparison where the MoE plan pairs F and B under interleaving.
-    from pptl.render import load_timeline
+    from pptl.planning import load_timeline
 
     tl = load_timeline(Path(__file__).resolve().parent.parent / "fixtures" / f"{fixture}.yaml")
     assert resolve_style("auto", tl).compares_warmup(tl) is wanted

@@ -12,7 +12,7 @@ from rich.console import Console
 from pptl import planning
 from pptl.config import config_from_mapping
 from pptl.demo import default_fixtures_dir, example_files
-from pptl.render import load_timeline
+from pptl.planning import load_timeline
 from pptl.render.samples import dualpipe_sample, moe_sample, scaled, weight_update_sample
 from pptl.render.terminal import TerminalOptions, TimelineView, render_text
 

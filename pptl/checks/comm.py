@@ -1,10 +1,15 @@
 """Rules about point-to-point communication."""
 from __future__ import annotations
 
+import numpy as np
+
 from pptl.checks.base import Context, Violation
-from pptl.ir import Op
+from pptl.checks.work_arrays import F, G, first_of, group_ids, sender_stages
+from pptl.optable import FLOW_CODE, KIND_CODE
 
 __all__ = ["unmatched_p2p"]
+
+_FAR = 1 << 62  # stages beyond +-2**62 (PP004 reports them) are clamped so that stage + 1 cannot wrap
 
 
 def unmatched_p2p(ctx: Context) -> list[Violation]:
@@ -13,73 +18,18 @@ def unmatched_p2p(ctx: Context) -> list[Violation]:
 
     Fixture: fixtures/invalid/unmatched_send.json. Notes: O(ops).
     """
-    if ctx.table is not None:
-        found = _unmatched_arrays(ctx)
-        if found is not None:
-            return found
-    s = ctx.schedule
-    ops = s.ops
-    comm = ctx.work.comm
-    if not comm:
-        return []  # a compute-only schedule: communication is implicit
-    out: list[Violation] = []
-    for key, i in comm.items():
-        kind, flow = key[0], key[1]
-        if flow not in ("F", "B"):
-            continue
-        op = ops[i]
-        j = comm.get(("RECV" if kind == "SEND" else "SEND", *key[1:]))
-        partner: Op | None = None if j is None else ops[j]
-        if partner is None:
-            other = "RECV" if kind == "SEND" else "SEND"
-            out.append(Violation("PP008", f"{op.id} has no matching {other} on rank {op.peer}", (op.id,)))
-        elif partner.rank != op.peer or partner.peer != op.rank:
-            out.append(Violation("PP008", f"{op.id} and {partner.id} disagree on their ranks", (op.id, partner.id)))
-    # Every crossing of ranks needs a SEND on the producer side.
-    items = ctx.work.items
-    where: dict[tuple[int, int], int] = {}
-    for i, _, d, st, _ in items:
-        if (d, st) not in where:
-            where[(d, st)] = ops[i].rank
-    last = s.num_stages - 1
-    for i, role, d, st, mb in items:
-        if role == "F" and st < last:
-            peer, flow = where.get((d, st + 1)), "F"
-        elif role == "G" and st > 0:
-            peer, flow = where.get((d, st - 1)), "B"
-        else:
-            continue
-        if peer is not None and ("SEND", flow, d, st, mb) not in comm and peer != ops[i].rank:
-            op = ops[i]
-            out.append(Violation("PP008", f"{op.id} produces data for rank {peer} but no SEND_{flow} "
-                                 f"of stage {st} mb {mb} carries it", (op.id,)))
-    return out
-
-
-def _unmatched_arrays(ctx: Context) -> list[Violation] | None:
-    """:func:`unmatched_p2p` on the op table (same violations, same order); None when an index is
-    too near the int64 bounds for stage + 1 (the plain path then runs)."""
-    import numpy as np
-
-    from pptl.checks._keyed import F, G, dense_ids, first_of, indices_fit
-    from pptl.columns import FLOW_CODE, KIND_CODE
-
     t = ctx.table
-    assert t is not None
     col = t.columns
     send, recv = KIND_CODE["SEND"], KIND_CODE["RECV"]
     is_comm = (col.kind == send) | (col.kind == recv)
     if not is_comm.any():
         return []  # a compute-only schedule: communication is implicit
-    if not indices_fit(col.stage, t.pair[:, 0]):
-        return None
     out: list[Violation] = []
     # 1. Each first SEND (RECV) of a message, in op order, against the first RECV (SEND) of it.
     fwd, bwd = FLOW_CODE["F"], FLOW_CODE["B"]
     c = np.flatnonzero(is_comm & ((col.flow == fwd) | (col.flow == bwd)))
-    flow, kind, stage = col.flow[c], col.kind[c], col.stage[c]
-    sender = np.where(kind == send, stage, np.where(flow == fwd, stage - 1, stage + 1))  # messages.message_key
-    msg, size = dense_ids([flow, col.direction[c], sender, col.mb[c]])
+    flow, kind = col.flow[c], col.kind[c]
+    msg, size = group_ids(flow, col.direction[c], sender_stages(col, c), col.mb[c])
     slot = msg * 2 + (kind == recv)
     first = first_of(slot, 2 * size, c)
     firsts = np.flatnonzero(first >= 0)
@@ -102,10 +52,10 @@ def _unmatched_arrays(ctx: Context) -> list[Violation] | None:
     last = ctx.schedule.num_stages - 1
     crossing = ((items.role == F) & (items.stage < last)) | ((items.role == G) & (items.stage > 0))
     q = np.flatnonzero(crossing)
-    q_d, q_st, q_role = items.direction[q], items.stage[q], items.role[q]
+    q_d, q_st, q_role = items.direction[q], np.clip(items.stage[q], -_FAR, _FAR), items.role[q]
     q_next = np.where(q_role == F, q_st + 1, q_st - 1)
     # The rank of the first item of each (direction, stage), for the stage next to each crossing.
-    ids, size = dense_ids([np.concatenate([items.direction, q_d]), np.concatenate([items.stage, q_next])])
+    ids, size = group_ids(*[np.concatenate([items.direction, q_d]), np.concatenate([items.stage, q_next])])
     first_item = first_of(ids[:items.op.size], size, np.arange(items.op.size, dtype=np.int64))
     at = first_item[ids[items.op.size:]]
     peer = np.where(at >= 0, col.rank[items.op[np.maximum(at, 0)]], 0)
@@ -113,8 +63,8 @@ def _unmatched_arrays(ctx: Context) -> list[Violation] | None:
     sends = c[kind == send]
     q_flow = np.where(q_role == F, fwd, bwd).astype(col.flow.dtype)
     q_mb = items.mb[q]
-    ids, size = dense_ids([np.concatenate([col.flow[sends], q_flow]), np.concatenate([col.direction[sends], q_d]),
-                           np.concatenate([col.stage[sends], q_st]), np.concatenate([col.mb[sends], q_mb])])
+    ids, size = group_ids(*[np.concatenate([col.flow[sends], q_flow]), np.concatenate([col.direction[sends], q_d]),
+                           np.concatenate([np.clip(col.stage[sends], -_FAR, _FAR), q_st]), np.concatenate([col.mb[sends], q_mb])])
     sent = np.zeros(size, dtype=bool)
     sent[ids[:sends.size]] = True
     src = items.op[q]

@@ -1,8 +1,10 @@
 """Rules about memory."""
 from __future__ import annotations
 
+import numpy as np
+
 from pptl.checks.base import Context, Violation
-from pptl.simulate import memory_timeline
+from pptl.simulate import memory_events_of
 
 __all__ = ["memory_over_limit"]
 
@@ -20,20 +22,16 @@ def memory_over_limit(ctx: Context) -> list[Violation]:
     cfg = s.config
     act = cfg.activation if cfg is not None else 1.0
     wact = cfg.w_activation if cfg is not None else 0.0
-    per_rank = memory_timeline(s, sim.start, sim.end, act, wact)
+    ev = memory_events_of(s, sim.start, sim.end, act, wact)
     out: list[Violation] = []
-    for r in sorted(per_rank):
-        cur = 0.0
-        peak = 0.0
-        first = None
-        for t, _, delta, i in per_rank[r]:
-            cur += delta
-            if cur > limit + 1e-9 and first is None:
-                first = (t, i, cur)
-            peak = max(peak, cur)
-        if first is not None:
-            t, i, cur = first
-            out.append(Violation("PP009", f"rank {r} holds {cur:g} activation units at t={t:g} "
-                                 f"(when {s.ops[i].id} starts), over the limit {limit:g}; peak {peak:g}",
-                                 (s.ops[i].id,)))
+    cuts = np.flatnonzero(np.diff(ev.rank)) + 1
+    for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), int(ev.rank.size)]):
+        cur = np.cumsum(ev.delta[lo:hi])
+        over = np.flatnonzero(cur > limit + 1e-9)
+        if over.size:
+            j = lo + int(over[0])
+            op = s.table.op(int(ev.op[j]))
+            out.append(Violation("PP009", f"rank {int(ev.rank[j])} holds {float(cur[over[0]]):g} activation units at "
+                                 f"t={float(ev.time[j]):g} (when {op.id} starts), over the limit {limit:g}; peak "
+                                 f"{max(float(cur.max()), 0.0):g}", (op.id,)))
     return out

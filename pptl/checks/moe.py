@@ -6,6 +6,8 @@ compute ops with flow "B" (MLP, ATTN, WGRAD) of the same key.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from pptl.checks.base import Context, Violation
 from pptl.ir import Op
 from pptl.schedules._moe_meta import MoEMeta
@@ -166,15 +168,9 @@ def paired_self_dependency(ctx: Context) -> list[Violation]:
     if "F" not in ctx.kinds:
         return []
     t = ctx.table
-    if t is not None:
-        from pptl.checks.work_arrays import kind_mask
-
-        f = kind_mask(t, frozenset({"F"}))
-        if not (f & t.has_pair & (t.pair[:, 1] == t.mb) & (t.pair[:, 2] == t.direction)).any():
-            return []  # no paired step pairs its own micro-batch (read off the table: no op built)
-    for op in ctx.schedule.ops:
-        if op.kind == "F" and op.pair is not None and op.pair[1] == op.mb and op.pair[2] == op.direction:
-            bad.setdefault(op.rank, []).append(op)
+    f = t.where("kind", frozenset({"F"}))
+    for op in map(t.op, np.flatnonzero(f & t.has_pair & (t.pair[:, 1] == t.mb) & (t.pair[:, 2] == t.direction))):
+        bad.setdefault(op.rank, []).append(op)
     out: list[Violation] = []
     for rank, ops in sorted(bad.items()):
         op = ops[0]

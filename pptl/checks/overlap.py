@@ -3,13 +3,13 @@ weight-gradient FIFO, and warnings where a textbook bubble formula's assumption 
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+
+import numpy as np
 
 from pptl.checks.base import Context, Violation
+from pptl.checks.work_arrays import group_ids
+from pptl.optable import OpTable
 from pptl.schedules._pipeline_meta import PipelineMeta
-
-if TYPE_CHECKING:
-    from pptl.optable import OpTable
 
 __all__ = ["fb_self_dependency", "w_fifo_order", "formula_assumptions"]
 
@@ -28,21 +28,14 @@ def fb_self_dependency(ctx: Context) -> list[Violation]:
     if "FB" not in ctx.kinds:
         return out
     t = ctx.table
-    if t is not None:
-        from pptl.checks.work_arrays import kind_mask
-
-        fb = kind_mask(t, frozenset({"FB"}))
-        if not (fb & t.has_pair & (t.pair[:, 1] == t.mb) & (t.pair[:, 2] == t.direction)).any():
-            return out  # no FB pairs a forward with its own micro-batch's backward
-    for op in ctx.schedule.ops:
-        if op.kind != "FB" or op.pair is None:
-            continue
-        ps, pm, pd = op.pair
-        if pm == op.mb and pd == op.direction:
-            how = "needs it directly" if ps == op.stage else "needs it through the loss"
-            out.append(Violation(
-                "PP020", f"{op.id} overlaps F of stage {op.stage} mb {op.mb} with B of stage {ps} of the same "
-                f"micro-batch; that backward {how}, so the pair can never start", (op.id,)))
+    fb = t.where("kind", frozenset({"FB"}))
+    rows = np.flatnonzero(fb & t.has_pair & (t.pair[:, 1] == t.mb) & (t.pair[:, 2] == t.direction))
+    for op in map(t.op, rows.tolist()):
+        ps = op.pair[0]  # type: ignore[index]
+        how = "needs it directly" if ps == op.stage else "needs it through the loss"
+        out.append(Violation(
+            "PP020", f"{op.id} overlaps F of stage {op.stage} mb {op.mb} with B of stage {ps} of the same "
+            f"micro-batch; that backward {how}, so the pair can never start", (op.id,)))
     return out
 
 
@@ -61,7 +54,7 @@ def w_fifo_order(ctx: Context) -> list[Violation]:
     if "I" not in ctx.kinds or "W" not in ctx.kinds:
         return []  # no split backward: no FIFO
     per_rank = PipelineMeta.of(s).per_rank_store
-    if ctx.table is not None and _fifo_in_order(ctx, ctx.table, per_rank):
+    if _fifo_in_order(ctx, ctx.table, per_rank):
         return []
     ops = s.ops
     out: list[Violation] = []
@@ -103,14 +96,10 @@ def _fifo_in_order(ctx: Context, t: OpTable, per_rank: bool) -> bool:
     (lane, FIFO) the k-th W does the work of the k-th I and comes after it. Then each W finds its
     I at the head of the queue, so the rule reports nothing; when this does not hold (a missing or
     extra W, another order, a lane that lists an op twice) the rule walks the ops and says what is wrong."""
-    import numpy as np
-
-    from pptl.checks.work_arrays import group_ids, kind_mask
-
     la = ctx.lane_arrays
     if not la.unique:
         return False
-    is_i, is_w = kind_mask(t, frozenset({"I"}))[la.op], kind_mask(t, frozenset({"W"}))[la.op]
+    is_i, is_w = t.where("kind", frozenset({"I"}))[la.op], t.where("kind", frozenset({"W"}))[la.op]
     pos = np.flatnonzero(is_i | is_w)  # lane entries in lane order, lane after lane
     rows, is_i = la.op[pos], is_i[pos]
     cols = (la.lane[pos],) if per_rank else (la.lane[pos], t.direction[rows], t.stage[rows])

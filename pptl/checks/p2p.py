@@ -24,14 +24,16 @@ DAG is acyclic: :func:`pptl.issue_order.program` derives it, and ``pptl export -
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any
+
+import numpy as np
 
 from pptl.checks.base import Context, Violation
-from pptl.columns import KIND_CODE, LANE_CODE, Columns
+from pptl.checks.work_arrays import F, G, first_place, group_ids, items_of, sender_stages
+from pptl.dag import graph_of, left_in_cycles
 from pptl.ir import Schedule
-from pptl.issue_order import given_program
-from pptl.messages import message_key
-from pptl.schedules._pipeline_meta import PipelineMeta
+from pptl.issue_order import given_sequences
+from pptl.optable import FLOW_CODE, KIND_CODE, LANE_CODE, Columns
 
 __all__ = [
     "fifo_order",
@@ -48,43 +50,7 @@ _ORDINAL = {1: "1st", 2: "2nd", 3: "3rd"}
 
 
 # ----------------------------------------------------------------------------------------------
-# Channels (per pair of ranks, in lane order)
-
-
-def _channels(schedule: Schedule) -> tuple[dict[tuple[int, int], list[int]], dict[tuple[int, int], list[int]]]:
-    """Per (src, dst): SEND indices in src's lane order and RECV indices in dst's lane order."""
-    sends: dict[tuple[int, int], list[int]] = {}
-    recvs: dict[tuple[int, int], list[int]] = {}
-    for (rank, _lane), order in schedule.lanes.items():
-        for i in order:
-            op = schedule.ops[i]
-            if op.kind == "SEND":
-                sends.setdefault((rank, op.peer), []).append(i)
-            elif op.kind == "RECV":
-                recvs.setdefault((op.peer, rank), []).append(i)
-    return sends, recvs
-
-
-# ----------------------------------------------------------------------------------------------
 # Rules
-
-
-def _ctx_channels(ctx: Context) -> tuple[dict[tuple[int, int], list[int]], dict[tuple[int, int], list[int]]]:
-    """:func:`_channels` once per check run (PP030 and PP031 read it)."""
-    return ctx.once(_channels_of)
-
-
-def _channels_of(ctx: Context) -> tuple[dict[tuple[int, int], list[int]], dict[tuple[int, int], list[int]]]:
-    return _channels(ctx.schedule)
-
-
-def _given(ctx: Context) -> dict[int, list[int]] | None:
-    """:func:`given_program` once per check run (four rules read it)."""
-    return ctx.once(_given_of)
-
-
-def _given_of(ctx: Context) -> dict[int, list[int]] | None:
-    return given_program(ctx.schedule)
 
 
 def fifo_order(ctx: Context) -> list[Violation]:
@@ -98,26 +64,33 @@ def fifo_order(ctx: Context) -> list[Violation]:
     """
     if ctx.p2p == "nonblocking":
         return []
-    if ctx.table is not None:
-        found = _fifo_order_arrays(ctx)
-        if found is not None:
-            return found
-    if _given(ctx) is None:
+    if _program_arrays(ctx) is None:
         return []
-    s = ctx.schedule
-    sends, recvs = _ctx_channels(ctx)
-    out: list[Violation] = []
-    for pair in sorted(set(sends) & set(recvs)):
-        src, dst = pair
-        for k, (i, j) in enumerate(zip(sends[pair], recvs[pair])):
-            if message_key(s.ops[i]) != message_key(s.ops[j]):
-                nth = _ORDINAL.get(k + 1, f"{k + 1}th")
-                out.append(Violation(
-                    "PP030", f"{ctx.p2p} matches P2P in order per pair of ranks: rank {src}'s {nth} send to "
-                    f"rank {dst} is {_short(s.ops[i])} but rank {dst}'s {nth} receive from rank {src} is "
-                    f"{_short(s.ops[j])}; the data would land in the wrong place (reorder one side)",
-                    (s.ops[i].id, s.ops[j].id)))
-                break
+    t = ctx.table
+    col = t.columns
+    send, recv, nth = _matched(ctx)
+    if send.size == 0:
+        return []
+    s_sender, r_sender = sender_stages(col, send), sender_stages(col, recv)  # message_key of each side
+    differ = (t.flow[send] != t.flow[recv]) | (col.direction[send] != col.direction[recv]) | \
+        (s_sender != r_sender) | (col.mb[send] != col.mb[recv])
+    bad = np.flatnonzero(differ)
+    if bad.size == 0:
+        return []
+    la_rank = _lane_rank(ctx)
+    src, dst = la_rank[send[bad]], la_rank[recv[bad]]
+    # The first mismatch of each pair of ranks (matches are by pair, then k).
+    new = np.ones(bad.size, dtype=bool)
+    new[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
+    out = []
+    for i, j, a, b, k in zip(send[bad][new].tolist(), recv[bad][new].tolist(), src[new].tolist(), dst[new].tolist(),
+                             nth[bad][new].tolist()):
+        ordinal = _ORDINAL.get(k + 1, f"{k + 1}th")
+        si, rj = t.op(i), t.op(j)
+        out.append(Violation(
+            "PP030", f"{ctx.p2p} matches P2P in order per pair of ranks: rank {a}'s {ordinal} send to "
+            f"rank {b} is {_short(si)} but rank {b}'s {ordinal} receive from rank {a} is "
+            f"{_short(rj)}; the data would land in the wrong place (reorder one side)", (si.id, rj.id)))
     return out
 
 
@@ -146,53 +119,6 @@ def _issue_positions(ctx: Context) -> dict[str, list[Violation]]:
     return ctx.once(_issue_positions_of)
 
 
-def _issue_positions_of(ctx: Context) -> dict[str, list[Violation]]:
-    if ctx.table is not None:
-        found = _issue_positions_arrays(ctx)
-        if found is not None:
-            return found
-    s = ctx.schedule
-    prog = _given(ctx)
-    out: dict[str, list[Violation]] = {"SEND": [], "RECV": []}
-    ops = s.ops
-    for rank, seq in (prog or {}).items():
-        # (role, d, stage, mb) -> first position on this rank; only F and G are looked up below.
-        made: dict[tuple[str, int, int, int], int] = {}
-        put = made.setdefault
-        p2p: list[tuple[int, int]] = []
-        for pos, i in enumerate(seq):
-            op = ops[i]
-            if op.lane != "compute":
-                if op.flow == "F" or op.flow == "B":
-                    p2p.append((pos, i))
-                continue
-            k = op.kind
-            if k == "F":
-                put(("F", op.direction, op.stage, op.mb), pos)
-            elif k == "B" or k == "I":
-                put(("G", op.direction, op.stage, op.mb), pos)
-            elif k == "FB" and op.pair is not None:
-                put(("F", op.direction, op.stage, op.mb), pos)
-                ps, pm, pd = op.pair
-                put(("G", pd, ps, pm), pos)
-        for pos, i in p2p:
-            op = ops[i]
-            # A SEND carries what its stage made; a RECV feeds the op making F (or G) at its stage.
-            at = made.get(("F" if op.flow == "F" else "G", op.direction, op.stage, op.mb))
-            if at is None:
-                continue
-            other = ops[seq[at]]
-            if op.kind == "SEND" and at > pos:
-                out["SEND"].append(Violation(
-                    "PP032", f"rank {rank} issues {_short(op)} at step {pos}, before {other.id} (step {at}) "
-                    "produces its data", (op.id, other.id)))
-            elif op.kind == "RECV" and at < pos:
-                out["RECV"].append(Violation(
-                    "PP033", f"rank {rank} issues {_short(op)} at step {pos}, after {other.id} (step {at}) "
-                    "needed its data", (op.id, other.id)))
-    return out
-
-
 def p2p_deadlock(ctx: Context) -> list[Violation]:
     """PP031: the schedule hangs under the chosen P2P model although its data order is fine.
 
@@ -208,50 +134,32 @@ def p2p_deadlock(ctx: Context) -> list[Violation]:
     """
     s = ctx.schedule
     mode = ctx.p2p
-    if ctx.table is not None:
-        arrays = _program_arrays(ctx)
-        if arrays is None or not ctx.kinds & _COMM_SET:
-            return []
-        seqs, lengths = arrays
-        matched = _matched(ctx) if mode != "nonblocking" else None
-        if mode != "nonblocking" and matched is None:
-            left = _left_in_cycles(s, mode, _given(ctx) or {}, _rendezvous(s, _ctx_channels(ctx)))
-        else:
-            left = _left_in_cycles_arrays(s, ctx.table.columns, mode, seqs, lengths,
-                                          matched[:2] if matched is not None else None)
-        if not left:
-            return []
-        prog = _given(ctx)
-        assert prog is not None
-        rep = _rendezvous(s, _ctx_channels(ctx)) if mode != "nonblocking" else {}
-    else:
-        prog = _given(ctx)
-        if prog is None or not ctx.kinds & _COMM_SET:
-            return []
-        rep = _rendezvous(s, _ctx_channels(ctx)) if mode != "nonblocking" else {}
-        left = _left_in_cycles(s, mode, prog, rep)
-        if not left:
-            return []
-    n = ctx.n
-    node = list(range(n))
-    for j, i in rep.items():
-        node[j] = i
+    arrays = _program_arrays(ctx)
+    if arrays is None or not ctx.kinds & _COMM_SET:
+        return []
+    seqs, lengths = arrays
+    cols = ctx.table.columns
+    matched = _matched(ctx)[:2] if mode != "nonblocking" else None
+    left = _left_in_cycles(cols, _wait_arrays(s, cols, mode, seqs, lengths, matched)[:2], matched)
+    if not left:
+        return []
+    # The explanation: the labelled edges among the ops left, and networkx's cycle through them.
+    edges, rep = _labelled(s, cols, mode, seqs, lengths, np.arange(len(lengths)), matched)
     import networkx as nx  # only to find and print the cycle the cheap pass proved
 
     g = nx.DiGraph()
-    how: dict[tuple[int, int], tuple] = {}
-    for u, v, kind in _edges(s, mode, prog, rep):
-        u, v = node[u], node[v]
-        if u != v and u in left and v in left:
+    how: dict[tuple[int, int], str] = {}
+    for u, v, why in edges:
+        if u in left and v in left:
             g.add_edge(u, v)
-            how.setdefault((u, v), kind)
+            how.setdefault((u, v), why)
     cycle = nx.find_cycle(g)
     merged = {v: k for k, v in rep.items()}
     steps = []
     for u, v in cycle:
-        steps.append(f"{_node_name(s, u, merged)} -> ({_why(how[u, v])})")
+        steps.append(f"{node_name(s, u, merged)} -> ({how[u, v]})")
     ranks = sorted({s.ops[u].rank for u, _ in cycle} | {s.ops[merged[u]].rank for u, _ in cycle if u in merged})
-    text = " ".join(steps) + f" {_node_name(s, cycle[0][0], merged)}"
+    text = " ".join(steps) + f" {node_name(s, cycle[0][0], merged)}"
     model = {"nccl": "NCCL P2P (a send completes with its receive; per-peer order)",
              "blocking": "blocking P2P (send and receive meet; one op at a time per rank)",
              "nonblocking": "non-blocking P2P"}[mode]
@@ -267,117 +175,89 @@ def wait_edges(schedule: Schedule, prog: dict[int, list[int]], mode: str = "nccl
         (edges, merged): edges (u, v, why) mean v waits for u; a RECV that meets its SEND is merged
         into it (``merged`` maps the RECV to that SEND, so ``u``/``v`` are never merged RECVs).
     """
-    rep = _rendezvous(schedule) if mode != "nonblocking" else {}
-    out = []
-    for u, v, kind in _edges(schedule, mode, prog, rep):
-        u, v = rep.get(u, u), rep.get(v, v)
-        if u != v:
-            out.append((u, v, _why(kind)))
-    return out, rep
+    from pptl.checks.work_arrays import lane_arrays
+
+    cols = schedule.table.columns
+    seqs = np.fromiter((i for seq in prog.values() for i in seq), dtype=np.int64)
+    matched = _matched_pairs(cols, lane_arrays(schedule))[:2] if mode != "nonblocking" else None
+    return _labelled(schedule, cols, mode, seqs, [len(v) for v in prog.values()], np.asarray(list(prog)), matched)
 
 
 def node_name(s: Schedule, u: int, merged: dict[int, int]) -> str:
     """An op id, or ``[SEND = RECV]`` for a merged pair (``merged`` as :func:`wait_edges` returns it,
     or inverted: SEND -> RECV)."""
-    return _node_name(s, u, merged)
-
-
-def _node_name(s: Schedule, u: int, merged: dict[int, int]) -> str:
     if u in merged:
         return f"[{s.ops[u].id} = {s.ops[merged[u]].id}]"
     return s.ops[u].id
 
 
-def _rendezvous(s: Schedule, channels: tuple[dict[tuple[int, int], list[int]], dict[tuple[int, int], list[int]]]
-                | None = None) -> dict[int, int]:
-    """RECV index -> the SEND index it meets under positional (per-pair FIFO) matching."""
-    sends, recvs = channels if channels is not None else _channels(s)
-    rep: dict[int, int] = {}
-    for pair, ss in sends.items():
-        for i, j in zip(ss, recvs.get(pair, [])):
-            rep[j] = i
-    return rep
-
-
-def _edges(s: Schedule, mode: str, prog: dict[int, list[int]],
-           rep: dict[int, int]) -> Iterator[tuple[int, int, tuple]]:
-    """The wait-for edges of ``mode`` (before merging RECVs into their SENDs), each with why it
-    exists (for printing a cycle). The one definition of the graph: the plain-Python cheap pass of
-    PP031 reads it, and :func:`_wait_arrays` derives the same edges on arrays (tests compare them)."""
-    ops = s.ops
-    for u, v in s.deps:
-        # Under positional matching the RECV meets whichever SEND is its match, not its data's.
-        if rep and ops[u].kind == "SEND" and ops[v].kind == "RECV":
+def _labelled(s: Schedule, cols: Columns, mode: str, seqs: Any, lengths: list[int], ranks: Any,
+              matched: tuple[Any, Any] | None) -> tuple[list[tuple[int, int, str]], dict[int, int]]:
+    """The wait-for edges with why each exists, RECVs merged into the SENDs they meet, in the
+    order a reader walks them (the facts, then each rank's issue order), and the merge (RECV ->
+    SEND)."""
+    u, v, why, key = _wait_arrays(s, cols, mode, seqs, lengths, matched)
+    node = np.arange(cols.n, dtype=np.int64)
+    if matched is not None:
+        node[matched[1]] = matched[0]
+    o = np.lexsort((why, key))
+    u, v, why = u[o], v[o], why[o]
+    rank_at = np.repeat(np.asarray(ranks, dtype=np.int64), lengths)
+    where = np.empty(cols.n, dtype=np.int64)
+    where[seqs] = np.arange(seqs.size)
+    edges = []
+    for a, b, w in zip(node[u].tolist(), node[v].tolist(), zip(why.tolist(), v.tolist())):
+        if a == b:
             continue
-        yield u, v, ("needed by",)
-    for rank, seq in prog.items():
-        if mode == "blocking":
-            for a, b in zip(seq, seq[1:]):
-                yield a, b, ("next on rank", rank)
-            continue
-        last_compute = -1
-        last_to: dict[int, int] = {}
-        for i in seq:
-            op = ops[i]
-            if op.lane != "compute":
-                if last_compute >= 0:
-                    yield last_compute, i, ("posted after",)
-                if mode == "nccl":
-                    prev = last_to.get(op.peer)
-                    if prev is not None:
-                        yield prev, i, ("next P2P between ranks", rank, op.peer)
-                    last_to[op.peer] = i
-            else:
-                if last_compute >= 0:
-                    yield last_compute, i, ("next on rank", rank)
-                last_compute = i
+        code, own = w  # the label names the waiting op before its merge
+        if code == _NEXT_ON_RANK:
+            text = f"next on rank {int(rank_at[where[own]])}"
+        elif code == _NEXT_P2P:
+            text = f"next P2P between ranks {int(rank_at[where[own]])} and {int(cols.peer[own])}"
+        else:
+            text = _WHY[code]
+        edges.append((a, b, text))
+    rep = dict(zip(matched[1].tolist(), matched[0].tolist())) if matched is not None else {}
+    return edges, rep
 
 
-def _left_in_cycles(s: Schedule, mode: str, prog: dict[int, list[int]], rep: dict[int, int]) -> set[int]:
-    """Kahn's algorithm on the wait-for graph (RECVs merged into the SENDs they meet): the nodes
-    it cannot order, i.e. on or behind a cycle (empty when the schedule cannot hang)."""
-    n = len(s.ops)
-    node = list(range(n))
-    for j, i in rep.items():
-        node[j] = i
-    indeg = [0] * n
-    succ: list[list[int]] = [[] for _ in range(n)]
-    for u, v, _ in _edges(s, mode, prog, rep):
-        u, v = node[u], node[v]
-        if u != v:
-            succ[u].append(v)
-            indeg[v] += 1
-    ready = [i for i in range(n) if node[i] == i and indeg[i] == 0]
-    for u in ready:  # the list grows as the loop runs
-        for v in succ[u]:
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                ready.append(v)
-    if len(ready) == n - len(rep):
-        return set()
-    return {i for i in range(n) if node[i] == i and indeg[i] > 0}
+#: Why a wait-for edge exists (codes of :func:`_wait_arrays`).
+_NEEDED, _POSTED, _NEXT_P2P, _NEXT_ON_RANK = 0, 1, 2, 3
+_WHY = {_NEEDED: "needed by", _POSTED: "posted after"}
 
 
 def _wait_arrays(s: Schedule, cols: Columns, mode: str, seqs: Any, lengths: list[int],
-                 matched: tuple[Any, Any] | None) -> tuple[Any, Any]:
-    """The edges of :func:`_edges` (without their labels) as two arrays (u, v), in another order.
+                 matched: tuple[Any, Any] | None) -> tuple[Any, Any, Any, Any]:
+    """The wait-for edges of ``mode`` (before merging RECVs into their SENDs) as arrays (u, v, why,
+    key): v waits for u; ``why`` a code of :data:`_WHY`; ``key`` the order a reader walks them in.
+
+    - the data facts ("needed by"), but under positional matching a SEND -> RECV fact (the RECV
+      meets whichever SEND is its match, not its data's);
+    - blocking: each op of a rank waits for the one before it in the issue order;
+    - otherwise each op waits for the compute op posted before it on its rank ("next on rank",
+      or "posted after" for a P2P op), and under nccl each P2P op for the one before it towards
+      the same peer.
 
     ``seqs``/``lengths``: every rank's issue order, one after the other (:func:`_program_arrays`);
     ``matched``: (SENDs, RECVs) that meet (:func:`_matched`), None under nonblocking."""
-    import numpy as np
-
     du, dv = s.dep_arrays()
     if matched is not None and matched[0].size:
         keep = ~((cols.kind[du] == KIND_CODE["SEND"]) & (cols.kind[dv] == KIND_CODE["RECV"]))
         du, dv = du[keep], dv[keep]
-    us, vs = [du], [dv]
+    us, vs, whys, keys = [du], [dv], [np.full(du.size, _NEEDED)], [np.arange(du.size)]
     total = int(seqs.size)
     pos = np.arange(total, dtype=np.int64)
     first = np.repeat(np.cumsum([0] + lengths[:-1]).astype(np.int64), lengths)  # where each rank's sequence starts
+
+    def add(at: Any, before: Any, why: Any) -> None:  # edges into seqs[at], walked after the facts
+        us.append(seqs[before])
+        vs.append(seqs[at])
+        whys.append(np.broadcast_to(why, at.shape))
+        keys.append(du.size + at)
+
     if mode == "blocking":
-        ok = pos[1:] > first[1:]
-        us.append(seqs[:-1][ok])
-        vs.append(seqs[1:][ok])
+        ok = np.flatnonzero(pos[1:] > first[1:]) + 1
+        add(ok, ok - 1, _NEXT_ON_RANK)
     else:
         comp = cols.lane[seqs] == LANE_CODE["compute"]
         # The last compute strictly before each position of its rank: compute -> compute is the
@@ -387,9 +267,8 @@ def _wait_arrays(s: Schedule, cols: Columns, mode: str, seqs: Any, lengths: list
         if total:
             before[0] = -1
             before[1:] = last[:-1]
-        ok = before >= first
-        us.append(seqs[before[ok]])
-        vs.append(seqs[ok])
+        ok = np.flatnonzero(before >= first)
+        add(ok, before[ok], np.where(comp[ok], _NEXT_ON_RANK, _POSTED))
         if mode == "nccl":
             p2p = np.flatnonzero(~comp)
             rank_of = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)[p2p]
@@ -397,102 +276,51 @@ def _wait_arrays(s: Schedule, cols: Columns, mode: str, seqs: Any, lengths: list
             o = np.lexsort((p2p, peer, rank_of))  # per (rank, peer), in issue order
             p2p, rank_of, peer = p2p[o], rank_of[o], peer[o]
             same = (rank_of[1:] == rank_of[:-1]) & (peer[1:] == peer[:-1])
-            us.append(seqs[p2p[:-1][same]])
-            vs.append(seqs[p2p[1:][same]])
-    return np.concatenate(us), np.concatenate(vs)
+            add(p2p[1:][same], p2p[:-1][same], _NEXT_P2P)
+    return np.concatenate(us), np.concatenate(vs), np.concatenate(whys), np.concatenate(keys)
 
 
-def _left_in_cycles_arrays(s: Schedule, cols: Columns, mode: str, seqs: Any, lengths: list[int],
-                           matched: tuple[Any, Any] | None) -> set[int]:
-    """:func:`_left_in_cycles` with the graph built on arrays (same result)."""
-    import numpy as np
-
-    n = cols.n
-    u, v = _wait_arrays(s, cols, mode, seqs, lengths, matched)
-    node = np.arange(n, dtype=np.int64)
-    merged = 0
+def _left_in_cycles(cols: Columns, edges: tuple[Any, Any], matched: tuple[Any, Any] | None) -> set[int]:
+    """The nodes of the wait-for graph ``edges`` (RECVs merged into the SENDs they meet) that
+    Kahn's algorithm cannot order: on or behind a cycle (empty when the schedule cannot hang)."""
+    node = np.arange(cols.n, dtype=np.int64)
     if matched is not None:
         node[matched[1]] = matched[0]
-        merged = int(matched[1].size)
-    u, v = node[u], node[v]
+    u, v = node[edges[0]], node[edges[1]]
     keep = u != v
-    u, v = u[keep], v[keep]
-    o = np.argsort(u, kind="stable")
-    succ = v[o].tolist()
-    start = np.searchsorted(u[o], np.arange(n + 1, dtype=np.int64)).tolist()
-    indeg_a = np.bincount(v, minlength=n)
-    is_node = node == np.arange(n)
-    indeg = indeg_a.tolist()
-    ready = np.flatnonzero(is_node & (indeg_a == 0)).tolist()
-    for x in ready:  # the list grows as the loop runs
-        for y in succ[start[x]:start[x + 1]]:
-            indeg[y] -= 1
-            if indeg[y] == 0:
-                ready.append(y)
-    if len(ready) == n - merged:
-        return set()
-    return set(np.flatnonzero(is_node & (np.array(indeg) > 0)).tolist())
+    return set(left_in_cycles(graph_of(cols.n, u[keep], v[keep])))
 
 
 def _program_arrays(ctx: Context) -> tuple[Any, list[int]] | None:
-    """:func:`pptl.issue_order.given_program` as arrays (once per check run): every rank's issue
-    order one after the other, and each rank's length; None when it gives None."""
+    """:func:`pptl.issue_order.given_sequences` once per check run."""
     return ctx.once(_program_arrays_of)
 
 
 def _program_arrays_of(ctx: Context) -> tuple[Any, list[int]] | None:
-    return _program_of(ctx.schedule, ctx.n)
+    return given_sequences(ctx.schedule)
 
 
-def _program_of(schedule: Schedule, n: int) -> tuple[Any, list[int]] | None:
-    import numpy as np
-
-    letters = PipelineMeta.of(schedule).program_order
-    if letters is None or len(letters) != schedule.pp:
-        return None
-    parts = []
-    for rank, text in enumerate(letters):
-        orders = [schedule.lanes.get((rank, lane), []) for lane in ("compute", "send", "recv")]
-        # Each letter takes the next op of its lane: every lane used up exactly (the text holds c/s/r only).
-        if [text.count(ch) for ch in "csr"] != [len(o) for o in orders]:
-            return None
-        code = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
-        seq = np.empty(code.size, dtype=np.int64)
-        for ch, order in zip(b"csr", orders):
-            seq[code == ch] = order
-        parts.append(seq)
-    lengths = [int(p.size) for p in parts]
-    if sum(lengths) != n:
-        return None
-    return (np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)), lengths
-
-
-def _matched(ctx: Context) -> tuple[Any, Any, Any] | None:
+def _matched(ctx: Context) -> tuple[Any, Any, Any]:
     """(SENDs, RECVs, k): the k-th SEND from a rank to a peer and the k-th RECV that peer posts from
-    it (:func:`_channels` order), every pair of ranks by (src, dst), then by k (once per run).
-    None when a lane lists an op twice (the plain paths' dicts then decide which listing counts)."""
+    it (each in its lane order), every pair of ranks by (src, dst), then by k (once per run)."""
     return ctx.once(_matched_of)
 
 
-def _matched_of(ctx: Context) -> tuple[Any, Any, Any] | None:
-    import numpy as np
+def _matched_of(ctx: Context) -> tuple[Any, Any, Any]:
+    return _matched_pairs(ctx.table.columns, ctx.lane_arrays)
 
-    from pptl.checks._keyed import dense_ids
 
-    t = ctx.table
-    assert t is not None
-    col = t.columns
-    la = ctx.lane_arrays
-    if not la.unique:
-        return None
+def _matched_pairs(col: Columns, la: Any) -> tuple[Any, Any, Any]:
+    """:func:`_matched` of a schedule's columns and lane arrays: per pair of ranks, SENDs in the
+    sender's lane order, RECVs in the receiver's."""
     kind = col.kind[la.op]
     se = np.flatnonzero(kind == KIND_CODE["SEND"])
     re = np.flatnonzero(kind == KIND_CODE["RECV"])
     if se.size == 0 or re.size == 0:
         none = np.zeros(0, dtype=np.int64)
         return none, none, none
-    # Channel ids sort like (src, dst): dense_ids keeps the order of its columns.
-    chan, size = dense_ids([np.concatenate([la.rank[se], col.peer[la.op[re]]]),
+    # Channel ids sort like (src, dst): group_ids keeps the order of its columns.
+    chan, size = group_ids(*[np.concatenate([la.rank[se], col.peer[la.op[re]]]),
                             np.concatenate([col.peer[la.op[se]], la.rank[re]])])
     sides = []
     for entries, ch in ((se, chan[:se.size]), (re, chan[se.size:])):
@@ -507,96 +335,35 @@ def _matched_of(ctx: Context) -> tuple[Any, Any, Any] | None:
     return s_op[ok], r_op[r_starts[s_ch[ok]] + s_k[ok]], s_k[ok]
 
 
-def _fifo_order_arrays(ctx: Context) -> list[Violation] | None:
-    """:func:`fifo_order` on the op table (same violations, same order); None when a stage is too
-    near the int64 bounds for stage + 1 (the plain path then runs)."""
-    import numpy as np
-
-    from pptl.checks._keyed import indices_fit
-    from pptl.columns import FLOW_CODE
-
-    if _program_arrays(ctx) is None:
-        return []
-    t = ctx.table
-    assert t is not None
-    col = t.columns
-    if not indices_fit(col.stage):
-        return None
-    matched = _matched(ctx)
-    if matched is None:
-        return None
-    send, recv, nth = matched
-    if send.size == 0:
-        return []
-    # message_key of each side: the RECV names its sender's stage.
-    r_stage = col.stage[recv]
-    r_sender = np.where(col.kind[recv] == KIND_CODE["SEND"], r_stage,
-                        np.where(col.flow[recv] == FLOW_CODE["F"], r_stage - 1, r_stage + 1))
-    s_stage = col.stage[send]
-    s_sender = np.where(col.kind[send] == KIND_CODE["SEND"], s_stage,
-                        np.where(col.flow[send] == FLOW_CODE["F"], s_stage - 1, s_stage + 1))
-    differ = (t.flow[send] != t.flow[recv]) | (col.direction[send] != col.direction[recv]) | \
-        (s_sender != r_sender) | (col.mb[send] != col.mb[recv])
-    bad = np.flatnonzero(differ)
-    if bad.size == 0:
-        return []
-    la_rank = _lane_rank(ctx)
-    src, dst = la_rank[send[bad]], la_rank[recv[bad]]
-    # The first mismatch of each pair of ranks (matches are by pair, then k).
-    new = np.ones(bad.size, dtype=bool)
-    new[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
-    sends_k = nth[bad][new].tolist()
-    out = []
-    for i, j, a, b, k in zip(send[bad][new].tolist(), recv[bad][new].tolist(), src[new].tolist(), dst[new].tolist(),
-                             sends_k):
-        nth = _ORDINAL.get(k + 1, f"{k + 1}th")
-        si, rj = t.op(i), t.op(j)
-        out.append(Violation(
-            "PP030", f"{ctx.p2p} matches P2P in order per pair of ranks: rank {a}'s {nth} send to "
-            f"rank {b} is {_short(si)} but rank {b}'s {nth} receive from rank {a} is "
-            f"{_short(rj)}; the data would land in the wrong place (reorder one side)", (si.id, rj.id)))
-    return out
-
-
 def _lane_rank(ctx: Context) -> Any:
     """The rank of the lane each op is listed on (-1: none)."""
-    import numpy as np
-
     la = ctx.lane_arrays
     out = np.full(ctx.n, -1, dtype=np.int64)
     out[la.op] = la.rank
     return out
 
 
-def _issue_positions_arrays(ctx: Context) -> dict[str, list[Violation]] | None:
-    """:func:`_issue_positions` on the op table (same violations, same order)."""
-    import numpy as np
-
-    from pptl.checks._keyed import F, G, dense_ids, first_of, role_items
-    from pptl.columns import FLOW_CODE
-
+def _issue_positions_of(ctx: Context) -> dict[str, list[Violation]]:
+    """PP032 and PP033: per rank, the first place in its issue order where each unit of work is
+    made, against the place of each SEND (it carries what its stage made) and RECV (it feeds the
+    op making F, or G, at its stage)."""
     prog = _program_arrays(ctx)
     out: dict[str, list[Violation]] = {"SEND": [], "RECV": []}
     if prog is None:
         return out
     seqs, lengths = prog
     t = ctx.table
-    assert t is not None
     col = t.columns
     starts = np.cumsum([0] + lengths[:-1]).astype(np.int64)
     rank_of = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
     comp = np.flatnonzero(col.lane[seqs] == LANE_CODE["compute"])
     flow = col.flow[seqs]
     p2p = np.flatnonzero((col.lane[seqs] != LANE_CODE["compute"]) & ((flow == FLOW_CODE["F"]) | (flow == FLOW_CODE["B"])))
-    made = role_items(t, seqs[comp], (F, G))
-    at_made = comp[made.src]  # places in seqs
+    made = items_of(ctx.work_arrays, seqs[comp], (F, G))
+    at_made = comp[made.op]  # places in seqs: one rank's grow with position
     q = seqs[p2p]
     q_role = np.where(col.flow[q] == FLOW_CODE["F"], F, G)
-    ids, size = dense_ids([np.concatenate([rank_of[at_made], rank_of[p2p]]), np.concatenate([made.role, q_role]),
-                           np.concatenate([made.direction, col.direction[q]]),
-                           np.concatenate([made.stage, col.stage[q]]), np.concatenate([made.mb, col.mb[q]])])
-    first = first_of(ids[:made.src.size], size, at_made)  # places in seqs: one rank's grow with position
-    at = first[ids[made.src.size:]]
+    at = first_place(made, rank_of[at_made], at_made, (rank_of[p2p], q_role, col.direction[q], col.stage[q], col.mb[q]))
     kind = col.kind[q]
     early = (at >= 0) & (kind == KIND_CODE["SEND"]) & (at > p2p)
     late = (at >= 0) & (kind == KIND_CODE["RECV"]) & (at < p2p)
@@ -610,12 +377,6 @@ def _issue_positions_arrays(ctx: Context) -> dict[str, list[Violation]] | None:
                 code, f"rank {rank} issues {_short(op)} at step {step}, " + how.format(other=other.id, at=at_step),
                 (op.id, other.id)))
     return out
-
-
-def _why(label: tuple) -> str:
-    """("next P2P between ranks", 0, 1) -> "next P2P between ranks 0 and 1"."""
-    head, *nums = label
-    return head + (" " + " and ".join(map(str, nums)) if nums else "")
 
 
 def _short(op) -> str:

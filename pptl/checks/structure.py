@@ -1,22 +1,20 @@
 """Rules about the op set itself: well-formed, unique, complete, in range, one rank per stage.
 
-Each rule has two paths that return the same violations: a plain one over ``schedule.ops`` and
-``ctx.work``, and one over numpy columns when the context has an op table (large plans; see
-:attr:`pptl.checks.base.Context.table`). The array paths build an ``Op`` only for a row they
-report, so checking a valid table-made plan builds none.
+Each rule finds the offending rows with numpy over the op table's columns
+(:attr:`pptl.checks.base.Context.table`) and builds an ``Op`` only for a row it reports, to
+write the message; checking a valid table-made plan builds none.
 """
 from __future__ import annotations
 
-from itertools import repeat
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
+import numpy as np
+
+from pptl.checks import work_arrays as wa
 from pptl.checks.base import Context, Violation
-from pptl.ir import COMM_KINDS, COMPUTE_KINDS, Op, Schedule
+from pptl.ir import COMM_KINDS, COMPUTE_KINDS, Op
 from pptl.kinds import is_known
-
-if TYPE_CHECKING:
-    from pptl.checks.work_arrays import WorkArrays
-    from pptl.optable import OpTable
+from pptl.optable import OpTable
 
 __all__ = ["malformed_ops", "duplicate_ops", "missing_work", "index_out_of_range", "stage_on_two_ranks"]
 
@@ -32,23 +30,15 @@ def malformed_ops(ctx: Context) -> list[Violation]:
     """
     s = ctx.schedule
     unknown = frozenset(k for k in ctx.kinds if not is_known(k))  # asked once per kind, not per op
-    if ctx.table is not None:
-        import numpy as np
-
-        from pptl.checks import work_arrays as wa
-
-        # Rows that may be malformed: each test of _malformed, on columns; only these become Ops.
-        t = ctx.table
-        suspects = wa.kind_mask(t, unknown) | (t.rank < 0) | (t.rank >= s.pp) | _lut(t.lane_names, lambda v: not v)[t.lane]
-        suspects |= wa.kind_mask(t, COMPUTE_KINDS) & ((t.stage < 0) | (t.mb < 0))
-        suspects |= wa.kind_mask(t, frozenset({"FB"})) & ~t.has_pair
-        bad_flow = _lut(t.flow_names, lambda v: v not in ("F", "B"))[t.flow]
-        suspects |= wa.kind_mask(t, COMM_KINDS) & (bad_flow | (t.peer < 0) | (t.peer >= s.pp) | (t.peer == t.rank))
-        ops: Any = map(t.op, np.flatnonzero(suspects).tolist())
-    else:
-        ops = s.ops
+    # Rows that may be malformed: each test of _malformed, on columns; only these become Ops.
+    t = ctx.table
+    suspects = t.where("kind", unknown) | (t.rank < 0) | (t.rank >= s.pp) | t.where("lane", lambda v: not v)
+    suspects |= t.where("kind", COMPUTE_KINDS) & ((t.stage < 0) | (t.mb < 0))
+    suspects |= t.where("kind", frozenset({"FB"})) & ~t.has_pair
+    bad_flow = t.where("flow", lambda v: v not in ("F", "B"))
+    suspects |= t.where("kind", COMM_KINDS) & (bad_flow | (t.peer < 0) | (t.peer >= s.pp) | (t.peer == t.rank))
     out: list[Violation] = []
-    for op in ops:
+    for op in map(t.op, np.flatnonzero(suspects).tolist()):
         why = _malformed(op, unknown, s.pp)
         if why:
             out.append(Violation("PP001", f"malformed op {op.id}: {why}", (op.id,)))
@@ -79,28 +69,40 @@ def duplicate_ops(ctx: Context) -> list[Violation]:
 
     Notes: O(ops) (one look-up per unit of work; ops are compared only where work repeats).
     """
-    if ctx.table is not None:
-        return _duplicates_on_arrays(ctx.table, ctx.work_arrays)
-    s = ctx.schedule
-    ops = s.ops
-    work = ctx.work
-    # Ops of other kinds (SEND, RECV, family kinds) are identical only to ops of the same kind.
+    t, w = ctx.table, ctx.work_arrays
+    # Whole ops are compared where no unit of work tells them apart (ops of other kinds, FB
+    # without its pair); work is indexed by :mod:`pptl.checks.work_arrays`.
+    whole = ~t.where("kind", _WORK_KINDS) | (t.where("kind", frozenset({"FB"})) & ~t.has_pair)
+    comm = t.where("kind", COMM_KINDS)
+    if comm.any():
+        # SENDs and RECVs whose (kind, message key) are all distinct cannot be equal (hashing
+        # every field of every message would be most of this rule). Within one kind and flow the
+        # key's stage is the op's shifted by a constant, so (kind, flow, direction, stage, mb)
+        # repeats exactly where the key does.
+        c = np.flatnonzero(comm)
+        recv = t.where("kind", frozenset({"RECV"}))[c]
+        ids, size = wa.group_ids(recv.astype(np.int64), _canonical(t.flow_names)[t.flow[c]], t.direction[c],
+                                 t.stage[c], t.mb[c])
+        if not (np.bincount(ids, minlength=size) > 1).any():
+            whole &= ~comm
     found: list[tuple[int, int, Violation]] = []
-    seen: dict[object, int] = {}
-    # SENDs and RECVs with distinct (kind, flow, direction, stage, mb) cannot be equal: then only
-    # other kinds are compared whole (hashing every field of every message was most of this rule).
-    skip = frozenset(("SEND", "RECV")) if not work.comm_repeated else frozenset()
-    for i, op in enumerate(ops):
-        k = op.kind
-        if k in skip:
-            continue
-        if k not in _WORK_KINDS or (k == "FB" and op.pair is None):
-            j = seen.setdefault(op, i)
-            if j != i:
-                found.append((i, 0, Violation("PP002", f"duplicate op {op.id}", (op.id,))))
-    if work.repeated:
-        found += _work_done_twice(work.items, ops.__getitem__)
-    found.sort(key=lambda t: (t[0], t[1]))
+    for i in _equal_to_an_earlier(t, np.flatnonzero(whole)):
+        op = t.op(i)
+        found.append((i, 0, Violation("PP002", f"duplicate op {op.id}", (op.id,))))
+    rows = np.flatnonzero(w.repeated)
+    if rows.size:
+        items = zip(w.op[rows].tolist(), [wa.ROLES[r] for r in w.role[rows].tolist()], w.direction[rows].tolist(),
+                    w.stage[rows].tolist(), w.mb[rows].tolist())
+        built: dict[int, Op] = {}
+
+        def op_at(i: int) -> Op:
+            op = built.get(i)
+            if op is None:
+                op = built[i] = t.op(i)
+            return op
+
+        found += _work_done_twice(items, op_at)
+    found.sort(key=lambda x: (x[0], x[1]))
     return [v for _, _, v in found]
 
 
@@ -129,52 +131,8 @@ def _work_done_twice(items: Any, op_at: Callable[[int], Op]) -> list[tuple[int, 
     return found
 
 
-def _duplicates_on_arrays(t: OpTable, w: WorkArrays) -> list[Violation]:
-    """PP002 on columns: whole ops compared where no unit of work tells them apart, work indexed
-    by :mod:`pptl.checks.work_arrays`; ``Op`` objects only for the rows reported."""
-    import numpy as np
-
-    from pptl.checks import work_arrays as wa
-
-    whole = ~wa.kind_mask(t, _WORK_KINDS) | (wa.kind_mask(t, frozenset({"FB"})) & ~t.has_pair)
-    comm = wa.kind_mask(t, COMM_KINDS)
-    if comm.any():
-        # As the plain path: SENDs and RECVs whose (kind, message key) are all distinct cannot be
-        # equal. Within one kind and flow the key's stage is the op's shifted by a constant, so
-        # (kind, flow, direction, stage, mb) repeats exactly where the key does.
-        c = np.flatnonzero(comm)
-        recv = wa.kind_mask(t, frozenset({"RECV"}))[c]
-        ids, size = wa.group_ids(recv.astype(np.int64), _canonical(t.flow_names)[t.flow[c]], t.direction[c],
-                                 t.stage[c], t.mb[c])
-        if not (np.bincount(ids, minlength=size) > 1).any():
-            whole &= ~comm
-    found: list[tuple[int, int, Violation]] = []
-    for i in _equal_to_an_earlier(t, np.flatnonzero(whole)):
-        op = t.op(i)
-        found.append((i, 0, Violation("PP002", f"duplicate op {op.id}", (op.id,))))
-    rows = np.flatnonzero(w.repeated)
-    if rows.size:
-        items = zip(w.op[rows].tolist(), [wa.ROLES[r] for r in w.role[rows].tolist()], w.direction[rows].tolist(),
-                    w.stage[rows].tolist(), w.mb[rows].tolist())
-        built: dict[int, Op] = {}
-
-        def op_at(i: int) -> Op:
-            op = built.get(i)
-            if op is None:
-                op = built[i] = t.op(i)
-            return op
-
-        found += _work_done_twice(items, op_at)
-    found.sort(key=lambda x: (x[0], x[1]))
-    return [v for _, _, v in found]
-
-
 def _equal_to_an_earlier(t: OpTable, rows: Any) -> list[int]:
     """The rows (of ``rows``, ascending) whose op equals the op of an earlier one, in order."""
-    import numpy as np
-
-    from pptl.checks import work_arrays as wa
-
     payload = t.payload[rows]
     # A NaN payload makes an Op equal to no other (float NaN is unequal to itself).
     rows = rows[~np.isnan(payload)]
@@ -209,18 +167,20 @@ def missing_work(ctx: Context) -> list[Violation]:
     from pptl.schedules._common import required_roles
 
     roles = required_roles(find_family(s.family))  # a forward-only family asks for its F alone
-    if ctx.table is not None:
-        found = _missing_on_arrays(ctx.table, ctx.work_arrays, s, roles)
-        if found is not None:
-            return found
-    have = ctx.work.producer
+    # One flag per slot: the sizes are bounded where a schedule is read or built (pptl.config.MAX_OPS
+    # units of work), and every missing slot is a violation to list anyway.
+    w = ctx.work_arrays
+    D, S, M = max(s.directions, 0), max(s.num_stages, 0), max(s.microbatches, 0)
+    have = np.zeros((3, D, S, M), dtype=bool)
+    ok = w.in_range(S, M, D)
+    have[w.role[ok], w.direction[ok], w.stage[ok], w.mb[ok]] = True
+    need = [k for k, r in enumerate(wa.ROLES) if r in roles]
+    have = have[need]
     out: list[Violation] = []
-    for d in range(s.directions):
-        for st in range(s.num_stages):
-            for mb in range(s.microbatches):
-                missing = [r for r in roles if (r, d, st, mb) not in have]
-                if missing:
-                    out.append(_missing(missing, d, st, mb))
+    for flat in np.flatnonzero(~have.all(axis=0)).tolist():  # direction, then stage, then mb
+        d, rest = divmod(flat, S * M)
+        st, mb = divmod(rest, M)
+        out.append(_missing([wa.ROLES[k] for j, k in enumerate(need) if not have[j, d, st, mb]], d, st, mb))
     return out
 
 
@@ -234,29 +194,6 @@ def _missing(missing: list[str], d: int, st: int, mb: int) -> Violation:
     return Violation("PP003", f"missing {' and '.join(names)} for stage {st} mb {mb}{_dir(d)}")
 
 
-def _missing_on_arrays(t: OpTable, w: WorkArrays, s: Schedule,
-                       roles: tuple[str, ...] = ("F", "G", "W")) -> list[Violation] | None:
-    """PP003 on columns, or None when the schedule's sizes are too large for a dense mask."""
-    import numpy as np
-
-    from pptl.checks import work_arrays as wa
-
-    D, S, M = max(s.directions, 0), max(s.num_stages, 0), max(s.microbatches, 0)
-    if 3 * D * S * M > 8 * (w.n + t.n) + (1 << 22):
-        return None  # far more slots than ops: almost all missing, and the plain path lists them as cheaply
-    have = np.zeros((3, D, S, M), dtype=bool)
-    ok = w.in_range(S, M, D)
-    have[w.role[ok], w.direction[ok], w.stage[ok], w.mb[ok]] = True
-    need = [k for k, r in enumerate(wa.ROLES) if r in roles]
-    have = have[need]
-    out: list[Violation] = []
-    for flat in np.flatnonzero(~have.all(axis=0)).tolist():  # direction, then stage, then mb: the plain order
-        d, rest = divmod(flat, S * M)
-        st, mb = divmod(rest, M)
-        out.append(_missing([wa.ROLES[k] for j, k in enumerate(need) if not have[j, d, st, mb]], d, st, mb))
-    return out
-
-
 def index_out_of_range(ctx: Context) -> list[Violation]:
     """PP004: a stage, micro-batch or direction beyond the schedule's sizes.
 
@@ -264,25 +201,15 @@ def index_out_of_range(ctx: Context) -> list[Violation]:
     """
     s = ctx.schedule
     S, M, D = s.num_stages, s.microbatches, s.directions
-    items: Any
-    op_at: Callable[[int], Op]
-    if ctx.table is not None:
-        import numpy as np
-
-
-        w = ctx.work_arrays
-        rows = np.flatnonzero(~w.in_range(S, M, D))
-        items = zip(w.op[rows].tolist(), repeat(0), w.direction[rows].tolist(), w.stage[rows].tolist(),
-                    w.mb[rows].tolist())
-        op_at = ctx.table.op
-    else:
-        items, op_at = ctx.work.items, s.ops.__getitem__
+    w = ctx.work_arrays
+    rows = np.flatnonzero(~w.in_range(S, M, D))
     out: list[Violation] = []
     last = -1
-    for i, _, d, st, mb in items:
-        if i != last and not (0 <= st < S and 0 <= mb < M and 0 <= d < D):
+    for i, d, st, mb in zip(w.op[rows].tolist(), w.direction[rows].tolist(), w.stage[rows].tolist(),
+                            w.mb[rows].tolist()):
+        if i != last:
             last = i  # one violation per op
-            op = op_at(i)
+            op = ctx.table.op(i)
             out.append(Violation(
                 "PP004", f"{op.id}: stage {st}, mb {mb}, direction {d} outside stages 0..{S - 1}, "
                 f"micro-batches 0..{M - 1}, directions 0..{D - 1}", (op.id,)))
@@ -294,28 +221,16 @@ def stage_on_two_ranks(ctx: Context) -> list[Violation]:
 
     Notes: O(ops).
     """
-    items: Any
-    id_of: Callable[[int], str]
-    if ctx.table is not None:
-        import numpy as np
-
-        from pptl.checks import work_arrays as wa
-
-        t = ctx.table
-        w = ctx.work_arrays
-        rank = t.rank[w.op]
-        ids, size = wa.group_ids(w.direction, w.stage)
-        some = np.zeros(size, dtype=np.int64)
-        some[ids] = rank  # one rank of each (direction, stage): every other must equal it
-        bad = np.zeros(size, dtype=bool)
-        bad[ids[rank != some[ids]]] = True
-        rows = np.flatnonzero(bad[ids])  # every unit of work of a stage on two ranks, in order
-        items = zip(w.op[rows].tolist(), w.direction[rows].tolist(), w.stage[rows].tolist(), rank[rows].tolist())
-        id_of = lambda i: t.op(i).id  # noqa: E731
-    else:
-        ops = ctx.schedule.ops
-        items = ((i, d, st, ops[i].rank) for i, _, d, st, _ in ctx.work.items)
-        id_of = lambda i: ops[i].id  # noqa: E731
+    t = ctx.table
+    w = ctx.work_arrays
+    rank = t.rank[w.op]
+    ids, size = wa.group_ids(w.direction, w.stage)
+    some = np.zeros(size, dtype=np.int64)
+    some[ids] = rank  # one rank of each (direction, stage): every other must equal it
+    bad = np.zeros(size, dtype=bool)
+    bad[ids[rank != some[ids]]] = True
+    rows = np.flatnonzero(bad[ids])  # every unit of work of a stage on two ranks, in order
+    items = zip(w.op[rows].tolist(), w.direction[rows].tolist(), w.stage[rows].tolist(), rank[rows].tolist())
     first: dict[tuple[int, int], tuple[int, int]] = {}
     more: dict[tuple[int, int], dict[int, int]] = {}
     for i, d, st, rank in items:
@@ -328,7 +243,7 @@ def stage_on_two_ranks(ctx: Context) -> list[Violation]:
         ranks = {rank0: op0, **others}
         names = ", ".join(f"r{r}" for r in sorted(ranks))
         out.append(Violation("PP005", f"stage {st}{_dir(d)} runs on ranks {names}",
-                             tuple(id_of(i) for i in ranks.values())))
+                             tuple(t.op(i).id for i in ranks.values())))
     return out
 
 
@@ -336,17 +251,8 @@ def _dir(d: int) -> str:
     return f" (direction {d})" if d else ""
 
 
-def _lut(names: tuple[str, ...], test: Callable[[str], bool]) -> Any:
-    """``test`` of each name, as a bool array to index with a column's codes."""
-    import numpy as np
-
-    return np.array([test(v) for v in names] or [False], dtype=bool)
-
-
 def _canonical(names: tuple[str, ...]) -> Any:
     """Codes to index with a column's codes: equal names get equal codes (a table's names need
     not be distinct)."""
-    import numpy as np
-
     first: dict[str, int] = {}
     return np.array([first.setdefault(v, k) for k, v in enumerate(names)] or [0], dtype=np.int64)

@@ -1,11 +1,13 @@
-"""The work every op does, as numpy arrays: the array twin of :class:`pptl.checks.base.WorkIndex`.
+"""What the rules index, as numpy arrays over the op table: the work every op does
+(:class:`WorkArrays`, one row per unit of work (role, direction, stage, mb): op by op, and within
+an op F, then G (input gradient), then W), every lane entry (:class:`LaneArrays`), and rows
+grouped by integer keys (:func:`group_ids`, :func:`first_of`). A key such as (role, direction,
+stage, mb) becomes one dense integer id, and "the first row of each key" a flat array indexed by
+it: a few passes of numpy instead of a dict entry per op. Each is built once per check run
+(:class:`pptl.checks.base.Context`) and shared by its rules.
 
-One row per unit of work (role, direction, stage, mb), in the order ``WorkIndex.items`` lists
-them: op by op, and within an op F, then G (input gradient), then W. Rules that run on an
-:class:`pptl.optable.OpTable` (PP002-PP005, and any other that indexes work) read it instead of
-building ``Op`` objects; it is built once per check run (:attr:`pptl.checks.base.Context.work_arrays`) and shared by its rules.
-
-Roles are coded 0 (F), 1 (G), 2 (W): :data:`ROLES` gives the names ``WorkIndex`` uses.
+Roles are coded 0 (F), 1 (G), 2 (W), the order :func:`pptl.deps.roles` lists an op's roles in
+(:data:`ROLES` gives their names).
 """
 from __future__ import annotations
 
@@ -15,52 +17,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from pptl.optable import OpTable
+from pptl.optable import FLOW_CODE, KIND_CODE, OpTable, first_of, flat_lanes, group_ids
 
-__all__ = ["ROLES", "WorkArrays", "work_arrays", "group_ids", "kind_mask"]
+if TYPE_CHECKING:
+    from pptl.ir import Schedule
+
+__all__ = ["ROLES", "F", "G", "W", "WorkArrays", "work_arrays", "items_of", "first_place", "group_ids", "first_of",
+           "sender_stages", "LaneArrays", "lane_arrays"]
 
 ROLES = ("F", "G", "W")
+F, G, W = 0, 1, 2
 _I64 = np.int64
 #: Per kind: (units of work, role of the first). B is G then W; an FB with a pair is F, G, W.
 _SHAPE = {"F": (1, 0), "B": (2, 1), "I": (1, 1), "W": (1, 2), "FB": (3, 0)}
-#: Ids spread over at most this many slots (times the rows) are used as they are, not compressed.
-_DENSE_SLACK = 4
-
-
-def kind_mask(table: OpTable, kinds: frozenset[str] | set[str]) -> Any:
-    """bool per op: whether its kind is one of ``kinds``."""
-    lut = np.array([k in kinds for k in table.kind_names] or [False], dtype=bool)
-    return lut[table.kind]
-
-
-def group_ids(*cols: Any) -> tuple[Any, int]:
-    """(ids, size): one id in ``0..size-1`` per row, equal where the rows of ``cols`` are equal.
-
-    Ids come from the columns' values themselves when they pack into a range not much larger than
-    the rows (then ``size`` may exceed the number of distinct rows), else from ``np.unique``.
-    """
-    n = int(cols[0].size) if cols else 0
-    if n == 0:
-        return np.zeros(0, dtype=_I64), 0
-    cols = tuple(np.asarray(c).astype(_I64, copy=False) for c in cols)  # narrow codes would wrap below
-    lows = [int(c.min()) for c in cols]
-    spans = [int(c.max()) - lo + 1 for c, lo in zip(cols, lows)]
-    size = 1
-    for s in spans:
-        size *= s  # Python ints: no overflow while deciding
-    if size >= 2**62:
-        _, inv = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
-        inv = inv.reshape(-1)
-        return inv.astype(_I64), int(inv.max()) + 1
-    packed = np.zeros(n, dtype=_I64)
-    for c, lo, s in zip(cols, lows, spans):
-        packed *= s
-        packed += c - lo
-    if size <= _DENSE_SLACK * n + 1024:
-        return packed, size
-    uniq, inv = np.unique(packed, return_inverse=True)
-    return inv.reshape(-1).astype(_I64), int(uniq.size)
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,7 +60,7 @@ class WorkArrays:
 
     @cached_property
     def repeated(self) -> Any:
-        """bool per row: another row does the same unit of work (``WorkIndex.repeated`` is ``any``)."""
+        """bool per row: another row does the same unit of work."""
         ids, size = self.key
         if not self.n:
             return np.zeros(0, dtype=bool)
@@ -117,3 +86,57 @@ def work_arrays(table: OpTable) -> WorkArrays:
             p = table.pair[op[halves]]
             stage[halves], mb[halves], direction[halves] = p[:, 0], p[:, 1], p[:, 2]
     return WorkArrays(op, role, direction, stage, mb)
+
+
+def items_of(w: WorkArrays, rows: Any, roles: tuple[int, ...]) -> WorkArrays:
+    """The units of work of the ops ``rows`` (op indices, in any order, repeats allowed) for the
+    ``roles`` asked, as :class:`WorkArrays` whose ``op`` is the position in ``rows``."""
+    start, stop = np.searchsorted(w.op, rows, "left"), np.searchsorted(w.op, rows, "right")
+    counts = stop - start
+    src = np.repeat(np.arange(rows.size, dtype=_I64), counts)
+    at = np.repeat(start, counts) + np.arange(src.size, dtype=_I64) - np.repeat(np.cumsum(counts) - counts, counts)
+    keep = np.isin(w.role[at], roles)
+    src, at = src[keep], at[keep]
+    return WorkArrays(src, w.role[at], w.direction[at], w.stage[at], w.mb[at])
+
+
+def first_place(made: WorkArrays, group: Any, place: Any, want: tuple[Any, Any, Any, Any, Any]) -> Any:
+    """For each wanted (group, role, direction, stage, mb), the least ``place`` of an item of
+    ``made`` (its group ``group``) doing that work in that group, else -1."""
+    ids, size = group_ids(*(np.concatenate([a, b]) for a, b in zip(
+        (group, made.role, made.direction, made.stage, made.mb), want)))
+    return first_of(ids[:made.op.size], size, place)[ids[made.op.size:]]
+
+
+def sender_stages(cols: Any, rows: Any) -> Any:
+    """:func:`pptl.messages.message_key`'s stage of the SENDs and RECVs ``rows``: the sender's.
+    Stages beyond +-2**62 (PP004 reports them) are clamped so that stage + 1 cannot wrap."""
+    stage = np.clip(cols.stage[rows], -(1 << 62), 1 << 62)
+    recv = cols.kind[rows] == KIND_CODE["RECV"]
+    return np.where(recv, np.where(cols.flow[rows] == FLOW_CODE["F"], stage - 1, stage + 1), stage)
+
+
+@dataclass(frozen=True)
+class LaneArrays:
+    """Every (lane, position) of ``schedule.lanes``, in its iteration order (lanes in dict order,
+    each in run order)."""
+
+    keys: list[tuple[int, str]]
+    """The lanes, in ``schedule.lanes`` order."""
+    op: Any
+    """The op index of each entry."""
+    lane: Any
+    """The lane (position in ``keys``) of each entry."""
+    rank: Any
+    """The rank of the entry's lane (its key's, not the op's)."""
+    unique: bool
+    """Whether every op index is listed once."""
+
+
+def lane_arrays(s: Schedule) -> LaneArrays:
+    """:class:`LaneArrays` of a schedule (a check run keeps one: :attr:`pptl.checks.base.Context.lane_arrays`)."""
+    keys, op, lane = flat_lanes(s.lanes)
+    ranks = np.fromiter((k[0] for k in keys), dtype=_I64, count=len(keys))
+    n = s.n_ops
+    unique = op.size == 0 or int(np.bincount(op, minlength=n).max()) <= 1
+    return LaneArrays(keys, op, lane, ranks[lane] if keys else np.zeros(0, dtype=_I64), unique)

@@ -45,7 +45,14 @@ def diagnose(
 
         assert fmt is not None  # figure_format named it for this path
 
-        atomic_write(out_file, image_bytes(diagnose_figure(result, schedule), fmt))
+        from pptl.errors import InputError, InvalidScheduleError
+        from pptl.simulate import simulate
+
+        try:  # the plan's times place the ops; a plan the simulator refuses is drawn in issue order
+            planned = simulate(schedule).timeline(with_waits=False) if schedule is not None else None
+        except (InvalidScheduleError, InputError):
+            planned = None
+        atomic_write(out_file, image_bytes(diagnose_figure(result, planned), fmt))
     if output == "json":
         print_json(to_dict(result))
     else:

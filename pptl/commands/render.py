@@ -62,7 +62,8 @@ def render(
     from rich.console import Console
 
     from pptl.errors import InputError
-    from pptl.render import load_timeline, output_format, parse_window, plain_counterpart, write_file
+    from pptl.planning import load_timeline, plain_counterpart
+    from pptl.render import output_format, parse_window, write_file
     from pptl.render.options import RenderOptions, parse_size
     from pptl.render.styles import STYLE_NAMES
 
@@ -88,7 +89,7 @@ def render(
             check_new(out_file)
     with progress(f"reading {file}") as status:
         tl = load_timeline(file)
-        compare = plain_counterpart(tl, file) if compare_warmup else None
+        compare = plain_counterpart(file) if compare_warmup else None
         if len(tl.events) >= _LARGE:
             status.update(f"drawing {len(tl.events):,} ops")
         if out_file is not None:

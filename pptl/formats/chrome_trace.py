@@ -16,8 +16,8 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple
 
+from pptl.events import memory_events
 from pptl.fileio import atomic_write, check_writable
-from pptl.simulate import memory_events
 from pptl.timeline import Event, Timeline
 
 __all__ = ["US_PER_UNIT", "to_chrome", "dumps_chrome", "write_chrome"]
@@ -131,7 +131,7 @@ def _flows(timeline: Timeline, tid: dict[tuple[int, str], int], us) -> list[dict
 
 
 class _Moved(NamedTuple):
-    """What :func:`pptl.simulate.memory_events` reads of an op: its kind and payload."""
+    """What :func:`pptl.events.memory_events` reads of an op: its kind and payload."""
 
     kind: str
     payload: float

@@ -1,55 +1,30 @@
 """One entry point for "give me a schedule (and maybe a timeline) from this file".
 
 Accepts plan files (``pptl plan -o``), configs (YAML, TOML, JSON with a ``schedule`` field) and
-timelines; other tools' formats register a reader in ``_READERS`` by suffix.
+timelines; other tools' formats have a reader in :data:`READERS`, by suffix.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from importlib import import_module
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from pptl.config import config_from_mapping
 from pptl.errors import InputError
+from pptl.formats.loaded import Loaded, load_data
 from pptl.formats.structured import read_structured
-from pptl.formats.timeline import timeline_from_dict
-from pptl.ir import Schedule
-from pptl.timeline import Timeline
 
-__all__ = ["Loaded", "load_any", "register_reader"]
+__all__ = ["Loaded", "READERS", "load_any", "load_data"]
 
 
-@dataclass
-class Loaded:
-    path: str
-    schedule: Schedule | None
-    stored_timeline: Timeline | Callable[[], Timeline | None] | None
-    """The file's timeline, or a function that reads it on first use (see :attr:`timeline`)."""
-    kind: str
-    """"plan", "config", "timeline", or a reader's name such as "torch-csv"."""
-    notes: tuple[str, ...] = ()
-    """What a reader inferred (placement, micro-batch count...), to tell the user."""
-    problems: tuple[Any, ...] = ()
-    """Violations a reader found in the file itself (unreadable cells...), with their lines;
-    readers collect them only when called with ``report_problems=True`` (``pptl check``)."""
-    locate: Callable[[str], int | None] | None = None
-    """Op id -> line of the source file that holds it, for annotations (None: unknown)."""
-
-    @property
-    def timeline(self) -> Timeline | None:
-        """The file's timeline. A plan's is read on first use: ``pptl check`` never needs it, and
-        turning 400k stored times into events costs more than checking them."""
-        if callable(self.stored_timeline):
-            self.stored_timeline = self.stored_timeline()
-        return self.stored_timeline
-
-
-_READERS: dict[str, Callable[..., Loaded]] = {}
-
-
-def register_reader(suffix: str, reader: Callable[..., Loaded]) -> None:
-    """Readers take (path, **options) and return :class:`Loaded`."""
-    _READERS[suffix.lower()] = reader
+#: The readers of other tools' formats, by suffix: (module, function). A reader takes (path,
+#: **options) and returns a :class:`Loaded`; its module is imported on first use. This table is
+#: the one place readers are declared (they do not import the loader back to register).
+READERS: dict[str, tuple[str, str]] = {
+    ".csv": ("pptl.formats.torch_csv", "read_csv"),
+    ".json": ("pptl.formats.profiler", "read_json"),
+    ".json.gz": ("pptl.formats.profiler", "read_json"),
+    "": ("pptl.formats.profiler", "read_dir"),
+}
 
 
 def load_any(path: str | Path, **options: Any) -> Loaded:
@@ -57,10 +32,12 @@ def load_any(path: str | Path, **options: Any) -> Loaded:
     (``microbatches``, ``placement``...) and override what a config file says."""
     path = Path(path)
     suffix = "".join(path.suffixes[-2:]).lower() if path.name.endswith(".json.gz") else path.suffix.lower()
-    if suffix not in _READERS:
-        _ensure_plugins()
-    loaded = _READERS[suffix](path, **options) if suffix in _READERS else load_data(read_structured(path), str(path),
-                                                                                      **options)
+    if suffix in READERS and not (suffix == ".json" and _is_pptl_file(path)):
+        module, name = READERS[suffix]
+        reader: Callable[..., Loaded] = getattr(import_module(module), name)
+        loaded = reader(path, **options)
+    else:
+        loaded = load_data(read_structured(path), str(path), **options)
     _refuse_ignored(path, loaded, options)
     return loaded
 
@@ -78,33 +55,12 @@ def _refuse_ignored(path: Path, loaded: Loaded, options: Mapping[str, Any]) -> N
             raise InputError(f"{path}: {_FLAGS[name]} applies to {readers}, not to a {loaded.kind}; drop it")
 
 
-def load_data(data: Any, source: str, **options: Any) -> Loaded:
-    if isinstance(data, Mapping) and data.get("format") == "pptl-plan":
-        from pptl.formats.plan import read_plan_dict
-
-        schedule, timeline = read_plan_dict(data, source=source)
-        return Loaded(source, schedule, timeline, "plan")
-    if isinstance(data, Mapping) and data.get("format") == "pptl-timeline":
-        return Loaded(source, None, timeline_from_dict(data, source=source), "timeline")
-    if isinstance(data, Mapping) and "schedule" in data:
-        from pptl.schedules import build_schedule
-
-        merged = dict(data)
-        for k, v in options.items():
-            if v is not None and k in ("microbatches", "memory_limit", "pp", "vpp"):
-                merged[k] = v
-        return Loaded(source, build_schedule(config_from_mapping(merged, source=source)), None, "config")
-    raise InputError(f"{source}: not a pptl plan, timeline or config (expected 'format': 'pptl-plan' or "
-                     "'pptl-timeline', or a 'schedule' field)")
-
-
-def _ensure_plugins() -> None:
-    """Import optional readers (they register themselves)."""
-    import importlib
-
-    for mod in ("pptl.formats.torch_csv", "pptl.formats.profiler"):
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name != mod:
-                raise
+def _is_pptl_file(path: Path) -> bool:
+    """Whether a .json file opens as pptl writes its plans and timelines (``{"format": "pptl-...``):
+    those need none of the other tools' readers, so ``pptl check plan.json`` does not import them."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError:
+        return False  # the reader says what is wrong
+    return head.replace(b" ", b"").startswith(b'{"format":"pptl-')

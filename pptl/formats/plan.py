@@ -12,27 +12,26 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict, dataclass
 from itertools import chain
-from operator import attrgetter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeGuard
+from typing import Any, Callable, Mapping, Sequence, TypeGuard
 
-from pptl.columns import use_arrays
+import numpy as np
+
 from pptl.config import MAX_OPS, config_from_mapping
-from pptl.deps import training_deps, training_deps_again, training_deps_columns
+from pptl.deps import facts_of_table, training_deps
 from pptl.errors import InputError
+from pptl.events import op_events
 from pptl.fileio import MAX_FILE_BYTES, read_bounded
 from pptl.formats._legacy import BUCKET_KINDS, bucket_fields
 from pptl.formats.structured import read_structured
 from pptl.formats.timeline import timeline_from_dict
-from pptl.ir import Op, Schedule, ScheduleBuilder
-
-if TYPE_CHECKING:
-    from pptl.optable import OpTable
+from pptl.ir import Facts, Op, Schedule, ScheduleBuilder
+from pptl.optable import OpTable
 from pptl.schedules._moe_meta import MoEMeta
 from pptl.schedules._pipeline_meta import PipelineMeta
 from pptl.schedules._weight_update_meta import WeightUpdateMeta
-from pptl.simulate import op_events
 from pptl.timeline import MAX_TIME, Timeline, TimelineMeta
 
 __all__ = ["PLAN_FORMAT", "PLAN_VERSION", "PlanTimes", "plan_to_dict", "plan_from_dict", "read_plan_dict", "load_plan",
@@ -51,23 +50,17 @@ _STR_COLUMNS = (("kind", None), ("flow", ""), ("label", ""), ("cost", ""))
 _MAX_INDEX = 10_000_000
 #: Largest topological position a plan's ``order`` may claim (positions are compared, not counted).
 _MAX_ORDER = 2**62
-_PAIR = attrgetter("pair")
-_PAYLOAD = attrgetter("payload")
 #: Op fields that most families leave at their defaults (the training families: all of them).
 _RARE_NAMES = ("label", "cost", "direction", "sub", "pair", "payload", "bucket", "half")
-_RARE = attrgetter(*_RARE_NAMES)
-_RARE_DEFAULTS = ("", "", 0, -1, None, 0.0, -1, -1)
 
 
+@dataclass(frozen=True, slots=True)
 class PlanTimes:
     """Planned start and end of every op (indexed like ``schedule.ops``) and the timeline's meta."""
 
-    __slots__ = ("start", "end", "meta")
-
-    def __init__(self, start: Sequence[float], end: Sequence[float], meta: TimelineMeta) -> None:
-        self.start = start
-        self.end = end
-        self.meta = meta
+    start: Sequence[float]
+    end: Sequence[float]
+    meta: TimelineMeta
 
 
 def plan_to_dict(schedule: Schedule, *, timeline: Timeline | None = None, metrics: Mapping[str, Any] | None = None,
@@ -79,69 +72,21 @@ def plan_to_dict(schedule: Schedule, *, timeline: Timeline | None = None, metric
     come from ``times`` (cheap: what the simulator computed) or from ``timeline``; a timeline whose
     events are not the schedule's ops is stored whole, as in version 1.
     """
-    lanes = schedule.lanes
-    keys = sorted(lanes)
-    if use_arrays(schedule.n_ops):
-        written = _table_to_dict(schedule, keys, times, topo, timeline)
-        if written is not None:
-            return _finish(written, schedule, keys, timeline, metrics)
-    ops = schedule.ops
-    order = list(chain.from_iterable(map(lanes.__getitem__, keys)))
-    seq = list(map(ops.__getitem__, order))
-    n = len(seq)
-    # Fields most plans leave at their defaults, checked in one pass (a column takes two).
-    rare_default = set(map(_RARE, ops)) <= {_RARE_DEFAULTS}
-    columns: dict[str, Any] = {}
-    for name, text_default in _STR_COLUMNS:
-        if rare_default and name in _RARE_NAMES:
-            continue
-        texts: list[str] = list(map(attrgetter(name), seq))
-        if text_default is not None and texts.count(text_default) == n:
-            continue  # all default (or no ops): left out
-        table = list(dict.fromkeys(texts))
-        code = {v: k for k, v in enumerate(table)}
-        columns[name] = {"values": table, "index": list(map(code.__getitem__, texts))}
-    for name, default in _INT_COLUMNS:
-        if rare_default and name in _RARE_NAMES:
-            continue
-        values: list[int] = list(map(attrgetter(name), seq))
-        if values.count(default) != n:
-            columns[name] = values
-    pairs = [] if rare_default else list(map(_PAIR, seq))
-    if pairs.count(None) != len(pairs):
-        columns["pair"] = [list(p) if p is not None else None for p in pairs]
-    payload = [] if rare_default else list(map(_PAYLOAD, seq))
-    if payload.count(0.0) != len(payload):
-        columns["payload"] = _compact(payload)
-    extra: list[tuple[int, int]] = []
-    if schedule.deps:
-        derived_list = training_deps_again(ops, schedule.num_stages)
-        # A family's own facts, or an edited schedule (equal, and usually the same list: the common case).
-        if derived_list is not schedule.deps and derived_list != schedule.deps:
-            position = [0] * len(ops)
-            for pos, i in enumerate(order):
-                position[i] = pos
-            derived = set(derived_list)
-            extra = sorted((position[u], position[v]) for u, v in schedule.deps if (u, v) not in derived)
+    keys = sorted(schedule.lanes)
     if times is None and timeline is not None:
-        times = _times_of(schedule, timeline)
-    written = _Written(columns, [x for e in extra for x in e], None, None)
-    if times is not None:
-        written.timeline = {"meta": timeline_meta_dict(times.meta),
-                            "start": _compact(list(map(times.start.__getitem__, order))),
-                            "end": _compact(list(map(times.end.__getitem__, order)))}
-    return _finish(written, schedule, keys, timeline, metrics)
+        times = _times_of(schedule, timeline)  # None: its events are not the schedule's ops (stored whole)
+    return _finish(_columns_of(schedule, keys, times, topo), schedule, keys, timeline, metrics)
 
 
+@dataclass(slots=True)
 class _Written:
-    """What differs between the object and the table writers: the op columns, the extra facts, the
-    planned times and the topological positions, all in file order."""
+    """The op columns, the extra facts, the planned times and the topological positions, all in
+    file order."""
 
-    __slots__ = ("columns", "deps", "timeline", "order")
-
-    def __init__(self, columns: dict[str, Any], deps: list[int], timeline: dict[str, Any] | None,
-                 order: list[int] | None) -> None:
-        self.columns, self.deps, self.timeline, self.order = columns, deps, timeline, order
+    columns: dict[str, Any]
+    deps: list[int]
+    timeline: dict[str, Any] | None = None
+    order: list[int] | None = None
 
 
 def _finish(written: _Written, schedule: Schedule, keys: list[tuple[int, str]], timeline: Timeline | None,
@@ -168,19 +113,10 @@ def _finish(written: _Written, schedule: Schedule, keys: list[tuple[int, str]], 
     return out
 
 
-def _table_to_dict(schedule: Schedule, keys: list[tuple[int, str]], times: PlanTimes | None,
-                   topo: Sequence[int] | None, timeline: Timeline | None) -> _Written | None:
-    """:func:`plan_to_dict`'s columns, facts and times from the schedule's table (the same JSON
-    as the object writer, without an ``Op`` per row), or None when the facts cannot be derived on
-    arrays."""
-    if times is None and timeline is not None:
-        return None  # the times come from matching events to op ids: the object writer's job
-    import numpy as np
-
-    from pptl._deps_np import deps_of_table
-    from pptl.optable import table_of
-
-    t = table_of(schedule)
+def _columns_of(schedule: Schedule, keys: list[tuple[int, str]], times: PlanTimes | None,
+                topo: Sequence[int] | None) -> _Written:
+    """:func:`plan_to_dict`'s columns, facts and times, from the schedule's table (no ``Op`` per row)."""
+    t = schedule.table
     n = t.n
     lanes = schedule.lanes
     order = np.fromiter(chain.from_iterable(map(lanes.__getitem__, keys)), dtype=np.int64, count=n)
@@ -227,17 +163,14 @@ def _table_to_dict(schedule: Schedule, keys: list[tuple[int, str]], times: PlanT
     extra: list[int] = []
     u, v = schedule.dep_arrays()
     if u.size:
-        derived = deps_of_table(t, schedule.num_stages)
-        if derived is None:
-            return None
-        du, dv = derived
+        du, dv = facts_of_table(t, schedule.num_stages)
         same = (du is u and dv is v) or (du.size == u.size and (du == u).all() and (dv == v).all())
         if not same:
             keep = ~np.isin(u * n + v, du * n + dv)
             pu, pv = position[u[keep]], position[v[keep]]
             by = np.lexsort((pv, pu))
             extra = np.stack([pu[by], pv[by]], axis=1).ravel().tolist()
-    written = _Written(columns, extra, None, None)
+    written = _Written(columns, extra)
     if times is not None:
         written.timeline = {"meta": timeline_meta_dict(times.meta),
                             "start": _compact_array(np.asarray(times.start, dtype=np.float64)[order]),
@@ -250,32 +183,17 @@ def _table_to_dict(schedule: Schedule, keys: list[tuple[int, str]], times: PlanT
 
 
 def _compact_array(values: Any) -> list[float] | list[int]:
-    """:func:`_compact` of a float64 array."""
-    import numpy as np
-
-    if values.size and np.isfinite(values).all() and np.abs(values).max() < 2.0 ** 53:
-        if (values == np.trunc(values)).all():
-            return values.astype(np.int64).tolist()  # type: ignore[no-any-return]
-    return _compact(values.tolist())
+    """Whole numbers as ints ("12" rather than "12.0"): a quarter of a plan's bytes are times."""
+    if values.size and np.isfinite(values).all() and np.abs(values).max() < 2.0 ** 53 and \
+            (values == np.trunc(values)).all():
+        return values.astype(np.int64).tolist()  # type: ignore[no-any-return]
+    return [int(v) if v.is_integer() else v for v in values.tolist()]  # inf or nan: allow_nan=False reports it
 
 
 def timeline_meta_dict(meta: TimelineMeta) -> dict[str, Any]:
-    from dataclasses import asdict
-
     d = asdict(meta)
     d["extra"] = dict(meta.extra)
     return d
-
-
-def _compact(values: list[float]) -> list[float] | list[int]:
-    """Whole numbers as ints ("12" rather than "12.0"): a quarter of a plan's bytes are times."""
-    try:
-        ints = list(map(int, values))
-    except (OverflowError, ValueError):  # inf or nan: the writer's allow_nan=False reports it
-        return values
-    if ints == values:
-        return ints
-    return [int(v) if v.is_integer() else v for v in values]
 
 
 def _times_of(schedule: Schedule, timeline: Timeline) -> PlanTimes | None:
@@ -366,34 +284,20 @@ def read_plan_dict(data: Any, *, source: str = "<plan>") -> tuple[Schedule, Call
         if not isinstance(data["config"], Mapping):
             raise InputError(f"{source}: field 'config': expected an object")
         cfg = config_from_mapping(data["config"], source=f"{source}: config")
-    derived: list[tuple[int, int]] | None = None
     raw_deps = data.get("deps", [])
     if not isinstance(raw_deps, list):
         raise InputError(f"{source}: field 'deps': expected a list of producer, consumer op positions")
-    if version == 1:
-        ops, lanes = _ops_v1(data, source)
-    else:
-        raw = _raw_v2(data, source, version)
-        if use_arrays(raw.n):
-            made = _from_table(raw, raw_deps, data.get("order"), family=family, sizes=sizes, cfg=cfg, meta=meta,
-                               source=source)
-            if made is not None:
-                return made, _timeline_reader(data, made, version, source)
-        ops, lanes, derived = _ops_v2(raw, sizes["num_stages"])
+    if version >= 2:
+        made = _from_table(_raw_v2(data, source, version), raw_deps, data.get("order"), family=family, sizes=sizes,
+                           cfg=cfg, meta=meta, source=source)
+        return made, _timeline_reader(data, made, version, source)
+    ops, lanes = _ops_v1(data, source)
     n = len(ops)
-    if derived is None:
-        derived = training_deps(ops, sizes["num_stages"])
-    deps: dict[tuple[int, int], None] = dict.fromkeys(derived)
-    if version == 1:
-        for k, e in enumerate(raw_deps):
-            if not (isinstance(e, list) and len(e) == 2 and all(_is_int(x) and 0 <= x < n for x in e)):
-                raise InputError(f"{source}: deps[{k}]: got {e!r}, expected [producer, consumer] positions in 0..{n - 1}")
-            deps[(e[0], e[1])] = None
-    else:
-        if len(raw_deps) % 2 or not all(_is_int(x) and 0 <= x < n for x in raw_deps):
-            raise InputError(f"{source}: field 'deps': expected an even-length list of op positions in 0..{n - 1}")
-        for k in range(0, len(raw_deps), 2):
-            deps[(raw_deps[k], raw_deps[k + 1])] = None
+    deps: dict[tuple[int, int], None] = dict.fromkeys(training_deps(ops, sizes["num_stages"]))
+    for k, e in enumerate(raw_deps):
+        if not (isinstance(e, list) and len(e) == 2 and all(_is_int(x) and 0 <= x < n for x in e)):
+            raise InputError(f"{source}: deps[{k}]: got {e!r}, expected [producer, consumer] positions in 0..{n - 1}")
+        deps[(e[0], e[1])] = None
     schedule = Schedule(family=family, pp=sizes["pp"], num_stages=sizes["num_stages"],
                         microbatches=sizes["microbatches"], ops=ops, lanes=lanes, deps=list(deps),
                         directions=sizes["directions"], config=cfg, meta=dict(meta))
@@ -411,23 +315,19 @@ def _timeline_reader(data: Mapping[str, Any], schedule: Schedule, version: int,
 
 
 def _from_table(raw: _RawColumns, raw_deps: list[Any], raw_order: Any, *, family: str, sizes: dict[str, int],
-                cfg: Any, meta: Mapping[str, Any], source: str) -> Schedule | None:
-    """A large plan as a table-made schedule (no ``Op`` objects until something reads them), or
-    None when the facts cannot be derived on arrays (then the caller builds the ops)."""
-    import numpy as np
-
-    from pptl._deps_np import deps_of_table
-
+                cfg: Any, meta: Mapping[str, Any], source: str) -> Schedule:
+    """A plan (format 2+) as a table-made schedule: no ``Op`` objects until something reads them."""
     n = raw.n
     table = _table_v2(raw)
-    derived = deps_of_table(table, sizes["num_stages"])
-    if derived is None:
-        return None
+    try:
+        derived = facts_of_table(table, sizes["num_stages"])
+    except InputError as e:
+        raise InputError(f"{source}: {e}") from None
     if len(raw_deps) % 2 or not all(_is_int(x) and 0 <= x < n for x in raw_deps):
         raise InputError(f"{source}: field 'deps': expected an even-length list of op positions in 0..{n - 1}")
     u, v = derived
     if raw_deps:
-        # The extra facts after the derived ones, each once, in file order (as the object path keeps them).
+        # The extra facts after the derived ones, each once, in file order.
         flat = np.asarray(raw_deps, dtype=np.int64)
         keys = flat[0::2] * n + flat[1::2]
         _, first = np.unique(keys, return_index=True)
@@ -442,9 +342,9 @@ def _from_table(raw: _RawColumns, raw_deps: list[Any], raw_order: Any, *, family
             raise InputError(f"{source}: field 'order': expected a list of {n} integers in 0..{_MAX_ORDER} (a "
                              "topological position per op, in file order)")
         hint = np.asarray(checked, dtype=np.int64)
-    return Schedule.from_table(family=family, pp=sizes["pp"], num_stages=sizes["num_stages"],
-                               microbatches=sizes["microbatches"], table=table, lanes=raw.lanes, dep_arrays=(u, v),
-                               directions=sizes["directions"], config=cfg, meta=dict(meta), order_hint=hint)
+    return Schedule(family, sizes["pp"], sizes["num_stages"], sizes["microbatches"], lanes=raw.lanes,
+                    directions=sizes["directions"], config=cfg, meta=dict(meta), table=table, facts=Facts(u, v),
+                    order_hint=hint)
 
 
 def _is_int(x: Any) -> TypeGuard[int]:
@@ -590,38 +490,8 @@ def _move_buckets(ints: dict[str, Any], kinds: tuple[Any, list[str]], n: int) ->
         ints[name] = col if col.count(-1) != n else None
 
 
-def _ops_v2(raw: _RawColumns, num_stages: int
-            ) -> tuple[list[Op], dict[tuple[int, str], list[int]], list[tuple[int, int]] | None]:
-    """The ops, the lanes, and the training facts derived from the columns (None: derive from the ops)."""
-    n = raw.n
-    ranks: list[int] = []
-    lane_col: list[str] = []
-    for rank, lane, count in zip(raw.lane_rank, raw.lane_name, raw.lane_count):
-        ranks += [rank] * count
-        lane_col += [lane] * count
-    values: dict[str, list[Any]] = {}
-    for name, default in _STR_COLUMNS:
-        col = raw.strs[name]
-        values[name] = [default or ""] * n if col is None else list(map(col[1].__getitem__, _as_list(col[0])))
-    for name, int_default in _INT_COLUMNS:
-        ints = raw.ints[name]
-        values[name] = [int_default] * n if ints is None else _as_list(ints)
-    pairs: list[tuple[int, int, int] | None] = raw.pairs if raw.pairs is not None else [None] * n
-    payloads = raw.payloads if raw.payloads is not None else [0.0] * n
-    ops = list(map(Op, values["kind"], ranks, lane_col, values["stage"], values["mb"], values["direction"],
-                   values["chunk"], pairs, values["peer"], values["flow"], values["sub"], values["label"],
-                   payloads, values["cost"], values["bucket"], values["half"]))
-    derived = training_deps_columns(values["kind"], ranks, values["stage"], values["mb"], values["direction"],
-                                    values["flow"], pairs, num_stages)
-    return ops, raw.lanes, derived
-
-
 def _table_v2(raw: _RawColumns) -> OpTable:
     """The columns as an :class:`pptl.optable.OpTable`, without an ``Op`` per row."""
-    import numpy as np
-
-    from pptl.optable import OpTable
-
     n = raw.n
     i64 = np.int64
     counts = np.asarray(raw.lane_count, dtype=i64)
@@ -650,18 +520,13 @@ def _table_v2(raw: _RawColumns) -> OpTable:
 
 
 def _checked_ints(values: list[int], lo: int, hi: int) -> Any:
-    """``values`` (ints) if every one lies in ``lo..hi``, else None. A long column comes back as
-    the int64 array numpy checked it on (the op table takes it as it is: converted once); a short
-    one as the list itself (no numpy for small files)."""
-    if use_arrays(len(values)):
-        import numpy as np
-
-        try:
-            a = np.asarray(values, dtype=np.int64)
-        except OverflowError:
-            return None
-        return a if lo <= int(a.min()) and int(a.max()) <= hi else None
-    return values if lo <= min(values) and max(values) <= hi else None
+    """``values`` (ints) as the int64 array they were checked on (the op table takes it as it is:
+    converted once) if every one lies in ``lo..hi``, else None."""
+    try:
+        a = np.asarray(values, dtype=np.int64)
+    except OverflowError:
+        return None
+    return a if lo <= int(a.min()) and int(a.max()) <= hi else None
 
 
 def _as_list(values: Any) -> list[int]:

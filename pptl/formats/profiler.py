@@ -63,7 +63,7 @@ def sniff(data: Any) -> str | None:
 def read_json(path: str | Path, **options: Any) -> Any:
     """Reader for ``.json`` / ``.json.gz``: a trace or event list, a glob of them, or anything
     else ``load_any`` reads (plans, configs, timelines), which it hands back to the loader."""
-    from pptl.formats.loader import load_data
+    from pptl.formats.loaded import load_data
 
     p = Path(path)
     if any(ch in p.name for ch in "*?[") and not p.exists():
@@ -96,7 +96,7 @@ def read_traces(files: list[Path], *, source: str, preread: dict[Path, Any] | No
     Raises:
         InputError: a file is neither kind, two files claim one rank, or an action is unreadable.
     """
-    from pptl.formats.loader import Loaded
+    from pptl.formats.loaded import Loaded
 
     if units is not None and units not in _UNITS:
         raise InputError(f"units: got '{units}', expected one of {', '.join(_UNITS)}")
@@ -335,14 +335,3 @@ def _place(rows: list[tuple[Action, float, float]], rank: int, pp: int) -> list[
     # An OVERLAP_F_B has stage -1 too, with its stages in its sub-actions: it is not a chunk.
     return [((Action((-1 - a.stage) * pp + rank, a.kind, a.mb) if a.stage < 0 and not a.subs else a), s, e)
             for a, s, e in rows]
-
-
-def _register() -> None:
-    from pptl.formats.loader import register_reader
-
-    register_reader(".json", read_json)
-    register_reader(".json.gz", read_json)
-    register_reader("", read_dir)
-
-
-_register()

@@ -30,11 +30,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from pptl.columns import use_arrays
 from pptl.config import DEFAULT_COSTS, MAX_OPS, Config, Costs
-from pptl.deps import training_deps
+from pptl.deps import facts_of_table
 from pptl.errors import InputError
-from pptl.ir import Op, Schedule
+from pptl.formats import torch_csv_table as T
+from pptl.formats.torch_csv_table import cells_of_rows, cells_of_text
+from pptl.ir import Facts, Op, Schedule
 from pptl.schedules._pipeline_meta import PipelineMeta
 
 __all__ = [
@@ -136,36 +137,6 @@ def parse_action(text: str) -> Action | None:
 #: -1 except for OVERLAP_F_B, whose kind here is "FB" and whose stage/micro-batch are its F half's.
 _Parsed = tuple[str, int, int, int, int]
 
-# A row of plain compute and P2P cells (the whole of a file torch writes, bar FSDP and overlaps)
-# is checked by one match and split into its cells by one findall; any other row goes cell by cell.
-_SIMPLE_KINDS = "SEND_F|RECV_F|SEND_B|RECV_B|F|I|B|W"
-_SIMPLE_ROW = re.compile(rf"(?:\d+(?:{_SIMPLE_KINDS})\d+)?(?:,(?:\d+(?:{_SIMPLE_KINDS})\d+)?)*")
-_SIMPLE_CELL = re.compile(rf"(\d+)({_SIMPLE_KINDS})(\d+)")
-_SIMPLE_OVERLAP = re.compile(r"\((\d+)([FB])(\d+);(\d+)([FB])(\d+)\)OVERLAP_F_B")
-
-
-def _quick(cell: str) -> _Parsed | None:
-    """A plain or overlapped cell as torch writes it (no spaces, no FSDP), else None (then
-    :func:`parse_action` reads it and says what is wrong).
-
-    Raises:
-        ValueError: a number too long for ``int``.
-    """
-    m = _SIMPLE_CELL.fullmatch(cell)
-    if m is not None:
-        st, k, mb = m.groups()
-        return (k, int(st), int(mb), -1, -1)
-    m = _SIMPLE_OVERLAP.fullmatch(cell)
-    if m is None:
-        return None
-    s1, k1, m1, s2, k2, m2 = m.groups()
-    if k1 == k2:
-        return None
-    if k1 == "B":
-        s1, m1, s2, m2 = s2, m2, s1, m1
-    return ("FB", int(s1), int(m1), int(s2), int(m2))
-
-
 def _parsed(a: Action, rank: int) -> _Parsed:
     if a.kind == "OVERLAP_F_B":
         if sorted(x.kind for x in a.subs) != ["B", "F"]:  # parse_action makes none; a caller's Action may
@@ -190,7 +161,7 @@ def read_csv(path: str | Path, *, microbatches: int | None = None, placement: st
         InputError: unreadable file, or (without ``report_problems``) a bad cell.
     """
     from pptl.fileio import MAX_FILE_BYTES, read_error
-    from pptl.formats.loader import Loaded
+    from pptl.formats.loaded import Loaded
 
     p = Path(path)
     try:
@@ -235,65 +206,47 @@ def load_csv_text(text: str, *, source: str = "<csv>", microbatches: int | None 
                   placement: str | None = None, report_problems: bool = False
                   ) -> tuple[Schedule, list[str], list[Any], list[int]]:
     """Parse CSV text into (schedule, notes, problems, line of each rank's row)."""
-    from pptl.checks.base import Violation
+    from pptl.violation import Violation
 
     if placement is not None and placement not in PLACEMENTS:
         raise InputError(f"--placement: got '{placement}', expected one of {', '.join(PLACEMENTS)}")
     if microbatches is not None and microbatches < 1:
         raise InputError(f"--microbatches: got {microbatches}, expected an integer >= 1")
-    # A large file in the form torch writes is read on arrays into a table-made schedule; any other
-    # form (or a small file, where numpy's passes do not pay) goes cell by cell below.
-    if use_arrays(text.count(",") + text.count("\n") + 1):
-        from pptl.formats.torch_csv_table import cells_of_text
-
-        fast = cells_of_text(text)
-        if fast is not None and fast[0].n <= MAX_OPS:
-            every, ranks = fast
-            row_lines = list(range(1, ranks + 1))
-            made, made_notes, found = _table_schedule(every, ranks, source=source, microbatches=microbatches,
-                                                      placement=placement, lines=row_lines, family="torch-csv")
-            if found and not report_problems:
-                raise InputError(f"{source}:{found[0].line}: {found[0].message}")
-            return made, made_notes, found, row_lines
+    # A file in the form torch writes is read in one pass of a regular expression; any other form
+    # (spaces, quotes, a cell that is not an action) goes cell by cell below, through the parser
+    # that says what is wrong. Both end in the same cells (:mod:`pptl.formats.torch_csv_table`).
+    fast = cells_of_text(text)
+    if fast is not None and fast[0].n <= MAX_OPS:
+        every, ranks = fast
+        row_lines = list(range(1, ranks + 1))
+        made, made_notes, found = _table_schedule(every, ranks, source=source, microbatches=microbatches,
+                                                  placement=placement, lines=row_lines, family="torch-csv")
+        if found and not report_problems:
+            raise InputError(f"{source}:{found[0].line}: {found[0].message}")
+        return made, made_notes, found, row_lines
     rows: list[list[_Parsed]] = []
     lines: list[int] = []
     problems: list[Violation] = []
     count = 0
-    simple_row = _SIMPLE_ROW.fullmatch
-    simple_cells = _SIMPLE_CELL.findall
     for line, record in _records(text, source):
         rank = len(rows)
-        cells: list[_Parsed] | None = None
-        if isinstance(record, str) and simple_row(record):
+        if isinstance(record, str):
+            record = record.split(",")
+            limit = csv.field_size_limit()
+            if any(len(v) > limit for v in record):  # as the csv module refuses it
+                raise InputError(f"{source}:{line}: not valid CSV: field larger than field limit ({limit})")
+        cells: list[_Parsed] = []
+        for col, value in enumerate(record):
             try:
-                cells = [(k, int(s), int(m), -1, -1) for s, k, m in simple_cells(record)]
-            except ValueError:  # a number too long for int(): the cell-by-cell path says which cell
-                cells = None
-        if cells is None:
-            if isinstance(record, str):
-                record = record.split(",")
-                limit = csv.field_size_limit()
-                if any(len(v) > limit for v in record):  # as the csv module refuses it
-                    raise InputError(f"{source}:{line}: not valid CSV: field larger than field limit ({limit})")
-            cells = []
-            for col, value in enumerate(record):
-                try:
-                    quick = _quick(value)
-                except ValueError:
-                    quick = None
-                if quick is not None:
-                    cells.append(quick)
-                    continue
-                try:
-                    action = parse_action(value)
-                except ValueError as e:
-                    msg = f"rank {rank}, step {col}: {e}"
-                    if not report_problems:
-                        raise InputError(f"{source}:{line}: {msg}") from None
-                    problems.append(Violation("PP001", f"malformed op: {msg}", (), "error", line))
-                    continue
-                if action is not None:
-                    cells.append(_parsed(action, rank))
+                action = parse_action(value)
+            except ValueError as e:
+                msg = f"rank {rank}, step {col}: {e}"
+                if not report_problems:
+                    raise InputError(f"{source}:{line}: {msg}") from None
+                problems.append(Violation("PP001", f"malformed op: {msg}", (), "error", line))
+                continue
+            if action is not None:
+                cells.append(_parsed(action, rank))
         count += len(cells)
         if count > MAX_OPS:
             raise InputError(f"{source}:{line}: more than the {MAX_OPS:,} actions pptl accepts")
@@ -304,17 +257,8 @@ def load_csv_text(text: str, *, source: str = "<csv>", microbatches: int | None 
         lines.pop()
     if not rows:
         raise InputError(f"{source}: no actions; expected one row per rank with cells such as 0F0")
-    columns = None
-    if use_arrays(count):
-        from pptl.formats.torch_csv_table import cells_of_rows
-
-        columns = cells_of_rows(rows)
-    if columns is not None:
-        schedule, notes, more = _table_schedule(columns, len(rows), source=source, microbatches=microbatches,
-                                                placement=placement, lines=lines, family="torch-csv")
-    else:
-        schedule, notes, more = _schedule(rows, source=source, microbatches=microbatches, placement=placement,
-                                          lines=lines, family="torch-csv")
+    schedule, notes, more = _rows_schedule(rows, source=source, microbatches=microbatches, placement=placement,
+                                           lines=lines, family="torch-csv")
     if more and not report_problems:
         raise InputError(f"{source}:{more[0].line}: {more[0].message}")
     problems.extend(more)
@@ -329,76 +273,22 @@ def schedule_from_rows(rows: list[list[Action]], *, source: str = "<csv>", micro
     Returns the schedule, notes saying what was inferred, and placement problems (violations
     with code PP036, when ``placement`` is given and the file disagrees).
     """
-    return _schedule([[_parsed(a, rank) for a in r] for rank, r in enumerate(rows)], source=source,
-                     microbatches=microbatches, placement=placement, lines=lines, family=family)
+    return _rows_schedule([[_parsed(a, rank) for a in r] for rank, r in enumerate(rows)], source=source,
+                          microbatches=microbatches, placement=placement, lines=lines, family=family)
 
 
-# kind -> (op kind, lane, program letter, flow, step to the peer's stage). SEND_F goes to the next
-# stage, SEND_B to the previous one; RECVs come from the other side. FSDP kinds stay on compute.
-_OP_OF: dict[str, tuple[str, str, str, str, int]] = {
-    **{k: (k, "compute", "c", "", 0) for k in (*_COMPUTE, "FB", *FSDP_KINDS)},
-    "SEND_F": ("SEND", "send", "s", "F", 1), "SEND_B": ("SEND", "send", "s", "B", -1),
-    "RECV_F": ("RECV", "recv", "r", "F", -1), "RECV_B": ("RECV", "recv", "r", "B", 1),
-}
-
-
-def _schedule(rows: list[list[_Parsed]], *, source: str, microbatches: int | None, placement: str | None,
-              lines: list[int] | None, family: str) -> tuple[Schedule, list[str], list[Any]]:
-    pp = len(rows)
-    lines = lines or [r + 1 for r in range(pp)]
-    observed: dict[int, int] = {}
-    # Micro-batches: the number of distinct forwards most stages run (torch's count), so that
-    # {0, 1, 2, 7} on a stage is read as 4 micro-batches with index 7 out of range.
-    fwd: dict[int, set[int]] = {}
-    for rank, cells in enumerate(rows):
-        stages = {c[1] for c in cells}
-        for k, st, mb, bst, _ in cells:
-            if k == "F" or k == "FB":
-                fwd.setdefault(st, set()).add(mb)
-                if k == "FB":
-                    stages.add(bst)
-        for st in sorted(stages):
-            observed.setdefault(st, rank)
-    top = max((max(v) for v in fwd.values() if v), default=-1)
-    lay = _layout(observed, [len(v) for v in fwd.values()], top, pp, source=source, microbatches=microbatches,
-                  placement=placement, lines=lines)
-    rank_of, chunk_of, num_stages, m = lay.rank_of, lay.chunk_of, lay.num_stages, lay.microbatches
-
-    # One op per cell, built positionally from a per-(kind, stage) table of what the cell's kind
-    # and stage decide (op kind, lane, chunk, peer, flow), and the lanes filled as each rank's row
-    # is read: this is the whole cost of reading a large file.
-    ops: list[Op] = []
-    append = ops.append
-    lanes: dict[tuple[int, str], list[int]] = {}
-    program: list[str] = []
-    has_comm = False
-    table: dict[tuple[str, int], tuple[str, str, str, int, int, str]] = {}
-    for rank, cells in enumerate(rows):
-        own: dict[str, list[int]] = {}
-        letters = []
-        idx = len(ops)
-        for cell in cells:
-            k, st, mb, bst, bmb = cell
-            t = table.get((k, st))
-            if t is None:
-                kind, lane, letter, flow, step = _OP_OF[k]
-                t = table[(k, st)] = (kind, lane, letter, chunk_of(st), rank_of(st + step) if step else -1, flow)
-            kind, lane, letter, chunk, peer, flow = t
-            append(Op(kind, rank, lane, st, mb, 0, chunk, (bst, bmb, 0) if kind == "FB" else None, peer, flow))
-            got = own.get(lane)
-            if got is None:
-                got = own[lane] = []
-            got.append(idx)
-            idx += 1
-            letters.append(letter)
-        for lane, got in own.items():
-            lanes[(rank, lane)] = got
-        has_comm = has_comm or len(own) > 1 or (bool(own) and "compute" not in own)
-        program.append("".join(letters))
-    deps = training_deps(ops, num_stages)
-    return _finish(lambda cfg, meta: Schedule(family=family, pp=pp, num_stages=num_stages, microbatches=m, ops=ops,
-                                              lanes=lanes, deps=deps, directions=1, config=cfg, meta=meta),
-                   lay, pp=pp, n=len(ops), family=family, source=source, has_comm=has_comm, program=tuple(program))
+def _rows_schedule(rows: list[list[_Parsed]], *, source: str, microbatches: int | None, placement: str | None,
+                   lines: list[int] | None, family: str) -> tuple[Schedule, list[str], list[Any]]:
+    """:func:`_table_schedule` of parsed rows (the cell-by-cell reader's, or a trace's actions)."""
+    lines = lines or [r + 1 for r in range(len(rows))]
+    cells = cells_of_rows(rows)
+    if cells is None:
+        rank, col = next((r, c) for r, row in enumerate(rows) for c, cell in enumerate(row)
+                         if any(not -2**63 <= v < 2**63 for v in cell[1:]))
+        raise InputError(f"{source}:{lines[rank]}: rank {rank}, step {col}: a stage or micro-batch index does not "
+                         "fit 64 bits")
+    return _table_schedule(cells, len(rows), source=source, microbatches=microbatches, placement=placement,
+                           lines=lines, family=family)
 
 
 @dataclass(frozen=True)
@@ -428,7 +318,7 @@ def _layout(observed: dict[int, int], forward_counts: list[int], top: int, pp: i
     Raises:
         InputError: no actions, no forwards to count (without ``microbatches``), or too much work.
     """
-    from pptl.checks.base import Violation
+    from pptl.violation import Violation
 
     if not observed:
         raise InputError(f"{source}: no actions; expected one row per rank with cells such as 0F0")
@@ -485,11 +375,9 @@ def _finish(make: Callable[[Config, dict[str, Any]], Schedule], lay: _Layout, *,
 
 def _table_schedule(cells: Any, pp: int, *, source: str, microbatches: int | None, placement: str | None,
                     lines: list[int], family: str) -> tuple[Schedule, list[str], list[Any]]:
-    """:func:`_schedule` on arrays (:mod:`pptl.formats.torch_csv_table`): a table-made schedule,
-    the same ops, lanes, facts, notes and problems, without an ``Op`` per cell."""
-    from pptl._deps_np import deps_of_table
-    from pptl.formats import torch_csv_table as T
-
+    """The schedule of a file's cells (:mod:`pptl.formats.torch_csv_table`): placement, stages and
+    micro-batches inferred (:func:`_layout`), then an op table, its lanes and facts, without an
+    ``Op`` per cell."""
     counts, top = T.forwards(cells)
     lay = _layout(T.observed_stages(cells), counts, top, pp, source=source, microbatches=microbatches,
                   placement=placement, lines=lines)
@@ -497,16 +385,15 @@ def _table_schedule(cells: Any, pp: int, *, source: str, microbatches: int | Non
     lanes = T.lanes_of(cells)
     has_comm = bool(((cells.kind >= T.KINDS.index("SEND_F")) & (cells.kind <= T.KINDS.index("RECV_B"))).any())
     program = T.program_of(cells, pp) if has_comm else ()
-    derived = deps_of_table(table, lay.num_stages)
     num_stages, m = lay.num_stages, lay.microbatches
+    try:
+        derived = facts_of_table(table, num_stages)
+    except InputError as e:
+        raise InputError(f"{source}: {e}") from None
 
     def make(cfg: Config, meta: dict[str, Any]) -> Schedule:
-        if derived is None:  # indices too wide to pack: the facts from the ops
-            ops = table.ops()
-            return Schedule(family=family, pp=pp, num_stages=num_stages, microbatches=m, ops=ops, lanes=lanes,
-                            deps=training_deps(ops, num_stages), directions=1, config=cfg, meta=meta)
-        return Schedule.from_table(family=family, pp=pp, num_stages=num_stages, microbatches=m, table=table,
-                                   lanes=lanes, dep_arrays=derived, directions=1, config=cfg, meta=meta)
+        return Schedule(family, pp, num_stages, m, lanes=lanes, config=cfg, meta=meta, table=table,
+                        facts=Facts(*derived))
 
     return _finish(make, lay, pp=pp, n=cells.n, family=family, source=source, has_comm=has_comm, program=program)
 
@@ -703,12 +590,3 @@ def export_csv(schedule: Schedule, *, comms: bool = False) -> tuple[str, list[st
     reads, and notes about what was changed."""
     rows, notes = to_rows(schedule, comms=comms)
     return dumps_rows(rows), notes
-
-
-def _register() -> None:
-    from pptl.formats.loader import register_reader
-
-    register_reader(".csv", read_csv)
-
-
-_register()

@@ -2,7 +2,7 @@
 
 :mod:`pptl.formats.torch_csv` decides the placement, micro-batches and notes; this module does the
 per-cell work on arrays so that a large file becomes a table-made schedule
-(:meth:`pptl.ir.Schedule.from_table`) without one ``Op`` per cell. Two ways in:
+(``Schedule.table``) without one ``Op`` per cell. Two ways in:
 
 - :func:`cells_of_text`: the form torch writes (``0F0``, ``3SEND_B5``, ``(0F7;7B3)OVERLAP_F_B``,
   empty cells; ASCII, no quotes): one regex match validates the whole text, then the numbers are
@@ -11,7 +11,7 @@ per-cell work on arrays so that a large file becomes a table-made schedule
 - :func:`cells_of_rows`: the cell-by-cell reader's parsed rows (FSDP kinds, spaces, quotes...).
 
 Both give the same :class:`Cells`; :func:`op_table` turns them into an
-:class:`pptl.optable.OpTable` with the columns the object path's ``Op`` would hold.
+:class:`pptl.optable.OpTable` with the columns each cell's ``Op`` would hold.
 """
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ _I64 = np.int64
 KINDS = ("F", "I", "B", "W", "FB", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "UNSHARD", "RESHARD", "REDUCE_GRAD")
 _CODE = {k: i for i, k in enumerate(KINDS)}
 FB = _CODE["FB"]
-#: Per parsed kind: op kind, lane, issue-order letter, flow, step to the peer's stage (as
-#: ``torch_csv._OP_OF``, in code order).
+#: Per parsed kind: op kind, lane, issue-order letter, flow, step to the peer's stage (SEND_F goes
+#: to the next stage, SEND_B to the previous one; RECVs come from the other side), in code order.
 _OP_KIND = ("F", "I", "B", "W", "FB", "SEND", "RECV", "SEND", "RECV", "UNSHARD", "RESHARD", "REDUCE_GRAD")
 _LANE = ("compute",) * 5 + ("send", "recv", "send", "recv") + ("compute",) * 3
 _LETTER = b"c" * 5 + b"srsr" + b"c" * 3

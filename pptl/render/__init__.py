@@ -18,7 +18,7 @@ from pptl.timeline import Timeline
 if TYPE_CHECKING:
     from pptl.render.options import RenderOptions
 
-__all__ = ["OUTPUT_SUFFIXES", "encode", "load_timeline", "output_format", "parse_window", "plain_counterpart",
+__all__ = ["OUTPUT_SUFFIXES", "encode", "output_format", "parse_window",
            "static_figure",
            "write_file"]
 
@@ -50,17 +50,6 @@ def parse_window(text: str | None) -> tuple[float, float] | None:
     if not lo < hi:  # also false for NaN
         raise InputError(f"--time: got '{text}', expected START:END with START < END (e.g. --time 80:110)")
     return lo, hi
-
-
-def load_timeline(path: str | Path) -> Timeline:
-    """The timeline of a plan or timeline file; a config or bare schedule is planned on the fly."""
-    from pptl.formats.loader import load_any
-    from pptl.planning import timeline_of
-
-    tl = timeline_of(load_any(path))
-    if tl is None or not tl.events:
-        raise InputError(f"{path}: has no events to draw")
-    return tl
 
 
 def write_file(tl: Timeline, path: str | Path, *, style: str = "auto",
@@ -173,25 +162,3 @@ def _moe_draw(tl: Timeline, lay, opts):
     legend = "bottom" if opts.legend in ("auto", "right") else opts.legend
     return MoEDraw(width=w, height=h, font=opts.font_size or DEFAULT_FONT_PT, dpi=opts.dpi,
                    title=resolve_title(opts.title, True, lay.title), legend=legend)
-
-
-def plain_counterpart(tl: Timeline, path: str | Path) -> Timeline:
-    """The same moe-1f1b-overlap config planned as plain interleaved 1F1B (no pairing, no +1 warmup),
-    for the comparison view.
-
-    Raises:
-        InputError: ``path`` holds no moe-1f1b-overlap config (a measured or imported timeline).
-    """
-    from dataclasses import replace
-
-    from pptl.formats.loader import load_any
-    from pptl.schedules import get_family
-    from pptl.simulate import simulate
-
-    loaded = load_any(path)
-    cfg = loaded.schedule.config if loaded.schedule is not None else None
-    if cfg is None or get_family(cfg.schedule).name != "moe-1f1b-overlap":
-        raise InputError(f"{path}: --compare-warmup needs a moe-1f1b-overlap config or plan (it re-plans it "
-                         "as plain interleaved 1F1B)")
-    plain = replace(cfg, options={**dict(cfg.options or {}), "overlap": False})
-    return simulate(get_family(cfg.schedule).build(plain)).timeline()

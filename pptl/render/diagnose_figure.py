@@ -1,6 +1,6 @@
 """The picture of ``pptl diagnose``: where each rank stopped, drawn on the plan's timeline.
 
-One row per rank. With a plan whose timeline can be simulated, every op sits at its planned time
+One row per rank. Given the plan's simulated timeline, every op sits at its planned time
 (so the picture reads like ``pptl render``'s); otherwise at its position in the rank's issue order.
 Completed ops are grey, ops that never completed are outlined in red, the ops of the wait-for
 cycle are filled red, and arrows follow the cycle from node to node.
@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from pptl.diagnose import Diagnosis
-from pptl.ir import Schedule
+from pptl.timeline import Timeline
 
 __all__ = ["diagnose_figure"]
 
@@ -20,29 +20,22 @@ __all__ = ["diagnose_figure"]
 _DONE, _STUCK, _PLAN = "#bdbdbd", "#d62728", "#f0f0f0"
 
 
-def _places(d: Diagnosis, schedule: Schedule | None
+def _places(d: Diagnosis, planned: Timeline | None
             ) -> tuple[dict[tuple[int, str], tuple[float, float]], list[tuple[int, float, float]], str]:
     """(rank, op label) -> (x, width) of the NCCL ops, the plan's other ops as (rank, x, width),
     and the x axis's name."""
     out: dict[tuple[int, str], tuple[float, float]] = {}
-    if schedule is not None:
-        try:
-            from pptl.simulate import simulate
-
-            sim = simulate(schedule)
-        except Exception:  # a plan the simulator refuses: fall back to issue order
-            sim = None
-        if sim is not None:
-            # Sends and receives take no time in the plan; give them a width that shows.
-            least = 0.012 * max(sim.makespan, 1e-9)
-            other = []
-            for i, op in enumerate(schedule.ops):
-                w = sim.end[i] - sim.start[i]
-                if op.kind in ("SEND", "RECV"):
-                    out[(op.rank, op.id)] = (sim.start[i] - max(least - w, 0) / 2, max(w, least))
-                elif w > 0:
-                    other.append((op.rank, sim.start[i], w))
-            return out, other, "planned time (grey background: the plan's compute)"
+    if planned is not None and planned.events:
+        # Sends and receives take no time in the plan; give them a width that shows.
+        least = 0.012 * max(max(e.end for e in planned.events) - min(e.start for e in planned.events), 1e-9)
+        other = []
+        for e in planned.events:
+            w = e.end - e.start
+            if e.kind in ("SEND", "RECV"):
+                out[(e.rank, e.op)] = (e.start - max(least - w, 0) / 2, max(w, least))
+            elif w > 0:
+                other.append((e.rank, e.start, w))
+        return out, other, "planned time (grey background: the plan's compute)"
     for r, seq in d.ops.items():
         for o in seq:
             out[(r, o.label)] = (float(o.index), 0.9)
@@ -63,15 +56,16 @@ def _short(label: str) -> str:
     return f"{m.group(1)} {m.group(3)} #{m.group(2)}" if m else label
 
 
-def diagnose_figure(d: Diagnosis, schedule: Schedule | None = None) -> Any:
-    """A matplotlib Figure of ``d`` (``schedule``: place ops at their planned times)."""
+def diagnose_figure(d: Diagnosis, planned: Timeline | None = None) -> Any:
+    """A matplotlib Figure of ``d`` (``planned``: the plan's simulated timeline, to place ops at
+    their planned times; without it, at their place in each rank's issue order)."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
-    places, plan_ops, axis = _places(d, schedule)
+    places, plan_ops, axis = _places(d, planned)
     in_cycle = {name for node in d.cycle_ops for name in node}
     ranks = sorted(d.ops)
     row = {r: y for y, r in enumerate(ranks)}

@@ -70,7 +70,7 @@ def planned_peaks(schedule: Schedule, start: Sequence[float], end: Sequence[floa
     """Per rank, the most bytes of chunk activations the plan's timing (``start``, ``end``: a
     simulation's) says ``pptl run`` holds: F adds its stage's ``forward`` at its start, B frees it at
     its end, I trades it for ``until_w`` at its end and W frees that at its end (at equal times a
-    free comes first, as in :func:`pptl.simulate.memory_timeline`). A plan without backwards holds
+    free comes first, as in :func:`pptl.simulate.memory_events_of`). A plan without backwards holds
     none: the run builds no graph for it."""
     workload = schedule.config.workload if schedule.config is not None else Workload()
     last = schedule.num_stages - 1

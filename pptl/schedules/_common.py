@@ -7,15 +7,14 @@ follows from the model (communication, dependencies) is built here the same way 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import repeat
-from operator import attrgetter, itemgetter
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable
 
-from pptl.columns import table_if_arrays, use_arrays
+import numpy as np
+
 from pptl.config import Config
-from pptl.deps import VECTOR_MIN_OPS, training_deps, training_deps_columns
 from pptl.errors import InputError
-from pptl.ir import Op, Schedule, ScheduleBuilder
+from pptl.ir import Op, Schedule
+from pptl.schedules._assemble import assemble
 from pptl.schedules._order import Order, phases
 
 __all__ = [
@@ -141,148 +140,8 @@ def v_rank(stage: int, pp: int) -> tuple[int, int]:
 
 def compute_op(kind: str, rank: int, stage: int, mb: int, chunk: int = 0, direction: int = 0,
                pair: tuple[int, int, int] | None = None) -> Op:
-    # Positional: families build every compute op through here, and keywords cost a third more.
+    # Positional: keywords cost a third more.
     return Op(kind, rank, "compute", stage, mb, direction, chunk, pair)
-
-
-#: A work item of a compute op, as assemble reads it: (role, direction, stage, mb, position in the
-#: rank's order). Roles as in :func:`pptl.deps.roles`; a B's "W" is left out (its place is its G's).
-_Item = tuple[str, int, int, int, int]
-
-
-def _items(ops: Sequence[Op]) -> list[_Item]:
-    """The work items of one rank's compute order, in order (:func:`pptl.deps.roles` written out:
-    assemble reads every op of a plan through here)."""
-    out: list[_Item] = []
-    add = out.append
-    for pos, op in enumerate(ops):
-        k = op.kind
-        if k == "F":
-            add(("F", op.direction, op.stage, op.mb, pos))
-        elif k == "B" or k == "I":
-            add(("G", op.direction, op.stage, op.mb, pos))
-        elif k == "W":
-            add(("W", op.direction, op.stage, op.mb, pos))
-        elif k == "FB" and op.pair is not None:
-            s, m, d = op.pair
-            add(("F", op.direction, op.stage, op.mb, pos))
-            add(("G", d, s, m, pos))
-    return out
-
-
-def assemble(cfg: Config, family: str, orders: Mapping[int, Sequence[Op] | Order], *, num_stages: int,
-             microbatches: int, directions: int = 1, meta: dict | None = None, comm: bool = True) -> Schedule:
-    """Build a :class:`Schedule` from each rank's compute order (a list of ops, or their columns).
-
-    SENDs go on the producer's ``send`` lane in the order their data is produced; RECVs on the
-    consumer's ``recv`` lane in the order their data is needed. Stages on one rank pass data
-    locally (no SEND/RECV). With ``comm=False`` only compute lanes are built.
-
-    A large plan (:func:`pptl.columns.use_arrays`) is made from a table
-    (:mod:`pptl.schedules._assemble_np`): no ``Op`` exists until something reads ``schedule.ops``.
-
-    Notes:
-        O(ops). Below, the messages are built as columns first; each SEND and RECV becomes an ``Op``
-        once, in its final place, and the training facts are derived from the same columns.
-    """
-    # The plan's size before its messages exist: each work item may add a SEND and a RECV, and an FB
-    # op has two items; measured, plans hold 3x (1F1B-like) to 4.4x (DualPipe) their compute ops.
-    if use_arrays(4 * sum(map(len, orders.values()))):
-        from pptl.schedules._assemble_np import assemble_table  # numpy: large plans only
-
-        made = assemble_table(cfg, family, orders, num_stages=num_stages, microbatches=microbatches,
-                              directions=directions, meta=meta, comm=comm)
-        if made is not None:
-            return made
-    op_orders = {r: o.ops(r) if isinstance(o, Order) else o for r, o in orders.items()}
-    ranks = sorted(op_orders)
-    b = ScheduleBuilder()
-    for rank in ranks:
-        b.extend(op_orders[rank])
-    ops = b.ops
-    n_compute = len(ops)
-    # The messages' columns (kind, rank, stage, mb, direction, flow) in op order, for the facts.
-    msg: tuple[list[Any], ...] = ([], [], [], [], [], [])
-    if comm:
-        # The work of every op, found once (placement, messages and receive positions all read it).
-        work = {rank: _items(per_rank) for rank, per_rank in op_orders.items()}
-        place: dict[tuple[int, int], int] = {}
-        put = place.setdefault
-        for rank, items in work.items():
-            for _, d, s, _, _ in items:
-                put((d, s), rank)
-        # Per sending rank: (peer, stage, mb, direction, flow); per receiving rank: (need, sender, stage, mb, d, flow).
-        sends: dict[int, list[tuple[int, int, int, int, str]]] = {}
-        recvs: dict[int, list[tuple[int, int, int, int, int, str]]] = {}
-        # A RECV sits just before the op that needs it, in that rank's compute order: the first
-        # position where the receiving rank produces F (activations) or G (needs the gradient).
-        need: dict[tuple[int, str, int, int, int], int] = {}
-        for rank, items in work.items():
-            for role, d, s, mb, pos in items:
-                if role != "W":
-                    need.setdefault((rank, role, d, s, mb), pos)
-        last = num_stages - 1
-        far = 1 << 60
-        get_place = place.get
-        for rank in ranks:
-            out = None
-            for role, d, s, mb, _ in work[rank]:
-                if role == "F":
-                    if s >= last:
-                        continue
-                    peer_stage, flow, flag = s + 1, "F", 0
-                elif role == "G":
-                    if s <= 0:
-                        continue
-                    peer_stage, flow, flag = s - 1, "B", 1
-                else:
-                    continue
-                peer = get_place((d, peer_stage))
-                if peer is None or peer == rank:
-                    continue
-                if out is None:
-                    out = sends.setdefault(rank, [])
-                out.append((peer, s, mb, d, flow))
-                at = need.get((peer, role, d, peer_stage, mb), far)
-                # Sorted below by (position needed, gradients after activations), stable.
-                recvs.setdefault(peer, []).append((2 * at + flag, rank, peer_stage, mb, d, flow))
-        lanes = b.lanes
-        for rank, received in recvs.items():
-            received.sort(key=_first)
-            _, src, s_r, mb_r, d_r, flow_r = zip(*received)
-            _add_messages(ops, lanes, msg, "RECV", rank, "recv", src, s_r, mb_r, d_r, flow_r)
-        for rank in sorted(sends):
-            dst, s_s, mb_s, d_s, flow_s = zip(*sends[rank])
-            _add_messages(ops, lanes, msg, "SEND", rank, "send", dst, s_s, mb_s, d_s, flow_s)
-    deps = None
-    if len(ops) >= VECTOR_MIN_OPS:
-        kind, rank_c, stage, mb_c, dir_c, flow_c = (list(c) + m for c, m in zip(zip(*map(_FIELDS, ops[:n_compute])), msg))
-        pair = list(map(_pair, ops[:n_compute])) + [None] * len(msg[0])
-        deps = training_deps_columns(kind, rank_c, stage, mb_c, dir_c, flow_c, pair, num_stages, ops=ops)
-    if deps is None:
-        deps = training_deps(ops, num_stages)
-    return Schedule(family=family, pp=cfg.pp, num_stages=num_stages, microbatches=microbatches, ops=ops,
-                    lanes=b.lanes, deps=deps, directions=directions, config=cfg, meta=dict(meta or {}))
-
-
-def _add_messages(ops: list[Op], lanes: dict[tuple[int, str], list[int]], columns: tuple[list[Any], ...], kind: str,
-                  rank: int, lane: str, peer: Sequence[int], stage: Sequence[int], mb: Sequence[int],
-                  direction: Sequence[int], flow: Sequence[str]) -> None:
-    """Append one lane's SENDs or RECVs, given as columns (``map`` calls ``Op`` without a Python loop),
-    and extend ``columns`` (kind, rank, stage, mb, direction, flow) with them."""
-    k = len(peer)
-    at = len(ops)
-    values: tuple[Iterable[Any], ...] = (repeat(kind, k), repeat(rank, k), stage, mb, direction, flow)
-    for col, new in zip(columns, values):
-        col += new
-    ops.extend(map(Op, repeat(kind, k), repeat(rank, k), repeat(lane, k), stage, mb, direction, repeat(-1, k),
-                   repeat(None, k), peer, flow))
-    lanes.setdefault((rank, lane), []).extend(range(at, at + k))
-
-
-_first = itemgetter(0)
-_FIELDS = attrgetter("kind", "rank", "stage", "mb", "direction", "flow")
-_pair = attrgetter("pair")
 
 
 def uniform_cost_assumptions(cfg: Config, keys: Iterable[str]) -> list[str]:
@@ -310,31 +169,12 @@ def span_idle(schedule: Schedule, start: list[float], end: list[float], lane: st
 
     This is the zero-bubble paper's per-stage measure (first F to last W); the simulator's
     ``RankMetrics.idle`` counts idle time against the whole makespan instead, which adds the
-    stagger of a rank's start and end. Notes: O(ops).
+    stagger of a rank's start and end. Notes: O(ops) in numpy (``bincount`` adds each rank's
+    durations in op order).
     """
-    table = table_if_arrays(schedule)
-    if table is not None:
-        return _span_idle_table(table, start, end, lane)
-    first: dict[int, float] = {}
-    last: dict[int, float] = {}
-    busy: dict[int, float] = {}
-    for i, op in enumerate(schedule.ops):
-        if op.lane != lane:
-            continue
-        r = op.rank
-        first[r] = min(first.get(r, start[i]), start[i])
-        last[r] = max(last.get(r, end[i]), end[i])
-        busy[r] = busy.get(r, 0.0) + (end[i] - start[i])
-    return {r: last[r] - first[r] - busy[r] for r in sorted(busy)}
-
-
-def _span_idle_table(table: Any, start: list[float], end: list[float], lane: str) -> dict[int, float]:
-    """:func:`span_idle` on a table, with the same floats (``bincount`` adds each rank's
-    durations in op order, as the loop does)."""
-    import numpy as np
-
-    rows = np.flatnonzero(table.lane == table.lane_names.index(lane)) if lane in table.lane_names else []
-    if not len(rows):
+    table = schedule.table
+    rows = np.flatnonzero(table.where("lane", (lane,)))
+    if not rows.size:
         return {}
     s = np.asarray(start, dtype=np.float64)[rows]
     e = np.asarray(end, dtype=np.float64)[rows]
@@ -350,22 +190,12 @@ def _span_idle_table(table: Any, start: list[float], end: list[float], lane: str
 
 def _stages_held(schedule: Schedule) -> int:
     """The most (direction, stage) pairs one rank runs forwards of (F or FB on its compute lane)."""
-    table = table_if_arrays(schedule)
-    if table is not None:
-        import numpy as np
-
-        fwd = [k for k, name in enumerate(table.kind_names) if name in ("F", "FB")]
-        compute = table.lane_names.index("compute") if "compute" in table.lane_names else -1
-        rows = np.flatnonzero(np.isin(table.kind, fwd) & (table.lane == compute))
-        if not rows.size:
-            return 0
-        held = np.unique(np.stack([table.rank[rows], table.direction[rows], table.stage[rows]], axis=1), axis=0)
-        return int(np.unique(held[:, 0], return_counts=True)[1].max())
-    per_rank: dict[int, set[tuple[int, int]]] = {}
-    for op in schedule.ops:
-        if op.lane == "compute" and op.kind in ("F", "FB"):
-            per_rank.setdefault(op.rank, set()).add((op.direction, op.stage))
-    return max((len(v) for v in per_rank.values()), default=0)
+    table = schedule.table
+    rows = np.flatnonzero(table.where("kind", ("F", "FB")) & table.where("lane", ("compute",)))
+    if not rows.size:
+        return 0
+    held = np.unique(np.stack([table.rank[rows], table.direction[rows], table.stage[rows]], axis=1), axis=0)
+    return int(np.unique(held[:, 0], return_counts=True)[1].max())
 
 
 def overlap_metrics(schedule: Schedule, sim: Any) -> dict[str, Any]:

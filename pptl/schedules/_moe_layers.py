@@ -215,7 +215,7 @@ class _Builder:
 
     def held(self, hidden: float) -> list[HeldSpan]:
         """What a layer in flight holds beyond its saved activations, as ``meta['held']`` spans
-        ``[op a, 0 start | 1 end, op b, 0 | 1, amount]`` (:func:`pptl.simulate.memory_timeline`),
+        ``[op a, 0 start | 1 end, op b, 0 | 1, amount]`` (:func:`pptl.simulate.memory_events_of`),
         in units of one tokens x hidden tensor of ``hidden`` activation units, as ``pptl run``'s
         layer (:mod:`pptl.run.moe_model`) keeps them:
 

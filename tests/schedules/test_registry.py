@@ -36,4 +36,5 @@ def test_asking_for_one_family_loads_only_its_module() -> None:
     code = ("import sys; from pptl.schedules import get_family; get_family('interleaved-1f1b'); "
             "print(sorted(m for m in sys.modules if m.startswith('pptl.schedules.')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "['pptl.schedules._common', 'pptl.schedules._order', 'pptl.schedules.interleaved']"
+    assert out.strip() == ("['pptl.schedules._assemble', 'pptl.schedules._common', 'pptl.schedules._order', "
+                           "'pptl.schedules.interleaved']")

@@ -1,8 +1,7 @@
-""":func:`pptl.schedules._common.assemble` for large plans: the schedule as an op table
-(:meth:`pptl.ir.Schedule.from_table`), with no ``Op`` object built.
+"""One assembler: the families' compute orders become a schedule as an op table
+(``Schedule.table``), with no ``Op`` object built.
 
-The same rules as the object path of ``assemble``, written as numpy key joins (tests compare the
-two op by op, lane by lane and fact by fact):
+The rules, written as numpy key joins:
 
 - every work item (role F, G or W of a compute op; an FB op with a pair has F and G) places its
   (direction, stage) on the first rank that works on it, ranks in the order they were given;
@@ -12,7 +11,7 @@ two op by op, lane by lane and fact by fact):
 - each receiving rank's RECVs go on its ``recv`` lane sorted by the position of the first op of
   that rank that needs the data (activations before gradients at one position; data no op needs
   last), ties in sending order; receiving ranks' lanes follow in the order they first receive;
-- the facts are :func:`pptl._deps_np.deps_of_table`'s (sorted (producer, consumer) arrays).
+- the facts are :func:`pptl.deps.facts_of_table`'s (sorted (producer, consumer) arrays).
 
 Notes:
     O(n log n) in numpy. With the families' orders as columns, ``build_schedule`` at pp 64, V 2,
@@ -25,13 +24,14 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from pptl._deps_np import deps_of_table
 from pptl.config import Config
-from pptl.ir import Op, Schedule
-from pptl.optable import INT_FIELDS, OpTable, encode
+from pptl.deps import facts_of_table
+from pptl.errors import InputError
+from pptl.ir import Facts, Op, Schedule
+from pptl.optable import OpTable, encode
 from pptl.schedules._order import Order
 
-__all__ = ["assemble_table"]
+__all__ = ["assemble"]
 
 _I64 = np.int64
 _KIND_ROLE = {"F": 0, "B": 1, "I": 1, "W": 2, "FB": 0}
@@ -40,14 +40,21 @@ _FAR = 1 << 60
 """The receive position of data no op of the receiving rank needs (after every real one)."""
 
 
-def assemble_table(cfg: Config, family: str, orders: Mapping[int, Sequence[Op] | Order], *, num_stages: int,
-                   microbatches: int, directions: int, meta: dict[str, Any] | None, comm: bool) -> Schedule | None:
-    """The schedule ``assemble`` builds, made from a table; None when it cannot be made here (an op
-    list with ops of another rank or lane; indices too wide to pack), and the object path runs."""
+def assemble(cfg: Config, family: str, orders: Mapping[int, Sequence[Op] | Order], *, num_stages: int,
+             microbatches: int, directions: int = 1, meta: dict[str, Any] | None = None, comm: bool = True) -> Schedule:
+    """Build a :class:`Schedule` from each rank's compute order (a list of ops, or their columns):
+    its op table, lanes and facts, with no ``Op`` object built.
+
+    SENDs go on the producer's ``send`` lane in the order their data is produced; RECVs on the
+    consumer's ``recv`` lane in the order their data is needed. Stages on one rank pass data
+    locally (no SEND/RECV). With ``comm=False`` only compute lanes are built.
+
+    Raises:
+        ValueError: a rank's order lists an op of another rank or lane (misuse).
+        InputError: the places are too spread to key in an int64 (a hostile order only).
+    """
     ranks = sorted(orders)
-    compute = _compute_table(orders, ranks)
-    if compute is None:
-        return None
+    compute = OpTable.concat([_order_table(orders[r], r) for r in ranks]) if ranks else _order_table([], 0)
     lengths = [len(orders[r]) for r in ranks]
     lanes: dict[tuple[int, str], list[int]] = {}
     at = 0
@@ -57,59 +64,27 @@ def assemble_table(cfg: Config, family: str, orders: Mapping[int, Sequence[Op] |
         at += k
     table = compute
     if comm and compute.n:
-        try:
-            msgs = _messages(compute, ranks, lengths, list(orders), num_stages, at, lanes)
-        except _TooWide:
-            return None
+        msgs = _messages(compute, ranks, lengths, list(orders), num_stages, at, lanes)
         if msgs is not None:
             table = OpTable.concat([compute, msgs])
-    facts = deps_of_table(table, num_stages)
-    if facts is None:
-        return None
-    return Schedule.from_table(family=family, pp=cfg.pp, num_stages=num_stages, microbatches=microbatches,
-                               table=table, lanes=lanes, dep_arrays=facts, directions=directions, config=cfg,
-                               meta=meta)
+    return Schedule(family, cfg.pp, num_stages, microbatches, lanes=lanes, directions=directions, config=cfg,
+                    meta=dict(meta or {}), table=table, facts=Facts(*facts_of_table(table, num_stages)))
 
 
-def _compute_table(orders: Mapping[int, Sequence[Op] | Order], ranks: list[int]) -> OpTable | None:
-    """The compute ops of every rank, ranks in ascending order, as one table."""
-    given = [orders[r] for r in ranks]
-    if not all(isinstance(o, Order) for o in given):
-        if any(isinstance(o, Order) for o in given):
-            return None
-        ops = list(chain.from_iterable(given))  # type: ignore[arg-type]
-        t = OpTable.from_ops(ops)
-        # The object path files each op under its own (rank, lane); here a rank's order is its compute lane.
-        want = np.repeat(np.asarray(ranks, dtype=_I64), [len(o) for o in given])
-        if t.n and (t.lane_names != ("compute",) or not np.array_equal(t.rank, want)):
-            return None
+def _order_table(order: Sequence[Op] | Order, rank: int) -> OpTable:
+    """One rank's compute order as a table."""
+    if not isinstance(order, Order):
+        t = OpTable.from_ops(list(order))
+        if t.n and (set(t.lane_names) != {"compute"} or (t.rank != rank).any()):
+            raise ValueError(f"assemble: rank {rank}'s order lists an op of another rank or lane")
         return t
-    cols: list[Order] = given  # type: ignore[assignment]
-    n = sum(map(len, cols))
-
-    def ints(name: str) -> Any:
-        return np.fromiter(chain.from_iterable(getattr(o, name) for o in cols), dtype=_I64, count=n)
-
+    n = len(order)
     zeros = np.zeros(n, dtype=np.int32)
-    strs = {"kind": encode(list(chain.from_iterable(o.kind for o in cols))), "lane": (zeros, ("compute",)),
-            "flow": (zeros, ("",)), "label": (zeros, ("",)), "cost": (zeros, ("",))}
-    int_cols = {name: ints(name) for name in ("stage", "mb", "direction", "chunk")}
-    int_cols["rank"] = np.repeat(np.asarray(ranks, dtype=_I64), [len(o) for o in cols])
-    for name, default in INT_FIELDS:
-        int_cols.setdefault(name, np.full(n, default, dtype=_I64))
-    t = OpTable.of_columns(n, strs, int_cols, None, None)
-    with_pair = [o.pair for o in cols if o.pair is not None]
-    if with_pair:
-        pairs = list(chain.from_iterable(o.pair if o.pair is not None else [None] * len(o) for o in cols))
-        has = np.fromiter((p is not None for p in pairs), dtype=bool, count=n)
-        rows = np.asarray([p for p in pairs if p is not None], dtype=_I64).reshape(-1, 3)
-        t.pair[has] = rows
-        t.has_pair[:] = has
-    return t
-
-
-class _TooWide(Exception):
-    """The places do not pack into an int64 key (the object path handles them)."""
+    strs = {"kind": encode(list(order.kind)), "lane": (zeros, ("compute",)), "flow": (zeros, ("",)),
+            "label": (zeros, ("",)), "cost": (zeros, ("",))}
+    ints = {name: np.fromiter(getattr(order, name), dtype=_I64, count=n) for name in ("stage", "mb", "direction", "chunk")}
+    ints["rank"] = np.full(n, rank, dtype=_I64)
+    return OpTable.of_columns(n, strs, ints, order.pair, None)
 
 
 def _messages(t: OpTable, ranks: list[int], lengths: list[int], given_order: list[int], num_stages: int, at: int,
@@ -118,7 +93,7 @@ def _messages(t: OpTable, ranks: list[int], lengths: list[int], given_order: lis
     added to ``lanes``; None when there are none.
 
     Raises:
-        _TooWide: the indices are too wide to pack.
+        InputError: the indices are too wide to pack.
     """
     n = t.n
     role_of = np.array([_KIND_ROLE.get(k, -1) for k in t.kind_names], dtype=np.int8)
@@ -149,7 +124,8 @@ def _messages(t: OpTable, ranks: list[int], lengths: list[int], given_order: lis
     hi = [max(ranks), 2, int(it_d.max()), int(it_s.max()) + 1, int(it_mb.max())]
     width = [h - low + 1 for h, low in zip(hi, lo)]
     if float(np.prod(np.asarray(width, dtype=np.float64))) >= float(1 << 62):
-        raise _TooWide
+        raise InputError(f"assemble: the stages and micro-batches ({lo[3] + 1}..{hi[3] - 1}, {lo[4]}..{hi[4]}) "
+                         "are too spread to relate")
 
     def pack(*cols: Any, fields: tuple[int, ...]) -> Any:
         key = np.zeros(cols[0].size, dtype=_I64)

@@ -1,0 +1,60 @@
+"""What a reader returns (:class:`Loaded`), and the reader of pptl's own formats (:func:`load_data`):
+the base every reader in :mod:`pptl.formats` builds on, below :mod:`pptl.formats.loader`'s table
+of readers (a reader imports this module, never the loader)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from pptl.config import config_from_mapping
+from pptl.errors import InputError
+from pptl.formats.timeline import timeline_from_dict
+from pptl.ir import Schedule
+from pptl.timeline import Timeline
+
+__all__ = ["Loaded", "load_data"]
+
+
+@dataclass
+class Loaded:
+    path: str
+    schedule: Schedule | None
+    stored_timeline: Timeline | Callable[[], Timeline | None] | None
+    """The file's timeline, or a function that reads it on first use (see :attr:`timeline`)."""
+    kind: str
+    """"plan", "config", "timeline", or a reader's name such as "torch-csv"."""
+    notes: tuple[str, ...] = ()
+    """What a reader inferred (placement, micro-batch count...), to tell the user."""
+    problems: tuple[Any, ...] = ()
+    """Violations a reader found in the file itself (unreadable cells...), with their lines;
+    readers collect them only when called with ``report_problems=True`` (``pptl check``)."""
+    locate: Callable[[str], int | None] | None = None
+    """Op id -> line of the source file that holds it, for annotations (None: unknown)."""
+
+    @property
+    def timeline(self) -> Timeline | None:
+        """The file's timeline. A plan's is read on first use: ``pptl check`` never needs it, and
+        turning 400k stored times into events costs more than checking them."""
+        if callable(self.stored_timeline):
+            self.stored_timeline = self.stored_timeline()
+        return self.stored_timeline
+
+
+def load_data(data: Any, source: str, **options: Any) -> Loaded:
+    if isinstance(data, Mapping) and data.get("format") == "pptl-plan":
+        from pptl.formats.plan import read_plan_dict
+
+        schedule, timeline = read_plan_dict(data, source=source)
+        return Loaded(source, schedule, timeline, "plan")
+    if isinstance(data, Mapping) and data.get("format") == "pptl-timeline":
+        return Loaded(source, None, timeline_from_dict(data, source=source), "timeline")
+    if isinstance(data, Mapping) and "schedule" in data:
+        from pptl.schedules import build_schedule
+
+        merged = dict(data)
+        for k, v in options.items():
+            if v is not None and k in ("microbatches", "memory_limit", "pp", "vpp"):
+                merged[k] = v
+        return Loaded(source, build_schedule(config_from_mapping(merged, source=source)), None, "config")
+    raise InputError(f"{source}: not a pptl plan, timeline or config (expected 'format': 'pptl-plan' or "
+                     "'pptl-timeline', or a 'schedule' field)")
