@@ -3,6 +3,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,3 +36,19 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture
 def fixtures() -> Path:
     return FIXTURES
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[object, list[str]]]:
+    """A `pptl serve` server on a free loopback port in a thread, and the lines it logged."""
+    import threading
+
+    from pptl.serve.server import make_server
+
+    logged: list[str] = []
+    srv = make_server("127.0.0.1", 0, log=logged.append)
+    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    t.start()
+    yield srv, logged
+    srv.shutdown()
+    srv.server_close()

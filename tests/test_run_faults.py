@@ -24,6 +24,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from procs import marked_processes
 from typer.testing import CliRunner
 
 from pptl.cli import app
@@ -70,19 +71,7 @@ def _plan(tmp_path: Path, family: str, pp: int) -> Path:
 
 def _marked() -> dict[int, str]:
     """pid -> state of every live process whose environment holds this test's marker."""
-    mark = f"{_MARK}={os.environ.get(_MARK)}".encode()
-    found = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit() or int(d.name) == os.getpid():
-            continue
-        try:
-            env = (d / "environ").read_bytes()
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        if mark in env.split(b"\0"):
-            found[int(d.name)] = stat.rsplit(")", 1)[1].split()[0]
-    return found
+    return marked_processes(f"{_MARK}={os.environ.get(_MARK)}".encode())
 
 
 class _Watch:

@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from procs import marked_processes
 
 from pptl.config import config_from_mapping
 from pptl.formats.plan import dumps, plan_to_dict
@@ -34,19 +35,7 @@ _MARK = "PPTL_SIGNAL_TEST"
 
 def _marked(mark: str) -> dict[int, str]:
     """pid -> state of every live process whose environment holds ``mark`` (zombies count)."""
-    want = f"{_MARK}={mark}".encode()
-    found = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            env = (d / "environ").read_bytes()
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        if want in env.split(b"\0"):
-            found[int(d.name)] = stat.rsplit(")", 1)[1].split()[0]
-    return found
+    return marked_processes(f"{_MARK}={mark}".encode())
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda s: s.name)

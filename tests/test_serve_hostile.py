@@ -10,28 +10,17 @@ import http.client
 import json
 import socket
 import struct
-import threading
 import time
-from typing import Iterator
 
 import pytest
 
 from pptl.config import Config
 from pptl.serve import api
-from pptl.serve.server import host_name, make_server, same_origin
+from pptl.serve.server import host_name, same_origin
 
 PARAMS = {"schedule": "1f1b", "pp": "2", "microbatches": "2"}
 
 
-@pytest.fixture
-def server() -> Iterator[tuple[object, list[str]]]:
-    logged: list[str] = []
-    srv = make_server("127.0.0.1", 0, log=logged.append)
-    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    t.start()
-    yield srv, logged
-    srv.shutdown()
-    srv.server_close()
 
 
 def _port(srv: object) -> int:

@@ -8,9 +8,7 @@ import re
 import socket
 import subprocess
 import sys
-import threading
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -21,15 +19,6 @@ from pptl.serve.server import MAX_BODY_BYTES, make_server
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture
-def server() -> Iterator[tuple[object, list[str]]]:
-    logged: list[str] = []
-    srv = make_server("127.0.0.1", 0, log=logged.append)
-    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    t.start()
-    yield srv, logged
-    srv.shutdown()
-    srv.server_close()
 
 
 def _request(srv: object, method: str, path: str, body: bytes | None = None,
