@@ -46,7 +46,10 @@ from gpu_issue8 import calibrate, launch, summarize, write_plan  # noqa: E402
 
 MiB = float(1 << 20)
 RUNS = (("moe-overlap", True, False), ("moe-offload", True, True), ("moe-no-overlap", False, False))
-TARGETS = {"saving_vs_plan": 0.80, "step_time": 0.03, "peak_vs_plan": 0.10, "exposed_ep": 0.20, "makespan": 0.03}
+#: exposed_ep: relative error, or exposed_ep_ms absolute where the exposed time is a few ms (issue 33: at pp 1 x ep 2
+#: it is 1-2 ms a step, where 20% is a few hundred microseconds of one launch's jitter).
+TARGETS = {"saving_vs_plan": 0.80, "step_time": 0.03, "peak_vs_plan": 0.10, "exposed_ep": 0.20, "exposed_ep_ms": 0.3,
+           "makespan": 0.03}
 
 
 def config(a: argparse.Namespace, *, overlap: bool, offload: bool, hidden: int, tokens: int,
@@ -87,7 +90,8 @@ def evaluate(results: dict[str, Any]) -> dict[str, Any]:
                 "activation_peak_mib": [m.get("activation_peak_mib") for m in mem],
                 "planned_peak_mib": plan.get("peak_activation"),
                 "planned_peak_no_offload_mib": plan.get("peak_activation_no_offload"),
-                "host_waits": [reps[str(r)].get("host_waits") for r in ranks]}
+                "host_waits": [reps[str(r)].get("host_waits") for r in ranks],
+                "allocator": [reps[str(r)].get("allocator") for r in ranks]}
 
     rows = {n: per_rank(n) for n, _, _ in RUNS}
     out["per_rank"] = rows
@@ -129,10 +133,11 @@ def evaluate(results: dict[str, Any]) -> dict[str, Any]:
             p, m = (exp.get(n) or {}).get("planned", {}), (exp.get(n) or {}).get(side, {})
             if not m:
                 continue
-            e = _rel(p.get("exposed_ep_ms"), m.get("exposed_ep_ms"))
-            checks[f"exposed_ep {n}{tag}"] = {"planned_ms": p.get("exposed_ep_ms"),
-                                              "measured_ms": m.get("exposed_ep_ms"), "error": e,
-                                              "ok": None if e is None else abs(e) <= TARGETS["exposed_ep"]}
+            pe, me = p.get("exposed_ep_ms"), m.get("exposed_ep_ms")
+            e = _rel(pe, me)
+            near = isinstance(pe, (int, float)) and isinstance(me, (int, float)) and abs(pe - me) <= TARGETS["exposed_ep_ms"]
+            checks[f"exposed_ep {n}{tag}"] = {"planned_ms": pe, "measured_ms": me, "error": e,
+                                              "ok": None if e is None else abs(e) <= TARGETS["exposed_ep"] or near}
             pm, mm = p.get("makespan_ms"), m.get("makespan_ms")
             c = _rel(pm, mm)
             checks[f"makespan {n}{tag}"] = {"planned_ms": pm, "measured_ms": mm, "error": c,
@@ -156,6 +161,13 @@ def table(results: dict[str, Any]) -> list[str]:
     for n, row in (ev.get("per_rank") or {}).items():
         lines.append(f"| {n} | {_list(row['reserved_mib'])} | {_list(row['activation_peak_mib'])} | "
                      f"{_list(row['planned_peak_mib'])} | {_list(row['host_waits'], '{:.0f}')} |")
+    lines += ["", "### Reserved memory by stream pool (MiB per rank; the caching allocator's blocks serve one stream)",
+              "", "| run | rank | pools | inactive split peak | segments peak |", "|---|---:|---|---:|---:|"]
+    for n, row in (ev.get("per_rank") or {}).items():
+        for r, al in zip(row.get("ranks", []), row.get("allocator") or []):
+            if al:
+                pools = ", ".join(f"{k} {v:.0f}" for k, v in al["reserved_by_stream_mib"].items())
+                lines.append(f"| {n} | {r} | {pools} | {al['inactive_split_peak_mib']:.0f} | {al['segments_peak']} |")
     lines += ["", "### Targets", "", "| check | planned / no offload | measured / offload | error | ok |",
               "|---|---:|---:|---:|---|"]
     for k, c in (ev.get("checks") or {}).items():

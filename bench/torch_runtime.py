@@ -261,22 +261,27 @@ def worker(job_file: Path, progress: Path) -> int:
             with open(progress, "a") as f:
                 f.write(json.dumps(rec) + "\n")
 
+    builtin_only = getattr(a, "builtin_only", False)  # bench/pp_vs_torch.py: torch's classes alone
     for fam in spec["families"]:
         note({"event": "start", "family": fam})
         job = spec["jobs"][fam]
+        ja = argparse.Namespace(**{**vars(a), "mb": job.get("mb", a.mb)})
         res: dict = {}
-        try:
-            res["verify"] = _verify(job, a, rank, world, dev)
-        except Exception as e:
-            res["csv_error"] = f"{type(e).__name__}: {str(e)[:300]}"
-        if "csv_error" not in res:
+        if not builtin_only:
             try:
-                res["csv_ms"] = _timed(job, a, rank, world, dev, builtin=False)
+                res["verify"] = _verify(job, ja, rank, world, dev)
             except Exception as e:
                 res["csv_error"] = f"{type(e).__name__}: {str(e)[:300]}"
+            if "csv_error" not in res:
+                try:
+                    res["csv_ms"] = _timed(job, ja, rank, world, dev, builtin=False)
+                except Exception as e:
+                    res["csv_error"] = f"{type(e).__name__}: {str(e)[:300]}"
         if job.get("builtin"):
             try:
-                res["builtin_ms"] = _timed(job, a, rank, world, dev, builtin=True)
+                steps: list[float] = []
+                res["builtin_ms"] = _timed(job, ja, rank, world, dev, builtin=True, steps=steps)
+                res["builtin_steps"] = steps
             except Exception as e:
                 res["builtin_error"] = f"{type(e).__name__}: {str(e)[:300]}"
         gathered: list = [None] * world
@@ -297,6 +302,9 @@ def _merge(per_rank: list[dict]) -> dict:
         vals = [r[key] for r in per_rank if key in r]
         if len(vals) == len(per_rank):
             out[key] = max(vals)
+    per_step = [r["builtin_steps"] for r in per_rank if "builtin_steps" in r]
+    if per_step and len(per_step) == len(per_rank):  # each step's slowest rank
+        out["builtin_steps"] = [max(x) for x in zip(*per_step)]
     for key in ("csv_error", "builtin_error"):
         errs = [f"rank {i}: {r[key]}" for i, r in enumerate(per_rank) if key in r]
         if errs:
@@ -392,8 +400,10 @@ def _verify(job: dict, a: argparse.Namespace, rank: int, world: int, dev) -> dic
     return {"ok": err <= a.tolerance, "max_rel_err": err, "worst": worst}
 
 
-def _timed(job: dict, a: argparse.Namespace, rank: int, world: int, dev, *, builtin: bool) -> float:
-    """Median wall time of a step (ms) at the anchor size, barrier and synchronize around each."""
+def _timed(job: dict, a: argparse.Namespace, rank: int, world: int, dev, *, builtin: bool,
+           steps: list[float] | None = None) -> float:
+    """Median wall time of a step (ms) at the anchor size, barrier and synchronize around each (every
+    timed step's time appended to ``steps`` if given)."""
     import torch
     import torch.distributed as dist
 
@@ -418,6 +428,8 @@ def _timed(job: dict, a: argparse.Namespace, rank: int, world: int, dev, *, buil
         dist.barrier()
         if i >= a.warmup:
             times.append((time.perf_counter() - t0) * 1e3)
+    if steps is not None:
+        steps.extend(times)
     return statistics.median(times)
 
 

@@ -256,12 +256,12 @@ class Executor:
         return (h0 + h1) * 5e2, (h1 - h0) * 5e2
 
     def _zero_grads(self) -> None:
-        # On the compute stream, where the gradients accumulate (the pool's streams do not wait on
-        # the default stream).
-        with torch.no_grad(), (torch.cuda.stream(self.compute) if self.cuda else _nullcontext()):
-            for c in self.chunks.values():
-                for p in c.params:
-                    p.grad.zero_()
+        # Dropped, not zeroed (see pptl.run.model): the step's first gradient of each parameter is
+        # written, not added. Its memory goes back to the compute stream's pool, where the step
+        # allocates it again (the last step's backwards ran there).
+        for c in self.chunks.values():
+            for p in c.params:
+                p.grad = None
 
     def _step_cuda(self, k: int, st: _Step, timed: bool) -> dict[str, Any]:
         comp = self.compute
@@ -508,7 +508,8 @@ class Executor:
 
     def grads(self) -> dict[str, list[torch.Tensor]]:
         """"d,s" -> this rank's gradient of that copy (CPU, fp32), for --verify."""
-        return {f"{d},{s}": [p.grad.detach().float().cpu() for p in c.params] for (d, s), c in self.chunks.items()}
+        return {f"{d},{s}": [(p.grad if p.grad is not None else torch.zeros_like(p)).detach().float().cpu()
+                             for p in c.params] for (d, s), c in self.chunks.items()}
 
 
 _BACKWARD_KINDS = frozenset({"B", "I", "W", "FB"})

@@ -37,6 +37,7 @@ is a second CPU tensor.
 from __future__ import annotations
 
 import statistics
+from contextlib import nullcontext as _nullcontext
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -150,6 +151,14 @@ class MoEExecutor(Executor):
         rec["events"] = [[i, a, a] if i in self.markers else [i, a, b] for i, a, b in rec["events"]]
         return rec
 
+    def _zero_grads(self) -> None:
+        # The sub-ops accumulate into gradient buffers made once (moe_model.ffn_weight_grad): zeroed
+        # on the compute stream, where WGrad adds into them.
+        with torch.no_grad(), (torch.cuda.stream(self.compute) if self.cuda else _nullcontext()):
+            for c in self.chunks.values():
+                for p in c.params:
+                    p.grad.zero_()  # type: ignore[union-attr]
+
     def _before_issue(self, i: int) -> None:
         if self.hold is not None and i in self.compute_ops:
             self.hold.before()
@@ -162,7 +171,25 @@ class MoEExecutor(Executor):
         if self.memory:
             later = self.memory[1:] or self.memory  # the first step also sets up the allocator's pools
             out["memory"] = {k: max(m[k] for m in later) for k in later[0]}
+        if self.cuda:
+            out["allocator"] = self._allocator()
         return out
+
+    def _allocator(self) -> dict[str, Any]:
+        """What the caching allocator holds after the steps: reserved MiB per stream pool (a block
+        serves only the stream it was made for; nothing is released between steps, so this is the
+        plan's reserved peak split by pool), and the peaks that show fragmentation."""
+        names = {s.cuda_stream: str(lane) for lane, s in self.streams.items()}
+        pools: dict[str, float] = {}
+        for seg in torch.cuda.memory_snapshot():
+            if seg.get("device") != self.device.index:
+                continue
+            name = names.get(seg.get("stream"), "default" if seg.get("stream") == 0 else "other")
+            pools[name] = pools.get(name, 0.0) + seg["total_size"] / _MiB
+        st = torch.cuda.memory_stats(self.device)
+        return {"reserved_by_stream_mib": {k: round(v, 1) for k, v in sorted(pools.items())},
+                "inactive_split_peak_mib": st.get("inactive_split_bytes.all.peak", 0) / _MiB,
+                "segments_peak": st.get("segment.all.peak", 0), "alloc_retries": st.get("num_alloc_retries", 0)}
 
     # ------------------------------------------------------------------------------------------
     # Sub-ops
@@ -307,7 +334,20 @@ class MoEExecutor(Executor):
 
     def _onload(self, st: Any, key: tuple) -> None:
         ls = st.acts[key]
-        back = [torch.empty(t.shape, dtype=t.dtype, device=self.device) for t in self.host[key]]
+        if self.cuda:
+            # The destination comes from the compute stream's pool, not the h2d stream's: the
+            # allocator keeps a pool per stream, and one of its own would hold an onloaded layer's
+            # worth of segments beside the blocks the Offloads gave back to the compute pool (on 2
+            # H200s, more reserved with offloading than without). A block of that pool is free
+            # for work ordered after what compute has been given so far, so the copy waits for
+            # that; the Onload is issued right after the compute op it waits for anyway
+            # (copies_at_their_ends), so this costs the copy no time.
+            copy = torch.cuda.current_stream()
+            with torch.cuda.stream(self.compute):
+                back = [torch.empty(t.shape, dtype=t.dtype, device=self.device) for t in self.host[key]]
+            copy.wait_stream(self.compute)
+        else:
+            back = [torch.empty(t.shape, dtype=t.dtype, device=self.device) for t in self.host[key]]
         for dst, src in zip(back, self.host[key]):
             dst.copy_(src, non_blocking=True)
         ls.r, ls.u_e = back
@@ -415,21 +455,21 @@ class MoEExecutor(Executor):
 
 def copies_at_their_ends(ops: Any, issue: tuple[int, ...], waits: Any) -> tuple[int, ...]:
     """``issue`` with each Offload right after the F.mlp that makes its tensors and each Onload
-    right before the B.mlp that reads them (same direction, stage, micro-batch and layer).
+    right after the last op it waits for (same direction, stage, micro-batch and layer).
 
     Why: the caching allocator counts a tensor as freed when the host drops it and as allocated
     when the host asks for it, so the allocated peak follows the host's issue order, not the GPU's
     timing. The plan's order puts each copy at its planned start, which is late when the plan's
     copy costs are off (a copy queued behind others on its lane): the host then keeps an
-    offloaded layer allocated until the late Offload, and allocates an Onload's destination
-    before the WGrad ahead of it has freed its layer. Issued at its producer, an Offload drops
-    its tensors at once (``record_stream`` keeps the blocks from reuse until the copy has read
-    them); issued at its consumer, an Onload allocates as late as it can. The copies still run
-    early on the GPU: their streams wait only on their producers' events, and the host runs
-    ahead of the GPU (:class:`pptl.run.hostlag.HostLag`). Each copy lane keeps its order (the
-    producers' and consumers' order); a copy without its producer or consumer on this rank
-    stays where it was, and ``issue`` is kept whole if a moved copy would be issued before an op
-    it waits for or after one that waits for it (``waits``: op -> the ops its stream waits on)."""
+    offloaded layer allocated until the late Offload. Issued at its producer, an Offload drops its
+    tensors at once (``record_stream`` keeps the blocks from reuse until the copy has read them).
+    An Onload takes its destination from the compute stream's pool (where the Offload's blocks went
+    back), so its copy must follow the compute work issued before that allocation: issued right
+    after the last op it waits for, that is the wait the copy has anyway, and the copy starts when
+    the plan starts it. Each copy lane keeps its order; a copy without its producer or consumer on
+    this rank stays where it was, and ``issue`` is kept whole if a moved copy would be issued
+    before an op it waits for or after one that waits for it (``waits``: op -> the ops its stream
+    waits on)."""
     def key(i: int) -> tuple:
         o = ops[i]
         return (o.direction, o.stage, o.mb, o.sub)
@@ -437,19 +477,33 @@ def copies_at_their_ends(ops: Any, issue: tuple[int, ...], waits: Any) -> tuple[
     fwd_mlp = {key(i) for i in issue if ops[i].kind == "MLP" and ops[i].flow == "F"}
     bwd_mlp = {key(i) for i in issue if ops[i].kind == "MLP" and ops[i].flow == "B"}
     off = {key(i): i for i in issue if ops[i].kind == "OFFLOAD" and key(i) in fwd_mlp}
-    on = {key(i): i for i in issue if ops[i].kind == "ONLOAD" and key(i) in bwd_mlp}
-    moved = set(off.values()) | set(on.values())
+    on = [i for i in issue if ops[i].kind == "ONLOAD" and key(i) in bwd_mlp]
+    moved = set(off.values()) | set(on)
+    rest = [i for i in issue if i not in moved]
+    # Each Onload goes after the last of its waits among the ops not moved (its Offload, on d2h,
+    # only orders the copy lanes), or right before its B.mlp if it waits on none of them.
+    place = {i: k for k, i in enumerate(rest)}
+    after: dict[int, list[int]] = {}
+    before: dict[int, list[int]] = {}
+    mlp_b = {key(i): i for i in rest if ops[i].kind == "MLP" and ops[i].flow == "B"}
+    for i in on:
+        ws = [place[u] for u in waits.get(i, ()) if u in place]
+        if ws:
+            after.setdefault(rest[max(ws)], []).append(i)
+        else:
+            before.setdefault(mlp_b[key(i)], []).append(i)
     out: list[int] = []
-    for i in issue:
-        if i in moved:
-            continue
+    for i in rest:
         o = ops[i]
-        if o.kind == "MLP" and o.flow == "B" and key(i) in on:
-            out.append(on[key(i)])
+        out += before.get(i, [])
         out.append(i)
         if o.kind == "MLP" and o.flow == "F" and key(i) in off:
             out.append(off[key(i)])
+        out += after.get(i, [])
     pos = {i: k for k, i in enumerate(out)}
+    for lane in ("d2h", "h2d"):
+        if [i for i in out if ops[i].lane == lane] != [i for i in issue if ops[i].lane == lane]:
+            return tuple(issue)
     for v, us in waits.items():
         if any(pos.get(u, -1) > pos.get(v, len(out)) for u in us if u in moved or v in moved):
             return tuple(issue)  # waiting on an event not yet recorded would not wait at all
