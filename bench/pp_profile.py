@@ -36,14 +36,14 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from _common import env_info, log  # noqa: E402
 
-#: name -> (message mode, receive gates on, gradients). Gradients "drop": the executor's own (``.grad`` set to
-#: None at the step's start, the first micro-batch's gradient written); "zero": zeroed in place at the step's
-#: start instead (every micro-batch's gradient added, as pptl did before); "fused": every B run as I then W,
-#: the weight gradient accumulated by the GEMM itself (``addmm_`` into ``.grad``, no separate add).
-VARIANTS = {"sync-send": ("sync-send", True, "drop"), "inline": ("inline", False, "drop"),
-            "overlap": ("overlap", True, "drop"), "sync-send-nogates": ("sync-send", False, "drop"),
-            "sync-send-zero": ("sync-send", True, "zero"), "inline-zero": ("inline", False, "zero"),
-            "sync-send-fused": ("sync-send", True, "fused"), "inline-fused": ("inline", False, "fused")}
+#: name -> (message mode, receive gates on, backward). Backward "fused": the executor's own (B as I then W,
+#: each weight gradient accumulated by its GEMM, ``.grad`` dropped at the step's start); "autograd": B as one
+#: autograd pass (each micro-batch's weight gradient added to ``.grad`` by a separate kernel); "zero": that,
+#: with ``.grad`` zeroed in place at the step's start (pptl before issue 33).
+VARIANTS = {"sync-send": ("sync-send", True, "fused"), "inline": ("inline", False, "fused"),
+            "overlap": ("overlap", True, "fused"), "sync-send-nogates": ("sync-send", False, "fused"),
+            "sync-send-autograd": ("sync-send", True, "autograd"), "inline-autograd": ("inline", False, "autograd"),
+            "sync-send-zero": ("sync-send", True, "zero"), "inline-zero": ("inline", False, "zero")}
 
 
 def main() -> int:
@@ -54,7 +54,7 @@ def main() -> int:
     ap.add_argument("--families", default="gpipe,1f1b")
     ap.add_argument("--mbs", default="8,16")
     ap.add_argument("--variants", default=",".join(VARIANTS))
-    ap.add_argument("--profile-variants", default="sync-send,inline")
+    ap.add_argument("--profile-variants", default="sync-send,sync-send-autograd")
     ap.add_argument("--hidden", type=int, default=4096)
     ap.add_argument("--tokens", type=int, default=2048)
     ap.add_argument("--layers-per-rank", type=int, default=4)
@@ -242,11 +242,12 @@ def _pptl(job: dict, variant: str, a: argparse.Namespace, rank: int, world: int,
 
 
 def _grads_variant(ex: Any, grads: str) -> None:
-    """Patch one executor's gradient handling (``VARIANTS``)."""
+    """Patch one executor's backward (``VARIANTS``); plans with I/W keep the executor's own."""
     import torch
 
-    from pptl.run.model import backward_input, backward_weight
-
+    if grads == "fused" or any(op.kind == "I" for op in ex.ops):
+        return
+    ex.keep_linears = False  # B through autograd
     if grads == "zero":
         def zero() -> None:
             with torch.no_grad(), (torch.cuda.stream(ex.compute) if ex.cuda else _null()):
@@ -257,27 +258,6 @@ def _grads_variant(ex: Any, grads: str) -> None:
                         else:
                             p.grad.zero_()
         ex._zero_grads = zero
-    elif grads == "fused":
-        ex.split = ex.split | {(op.direction, op.stage, op.mb) for op in ex.ops
-                               if op.rank == ex.rank and op.kind == "F"}
-        full = ex._backward
-
-        def backward(st: Any, d: int, s: int, mb: int, is_full: bool) -> None:
-            if not is_full:
-                return full(st, d, s, mb, is_full)
-            if s == ex.last:
-                dy = None
-            elif (d, s + 1) in ex.local:
-                dy = st.grads.pop((d, s + 1, mb))
-            else:
-                dy = st.recvd.pop(("B", d, s, mb))
-            act = st.acts.pop((d, s, mb))
-            chunk = ex.chunks[(d, s)]
-            dx = backward_input(chunk, act, dy)
-            backward_weight(chunk, act)
-            if dx is not None:
-                st.grads[(d, s, mb)] = dx
-        ex._backward = backward
 
 
 class _null:

@@ -184,7 +184,9 @@ class Executor:
                        for d, st in self.rp.stages if st == 0 for mb in range(m)}
         self.targets = {(d, mb): make_target(self.workload, d, mb, device)
                         for d, st in self.rp.stages if st == self.last for mb in range(m)}
-        self.split = {(op.direction, op.stage, op.mb) for op in self.ops if op.rank == self.rank and op.kind == "I"}
+        # Every forward with a backward keeps its Linears: I and W need them, and B runs as I then W
+        # (pptl.run.model: each weight gradient accumulated by its GEMM).
+        self.keep_linears = not self.forward_only
 
     def report(self) -> dict[str, Any]:
         """Family-specific numbers of this rank after its steps (JSON-ready; none for training plans)."""
@@ -431,7 +433,7 @@ class Executor:
         last = s == self.last
         with torch.no_grad() if self.forward_only else _nullcontext():
             act = forward(self.chunks[(d, s)], x, needs_input_grad=s > 0 and not self.forward_only,
-                          keep_linears=(d, s, mb) in self.split,
+                          keep_linears=self.keep_linears,
                           target=self.targets[(d, mb)] if last else None, scale=self.scale)
         if last:
             st.loss += act.y.detach()
