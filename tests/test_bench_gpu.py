@@ -97,6 +97,25 @@ def test_gpu_offload_evaluate_only_renames_ops_that_only_changed_lanes():
     assert (e.op, e.lane, e.waits_on) == ("r1/recv/RECV_F PP s1 mb0 <-r0", "recv", ("r0/send/SEND_F PP s0 mb0 ->r1",))
 
 
+@pytest.mark.parametrize("planned,measured,ok", [
+    (1.40, 1.15, True),    # +21.7%, but 0.25 ms: a small exposure within 0.3 ms passes
+    (1.45, 1.15, True),    # 0.30 ms exactly
+    (1.46, 1.15, False),   # 0.31 ms and +27%
+    (2.49, 1.70, False),   # +46%, 0.79 ms (2x H200, 2026-11-26)
+    (12.0, 14.9, True),    # -19.5%: 2.9 ms, within 20%
+    (12.0, 15.1, False),   # -20.5% and 3.1 ms
+], ids=["ms", "ms-edge", "ms-over", "both-over", "pct", "pct-over"])
+def test_gpu_offload_exposed_all_to_all_is_within_20_percent_or_0_3_ms(planned, measured, ok):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_offload", ROOT / "bench" / "gpu_offload.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    side = lambda ms: {"exposed_ep_ms": ms, "makespan_ms": 100.0}  # noqa: E731
+    ev = mod.evaluate({"exposure": {"moe-overlap": {"planned": side(planned), "measured": side(measured)}}})
+    assert ev["checks"]["exposed_ep moe-overlap"]["ok"] is ok
+
+
 def test_gpu_families_plans_runs_and_verifies_every_family(tmp_path):
     """bench/gpu_families.py on 2 gloo ranks as the GPU run (v-half and v-min unsqueezed): every family
     verifies; the plan's peaks (chunk activations with w_activation 1, and bytes) are the ones worked

@@ -298,6 +298,27 @@ def test_copies_issued_at_their_producer_and_consumer_save_what_the_plan_saves()
     assert (slow.ops[moved[off - 1]].kind, slow.ops[moved[off - 1]].flow) == ("MLP", "F")
 
 
+def test_an_onload_is_issued_right_after_the_last_op_it_waits_for():
+    """Its destination comes from the compute stream's pool and its copy waits for the compute work
+    issued before it: issued there, that is no later than the plan's own wait."""
+    from pptl.run.moe import copies_at_their_ends
+    from pptl.run.program import build_program
+
+    s = _bench_plan(True, 45.0)
+    rp = build_program(s).ranks[0]
+    moved = copies_at_their_ends(s.ops, rp.issue, rp.waits)
+    onloads = [k for k, i in enumerate(moved) if s.ops[i].kind == "ONLOAD"]
+    assert onloads
+    for k in onloads:
+        waits = [u for u in rp.waits[moved[k]] if s.ops[u].kind != "OFFLOAD"]
+        assert waits and moved[k - 1] == max(waits, key=moved.index), s.ops[moved[k]].id
+        assert s.ops[moved[k - 1]].lane == "compute"
+        mlp_b = next(j for j in range(k + 1, len(moved)) if s.ops[moved[j]].kind == "MLP"
+                     and s.ops[moved[j]].flow == "B" and s.ops[moved[j]].mb == s.ops[moved[k]].mb
+                     and s.ops[moved[j]].sub == s.ops[moved[k]].sub)
+        assert mlp_b > k + 1  # the copy runs while other work is issued, not right before its consumer
+
+
 def test_a_copy_move_that_would_skip_a_wait_keeps_the_order():
     from pptl.run.moe import copies_at_their_ends
     from pptl.run.program import build_program

@@ -37,6 +37,34 @@ def test_input_then_weight_gradient_equals_full_backward(stage, last):
         assert dx_full is None and dx_split is None
 
 
+@pytest.mark.parametrize("stage,last", [(0, False), (1, False), (1, True)], ids=["first", "middle", "last"])
+def test_full_backward_after_a_kept_forward_accumulates_by_gemm_from_dropped_gradients(stage, last):
+    """B on a forward that kept its Linears is I then W: each weight gradient accumulated by its GEMM.
+    From gradients dropped (None, as the executor leaves them at a step's start) over two
+    micro-batches, it equals autograd's B over the same two from zeroed gradients, and dx too."""
+    ref, fused = make_chunk(W, stage, CPU), make_chunk(W, stage, CPU)
+    for p in fused.params:
+        p.grad = None
+    for mb in range(2):
+        x = torch.randn(W.tokens, W.hidden)
+        dy = None if last else torch.randn(W.tokens, W.hidden)
+        target = torch.randn(W.tokens, W.hidden) if last else None
+        a = forward(ref, x, needs_input_grad=stage > 0, keep_linears=False, target=target, scale=0.5)
+        dx_ref = backward_full(ref, a, dy)
+        b = forward(fused, x, needs_input_grad=stage > 0, keep_linears=True, target=target, scale=0.5)
+        dx = backward_full(fused, b, dy)
+        assert b.linear_grad is None and b.linear_in == []  # W took what I kept
+        if stage > 0:
+            torch.testing.assert_close(dx, dx_ref, rtol=1e-5, atol=1e-6)
+        else:
+            assert dx is None and dx_ref is None
+        if mb == 0:  # the first micro-batch wrote the gradients: nothing was there to add to
+            assert all(p.grad is not None for p in fused.params)
+    for p, q in zip(ref.params, fused.params):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-5, atol=1e-6)
+    assert float(ref.params[0].grad.abs().max()) > 0
+
+
 def test_copies_of_a_stage_start_equal():
     a, b = make_chunk(W, 3, CPU), make_chunk(W, 3, CPU)
     assert all(torch.equal(p, q) for p, q in zip(a.params, b.params))
