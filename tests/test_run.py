@@ -114,6 +114,14 @@ def test_measured_timeline_is_a_timeline_in_ms(runs):
     assert all(e.end >= e.start >= 0 for e in tl.events)
 
 
+@pytest.mark.parametrize("family,says", [("1f1b", "i-then-w"), ("dualpipe", "i-then-w"), ("zb-h1", None)])
+def test_the_timeline_says_how_its_full_backward_ran(runs, family, says):
+    """pptl tune --costs-from reads it: B as I then W did I's and W's work and no more; a plan
+    with no B (every backward split) says nothing."""
+    _, tl = runs[(2, family)]
+    assert tl.meta.extra.get("full_backward") == says
+
+
 # ----------------------------------------------------------------------------------------------
 # The program (pure)
 

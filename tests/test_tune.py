@@ -536,12 +536,14 @@ def test_duty_fit_needs_a_spread_of_duty_that_shows_it():
     assert fit_duty_exponent(work[0], times, duty) > 0.3
 
 
-def _crossval_calibrated(name: str):
+def _crossval_calibrated(name: str, full_backward: str | None = None):
     import tempfile
 
     from pptl.tune.calibrate import calibrate_tune
 
     d = json.loads((ROOT / "tests" / "data" / "tune_crossval" / f"{name}.json").read_text())
+    if full_backward is not None:  # what pptl run writes since its B runs as I then W
+        d["base"]["meta"]["extra"]["full_backward"] = full_backward
     tc = tune_config_from_mapping(d["config"], source=name)
     with tempfile.TemporaryDirectory() as t:
         base = Path(t) / "base.measured.json"
@@ -565,6 +567,26 @@ def test_ranks_that_differ_in_duty_fit_the_exponent_from_f_and_b_only():
     tc, _, notes = _crossval_calibrated("h8192-t1024-l4-m4")
     assert tc.duty_exponent == pytest.approx(0.23, abs=0.005)
     assert "fitted" in notes[0] and "clamped to 0..0.5" in notes[0]
+
+
+def test_a_run_whose_b_ran_as_i_then_w_gives_shares_that_sum_to_b_and_no_fresh_gradient():
+    """A timeline that says ``full_backward: i-then-w`` did I's and W's work in B and no more: the
+    shares derived from its F and B sum to 1 (autograd's B: 0.917 of it on this run), and a rank of
+    split backwards holds what a rank of B's held (no fresh 512 MiB weight gradient to take off)."""
+    import re
+
+    old_tc, _, old_notes = _crossval_calibrated("h8192-t1024-l4-m4")
+    tc, _, notes = _crossval_calibrated("h8192-t1024-l4-m4", "i-then-w")
+
+    def shares(ns: list[str]) -> tuple[float, float]:
+        line = next(n for n in ns if n.startswith("the run has no split backward"))
+        i, w = re.search(r"I and W take ([0-9.]+) and ([0-9.]+) of B", line).groups()
+        return float(i), float(w)
+
+    assert sum(shares(old_notes)) < 0.97
+    assert sum(shares(notes)) == pytest.approx(1.0, abs=0.002)
+    assert tc.memory.split_working is None and tc.memory.working == pytest.approx(old_tc.memory.working)
+    assert old_tc.memory.split_working == pytest.approx(old_tc.memory.working - 512.0)
 
 
 def test_split_backward_working_memory_has_no_fresh_weight_gradient():

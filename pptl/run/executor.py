@@ -119,6 +119,10 @@ class Executor:
     message_modes: tuple[str, ...] = MESSAGE_MODES
     #: A :class:`pptl.run.slow.Stretch` on the rank ``pptl run --slow-rank`` names (set by the worker).
     stretch: Any = None
+    #: How a full backward (B) runs, written to the measured timeline (``meta.extra.full_backward``) so
+    #: that what calibrates from it (``pptl tune --costs-from``) knows: "i-then-w" (each weight gradient
+    #: accumulated by its GEMM; runs before it went through autograd and say nothing); None: no B.
+    full_backward: str | None = "i-then-w"
 
     def __init__(self, program: Program, rank: int, device: torch.device, channels: dict[Any, Any], *,
                  timeout: float, post: Callable[[int, int], None] | None = None, fault: Fault | None = None,

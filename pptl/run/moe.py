@@ -79,6 +79,7 @@ class MoEExecutor(Executor):
     """One rank of a ``moe-1f1b-overlap`` plan."""
 
     message_modes = ("overlap",)  # its messages have their own ordering
+    full_backward = None  # sub-ops of its own (moe_model), no B
 
     def __init__(self, program: Program, rank: int, device: torch.device, channels: dict[Any, Any],
                  **kw: Any) -> None:

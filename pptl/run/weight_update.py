@@ -106,6 +106,7 @@ class WeightUpdateExecutor(Executor):
     """One rank of a ``weight-update`` plan."""
 
     message_modes = ("overlap",)  # its messages have their own ordering
+    full_backward = None  # copies and broadcasts, no B
 
     def __init__(self, program: Program, rank: int, device: torch.device, channels: dict[Any, Any],
                  **kw: Any) -> None:

@@ -187,6 +187,8 @@ def _run_plan(job: Job, k: int, pj: PlanJob, rank: int, world: int, device: torc
     if rank != 0:
         return
     extra: dict[str, Any] = {"plan": pj.label or plan_path, "warmup": job.warmup, "workload": _workload_dict(schedule)}
+    if ex_cls.full_backward and any(op.kind in ("B", "FB") for op in schedule.ops):
+        extra["full_backward"] = ex_cls.full_backward
     if job.slow_rank is not None and job.slow_factor != 1.0:
         extra["slow"] = {"rank": job.slow_rank, "factor": job.slow_factor}
     if job.verify:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from pptl.errors import InputError
-from pptl.tune.model import LayerCost, ModelDesc, TuneConfig
+from pptl.tune.model import LayerCost, ModelDesc, TuneConfig, Work
 from pptl.tune.split import even_split
 
 __all__ = ["calibrate_tune", "fit_layer_costs", "fit_duty_exponent", "rank_duty", "split_shares"]
@@ -214,7 +214,7 @@ def calibrate_tune(tc: TuneConfig, measured: Path) -> tuple[TuneConfig, str, lis
         kinds[k] = fit_layer_costs(m, split, [stages[s][k] for s in range(S)], ratio)
     measured_split_bw = not any(e.kind == "I" for e in tl.events)
     if measured_split_bw:  # B only: I and W from the model's work, else B split in its I:W ratio
-        shares = split_shares(m, kinds["F"][0], kinds["B"][0])
+        shares = split_shares(_as_run(m, tl), kinds["F"][0], kinds["B"][0])
         if shares is not None:
             share_i, share_w = shares
             how = "from the model's work and the run's F and B"
@@ -347,7 +347,7 @@ def _fit_memory(tc: TuneConfig, meta: Any, split: Sequence[int], memory: dict) -
     if fit is None:
         return tc, None
     mm = fit.model
-    temp = _fresh_weight_grad(tc)
+    temp = None if meta.extra.get("full_backward") == "i-then-w" else _fresh_weight_grad(tc)
     if fit.kind == "full" and temp is not None:
         mm = replace(mm, split_working=max(0.0, mm.working - temp))
     other = "split" if fit.kind == "full" else "full"
@@ -360,6 +360,18 @@ def _fit_memory(tc: TuneConfig, meta: Any, split: Sequence[int], memory: dict) -
                f"; a rank of split backwards only: working memory {mm.split_working:.4g} (less the {temp:.4g} of "
                f"one Linear's weight gradient, which B writes to a fresh tensor and W adds in place)"))
     return replace(tc, memory=mm), note
+
+
+def _as_run(model: ModelDesc, tl: Any) -> ModelDesc:
+    """``model`` with its B's work as the run ran B: a timeline that says ``full_backward:
+    i-then-w`` (``pptl run`` since its B accumulates each weight gradient by its GEMM) did I's and
+    W's work and no more, where ``work``'s B is autograd's (:func:`pptl.tune.model.mlp_block_work`:
+    a read-read-write pass over the weight gradients on top)."""
+    w = model.work
+    if w is None or tl.meta.extra.get("full_backward") != "i-then-w" or "I" not in w or "W" not in w:
+        return model
+    b = Work(w["I"].flops + w["W"].flops, w["I"].bytes + w["W"].bytes)
+    return replace(model, work={**w, "B": b})
 
 
 def _fresh_weight_grad(tc: TuneConfig) -> float | None:

@@ -111,6 +111,9 @@ def mlp_block_work(hidden: int, tokens: int, elem_bytes: int) -> dict[str, Work]
     element-wise work, but writes each weight gradient to a fresh tensor and then adds it into
     ``.grad`` (read, read, write: ``24h^2``) where W's ``addmm_`` only reads it (``8h^2``). That
     extra pass is why ``I + W`` is less than ``B`` (about 7% at hidden 4096, 2048 tokens, bf16).
+    ``pptl run`` now runs B as I then W (:mod:`pptl.run.model`) and says so in its timeline
+    (``full_backward: i-then-w``); calibrating from such a run takes B's work as I's plus W's
+    (:func:`pptl.tune.calibrate.calibrate_tune`). This B stays for runs made before, which say nothing.
     """
     h, t, e = float(hidden), float(tokens), float(elem_bytes)
     gemm = 2 * t * h * 4 * h
