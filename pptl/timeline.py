@@ -145,47 +145,60 @@ def bubble_fraction(ranks: Sequence[RankStats], makespan: float) -> float:
 class Timeline:
     events: list[Event]
     meta: TimelineMeta = field(default_factory=TimelineMeta)
-    _bounds: tuple[int, int, float, float] | None = field(default=None, init=False, repr=False, compare=False)
+    _summary: tuple[int, int, float, float, dict[tuple[int, str], list[float]]] | None = field(
+        default=None, init=False, repr=False, compare=False)
 
-    def _span(self) -> tuple[float, float]:
-        """(first start, last end), remembered for this events list (titles, bubbles and layouts
-        ask several times; a 400k-event scan each time was a large part of drawing a big plan)."""
+    def _summarised(self) -> tuple[float, float, dict[tuple[int, str], list[float]]]:
+        """(first start, last end, {(rank, lane): [busy, first start]}) in one pass, remembered for
+        this events list: titles, bubbles, rows and layouts all ask, and each scan of a 400k-event
+        timeline took a large part of drawing it."""
         ev = self.events
-        b = self._bounds
-        if b is None or b[0] != id(ev) or b[1] != len(ev):
-            lo = min(map(_START, ev), default=0.0)
-            hi = max(map(_END, ev), default=0.0)
-            b = self._bounds = (id(ev), len(ev), lo, hi)
-        return b[2], b[3]
+        m = self._summary
+        if m is None or m[0] != id(ev) or m[1] != len(ev):
+            lanes: dict[tuple[int, str], list[float]] = {}
+            get = lanes.get
+            for e in ev:
+                key = (e.rank, e.lane)
+                s = e.start
+                acc = get(key)
+                if acc is None:
+                    lanes[key] = [e.end - s, s]
+                else:
+                    acc[0] += e.end - s
+                    if s < acc[1]:
+                        acc[1] = s
+            m = self._summary = (id(ev), len(ev), min(map(_START, ev), default=0.0), max(map(_END, ev), default=0.0),
+                                 lanes)
+        return m[2], m[3], m[4]
 
     @property
     def makespan(self) -> float:
-        lo, hi = self._span()
+        lo, hi, _ = self._summarised()
         return hi - lo if self.events else 0.0
 
     @property
     def start(self) -> float:
-        return self._span()[0]
+        return self._summarised()[0]
 
     def ranks(self) -> list[int]:
-        return sorted({e.rank for e in self.events})
+        return sorted({rank for rank, _ in self._summarised()[2]})
 
     def lanes(self) -> list[tuple[int, str]]:
         """(rank, lane) pairs in drawing order: rank, then compute first, then first use."""
-        seen: dict[tuple[int, str], float] = {}
-        for e in self.events:
-            key = (e.rank, e.lane)
-            if key not in seen or e.start < seen[key]:
-                seen[key] = e.start
-        return sorted(seen, key=lambda k: (k[0], k[1] != "compute", seen[k], k[1]))
+        seen = self._summarised()[2]
+        return sorted(seen, key=lambda k: (k[0], k[1] != "compute", seen[k][1], k[1]))
+
+    def lane_busy(self) -> dict[tuple[int, str], float]:
+        """Busy time of each (rank, lane) with an event (durations added in event order)."""
+        return {key: acc[0] for key, acc in self._summarised()[2].items()}
 
     def rank_stats(self, lane: str = "compute") -> list[RankStats]:
         """Busy time on ``lane`` per rank; idle is the makespan minus busy."""
         span = self.makespan
         busy: dict[int, float] = {r: 0.0 for r in self.ranks()}
-        for e in self.events:
-            if e.lane == lane:
-                busy[e.rank] += e.duration
+        for (rank, name), acc in self._summarised()[2].items():
+            if name == lane:
+                busy[rank] = acc[0]
         return [RankStats.of(r, b, span) for r, b in sorted(busy.items())]
 
     def bubble_fraction(self, lane: str = "compute") -> float:
