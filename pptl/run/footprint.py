@@ -30,6 +30,10 @@ split keeps, whatever share of the forward's tensors they are.
 Not counted: what I makes and frees while it runs (``da``), the GEMM libraries' workspaces (cuBLAS
 and cuBLASLt keep one per handle and stream for the life of the process), 0-dim scalars, and the
 message buffers (``pptl run`` keeps every SEND and RECV tensor to the step's end).
+
+NOTE: the CPU allocator frees what autograd frees, in its order, and matches ``full_backward`` byte
+for byte; on an H200 (torch 2.11) B's peak was 64-72 MiB above it at hidden 2048 (8-9 units: as if
+the first block's frees came late), measured by ``bench/gpu_backward_peak.py`` (docs/benchmarks.md).
 """
 from __future__ import annotations
 
