@@ -478,6 +478,28 @@ def test_duty_exponent_scales_a_busier_rank_by_its_duty_ratio():
     assert slow.makespan.tolist() == pytest.approx([11.0 * 1.3 * math.sqrt(1 / 1.3 / 0.5)])
 
 
+def test_duty_range_draws_each_samples_alpha_uniformly():
+    # the chain above, busy the whole step, measured at duty 0.5: a sample of alpha a takes
+    # 11 * 2 ** a; with alpha drawn uniformly in 0..1 the step's quantile q is 11 * 2 ** q
+    s = _graph([_op(f"c{i}", mb=i) for i in range(len(CHAIN))], [])
+    costs = Costs(base={f"c{i}": d for i, d in enumerate(CHAIN)})
+    one = Quantiles.of([1.0])
+    spread = Spread(stages={(0, "F"): one}, source="m.json", pp=1, duty={0: 0.5}, duty_exponent=0.5,
+                    duty_range=(0.0, 1.0))
+    out = monte_carlo(s, costs, spread, samples=20000, seed=3)
+    got = np.quantile(out.makespan, (0.05, 0.25, 0.5, 0.75, 0.95))
+    assert got.tolist() == pytest.approx([11.0 * 2 ** q for q in (0.05, 0.25, 0.5, 0.75, 0.95)], rel=0.004)
+    assert out.makespan.min() >= 11.0 - 1e-9 and out.makespan.max() <= 22.0 + 1e-9
+    assert out.planned == pytest.approx(11.0 * math.sqrt(2.0))  # the mean durations keep the point alpha
+    # a range of one point, or a rank at the run's duty, draws nothing: every sample at the point alpha
+    point = monte_carlo(s, costs, Spread(stages={(0, "F"): one}, source="m.json", pp=1, duty={0: 0.5},
+                                         duty_exponent=0.5, duty_range=(0.5, 0.5)), samples=4)
+    assert point.makespan.tolist() == pytest.approx([11.0 * math.sqrt(2.0)] * 4)
+    same = monte_carlo(s, costs, Spread(stages={(0, "F"): one}, source="m.json", pp=1, duty={0: 1.0},
+                                        duty_exponent=0.5, duty_range=(0.0, 1.0)), samples=4)
+    assert same.makespan.tolist() == pytest.approx([11.0] * 4)
+
+
 def test_duty_exponent_leaves_the_measured_plan_as_measured(tmp_path):
     r = CliRunner()
     plan = tmp_path / "p.json"

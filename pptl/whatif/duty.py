@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Mapping
 
-__all__ = ["MIN_DUTY_SPREAD", "fit_duty_exponent"]
+__all__ = ["MIN_DUTY_SPREAD", "fit_duty_exponent", "duty_exponent_range"]
 
 #: Least spread of the run's ranks' duty (max / min) for which alpha is fitted, as ``pptl tune``:
 #: below it the fit divides noise by almost nothing.
@@ -46,6 +46,40 @@ def fit_duty_exponent(times: Mapping[tuple[int, str], float], stage_rank: Mappin
     Notes:
         O(stages x kinds).
     """
+    fit = _fit(times, stage_rank, duty, layers)
+    if fit is None:
+        return None
+    sxy = sum(a for a, _ in fit.values())
+    sxx = sum(b for _, b in fit.values())
+    return min(1.0, max(0.0, sxy / sxx))
+
+
+def duty_exponent_range(times: Mapping[tuple[int, str], float], stage_rank: Mapping[int, int],
+                        duty: Mapping[int, float], layers: Callable[[int], int]) -> tuple[float, float] | None:
+    """The least and the largest alpha of the kinds fitted each alone (clipped to 0..1): how far
+    the run leaves alpha open. Every kind's fit is an answer the run supports as well as the
+    pooled one; they differ where the GEMM count misses part of an op's work (the last stage's
+    loss weighs more in its F than in its B), and the run cannot say which is right.
+
+    Returns:
+        (low, high), or None where :func:`fit_duty_exponent` fits nothing. With one kind fitted,
+        (alpha, alpha).
+
+    Example: F times 1.0 and 2 ** 0.6, B times 2.0 and 2 * 2 ** 0.2 (same work) on ranks busy 0.5
+    and 1.0: (0.2, 0.6), and the pooled alpha 0.4 in the middle.
+    """
+    fit = _fit(times, stage_rank, duty, layers)
+    if fit is None:
+        return None
+    each = [min(1.0, max(0.0, a / b)) for a, b in fit.values()]
+    return min(each), max(each)
+
+
+def _fit(times: Mapping[tuple[int, str], float], stage_rank: Mapping[int, int], duty: Mapping[int, float],
+         layers: Callable[[int], int]) -> dict[str, tuple[float, float]] | None:
+    """Per kind timed on ranks of differing duty: (sum of dx dy, sum of dx dx) of its points
+    (log duty, log time per GEMM) about their means; None where the run's duty spread is under
+    :data:`MIN_DUTY_SPREAD` or no kind has two such points."""
     from pptl.whatif.roles import gemm_work, role_of
 
     if not times:
@@ -57,17 +91,16 @@ def fit_duty_exponent(times: Mapping[tuple[int, str], float], stage_rank: Mappin
         w = gemm_work(k, role_of(s, n), int(layers(s))) if k in _KINDS else None
         if w and t > 0 and u > 0:
             per_kind.setdefault(k, []).append((math.log(u), math.log(t / w)))
-    sxy = sxx = 0.0
+    out: dict[str, tuple[float, float]] = {}
     lo, hi = math.inf, -math.inf
-    for pts in per_kind.values():
+    for k, pts in per_kind.items():
         xs = [x for x, _ in pts]
         if len(pts) < 2 or max(xs) - min(xs) < 1e-12:
             continue
         lo, hi = min(lo, min(xs)), max(hi, max(xs))
         mx = sum(xs) / len(xs)
         my = sum(y for _, y in pts) / len(pts)
-        sxy += sum((x - mx) * (y - my) for x, y in pts)
-        sxx += sum((x - mx) ** 2 for x in xs)
-    if sxx <= 0 or hi - lo < math.log(MIN_DUTY_SPREAD) - 1e-12:  # a spread of exactly 1.05 counts
+        out[k] = (sum((x - mx) * (y - my) for x, y in pts), sum((x - mx) ** 2 for x in xs))
+    if not out or hi - lo < math.log(MIN_DUTY_SPREAD) - 1e-12:  # a spread of exactly 1.05 counts
         return None
-    return min(1.0, max(0.0, sxy / sxx))
+    return out

@@ -13,8 +13,9 @@ critical path, walked back from the op that ends last, passes through it.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from pptl.config import Costs
 from pptl.errors import InputError, InvalidScheduleError
@@ -98,12 +99,13 @@ def monte_carlo(schedule: Schedule, costs: Costs | None = None, spread: Spread |
     if n * samples > MAX_CELLS:
         raise InputError(f"--samples: {samples:,} samples of {n:,} ops is more than {MAX_CELLS:,} op draws; "
                          f"take fewer samples")
+    moved: dict[int, float] = {}
     if spread.duty_exponent > 0:
-        costs = _at_plan_duty(schedule, costs, spread)
+        costs, moved = _at_plan_duty(schedule, costs, spread)
     sim = simulate(schedule, costs)
     base = np.asarray(sim.end, dtype=np.float64) - np.asarray(sim.start, dtype=np.float64)
     ops = _OpColumns.of(schedule)
-    draw = _Draw.of(schedule, ops, base, spread, samples, seed)
+    draw = _Draw.of(schedule, ops, base, spread, samples, seed, moved)
     g = _Graph.of(schedule)
     span, last, via2, viam, busy = _walk(g, draw, ops, samples)
     crit = _criticality(g, via2, viam, last, samples) if critical and n else np.zeros(n)
@@ -131,11 +133,12 @@ def _mean_times(g: "_Graph", dur: Any) -> tuple[Any, Any]:
 _DUTY_PASSES = 8
 
 
-def _at_plan_duty(schedule: Schedule, costs: Costs | None, spread: Spread) -> Costs:
+def _at_plan_duty(schedule: Schedule, costs: Costs | None, spread: Spread) -> tuple[Costs, dict[int, float]]:
     """``costs`` (measured at the run's duty) with each rank's compute scaled to the plan's duty:
     ``(max(u_plan, u_min) / u_run) ** alpha``, iterated to a fixed point (the duty depends on the
     timing), where ``u_min`` is the run's least busy rank's duty. A straggler's factor slows its
-    rank's lane but is no work: its holds count as idle.
+    rank's lane but is no work: its holds count as idle. Also rank -> ``log(max(u_plan, u_min) /
+    u_run)`` at the fixed point, what a sample's own alpha multiplies (``Spread.duty_range``).
 
     Raises:
         InputError: no measured duty to start from (the spread was not measured).
@@ -173,7 +176,8 @@ def _at_plan_duty(schedule: Schedule, costs: Costs | None, spread: Spread) -> Co
         if done:
             break
     merged = {r: own.get(r, 1.0) * scale.get(r, 1.0) for r in set(own) | set(scale)}
-    return replace(costs, rank_scale=merged)
+    moved = {r: math.log(max(u, floor) / spread.duty[r]) for r, u in duty.items() if spread.duty.get(r, 0.0) > 0}
+    return replace(costs, rank_scale=merged), moved
 
 
 @dataclass(frozen=True)
@@ -201,13 +205,17 @@ class _Draw:
     """The durations of one block of ops (in walk order), all samples at once."""
 
     def __init__(self, base: Any, gid: Any, tables: Any, step: Any, spread: Spread, scale: Any, add: Any,
-                 compute: Any, rng: Any, samples: int) -> None:
+                 compute: Any, rng: Any, samples: int, duty_log: Any = None, dalpha: Any = None) -> None:
         self.base, self.gid, self.tables, self.step = base, gid, tables, step
         self.spread, self.scale, self.add, self.compute = spread, scale, add, compute
         self.rng, self.samples = rng, samples
+        self.duty_log, self.dalpha = duty_log, dalpha
+        """(ops,) log of each op's duty move, and (samples,) each sample's alpha minus the one the
+        mean durations were scaled with: the op's factor is ``exp(duty_log * dalpha)``."""
 
     @staticmethod
-    def of(schedule: Schedule, ops: _OpColumns, base: Any, spread: Spread, samples: int, seed: int) -> "_Draw":
+    def of(schedule: Schedule, ops: _OpColumns, base: Any, spread: Spread, samples: int, seed: int,
+           moved: Mapping[int, float] | None = None) -> "_Draw":
         import numpy as np
 
         n = base.size
@@ -241,7 +249,23 @@ class _Draw:
         step = None
         if spread.step is not None:
             step = _fine([spread.step.values])[rng.integers(0, _FINE, samples)]
-        return _Draw(base, gid, _fine(tables), step, spread, scale, add, ops.compute, rng, samples)
+        duty_log = dalpha = None
+        rg = spread.duty_range
+        if spread.duty_exponent > 0 and rg is not None and rg[1] > rg[0]:
+            # Drawn after the step factor, so a spread without a range draws every other number as before.
+            dalpha = rng.uniform(rg[0], rg[1], samples) - spread.duty_exponent
+            by_rank = np.zeros(ops.pp)
+            for r, v in (moved or {}).items():
+                if 0 <= r < ops.pp:
+                    by_rank[r] = v
+            by_stage = np.zeros(int(ops.stage.max()) + 2 if ops.stage.size else 1)
+            for st, v in spread.duty_moves.items():
+                if 0 <= st < by_stage.size - 1:
+                    by_stage[st] = v
+            duty_log = np.where(ops.compute, by_rank[ops.rank] + by_stage[ops.stage], 0.0)
+            if not duty_log.any():
+                duty_log = dalpha = None
+        return _Draw(base, gid, _fine(tables), step, spread, scale, add, ops.compute, rng, samples, duty_log, dalpha)
 
     def block(self, rows: Any) -> Any:
         """(len(rows), samples) durations of the ops ``rows``."""
@@ -259,6 +283,11 @@ class _Draw:
             f = self.tables[pick]
             f *= col[drawn] if self.step is None else col[drawn] * self.step[None, :]
             d[drawn] = f
+        if self.dalpha is not None:
+            lg = self.duty_log[rows]
+            on = np.flatnonzero(lg)
+            if on.size:
+                d[on] *= np.exp(lg[on][:, None] * self.dalpha[None, :])
         if self.spread.jitter is not None and self.spread.jitter.sd > 0:
             timed = np.flatnonzero(d[:, 0] > 0)  # an op of no time stays so (a RECV: its SEND carries it)
             z = self.rng.standard_normal((timed.size, s))

@@ -113,6 +113,14 @@ class Spread:
     a plan's ranks run their compute at ``(u_plan / u_run) ** alpha`` of the run's op times. 0: off."""
     duty_learnt: bool = False
     """``duty_exponent`` was learnt from the measured run (:mod:`pptl.whatif.duty`), not given."""
+    duty_range: tuple[float, float] | None = None
+    """Where the run leaves alpha (:func:`pptl.whatif.duty.duty_exponent_range`): each sample draws
+    its own alpha uniformly in it, so a plan's band holds what the run cannot tell of how op times
+    move with duty (None or a point: every sample at ``duty_exponent``)."""
+    duty_moves: Mapping[int, float] = field(default_factory=dict)
+    """Stage -> log(u_run[rank that runs it] / u_run[rank it was measured on]): the duty move of a
+    cost taken from another rank's stage (:func:`pptl.whatif.roles.by_role`), which a sample's own
+    alpha scales too."""
 
     @property
     def measured(self) -> bool:
@@ -132,7 +140,9 @@ class Spread:
         if self.duty_exponent > 0:
             busy = ", ".join(f"{u:.2f}" for _, u in sorted(self.duty.items()))
             how = "learnt from the run, whose" if self.duty_learnt else "the run's"
-            parts.append(f"duty exponent {self.duty_exponent:.2f} ({how} ranks busy {busy})")
+            span = (f", each sample's drawn in {self.duty_range[0]:.2f}-{self.duty_range[1]:.2f}"
+                    if self.duty_range is not None and self.duty_range[1] > self.duty_range[0] else "")
+            parts.append(f"duty exponent {self.duty_exponent:.2f} ({how} ranks busy {busy}{span})")
         if self.jitter is not None:
             parts.append(f"jitter {100 * self.jitter.sd:g}%")
         for s in self.stragglers:

@@ -113,10 +113,12 @@ def study_plans(paths: Sequence[Path], *, measured: Path | None = None, samples:
     learnt = duty_exponent is None
     if learnt and m is None:
         raise InputError("--duty-exponent learn: needs --from a measured run (it is learnt from the run's ranks)")
+    duty_range = None
     if duty_exponent is None:
-        duty_exponent = (_learnt_duty_exponent(m) if m is not None else None) or 0.0
+        duty_exponent, duty_range = _learnt_duty_exponent(m) if m is not None else (None, None)
+        duty_exponent = duty_exponent or 0.0
     spread = replace(m.spread if m is not None else Spread(), jitter=jitter, stragglers=tuple(stragglers),
-                     duty_exponent=duty_exponent, duty_learnt=learnt)
+                     duty_exponent=duty_exponent, duty_learnt=learnt, duty_range=duty_range)
     out = []
     for p in paths:
         loaded = load_any(p)
@@ -156,12 +158,14 @@ def _by_role(schedule: Schedule, m: Measured, spread: Spread) -> tuple[Costs, Sp
     return by_role(m.costs, spread, srcs, plan_rank=plan_rank, run_rank=m.stage_rank)
 
 
-def _learnt_duty_exponent(m: Measured) -> float | None:
-    """alpha from the run's ranks; None without its workload (a profiler trace of another model:
-    the GEMM count that separates a stage's role from its rank's duty does not hold)."""
-    from pptl.whatif.duty import fit_duty_exponent
+def _learnt_duty_exponent(m: Measured) -> tuple[float | None, tuple[float, float] | None]:
+    """alpha from the run's ranks, and the range its kinds fitted alone leave it in
+    (:func:`pptl.whatif.duty.duty_exponent_range`); None without its workload (a profiler trace of
+    another model: the GEMM count that separates a stage's role from its rank's duty does not hold)."""
+    from pptl.whatif.duty import duty_exponent_range, fit_duty_exponent
 
     if m.layers is None:
-        return None
+        return None, None
     times = {(s, k): v for s, k in m.spread.stages if (v := m.costs.lookup(k, s)) is not None}
-    return fit_duty_exponent(times, m.stage_rank, m.spread.duty, m.layers)
+    args = (times, m.stage_rank, m.spread.duty, m.layers)
+    return fit_duty_exponent(*args), duty_exponent_range(*args)
