@@ -66,10 +66,10 @@ def call1() -> dict[str, dict[str, np.ndarray]]:
     return {"base": _predict("call1"), "slow": slow}
 
 
-@pytest.mark.parametrize("name", PLANS)
-def test_call2_median_in_the_predicted_band(call2, name):
-    p25, p75 = np.quantile(call2["base"][name], (0.25, 0.75))
-    assert p25 <= float(np.median(_steps("call2", name))) <= p75
+@pytest.mark.parametrize("call,name", [("call2", n) for n in PLANS] + [("call1", "gpipe"), ("call1", "1f1b")])
+def test_median_in_the_predicted_band(call, name, call1, call2):
+    p25, p75 = np.quantile((call1 if call == "call1" else call2)["base"][name], (0.25, 0.75))
+    assert p25 <= float(np.median(_steps(call, name))) <= p75
 
 
 @pytest.mark.parametrize("call,name", [(c, n) for c in ("call1", "call2") for n in PLANS])
@@ -95,6 +95,7 @@ def test_families_ranked_alike_by_straggler_sensitivity(call, call1, call2):
     # the measured orders differ between the calls, so a fixed order cannot pass both
     assert measured == (["interleaved", "1f1b", "gpipe"] if call == "call2" else ["interleaved", "gpipe", "1f1b"])
 
-# Not pinned, failing: call 1's medians lie below their predicted bands (gpipe m=16 by 0.01 ms,
-# 1f1b m=8, the calibrating plan itself, by 0.05 ms, interleaved m=4 by 1.05 ms): that launch ran
-# about 1% faster than the calibrating one.
+# Not pinned, failing: call 1's interleaved m=4 median (50.38 ms) lies 0.7 ms under its predicted
+# band (51.08-52.17): that launch ran about 1% faster than the calibrating one (its 1F1B median sits
+# at the foot of its band), and the middle stage on rank 1, derived from rank 0's first stage, is
+# predicted 3-5% slower than it ran.

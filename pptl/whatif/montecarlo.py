@@ -105,14 +105,37 @@ def monte_carlo(schedule: Schedule, costs: Costs | None = None, spread: Spread |
     sim = simulate(schedule, costs)
     base = np.asarray(sim.end, dtype=np.float64) - np.asarray(sim.start, dtype=np.float64)
     ops = _OpColumns.of(schedule)
-    draw = _Draw.of(schedule, ops, base, spread, samples, seed, moved)
     g = _Graph.of(schedule)
+    if spread.send_hold > 0:
+        base = _sends_hold(schedule, base, ops, g, spread.send_hold)
+    draw = _Draw.of(schedule, ops, base, spread, samples, seed, moved)
     span, last, via2, viam, busy = _walk(g, draw, ops, samples)
     crit = _criticality(g, via2, viam, last, samples) if critical and n else np.zeros(n)
     offset = draw.offsets()
     start, end = _mean_times(g, base * draw.scale + draw.add)
     return Samples(makespan=span + offset, busy=busy, span=span, critical=crit, planned=float(sim.makespan),
                    seed=seed, planned_start=start, planned_end=end)
+
+
+def _sends_hold(schedule: Schedule, base: Any, ops: "_OpColumns", g: "_Graph", hold: float) -> Any:
+    """``base`` with each SEND the lane order puts on a compute lane (:mod:`pptl.whatif.lanes`)
+    held ``hold`` at most, and the rest of its time (the message's, SEND start to data) on its
+    RECV: the lane is free again once the send is issued, the receiver still waits for the data."""
+    import numpy as np
+
+    out = base.copy()
+    on = [i for (_, lane), order in schedule.lanes.items() if lane == _COMPUTE for i in order]
+    lane_ops = np.zeros(base.size, dtype=bool)
+    lane_ops[np.asarray(on, dtype=np.int64)] = True
+    send = np.flatnonzero(lane_ops & (ops.kind_arr == "SEND"))
+    out[send] = np.minimum(base[send], hold)
+    is_send = np.zeros(base.size, dtype=bool)
+    is_send[send] = True
+    for v in np.flatnonzero(ops.kind_arr == "RECV").tolist():
+        for u in g.preds[g.bounds[v]:g.bounds[v + 1]].tolist():
+            if is_send[u]:
+                out[v] += base[u] - out[u]
+    return out
 
 
 def _mean_times(g: "_Graph", dur: Any) -> tuple[Any, Any]:
@@ -129,6 +152,7 @@ def _mean_times(g: "_Graph", dur: Any) -> tuple[Any, Any]:
     return np.asarray(start), np.asarray(end)
 
 
+_COMPUTE = "compute"
 #: Most simulate -> duty -> rescale passes (they stop once no rank's duty moves by 1e-4), as pptl tune.
 _DUTY_PASSES = 8
 
@@ -188,6 +212,8 @@ class _OpColumns:
     compute: Any
     kind: list[str]
     pp: int
+    kind_arr: Any
+    """``kind`` as an array (for masks)."""
 
     @staticmethod
     def of(schedule: Schedule) -> "_OpColumns":
@@ -198,7 +224,8 @@ class _OpColumns:
         t = table_of(schedule)
         compute = np.isin(t.lane, [k for k, name in enumerate(t.lane_names) if name == "compute"])
         pp = max(schedule.pp, int(t.rank.max()) + 1 if t.n else 0)
-        return _OpColumns(t.rank, t.stage, t.mb, compute, t.strings("kind"), pp)
+        kinds = t.strings("kind")
+        return _OpColumns(t.rank, t.stage, t.mb, compute, kinds, pp, np.asarray(kinds, dtype=object))
 
 
 class _Draw:
@@ -245,6 +272,10 @@ class _Draw:
             if s.delay:
                 add[rows & ((ops.mb == s.mb) if s.mb is not None else True)] += delay_in(s, spread.units or
                                                                                           _units(schedule))
+        if spread.first:
+            for (rank, lane), order in schedule.lanes.items():
+                if lane == _COMPUTE and order and rank in spread.first:
+                    add[order[0]] += spread.first[rank]
         rng = np.random.default_rng(seed)
         step = None
         if spread.step is not None:
