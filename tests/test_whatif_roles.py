@@ -122,6 +122,19 @@ def test_duty_exponent_range_is_the_kinds_fitted_alone():
     assert duty_exponent_range({(0, "F"): 1.0}, {0: 0}, {0: 0.5}, _two) is None
 
 
+def test_a_first_and_a_middle_stage_tell_the_duty_without_the_loss():
+    # 3 stages on ranks busy 0.5, 1.0, 1.0: F first 4.0, middle 4.0 * 2 ** 0.3 (alpha 0.3), the last
+    # 4.0 * 2 ** 0.3 * 1.5 (its loss): the first and the middle say 0.3, and the last stage is left out
+    stage_rank, duty = {0: 0, 1: 1, 2: 1}, {0: 0.5, 1: 1.0}
+    times = {(0, "F"): 4.0, (1, "F"): 4.0 * 2 ** 0.3, (2, "F"): 4.0 * 2 ** 0.3 * 1.5}
+    assert fit_duty_exponent(times, stage_rank, duty, _two) == pytest.approx(0.3)
+    # first and middle on ranks of the same duty: only the last stage's rank differs, so it is fitted
+    # with the loss in: the first at 0.5 and the rest at 1.0, log(2 ** 0.3 * 1.5 / 1) / log 2 for F
+    same = {0: 0, 1: 0, 2: 1}
+    times = {(0, "F"): 4.0, (1, "F"): 4.0, (2, "F"): 4.0 * 2 ** 0.3 * 1.5}
+    assert fit_duty_exponent(times, same, duty, _two) == pytest.approx(min(1.0, 0.3 + math.log2(1.5)))
+
+
 def test_layers_from_mapping_is_bounded():
     f = layers_from_mapping({"layers_per_stage": 3, "stage_layers": [5, 4]})
     assert (f(0), f(1), f(2)) == (5, 4, 3)

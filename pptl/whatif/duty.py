@@ -8,7 +8,8 @@ one alpha for every kind. The work of an op is the GEMMs its stage's role runs
 (:func:`pptl.whatif.roles.gemm_work`): the first stage's B runs one fewer, so it is not mistaken
 for a faster GPU.
 
-What the GEMM count leaves out stays in the fit: the last stage's loss (elementwise, in fp32)
+Where the run has stages without the loss on ranks of differing duty (a first and a middle stage,
+pp >= 3), only those are fitted. Otherwise what the GEMM count leaves out stays in the fit: the last stage's loss (elementwise, in fp32)
 makes its F and B longer than their GEMMs say, and reads as duty. On 2 H200s (2026-11-26) B alone
 gives 0.20, F alone 0.63 (its loss is about 8% of the op), both 0.41.
 """
@@ -80,11 +81,22 @@ def _fit(times: Mapping[tuple[int, str], float], stage_rank: Mapping[int, int], 
     """Per kind timed on ranks of differing duty: (sum of dx dy, sum of dx dx) of its points
     (log duty, log time per GEMM) about their means; None where the run's duty spread is under
     :data:`MIN_DUTY_SPREAD` or no kind has two such points."""
-    from pptl.whatif.roles import gemm_work, role_of
+    from pptl.whatif.roles import role_of
 
     if not times:
         return None
     n = max(s for s, _ in times) + 1
+    # The last stage's loss is no GEMM: where stages without it span enough duty on their own (a
+    # first and a middle stage on ranks of differing duty, pp >= 3), they alone tell the duty.
+    lossless = {k: v for k, v in times.items() if role_of(k[0], n) in ("first", "middle")}
+    fit = _fit_points(lossless, stage_rank, duty, layers, n)
+    return fit if fit is not None else _fit_points(times, stage_rank, duty, layers, n)
+
+
+def _fit_points(times: Mapping[tuple[int, str], float], stage_rank: Mapping[int, int], duty: Mapping[int, float],
+                layers: Callable[[int], int], n: int) -> dict[str, tuple[float, float]] | None:
+    from pptl.whatif.roles import gemm_work, role_of
+
     per_kind: dict[str, list[tuple[float, float]]] = {}
     for (s, k), t in times.items():
         u = duty.get(stage_rank.get(s, -1), 0.0)
