@@ -9,9 +9,12 @@ one alpha for every kind. The work of an op is the GEMMs its stage's role runs
 for a faster GPU.
 
 Where the run has stages without the loss on ranks of differing duty (a first and a middle stage,
-pp >= 3), only those are fitted. Otherwise what the GEMM count leaves out stays in the fit: the last stage's loss (elementwise, in fp32)
-makes its F and B longer than their GEMMs say, and reads as duty. On 2 H200s (2026-11-26) B alone
-gives 0.20, F alone 0.63 (its loss is about 8% of the op), both 0.41.
+pp >= 3), only those are fitted. Otherwise what the GEMM count leaves out stays in the fit: the
+last stage's loss (elementwise, in fp32) makes its F and B longer than their GEMMs say, and reads
+as duty, the more so the closer the ranks' duty (it is divided by their difference). On 2 H200s
+(2026-11-26, each rank's first op of a step kept apart) B alone gives 0.20, F alone 0.77, both
+0.48; on a shape whose ranks' duty differed by 10% (0.80, 0.88) B 0.48, F 0.99, both 0.74.
+:func:`duty_exponent_range` gives the kinds' answers, between which each sample draws its own.
 """
 from __future__ import annotations
 
