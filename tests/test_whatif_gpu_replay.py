@@ -126,3 +126,21 @@ def test_the_plan_the_run_measured_keeps_its_own_band_width():
 #   exponent learnt (0.74, each sample drawn in 0.48-0.99) is too high for interleaved (0.4 fits it),
 #   its calibrating run's ranks differed in duty by 10% only (0.80, 0.88), so the last stage's loss
 #   reads as more duty than in the bench's shape (16%).
+
+
+def test_cli_says_how_the_run_is_used():
+    # call 2's calibrating run: sent on the compute stream of CUDA (sync-send), its SENDs' median
+    # (0.0667 ms) holds the lane; the exponent learnt pooled 0.48, F alone 0.77 and B alone 0.20
+    from typer.testing import CliRunner
+
+    from pptl.cli import app
+
+    run = DATA / "call2" / "measured_calibrate.json"
+    sends = sorted(e["end"] - e["start"] for e in json.loads(run.read_text())["events"] if e["kind"] == "SEND")
+    res = CliRunner().invoke(app, ["whatif", str(DATA / "call2" / "plan_1f1b.json"), "--from", str(run), "-n", "20"])
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert "duty exponent 0.48 (learnt from the run, whose ranks busy 0.77, 0.88, each sample's drawn in " \
+           "0.20-0.77)" in lines[0]
+    assert lines[1] == (f"note: the run sent on the compute stream (sync-send): each SEND holds its rank's compute "
+                        f"lane for {sends[len(sends) // 2]:.3g} ms (the rest of the message is its RECV's), as it ran")
