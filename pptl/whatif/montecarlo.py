@@ -4,7 +4,9 @@ The graph is the simulator's (:func:`pptl.dag.successors`: data facts plus lane 
 the order it is walked in (:func:`pptl.dag.kahn_order`). Each op holds a vector of ``samples``
 ends: its start is the largest end among its predecessors (0 without any), its end that plus its
 drawn duration. The mean durations are the simulator's for the same costs (context hooks
-included), so a spread that draws every factor as 1 gives the simulator's makespan exactly.
+included), so a spread that draws every factor as 1 gives the simulator's makespan exactly
+(a measured spread's first-op extra and SEND hold, ``Spread.first`` and ``Spread.send_hold``, are
+what the simulator does not model).
 
 Memory: an op's vector of ends lives only until its last successor has read it (slots are
 reused), and of the ops with two predecessors or more, which one each sample waited for (one byte
