@@ -69,6 +69,13 @@ SHAPES = (
     Shape("h2560-t2048-l6-m16", 2560, 2048, 12, 1, 2, 16),
     Shape("h2048-t1024-l16-m8", 2048, 1024, 32, 2, 3, 8),
 )
+#: Shapes measured after the cost model's per-op terms were settled on SHAPES: held out from its making.
+NEW_SHAPES = (
+    Shape("h6144-t2048-l6-m12", 6144, 2048, 12, 1, 3, 12),
+    Shape("h3584-t8192-l4-m8", 3584, 8192, 8, 1, 2, 8),
+    Shape("h2048-t3072-l12-m24", 2048, 3072, 24, 2, 4, 24),
+    Shape("h5120-t1024-l10-m6", 5120, 1024, 20, 1, 3, 6),
+)
 #: CPU smoke shapes (gloo, float32): the script end to end in seconds.
 TINY = (Shape("tiny-a", 64, 16, 8, 1, 3, 4), Shape("tiny-b", 32, 8, 4, 1, 2, 6))
 
@@ -136,12 +143,25 @@ def _peaks(tl: Any) -> list[float] | None:
     return [mem[str(k)]["peak_mib"] for k in range(PP)] if mem else None
 
 
+#: Columns of a row's ``ops``: every measured op of the candidate's timed step, compactly.
+OP_COLUMNS = ("rank", "kind", "stage", "mb", "start", "end")
+
+
+def _ops(tl: Any) -> list[list[Any]]:
+    """The candidate's measured ops (times in ms, to the microsecond): what it takes to see which op
+    kind, rank or message a prediction misses, not only the step."""
+    t0 = min((e.start for e in tl.events), default=0.0)
+    return [[e.rank, e.kind, e.stage, e.mb, round(e.start - t0, 3), round(e.end - t0, 3)]
+            for e in sorted(tl.events, key=lambda e: (e.rank, e.start))]
+
+
 def _row(r: Any, tl: Any) -> dict[str, Any]:
     row = {"label": r.label, "family": r.structure.family, "microbatches": r.structure.microbatches,
            "stage_layers": list(r.split.layers), "predicted_ms": r.step,
            "spread": None if r.spread is None else [r.spread.p05, r.spread.p95],
            "predicted_peak": list(r.peak), "fits": r.fits, "measured_ms": tl.makespan,
-           "step_ms": tl.meta.extra.get("step_ms"), "measured_peak": _peaks(tl)}
+           "step_ms": tl.meta.extra.get("step_ms"), "measured_peak": _peaks(tl),
+           "ops": _ops(tl)}
     if r.structure.family == "synth":  # the order that ran: the offline re-timing uses it
         row["executed"] = (tl.meta.extra.get("executed") or {})
         row["executed"] = {k: {"compute": v.get("compute", [])} for k, v in row["executed"].items()}
@@ -160,7 +180,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("out", nargs="?")
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--shapes", help="comma-separated names (default: all for the device)")
+    ap.add_argument("--shapes", help="comma-separated names, or 'new' for NEW_SHAPES (default: SHAPES on cuda)")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--group", type=int, default=4, help="shapes per candidates' launch")
@@ -176,9 +196,11 @@ def main() -> int:
 
     cuda = a.device == "cuda"
     shapes = SHAPES if cuda else TINY
-    if a.shapes:
+    if a.shapes == "new":
+        shapes = NEW_SHAPES
+    elif a.shapes:
         want = a.shapes.split(",")
-        shapes = tuple(s for s in SHAPES + TINY if s.name in want)
+        shapes = tuple(s for s in SHAPES + NEW_SHAPES + TINY if s.name in want)
     out = Path(a.out)
     (out / "shapes").mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="pptl_crossval_"))
