@@ -175,6 +175,10 @@ class TuneConfig:
     messages: str = "sync-send"
     """How the runtime sends: ``sync-send`` (``pptl run``'s CUDA default: a send's time is on its
     producer's compute lane) or ``overlap`` (sends beside compute)."""
+    send_hold: float | None = None
+    """Under ``sync-send``: how long a SEND holds its producer's compute stream (``--costs-from``
+    measures it: the run's median SEND). The rest of the message time is the transfer the consumer
+    waits for and the producer does not. None: the whole message time is on the producer."""
     ilp_time_limit: float = 2.0
     """Seconds HiGHS may spend on each exact synthesised order."""
     measured_split: tuple[int, ...] | None = None
