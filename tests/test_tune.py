@@ -574,3 +574,21 @@ def test_split_backward_working_memory_has_no_fresh_weight_gradient():
     mm = tc.memory
     assert mm.split_working == pytest.approx(mm.working - 512.0)
     assert mm.working == pytest.approx(681.44, abs=0.01)
+
+
+@pytest.mark.parametrize(("messages", "durations", "hold"), [
+    ("sync-send", [0.01, 0.04, 0.02], 0.02),        # odd count: the middle one
+    ("sync-send", [0.03, 0.01, 0.04, 0.02], 0.03),  # even count: the upper of the two middle ones
+    ("sync-send", [], None),                        # no message at all
+    ("overlap", [0.01, 0.04, 0.02], None),          # sends beside compute hold no producer
+], ids=["odd", "even", "no-send", "overlap"])
+def test_send_hold_is_the_runs_median_send_on_its_compute_stream(messages, durations, hold) -> None:
+    from pptl.timeline import Event, Timeline, TimelineMeta
+    from pptl.tune.calibrate import _send_hold
+
+    events = [Event(f"r0/send/SEND_F s0 mb{k} ->r1", 0, "send", 10.0 * k, 10.0 * k + d, "SEND", 0, k)
+              for k, d in enumerate(durations)]
+    events.append(Event("r0/compute/F s0 mb0", 0, "compute", 0.0, 5.0, "F", 0, 0))
+    tl = Timeline(events, TimelineMeta(source="measured", units="ms", extra={"messages": messages}))
+    got = _send_hold(tl)
+    assert got == (None if hold is None else pytest.approx(hold))
