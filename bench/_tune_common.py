@@ -17,18 +17,17 @@ def tune_config(pp: int, micro: Sequence[int], hidden: int, tokens: int, dtype: 
     Memory in MiB (the unit pptl run measures), as :mod:`pptl.run.footprint` counts what the run's
     block holds: W_up, W_down and biases plus their gradients; a forward keeps the block input (h) and
     the GELU input and output (4h each), 9h per token, for B and for I alike (the same autograd
-    graph); from I's end to W's end the Linear inputs (5h) and output gradients (5h), 10h. The tune
-    model holds one activation per layer that I keeps a share of (``w_activation`` at most 1), so it
-    is given as 10h, the larger of the two, with ``w_activation`` 1: an upper bound by 1h per block
-    until I (a full backward's 9h is fitted from the 1F1B run). ``i_working`` is 0: since the run's I
-    keeps no Linear output (the split keeps only what W needs), what I allocates and frees while it
-    runs is one block's temporaries, which the working memory fitted from the run covers (0.5, the
-    Linear outputs held through I, over-predicted the split families' peaks by up to 25% on 2 H200s).
-    The head's MSE loss also keeps its fp32 difference (4 bytes per element of the last block's output).
+    graph); from I's end to W's end the Linear inputs (5h) and output gradients (5h), 10h:
+    ``w_activation`` is 10/9. ``i_working`` is 0: the run's I keeps no Linear output (a split keeps
+    only what W needs), and what it makes and frees while it runs is one block's temporaries, inside
+    the working memory fitted from the run. (Before pptl run's split kept only that, the description
+    was 10h with ``w_activation`` 1 and ``i_working`` 0.5, the Linear outputs held through I; on the
+    runtime since, that over-predicted the split families' peaks by up to 25% on 2 H200s.) The head's
+    MSE loss also keeps its fp32 difference (4 bytes per element of the last block's output).
     """
     esz = 2 if dtype in ("bfloat16", "float16") else 4
     w_mib = 2 * (8 * hidden * hidden + 5 * hidden) * esz / 2**20
-    a_mib = tokens * 10 * hidden * esz / 2**20
+    a_mib = tokens * 9 * hidden * esz / 2**20
     loss_mib = tokens * hidden * 4 / 2**20
     block = {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0, "activation": a_mib, "weight": w_mib}
 
@@ -44,7 +43,7 @@ def tune_config(pp: int, micro: Sequence[int], hidden: int, tokens: int, dtype: 
     return {"pp": pp, "microbatches": list(micro),
             "model": {"layers": layers if layers is not None else 8 * pp, "layer": block, "embedding": emb,
                       "head": last,
-                      "message_bytes": tokens * hidden * esz, "w_activation": 1.0, "i_working": 0.0,
+                      "message_bytes": tokens * hidden * esz, "w_activation": 10 / 9, "i_working": 0.0,
                       # I and W from the run's F and B through the block's FLOPs and bytes
                       "work": "mlp"},
             "workload": {"hidden": hidden, "tokens": tokens, "dtype": dtype},

@@ -1,6 +1,6 @@
 """The plan ``pptl tune`` writes is the candidate it ranked: same order, same split, same costs, so
 that ``pptl plan`` of the written file gives the ranked step exactly (every candidate, several
-model files, sync-send and overlap messages, with and without a duty exponent)."""
+model files, sync-send and overlap messages, with and without a duty exponent, I holding more than F kept)."""
 from __future__ import annotations
 
 import json
@@ -47,7 +47,7 @@ def _calibrated(name: str):
     return replace(tc, memory_limit=d["limit_mib"])
 
 
-@pytest.fixture(scope="module", params=MODELS + ["calibrated:h2560-t2048-l6-m16"])
+@pytest.fixture(scope="module", params=MODELS + ["calibrated:h2560-t2048-l6-m16", "calibrated:h5120-t1024-l10-m6"])
 def ranked(request):
     name = request.param
     tc = _calibrated(name.split(":", 1)[1]) if name.startswith("calibrated:") else load_tune_config(FIX / name)
@@ -220,7 +220,7 @@ def test_a_held_send_delays_the_producer_less_than_the_consumer() -> None:
     for hold, second in ((None, 5.05), (0.02, 5.02)):
         tc, sched = _two_rank_1f1b(send_hold=hold)
         c = candidate_costs(tc, sched, (3, 3))
-        tl = simulate(sched, c).timeline
-        start = {e.op: e.start for e in tl.events}
+        sim = simulate(sched, c)
+        start = {op.id: t for op, t in zip(sched.ops, sim.start)}
         assert start["r0/compute/F s0 mb1"] == pytest.approx(second)
         assert start["r1/compute/F s1 mb0"] == pytest.approx(5.05)
