@@ -592,3 +592,20 @@ def test_send_hold_is_the_runs_median_send_on_its_compute_stream(messages, durat
     tl = Timeline(events, TimelineMeta(source="measured", units="ms", extra={"messages": messages}))
     got = _send_hold(tl)
     assert got == (None if hold is None else pytest.approx(hold))
+
+
+def test_calibration_takes_the_send_hold_of_a_sync_send_run(tmp_path: Path) -> None:
+    """The saved 2x H200 run of h2048-t1024-l16-m8 (sync-send, 16 messages of 4 MiB): its SENDs took
+    28.2-31.8 us on the compute stream of messages 70.8 us long; the hold is the upper median, 29.25 us."""
+    from pptl.tune.calibrate import calibrate_tune
+
+    d = json.loads((Path(__file__).resolve().parent / "data" / "tune_crossval" / "h2048-t1024-l16-m8.json").read_text())
+    sends = sorted(e["end"] - e["start"] for e in d["base"]["events"] if e["kind"] == "SEND")
+    assert len(sends) == 16 and 0.028 < sends[0] and sends[-1] < 0.032
+    base = tmp_path / "base.measured.json"
+    base.write_text(json.dumps(d["base"]))
+    tc, _, notes = calibrate_tune(tune_config_from_mapping(d["config"], source="t"), base)
+    assert tc.send_hold == pytest.approx(sends[8]) and tc.send_hold == pytest.approx(0.02925, abs=5e-5)
+    assert tc.comm_latency == pytest.approx(0.07075, abs=5e-5)
+    assert any(n.endswith("message 0.07075 ms (its SEND holds the producer's compute stream 0.02925 of it)")
+               for n in notes), notes

@@ -237,7 +237,9 @@ def calibrate_tune(tc: TuneConfig, measured: Path) -> tuple[TuneConfig, str, lis
                  send_hold=_send_hold(tl) if comm is not None else tc.send_hold)
     notes.append(f"costs from {measured} ({tl.meta.family}, {S} stages, split {list(split)}): layer "
                  f"F={kinds['F'][0]:.4g} B={kinds['B'][0]:.4g}, embedding F={kinds['F'][1]:.4g}, head "
-                 f"F={kinds['F'][2]:.4g}, message {tc.comm_latency:.4g} {tl.meta.units}")
+                 f"F={kinds['F'][2]:.4g}, message {tc.comm_latency:.4g} {tl.meta.units}"
+                 + ("" if tc.send_hold is None else
+                    f" (its SEND holds the producer's compute stream {tc.send_hold:.4g} of it)"))
     from pptl.tune.spread import fit_jitter
 
     jitter = fit_jitter(tl.events, tl.meta.extra.get("step_ms"))
