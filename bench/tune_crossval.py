@@ -4,6 +4,7 @@ the rank correlation and every family's error are checked against what ran.
 
     python3 bench/tune_crossval.py OUTDIR [--device cuda|cpu] [--shapes a,b] [--steps 2] [--warmup 1]
     python3 bench/tune_crossval.py --offline DIR       (re-rank saved shapes without a GPU)
+    python3 bench/tune_crossval.py --attribute DIR     (where each prediction's error comes from)
 
 Shapes (pp 2, bf16 on CUDA): hidden 2048-8192, tokens 1024-8192, 4-16 MLP layers a stage, an
 embedding and a head of 1-4 blocks each (the head the heavier), 4-32 micro-batches. Nothing here is
@@ -68,6 +69,13 @@ SHAPES = (
     Shape("h2048-t6144-l4-m10", 2048, 6144, 8, 1, 4, 10),
     Shape("h2560-t2048-l6-m16", 2560, 2048, 12, 1, 2, 16),
     Shape("h2048-t1024-l16-m8", 2048, 1024, 32, 2, 3, 8),
+)
+#: Shapes measured after the cost model's per-op terms were settled on SHAPES: held out from its making.
+NEW_SHAPES = (
+    Shape("h6144-t2048-l6-m12", 6144, 2048, 12, 1, 3, 12),
+    Shape("h3584-t8192-l4-m8", 3584, 8192, 8, 1, 2, 8),
+    Shape("h2048-t3072-l12-m24", 2048, 3072, 24, 2, 4, 24),
+    Shape("h5120-t1024-l10-m6", 5120, 1024, 20, 1, 3, 6),
 )
 #: CPU smoke shapes (gloo, float32): the script end to end in seconds.
 TINY = (Shape("tiny-a", 64, 16, 8, 1, 3, 4), Shape("tiny-b", 32, 8, 4, 1, 2, 6))
@@ -136,12 +144,25 @@ def _peaks(tl: Any) -> list[float] | None:
     return [mem[str(k)]["peak_mib"] for k in range(PP)] if mem else None
 
 
+#: Columns of a row's ``ops``: every measured op of the candidate's timed step, compactly.
+OP_COLUMNS = ("rank", "kind", "stage", "mb", "start", "end")
+
+
+def _ops(tl: Any) -> list[list[Any]]:
+    """The candidate's measured ops (times in ms, to the microsecond): what it takes to see which op
+    kind, rank or message a prediction misses, not only the step."""
+    t0 = min((e.start for e in tl.events), default=0.0)
+    return [[e.rank, e.kind, e.stage, e.mb, round(e.start - t0, 3), round(e.end - t0, 3)]
+            for e in sorted(tl.events, key=lambda e: (e.rank, e.start))]
+
+
 def _row(r: Any, tl: Any) -> dict[str, Any]:
     row = {"label": r.label, "family": r.structure.family, "microbatches": r.structure.microbatches,
            "stage_layers": list(r.split.layers), "predicted_ms": r.step,
            "spread": None if r.spread is None else [r.spread.p05, r.spread.p95],
            "predicted_peak": list(r.peak), "fits": r.fits, "measured_ms": tl.makespan,
-           "step_ms": tl.meta.extra.get("step_ms"), "measured_peak": _peaks(tl)}
+           "step_ms": tl.meta.extra.get("step_ms"), "measured_peak": _peaks(tl),
+           "ops": _ops(tl)}
     if r.structure.family == "synth":  # the order that ran: the offline re-timing uses it
         row["executed"] = (tl.meta.extra.get("executed") or {})
         row["executed"] = {k: {"compute": v.get("compute", [])} for k, v in row["executed"].items()}
@@ -160,14 +181,18 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("out", nargs="?")
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--shapes", help="comma-separated names (default: all for the device)")
+    ap.add_argument("--shapes", help="comma-separated names, or 'new' for NEW_SHAPES (default: SHAPES on cuda)")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--group", type=int, default=4, help="shapes per candidates' launch")
     ap.add_argument("--offline", type=Path, help="re-rank the saved shapes in this folder; no run")
+    ap.add_argument("--attribute", type=Path, help="per saved shape with measured ops: each candidate's error "
+                                                    "split by rank and op kind; no run")
     a = ap.parse_args()
     if a.offline is not None:
         return _offline(a.offline)
+    if a.attribute is not None:
+        return _attribute_all(a.attribute)
     if a.out is None:
         ap.error("give OUTDIR (or --offline DIR)")
     from pptl.run import run_plans
@@ -176,9 +201,11 @@ def main() -> int:
 
     cuda = a.device == "cuda"
     shapes = SHAPES if cuda else TINY
-    if a.shapes:
+    if a.shapes == "new":
+        shapes = NEW_SHAPES
+    elif a.shapes:
         want = a.shapes.split(",")
-        shapes = tuple(s for s in SHAPES + TINY if s.name in want)
+        shapes = tuple(s for s in SHAPES + NEW_SHAPES + TINY if s.name in want)
     out = Path(a.out)
     (out / "shapes").mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="pptl_crossval_"))
@@ -253,15 +280,8 @@ def _evaluate(saved: dict[str, Any], *, as_run: bool = False) -> dict[str, Any]:
         new_rows = rows
     else:
         from pptl.tune import tune
-        from pptl.tune.calibrate import calibrate_tune
-        from pptl.tune.model import tune_config_from_mapping
 
-        tc = tune_config_from_mapping(saved["config"], source=saved["shape"]["name"])
-        with tempfile.TemporaryDirectory() as d:
-            base = Path(d) / "base.measured.json"
-            base.write_text(json.dumps(saved["base"]))
-            tc, _, _ = calibrate_tune(tc, base)
-        tc = replace(tc, memory_limit=limit)
+        tc = _calibrated(saved)
         res = tune(tc)
         best = res.best
         new_rows = []
@@ -315,6 +335,87 @@ def _offline(folder: Path) -> int:
               f"{100 * (c['pick_gap'] or 0):.1f}% vs fastest fitting {c[next(k for k in c if k.endswith('fastest_fitting'))]}), "
               f"spearman {c['spearman']:.2f}, max err {100 * c['max_abs_err']:.1f}%, over limit: "
               f"{c['fitting_over_limit'] or 'none'}")
+    return 0
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Where one candidate's step error comes from, on the ops that ran (today's model)."""
+
+    label: str
+    error: float
+    """(predicted - measured) / measured step."""
+    kinds: dict[tuple[int, str], float]
+    """(rank, op kind) -> measured / predicted time of that rank's ops of that kind, less 1."""
+    busy_ms: tuple[float, ...]
+    """Per rank, measured less predicted compute time (ms): the ops ran slower (+) or faster."""
+    idle_ms: tuple[float, ...]
+    """Per rank, measured less predicted idle time (ms): the rank waited longer (+) than timed."""
+
+
+def attribute(saved: dict[str, Any]) -> list[Attribution]:
+    """Each measured row with its ops (``OP_COLUMNS``) against today's timing of the same plan: the
+    compute ops matched one by one (rank, kind, stage, micro-batch), the rest of the step is waiting."""
+    from pptl.simulate import durations
+
+    tc = _calibrated(saved)
+    out = []
+    for row in saved["rows"]:
+        if not row.get("ops"):
+            continue
+        orders = executed_orders({"meta": {"extra": {"executed": row["executed"]}}}) \
+            if row["family"] == "synth" and row.get("executed") else None
+        r = retime(tc, row["label"], row["stage_layers"], orders)
+        if r is None or r.step is None or r.schedule is None or r.costs is None:
+            continue
+        dur = durations(r.schedule, r.costs)
+        pred = {(op.rank, op.kind, op.stage, op.mb): dur[i] for i, op in enumerate(r.schedule.ops)
+                if op.lane == "compute"}
+        sums: dict[tuple[int, str], list[float]] = {}
+        ranks = range(tc.pp)
+        meas_busy = [0.0] * tc.pp
+        pred_busy = [0.0] * tc.pp
+        for rank, kind, stage, mb, start, end in row["ops"]:
+            d = pred.get((rank, kind, stage, mb))
+            if d is None:
+                continue
+            s = sums.setdefault((rank, kind), [0.0, 0.0])
+            s[0] += end - start
+            s[1] += d
+            meas_busy[rank] += end - start
+            pred_busy[rank] += d
+        m = row["measured_ms"]
+        out.append(Attribution(row["label"], (r.step - m) / m,
+                               {k: v[0] / v[1] - 1 for k, v in sorted(sums.items()) if v[1] > 0},
+                               tuple(meas_busy[k] - pred_busy[k] for k in ranks),
+                               tuple((m - meas_busy[k]) - (r.step - pred_busy[k]) for k in ranks)))
+    return out
+
+
+def _calibrated(saved: dict[str, Any]) -> Any:
+    """The shape's config calibrated from its saved run, at its limit (what ``_evaluate`` re-ranks with)."""
+    from pptl.tune.calibrate import calibrate_tune
+    from pptl.tune.model import tune_config_from_mapping
+
+    tc = tune_config_from_mapping(saved["config"], source=saved["shape"]["name"])
+    with tempfile.TemporaryDirectory() as d:
+        base = Path(d) / "base.measured.json"
+        base.write_text(json.dumps(saved["base"]))
+        tc, _, _ = calibrate_tune(tc, base)
+    return replace(tc, memory_limit=float(saved["limit_mib"]))
+
+
+def _attribute_all(folder: Path) -> int:
+    for p in sorted(folder.glob("*.json")):
+        rows = attribute(json.loads(p.read_text()))
+        if not rows:
+            continue
+        print(f"{p.stem}: measured / predicted - 1 per rank and op kind; busy and idle: measured less predicted (ms)")
+        for a in rows:
+            kinds = " ".join(f"r{r}{k} {100 * v:+.1f}%" for (r, k), v in a.kinds.items())
+            busy = " ".join(f"{x:+.1f}" for x in a.busy_ms)
+            idle = " ".join(f"{x:+.1f}" for x in a.idle_ms)
+            print(f"  {a.label:44s} step {100 * a.error:+5.1f}%  busy {busy}  idle {idle}  {kinds}")
     return 0
 
 

@@ -32,6 +32,7 @@ from pptl.commands._shared import (
     UsageError,
     err,
     one_line,
+    say,
 )
 from pptl.errors import PptlError
 
@@ -92,13 +93,13 @@ class _Boundary(typer.core.TyperGroup):
             return rv if isinstance(rv, int) else 0
         except UsageError as e:
             if e.format_message():  # a bare `pptl` printed the help and has nothing to add
-                err.print(f"error: {one_line(_usage_line(e))}", markup=False)
+                say(f"error: {one_line(_usage_line(e))}", stderr=True)
             return 2
         except ClickException as e:
-            err.print(f"error: {one_line(e.format_message())}", markup=False)
+            say(f"error: {one_line(e.format_message())}", stderr=True)
             return e.exit_code
         except PptlError as e:
-            err.print(f"error: {one_line(str(e))}", markup=False)
+            say(f"error: {one_line(str(e))}", stderr=True)
             return e.exit_code
         except (KeyboardInterrupt, Abort):  # before a command started (a command's own is handled in invoke)
             err.print("interrupted")
@@ -213,6 +214,10 @@ def _command(name: str) -> Any:
 
 def main() -> None:
     """Console entry point (``pptl``, ``python -m pptl``)."""
+    if "OPENBLAS_NUM_THREADS" not in os.environ and sys.argv[1:2] != ["run"]:
+        # pptl's arrays never multiply matrices, yet numpy's import starts OpenBLAS's thread pool:
+        # about 70 ms of CPU per command on a 2-core machine (`pptl run` keeps torch's default).
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"
     code = typer.main.get_command(app).main(sys.argv[1:], prog_name="pptl", standalone_mode=False)
     # Skip the interpreter's teardown: freeing a 400k-op plan object by object takes ~3 s.
     # Exit handlers (temporary folders, multiprocessing) still run first.

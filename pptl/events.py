@@ -3,7 +3,10 @@ simulator, the plan file and the Chrome trace writer all read (a core module: it
 the schedule and the timeline types)."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from itertools import repeat
+from typing import Any, Iterable, Sequence
+
+import numpy as np
 
 from pptl.ir import Schedule
 from pptl.timeline import Event
@@ -13,21 +16,27 @@ __all__ = ["op_events", "memory_events"]
 
 def op_events(schedule: Schedule, start: Sequence[float], end: Sequence[float], *,
               with_waits: bool = True) -> list[Event]:
-    """One :class:`Event` per op (indexed like ``schedule.ops``), naming the ops it waits on."""
-    waits: dict[int, list[int]] = {}
-    if with_waits:
-        for u, v in schedule.deps:
-            waits.setdefault(v, []).append(u)
-    ids = [op.id for op in schedule.ops]
+    """One :class:`Event` per op (indexed like ``schedule.ops``), naming the ops it waits on.
+    Read from the table's columns: no ``Op`` is built."""
+    t = schedule.table
+    n = t.n
+    ids = t.ids()
     none: tuple[str, ...] = ()
-    return [
-        Event(op=ids[i], rank=op.rank, lane=op.lane, start=start[i], end=end[i], kind=op.kind,
-              stage=op.stage, mb=op.mb, direction=op.direction, chunk=op.chunk, pair=op.pair,
-              label=op.label, sub=op.sub, peer=op.peer,
-              waits_on=tuple(ids[u] for u in waits[i]) if i in waits else none, flow=op.flow, bucket=op.bucket,
-              half=op.half)
-        for i, op in enumerate(schedule.ops)
-    ]
+    waits: list[tuple[str, ...]] | Iterable[tuple[str, ...]] = repeat(none, n)
+    if with_waits:
+        du, dv = schedule.dep_arrays()
+        if len(du):
+            by = np.argsort(dv, kind="stable")  # each op's producers in fact order
+            cut = np.searchsorted(dv[by], np.arange(n + 1)).tolist()
+            producers = list(map(ids.__getitem__, du[by].tolist()))
+            waits = [tuple(producers[a:b]) if a < b else none for a, b in zip(cut, cut[1:])]
+    pairs: list[tuple[int, ...] | None] | Iterable[None] = repeat(None, n)
+    if t.has_pair.any():
+        pairs = [tuple(p) if h else None for p, h in zip(t.pair.tolist(), t.has_pair.tolist())]
+    tl = np.ndarray.tolist
+    return list(map(Event, ids, tl(t.rank), t.strings("lane"), start, end, t.strings("kind"), tl(t.stage), tl(t.mb),
+                    tl(t.direction), tl(t.chunk), pairs, t.strings("label"), tl(t.sub), tl(t.peer), waits,
+                    t.strings("flow"), tl(t.bucket), tl(t.half)))
 
 
 def memory_events(op: Any, activation: float, w_activation: float) -> tuple[float, float]:

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain, repeat
-from operator import attrgetter
-from typing import Any, Iterable, Mapping, Sequence
+from operator import add, attrgetter
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -186,6 +186,39 @@ class OpTable:
                         tl(self.peer), self.strings("flow"), tl(self.sub), self.strings("label"), tl(self.payload),
                         self.strings("cost"), tl(self.bucket), tl(self.half)))
 
+    def ids(self) -> list[str]:
+        """``Op.id`` of every row, from the columns (no ``Op`` built): each part of the id is
+        written once per distinct value, then joined row by row."""
+        if not self.n:
+            return []
+        kind, lane, flow = self.strings("kind"), self.strings("lane"), self.strings("flow")
+        rank = self.rank.tolist()
+        # the head ("r0/compute/SEND_F") per distinct (rank, lane, kind, flow)
+        key = self.rank.astype(np.int64)
+        for col, names in ((self.lane, self.lane_names), (self.kind, self.kind_names), (self.flow, self.flow_names)):
+            key = key * len(names) + col
+        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        heads = [f"r{rank[i]}/{lane[i]}/{kind[i]}" + (f"_{flow[i]}" if flow[i] else "") for i in first.tolist()]
+        out = list(map(heads.__getitem__, inv.reshape(-1).tolist()))
+        if any(self.label_names):
+            out = list(map(add, out, [" " + x if x else "" for x in self.strings("label")]))
+        for col, text in ((self.stage, " s{}"), (self.mb, " mb{}"), (self.sub, " #{}"), (self.bucket, " bucket{}"),
+                          (self.half, " half{}")):
+            if (col >= 0).any():
+                out = list(map(add, out, _value_texts(col, text, _NATURAL)))
+            if col is self.mb and (self.direction != 0).any():  # the id's order: stage, mb, direction, sub...
+                out = list(map(add, out, _value_texts(self.direction, " d{}", _NONZERO)))
+        if self.has_pair.any():
+            pairs = [f" +B s{s} mb{m}" + (f" d{d}" if d else "") if h else ""
+                     for (s, m, d), h in zip(self.pair.tolist(), self.has_pair.tolist())]
+            out = list(map(add, out, pairs))
+        for name, text in (("SEND", " ->r{}"), ("RECV", " <-r{}")):
+            if name in self.kind_names:
+                rows = (self.kind == self.kind_names.index(name)) & (self.peer >= 0)
+                if rows.any():
+                    out = list(map(add, out, _value_texts(np.where(rows, self.peer, -1), text, _NATURAL)))
+        return out
+
     @cached_property
     def op_list(self) -> list[Op]:
         """:meth:`ops`, built once (what ``Schedule.ops`` reads)."""
@@ -205,7 +238,8 @@ class OpTable:
 
     def kinds(self) -> frozenset[str]:
         """The kinds present."""
-        present = np.unique(self.kind).tolist() if self.n else []
+        # codes index kind_names: a count per code (np.unique would import numpy.ma, ~10 ms of start-up)
+        present = np.flatnonzero(np.bincount(self.kind, minlength=len(self.kind_names))).tolist() if self.n else []
         return frozenset(self.kind_names[c] for c in present)
 
     def where(self, field: str, test: Any) -> Any:
@@ -227,6 +261,29 @@ class OpTable:
         return Columns(kind=self.code_of("kind", KIND_CODE, 0), rank=self.rank, lane=self.code_of("lane", LANE_CODE, 3),
                        stage=self.stage, mb=self.mb, direction=self.direction, peer=self.peer,
                        flow=self.code_of("flow", FLOW_CODE, 3))
+
+
+def _natural(v: int) -> bool:
+    return v >= 0
+
+
+def _nonzero(v: int) -> bool:
+    return v != 0
+
+
+_NATURAL, _NONZERO = _natural, _nonzero
+
+
+def _value_texts(col: Any, text: str, shown: Callable[[int], bool]) -> list[str]:
+    """``text.format(v)`` for each value ``v`` of the int column ``col`` where ``shown(v)``, else "";
+    formatted once per distinct value."""
+    lo, hi = int(col.min()), int(col.max())
+    if hi - lo <= 4 * col.size:  # a small range: a list indexed by value
+        table = [text.format(v) if shown(v) else "" for v in range(lo, hi + 1)]
+        return list(map(table.__getitem__, (col - lo).tolist()))
+    values, inv = np.unique(col, return_inverse=True)
+    table = [text.format(v) if shown(v) else "" for v in values.tolist()]
+    return list(map(table.__getitem__, inv.reshape(-1).tolist()))
 
 
 def table_of(schedule: Any) -> OpTable:

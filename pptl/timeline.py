@@ -5,6 +5,7 @@ Planned and measured timelines are the same type, so every renderer and exporter
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
+from operator import attrgetter
 from typing import Any, Iterable, Mapping, Sequence, TypeVar
 
 __all__ = ["Event", "TimelineMeta", "Timeline", "RankStats", "bubble_fraction", "MAX_INDEX", "MAX_TIME"]
@@ -52,6 +53,40 @@ class Event:
             if v != default:
                 out[f] = list(v) if isinstance(v, tuple) else v
         return out
+
+
+def _event_init(self: Event, op: str, rank: int, lane: str, start: float, end: float, kind: str, stage: int = -1,
+                mb: int = -1, direction: int = 0, chunk: int = -1, pair: tuple[int, int, int] | None = None,
+                label: str = "", sub: int = -1, peer: int = -1, waits_on: tuple[str, ...] = (), flow: str = "",
+                bucket: int = -1, half: int = -1) -> None:
+    # As Op's: a frozen dataclass's generated __init__ calls object.__setattr__ per field, which
+    # was most of the time of turning a 400k-op plan into events; the slots' own setters are
+    # about twice as fast. Same signature and defaults; still frozen.
+    _S_OP(self, op)
+    _S_RANK(self, rank)
+    _S_LANE(self, lane)
+    _S_START(self, start)
+    _S_END(self, end)
+    _S_KIND(self, kind)
+    _S_STAGE(self, stage)
+    _S_MB(self, mb)
+    _S_DIRECTION(self, direction)
+    _S_CHUNK(self, chunk)
+    _S_PAIR(self, pair)
+    _S_LABEL(self, label)
+    _S_SUB(self, sub)
+    _S_PEER(self, peer)
+    _S_WAITS_ON(self, waits_on)
+    _S_FLOW(self, flow)
+    _S_BUCKET(self, bucket)
+    _S_HALF(self, half)
+
+
+(_S_OP, _S_RANK, _S_LANE, _S_START, _S_END, _S_KIND, _S_STAGE, _S_MB, _S_DIRECTION, _S_CHUNK, _S_PAIR, _S_LABEL, _S_SUB, _S_PEER, _S_WAITS_ON, _S_FLOW, _S_BUCKET, _S_HALF) = (
+    Event.__dict__[name].__set__ for name in Event.__slots__)
+assert Event.__slots__ == ('op', 'rank', 'lane', 'start', 'end', 'kind', 'stage', 'mb', 'direction', 'chunk', 'pair', 'label', 'sub', 'peer', 'waits_on', 'flow', 'bucket', 'half'), "keep _event_init in step with Event's fields"
+_event_init.__qualname__ = "Event.__init__"
+Event.__init__ = _event_init  # type: ignore[method-assign]
 
 
 _EVENT_DEFAULTS = {f.name: f.default for f in fields(Event) if f.name not in ("op", "rank", "lane", "start", "end", "kind")}
@@ -110,36 +145,60 @@ def bubble_fraction(ranks: Sequence[RankStats], makespan: float) -> float:
 class Timeline:
     events: list[Event]
     meta: TimelineMeta = field(default_factory=TimelineMeta)
+    _summary: tuple[int, int, float, float, dict[tuple[int, str], list[float]]] | None = field(
+        default=None, init=False, repr=False, compare=False)
+
+    def _summarised(self) -> tuple[float, float, dict[tuple[int, str], list[float]]]:
+        """(first start, last end, {(rank, lane): [busy, first start]}) in one pass, remembered for
+        this events list: titles, bubbles, rows and layouts all ask, and each scan of a 400k-event
+        timeline took a large part of drawing it."""
+        ev = self.events
+        m = self._summary
+        if m is None or m[0] != id(ev) or m[1] != len(ev):
+            lanes: dict[tuple[int, str], list[float]] = {}
+            get = lanes.get
+            for e in ev:
+                key = (e.rank, e.lane)
+                s = e.start
+                acc = get(key)
+                if acc is None:
+                    lanes[key] = [e.end - s, s]
+                else:
+                    acc[0] += e.end - s
+                    if s < acc[1]:
+                        acc[1] = s
+            m = self._summary = (id(ev), len(ev), min(map(_START, ev), default=0.0), max(map(_END, ev), default=0.0),
+                                 lanes)
+        return m[2], m[3], m[4]
 
     @property
     def makespan(self) -> float:
-        if not self.events:
-            return 0.0
-        return max(e.end for e in self.events) - min(e.start for e in self.events)
+        lo, hi, _ = self._summarised()
+        return hi - lo if self.events else 0.0
 
     @property
     def start(self) -> float:
-        return min((e.start for e in self.events), default=0.0)
+        return self._summarised()[0]
 
     def ranks(self) -> list[int]:
-        return sorted({e.rank for e in self.events})
+        return sorted({rank for rank, _ in self._summarised()[2]})
 
     def lanes(self) -> list[tuple[int, str]]:
         """(rank, lane) pairs in drawing order: rank, then compute first, then first use."""
-        seen: dict[tuple[int, str], float] = {}
-        for e in self.events:
-            key = (e.rank, e.lane)
-            if key not in seen or e.start < seen[key]:
-                seen[key] = e.start
-        return sorted(seen, key=lambda k: (k[0], k[1] != "compute", seen[k], k[1]))
+        seen = self._summarised()[2]
+        return sorted(seen, key=lambda k: (k[0], k[1] != "compute", seen[k][1], k[1]))
+
+    def lane_busy(self) -> dict[tuple[int, str], float]:
+        """Busy time of each (rank, lane) with an event (durations added in event order)."""
+        return {key: acc[0] for key, acc in self._summarised()[2].items()}
 
     def rank_stats(self, lane: str = "compute") -> list[RankStats]:
         """Busy time on ``lane`` per rank; idle is the makespan minus busy."""
         span = self.makespan
         busy: dict[int, float] = {r: 0.0 for r in self.ranks()}
-        for e in self.events:
-            if e.lane == lane:
-                busy[e.rank] += e.duration
+        for (rank, name), acc in self._summarised()[2].items():
+            if name == lane:
+                busy[rank] = acc[0]
         return [RankStats.of(r, b, span) for r, b in sorted(busy.items())]
 
     def bubble_fraction(self, lane: str = "compute") -> float:
@@ -159,6 +218,7 @@ class Timeline:
                 "events": [e.to_dict() for e in self.events]}
 
 
+_START, _END = attrgetter("start"), attrgetter("end")
 TIMELINE_VERSION = 1
 #: Largest index (rank, stage, micro-batch, chunk...) a timeline file may hold, as in plan files:
 #: renderers size rows and labels by them.

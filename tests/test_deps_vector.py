@@ -87,3 +87,26 @@ def test_indices_too_wide_to_pack_are_keyed_by_rank(far: int) -> None:
            Op("B", 1, "compute", stage=1, mb=0), Op("B", 0, "compute", stage=0, mb=0)]
     assert training_deps(ops, 2) == _training_deps_loop(ops, 2) == [(0, 1), (0, 5), (1, 4), (4, 5)]
     assert OpTable.from_ops(ops).n == 6
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_many_widely_spread_places_keep_the_oracle_s_facts(seed: int) -> None:
+    """deps._dep_keys 108 (``/`` in the wide packing): many distinct directions, stages and
+    micro-batches spread past an int64 key, so that any other arithmetic in the packing makes two
+    places share a key (or split one) and the facts differ from the loop's."""
+    rng = random.Random(seed)
+    far = 1 << 61
+    dirs, mbs = [0, far // 3, far], [0, 7, far // 5, far // 2, far - 1]
+    stages = [0, 1, 2, far // 7, far // 7 + 1, far // 7 + 2]
+    ops = []
+    seen = set()
+    for _ in range(240):
+        op = Op(rng.choice("FBIW"), rng.randrange(4), "compute", stage=rng.choice(stages), mb=rng.choice(mbs),
+                direction=rng.choice(dirs))
+        key = (op.kind, op.stage, op.mb, op.direction)
+        if key not in seen:  # one op per place and kind, as a plan has
+            seen.add(key)
+            ops.append(op)
+    facts = training_deps(ops, 3)
+    assert len(facts) > 50
+    assert facts == _training_deps_loop(ops, 3)

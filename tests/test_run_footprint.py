@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pptl.config import Workload, config_from_mapping
-from pptl.run.footprint import chunk_footprint, planned_peaks
+from pptl.run.footprint import Footprint, chunk_footprint, planned_peaks
 from pptl.schedules import build_schedule
 from pptl.simulate import simulate
 
@@ -35,9 +35,29 @@ def test_footprint_of_the_gpu_benchmark_chunk():
 def test_footprint_one_block_and_an_empty_stage():
     one = Workload(hidden=8, tokens=4, layers_per_stage=1, stage_layers=(1, 0), dtype="bfloat16")
     u = 4 * 8 * 2
-    assert chunk_footprint(one, 0, last=False) == type(chunk_footprint(one, 0, last=False))(8 * u, 8 * u)
+    # B: da (4 units) + dW (4h x h = 256 elements) + db (8), in bfloat16: 256 + 512 + 16.
+    assert chunk_footprint(one, 0, last=False) == Footprint(8 * u, 8 * u, 784)
     empty = chunk_footprint(one, 1, last=True)
-    assert (empty.forward, empty.until_w) == (4 * 32, 0)  # the residual only; nothing to split
+    # The residual only, nothing to split; B is the loss's four float32 tensors: 4 * 32 * 4 bytes.
+    assert (empty.forward, empty.until_w, empty.full_backward) == (4 * 32, 0, 512)
+    assert chunk_footprint(one, 1, last=False) == Footprint(0, 0, 0)
+
+
+def test_full_backward_by_hand():
+    # SMALL (float32, h 8, 4 tokens): da is 4 units (512 bytes), dW 4h x h = 256 elements (1024),
+    # db 8 (32): 1568. The last stage: the residual (128) goes and the output's gradient (128)
+    # comes: 1568 again, above the loss's 4 x 128.
+    assert chunk_footprint(SMALL, 0, last=False).full_backward == 512 + 1024 + 32 == 1568
+    assert chunk_footprint(SMALL, 2, last=True).full_backward == 1568
+    # bfloat16, h = tokens = 16: the block is 4 units (2048 bytes) + 1024 + 16 elements (2080) = 4128;
+    # on the last stage 4128 + 512 - 1024 = 3616, under the loss's four float32 tensors, 4096.
+    sq = Workload(hidden=16, tokens=16, layers_per_stage=2, dtype="bfloat16")
+    assert chunk_footprint(sq, 0, last=False).full_backward == 4128
+    assert chunk_footprint(sq, 1, last=True).full_backward == 4096
+    # The GPU benchmark's chunk: 32 MiB of da + 32 MiB of dW + 4 KiB of db; the loss's 64 MiB last.
+    gpu = Workload(hidden=2048, tokens=2048, layers_per_stage=8, dtype="bfloat16")
+    assert chunk_footprint(gpu, 0, last=False).full_backward == 64 * 2**20 + 4096
+    assert chunk_footprint(gpu, 1, last=True).full_backward == 64 * 2**20
 
 
 def _storages(tensors, skip):
@@ -83,6 +103,61 @@ def test_model_holds_what_the_footprint_counts(stage, last):
     assert _storages(kept, [x, act.x, dy]) == fp.until_w
 
 
+def _allocations(prof, name):
+    """(time, signed bytes) of every allocation and free the profiler saw, in time order, and the
+    (start, end) of the range ``name``, on the same clock."""
+    out, span = [], []
+
+    def walk(node):
+        if str(node.typed[0]).endswith("Allocation"):
+            out.append((node.start_time_ns, node.typed[1].alloc_size))
+        if node.name == name:
+            span.extend((node.start_time_ns, node.end_time_ns))
+        for child in node.children:
+            walk(child)
+
+    for node in prof.profiler.kineto_results.experimental_event_tree():
+        walk(node)
+    assert len(span) == 2, span
+    return sorted(out), span
+
+
+@pytest.mark.parametrize("hidden,tokens,dtype", [(8, 4, "float32"), (16, 16, "bfloat16"), (32, 8, "float32")],
+                         ids=["small-f32", "square-bf16", "wide-f32"])
+@pytest.mark.parametrize("stage,last", [(0, False), (1, False), (1, True)], ids=["first", "middle", "last"])
+def test_full_backward_allocates_what_the_footprint_counts(hidden, tokens, dtype, stage, last):
+    """The CPU allocator's own count: the most bytes live during B above what was live at its
+    start, every allocation and free recorded by the profiler from before the forward on."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from pptl.run.model import DTYPES, backward_full, forward, make_chunk
+
+    w = Workload(hidden=hidden, tokens=tokens, layers_per_stage=2, dtype=dtype)
+    chunk = make_chunk(w, stage, torch.device("cpu"))
+    x = torch.randn(tokens, hidden).to(DTYPES[dtype])
+    target = torch.randn(tokens, hidden).to(DTYPES[dtype]) if last else None
+    dy = None if last else torch.randn(tokens, hidden).to(DTYPES[dtype])
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        act = forward(chunk, x, needs_input_grad=stage > 0, keep_linears=False, target=target, scale=1.0)
+        with record_function("pptl-test-B"):
+            backward_full(chunk, act, dy)
+        del act
+    events, (t0, t1) = _allocations(prof, "pptl-test-B")
+    live = at_start = peak = 0
+    for t, delta in events:
+        if t > t1:
+            break
+        live += delta
+        if t < t0:
+            at_start = live
+        else:
+            peak = max(peak, live)
+    fp = chunk_footprint(w, stage, last=last)
+    # On the last stage the loss, a 0-dim float32 held at B's start, is freed before the peak.
+    assert peak - at_start == fp.full_backward - (4 if last else 0)
+
+
 def _plan(cfg):
     s = build_schedule(config_from_mapping({**cfg, "costs": {"F": 1, "B": 2, "I": 1, "W": 1},
                                             "workload": {"hidden": 8, "tokens": 4, "layers_per_stage": 3}}))
@@ -91,9 +166,10 @@ def _plan(cfg):
 
 
 def test_planned_peaks_by_hand():
-    # 1F1B, 2 ranks: rank 0 holds 2 forwards of stage 0 (26 units each), rank 1 one of the last
-    # stage (26 units and the 128-byte residual).
-    assert _plan({"schedule": "1f1b", "pp": 2, "microbatches": 4}) == {0: 2 * 3328, 1: 3456}
+    # 1F1B, 2 ranks: rank 0 holds 2 forwards of stage 0 (26 units each) when B of micro-batch 0
+    # starts, rank 1 one of the last stage (26 units and the 128-byte residual); each B's own
+    # working set is 1568 bytes on top.
+    assert _plan({"schedule": "1f1b", "pp": 2, "microbatches": 4}) == {0: 2 * 3328 + 1568, 1: 3456 + 1568}
     # ZB-H1: rank 0 runs F0 F1 I0 W0 F2 ...: at I0's end one chunk waits for W (28 units) beside F1's
     # (26); rank 1 runs F0 I0 F1 I1 W0 ...: two chunks wait for W (29 units each on the last stage).
     assert _plan({"schedule": "zb-h1", "pp": 2, "microbatches": 4, "split_backward": True}) == \

@@ -596,3 +596,38 @@ def test_split_backward_working_memory_has_no_fresh_weight_gradient():
     mm = tc.memory
     assert mm.split_working == pytest.approx(mm.working - 512.0)
     assert mm.working == pytest.approx(681.44, abs=0.01)
+
+
+@pytest.mark.parametrize(("messages", "durations", "hold"), [
+    ("sync-send", [0.01, 0.04, 0.02], 0.02),        # odd count: the middle one
+    ("sync-send", [0.03, 0.01, 0.04, 0.02], 0.03),  # even count: the upper of the two middle ones
+    ("sync-send", [], None),                        # no message at all
+    ("overlap", [0.01, 0.04, 0.02], None),          # sends beside compute hold no producer
+], ids=["odd", "even", "no-send", "overlap"])
+def test_send_hold_is_the_runs_median_send_on_its_compute_stream(messages, durations, hold) -> None:
+    from pptl.timeline import Event, Timeline, TimelineMeta
+    from pptl.tune.calibrate import _send_hold
+
+    events = [Event(f"r0/send/SEND_F s0 mb{k} ->r1", 0, "send", 10.0 * k, 10.0 * k + d, "SEND", 0, k)
+              for k, d in enumerate(durations)]
+    events.append(Event("r0/compute/F s0 mb0", 0, "compute", 0.0, 5.0, "F", 0, 0))
+    tl = Timeline(events, TimelineMeta(source="measured", units="ms", extra={"messages": messages}))
+    got = _send_hold(tl)
+    assert got == (None if hold is None else pytest.approx(hold))
+
+
+def test_calibration_takes_the_send_hold_of_a_sync_send_run(tmp_path: Path) -> None:
+    """The saved 2x H200 run of h2048-t1024-l16-m8 (sync-send, 16 messages of 4 MiB): its SENDs took
+    28.2-31.8 us on the compute stream of messages 70.8 us long; the hold is the upper median, 29.25 us."""
+    from pptl.tune.calibrate import calibrate_tune
+
+    d = json.loads((Path(__file__).resolve().parent / "data" / "tune_crossval" / "h2048-t1024-l16-m8.json").read_text())
+    sends = sorted(e["end"] - e["start"] for e in d["base"]["events"] if e["kind"] == "SEND")
+    assert len(sends) == 16 and 0.028 < sends[0] and sends[-1] < 0.032
+    base = tmp_path / "base.measured.json"
+    base.write_text(json.dumps(d["base"]))
+    tc, _, notes = calibrate_tune(tune_config_from_mapping(d["config"], source="t"), base)
+    assert tc.send_hold == pytest.approx(sends[8]) and tc.send_hold == pytest.approx(0.02925, abs=5e-5)
+    assert tc.comm_latency == pytest.approx(0.07075, abs=5e-5)
+    assert any(n.endswith("message 0.07075 ms (its SEND holds the producer's compute stream 0.02925 of it)")
+               for n in notes), notes

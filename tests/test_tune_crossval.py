@@ -43,18 +43,30 @@ def test_crossval_script_runs_end_to_end_on_cpu(tmp_path: Path) -> None:
 
 
 #: Shapes where today's model misses the issue's accuracy targets on the saved run (docs/benchmarks.md
-#: "pptl tune cross-validation" says why); the test fails when one starts passing, so the list shrinks.
+#: "pptl tune on models it was not built on" says why); the test fails when one starts passing, so the list shrinks.
 MISSES = {
     # 0.12 ms layers: every op is short and the runtime's per-op costs, which the model does not
     # have, dominate interleaved and DualPipe(V) (-8..-9%) and GPipe (-5%).
     "h2048-t1024-l16-m8": ("spearman", "families"),
-    # ZB-V with one layer on its first and last stage measured 5.9% over the model.
+    # ZB-V with one layer on its first and last stage measured 6.9% over the model.
     "h2048-t2048-l4-m32": ("spearman", "families"),
+    # looped-bfs -12.3%: its first rank idled 56 ms with its data there (the run's host, not the plan);
+    # the pick is a synthesised order with two micro-batches in flight that never ran (predicted 407 ms
+    # and 6330 MiB against 1F1B's 437 measured; the orders that ran were built under the description of
+    # the runtime before it kept only what W needs).
+    "h2048-t3072-l12-m24": ("pick", "families"),
     # every family +1..4% (GPipe +4.3%, ZB-H2 +4.0%): the duty fitted from this run (0.19) is high here.
     "h2048-t6144-l4-m10": ("families",),
-    # DualPipeV +3.6%.
-    "h2560-t2048-l6-m16": ("families",),
+    # V-Min, the fastest that fits (8991 MiB measured, limit 9294), is predicted at 9398 and ruled out; the
+    # pick, a synthesised order (425.7 ms predicted against 1F1B's 434.7 measured), never ran. The busy
+    # plans are +3..5% slow: the fitted duty exponent 0.35 over-slows them.
+    "h3584-t8192-l4-m8": ("pick", "families"),
+    # the split-backward families -3..-4%: W runs 2-11% over the model, I under it (the I:W split of a
+    # run of full backwards).
+    "h5120-t1024-l10-m6": ("families",),
 }
+#: Largest error of any candidate today, per shape where it is above the 9.5% bound of the others.
+MAX_ERR = {"h2048-t3072-l12-m24": 0.125}
 
 
 @pytest.fixture(scope="module")
@@ -62,14 +74,19 @@ def evaluated() -> dict:
     return {p.stem: tune_crossval._evaluate(json.loads(p.read_text())) for p in SHAPES}
 
 
-def test_seven_shapes_unlike_the_bench_were_measured() -> None:
+def test_eleven_shapes_unlike_the_bench_were_measured() -> None:
     shapes = [json.loads(p.read_text())["shape"] for p in SHAPES]
-    assert len(shapes) == 7
+    assert len(shapes) == 11
     assert {s["hidden"] for s in shapes} >= {2048, 4096, 8192}
-    assert {s["tokens"] for s in shapes} >= {1024, 8192 - 2048, 4096}
+    assert {s["tokens"] for s in shapes} >= {1024, 8192}
     assert {s["layers"] // 2 for s in shapes} >= {4, 16}
     assert {s["microbatches"] for s in shapes} >= {4, 32}
     assert all(s["head"] >= s["embedding"] for s in shapes)
+    # The four held out from the cost model's making keep every candidate's measured ops.
+    held_out = {s.name for s in tune_crossval.NEW_SHAPES}
+    for p in SHAPES:
+        rows = json.loads(p.read_text())["rows"]
+        assert all(bool(x.get("ops")) is (p.stem in held_out) for x in rows), p.stem
 
 
 @pytest.mark.parametrize("name", [p.stem for p in SHAPES])
@@ -78,11 +95,36 @@ def test_gpu_shape_re_ranked_offline(evaluated: dict, name: str) -> None:
     c = ev["checks"]
     # Every shape: the pick ran and measured within 2% (or the launch-to-launch spread) of the fastest
     # candidate that fit, and no candidate reported as fitting went over the limit.
-    assert not ev["pick"].endswith("(not measured)"), ev["pick"]
-    assert c["pick_ok"], (ev["pick"], c["pick_gap"], c["launch_spread"])
-    assert not c["fitting_over_limit"], c["fitting_over_limit"]
-    assert c["peak_err_min"] >= -0.01, c["peak_err_min"]  # predicted peaks stay upper bounds (1% of noise)
     misses = MISSES.get(name, ())
+    # Every shape: no candidate reported as fitting went over the limit, and predicted peaks stay upper
+    # bounds (1% of noise).
+    assert not c["fitting_over_limit"], c["fitting_over_limit"]
+    assert c["peak_err_min"] >= -0.01, c["peak_err_min"]
+    # The pick ran and measured within 2% (or the launch-to-launch spread) of the fastest candidate that fit.
+    assert c["pick_ok"] is ("pick" not in misses), (ev["pick"], c["pick_gap"], c["launch_spread"])
     assert (c["spearman"] >= 0.9) is ("spearman" not in misses), c["spearman"]
     assert c["families_ok"] is ("families" not in misses), c["family_err"]
-    assert c["max_abs_err"] <= 0.095, c["family_err"]
+    assert c["max_abs_err"] <= MAX_ERR.get(name, 0.095), c["family_err"]
+
+
+def test_looped_bfs_miss_is_waiting_not_op_time() -> None:
+    """h2048-t3072-l12-m24's looped-bfs ran 12% over the model with its ops at or under their
+    predicted times: both ranks waited over 60 ms longer than timed (its first rank sat 56 ms with the
+    next backward's data received), which is the runtime's issue order, not a cost."""
+    saved = json.loads((DATA / "h2048-t3072-l12-m24.json").read_text())
+    a = next(x for x in tune_crossval.attribute(saved) if x.label.startswith("looped-bfs"))
+    assert a.error < -0.10
+    assert all(b < 0 for b in a.busy_ms), a.busy_ms
+    assert all(i > 60 for i in a.idle_ms), a.idle_ms
+
+
+def test_split_backward_w_runs_over_the_model_and_i_under() -> None:
+    """The I:W split derived from a run of full backwards (FLOPs and bytes at one GEMM rate) gives W
+    too little of B: on h5120-t1024-l10-m6 every rank of every plan with I and W ran its W further over
+    the model than its I (W +1.9..+10.6%, I -11.3..+0.2%)."""
+    saved = json.loads((DATA / "h5120-t1024-l10-m6.json").read_text())
+    rows = [a for a in tune_crossval.attribute(saved) if any(k == "W" for _, k in a.kinds)]
+    assert len(rows) >= 9
+    for a in rows:
+        for r in (0, 1):
+            assert a.kinds[(r, "W")] > 0.01 and a.kinds[(r, "W")] > a.kinds[(r, "I")], (a.label, a.kinds)

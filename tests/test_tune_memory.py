@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pptl.errors import InputError
 from pptl.ir import Op, Schedule
 from pptl.schedules import get_family
 from pptl.timeline import TimelineMeta
@@ -125,3 +126,38 @@ def test_calibration_fits_memory_and_tune_predicts_an_upper_bound_of_the_run():
     sch = get_family("1f1b").build(config_for(fitted, st))
     r = _time(fitted, st, sch, _check(sch), Split("even", split))
     assert r.peak == pytest.approx(peaks)
+
+
+@pytest.mark.parametrize(("w", "peak"), [
+    (10 / 9, 10 + 9 * 10 / 9),   # pptl run's block: F keeps 9h, I's end holds 10h until W
+    (1.0, 10 + 9),               # I frees nothing: the peak is F's
+    (0.5, 10 + 9),               # I frees half: still F's
+], ids=["I-makes-more", "I-keeps-all", "I-frees-half"])
+def test_what_i_makes_beyond_the_forward_raises_the_peak(w: float, peak: float):
+    """One rank, one micro-batch: F (activation 9), I, W, weights 10. With w_activation above 1 the
+    peak is at I's end (9 * 10/9 = 10 held until W), not at F's."""
+    ops = [Op("F", 0, "compute", stage=0, mb=0), Op("I", 0, "compute", stage=0, mb=0),
+           Op("W", 0, "compute", stage=0, mb=0)]
+    sched = Schedule(family="t", pp=1, num_stages=1, microbatches=1, ops=ops,
+                     lanes={(0, "compute"): [0, 1, 2]}, deps=[(0, 1), (1, 2)])
+    start, end = [0.0, 1.0, 2.0], [1.0, 2.0, 3.0]
+    got = rank_peaks(sched, start, end, [9.0], [10.0], pp=1, w_activation=w, i_working=0.0, mm=MemoryModel())
+    assert got == pytest.approx((peak,))
+
+
+@pytest.mark.parametrize(("w", "ok"), [(10 / 9, True), (2.0, True), (2.01, False)], ids=["10/9", "2", "over-2"])
+def test_w_activation_above_1_is_accepted_up_to_2(w: float, ok: bool):
+    if ok:
+        assert _cfg(model={**yaml.safe_load(FIX.read_text())["model"], "w_activation": w}).model.w_activation == w
+    else:
+        with pytest.raises(InputError, match=r"field 'model.w_activation': got 2.01, expected 0..2 \(what I leaves "
+                                             r"held until W, as a share of F's activation\)"):
+            _cfg(model={**yaml.safe_load(FIX.read_text())["model"], "w_activation": w})
+
+
+def test_the_written_plan_keeps_its_own_memory_count_at_most_1():
+    """The plan's w_activation (pptl check's memory rule) is at most 1; the ranking's peaks hold the rest."""
+    tc = _cfg(model={**yaml.safe_load(FIX.read_text())["model"], "w_activation": 10 / 9})
+    assert config_for(tc, Structure("zb-h1", 8, 1, None)).w_activation == 1.0
+    tc = _cfg(model={**yaml.safe_load(FIX.read_text())["model"], "w_activation": 0.75})
+    assert config_for(tc, Structure("zb-h1", 8, 1, None)).w_activation == 0.75

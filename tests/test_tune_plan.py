@@ -1,6 +1,6 @@
 """The plan ``pptl tune`` writes is the candidate it ranked: same order, same split, same costs, so
 that ``pptl plan`` of the written file gives the ranked step exactly (every candidate, several
-model files, sync-send and overlap messages, with and without a duty exponent)."""
+model files, sync-send and overlap messages, with and without a duty exponent, I holding more than F kept)."""
 from __future__ import annotations
 
 import json
@@ -47,7 +47,7 @@ def _calibrated(name: str):
     return replace(tc, memory_limit=d["limit_mib"])
 
 
-@pytest.fixture(scope="module", params=MODELS + ["calibrated:h2560-t2048-l6-m16"])
+@pytest.fixture(scope="module", params=MODELS + ["calibrated:h2560-t2048-l6-m16", "calibrated:h5120-t1024-l10-m6"])
 def ranked(request):
     name = request.param
     tc = _calibrated(name.split(":", 1)[1]) if name.startswith("calibrated:") else load_tune_config(FIX / name)
@@ -181,3 +181,46 @@ def test_cli_best_plan_checks_and_simulates_to_the_printed_step(model: str, tmp_
         a = [(op.kind, op.stage, op.mb) for op in plan.lane_ops(r_, "compute")]
         b = [(op.kind, op.stage, op.mb) for op in from_csv.lane_ops(r_, "compute")]
         assert a == b
+
+
+def _two_rank_1f1b(**kw):
+    """user3.yaml's model on 2 ranks (3 layers each, embedding 2, head 3; message 0.05), 1F1B m=4."""
+    from dataclasses import replace
+
+    from pptl.schedules import get_family
+    from pptl.tune.candidates import Structure
+    from pptl.tune.model import LayerCost
+    from pptl.tune.rank import config_for
+
+    tc = load_tune_config(FIX / "user3.yaml")
+    tc = replace(tc, pp=2, model=replace(tc.model, layers=6, embedding=LayerCost(F=2.0, B=4.0),
+                                         head=LayerCost(F=3.0, B=6.0)), **kw)
+    return tc, get_family("1f1b").build(config_for(tc, Structure("1f1b", 4)))
+
+
+@pytest.mark.parametrize(("hold", "producer", "transfer"), [
+    (0.02, 0.02, 0.03),   # the SEND holds the producer 0.02 of the message's 0.05; the consumer waits 0.03 more
+    (0.05, 0.05, 0.0),    # a hold equal to the message time: all of it on the producer, as without a hold
+    (0.08, 0.05, 0.0),    # longer than the message (a noisy run): never more than the message time
+    (0.0, 0.0, 0.05),     # the SEND does not hold the producer: the transfer is all the consumer's wait
+], ids=["part", "equal", "clipped", "none"])
+def test_sync_send_holds_the_producer_only_for_the_measured_send(hold: float, producer: float, transfer: float) -> None:
+    tc, sched = _two_rank_1f1b(send_hold=hold)
+    c = candidate_costs(tc, sched, (3, 3))
+    assert c.stages[0]["F"] == pytest.approx(5.0 + producer) and c.stages[0]["B"] == 10.0
+    assert c.stages[1]["F"] == 6.0 and c.stages[1]["B"] == pytest.approx(12.0 + producer)
+    assert c.comm_time(tc.model.message_bytes) == pytest.approx(transfer)
+
+
+def test_a_held_send_delays_the_producer_less_than_the_consumer() -> None:
+    """Stage 0's first two forwards run back to back (1F1B warmup on 2 ranks: 2 forwards): with a hold of
+    0.02 of the 0.05 message, F mb1 starts at 5.02 (not 5.05), and stage 1's F mb0 at 5.05 as before."""
+    from pptl.simulate import simulate
+
+    for hold, second in ((None, 5.05), (0.02, 5.02)):
+        tc, sched = _two_rank_1f1b(send_hold=hold)
+        c = candidate_costs(tc, sched, (3, 3))
+        sim = simulate(sched, c)
+        start = {op.id: t for op, t in zip(sched.ops, sim.start)}
+        assert start["r0/compute/F s0 mb1"] == pytest.approx(second)
+        assert start["r1/compute/F s1 mb0"] == pytest.approx(5.05)

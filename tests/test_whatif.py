@@ -186,11 +186,31 @@ def test_spread_from_steps_separates_the_step_factor():
 
 
 def test_spread_from_one_step_is_each_ops_share_of_its_groups_mean():
-    sp = spread_from_timeline(_measured(), "m.json")
-    q = sp.stages[(0, "F")]  # durations 1 and 2: factors 2/3 and 4/3
+    # rank 0's first op of the step (2.5) is kept apart: 1 longer than the others of its group (1 and
+    # 2, mean 1.5: factors 2/3 and 4/3); rank 1's only F is its group's mean (no extra)
+    ev = [Event("r0/compute/F s0 mb0", 0, "compute", 0.0, 2.5, "F", stage=0, mb=0),
+          Event("r0/compute/F s0 mb1", 0, "compute", 2.5, 3.5, "F", stage=0, mb=1),
+          Event("r0/compute/F s0 mb2", 0, "compute", 3.5, 5.5, "F", stage=0, mb=2),
+          Event("r1/compute/F s1 mb0", 1, "compute", 2.5, 5.5, "F", stage=1, mb=0)]
+    sp = spread_from_timeline(Timeline(ev, TimelineMeta(source="measured", units="ms", family="1f1b", pp=2)), "m.json")
+    q = sp.stages[(0, "F")]
     assert (q.values[0], q.values[-1]) == pytest.approx((2 / 3, 4 / 3)) and q.count == 2
     assert sp.stages[(1, "F")].values == pytest.approx((1.0,) * QUANTILE_POINTS)
+    assert dict(sp.first) == pytest.approx({0: 1.0})
     assert sp.step is None
+
+
+def test_first_op_of_each_rank_takes_the_runs_extra():
+    # a chain of 5 ops on one rank, first op 2 longer than its group in the run: the plan's first
+    # op on the rank (whatever its stage or kind) carries it, once a step
+    s = _graph([_op(f"c{i}", mb=i) for i in range(len(CHAIN))], [])
+    costs = Costs(base={f"c{i}": d for i, d in enumerate(CHAIN)})
+    out = monte_carlo(s, costs, Spread(first={0: 2.0}), samples=3)
+    assert out.makespan.tolist() == pytest.approx([13.0] * 3)
+    assert out.planned == pytest.approx(11.0)  # the simulator's makespan, as planned
+    assert out.planned_end.max() == pytest.approx(13.0) and out.planned_end[0] == pytest.approx(6.0)
+    # a rank the plan lacks adds nothing
+    assert monte_carlo(s, costs, Spread(first={1: 2.0}), samples=2).makespan.tolist() == pytest.approx([11.0] * 2)
 
 
 @pytest.mark.parametrize("record,field", [
@@ -273,6 +293,24 @@ def test_straggler_outside_the_plan_and_time_unit_on_cost_units_are_refused():
 
 
 # --- the lanes a sync-send run executed ----------------------------------------------------------
+
+def test_a_send_on_the_compute_lane_holds_it_only_as_long_as_measured():
+    # 1F1B, 2 ranks, 2 micro-batches, F 2, B 4, a message 1 from SEND start to data, SENDs on the
+    # compute lane. Held the whole message: r1 runs F0 3-5, B0 5-9, SEND 9-10, F1 10-12, B1 12-16,
+    # SEND 16-17, r0's B1 17-21. Held 0.25 (the rest on the RECV): r1's F1 starts at 9.25, 0.75
+    # earlier, its last SEND starts at 15.25 and its data is there at 16.25, r0's B1 ends at 20.25
+    s = sends_on_compute(build_schedule(Config(schedule="1f1b", pp=2, microbatches=2)))
+    costs = Costs(base={"F": 2.0, "B": 4.0}, comm_latency=1.0)
+    assert monte_carlo(s, costs, Spread(), samples=2).makespan.tolist() == pytest.approx([21.0] * 2)
+    held = monte_carlo(s, costs, Spread(send_hold=0.25), samples=2)
+    assert held.makespan.tolist() == pytest.approx([20.25] * 2)
+    assert held.planned == pytest.approx(21.0)  # the simulator's, which holds the lane for the message
+    # a plan whose SENDs keep their own lane is left as it is
+    plain = build_schedule(Config(schedule="1f1b", pp=2, microbatches=2))
+    assert (monte_carlo(plain, costs, Spread(send_hold=0.25), samples=1).makespan.tolist()
+            == pytest.approx(monte_carlo(plain, costs, Spread(), samples=1).makespan.tolist()))
+
+
 
 def test_sends_move_onto_the_compute_lane_after_their_producer():
     s = build_schedule(Config(schedule="1f1b", pp=2, microbatches=2))
@@ -476,6 +514,28 @@ def test_duty_exponent_scales_a_busier_rank_by_its_duty_ratio():
     slow = monte_carlo(s, costs, Spread(stages={(0, "F"): one}, source="m.json", pp=1, duty={0: 0.5},
                                         duty_exponent=0.5, stragglers=(Straggler(0, 1.3),)), samples=1)
     assert slow.makespan.tolist() == pytest.approx([11.0 * 1.3 * math.sqrt(1 / 1.3 / 0.5)])
+
+
+def test_duty_range_draws_each_samples_alpha_uniformly():
+    # the chain above, busy the whole step, measured at duty 0.5: a sample of alpha a takes
+    # 11 * 2 ** a; with alpha drawn uniformly in 0..1 the step's quantile q is 11 * 2 ** q
+    s = _graph([_op(f"c{i}", mb=i) for i in range(len(CHAIN))], [])
+    costs = Costs(base={f"c{i}": d for i, d in enumerate(CHAIN)})
+    one = Quantiles.of([1.0])
+    spread = Spread(stages={(0, "F"): one}, source="m.json", pp=1, duty={0: 0.5}, duty_exponent=0.5,
+                    duty_range=(0.0, 1.0))
+    out = monte_carlo(s, costs, spread, samples=20000, seed=3)
+    got = np.quantile(out.makespan, (0.05, 0.25, 0.5, 0.75, 0.95))
+    assert got.tolist() == pytest.approx([11.0 * 2 ** q for q in (0.05, 0.25, 0.5, 0.75, 0.95)], rel=0.004)
+    assert out.makespan.min() >= 11.0 - 1e-9 and out.makespan.max() <= 22.0 + 1e-9
+    assert out.planned == pytest.approx(11.0 * math.sqrt(2.0))  # the mean durations keep the point alpha
+    # a range of one point, or a rank at the run's duty, draws nothing: every sample at the point alpha
+    point = monte_carlo(s, costs, Spread(stages={(0, "F"): one}, source="m.json", pp=1, duty={0: 0.5},
+                                         duty_exponent=0.5, duty_range=(0.5, 0.5)), samples=4)
+    assert point.makespan.tolist() == pytest.approx([11.0 * math.sqrt(2.0)] * 4)
+    same = monte_carlo(s, costs, Spread(stages={(0, "F"): one}, source="m.json", pp=1, duty={0: 1.0},
+                                        duty_exponent=0.5, duty_range=(0.0, 1.0)), samples=4)
+    assert same.makespan.tolist() == pytest.approx([11.0] * 4)
 
 
 def test_duty_exponent_leaves_the_measured_plan_as_measured(tmp_path):

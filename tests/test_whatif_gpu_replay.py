@@ -1,7 +1,9 @@
 """The GPU proof of ``pptl whatif`` replayed offline (tests/data/whatif_gpu, docs/whatif.md).
 
-Two calls of ``bench/whatif_gpu.sh`` on 2 H200s kept their plans and measured timelines: a
-calibrating 1F1B run, 50 later steps of three families, and 20 steps each with one rank slowed.
+Three calls of ``bench/whatif_gpu.sh`` on 2 H200s kept their plans and measured timelines: a
+calibrating 1F1B run, 50 later steps of three families, and 20 steps each with one rank slowed
+(call 3 on two shapes: the bench's and hidden 2560, 2048 tokens, 4 blocks a stage, run after the
+model was settled).
 Every prediction comes from the calibrating run alone (as ``pptl whatif --from``, its defaults);
 every check is against the measured steps read straight from the timelines' ``step_ms``. The
 checks pinned here are the ones the model passes; the ones it fails are named in comments.
@@ -49,52 +51,96 @@ def _predict(call: str, stragglers: list[Straggler] | None = None) -> dict[str, 
     return out
 
 
-@pytest.fixture(scope="module")
-def call2() -> dict[str, dict[str, np.ndarray]]:
-    """gpipe m=4, 1f1b m=8, interleaved-1f1b V=2 m=16; rank 1 x1.3 (its lane held 1.300-1.303)."""
-    return {"base": _predict("call2"), "slow": _predict("call2", [Straggler(1, 1.3)])}
+_STRAGGLER = {"call2": 1.3, "call3": 1.3, "call3_h2560": 1.2}
+_OUTCOMES: dict[str, dict[str, dict[str, np.ndarray]]] = {}
 
 
-@pytest.fixture(scope="module")
-def call1() -> dict[str, dict[str, np.ndarray]]:
-    """interleaved-1f1b V=2 m=4, 1f1b m=8, gpipe m=16; rank 0 slowed by a hook whose hold was off:
-    predicted with the factor each lane held (1.19-1.31 for 1.3)."""
-    slow = {}
-    for name in PLANS:
-        f = round(_held("call1", name, 0), 3)
-        slow[name] = _predict("call1", [Straggler(0, f)])[name]
-    return {"base": _predict("call1"), "slow": slow}
+def _outcome(call: str) -> dict[str, dict[str, np.ndarray]]:
+    """Predicted step times per plan, as run ("base") and with the straggler ("slow"), computed once.
+
+    call1: interleaved-1f1b V=2 m=4, 1f1b m=8, gpipe m=16; rank 0 slowed by a hook whose hold was off:
+    predicted with the factor each lane held (1.19-1.31 for 1.3). The others: gpipe m=4, 1f1b m=8,
+    interleaved-1f1b V=2 m=16; rank 1 slowed by the factor asked (its lane held it within 0.5%)."""
+    if call not in _OUTCOMES:
+        if call == "call1":
+            slow = {n: _predict(call, [Straggler(0, round(_held(call, n, 0), 3))])[n] for n in PLANS}
+        else:
+            slow = _predict(call, [Straggler(1, _STRAGGLER[call])])
+        _OUTCOMES[call] = {"base": _predict(call), "slow": slow}
+    return _OUTCOMES[call]
 
 
-@pytest.mark.parametrize("name", PLANS)
-def test_call2_median_in_the_predicted_band(call2, name):
-    p25, p75 = np.quantile(call2["base"][name], (0.25, 0.75))
-    assert p25 <= float(np.median(_steps("call2", name))) <= p75
+# What the model passes, pinned; what it fails is named in the comments at the end.
+MEDIANS = ([("call2", n) for n in PLANS] + [("call1", "gpipe"), ("call1", "1f1b"), ("call3", "gpipe"),
+                                            ("call3", "interleaved"), ("call3_h2560", "1f1b")])
+P95S = [(c, n) for c in ("call1", "call2", "call3") for n in PLANS] + [("call3_h2560", "gpipe"),
+                                                                       ("call3_h2560", "1f1b")]
+CALLS = ("call1", "call2", "call3", "call3_h2560")
 
 
-@pytest.mark.parametrize("call,name", [(c, n) for c in ("call1", "call2") for n in PLANS])
-def test_p95_within_3_percent(call, name, call1, call2):
-    pred = float(np.quantile((call1 if call == "call1" else call2)["base"][name], 0.95))
+@pytest.mark.parametrize("call,name", MEDIANS)
+def test_median_in_the_predicted_band(call, name):
+    p25, p75 = np.quantile(_outcome(call)["base"][name], (0.25, 0.75))
+    assert p25 <= float(np.median(_steps(call, name))) <= p75
+
+
+@pytest.mark.parametrize("call,name", P95S)
+def test_p95_within_3_percent(call, name):
+    pred = float(np.quantile(_outcome(call)["base"][name], 0.95))
     meas = float(np.quantile(_steps(call, name), 0.95))
     assert abs(meas - pred) <= 0.03 * pred, (meas, pred)
 
 
-@pytest.mark.parametrize("call,name", [(c, n) for c in ("call1", "call2") for n in PLANS])
-def test_straggler_mean_within_5_percent(call, name, call1, call2):
-    pred = float((call1 if call == "call1" else call2)["slow"][name].mean())
+@pytest.mark.parametrize("call,name", [(c, n) for c in CALLS for n in PLANS])
+def test_straggler_mean_within_5_percent(call, name):
+    pred = float(_outcome(call)["slow"][name].mean())
     meas = float(_steps(call, f"{name}_slow").mean())
     assert abs(pred - meas) <= 0.05 * meas, (pred, meas)
 
 
-@pytest.mark.parametrize("call", ["call1", "call2"])
-def test_families_ranked_alike_by_straggler_sensitivity(call, call1, call2):
-    res = call1 if call == "call1" else call2
+@pytest.mark.parametrize("call", CALLS)
+def test_families_ranked_alike_by_straggler_sensitivity(call):
+    res = _outcome(call)
     measured = sorted(PLANS, key=lambda n: _steps(call, f"{n}_slow").mean() / _steps(call, n).mean())
     predicted = sorted(PLANS, key=lambda n: res["slow"][n].mean() / res["base"][n].mean())
     assert predicted == measured
-    # the measured orders differ between the calls, so a fixed order cannot pass both
-    assert measured == (["interleaved", "1f1b", "gpipe"] if call == "call2" else ["interleaved", "gpipe", "1f1b"])
+    # the measured orders differ between the calls, so a fixed order cannot pass them all
+    assert measured == (["interleaved", "gpipe", "1f1b"] if call == "call1" else ["interleaved", "1f1b", "gpipe"])
 
-# Not pinned, failing: call 1's medians lie below their predicted bands (gpipe m=16 by 0.01 ms,
-# 1f1b m=8, the calibrating plan itself, by 0.05 ms, interleaved m=4 by 1.05 ms): that launch ran
-# about 1% faster than the calibrating one.
+
+def test_the_plan_the_run_measured_keeps_its_own_band_width():
+    # the duty exponent each sample draws moves a plan only as far as its ranks' duty differs from the
+    # run's: the calibrating plan's band stays that of its step-to-step spread, the busier interleaved
+    # plan's widens (call 2: 1.7% and 4% of the median)
+    out = _outcome("call2")["base"]
+    width = {n: float(np.subtract(*np.quantile(out[n], (0.75, 0.25))) / np.median(out[n])) for n in PLANS}
+    assert width["1f1b"] < 0.02 < 0.03 < width["interleaved"] < 0.05
+
+# Not pinned, failing:
+# - call 1's interleaved m=4 median (50.38 ms) lies 0.7 ms under its predicted band (51.08-52.17): that
+#   launch ran about 1% faster than the calibrating one (its 1F1B median sits at the foot of its band),
+#   and the middle stage on rank 1, derived from rank 0's first stage, is predicted 3-5% slower than it ran.
+# - call 3: the 1F1B median (50.39 ms) is at the band's lower edge (50.39) to the hundredth: too close to pin.
+# - call 3, hidden 2560: the gpipe median (22.75) 0.01 ms over its band (22.31-22.74); interleaved's
+#   median (162.04) 2.3% under its band (165.83-171.31) and its p95 4.8% under the predicted: the duty
+#   exponent learnt (0.74, each sample drawn in 0.48-0.99) is too high for interleaved (0.4 fits it),
+#   its calibrating run's ranks differed in duty by 10% only (0.80, 0.88), so the last stage's loss
+#   reads as more duty than in the bench's shape (16%).
+
+
+def test_cli_says_how_the_run_is_used():
+    # call 2's calibrating run: sent on the compute stream of CUDA (sync-send), its SENDs' median
+    # (0.0667 ms) holds the lane; the exponent learnt pooled 0.48, F alone 0.77 and B alone 0.20
+    from typer.testing import CliRunner
+
+    from pptl.cli import app
+
+    run = DATA / "call2" / "measured_calibrate.json"
+    sends = sorted(e["end"] - e["start"] for e in json.loads(run.read_text())["events"] if e["kind"] == "SEND")
+    res = CliRunner().invoke(app, ["whatif", str(DATA / "call2" / "plan_1f1b.json"), "--from", str(run), "-n", "20"])
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert "duty exponent 0.48 (learnt from the run, whose ranks busy 0.77, 0.88, each sample's drawn in " \
+           "0.20-0.77)" in lines[0]
+    assert lines[1] == (f"note: the run sent on the compute stream (sync-send): each SEND holds its rank's compute "
+                        f"lane for {sends[len(sends) // 2]:.3g} ms (the rest of the message is its RECV's), as it ran")

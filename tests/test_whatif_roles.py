@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from pptl.cli import app
 from pptl.config import Costs
 from pptl.errors import InputError
-from pptl.whatif.duty import fit_duty_exponent
+from pptl.whatif.duty import duty_exponent_range, fit_duty_exponent
 from pptl.whatif.roles import by_role, gemm_work, layers_from_mapping, role_of, sources
 from pptl.whatif.spread import Quantiles, Spread, parse_duty_exponent
 
@@ -75,6 +75,12 @@ def test_by_role_rekeys_costs_and_spread_with_the_duty_of_the_rank_that_runs_it(
     assert dict(c.stages[2]) == pytest.approx({"F": 1.6, "B": 4.0})
     assert dict(c.stages[3]) == pytest.approx({"F": 1.8, "B": 4.0})
     assert s.stages == {(0, "F"): q0, (1, "F"): q0, (2, "F"): q0, (3, "F"): q1}
+    # only stage 1 moved rank: its log duty ratio, what a sample's own alpha scales
+    assert dict(s.duty_moves) == pytest.approx({1: math.log(0.8 / 0.5)})
+    # without the duty model nothing moves
+    _, s0 = by_role(costs, Spread(stages=spread.stages, source="m.json", pp=2, duty={0: 0.5, 1: 0.8}), srcs,
+                    plan_rank={0: 0, 1: 1, 2: 0, 3: 1}, run_rank={0: 0, 1: 1})
+    assert dict(s0.duty_moves) == {}
 
 
 def test_fit_duty_exponent_recovers_alpha_and_separates_role_from_duty():
@@ -96,6 +102,37 @@ def test_fit_duty_exponent_recovers_alpha_and_separates_role_from_duty():
 def test_fit_duty_exponent_edges(times, duty, alpha):
     got = fit_duty_exponent(times, {0: 0, 1: 1}, duty, _two)
     assert got == (pytest.approx(alpha) if alpha is not None else None)
+
+
+def test_duty_exponent_range_is_the_kinds_fitted_alone():
+    # F says 0.6, W (no GEMM skipped on a first stage) 0.2, on ranks busy 0.5 and 1.0: the pooled
+    # fit is their mean (same duty points), the range the two
+    times = {(0, "F"): 4.0, (1, "F"): 4.0 * 2 ** 0.6, (0, "W"): 4.0, (1, "W"): 4.0 * 2 ** 0.2}
+    args = ({0: 0, 1: 1}, {0: 0.5, 1: 1.0}, _two)
+    assert fit_duty_exponent(times, *args) == pytest.approx(0.4)
+    assert duty_exponent_range(times, *args) == pytest.approx((0.2, 0.6))
+    # B's 7 against 8 GEMMs is work: B at alpha 0.6 exactly agrees with F, a range of one point
+    same = {(0, "F"): 4.0, (1, "F"): 4.0 * 2 ** 0.6, (0, "B"): 7.0, (1, "B"): 8.0 * 2 ** 0.6}
+    assert duty_exponent_range(same, *args) == pytest.approx((0.6, 0.6))
+    # each kind clipped alone: F 1.5 -> 1, W -0.5 -> 0
+    wide = {(0, "F"): 1.0, (1, "F"): 2 ** 1.5, (0, "W"): 1.0, (1, "W"): 2 ** -0.5}
+    assert duty_exponent_range(wide, *args) == pytest.approx((0.0, 1.0))
+    # what fit_duty_exponent refuses, so does the range: duty spread 1.049 < 1.05, one stage
+    assert duty_exponent_range({(0, "F"): 1.0, (1, "F"): 2.0}, {0: 0, 1: 1}, {0: 0.80, 1: 0.839}, _two) is None
+    assert duty_exponent_range({(0, "F"): 1.0}, {0: 0}, {0: 0.5}, _two) is None
+
+
+def test_a_first_and_a_middle_stage_tell_the_duty_without_the_loss():
+    # 3 stages on ranks busy 0.5, 1.0, 1.0: F first 4.0, middle 4.0 * 2 ** 0.3 (alpha 0.3), the last
+    # 4.0 * 2 ** 0.3 * 1.5 (its loss): the first and the middle say 0.3, and the last stage is left out
+    stage_rank, duty = {0: 0, 1: 1, 2: 1}, {0: 0.5, 1: 1.0}
+    times = {(0, "F"): 4.0, (1, "F"): 4.0 * 2 ** 0.3, (2, "F"): 4.0 * 2 ** 0.3 * 1.5}
+    assert fit_duty_exponent(times, stage_rank, duty, _two) == pytest.approx(0.3)
+    # first and middle on ranks of the same duty: only the last stage's rank differs, so it is fitted
+    # with the loss in: the first at 0.5 and the rest at 1.0, log(2 ** 0.3 * 1.5 / 1) / log 2 for F
+    same = {0: 0, 1: 0, 2: 1}
+    times = {(0, "F"): 4.0, (1, "F"): 4.0, (2, "F"): 4.0 * 2 ** 0.3 * 1.5}
+    assert fit_duty_exponent(times, same, duty, _two) == pytest.approx(min(1.0, 0.3 + math.log2(1.5)))
 
 
 def test_layers_from_mapping_is_bounded():

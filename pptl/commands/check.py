@@ -10,11 +10,10 @@ from pptl.commands._shared import (
     MemoryLimit,
     Microbatches,
     Placement,
-    err,
     one_line,
-    out,
     print_json,
     progress,
+    say,
     without_cycle_scans,
 )
 
@@ -59,16 +58,16 @@ def check(
                     "valid": all(r.valid for r in reports) and not unreadable})
     elif output == "github":
         for p, x in unreadable:
-            out.print(planning.github_input_error(p, x), markup=False)
+            say(planning.github_input_error(p, x))
         for r in reports:
             for line in r.github_lines():
-                out.print(line, markup=False)
+                say(line)
     else:
         for r in reports:
             for line in r.text_lines():
-                out.print(line, markup=False)
+                say(line)
         for _, x in unreadable:
-            err.print(f"error: {one_line(str(x))}", markup=False)
+            say(f"error: {one_line(str(x))}", stderr=True)
     if unreadable:
         raise typer.Exit(2)
     if not all(r.valid for r in reports):

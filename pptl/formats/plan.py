@@ -555,7 +555,7 @@ def _str_column(col: Any, n: int, where: str) -> tuple[Any, list[str]] | None:
 
 def _timeline_v2(raw: Mapping[str, Any], schedule: Schedule, source: str) -> Timeline:
     where = f"{source}: timeline"
-    n = len(schedule.ops)
+    n = schedule.n_ops
     meta_raw = raw.get("meta", {})
     if not isinstance(meta_raw, Mapping):
         raise InputError(f"{where}.meta: expected an object")
@@ -567,14 +567,20 @@ def _timeline_v2(raw: Mapping[str, Any], schedule: Schedule, source: str) -> Tim
         col = raw.get(name)
         if not isinstance(col, list) or len(col) != n:
             raise InputError(f"{where}.{name}: expected a list of {n} times (one per op, in file order)")
-        for v in col:
-            if type(v) not in (int, float) or not -MAX_TIME <= v <= MAX_TIME:
-                raise InputError(f"{where}.{name}: got {v!r}, expected a finite number within +-{MAX_TIME:g}")
-        cols.append([float(v) for v in col])
-    start, end = cols
-    for i in range(n):
-        if end[i] < start[i]:
-            raise InputError(f"{where}: op {i} ends at {end[i]:g}, before it starts at {start[i]:g}")
+        if not set(map(type, col)) <= {int, float}:  # not bool, str, None, a list...
+            v = next(v for v in col if type(v) not in (int, float))
+            raise InputError(f"{where}.{name}: got {v!r}, expected a finite number within +-{MAX_TIME:g}")
+        values = np.asarray(col, dtype=np.float64) if n else np.zeros(0)
+        bad = ~((values >= -MAX_TIME) & (values <= MAX_TIME))  # also NaN
+        if bad.any():
+            raise InputError(f"{where}.{name}: got {col[int(np.argmax(bad))]!r}, expected a finite number within "
+                             f"+-{MAX_TIME:g}")
+        cols.append(values)
+    backwards = cols[1] < cols[0]
+    if backwards.any():
+        i = int(np.argmax(backwards))
+        raise InputError(f"{where}: op {i} ends at {cols[1][i]:g}, before it starts at {cols[0][i]:g}")
+    start, end = cols[0].tolist(), cols[1].tolist()
     return Timeline(op_events(schedule, start, end), meta)
 
 

@@ -221,9 +221,7 @@ class Style:
         return self
 
     def rows(self, tl: "Timeline") -> list[RowSpec]:
-        busy: dict[tuple[int, str], float] = {}
-        for e in tl.events:
-            busy[(e.rank, e.lane)] = busy.get((e.rank, e.lane), 0.0) + e.duration
+        busy = tl.lane_busy()
         out = []
         for rank, lane in tl.lanes():
             if lane != "compute" and busy.get((rank, lane), 0.0) <= 0.0:

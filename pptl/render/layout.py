@@ -113,7 +113,8 @@ def build_layout(tl: Timeline, style: Style | str = "auto", *, window: tuple[flo
         r = row_index.get(key) if key is not None else None
         if r is None:
             continue
-        raw.append((r, i, max(e.start, lo), min(e.end, hi), st.parts(e)))
+        raw.append((r, i, max(e.start, lo), min(e.end, hi), st.parts(e)) if window is not None else
+                   (r, i, e.start, e.end, st.parts(e)))
     tracks_of = [1] * len(specs)
     track = [0] * len(raw)
     packed = [i for i, s in enumerate(specs) if s.pack]

@@ -221,10 +221,24 @@ def _draw_blocks(ax, lay: Layout, tops: np.ndarray, row_w: np.ndarray, box: _Box
     edged = np.concatenate([np.zeros(len(bands), bool), must_edge[b.cat] if n else np.zeros(0, bool)])
     # Outlines only where a block is wide enough to show fill inside them (and always for white ones).
     lw = np.where((width_px >= 4.0) | edged, 0.5, 0.0)
-    coll = PolyCollection(verts, facecolors=face, edgecolors=colour("edge"), linewidths=lw, antialiaseds=False)
-    if n > opt.rasterize_above:
-        coll.set_rasterized(True)
-    ax.add_collection(coll)
+    x_hi = t1 + 0.005 * (t1 - t0)  # the last block's right edge stays inside the axes
+    y_sum = float(row_w.sum())
+    no_frames = lay.frames is None or not len(lay.frames)
+    if n > opt.rasterize_above and not lw.any() and no_frames:
+        # Too many blocks, none wide enough for an outline: paint the pixels directly (what an
+        # embedded raster would hold anyway), instead of asking matplotlib for 100k polygons.
+        shape = (max(1, round(box.height * opt.dpi)), max(1, round(box.width * opt.dpi)))
+        image = _paint(shape, (t0, x_hi, y_sum), xs0, xs1, ys0, ys1, face)
+        ax.imshow(image, extent=(t0, x_hi, y_sum, 0.0), origin="upper", interpolation="nearest", aspect="auto",
+                  resample=False)
+    else:
+        # One width for all when they agree: matplotlib scales a dash pattern per width given.
+        widths = float(lw[0]) if lw.size and (lw == lw[0]).all() else lw
+        coll = PolyCollection(verts, facecolors=face, edgecolors=colour("edge"), linewidths=widths,
+                              antialiaseds=False)
+        if n > opt.rasterize_above:
+            coll.set_rasterized(True)
+        ax.add_collection(coll)
     if lay.frames is not None and len(lay.frames):
         f = lay.frames
         r = f[:, 0].astype(int)
@@ -233,9 +247,59 @@ def _draw_blocks(ax, lay: Layout, tops: np.ndarray, row_w: np.ndarray, box: _Box
         fv = np.stack([np.stack([f[:, 3], fy0], 1), np.stack([f[:, 4], fy0], 1), np.stack([f[:, 4], fy1], 1),
                        np.stack([f[:, 3], fy1], 1)], 1)
         ax.add_collection(PolyCollection(fv, facecolors="none", edgecolors="#000000", linewidths=1.0))
-    ax.set_xlim(t0, t1 + 0.005 * (t1 - t0))  # the last block's right edge stays inside the axes
-    ax.set_ylim(float(row_w.sum()), 0.0)
+    ax.set_xlim(t0, x_hi)
+    ax.set_ylim(y_sum, 0.0)
     _draw_labels(ax, lay, y_top, y_bot, px_per_t, box.height * opt.dpi / max(row_w.sum(), 1e-9), opt)
+
+
+def _paint(shape: tuple[int, int], bounds: tuple[float, float, float], x0: np.ndarray, x1: np.ndarray,
+           y0: np.ndarray, y1: np.ndarray, face: np.ndarray) -> np.ndarray:
+    """An RGBA image (``shape`` = rows, columns of pixels) of the rectangles ``x0..x1`` by
+    ``y0..y1`` (axes data: time from ``bounds[0]`` to ``bounds[1]``, rows from 0 down to
+    ``bounds[2]``) filled with ``face``, later ones over earlier ones, as the polygon collection
+    draws them without antialiasing: a pixel takes the colour of the rectangle over its centre; a
+    rectangle over no pixel centre still shows in the pixel that holds its middle.
+
+    Rectangles sharing their pixel rows (one block row, or one idle band) are painted together:
+    for each pixel column, the latest-starting rectangle that covers it (else the one reaching
+    furthest right among those started), by two sorted searches; no loop over rectangles."""
+    h, w = shape
+    lo, hi, depth = bounds
+    face = np.rint(np.asarray(face) * 255).astype(np.uint8)
+    image = np.zeros((h, w, 4), dtype=np.uint8)
+    drawn = np.full((h, w), -1, dtype=np.int64)  # which rectangle each pixel shows
+    px0 = (x0 - lo) / (hi - lo) * w
+    px1 = (x1 - lo) / (hi - lo) * w
+    top = np.clip(np.rint(y0 / depth * h), 0, h).astype(np.int64)
+    bottom = np.clip(np.rint(y1 / depth * h), 0, h).astype(np.int64)
+    centres = np.arange(w) + 0.5
+    band_key = top * (h + 1) + bottom
+    order = np.lexsort((np.arange(len(px0)), px0, band_key))  # by band, then start, then drawing order
+    keys = band_key[order]
+    cuts = np.flatnonzero(np.diff(keys)) + 1
+    for rows in np.split(order, cuts):
+        r0, r1 = int(top[rows[0]]), int(bottom[rows[0]])
+        if r1 <= r0:
+            continue
+        starts, ends = px0[rows], px1[rows]
+        reach = np.maximum.accumulate(ends)
+        # the latest position whose own end is the running furthest end
+        furthest = np.maximum.accumulate(np.where(ends >= reach, np.arange(len(rows)), 0))
+        k = np.searchsorted(starts, centres, side="right") - 1
+        ok = k >= 0
+        kk = np.where(ok, k, 0)
+        use = np.where(ends[kk] > centres, kk, furthest[kk])
+        ok &= ends[use] > centres
+        owner = np.where(ok, rows[use], -1)
+        # a rectangle over no pixel centre shows in the pixel of its middle, unless one drawn after it covers that
+        middle = np.clip(np.floor((starts + ends) * 0.5), 0, w - 1).astype(np.int64)
+        shown = owner[middle] < rows
+        owner[middle[shown]] = rows[shown]
+        # over what other rows of rectangles (bands of other pixel rows) left, where drawn after them
+        over = owner[None, :] > drawn[r0:r1]
+        image[r0:r1] = np.where(over[..., None], face[np.maximum(owner, 0)][None, :, :], image[r0:r1])
+        drawn[r0:r1] = np.where(over, owner[None, :], drawn[r0:r1])
+    return image
 
 
 def _draw_labels(ax, lay: Layout, y_top: np.ndarray, y_bot: np.ndarray, px_per_t: float, px_per_y: float,

@@ -18,8 +18,22 @@ and makes ``du`` and ``dd`` (5). The plan's memory model says this with ``w_acti
 until_w / forward (above 1 here: 78/71 for 8 blocks); the weight gradients' inputs are what the
 split keeps, whatever share of the forward's tensors they are.
 
-Not counted: the tensors an op makes and frees while it runs (``da`` in I, the GEMM workspaces), and
-the message buffers (``pptl run`` keeps every SEND and RECV tensor to the step's end).
+- **While a full backward (B) runs**, beyond the forward's tensors: autograd frees a block's saved
+  tensors as it leaves it, so B is busiest in the first block it visits (the chunk's last), where
+  the second Linear's backward returns ``da`` (4 units), its weight gradient (``4h x h``) and its
+  bias gradient (``h``) at once, before ``a`` goes and the gradients are added into ``.grad``
+  (in place). On the last stage the loss comes first: the mean's gradient, ``r ** 1``, ``2 r`` and
+  their product with the gradient, four ``tokens x hidden`` float32 tensors beside the residual
+  ``r``; then ``r`` goes and the output's gradient (1 unit) arrives, and the block's peak sits on
+  that. B holds the larger of the two.
+
+Not counted: what I makes and frees while it runs (``da``), the GEMM libraries' workspaces (cuBLAS
+and cuBLASLt keep one per handle and stream for the life of the process), 0-dim scalars, and the
+message buffers (``pptl run`` keeps every SEND and RECV tensor to the step's end).
+
+NOTE: the CPU allocator frees what autograd frees, in its order, and matches ``full_backward`` byte
+for byte; on an H200 (torch 2.11) B's peak was 64-72 MiB above it at hidden 2048 (8-9 units: as if
+the first block's frees came late), measured by ``bench/gpu_backward_peak.py`` (docs/benchmarks.md).
 """
 from __future__ import annotations
 
@@ -47,6 +61,8 @@ class Footprint:
     """From F's end to the end of its backward (B), or of I."""
     until_w: int
     """From I's end to W's end (split backward)."""
+    full_backward: int = 0
+    """Held on top of ``forward`` at the busiest moment of a full backward (B)."""
 
     @property
     def w_activation(self) -> float:
@@ -59,19 +75,27 @@ def chunk_footprint(workload: Workload, stage: int, *, last: bool) -> Footprint:
     layers = workload.layers_of(stage)
     unit = workload.tokens * workload.hidden
     e = ELEMENT_BYTES[workload.dtype]
+    # The loss's backward: four float32 tokens x hidden tensors (see the module's docstring).
+    loss = 4 * 4 * unit if last else 0
     if layers == 0:
-        return Footprint(4 * unit if last else 0, 0)
+        return Footprint(4 * unit if last else 0, 0, loss)
     forward = (_SAVED * layers - 1) * unit * e + (4 * unit if last else 0)
     until_w = (_UNTIL_W * layers - 1 - (0 if last else 1)) * unit * e
-    return Footprint(forward, until_w)
+    h = workload.hidden
+    # The chunk's last block: the second Linear's backward returns da (4 units), dW (4h x h) and db (h).
+    block = 4 * unit * e + (4 * h * h + h) * e
+    if last:  # the float32 residual has gone and the output's gradient (1 unit) has come
+        block += unit * e - 4 * unit
+    return Footprint(forward, until_w, max(loss, block))
 
 
 def planned_peaks(schedule: Schedule, start: Sequence[float], end: Sequence[float]) -> dict[int, int]:
     """Per rank, the most bytes of chunk activations the plan's timing (``start``, ``end``: a
-    simulation's) says ``pptl run`` holds: F adds its stage's ``forward`` at its start, B frees it at
-    its end, I trades it for ``until_w`` at its end and W frees that at its end (at equal times a
-    free comes first, as in :func:`pptl.simulate.memory_events_of`). A plan without backwards holds
-    none: the run builds no graph for it."""
+    simulation's) says ``pptl run`` holds: F adds its stage's ``forward`` at its start, B holds its
+    ``full_backward`` while it runs and frees both at its end, I trades ``forward`` for ``until_w``
+    at its end and W frees that at its end (at equal times a free comes first, as in
+    :func:`pptl.simulate.memory_events_of`). FB is its F and its pair's B at once. A plan without
+    backwards holds none: the run builds no graph for it."""
     workload = schedule.config.workload if schedule.config is not None else Workload()
     last = schedule.num_stages - 1
     if not any(op.kind in ("B", "I", "W", "FB") for op in schedule.ops):
@@ -85,9 +109,12 @@ def planned_peaks(schedule: Schedule, start: Sequence[float], end: Sequence[floa
         if op.kind in ("F", "FB"):
             ev.append((start[i], 1, fp.forward))
         if op.kind == "B":
-            ev.append((end[i], 0, -fp.forward))
+            ev.append((start[i], 1, fp.full_backward))
+            ev.append((end[i], 0, -fp.forward - fp.full_backward))
         if op.kind == "FB":  # its backward half is the pair's (stage, micro-batch)
-            ev.append((end[i], 0, -fps[op.pair[0]].forward))  # type: ignore[index]
+            pair = fps[op.pair[0]]  # type: ignore[index]
+            ev.append((start[i], 1, pair.full_backward))
+            ev.append((end[i], 0, -pair.forward - pair.full_backward))
         if op.kind == "I":
             ev.append((end[i], 0, fp.until_w - fp.forward))
         if op.kind == "W":

@@ -233,10 +233,13 @@ def calibrate_tune(tc: TuneConfig, measured: Path) -> tuple[TuneConfig, str, lis
     model = replace(m, layer=part(0, m.layer), embedding=part(1, m.embedding), head=part(2, m.head))
     comm = data.get("comm", {}).get("latency")
     tc = replace(tc, model=model, comm_latency=comm if comm is not None else tc.comm_latency,
-                 comm_bandwidth=float("inf") if comm is not None else tc.comm_bandwidth)
+                 comm_bandwidth=float("inf") if comm is not None else tc.comm_bandwidth,
+                 send_hold=_send_hold(tl) if comm is not None else tc.send_hold)
     notes.append(f"costs from {measured} ({tl.meta.family}, {S} stages, split {list(split)}): layer "
                  f"F={kinds['F'][0]:.4g} B={kinds['B'][0]:.4g}, embedding F={kinds['F'][1]:.4g}, head "
-                 f"F={kinds['F'][2]:.4g}, message {tc.comm_latency:.4g} {tl.meta.units}")
+                 f"F={kinds['F'][2]:.4g}, message {tc.comm_latency:.4g} {tl.meta.units}"
+                 + ("" if tc.send_hold is None else
+                    f" (its SEND holds the producer's compute stream {tc.send_hold:.4g} of it)"))
     from pptl.tune.spread import fit_jitter
 
     jitter = fit_jitter(tl.events, tl.meta.extra.get("step_ms"))
@@ -251,6 +254,15 @@ def calibrate_tune(tc: TuneConfig, measured: Path) -> tuple[TuneConfig, str, lis
         if note:
             notes.append(note)
     return tc, tl.meta.units, notes
+
+
+def _send_hold(tl: Any) -> float | None:
+    """Median time a SEND of a ``sync-send`` run took on its producer's compute stream (where it
+    runs; the next compute op waits for it), or None for a run that sent beside compute."""
+    if tl.meta.extra.get("messages") != "sync-send":
+        return None
+    held = sorted(e.duration for e in tl.events if e.kind == "SEND")
+    return held[len(held) // 2] if held else None
 
 
 def _normalise_duty(tc: TuneConfig, tl: Any, split: Sequence[int], stages: dict[int, dict[str, float]],

@@ -11,8 +11,11 @@ module is where the tune model becomes such costs:
   pairs a forward of one stage with a backward of another, whose costs differ under an uneven
   split), carried as the stage's ``FB`` cost;
 - ``messages: sync-send`` (``pptl run``'s CUDA default): a SEND runs on the compute stream right
-  after the op that produced its data and the next compute op waits for it, so its time is added
-  to its producer's cost and the SEND itself takes none (the plan's message latency is 0);
+  after the op that produced its data and the next compute op waits for it, so its time on that
+  stream (``TuneConfig.send_hold``, measured by the calibrating run) is added to its producer's
+  cost; the rest of the message time, until the data is at the receiver, is the plan's SEND
+  (the consumer waits for it, the producer does not). Without a measured hold the whole message
+  time is on the producer and the SEND takes none;
 - a rank's duty factor (``device.duty_exponent``) is the plan's ``costs.rank_scale``.
 
 Every op of one (cost key, stage) must come out at one value for the plan to hold it; the families
@@ -63,12 +66,13 @@ def candidate_costs(tc: TuneConfig, schedule: Schedule, layers: tuple[int, ...])
                 if role in ("F", "G"):
                     producer[(role, d, stg, mb)] = i
     fold = tc.messages == "sync-send"
+    hold = None if tc.send_hold is None else min(tc.send_hold, comm.comm_time(comm.comm_bytes))
     if fold:
         for op in ops:
             if op.kind == "SEND":
                 j = producer.get(("F" if op.flow == "F" else "G", op.direction, op.stage, op.mb))
                 if j is not None:
-                    value[j] += comm.comm_time(op.payload)
+                    value[j] += comm.comm_time(op.payload) if hold is None else hold
     stages: dict[int, dict[str, float]] = {}
     for i, v in value.items():
         op = ops[i]
@@ -83,8 +87,12 @@ def candidate_costs(tc: TuneConfig, schedule: Schedule, layers: tuple[int, ...])
         c = tc.model.part_cost(tc.model.layer, k)
         if c is not None:
             base[k] = c
-    if fold:
+    if fold and hold is None:
         # The transfer is on its producer: the plan's SENDs take no time of their own.
         return Costs(base=base, stages=stages, comm_latency=0.0, comm_bandwidth=math.inf, comm_bytes=0.0)
+    if fold:
+        # The producer holds the stream for ``hold``; the consumer waits for the rest.
+        return Costs(base=base, stages=stages, comm_latency=max(0.0, comm.comm_latency - hold),
+                     comm_bandwidth=comm.comm_bandwidth, comm_bytes=comm.comm_bytes)
     return Costs(base=base, stages=stages, comm_latency=comm.comm_latency, comm_bandwidth=comm.comm_bandwidth,
                  comm_bytes=comm.comm_bytes)

@@ -11,7 +11,7 @@ A tune config is its own file (YAML, TOML or JSON)::
       embedding: {F: 2.0, B: 4.0, activation: 288, weight: 1024}
       head:      {F: 2.0, B: 4.0, activation: 288, weight: 1024}
       message_bytes: 16777216
-      w_activation: 0.5           # share of a layer's activation that I leaves held until W
+      w_activation: 0.5           # what I leaves held until W, as a share of F's activation (0..2)
       i_working: 0.5              # share of it I allocates on top while it runs (default 0)
       work: mlp                   # or {F: {flops: .., bytes: ..}, B: .., I: .., W: ..} (see below)
     comm: {latency: 0.02, bandwidth: 2.0e7}
@@ -133,7 +133,9 @@ class ModelDesc:
     message_bytes: float = 0.0
     """Bytes of one activation (or gradient) message between stages."""
     w_activation: float = 0.5
-    """Share of the activation that I leaves held until W (zero-bubble families)."""
+    """What I leaves held until W, as a share of the activation F keeps (zero-bubble families).
+    Above 1 where I makes more than it frees: ``pptl run``'s MLP block keeps 9h per token from F to
+    I and 10h from I to W (the weight gradients' inputs and output gradients; :mod:`pptl.run.footprint`)."""
     i_working: float = 0.0
     """Share of the stage's activation I allocates on top while it runs (the gradients W will
     need are made before the forward's saved tensors go)."""
@@ -178,6 +180,10 @@ class TuneConfig:
     messages: str = "sync-send"
     """How the runtime sends: ``sync-send`` (``pptl run``'s CUDA default: a send's time is on its
     producer's compute lane) or ``overlap`` (sends beside compute)."""
+    send_hold: float | None = None
+    """Under ``sync-send``: how long a SEND holds its producer's compute stream (``--costs-from``
+    measures it: the run's median SEND). The rest of the message time is the transfer the consumer
+    waits for and the producer does not. None: the whole message time is on the producer."""
     ilp_time_limit: float = 2.0
     """Seconds HiGHS may spend on each exact synthesised order."""
     measured_split: tuple[int, ...] | None = None
@@ -292,6 +298,11 @@ def tune_config_from_mapping(data: Mapping[str, Any], *, source: str) -> TuneCon
         source=source)
 
 
+#: Largest ``model.w_activation``: I keeps what W needs (the layer's weight-gradient inputs and its
+#: output gradients), which is at most twice what F kept for the backward.
+MAX_W_ACTIVATION = 2.0
+
+
 def _model(data: Any, source: str, workload: Workload) -> ModelDesc:
     if not isinstance(data, Mapping):
         raise InputError(f"{source}: field 'model': expected a mapping with layers and layer")
@@ -302,8 +313,9 @@ def _model(data: Any, source: str, workload: Workload) -> ModelDesc:
     if "layer" not in data:
         raise InputError(f"{source}: field 'model.layer' is required. Example: layer: {{F: 1, B: 2, activation: 1}}")
     w_act = _num(data.get("w_activation", 0.5), "model.w_activation", source)
-    if w_act > 1:
-        raise InputError(f"{source}: field 'model.w_activation': got {w_act}, expected 0..1")
+    if w_act > MAX_W_ACTIVATION:
+        raise InputError(f"{source}: field 'model.w_activation': got {w_act}, expected 0..{MAX_W_ACTIVATION:g} "
+                         f"(what I leaves held until W, as a share of F's activation)")
     return ModelDesc(
         layers=_int(data.get("layers"), "model.layers", source, lo=1, hi=100_000, required=True),
         layer=_layer(data["layer"], "model.layer", source, zero=False),

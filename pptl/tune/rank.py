@@ -121,7 +121,10 @@ def config_for(tc: TuneConfig, st: Structure, split: Split | None = None) -> Con
         workload = replace(workload, stage_layers=_run_layers(tc, split))
     return Config(schedule=st.family if st.family != "synth" else "zb-h1", pp=tc.pp,
                   microbatches=st.microbatches, vpp=st.vpp, group_size=st.group,
-                  split_backward=st.split_backward, costs=costs, w_activation=tc.model.w_activation,
+                  split_backward=st.split_backward, costs=costs,
+                  # The plan's own memory count (activation units, pptl check's limit rule) has I
+                  # free a share of F's; what I makes beyond it is in the ranking's peaks only.
+                  w_activation=min(1.0, tc.model.w_activation),
                   workload=workload, source=tc.source)
 
 

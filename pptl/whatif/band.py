@@ -61,7 +61,9 @@ def step_band(schedule: Schedule, measured: Any, source: str, *, samples: int = 
         return None
     try:
         spread = spread_from_timeline(measured, source)
-        spread = replace(spread, pp=0)  # the comparison names another plan's ranks itself
+        # the comparison names another plan's ranks itself; the plan's costs (--costs-from) hold each
+        # rank's first op of the step in its group's mean already
+        spread = replace(spread, pp=0, first={})
         if extra.get("messages") == "sync-send" and extra.get("device") not in (None, "cpu"):
             schedule = sends_on_compute(schedule)
         out = monte_carlo(schedule, None, spread, samples=samples, seed=seed, critical=False)

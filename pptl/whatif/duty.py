@@ -8,16 +8,20 @@ one alpha for every kind. The work of an op is the GEMMs its stage's role runs
 (:func:`pptl.whatif.roles.gemm_work`): the first stage's B runs one fewer, so it is not mistaken
 for a faster GPU.
 
-What the GEMM count leaves out stays in the fit: the last stage's loss (elementwise, in fp32)
-makes its F and B longer than their GEMMs say, and reads as duty. On 2 H200s (2026-11-26) B alone
-gives 0.20, F alone 0.63 (its loss is about 8% of the op), both 0.41.
+Where the run has stages without the loss on ranks of differing duty (a first and a middle stage,
+pp >= 3), only those are fitted. Otherwise what the GEMM count leaves out stays in the fit: the
+last stage's loss (elementwise, in fp32) makes its F and B longer than their GEMMs say, and reads
+as duty, the more so the closer the ranks' duty (it is divided by their difference). On 2 H200s
+(2026-11-26, each rank's first op of a step kept apart) B alone gives 0.20, F alone 0.77, both
+0.48; on a shape whose ranks' duty differed by 10% (0.80, 0.88) B 0.48, F 0.99, both 0.74.
+:func:`duty_exponent_range` gives the kinds' answers, between which each sample draws its own.
 """
 from __future__ import annotations
 
 import math
 from typing import Callable, Mapping
 
-__all__ = ["MIN_DUTY_SPREAD", "fit_duty_exponent"]
+__all__ = ["MIN_DUTY_SPREAD", "fit_duty_exponent", "duty_exponent_range"]
 
 #: Least spread of the run's ranks' duty (max / min) for which alpha is fitted, as ``pptl tune``:
 #: below it the fit divides noise by almost nothing.
@@ -46,28 +50,72 @@ def fit_duty_exponent(times: Mapping[tuple[int, str], float], stage_rank: Mappin
     Notes:
         O(stages x kinds).
     """
-    from pptl.whatif.roles import gemm_work, role_of
+    fit = _fit(times, stage_rank, duty, layers)
+    if fit is None:
+        return None
+    sxy = sum(a for a, _ in fit.values())
+    sxx = sum(b for _, b in fit.values())
+    return min(1.0, max(0.0, sxy / sxx))
+
+
+def duty_exponent_range(times: Mapping[tuple[int, str], float], stage_rank: Mapping[int, int],
+                        duty: Mapping[int, float], layers: Callable[[int], int]) -> tuple[float, float] | None:
+    """The least and the largest alpha of the kinds fitted each alone (clipped to 0..1): how far
+    the run leaves alpha open. Every kind's fit is an answer the run supports as well as the
+    pooled one; they differ where the GEMM count misses part of an op's work (the last stage's
+    loss weighs more in its F than in its B), and the run cannot say which is right.
+
+    Returns:
+        (low, high), or None where :func:`fit_duty_exponent` fits nothing. With one kind fitted,
+        (alpha, alpha).
+
+    Example: F times 1.0 and 2 ** 0.6, B times 2.0 and 2 * 2 ** 0.2 (same work) on ranks busy 0.5
+    and 1.0: (0.2, 0.6), and the pooled alpha 0.4 in the middle.
+    """
+    fit = _fit(times, stage_rank, duty, layers)
+    if fit is None:
+        return None
+    each = [min(1.0, max(0.0, a / b)) for a, b in fit.values()]
+    return min(each), max(each)
+
+
+def _fit(times: Mapping[tuple[int, str], float], stage_rank: Mapping[int, int], duty: Mapping[int, float],
+         layers: Callable[[int], int]) -> dict[str, tuple[float, float]] | None:
+    """Per kind timed on ranks of differing duty: (sum of dx dy, sum of dx dx) of its points
+    (log duty, log time per GEMM) about their means; None where the run's duty spread is under
+    :data:`MIN_DUTY_SPREAD` or no kind has two such points."""
+    from pptl.whatif.roles import role_of
 
     if not times:
         return None
     n = max(s for s, _ in times) + 1
+    # The last stage's loss is no GEMM: where stages without it span enough duty on their own (a
+    # first and a middle stage on ranks of differing duty, pp >= 3), they alone tell the duty.
+    lossless = {k: v for k, v in times.items() if role_of(k[0], n) in ("first", "middle")}
+    fit = _fit_points(lossless, stage_rank, duty, layers, n)
+    return fit if fit is not None else _fit_points(times, stage_rank, duty, layers, n)
+
+
+def _fit_points(times: Mapping[tuple[int, str], float], stage_rank: Mapping[int, int], duty: Mapping[int, float],
+                layers: Callable[[int], int], n: int) -> dict[str, tuple[float, float]] | None:
+    from pptl.whatif.roles import gemm_work, role_of
+
     per_kind: dict[str, list[tuple[float, float]]] = {}
     for (s, k), t in times.items():
         u = duty.get(stage_rank.get(s, -1), 0.0)
         w = gemm_work(k, role_of(s, n), int(layers(s))) if k in _KINDS else None
         if w and t > 0 and u > 0:
             per_kind.setdefault(k, []).append((math.log(u), math.log(t / w)))
-    sxy = sxx = 0.0
+    out: dict[str, tuple[float, float]] = {}
     lo, hi = math.inf, -math.inf
-    for pts in per_kind.values():
+    for k, pts in per_kind.items():
         xs = [x for x, _ in pts]
         if len(pts) < 2 or max(xs) - min(xs) < 1e-12:
             continue
         lo, hi = min(lo, min(xs)), max(hi, max(xs))
         mx = sum(xs) / len(xs)
         my = sum(y for _, y in pts) / len(pts)
-        sxy += sum((x - mx) * (y - my) for x, y in pts)
-        sxx += sum((x - mx) ** 2 for x in xs)
-    if sxx <= 0 or hi - lo < math.log(MIN_DUTY_SPREAD) - 1e-12:  # a spread of exactly 1.05 counts
+        out[k] = (sum((x - mx) * (y - my) for x, y in pts), sum((x - mx) ** 2 for x in xs))
+    if not out or hi - lo < math.log(MIN_DUTY_SPREAD) - 1e-12:  # a spread of exactly 1.05 counts
         return None
-    return min(1.0, max(0.0, sxy / sxx))
+    return out

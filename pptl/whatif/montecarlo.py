@@ -4,7 +4,9 @@ The graph is the simulator's (:func:`pptl.dag.successors`: data facts plus lane 
 the order it is walked in (:func:`pptl.dag.kahn_order`). Each op holds a vector of ``samples``
 ends: its start is the largest end among its predecessors (0 without any), its end that plus its
 drawn duration. The mean durations are the simulator's for the same costs (context hooks
-included), so a spread that draws every factor as 1 gives the simulator's makespan exactly.
+included), so a spread that draws every factor as 1 gives the simulator's makespan exactly
+(a measured spread's first-op extra and SEND hold, ``Spread.first`` and ``Spread.send_hold``, are
+what the simulator does not model).
 
 Memory: an op's vector of ends lives only until its last successor has read it (slots are
 reused), and of the ops with two predecessors or more, which one each sample waited for (one byte
@@ -13,8 +15,9 @@ critical path, walked back from the op that ends last, passes through it.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from pptl.config import Costs
 from pptl.errors import InputError, InvalidScheduleError
@@ -98,19 +101,43 @@ def monte_carlo(schedule: Schedule, costs: Costs | None = None, spread: Spread |
     if n * samples > MAX_CELLS:
         raise InputError(f"--samples: {samples:,} samples of {n:,} ops is more than {MAX_CELLS:,} op draws; "
                          f"take fewer samples")
+    moved: dict[int, float] = {}
     if spread.duty_exponent > 0:
-        costs = _at_plan_duty(schedule, costs, spread)
+        costs, moved = _at_plan_duty(schedule, costs, spread)
     sim = simulate(schedule, costs)
     base = np.asarray(sim.end, dtype=np.float64) - np.asarray(sim.start, dtype=np.float64)
     ops = _OpColumns.of(schedule)
-    draw = _Draw.of(schedule, ops, base, spread, samples, seed)
     g = _Graph.of(schedule)
+    if spread.send_hold > 0:
+        base = _sends_hold(schedule, base, ops, g, spread.send_hold)
+    draw = _Draw.of(schedule, ops, base, spread, samples, seed, moved)
     span, last, via2, viam, busy = _walk(g, draw, ops, samples)
     crit = _criticality(g, via2, viam, last, samples) if critical and n else np.zeros(n)
     offset = draw.offsets()
     start, end = _mean_times(g, base * draw.scale + draw.add)
     return Samples(makespan=span + offset, busy=busy, span=span, critical=crit, planned=float(sim.makespan),
                    seed=seed, planned_start=start, planned_end=end)
+
+
+def _sends_hold(schedule: Schedule, base: Any, ops: "_OpColumns", g: "_Graph", hold: float) -> Any:
+    """``base`` with each SEND the lane order puts on a compute lane (:mod:`pptl.whatif.lanes`)
+    held ``hold`` at most, and the rest of its time (the message's, SEND start to data) on its
+    RECV: the lane is free again once the send is issued, the receiver still waits for the data."""
+    import numpy as np
+
+    out = base.copy()
+    on = [i for (_, lane), order in schedule.lanes.items() if lane == _COMPUTE for i in order]
+    lane_ops = np.zeros(base.size, dtype=bool)
+    lane_ops[np.asarray(on, dtype=np.int64)] = True
+    send = np.flatnonzero(lane_ops & (ops.kind_arr == "SEND"))
+    out[send] = np.minimum(base[send], hold)
+    is_send = np.zeros(base.size, dtype=bool)
+    is_send[send] = True
+    for v in np.flatnonzero(ops.kind_arr == "RECV").tolist():
+        for u in g.preds[g.bounds[v]:g.bounds[v + 1]].tolist():
+            if is_send[u]:
+                out[v] += base[u] - out[u]
+    return out
 
 
 def _mean_times(g: "_Graph", dur: Any) -> tuple[Any, Any]:
@@ -127,15 +154,17 @@ def _mean_times(g: "_Graph", dur: Any) -> tuple[Any, Any]:
     return np.asarray(start), np.asarray(end)
 
 
+_COMPUTE = "compute"
 #: Most simulate -> duty -> rescale passes (they stop once no rank's duty moves by 1e-4), as pptl tune.
 _DUTY_PASSES = 8
 
 
-def _at_plan_duty(schedule: Schedule, costs: Costs | None, spread: Spread) -> Costs:
+def _at_plan_duty(schedule: Schedule, costs: Costs | None, spread: Spread) -> tuple[Costs, dict[int, float]]:
     """``costs`` (measured at the run's duty) with each rank's compute scaled to the plan's duty:
     ``(max(u_plan, u_min) / u_run) ** alpha``, iterated to a fixed point (the duty depends on the
     timing), where ``u_min`` is the run's least busy rank's duty. A straggler's factor slows its
-    rank's lane but is no work: its holds count as idle.
+    rank's lane but is no work: its holds count as idle. Also rank -> ``log(max(u_plan, u_min) /
+    u_run)`` at the fixed point, what a sample's own alpha multiplies (``Spread.duty_range``).
 
     Raises:
         InputError: no measured duty to start from (the spread was not measured).
@@ -173,7 +202,8 @@ def _at_plan_duty(schedule: Schedule, costs: Costs | None, spread: Spread) -> Co
         if done:
             break
     merged = {r: own.get(r, 1.0) * scale.get(r, 1.0) for r in set(own) | set(scale)}
-    return replace(costs, rank_scale=merged)
+    moved = {r: math.log(max(u, floor) / spread.duty[r]) for r, u in duty.items() if spread.duty.get(r, 0.0) > 0}
+    return replace(costs, rank_scale=merged), moved
 
 
 @dataclass(frozen=True)
@@ -184,6 +214,8 @@ class _OpColumns:
     compute: Any
     kind: list[str]
     pp: int
+    kind_arr: Any
+    """``kind`` as an array (for masks)."""
 
     @staticmethod
     def of(schedule: Schedule) -> "_OpColumns":
@@ -194,20 +226,25 @@ class _OpColumns:
         t = table_of(schedule)
         compute = np.isin(t.lane, [k for k, name in enumerate(t.lane_names) if name == "compute"])
         pp = max(schedule.pp, int(t.rank.max()) + 1 if t.n else 0)
-        return _OpColumns(t.rank, t.stage, t.mb, compute, t.strings("kind"), pp)
+        kinds = t.strings("kind")
+        return _OpColumns(t.rank, t.stage, t.mb, compute, kinds, pp, np.asarray(kinds, dtype=object))
 
 
 class _Draw:
     """The durations of one block of ops (in walk order), all samples at once."""
 
     def __init__(self, base: Any, gid: Any, tables: Any, step: Any, spread: Spread, scale: Any, add: Any,
-                 compute: Any, rng: Any, samples: int) -> None:
+                 compute: Any, rng: Any, samples: int, duty_log: Any = None, dalpha: Any = None) -> None:
         self.base, self.gid, self.tables, self.step = base, gid, tables, step
         self.spread, self.scale, self.add, self.compute = spread, scale, add, compute
         self.rng, self.samples = rng, samples
+        self.duty_log, self.dalpha = duty_log, dalpha
+        """(ops,) log of each op's duty move, and (samples,) each sample's alpha minus the one the
+        mean durations were scaled with: the op's factor is ``exp(duty_log * dalpha)``."""
 
     @staticmethod
-    def of(schedule: Schedule, ops: _OpColumns, base: Any, spread: Spread, samples: int, seed: int) -> "_Draw":
+    def of(schedule: Schedule, ops: _OpColumns, base: Any, spread: Spread, samples: int, seed: int,
+           moved: Mapping[int, float] | None = None) -> "_Draw":
         import numpy as np
 
         n = base.size
@@ -237,11 +274,31 @@ class _Draw:
             if s.delay:
                 add[rows & ((ops.mb == s.mb) if s.mb is not None else True)] += delay_in(s, spread.units or
                                                                                           _units(schedule))
+        if spread.first:
+            for (rank, lane), order in schedule.lanes.items():
+                if lane == _COMPUTE and order and rank in spread.first:
+                    add[order[0]] += spread.first[rank]
         rng = np.random.default_rng(seed)
         step = None
         if spread.step is not None:
             step = _fine([spread.step.values])[rng.integers(0, _FINE, samples)]
-        return _Draw(base, gid, _fine(tables), step, spread, scale, add, ops.compute, rng, samples)
+        duty_log = dalpha = None
+        rg = spread.duty_range
+        if spread.duty_exponent > 0 and rg is not None and rg[1] > rg[0]:
+            # Drawn after the step factor, so a spread without a range draws every other number as before.
+            dalpha = rng.uniform(rg[0], rg[1], samples) - spread.duty_exponent
+            by_rank = np.zeros(ops.pp)
+            for r, v in (moved or {}).items():
+                if 0 <= r < ops.pp:
+                    by_rank[r] = v
+            by_stage = np.zeros(int(ops.stage.max()) + 2 if ops.stage.size else 1)
+            for st, v in spread.duty_moves.items():
+                if 0 <= st < by_stage.size - 1:
+                    by_stage[st] = v
+            duty_log = np.where(ops.compute, by_rank[ops.rank] + by_stage[ops.stage], 0.0)
+            if not duty_log.any():
+                duty_log = dalpha = None
+        return _Draw(base, gid, _fine(tables), step, spread, scale, add, ops.compute, rng, samples, duty_log, dalpha)
 
     def block(self, rows: Any) -> Any:
         """(len(rows), samples) durations of the ops ``rows``."""
@@ -259,6 +316,11 @@ class _Draw:
             f = self.tables[pick]
             f *= col[drawn] if self.step is None else col[drawn] * self.step[None, :]
             d[drawn] = f
+        if self.dalpha is not None:
+            lg = self.duty_log[rows]
+            on = np.flatnonzero(lg)
+            if on.size:
+                d[on] *= np.exp(lg[on][:, None] * self.dalpha[None, :])
         if self.spread.jitter is not None and self.spread.jitter.sd > 0:
             timed = np.flatnonzero(d[:, 0] > 0)  # an op of no time stays so (a RECV: its SEND carries it)
             z = self.rng.standard_normal((timed.size, s))

@@ -32,8 +32,10 @@ def report_lines(outcomes: Sequence[PlanOutcome], spread: Spread, *, top: int = 
     units = outcomes[0].units
     lines = [f"{n} samples, seed {outcomes[0].samples.seed}; spread: {spread.describe()}"]
     if any(o.sends_on_compute for o in outcomes):
-        lines.append("note: the run sent on the compute stream (sync-send): each SEND holds its rank's compute lane, "
-                     "as it ran")
+        hold = max(o.spread.send_hold for o in outcomes)
+        held = f" for {hold:.3g} {units} (the rest of the message is its RECV's)" if hold > 0 else ""
+        lines.append(f"note: the run sent on the compute stream (sync-send): each SEND holds its rank's compute "
+                     f"lane{held}, as it ran")
     width = max(12, *(len(o.name) for o in outcomes))
     lines.append(f"{'plan':<{width}}{'planned':>10}{'mean':>10}{'p50':>10}{'p95':>10}{'p99':>10}{'p95/p50':>9}"
                  f"   (makespan, {units})")

@@ -19,6 +19,7 @@ a plan stage takes its costs from.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -160,7 +161,13 @@ def by_role(costs: Costs, spread: Spread, srcs: Sequence[Source], *, plan_rank: 
     alpha, duty = spread.duty_exponent, spread.duty
     stages: dict[int, dict[str, float]] = {}
     tables: dict[tuple[int, str], Quantiles] = {}
+    moves: dict[int, float] = {}
     for src in srcs:
+        logs = [math.log(u_dst / u_src) for s in src.stages
+                if (u_src := duty.get(run_rank.get(s, -1), 0.0)) > 0
+                and (u_dst := duty.get(plan_rank.get(src.stage, -1), 0.0)) > 0]
+        if alpha > 0 and logs and any(logs):
+            moves[src.stage] = sum(logs) / len(logs)
         keys = sorted({k for s in src.stages for k in costs.stages.get(s, {})})
         row: dict[str, float] = {}
         for k in keys:
@@ -179,4 +186,4 @@ def by_role(costs: Costs, spread: Spread, srcs: Sequence[Source], *, plan_rank: 
         for (s, k), q in spread.stages.items():
             if s == src.stages[0]:
                 tables[(src.stage, k)] = q
-    return replace(costs, stages=stages), replace(spread, stages=tables)
+    return replace(costs, stages=stages), replace(spread, stages=tables, duty_moves=moves)

@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 from pptl.errors import InputError
 
 __all__ = ["QUANTILE_POINTS", "Quantiles", "Jitter", "Straggler", "Spread", "parse_jitter", "parse_straggler",
-           "spread_from_timeline", "delay_in", "parse_duty_exponent", "MAX_STEP_RECORDS"]
+           "spread_from_timeline", "first_ops", "delay_in", "parse_duty_exponent", "MAX_STEP_RECORDS"]
 
 #: Points of every quantile table (0, 1/(Q-1), ..., 1): percentiles, min and max included.
 QUANTILE_POINTS = 101
@@ -113,6 +113,24 @@ class Spread:
     a plan's ranks run their compute at ``(u_plan / u_run) ** alpha`` of the run's op times. 0: off."""
     duty_learnt: bool = False
     """``duty_exponent`` was learnt from the measured run (:mod:`pptl.whatif.duty`), not given."""
+    duty_range: tuple[float, float] | None = None
+    """Where the run leaves alpha (:func:`pptl.whatif.duty.duty_exponent_range`): each sample draws
+    its own alpha uniformly in it, so a plan's band holds what the run cannot tell of how op times
+    move with duty (None or a point: every sample at ``duty_exponent``)."""
+    first: Mapping[int, float] = field(default_factory=dict)
+    """Rank -> how much longer (in ``units``) the run's first compute op of a step on that rank ran
+    than the other ops of its stage and kind: the op right after the barrier that opens each step
+    pays it once a step whatever the plan, so it is kept apart from its group's mean and factors
+    and added to the first compute op of the rank in a plan."""
+    send_hold: float = 0.0
+    """How long a SEND held its rank's compute lane (a run that sent on the compute stream, CUDA
+    ``sync-send``: the median measured SEND, in ``units``); the rest of the message's time, from the
+    SEND's start to the data at the receiver, goes to its RECV, off the compute lane. 0: a SEND
+    holds its lane for the whole message."""
+    duty_moves: Mapping[int, float] = field(default_factory=dict)
+    """Stage -> log(u_run[rank that runs it] / u_run[rank it was measured on]): the duty move of a
+    cost taken from another rank's stage (:func:`pptl.whatif.roles.by_role`), which a sample's own
+    alpha scales too."""
 
     @property
     def measured(self) -> bool:
@@ -132,7 +150,9 @@ class Spread:
         if self.duty_exponent > 0:
             busy = ", ".join(f"{u:.2f}" for _, u in sorted(self.duty.items()))
             how = "learnt from the run, whose" if self.duty_learnt else "the run's"
-            parts.append(f"duty exponent {self.duty_exponent:.2f} ({how} ranks busy {busy})")
+            span = (f", each sample's drawn in {self.duty_range[0]:.2f}-{self.duty_range[1]:.2f}"
+                    if self.duty_range is not None and self.duty_range[1] > self.duty_range[0] else "")
+            parts.append(f"duty exponent {self.duty_exponent:.2f} ({how} ranks busy {busy}{span})")
         if self.jitter is not None:
             parts.append(f"jitter {100 * self.jitter.sd:g}%")
         for s in self.stragglers:
@@ -263,10 +283,19 @@ def spread_from_timeline(tl: Any, source: str) -> Spread:
     keys = [(e.stage, e.kind) for e in evs]
     group = {k: g for g, k in enumerate(dict.fromkeys(keys))}
     gid = np.array([group[k] for k in keys])
-    sums = np.bincount(gid, weights=d.sum(axis=1), minlength=len(group))
-    counts = np.bincount(gid, minlength=len(group)) * d.shape[1]
+    lead = first_ops(tl)
+    first = np.array([e.op in lead for e in evs], dtype=bool)
+    alone = np.bincount(gid, weights=~first, minlength=len(group)) == 0  # a group of its first op only
+    kept = ~first | alone[gid]
+    sums = np.bincount(gid[kept], weights=d[kept].sum(axis=1), minlength=len(group))
+    counts = np.bincount(gid[kept], minlength=len(group)) * d.shape[1]
     mean = sums / np.maximum(counts, 1)
     expected = mean[gid]  # (ops,) planned-by-mean duration of each op
+    lead_extra: dict[int, float] = {}
+    for i in np.flatnonzero(~kept).tolist():
+        own = float(d[i].mean())
+        lead_extra[evs[i].rank] = own - float(expected[i])
+        expected[i] = own  # the step factor sees the first op as it ran
     step = None
     offset: tuple[float, ...] = ()
     steps_ms = _floats(extra.get("step_ms"))
@@ -288,13 +317,23 @@ def spread_from_timeline(tl: Any, source: str) -> Spread:
     stages: dict[tuple[int, str], Quantiles] = {}
     per_rank: dict[tuple[int, str], list[Any]] = {}
     for k, g in group.items():
-        rows = resid[gid == g]
+        rows = resid[(gid == g) & kept]
         stages[k] = Quantiles.of(rows)
-    for e, row in zip(evs, resid):
-        per_rank.setdefault((e.rank, e.kind), []).append(row)
+    for e, row, keep in zip(evs, resid, kept.tolist()):
+        if keep:
+            per_rank.setdefault((e.rank, e.kind), []).append(row)
     ranks = {k: Quantiles.of(np.concatenate(v)) for k, v in per_rank.items()}
     return Spread(stages=stages, ranks=ranks, step=step, offset=offset, units=tl.meta.units, source=source,
-                  pp=int(tl.meta.pp or (max(e.rank for e in tl.events) + 1)), duty=_duty(tl))
+                  pp=int(tl.meta.pp or (max(e.rank for e in tl.events) + 1)), duty=_duty(tl), first=lead_extra)
+
+
+def first_ops(tl: Any) -> set[str]:
+    """Ids of each rank's first compute op with a stage (the earliest start) in a timeline."""
+    lead: dict[int, Any] = {}
+    for e in tl.events:
+        if e.lane == _COMPUTE and e.stage >= 0 and (e.rank not in lead or e.start < lead[e.rank].start):
+            lead[e.rank] = e
+    return {e.op for e in lead.values()}
 
 
 def _duty(tl: Any) -> dict[int, float]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from pptl.config import Costs
 from pptl.errors import InputError
@@ -29,6 +29,8 @@ class Measured:
     """The run sent on the compute stream (CUDA, ``sync-send``): plans are sampled so."""
     stage_rank: Mapping[int, int] = field(default_factory=dict)
     """Stage -> the rank that ran it."""
+    send_hold: float = 0.0
+    """Median measured SEND (``Spread.send_hold``), where the run sent on the compute stream."""
     layers: Callable[[int], int] | None = None
     """Stage -> MLP blocks of the run's workload (:func:`pptl.whatif.roles.layers_from_mapping`);
     None where the run does not say (an imported profiler trace): the plan's are taken."""
@@ -79,8 +81,27 @@ def load_measured(path: Path) -> Measured:
 
     stage_rank = {e.stage: e.rank for e in tl.events if e.lane == "compute" and e.stage >= 0}
     wl = extra.get("workload")
-    return Measured(costs_from_mapping(costs_from_timeline(tl), source=str(path)), spread, sync, stage_rank,
+    costs = _without_first_ops(costs_from_timeline(tl), tl)
+    sends = sorted(e.duration for e in tl.events if e.kind == "SEND") if sync else []
+    hold = sends[len(sends) // 2] if sends else 0.0
+    return Measured(costs_from_mapping(costs, source=str(path)), spread, sync, stage_rank, hold,
                     layers_from_mapping(wl) if isinstance(wl, Mapping) else None)
+
+
+def _without_first_ops(costs: dict[str, Any], tl: Any) -> dict[str, Any]:
+    """``costs`` with each (stage, kind) that holds a rank's first compute op of the step timed
+    by its other ops: the spread adds the first op's extra itself (``Spread.first``)."""
+    from pptl.whatif.spread import first_ops
+
+    lead = first_ops(tl)
+    events = [e for e in tl.events if e.lane == "compute" and e.stage >= 0]
+    stages = costs.get("stages")
+    for e0 in (e for e in events if e.op in lead):
+        rest = [e.duration for e in events if (e.stage, e.kind) == (e0.stage, e0.kind) and e.op != e0.op]
+        row = stages.get(e0.stage) if isinstance(stages, dict) else None
+        if rest and isinstance(row, dict) and e0.kind in row:
+            row[e0.kind] = sum(rest) / len(rest)
+    return costs
 
 
 def study(schedule: Schedule, name: str, spread: Spread, *, costs: Costs | None = None, samples: int = 1000,
@@ -113,10 +134,12 @@ def study_plans(paths: Sequence[Path], *, measured: Path | None = None, samples:
     learnt = duty_exponent is None
     if learnt and m is None:
         raise InputError("--duty-exponent learn: needs --from a measured run (it is learnt from the run's ranks)")
+    duty_range = None
     if duty_exponent is None:
-        duty_exponent = (_learnt_duty_exponent(m) if m is not None else None) or 0.0
+        duty_exponent, duty_range = _learnt_duty_exponent(m) if m is not None else (None, None)
+        duty_exponent = duty_exponent or 0.0
     spread = replace(m.spread if m is not None else Spread(), jitter=jitter, stragglers=tuple(stragglers),
-                     duty_exponent=duty_exponent, duty_learnt=learnt)
+                     duty_exponent=duty_exponent, duty_learnt=learnt, duty_range=duty_range)
     out = []
     for p in paths:
         loaded = load_any(p)
@@ -128,6 +151,8 @@ def study_plans(paths: Sequence[Path], *, measured: Path | None = None, samples:
 
             schedule = sends_on_compute(schedule)
         costs, spread_p = (None, spread) if m is None else _by_role(schedule, m, spread)
+        if m is not None and schedule is not loaded.schedule:
+            spread_p = replace(spread_p, send_hold=m.send_hold)
         o = study(schedule, str(p), spread_p, costs=costs, samples=samples, seed=seed)
         out.append(replace(o, sends_on_compute=schedule is not loaded.schedule))
     return out
@@ -156,12 +181,14 @@ def _by_role(schedule: Schedule, m: Measured, spread: Spread) -> tuple[Costs, Sp
     return by_role(m.costs, spread, srcs, plan_rank=plan_rank, run_rank=m.stage_rank)
 
 
-def _learnt_duty_exponent(m: Measured) -> float | None:
-    """alpha from the run's ranks; None without its workload (a profiler trace of another model:
-    the GEMM count that separates a stage's role from its rank's duty does not hold)."""
-    from pptl.whatif.duty import fit_duty_exponent
+def _learnt_duty_exponent(m: Measured) -> tuple[float | None, tuple[float, float] | None]:
+    """alpha from the run's ranks, and the range its kinds fitted alone leave it in
+    (:func:`pptl.whatif.duty.duty_exponent_range`); None without its workload (a profiler trace of
+    another model: the GEMM count that separates a stage's role from its rank's duty does not hold)."""
+    from pptl.whatif.duty import duty_exponent_range, fit_duty_exponent
 
     if m.layers is None:
-        return None
+        return None, None
     times = {(s, k): v for s, k in m.spread.stages if (v := m.costs.lookup(k, s)) is not None}
-    return fit_duty_exponent(times, m.stage_rank, m.spread.duty, m.layers)
+    args = (times, m.stage_rank, m.spread.duty, m.layers)
+    return fit_duty_exponent(*args), duty_exponent_range(*args)
