@@ -57,7 +57,8 @@ def main() -> int:
 
         def once(chunk, x, target, dy, stage=stage) -> tuple[int, int]:  # type: ignore[no-untyped-def]
             before = allocated()
-            act = forward(chunk, x, needs_input_grad=stage > 0, keep_linears=False, target=target, scale=0.125)
+            # keep_linears: the executor's B is I then W on a forward that kept its Linears
+            act = forward(chunk, x, needs_input_grad=stage > 0, keep_linears=True, target=target, scale=0.125)
             at_b = allocated()
             if cuda:
                 torch.cuda.reset_peak_memory_stats(dev)

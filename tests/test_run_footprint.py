@@ -35,8 +35,8 @@ def test_footprint_of_the_gpu_benchmark_chunk():
 def test_footprint_one_block_and_an_empty_stage():
     one = Workload(hidden=8, tokens=4, layers_per_stage=1, stage_layers=(1, 0), dtype="bfloat16")
     u = 4 * 8 * 2
-    # B: da (4 units) + dW (4h x h = 256 elements) + db (8), in bfloat16: 256 + 512 + 16.
-    assert chunk_footprint(one, 0, last=False) == Footprint(8 * u, 8 * u, 784)
+    # B (I then W) in its one block: da and du, 4 units each: 1 + 7 units.
+    assert chunk_footprint(one, 0, last=False) == Footprint(8 * u, 8 * u, 8 * u)
     empty = chunk_footprint(one, 1, last=True)
     # The residual only, nothing to split; B is the loss's four float32 tensors: 4 * 32 * 4 bytes.
     assert (empty.forward, empty.until_w, empty.full_backward) == (4 * 32, 0, 512)
@@ -44,20 +44,21 @@ def test_footprint_one_block_and_an_empty_stage():
 
 
 def test_full_backward_by_hand():
-    # SMALL (float32, h 8, 4 tokens): da is 4 units (512 bytes), dW 4h x h = 256 elements (1024),
-    # db 8 (32): 1568. The last stage: the residual (128) goes and the output's gradient (128)
-    # comes: 1568 again, above the loss's 4 x 128.
-    assert chunk_footprint(SMALL, 0, last=False).full_backward == 512 + 1024 + 32 == 1568
-    assert chunk_footprint(SMALL, 2, last=True).full_backward == 1568
-    # bfloat16, h = tokens = 16: the block is 4 units (2048 bytes) + 1024 + 16 elements (2080) = 4128;
-    # on the last stage 4128 + 512 - 1024 = 3616, under the loss's four float32 tensors, 4096.
+    # SMALL (float32, h 8, 4 tokens, 3 blocks; a unit is 128 bytes): I in the chunk's first block
+    # holds its da and du (8 units) and a unit kept net for each of the 2 blocks above: 10 units.
+    # The last stage: the residual (128) goes and the output's gradient (128) comes: 1280 again,
+    # above the loss's 4 x 128.
+    assert chunk_footprint(SMALL, 0, last=False).full_backward == 10 * 128 == 1280
+    assert chunk_footprint(SMALL, 2, last=True).full_backward == 1280
+    # bfloat16, h = tokens = 16, 2 blocks (a unit is 512 bytes): 9 units, 4608; on the last stage
+    # 4608 + 512 - 1024 = 4096, equal to the loss's four float32 tensors.
     sq = Workload(hidden=16, tokens=16, layers_per_stage=2, dtype="bfloat16")
-    assert chunk_footprint(sq, 0, last=False).full_backward == 4128
+    assert chunk_footprint(sq, 0, last=False).full_backward == 4608
     assert chunk_footprint(sq, 1, last=True).full_backward == 4096
-    # The GPU benchmark's chunk: 32 MiB of da + 32 MiB of dW + 4 KiB of db; the loss's 64 MiB last.
+    # The GPU benchmark's chunk, 8 blocks of 8 MiB units: 15 units, 120 MiB; last 120 + 8 - 16.
     gpu = Workload(hidden=2048, tokens=2048, layers_per_stage=8, dtype="bfloat16")
-    assert chunk_footprint(gpu, 0, last=False).full_backward == 64 * 2**20 + 4096
-    assert chunk_footprint(gpu, 1, last=True).full_backward == 64 * 2**20
+    assert chunk_footprint(gpu, 0, last=False).full_backward == 120 * 2**20
+    assert chunk_footprint(gpu, 1, last=True).full_backward == 112 * 2**20
 
 
 def _storages(tensors, skip):
@@ -122,24 +123,26 @@ def _allocations(prof, name):
     return sorted(out), span
 
 
+@pytest.mark.parametrize("layers", [1, 2, 4], ids=["1-block", "2-blocks", "4-blocks"])
 @pytest.mark.parametrize("hidden,tokens,dtype", [(8, 4, "float32"), (16, 16, "bfloat16"), (32, 8, "float32")],
                          ids=["small-f32", "square-bf16", "wide-f32"])
 @pytest.mark.parametrize("stage,last", [(0, False), (1, False), (1, True)], ids=["first", "middle", "last"])
-def test_full_backward_allocates_what_the_footprint_counts(hidden, tokens, dtype, stage, last):
-    """The CPU allocator's own count: the most bytes live during B above what was live at its
-    start, every allocation and free recorded by the profiler from before the forward on."""
+def test_full_backward_allocates_what_the_footprint_counts(hidden, tokens, dtype, stage, last, layers):
+    """The CPU allocator's own count: the most bytes live during B (I then W, after a forward that
+    kept its Linears, as the executor runs it) above what was live at its start, every allocation
+    and free recorded by the profiler from before the forward on."""
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile, record_function
 
     from pptl.run.model import DTYPES, backward_full, forward, make_chunk
 
-    w = Workload(hidden=hidden, tokens=tokens, layers_per_stage=2, dtype=dtype)
+    w = Workload(hidden=hidden, tokens=tokens, layers_per_stage=layers, dtype=dtype)
     chunk = make_chunk(w, stage, torch.device("cpu"))
     x = torch.randn(tokens, hidden).to(DTYPES[dtype])
     target = torch.randn(tokens, hidden).to(DTYPES[dtype]) if last else None
     dy = None if last else torch.randn(tokens, hidden).to(DTYPES[dtype])
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        act = forward(chunk, x, needs_input_grad=stage > 0, keep_linears=False, target=target, scale=1.0)
+        act = forward(chunk, x, needs_input_grad=stage > 0, keep_linears=True, target=target, scale=1.0)
         with record_function("pptl-test-B"):
             backward_full(chunk, act, dy)
         del act
@@ -168,8 +171,8 @@ def _plan(cfg):
 def test_planned_peaks_by_hand():
     # 1F1B, 2 ranks: rank 0 holds 2 forwards of stage 0 (26 units each) when B of micro-batch 0
     # starts, rank 1 one of the last stage (26 units and the 128-byte residual); each B's own
-    # working set is 1568 bytes on top.
-    assert _plan({"schedule": "1f1b", "pp": 2, "microbatches": 4}) == {0: 2 * 3328 + 1568, 1: 3456 + 1568}
+    # working set (I then W, 3 blocks) is 10 units, 1280 bytes, on top.
+    assert _plan({"schedule": "1f1b", "pp": 2, "microbatches": 4}) == {0: 2 * 3328 + 1280, 1: 3456 + 1280}
     # ZB-H1: rank 0 runs F0 F1 I0 W0 F2 ...: at I0's end one chunk waits for W (28 units) beside F1's
     # (26); rank 1 runs F0 I0 F1 I1 W0 ...: two chunks wait for W (29 units each on the last stage).
     assert _plan({"schedule": "zb-h1", "pp": 2, "microbatches": 4, "split_backward": True}) == \

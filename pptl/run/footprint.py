@@ -18,22 +18,26 @@ and makes ``du`` and ``dd`` (5). The plan's memory model says this with ``w_acti
 until_w / forward (above 1 here: 78/71 for 8 blocks); the weight gradients' inputs are what the
 split keeps, whatever share of the forward's tensors they are.
 
-- **While a full backward (B) runs**, beyond the forward's tensors: autograd frees a block's saved
-  tensors as it leaves it, so B is busiest in the first block it visits (the chunk's last), where
-  the second Linear's backward returns ``da`` (4 units), its weight gradient (``4h x h``) and its
-  bias gradient (``h``) at once, before ``a`` goes and the gradients are added into ``.grad``
-  (in place). On the last stage the loss comes first: the mean's gradient, ``r ** 1``, ``2 r`` and
-  their product with the gradient, four ``tokens x hidden`` float32 tensors beside the residual
-  ``r``; then ``r`` goes and the output's gradient (1 unit) arrives, and the block's peak sits on
-  that. B holds the larger of the two.
+- **While a full backward (B) runs**, beyond the forward's tensors: B is I then W
+  (:mod:`pptl.run.model`). I frees a block's saved tensors as it leaves it and keeps, for W, each
+  block's ``du`` (4 units) and ``dd`` (1): a unit a block net of the GELU input ``u`` (4) it frees.
+  It is busiest in the last block it visits (the chunk's first), where the ``da`` and ``du`` it makes
+  (4 units each) sit beside what it kept from the ``L - 1`` blocks above: ``L + 7`` units. W adds each
+  weight gradient into ``.grad`` by its GEMM and makes no tensor of that size. On the last stage the
+  loss comes first: the mean's gradient, ``r ** 1``, ``2 r`` and their product with the gradient, four
+  ``tokens x hidden`` float32 tensors beside the residual ``r``; then ``r`` goes and the output's
+  gradient (1 unit) arrives, and the blocks' peak sits on that. B holds the larger of the two.
 
 Not counted: what I makes and frees while it runs (``da``), the GEMM libraries' workspaces (cuBLAS
 and cuBLASLt keep one per handle and stream for the life of the process), 0-dim scalars, and the
 message buffers (``pptl run`` keeps every SEND and RECV tensor to the step's end).
 
 NOTE: the CPU allocator frees what autograd frees, in its order, and matches ``full_backward`` byte
-for byte; on an H200 (torch 2.11) B's peak was 64-72 MiB above it at hidden 2048 (8-9 units: as if
-the first block's frees came late), measured by ``bench/gpu_backward_peak.py`` (docs/benchmarks.md).
+for byte (``tests/test_run_footprint.py``, 1 to 4 blocks). Before B ran as I then W it was one
+autograd pass, busiest where the second Linear's backward returned ``da``, its weight gradient
+(``4h x h``) and bias gradient at once (4 units and a weight): on an H200 (torch 2.11) that B's peak
+was 64-72 MiB above the count at hidden 2048, measured by ``bench/gpu_backward_peak.py``
+(docs/benchmarks.md); this B is not measured on a GPU yet.
 """
 from __future__ import annotations
 
@@ -81,9 +85,8 @@ def chunk_footprint(workload: Workload, stage: int, *, last: bool) -> Footprint:
         return Footprint(4 * unit if last else 0, 0, loss)
     forward = (_SAVED * layers - 1) * unit * e + (4 * unit if last else 0)
     until_w = (_UNTIL_W * layers - 1 - (0 if last else 1)) * unit * e
-    h = workload.hidden
-    # The chunk's last block: the second Linear's backward returns da (4 units), dW (4h x h) and db (h).
-    block = 4 * unit * e + (4 * h * h + h) * e
+    # I in the chunk's first block: its da and du beside a unit kept net for each block above.
+    block = (layers + 7) * unit * e
     if last:  # the float32 residual has gone and the output's gradient (1 unit) has come
         block += unit * e - 4 * unit
     return Footprint(forward, until_w, max(loss, block))
