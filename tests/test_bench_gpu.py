@@ -131,13 +131,13 @@ def test_gpu_families_plans_runs_and_verifies_every_family(tmp_path):
         "looped-bfs": [16.0, 16.0], "interleaved-zb": [4.0, 4.0], "inference": [1.0, 1.0]}
     assert rows["v-min"]["plan_peak_w0"] == [2.0, 2.0] and rows["v-min"]["plan_peak_w1"] == [2.0, 4.0]
     # Bytes (8 tokens x 32 hidden x 4 bytes = 1 KiB a unit): a chunk of 8 blocks saves 71 units (72 on
-    # the last stage); one of 4 blocks 35 (36), and 38 (39) from I to W. A B holds 20.125 KiB more while
-    # it runs: da (4 units) + dW (4 x 32 x 32 x 4 bytes = 16 KiB) + db (128 bytes); on the last stage the
-    # same (the float32 residual that goes is the unit that comes), above the loss's 4 KiB. looped BFS:
-    # 16 x 35 on rank 0, 8 x 35 + 8 x 36 on rank 1, at its first B; v-min rank 1: two chunks of stages 1
-    # and 2 waiting for W, two for I.
+    # the last stage); one of 4 blocks 35 (36), and 38 (39) from I to W. A B (I then W) holds L + 7 units
+    # more while it runs: 15 KiB for 8 blocks, 11 for 4; on the last stage the same (the float32
+    # residual that goes is the unit that comes), above the loss's 4 KiB. looped BFS: 16 x 35 on rank
+    # 0, 8 x 35 + 8 x 36 on rank 1, at its first B; v-min rank 1: two chunks of stages 1 and 2 waiting
+    # for W, two for I.
     kib = {f: [round(m * 1024, 6) for m in x["plan_mib"]] for f, x in rows.items()}
-    assert kib["1f1b"] == [142 + 20.125, 72 + 20.125] and kib["looped-bfs"] == [560 + 20.125, 568 + 20.125]
+    assert kib["1f1b"] == [142 + 15, 72 + 15] and kib["looped-bfs"] == [560 + 11, 568 + 11]
     assert kib["v-min"][1] == 2 * 38 + 2 * 35
     assert kib["inference"] == [0, 0]  # no graph: only the messages
     assert "measured_vs_plan" not in rows["zbv"]  # CPU runs measure no memory

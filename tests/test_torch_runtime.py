@@ -50,3 +50,24 @@ def test_newer_families_train_in_torch_runtime(tmp_path):
         assert t["verify"]["ok"] and t["verify"]["max_rel_err"] <= 1e-4, t
         assert t["csv_ms"] > 0, t
         assert (t.get("builtin_ms", 0) > 0) == (fam in ("looped-bfs", "interleaved-zb")), t
+
+
+def test_pptl_run_against_torch_before_and_after(tmp_path):
+    """bench/pp_vs_torch.py on 2 gloo ranks: torch's class timed before and after one pptl run launch
+    per micro-batch count; torch's time is the median of both passes' steps."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "pp_vs_torch.py"), "--out", str(tmp_path),
+                        "--device", "cpu", "--gpus", "2", "--families", "1f1b,dualpipe", "--mbs", "4,6",
+                        "--hidden", "16", "--tokens", "4", "--steps", "2", "--warmup", "0",
+                        "--family-timeout", "60"], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    res = json.loads((tmp_path / "pp_vs_torch.json").read_text())
+    rows = {(x["family"], x["mb"]): x for x in res["rows"]}
+    assert set(rows) == {("1f1b", 4), ("1f1b", 6)}  # dualpipe: no torch class, not compared
+    for x in rows.values():
+        assert len(x["torch_steps"]) == 4 and len(x["pptl_steps"]) == 2
+        assert sorted(x["torch_steps"])[1] <= x["torch_ms"] <= sorted(x["torch_steps"])[2]
+        assert x["delta"] == pytest.approx(x["pptl_ms"] / x["torch_ms"] - 1)
+    lines = (tmp_path / "pp_vs_torch.md").read_text().splitlines()
+    assert [ln.split("|")[1:3] for ln in lines[2:]] == [[" 1f1b ", " 4 "], [" 1f1b ", " 6 "]]
+    assert not (tmp_path / "pp_vs_torch.partial.json").exists()
