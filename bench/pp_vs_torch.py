@@ -11,7 +11,7 @@ torch timed before and after pptl in the same command:
 
 "torch ms" is the median of every timed step of 1 and 3 (2 x ``--steps``); the table also gives each pass's
 median, so drift between the passes shows. Writes OUT/pp_vs_torch.md and OUT/pp_vs_torch.json (and, while it
-runs, OUT/pp_vs_torch.partial.json with what is measured so far). About 3 minutes on 2 GPUs. On CPU
+runs, OUT/pp_vs_torch.partial.json with what is measured so far). About 3 minutes on 2 GPUs (estimated). On CPU
 (``--device cpu --hidden 32 --tokens 8``) it runs end to end with gloo, for testing.
 """
 from __future__ import annotations
