@@ -62,6 +62,17 @@ def calibrate_one(cfg_path: Path, measured: Path, out_dir: Path | None = None) -
     return result, cal_path, compare_timelines(load_any(cal_path).timeline, load_any(measured).timeline)
 
 
+def add_anchor_workload_args(ap: Any, *, steps: int = 5) -> None:
+    """The anchor workload's options (bench/torch_pp_anchor.py's MLP blocks) and the timed steps, shared by the
+    benches that time pptl beside torch's classes."""
+    ap.add_argument("--hidden", type=int, default=4096)
+    ap.add_argument("--tokens", type=int, default=2048)
+    ap.add_argument("--layers-per-rank", type=int, default=4)
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--steps", type=int, default=steps)
+    ap.add_argument("--warmup", type=int, default=2)
+
+
 def add_moe_workload_args(ap: Any) -> None:
     """The issue-8 MoE workload's options, shared by bench/gpu_issue8.py and bench/gpu_offload.py."""
     ap.add_argument("--out", required=True)

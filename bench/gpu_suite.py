@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import Stages, calibrate_one, env_info, log  # noqa: E402
+from _common import Stages, add_anchor_workload_args, calibrate_one, env_info, log  # noqa: E402
 
 from pptl import planning  # noqa: E402
 from pptl.config import config_from_mapping  # noqa: E402
@@ -205,12 +205,7 @@ def main() -> int:
     ap.add_argument("--gpus", type=int, default=4)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--mbs", default="8,16")
-    ap.add_argument("--hidden", type=int, default=4096)
-    ap.add_argument("--tokens", type=int, default=2048)
-    ap.add_argument("--layers-per-rank", type=int, default=4)
-    ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--warmup", type=int, default=2)
+    add_anchor_workload_args(ap)
     ap.add_argument("--smoke-hidden", type=int, default=1024)
     ap.add_argument("--smoke-tokens", type=int, default=512)
     ap.add_argument("--timeout", type=float, default=120)

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import env_info, log  # noqa: E402
+from _common import add_anchor_workload_args, env_info, log  # noqa: E402
 
 #: name -> (message mode, receive gates on, backward). Backward "fused": the executor's own (B as I then W,
 #: each weight gradient accumulated by its GEMM, ``.grad`` dropped at the step's start); "autograd": B as one
@@ -55,12 +55,7 @@ def main() -> int:
     ap.add_argument("--mbs", default="8,16")
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--profile-variants", default="sync-send,sync-send-autograd")
-    ap.add_argument("--hidden", type=int, default=4096)
-    ap.add_argument("--tokens", type=int, default=2048)
-    ap.add_argument("--layers-per-rank", type=int, default=4)
-    ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--steps", type=int, default=6)
-    ap.add_argument("--warmup", type=int, default=2)
+    add_anchor_workload_args(ap, steps=6)
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:

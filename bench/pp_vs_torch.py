@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import env_info, log  # noqa: E402
+from _common import add_anchor_workload_args, env_info, log  # noqa: E402
 
 FAMILIES = "gpipe,1f1b,interleaved-1f1b,zbv,dualpipev"
 
@@ -41,12 +41,7 @@ def main() -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--families", default=FAMILIES)
     ap.add_argument("--mbs", default="8,16,32")
-    ap.add_argument("--hidden", type=int, default=4096)
-    ap.add_argument("--tokens", type=int, default=2048)
-    ap.add_argument("--layers-per-rank", type=int, default=4)
-    ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--warmup", type=int, default=2)
+    add_anchor_workload_args(ap)
     ap.add_argument("--family-timeout", type=float, default=90)
     a = ap.parse_args()
     os.environ.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")

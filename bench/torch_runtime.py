@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import env_info, log  # noqa: E402
+from _common import add_anchor_workload_args, env_info, log  # noqa: E402
 
 #: pptl family -> torch's built-in class for the same schedule (None: torch has none).
 BUILTIN = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved-1f1b": "Interleaved1F1B", "zb-h1": None,
@@ -190,15 +190,10 @@ def main() -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--families", default=",".join(FAMILIES))
     ap.add_argument("--mb", type=int, default=8)
-    ap.add_argument("--hidden", type=int, default=4096)
-    ap.add_argument("--tokens", type=int, default=2048)
-    ap.add_argument("--layers-per-rank", type=int, default=4)
-    ap.add_argument("--dtype", default="bfloat16")
+    add_anchor_workload_args(ap)
     ap.add_argument("--verify-hidden", type=int, default=64)
     ap.add_argument("--verify-tokens", type=int, default=16)
     ap.add_argument("--tolerance", type=float, default=1e-4, help="float32 gradient relative error allowed")
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--family-timeout", type=float, default=90)
     ap.add_argument("--skip-pptl", action="store_true")
     ap.add_argument("--work", default="", help="folder for plans, CSVs, timelines (default: a temporary folder)")
