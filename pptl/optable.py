@@ -10,6 +10,7 @@ still full columns (cheap, and no reader needs a special case).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain, repeat
@@ -194,10 +195,16 @@ class OpTable:
         kind, lane, flow = self.strings("kind"), self.strings("lane"), self.strings("flow")
         rank = self.rank.tolist()
         # the head ("r0/compute/SEND_F") per distinct (rank, lane, kind, flow)
-        key = self.rank.astype(np.int64)
-        for col, names in ((self.lane, self.lane_names), (self.kind, self.kind_names), (self.flow, self.flow_names)):
-            key = key * len(names) + col
-        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        cols = ((self.lane, self.lane_names), (self.kind, self.kind_names), (self.flow, self.flow_names))
+        lo = int(self.rank.min())
+        if (int(self.rank.max()) - lo + 1) * math.prod(len(names) for _, names in cols) < 1 << 62:
+            key = self.rank.astype(np.int64) - lo
+            for col, names in cols:
+                key = key * len(names) + col
+            _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        else:  # too many distinct names and ranks for one int64 key (a hostile file): rows as keys
+            _, first, inv = np.unique(np.stack([self.rank, self.lane, self.kind, self.flow]), axis=1,
+                                      return_index=True, return_inverse=True)
         heads = [f"r{rank[i]}/{lane[i]}/{kind[i]}" + (f"_{flow[i]}" if flow[i] else "") for i in first.tolist()]
         out = list(map(heads.__getitem__, inv.reshape(-1).tolist()))
         if any(self.label_names):

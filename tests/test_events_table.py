@@ -78,3 +78,18 @@ def test_the_timeline_span_follows_its_events_list() -> None:
     tl.events = [Event("a", 0, "compute", 1.0, 9.0, "F"), Event("b", 1, "compute", 4.0, 10.0, "F")]
     assert (tl.start, tl.makespan) == (1.0, 9.0)
     assert (Timeline([]).start, Timeline([]).makespan) == (0.0, 0.0)
+
+
+def test_ids_of_ranks_and_names_too_many_for_one_int64_key() -> None:
+    # 2**14 distinct lanes, kinds and flows, and ranks 0 and 2**22 with the same names: packed into one
+    # int64, (rank * lanes + lane) * kinds ... would give both the key 2**64 = 0 (a wrap); the rows
+    # themselves key the heads, and the second op keeps its own rank
+    k = 1 << 14
+    same = dict(lane="lane0", flow="f0", stage=0, mb=0)
+    ops = [Op("K0", 0, **same), Op("K0", 1 << 22, **same)]
+    ops += [Op(f"K{i}", 1, f"lane{i}", stage=0, mb=i, flow=f"f{i}") for i in range(1, k)]
+    t = OpTable.from_ops(ops)
+    assert len(t.lane_names) == len(t.kind_names) == len(t.flow_names) == k
+    ids = t.ids()
+    assert ids[:2] == ["r0/lane0/K0_f0 s0 mb0", "r4194304/lane0/K0_f0 s0 mb0"]
+    assert ids == [op.id for op in ops]
