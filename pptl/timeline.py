@@ -82,9 +82,11 @@ def _event_init(self: Event, op: str, rank: int, lane: str, start: float, end: f
     _S_HALF(self, half)
 
 
-(_S_OP, _S_RANK, _S_LANE, _S_START, _S_END, _S_KIND, _S_STAGE, _S_MB, _S_DIRECTION, _S_CHUNK, _S_PAIR, _S_LABEL, _S_SUB, _S_PEER, _S_WAITS_ON, _S_FLOW, _S_BUCKET, _S_HALF) = (
-    Event.__dict__[name].__set__ for name in Event.__slots__)
-assert Event.__slots__ == ('op', 'rank', 'lane', 'start', 'end', 'kind', 'stage', 'mb', 'direction', 'chunk', 'pair', 'label', 'sub', 'peer', 'waits_on', 'flow', 'bucket', 'half'), "keep _event_init in step with Event's fields"
+(_S_OP, _S_RANK, _S_LANE, _S_START, _S_END, _S_KIND, _S_STAGE, _S_MB, _S_DIRECTION, _S_CHUNK, _S_PAIR, _S_LABEL,
+ _S_SUB, _S_PEER, _S_WAITS_ON, _S_FLOW, _S_BUCKET, _S_HALF) = (Event.__dict__[name].__set__ for name in Event.__slots__)
+assert Event.__slots__ == ("op", "rank", "lane", "start", "end", "kind", "stage", "mb", "direction", "chunk", "pair",
+                           "label", "sub", "peer", "waits_on", "flow", "bucket", "half"), \
+    "keep _event_init in step with Event's fields"
 _event_init.__qualname__ = "Event.__init__"
 Event.__init__ = _event_init  # type: ignore[method-assign]
 
