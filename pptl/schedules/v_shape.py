@@ -34,7 +34,7 @@ micro-batches a rank holds; the memory formula is the paper's, activations held 
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from pptl.config import Config
 from pptl.errors import InputError
@@ -172,6 +172,27 @@ def _assumptions(cfg: Config) -> list[str]:
     return out
 
 
+def _metrics(nominal: str) -> Callable[[Schedule, Any], dict[str, Any]]:
+    def metrics(schedule: Schedule, sim: Any) -> dict[str, Any]:
+        """The zero-bubble metrics, and the plan's peak activation as a fraction of 1F1B's for the same
+        model: 1F1B holds min(p, m) micro-batches of a whole stage (two chunks) on its first rank."""
+        out = overlap_metrics(schedule, sim)
+        cfg = schedule.config
+        if cfg is None:
+            return out
+        peak = max((r.peak_activation for r in sim.ranks), default=0.0)
+        one_f_one_b = 2 * min(cfg.pp, cfg.microbatches) * cfg.activation
+        if one_f_one_b > 0:
+            frac = peak / one_f_one_b
+            out["activation_vs_1f1b"] = frac
+            out["report"] = [*out["report"],
+                             f"peak activation {peak:g} per rank: {frac:.2f}x of 1F1B's {one_f_one_b:g} for the same "
+                             f"model (the paper's {nominal} is its limit as pp grows)"]
+        return out
+
+    return metrics
+
+
 _CONSTRAINTS = ("any pp >= 1, microbatches >= 1; vpp 2 (implied); B is always split into I and W; options: squeeze "
                 "(true | false, default true)")
 
@@ -188,7 +209,7 @@ FAMILY_MIN = Family(
     memory_formula="2 * ((p+4)//3) chunk activations (the paper's (p+4)//3 micro-batches), at most 2m",
     source="Qi et al. 2024 (Pipeline Parallelism with Controllable Memory, V-Min); sail-sg zero-bubble zbv_greedy",
     assumptions=_assumptions,
-    extra_metrics=overlap_metrics,
+    extra_metrics=_metrics("1/3"),
     aliases=("vmin", "v_min"),
     takes_options=True,
     memory_bound=True,
@@ -210,7 +231,7 @@ FAMILY_HALF = Family(
     memory_formula="2 * ((p+2)//2) chunk activations (the paper's (p+2)//2 micro-batches), at most 2m",
     source="Qi et al. 2024 (Pipeline Parallelism with Controllable Memory, V-Half); sail-sg zero-bubble zbv_greedy",
     assumptions=_assumptions,
-    extra_metrics=overlap_metrics,
+    extra_metrics=_metrics("1/2"),
     aliases=("vhalf", "v_half"),
     takes_options=True,
     memory_bound=True,

@@ -173,3 +173,19 @@ def test_vpp_other_than_two_is_refused(family: str) -> None:
     with pytest.raises(InputError, match=rf"field 'vpp': got 3, expected 2 \(the V placement; 1 is read as 2\) "
                                          rf"for schedule '{family}'"):
         build_schedule(config_from_mapping({"schedule": family, "pp": 2, "microbatches": 4, "vpp": 3}))
+
+
+@pytest.mark.parametrize(("family", "pp", "m", "peak", "frac"), [
+    ("v-half", 4, 8, 6, 0.75),   # 2 * ((4 + 2) // 2) chunks against 1F1B's 4 micro-batches of 2 chunks
+    ("v-min", 4, 8, 4, 0.5),     # 2 * ((4 + 4) // 3)
+    ("v-half", 20, 40, 22, 0.55),  # the first even pp at 0.55
+    ("v-min", 2, 1, 2, 1.0),     # one micro-batch: both hold it whole
+])
+def test_plan_says_its_peak_as_a_fraction_of_1f1b(family: str, pp: int, m: int, peak: float, frac: float) -> None:
+    from pptl.planning import plan
+
+    result = plan(config_from_mapping({"schedule": family, "pp": pp, "microbatches": m}, source="t"))
+    assert result.metrics["activation_vs_1f1b"] == pytest.approx(frac)
+    nominal = "1/2" if family == "v-half" else "1/3"
+    assert (f"peak activation {peak} per rank: {frac:.2f}x of 1F1B's {2 * min(pp, m)} for the same model "
+            f"(the paper's {nominal} is its limit as pp grows)") in result.metrics["report"]
