@@ -30,7 +30,6 @@ from pptl.commands._shared import (
     ClickException,
     MissingParameter,
     UsageError,
-    err,
     one_line,
     say,
 )
@@ -102,7 +101,7 @@ class _Boundary(typer.core.TyperGroup):
             say(f"error: {one_line(str(e))}", stderr=True)
             return e.exit_code
         except (KeyboardInterrupt, Abort):  # before a command started (a command's own is handled in invoke)
-            err.print("interrupted")
+            say("interrupted", stderr=True)
             return 130
 
     def list_commands(self, ctx: Any) -> list[str]:
@@ -127,7 +126,7 @@ class _Boundary(typer.core.TyperGroup):
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:  # click makes it exit 130 with no word; say what happened
-            err.print("interrupted")
+            say("interrupted", stderr=True)
             raise
 
 

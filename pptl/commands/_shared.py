@@ -71,6 +71,7 @@ def say(line: str, *, stderr: bool = False) -> None:
     """One plain line on stdout (or stderr), written as is: no markup, no emoji codes, no wrapping."""
     stream = sys.stderr if stderr else sys.stdout
     stream.write(line + "\n")
+    stream.flush()  # as rich's console does: a line a watcher waits for (serve's address) is not held back
 
 _WHOLE = re.compile(r"[+-]?[\d_]+(\.0*)?")
 
@@ -96,10 +97,15 @@ class Whole(ParamType):
     def get_metavar(self, param: Any, ctx: Any = None) -> str:
         return "INT"
 
+    def _expected(self) -> str:
+        if self.min is not None and self.max is not None:
+            return f"an integer from {self.min} to {self.max}"
+        if self.min is not None:
+            return f"an integer >= {self.min}"
+        return f"an integer <= {self.max}" if self.max is not None else "an integer"
+
     def convert(self, value: Any, param: Any, ctx: Any) -> int:
-        expected = ("an integer" + (f" from {self.min} to {self.max}" if self.min is not None and self.max is not None
-                                    else f" >= {self.min}" if self.min is not None else "")
-                    + (f" <= {self.max}" if self.max is not None and self.min is None else ""))
+        expected = self._expected()
         if isinstance(value, int):
             number = value
         else:

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from pptl.commands._shared import IMAGES, OutputFmt, Whole, err, figure_format, print_json, print_lines
+from pptl.commands._shared import IMAGES, OutputFmt, Whole, figure_format, print_json, print_lines, say
 
 __all__ = ["compare"]
 
@@ -41,4 +41,4 @@ def compare(
         lines[2:2] = [band.line()] if band is not None else []  # after makespan and bubble
         print_lines(lines)
         if out_file is not None:
-            err.print(f"wrote {out_file}", markup=False)
+            say(f"wrote {out_file}", stderr=True)

@@ -1,4 +1,4 @@
-"""``pptl diagnose``: why a run hung (the analysis lives in pptl/diagnose.py)."""
+"""``pptl diagnose``: why a run hung (the analysis lives in pptl/diagnose/)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from pptl.commands._shared import OutputFmt, err, figure_format, print_json, print_lines
+from pptl.commands._shared import OutputFmt, figure_format, print_json, print_lines, say
 
 __all__ = ["diagnose"]
 
@@ -38,7 +38,7 @@ def diagnose(
     found = diagnose_paths(dumps, plan_file, prefix=prefix)
     result, schedule = found.result, found.schedule
     if found.note:
-        err.print(f"note: {found.note}", markup=False)
+        say(f"note: {found.note}", stderr=True)
     if out_file is not None:
         from pptl.render.diagnose_figure import diagnose_figure
         from pptl.render.mpl import image_bytes
@@ -58,6 +58,6 @@ def diagnose(
     else:
         print_lines(to_text(result).splitlines())
         if out_file is not None:
-            err.print(f"wrote {out_file}", markup=False)
+            say(f"wrote {out_file}", stderr=True)
     if not result.ok:
         raise typer.Exit(1)

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from pptl.commands._shared import OutputFmt, Whole, err, figure_format, print_json, print_lines
+from pptl.commands._shared import OutputFmt, Whole, figure_format, print_json, print_lines, say
 
 __all__ = ["explain"]
 
@@ -30,7 +30,7 @@ def explain(
     fmt = figure_format(out_file)
     run = load_run(measured)
     for note in run.notes:
-        err.print(f"note: {note}", markup=False)
+        say(f"note: {note}", stderr=True)
     plan = plan_that_ran(plan_file, run) if plan_file is not None else None
     x = ex.explain(run.timeline, plan)
     if out_file is not None:
@@ -45,4 +45,4 @@ def explain(
     else:
         print_lines(ex.explanation_lines(x, top=top))
     if out_file is not None:
-        err.print(f"wrote {out_file}", markup=False)
+        say(f"wrote {out_file}", stderr=True)

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from pptl.commands._shared import Choice, Microbatches, OutFile, Placement, err
+from pptl.commands._shared import Choice, Microbatches, OutFile, Placement, say
 
 __all__ = ["export"]
 
@@ -47,13 +47,13 @@ def export(
         check_writable(out_file)
     result = export_file(source, to=to, comms=comms, gzip_output=gz, microbatches=microbatches, placement=placement)
     for note in result.notes:
-        err.print(f"note: {note}", markup=False)
+        say(f"note: {note}", stderr=True)
     if out_file is None:
         sys.stdout.write(result.data.decode("utf-8"))
         sys.stdout.flush()
         return
     atomic_write(out_file, result.data)
-    err.print(f"wrote {out_file}", markup=False)
+    say(f"wrote {out_file}", stderr=True)
 
 
 def _export_torchtitan(source: Path, toml_path: Path, csv_path: Optional[Path], **options: Any) -> None:
@@ -68,7 +68,7 @@ def _export_torchtitan(source: Path, toml_path: Path, csv_path: Optional[Path], 
     check_writable(csv_path)
     files = export_torchtitan(source, csv_path=str(csv_path), **options)
     for note in files.notes:
-        err.print(f"note: {note}", markup=False)
+        say(f"note: {note}", stderr=True)
     atomic_write(csv_path, files.csv)
     atomic_write(toml_path, files.toml)
-    err.print(f"wrote {toml_path} and {csv_path}", markup=False)
+    say(f"wrote {toml_path} and {csv_path}", stderr=True)

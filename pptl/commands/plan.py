@@ -13,10 +13,10 @@ from pptl.commands._shared import (
     OutFile,
     OutputFmt,
     Whole,
-    err,
     out,
     print_json,
     progress,
+    say,
     without_cycle_scans,
 )
 
@@ -59,7 +59,7 @@ def plan(
             result = planning.plan_from_file(from_, microbatches=microbatches, cost_flags=cost,
                                              comm_latency=comm_latency, memory_limit=memory_limit)
             for note in result.metrics.get("notes", ()):
-                err.print(f"note: {note}", markup=False)
+                say(f"note: {note}", stderr=True)
         elif config is None and schedule is None:
             raise InputError("give a config file or --schedule (e.g. pptl plan --schedule 1f1b --pp 4 "
                              "--microbatches 8)")
@@ -74,7 +74,7 @@ def plan(
     else:
         print_plan(result)
         if out_file is not None:
-            err.print(f"wrote {out_file}")
+            say(f"wrote {out_file}", stderr=True)
     if not result.valid:
         raise typer.Exit(1)
 
@@ -90,7 +90,7 @@ def print_plan(result: Any) -> None:
 
     m = result.metrics
     memory = m.get("memory_label", "peak act.")  # None: a family that holds no activations (weight update)
-    out.print(f"{result.title}", markup=False)
+    say(f"{result.title}")
     table = Table(show_edge=False, pad_edge=False)
     for name in ("rank", "busy", "idle", "bubble", memory):
         if name is not None:
@@ -110,15 +110,15 @@ def print_plan(result: Any) -> None:
                       *([f"{r['peak_activation']:g}"] if memory else []))
     out.print(table)
     if len(shown) != len(ranks):
-        out.print(f"{len(ranks) - 2 * _EDGE_RANKS} middle ranks summarised in the … row (ranges); "
-                  "--output json lists every rank")
-    out.print(f"makespan {m['makespan']:g} · ops {m['ops']} · bubble {100 * m['bubble_fraction']:.1f}%")
+        say(f"{len(ranks) - 2 * _EDGE_RANKS} middle ranks summarised in the … row (ranges); "
+            "--output json lists every rank")
+    say(f"makespan {m['makespan']:g} · ops {m['ops']} · bubble {100 * m['bubble_fraction']:.1f}%")
     fam = result.family
     textbook = m.get("textbook_bubble")
     if fam is not None and result.schedule.config is not None and textbook is not None:
-        out.print(f"bubble per rank: textbook {textbook:g}, simulated (max idle) "
-                  f"{max(r['idle'] for r in m['ranks']):g}; textbook formula: {fam.bubble_formula}")
+        say(f"bubble per rank: textbook {textbook:g}, simulated (max idle) "
+            f"{max(r['idle'] for r in m['ranks']):g}; textbook formula: {fam.bubble_formula}")
     for v in result.violations:
-        out.print(f"{v.code} {v.severity}: {v.message}", markup=False)
+        say(f"{v.code} {v.severity}: {v.message}")
     for line in m.get("report", ()):
-        out.print(line, markup=False)
+        say(line)

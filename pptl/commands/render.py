@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from pptl.commands._shared import Choice, Number, PlotlyJs, Whole, err, out, progress, wide
+from pptl.commands._shared import Choice, Number, PlotlyJs, Whole, out, progress, say, wide
 
 __all__ = ["render", "demo", "MAX_WIDTH"]
 
@@ -95,8 +95,8 @@ def render(
         if out_file is not None:
             for warning in write_file(tl, out_file, window=window, overwrite=named, options=opts, compare=compare,
                                       plotlyjs=plotlyjs):
-                err.print(f"warning: {warning}", markup=False)
-            err.print(f"wrote {out_file}", markup=False)
+                say(f"warning: {warning}", stderr=True)
+            say(f"wrote {out_file}", stderr=True)
             return
         from pptl.render.layout import build_layout
         from pptl.render.terminal import TerminalOptions, TimelineView
@@ -145,8 +145,8 @@ def demo(
     wide().print(table)
     for it in items:
         for w in it.warnings:
-            err.print(f"warning: {it.fixture}: {w}", markup=False)
+            say(f"warning: {it.fixture}: {w}", stderr=True)
     failed = sum(not it.ok for it in items)
-    out.print(f"{len(items) - failed} of {len(items)} examples drawn into {out_dir}")
+    say(f"{len(items) - failed} of {len(items)} examples drawn into {out_dir}")
     if failed:
         raise typer.Exit(1)

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from pptl.commands._shared import Choice, Number, OutputFmt, Whole, err, out, print_json, progress
+from pptl.commands._shared import Choice, Number, OutputFmt, Whole, print_json, progress, say
 
 __all__ = ["run"]
 
@@ -69,8 +69,8 @@ def run(
         print_json(summary(tl, str(target)))
     else:
         for line in summary_lines(tl):
-            out.print(line, markup=False)
-        err.print(f"wrote {target}", markup=False)
+            say(line)
+        say(f"wrote {target}", stderr=True)
     v = tl.meta.extra.get("verify")
     if v and not v["ok"]:
         raise RunError(f"--verify failed: max gradient rel err {v['max_grad_rel_err']:.2e} at {v['worst']}, loss rel "

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from pptl.commands._shared import Whole, err, out
+from pptl.commands._shared import Whole, say
 
 __all__ = ["serve"]
 
@@ -33,10 +33,10 @@ def serve(
         from pptl.planning import load_config_or_plan
 
         cfg = load_config_or_plan(config)
-    server = make_server(host, port, config=cfg, log=lambda line: err.print(line, markup=False))
+    server = make_server(host, port, config=cfg, log=lambda line: say(line, stderr=True))
     if host not in ("127.0.0.1", "localhost", "::1"):
-        err.print(f"warning: listening on {host}: other machines on the network can open this page", markup=False)
-    out.print(f"pptl serve: open {server.url} (Ctrl+C stops)", markup=False)
+        say(f"warning: listening on {host}: other machines on the network can open this page", stderr=True)
+    say(f"pptl serve: open {server.url} (Ctrl+C stops)")
     sys.stdout.flush()
     try:
         server.serve_forever(poll_interval=0.2)

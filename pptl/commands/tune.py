@@ -6,7 +6,17 @@ from typing import Annotated, Optional
 
 import typer
 
-from pptl.commands._shared import Number, OutputFmt, Whole, err, figure_format, print_json, print_lines, progress, wide
+from pptl.commands._shared import (
+    Number,
+    OutputFmt,
+    Whole,
+    figure_format,
+    print_json,
+    print_lines,
+    progress,
+    say,
+    wide,
+)
 
 __all__ = ["tune"]
 
@@ -81,7 +91,7 @@ def tune(
         print_lines(summary_lines(result, units))
         for p in (out_file, csv, figure):
             if p is not None and (best is not None or p == figure):
-                err.print(f"wrote {p}", markup=False)
+                say(f"wrote {p}", stderr=True)
     if best is None:
         closest = result.closest()
         if closest is None:

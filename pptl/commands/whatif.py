@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from pptl.commands._shared import OutputFmt, Whole, err, figure_format, print_json, print_lines, progress
+from pptl.commands._shared import OutputFmt, Whole, figure_format, print_json, print_lines, progress, say
 
 __all__ = ["whatif"]
 
@@ -57,4 +57,4 @@ def whatif(
     else:
         print_lines(report_lines(outcomes, spread, top=top))
         if out_file is not None:
-            err.print(f"wrote {out_file}", markup=False)
+            say(f"wrote {out_file}", stderr=True)

@@ -45,10 +45,6 @@ class Spread:
     p50: float
     p95: float
 
-    @property
-    def half_width(self) -> float:
-        return (self.p95 - self.p05) / 2
-
 
 def fit_jitter(events: Sequence[Any], step_ms: Sequence[float] | None) -> Jitter | None:
     """Per kind, the pooled relative deviation of compute ops from their (stage, kind) mean; the
