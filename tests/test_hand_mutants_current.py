@@ -6,6 +6,7 @@ go stale unseen when the code it mutates moves."""
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("hand_mutants", ROOT / "tests" / "hand_mutants.py")
 assert _spec is not None and _spec.loader is not None
 hand_mutants = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("hand_mutants", hand_mutants)  # its dataclasses look their module up
 _spec.loader.exec_module(hand_mutants)
 
 
