@@ -144,3 +144,65 @@ def test_cli_says_how_the_run_is_used():
            "0.20-0.77)" in lines[0]
     assert lines[1] == (f"note: the run sent on the compute stream (sync-send): each SEND holds its rank's compute "
                         f"lane for {sends[len(sends) // 2]:.3g} ms (the rest of the message is its RECV's), as it ran")
+
+
+def _per_gemm(call: str, name: str) -> dict[tuple[int, str], float]:
+    """Mean measured time per GEMM of each (stage, kind) of a stored run, each rank's first op of a
+    step left out (it pays the step's start, ``Spread.first``)."""
+    from pptl.formats.loader import load_any
+    from pptl.whatif.roles import gemm_work, layers_from_mapping, role_of
+    from pptl.whatif.spread import first_ops
+
+    tl = load_any(DATA / call / f"measured_{name}.json").timeline
+    lead = first_ops(tl)
+    layers = layers_from_mapping(tl.meta.extra["workload"])
+    n = max(e.stage for e in tl.events if e.stage >= 0) + 1
+    by: dict[tuple[int, str], list[float]] = {}
+    for e in tl.events:
+        if e.lane == "compute" and e.stage >= 0 and e.op not in lead:
+            by.setdefault((e.stage, e.kind), []).append(e.duration)
+    return {k: statistics.mean(v) / gemm_work(k[1], role_of(k[0], n), layers(k[0])) for k, v in by.items()}
+
+
+@pytest.mark.parametrize("call", CALLS)
+def test_what_the_runs_ranks_tell_of_duty_is_mostly_the_loss(call):
+    # Why the exponent learnt from a 2-rank run is not the one plans follow (docs/whatif.md, "What a
+    # 2-rank run cannot tell"): interleaved 1F1B runs a middle stage on each rank, so the same work on
+    # ranks of differing duty (rank 1 the busier) ran within 3% per GEMM of each other, while on rank 1
+    # its last stage's F, the same GEMMs plus the loss, ran 4.7-10% longer than its middle one. The
+    # calibrating run's rank 1 is that last stage: of what its F shows over rank 0's per GEMM (10-14%),
+    # the loss is about half (hidden 2560: 0.48) to three quarters (call 2: 0.74).
+    g = _per_gemm(call, "interleaved")
+    assert 0.98 <= g[(1, "F")] / g[(2, "F")] <= 1.03
+    assert 0.98 <= g[(1, "B")] / g[(2, "B")] <= 1.06
+    assert 1.04 <= g[(3, "F")] / g[(1, "F")] <= 1.11
+    cal = _per_gemm(call, "calibrate")
+    loss_share = g[(3, "F")] / g[(1, "F")] - 1
+    assert loss_share >= 0.45 * (cal[(1, "F")] / cal[(0, "F")] - 1)
+
+
+def test_the_missed_interleaved_step_on_hidden_2560_is_its_rank_1_middle_stage():
+    # call 3, hidden 2560: interleaved's median 2.4% under its band. Per stage, the op times the samples
+    # are drawn around over the measured ones: rank 1's middle stage (derived from the run's first
+    # stage on rank 0 and moved to rank 1's duty with the learnt exponent, 0.74) 5-8% long, the rest
+    # within 3.5%
+    from pptl.formats.loader import load_any
+    from pptl.optable import table_of
+
+    call = "call3_h2560"
+    o = study_plans([DATA / call / "plan_interleaved.json"], measured=DATA / call / "measured_calibrate.json",
+                    samples=16, seed=0, duty_exponent=None)[0]
+    t = table_of(o.schedule)
+    kinds = t.strings("kind")
+    dur = o.samples.planned_end - o.samples.planned_start
+    pred: dict[tuple[int, str], list[float]] = {}
+    for i in range(t.n):
+        if t.lane_names[int(t.lane[i])] == "compute" and int(t.stage[i]) >= 0:
+            pred.setdefault((int(t.stage[i]), kinds[i]), []).append(float(dur[i]))
+    meas: dict[tuple[int, str], list[float]] = {}
+    for e in load_any(DATA / call / "measured_interleaved.json").timeline.events:
+        if e.lane == "compute" and e.stage >= 0:
+            meas.setdefault((e.stage, e.kind), []).append(e.duration)
+    ratio = {k: statistics.mean(pred[k]) / statistics.mean(v) for k, v in meas.items()}
+    assert 1.05 <= ratio[(1, "F")] <= 1.08 and 1.05 <= ratio[(1, "B")] <= 1.08
+    assert all(0.99 <= r <= 1.035 for k, r in ratio.items() if k[0] != 1), ratio
