@@ -1,9 +1,9 @@
 """The GPU proof of ``pptl whatif`` replayed offline (tests/data/whatif_gpu, docs/whatif.md).
 
-Three calls of ``bench/whatif_gpu.sh`` on 2 H200s kept their plans and measured timelines: a
+Four calls of ``bench/whatif_gpu.sh`` on 2 H200s kept their plans and measured timelines: a
 calibrating 1F1B run, 50 later steps of three families, and 20 steps each with one rank slowed
 (call 3 on two shapes: the bench's and hidden 2560, 2048 tokens, 4 blocks a stage, run after the
-model was settled).
+model was settled; call 4 on hidden 3584 and 2048, the first runs whose B ran as I then W).
 Every prediction comes from the calibrating run alone (as ``pptl whatif --from``, its defaults);
 every check is against the measured steps read straight from the timelines' ``step_ms``. The
 checks pinned here are the ones the model passes; the ones it fails are named in comments.
