@@ -77,6 +77,14 @@ NEW_SHAPES = (
     Shape("h2048-t3072-l12-m24", 2048, 3072, 24, 2, 4, 24),
     Shape("h5120-t1024-l10-m6", 5120, 1024, 20, 1, 3, 6),
 )
+#: Shapes chosen (2026-11-27) before the run that measured them, after the I:W split of B was learned
+#: from the calibrating run itself and the pick always ran: the model's second held-out test.
+FRESH_SHAPES = (
+    Shape("h4608-t2048-l7-m10", 4608, 2048, 14, 1, 3, 10),
+    Shape("h2816-t4608-l9-m12", 2816, 4608, 18, 2, 3, 12),
+    Shape("h7168-t1536-l5-m6", 7168, 1536, 10, 1, 2, 6),
+    Shape("h2304-t2560-l14-m20", 2304, 2560, 28, 2, 4, 20),
+)
 #: CPU smoke shapes (gloo, float32): the script end to end in seconds.
 TINY = (Shape("tiny-a", 64, 16, 8, 1, 3, 4), Shape("tiny-b", 32, 8, 4, 1, 2, 6))
 
