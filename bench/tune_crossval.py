@@ -11,8 +11,8 @@ embedding and a head of 1-4 blocks each (the head the heavier), 4-32 micro-batch
 fitted to them: each shape's model is its blocks' FLOPs, bytes and memory (bench/_tune_common.py)
 and the one calibrating run.
 
-Launches: the calibrating 1F1B plans of every shape in one, then the candidates in one launch per
-group of shapes (each group's results are written as soon as it ends). Each shape's candidate
+Launches: the calibrating 1F1B plans of every shape in one, then the candidates (the pick always
+among them, synthesised orders included) in one launch per group of shapes (each group's results are written as soon as it ends). Each shape's candidate
 launch runs its calibrating plan again, which measures the launch-to-launch spread of one plan.
 
 Writes OUTDIR/crossval.md (the tables), OUTDIR/crossval.json (every row and check) and
@@ -137,8 +137,12 @@ def _rank(tc: Any, base: Path, *, workers: int) -> tuple[Any, Any, float, list[s
 
 
 def _chosen(res: Any) -> list[Any]:
+    """The plans a shape's candidates' launch runs: the pick first (whatever its family, so the pick
+    is always measured), the ranking's top ``TOP``, then each family's fastest."""
     timed = [r for r in res.results if r.step is not None]
     out: dict[str, Any] = {}
+    if res.best is not None:
+        out[res.best.label] = res.best
     for r in timed[:TOP]:
         out.setdefault(r.label, r)
     for fam in dict.fromkeys(r.structure.family for r in timed):  # each family's fastest, fitting first
@@ -189,7 +193,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("out", nargs="?")
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--shapes", help="comma-separated names, or 'new' for NEW_SHAPES (default: SHAPES on cuda)")
+    ap.add_argument("--shapes", help="comma-separated names, 'new' for NEW_SHAPES or 'fresh' for FRESH_SHAPES "
+                                     "(default: SHAPES on cuda)")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--group", type=int, default=4, help="shapes per candidates' launch")
@@ -211,9 +216,11 @@ def main() -> int:
     shapes = SHAPES if cuda else TINY
     if a.shapes == "new":
         shapes = NEW_SHAPES
+    elif a.shapes == "fresh":
+        shapes = FRESH_SHAPES
     elif a.shapes:
         want = a.shapes.split(",")
-        shapes = tuple(s for s in SHAPES + NEW_SHAPES + TINY if s.name in want)
+        shapes = tuple(s for s in SHAPES + NEW_SHAPES + FRESH_SHAPES + TINY if s.name in want)
     out = Path(a.out)
     (out / "shapes").mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="pptl_crossval_"))
