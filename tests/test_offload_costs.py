@@ -385,3 +385,29 @@ def test_the_last_stages_last_forward_combine_is_timed_apart():
     assert _schedule().config.costs.lookup("combine_loss") == 0.3
     old = build_schedule(replace(config_from_mapping(MOE), costs=costs_from_mapping({"combine": 0.7})))
     assert old.config.costs.lookup("combine_loss") == 0.7
+
+
+def test_an_all_to_all_output_is_made_by_the_last_compute_op_it_waits_on_issued_before_it():
+    """The output's block comes from the compute stream's pool at that op's issue: only an op the
+    all-to-all waits for and that was issued before it orders the all-to-all's write after every
+    compute use of the block."""
+    from types import SimpleNamespace as Op
+
+    from pptl.run.moe import outputs_made_by
+
+    ops = [Op(kind="ATTN", flow="F", lane="compute"),          # 0
+           Op(kind="MLP", flow="B", lane="compute"),           # 1 (the other micro-batch)
+           Op(kind="A2A_DISPATCH", flow="F", lane="comm"),     # 2 waits on 0 and 1: made at 1, issued later
+           Op(kind="A2A_COMBINE", flow="B", lane="comm"),      # 3 waits on a receive only
+           Op(kind="RECV", flow="B", lane="recv"),             # 4
+           Op(kind="MLP", flow="F", lane="compute"),           # 5
+           Op(kind="A2A_COMBINE", flow="F", lane="comm"),      # 6 waits on 5 and on 7, issued after it
+           Op(kind="ATTN", flow="B", lane="compute"),          # 7
+           Op(kind="OFFLOAD", flow="F", lane="d2h")]           # 8 not an all-to-all
+    issue = (0, 1, 2, 4, 3, 5, 6, 7, 8)
+    waits = {2: (0, 1), 3: (4,), 6: (5, 7), 8: (5,)}
+    compute = frozenset({0, 1, 5, 7})
+    assert outputs_made_by(ops, issue, waits, compute) == {1: [2], 5: [6]}
+    assert outputs_made_by(ops, (0, 1, 2), {2: (1, 0)}, compute) == {1: [2]}
+    assert outputs_made_by(ops, (1, 0, 2), {2: (1, 0)}, compute) == {0: [2]}
+    assert outputs_made_by(ops, issue, {}, compute) == {}

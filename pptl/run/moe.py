@@ -63,7 +63,7 @@ from pptl.run.moe_model import (
 from pptl.run.program import Program, workload_of
 from pptl.schedules._moe_meta import MoEMeta
 
-__all__ = ["MoEExecutor", "copies_at_their_ends"]
+__all__ = ["MoEExecutor", "copies_at_their_ends", "outputs_made_by"]
 
 _MiB = float(1 << 20)
 
@@ -99,11 +99,15 @@ class MoEExecutor(Executor):
             from pptl.run.hostlag import HostLag
 
             self.hold = HostLag(meta.host_lag or 0, torch.cuda.Event, timeout=float(kw.get("timeout", 60)))
+        rp, ops = program.ranks[rank], program.schedule.ops
+        self.outputs_made_by = outputs_made_by(
+            ops, rp.issue, rp.waits, frozenset(i for i in rp.issue if ops[i].lane == "compute"))
         super().__init__(program, rank, device, channels, **kw)
         self.compute_ops = frozenset(i for i in self.rp.issue if self.ops[i].lane == "compute")
+        self._made: dict[tuple, torch.Tensor] = {}
         if self.ep_group is not None:  # the communicator's set-up, outside any step
             t = torch.zeros(self.shape, dtype=self.dtype, device=device)
-            self._a2a(t)
+            self._a2a(t, torch.empty_like(t))
             if self.cuda:
                 torch.cuda.synchronize(device)
 
@@ -135,6 +139,7 @@ class MoEExecutor(Executor):
         self._dx: dict[tuple, torch.Tensor] = {}
         """Input gradients of layers > 0, until the layer below takes them."""
         self._dloss: dict[tuple, torch.Tensor] = {}
+        self._made = {}
         base = 0
         if self.hold is not None:
             self.hold.reset()
@@ -213,13 +218,18 @@ class MoEExecutor(Executor):
         fn = table.get((op.kind, op.flow))
         if fn is None:
             raise InputError(f"op {op.id}: kind {op.kind} with flow {op.flow!r} is not a sub-op pptl run knows")
-        if op.lane == "compute" and self.hold is not None:
+        outputs = [self.ops[j] for j in self.outputs_made_by.get(i, ())]
+        if op.lane == "compute" and (self.hold is not None or outputs):
             hold = self.hold
 
-            def held(st: Any) -> None:
+            def compute(st: Any) -> None:
                 fn(st, key)
-                hold.after()  # on the op's stream, after its work: what the host waits for lag ops on
-            return held
+                for o in outputs:  # on the compute stream, before the all-to-all's wait on this op
+                    self._made[(o.kind, o.flow, o.direction, o.stage, o.mb, o.sub)] = torch.empty(
+                        self.shape, dtype=self.dtype, device=self.device)
+                if hold is not None:
+                    hold.after()  # on the op's stream, after its work: what the host waits for lag ops on
+            return compute
         return lambda st: fn(st, key)
 
     def _use(self, *tensors: torch.Tensor | None) -> None:
@@ -230,8 +240,16 @@ class MoEExecutor(Executor):
                 if t is not None:
                     t.record_stream(s)
 
-    def _a2a(self, t: torch.Tensor) -> torch.Tensor:
-        out = torch.empty_like(t)
+    def _output(self, kind: str, flow: str, key: tuple, like: torch.Tensor) -> torch.Tensor:
+        """The tensor an all-to-all writes: made by the compute op it waits on (see
+        :func:`outputs_made_by`), else here, on the comm stream."""
+        made = self._made.pop((kind, flow, *key), None)
+        if made is None or made.shape != like.shape:
+            return torch.empty_like(like)
+        self._use(made)  # its last use may be here (the allocator must wait for this stream)
+        return made
+
+    def _a2a(self, t: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         if self.ep_group is None:
             out.copy_(t)  # one member: every token stays
             return out
@@ -268,7 +286,7 @@ class MoEExecutor(Executor):
     def _dispatch_f(self, st: Any, key: tuple) -> None:
         ls = st.acts[key]
         self._use(ls.h)
-        ls.r = self._a2a(ls.h)
+        ls.r = self._a2a(ls.h, self._output("A2A_DISPATCH", "F", key, ls.h))
 
     def _mlp_f(self, st: Any, key: tuple) -> None:
         ls = st.acts[key]
@@ -279,7 +297,8 @@ class MoEExecutor(Executor):
         d, s, mb, layer = key
         ls = st.acts[key]
         self._use(ls.m, ls.h)
-        y = ls.h + self._a2a(ls.m)
+        y = self._a2a(ls.m, self._output("A2A_COMBINE", "F", key, ls.m))
+        y.add_(ls.h)  # the residual sum in the all-to-all's output: one tensor of a layer's size, not two
         ls.h = ls.m = None
         if s == self.last and layer == self.layers - 1:
             loss, dy = loss_grad(y, self.targets[(d, mb)], self.scale)
@@ -293,7 +312,7 @@ class MoEExecutor(Executor):
         dy = self._output_grad(st, *key)
         self._use(dy)
         ls.dy = dy
-        ls.dm = self._a2a(dy)
+        ls.dm = self._a2a(dy, self._output("A2A_COMBINE", "B", key, dy))
 
     def _mlp_b(self, st: Any, key: tuple) -> None:
         ls = st.acts[key]
@@ -303,7 +322,7 @@ class MoEExecutor(Executor):
     def _dispatch_b(self, st: Any, key: tuple) -> None:
         ls = st.acts[key]
         self._use(ls.dr)
-        ls.dh_e = self._a2a(ls.dr)
+        ls.dh_e = self._a2a(ls.dr, self._output("A2A_DISPATCH", "B", key, ls.dr))
         ls.dr = None
 
     def _attn_b(self, st: Any, key: tuple) -> None:
@@ -509,6 +528,33 @@ def copies_at_their_ends(ops: Any, issue: tuple[int, ...], waits: Any) -> tuple[
         if any(pos.get(u, -1) > pos.get(v, len(out)) for u in us if u in moved or v in moved):
             return tuple(issue)  # waiting on an event not yet recorded would not wait at all
     return tuple(out)
+
+
+_A2A = frozenset({("A2A_DISPATCH", "F"), ("A2A_COMBINE", "F"), ("A2A_COMBINE", "B"), ("A2A_DISPATCH", "B")})
+"""The all-to-alls: each writes one tensor of a layer's size (the forward combine adds the residual into it)."""
+
+
+def outputs_made_by(ops: Any, issue: tuple[int, ...], waits: Any, compute: frozenset[int]) -> dict[int, list[int]]:
+    """Compute op -> the all-to-alls whose output tensors are made right after it is issued, on the
+    compute stream: each all-to-all that waits on a compute op issued before it, at the last such op.
+
+    Why: the caching allocator keeps a pool per stream. Made on the comm stream, the all-to-alls'
+    outputs (the expert inputs, the combined layer outputs, their gradients) held a pool of their
+    own beside the compute pool, each reaching its high-water mark at another time (on 2 H200s,
+    1848 MiB of segments for a 1104-1200 MiB activation peak), so what offloading saved showed in
+    allocated memory and not in reserved. A block the compute pool hands out at that point is free
+    for work ordered after what the compute stream has been given so far; the all-to-all waits for
+    the op's end, which is later, so its write is safe and it waits no longer than it did. Made at
+    its own issue instead, the block could still be read by compute work issued in between."""
+    pos = {i: k for k, i in enumerate(issue)}
+    out: dict[int, list[int]] = {}
+    for j in issue:
+        if (ops[j].kind, ops[j].flow) not in _A2A:
+            continue
+        before = [u for u in waits.get(j, ()) if u in compute and pos.get(u, len(issue)) < pos[j]]
+        if before:
+            out.setdefault(max(before, key=pos.__getitem__), []).append(j)
+    return out
 
 
 def _ep_group(channels: dict[Any, Any], groups: list[list[int]], rank: int, device: torch.device) -> Any:
