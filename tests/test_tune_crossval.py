@@ -166,3 +166,31 @@ def test_fresh_shapes_ran_their_pick_and_learned_i_and_w_from_the_run(name: str)
     i = sum(end - start for _, kind, _, _, start, end in zb["ops"] if kind == "I")
     w = sum(end - start for _, kind, _, _, start, end in zb["ops"] if kind == "W")
     assert abs(share - i / (i + w)) < 0.02, (share, i / (i + w))
+
+
+@pytest.mark.parametrize("name,held", [("h2048-t3072-l12-m24", 56.2), ("h2304-t2560-l14-m20", 40.2)])
+def test_looped_bfs_waits_in_a_send_held_on_its_compute_stream(name: str, held: float) -> None:
+    """Where looped-bfs's waiting sits: under sync-send a SEND runs on its producer's compute stream,
+    and NCCL's send of stage 2's fifth input gradient (micro-batch m-5: the four before it completed at
+    once) ends only when rank 1 posts its first stage-1 receive, after its stage-3 backwards. That one
+    SEND holds rank 0's compute ``held`` ms, 70% or more of the step's error; every SEND of every
+    other candidate of the eight shapes with ops takes under 2 ms (the median one 0.06 ms), which is
+    what the calibrating run's ``send_hold`` says."""
+    saved = json.loads((DATA / f"{name}.json").read_text())
+    m = saved["shape"]["microbatches"]
+    row = next(x for x in saved["rows"] if x["family"] == "looped-bfs")
+    sends = [o for o in row["ops"] if o[1] == "SEND"]
+    rank, _, stage, mb, start, end = max(sends, key=lambda o: o[5] - o[4])
+    assert (rank, stage, mb) == (0, 2, m - 5)
+    assert end - start == pytest.approx(held, abs=0.1)
+    assert end - start >= 0.7 * (row["measured_ms"] - row["predicted_ms"])
+    # Rank 1's two receives for stage 1, micro-batch m-1: its forward's input, then its backward's.
+    first_recv = max(o[4] for o in row["ops"] if o[0] == 1 and o[1] == "RECV" and o[2] == 1 and o[3] == m - 1)
+    assert start < first_recv < end
+    held_out = {s.name for s in tune_crossval.NEW_SHAPES + tune_crossval.FRESH_SHAPES}
+    for p in SHAPES:
+        if p.stem not in held_out:
+            continue
+        for x in json.loads(p.read_text())["rows"]:
+            if x["family"] != "looped-bfs":
+                assert all(o[5] - o[4] < 2.0 for o in x["ops"] if o[1] == "SEND"), (p.stem, x["label"])
