@@ -35,6 +35,12 @@ def test_crossval_script_runs_end_to_end_on_cpu(tmp_path: Path) -> None:
     assert len(rows) >= len(fams)
     assert all(x["measured_ms"] > 0 and x["predicted_ms"] > 0 and x["spread"] is not None for x in rows)
     assert saved["again_ms"] > 0 and saved["base"]["events"]
+    # The pick ran (the launch runs it whatever its family), and the calibrating run marked every B's
+    # I part, which calibration took for I and W.
+    assert saved["pick"] in {x["label"] for x in rows}
+    assert set(saved["base"]["meta"]["extra"]["b_input_ms"]) == {e["op"] for e in saved["base"]["events"]
+                                                                 if e["kind"] == "B"}
+    assert any(n.startswith("I and W measured inside the run's B") for n in saved["notes"])
     summary = json.loads((tmp_path / "crossval.json").read_text())
     assert set(summary["shapes"]) == {"tiny-b"}
     # The saved shape re-ranks offline (what the GPU shapes below go through).
