@@ -246,7 +246,8 @@ class MoEExecutor(Executor):
         made = self._made.pop((kind, flow, *key), None)
         if made is None or made.shape != like.shape:
             return torch.empty_like(like)
-        self._use(made)  # its last use may be here (the allocator must wait for this stream)
+        # No record_stream here: its readers wait for this all-to-all's end and run on compute
+        # (where its block is freed, so reuse follows them), except the loss's (_combine_f).
         return made
 
     def _a2a(self, t: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
@@ -301,6 +302,7 @@ class MoEExecutor(Executor):
         y.add_(ls.h)  # the residual sum in the all-to-all's output: one tensor of a layer's size, not two
         ls.h = ls.m = None
         if s == self.last and layer == self.layers - 1:
+            self._use(y)  # read by the loss here, on this stream, and dropped: reuse must wait for it
             loss, dy = loss_grad(y, self.targets[(d, mb)], self.scale)
             st.loss += loss
             self._dloss[(d, mb)] = dy
