@@ -95,7 +95,8 @@ class _Step:
     """Op indices in the order the host started them (CUDA: enqueued them on their streams)."""
     timed: bool = False
     i_end: dict[int, float] = field(default_factory=dict)
-    """CPU: B's op index -> host time (perf_counter, s) its I part ended (CUDA marks it with an event)."""
+    """B's op index -> where its I part ended: CPU, the host time (perf_counter, s); CUDA, 0 (the
+    end is the op's ``mid_ev``, recorded on its stream; the key says it was recorded this step)."""
 
 
 # How a CUDA rank runs its messages (``pptl run --messages``, :data:`MESSAGE_MODES`). What decides
