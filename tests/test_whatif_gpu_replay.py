@@ -1,9 +1,11 @@
 """The GPU proof of ``pptl whatif`` replayed offline (tests/data/whatif_gpu, docs/whatif.md).
 
-Four calls of ``bench/whatif_gpu.sh`` on 2 H200s kept their plans and measured timelines: a
+Five calls of ``bench/whatif_gpu.sh`` on 2 H200s kept their plans and measured timelines: a
 calibrating 1F1B run, 50 later steps of three families, and 20 steps each with one rank slowed
 (call 3 on two shapes: the bench's and hidden 2560, 2048 tokens, 4 blocks a stage, run after the
-model was settled; call 4 on hidden 3584 and 2048, the first runs whose B ran as I then W).
+model was settled; call 4 on hidden 3584 and 2048, the first runs whose B ran as I then W; call 5, after the
+loss-bounded exponent was written, on hidden 3072 (3072 tokens, 3 blocks, rank 1 x1.3) and again on hidden
+2560, 2048 tokens, 4 blocks, rank 1 x1.2).
 Every prediction comes from the calibrating run alone (as ``pptl whatif --from``, its defaults);
 every check is against the measured steps read straight from the timelines' ``step_ms``. The
 checks pinned here are the ones the model passes; the ones it fails are named in comments.
@@ -51,7 +53,8 @@ def _predict(call: str, stragglers: list[Straggler] | None = None) -> dict[str, 
     return out
 
 
-_STRAGGLER = {"call2": 1.3, "call3": 1.3, "call3_h2560": 1.2, "call4_h3584": 1.25, "call4_h2048": 1.35}
+_STRAGGLER = {"call2": 1.3, "call3": 1.3, "call3_h2560": 1.2, "call4_h3584": 1.25, "call4_h2048": 1.35,
+              "call5_h3072": 1.3, "call5_h2560": 1.2}
 _OUTCOMES: dict[str, dict[str, dict[str, np.ndarray]]] = {}
 
 
@@ -74,10 +77,15 @@ def _outcome(call: str) -> dict[str, dict[str, np.ndarray]]:
 MEDIANS = ([("call2", n) for n in PLANS] + [("call1", "gpipe"), ("call1", "1f1b"), ("call3", "gpipe"),
                                             ("call3", "interleaved"), ("call3_h2560", "1f1b"),
                                             ("call4_h3584", "gpipe"), ("call4_h3584", "1f1b"),
-                                            ("call4_h2048", "1f1b"), ("call4_h2048", "interleaved")])
-P95S = [(c, n) for c in ("call1", "call2", "call3", "call4_h3584", "call4_h2048") for n in PLANS] + [
+                                            ("call4_h2048", "1f1b"), ("call4_h2048", "interleaved"),
+                                            ("call5_h3072", "gpipe"), ("call5_h3072", "1f1b"),
+                                            ("call5_h2560", "gpipe"), ("call5_h2560", "interleaved")])
+P95S = [(c, n) for c in ("call1", "call2", "call3", "call4_h3584", "call4_h2048", "call5_h3072", "call5_h2560")
+        for n in PLANS] + [
     ("call3_h2560", "gpipe"), ("call3_h2560", "1f1b")]
-CALLS = ("call1", "call2", "call3", "call3_h2560", "call4_h3584", "call4_h2048")
+CALLS = ("call1", "call2", "call3", "call3_h2560", "call4_h3584", "call4_h2048", "call5_h3072", "call5_h2560")
+#: Measured sensitivities 1.144, 1.146, 1.147 (gpipe, 1f1b, interleaved): a tie the model orders the other way.
+RANKED = tuple(c for c in CALLS if c != "call5_h2560")
 
 
 
@@ -101,7 +109,7 @@ def test_straggler_mean_within_5_percent(call, name):
     assert abs(pred - meas) <= 0.05 * meas, (pred, meas)
 
 
-@pytest.mark.parametrize("call", CALLS)
+@pytest.mark.parametrize("call", RANKED)
 def test_families_ranked_alike_by_straggler_sensitivity(call):
     res = _outcome(call)
     measured = sorted(PLANS, key=lambda n: _steps(call, f"{n}_slow").mean() / _steps(call, n).mean())
