@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from pptl.config import config_from_mapping
-from pptl.run.footprint import planned_peaks
+from pptl.run.footprint import chunk_footprint, planned_peaks
 from pptl.run.memory import ActivationPeak, Sample, activation_peak
 from pptl.schedules import build_schedule
 from pptl.simulate import simulate
@@ -102,7 +102,7 @@ def _measure(cfg):
         samples.append(Sample(i, peak, outside[i]))
         prev = t1
     got = activation_peak(base, samples)
-    return got.bytes, ex.ids[got.op], whole
+    return got.bytes, ex.ids[got.op], whole, [(ex.ops[x.op], x.peak - base - x.outside) for x in samples]
 
 
 def _planned(cfg):
@@ -118,7 +118,7 @@ def test_a_peak_before_the_first_w_is_measured_without_the_gradients(one_rank):
     # peak: during I s0, 29 + 26 + 10 = 65 units, before the rank's first W.
     cfg = _config("v-min", 2, True, 1)
     assert _planned(cfg) == 65 * UNIT == 133120
-    act, op, whole = _measure(cfg)
+    act, op, whole, _ = _measure(cfg)
     assert (act, op) == (133120, "r0/compute/I s0 mb0")
     # What the bench read before: the step dropped the gradients of 6 blocks (6 x 2208 bytes) that
     # the rank held before it, and the first W makes them again only after this peak; and it counted
@@ -135,8 +135,47 @@ def test_the_measured_activations_are_the_plans(one_rank, family, vpp, split, la
     # Three micro-batches. Where the peak is on the last stage, the loss's 0-dim float32 gradient
     # (4 bytes, which no plan counts) is live beside it.
     cfg = _config(family, vpp, split, 3)
-    act, _, _ = _measure(cfg)
+    act, _, _, _ = _measure(cfg)
     assert act == _planned(cfg) + (4 if last else 0)
+
+
+def _levels(cfg):
+    """Oracle: per compute op, what the plan holds on the rank while it runs (the order is the plan's)."""
+    s = build_schedule(config_from_mapping(cfg))
+    sim = simulate(s)
+    fps = {st: chunk_footprint(s.config.workload, st, last=st == s.num_stages - 1) for st in range(s.num_stages)}
+    held, out = 0, {}
+    for i in sorted((i for i, op in enumerate(s.ops) if op.lane == "compute"), key=lambda i: sim.start[i]):
+        op, fp = s.ops[i], fps[s.ops[i].stage]
+        if op.kind == "F":
+            held += fp.forward
+            out[op.id] = held
+        elif op.kind == "I":
+            out[op.id] = held + fp.full_backward
+            held += fp.until_w - fp.forward
+        else:
+            out[op.id] = held
+            held -= fp.until_w
+    return out
+
+
+@pytest.mark.parametrize("family", ["zbv", "v-min", "interleaved-zb"])
+def test_every_backward_op_reads_what_the_plan_holds_then(one_rank, family):
+    # Op by op, not only at the peak. Over the plan: an I on the last stage keeps the loss's 0-dim
+    # float32 gradient (4 bytes); a W after its chunk's first adds its bias gradient of 4h elements
+    # (32 float32, 128 bytes) by a temporary (the first W makes the gradient itself, outside).
+    # The gradient a stage-0 chunk received from stage 1 came without a message (one rank): it is
+    # outside too, else every stage-0 W would read one unit (2048 bytes) over.
+    cfg = _config(family, 2, True, 3)
+    levels = _levels(cfg)
+    _, _, _, reads = _measure(cfg)
+    seen = set()
+    for op, got in reads:
+        if op.kind == "I":
+            assert got == levels[op.id] + (4 if op.stage == 1 else 0), op.id
+        if op.kind == "W":
+            assert got == levels[op.id] + (128 if op.stage in seen else 0), op.id
+            seen.add(op.stage)
 
 
 def test_probe_reads_the_allocator_after_every_op(monkeypatch):

@@ -352,15 +352,18 @@ class Executor:
     def outside(self, st: _Step, *, leave: Sequence[torch.Tensor] = ()) -> dict[int, int]:
         """Storages (data pointer -> bytes) the step holds now that are not activations as
         :mod:`pptl.run.footprint` counts them: the weight gradients made so far, the messages, the
-        input gradients waiting for their consumer, every held chunk's input and output. What the
+        input gradients waiting for their consumer, every held chunk's input and output and the
+        output gradient it received (which a chunk on this rank sent it without a message). What the
         rank held before the step (weights, inputs, targets) is left out: it is the probe's base,
         and so is what ``leave`` holds."""
         tensors: list[torch.Tensor | None] = [p.grad for c in self.chunks.values() for p in c.params]
         tensors += st.keep
         tensors += st.grads.values()
         tensors += st.recvd.values()
-        for a in st.acts.values():
+        for (_, stage, _), a in st.acts.items():
             tensors += [a.x, a.y]
+            if a.linear_grad and stage != self.last:  # the last block's dd: the gradient it received
+                tensors.append(a.linear_grad[-1])
         skip = self._setup_storages | {t.untyped_storage().data_ptr() for t in leave}
         out = {}
         for t in tensors:
