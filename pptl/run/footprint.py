@@ -40,7 +40,10 @@ for byte (``tests/test_run_footprint.py``, 1 to 4 blocks). Before B ran as I the
 autograd pass, busiest where the second Linear's backward returned ``da``, its weight gradient
 (``4h x h``) and bias gradient at once (4 units and a weight): on an H200 (torch 2.11) that B's peak
 was 64-72 MiB above the count at hidden 2048, measured by ``bench/gpu_backward_peak.py``
-(docs/benchmarks.md); this B is not measured on a GPU yet.
+(docs/benchmarks.md). Read op by op on 2 H200s (:mod:`pptl.run.memory`, 2026-11-27), the I then W
+ops peak in a W, 16 units (tokens x hidden) above what this count holds during it at hidden 1024 and
+2048 alike, which the CPU allocator does not show (``tests/test_run_memory.py``); what holds them
+is not settled.
 """
 from __future__ import annotations
 
