@@ -172,6 +172,7 @@ def predict(a: argparse.Namespace, plans: dict[str, Path], calib: Path, later: d
                      "samples_slow_ms": s.samples.makespan[:: max(1, a.samples // 400)].tolist(),
                      "self": self_prediction(a, plans[name], later[name]),
                      "op_time_vs_calibration": op_ratios(calib, later[name]),
+                     "op_time_predicted_vs_measured": predicted_op_ratios(o, meas),
                      "op_time_slow_vs_base": op_ratios(later[name], slow[name])})
     return rows
 
@@ -188,6 +189,31 @@ def self_prediction(a: argparse.Namespace, plan: Path, run: Path) -> dict:
                        duty_exponent=a.alpha)[0].samples.makespan
     return {"p50": float(sorted(base)[len(base) // 2]), "mean": float(base.mean()), "slow_mean": float(slow.mean()),
             "sensitivity": float(slow.mean() / base.mean())}
+
+
+def predicted_op_ratios(o: object, tl: object) -> dict[str, float]:
+    """Per (stage, rank, kind) of compute ops: the mean time the plan's samples were drawn around
+    (the calibrating run's costs moved by stage role and duty) over the mean measured time, the
+    first op of each rank's step included in both. Where a plan's step time misses, this says which
+    stage's ops carried it."""
+    import statistics
+
+    from pptl.optable import table_of
+
+    t = table_of(o.schedule)  # type: ignore[attr-defined]
+    kinds = t.strings("kind")
+    dur = o.samples.planned_end - o.samples.planned_start  # type: ignore[attr-defined]
+    pred: dict[tuple[int, int, str], list[float]] = {}
+    comp = [k for k, n in enumerate(t.lane_names) if n == "compute"]
+    for i in range(t.n):
+        if int(t.lane[i]) in comp and int(t.stage[i]) >= 0:
+            pred.setdefault((int(t.stage[i]), int(t.rank[i]), kinds[i]), []).append(float(dur[i]))
+    meas: dict[tuple[int, int, str], list[float]] = {}
+    for e in tl.events:  # type: ignore[attr-defined]
+        if e.lane == "compute" and e.stage >= 0:
+            meas.setdefault((e.stage, e.rank, e.kind), []).append(e.duration)
+    return {f"s{s} r{r} {k}": statistics.mean(pred[(s, r, k)]) / statistics.mean(v)
+            for (s, r, k), v in sorted(meas.items()) if (s, r, k) in pred and statistics.mean(v) > 0}
 
 
 def op_ratios(ref: Path, run: Path) -> dict[str, float]:
@@ -262,6 +288,11 @@ def table(res: dict) -> str:
         lines.append(f"| {r['family']} m={r['microbatches']} | {m['p50']:.2f} | {sp['p50']:.2f} | "
                      f"{100 * (sp['p50'] - m['p50']) / m['p50']:+.1f}% | {ms['mean']:.2f} | {sp['slow_mean']:.2f} | "
                      f"{100 * (sp['slow_mean'] - ms['mean']) / ms['mean']:+.1f}% | {fmt} | {fmt2} |")
+    lines += ["", "Each stage's ops: the mean time predicted (from the calibrating run) over the mean measured:", "",
+              "| plan | predicted / measured op time, per (stage, rank, kind) |", "|---|---|"]
+    for r in res["rows"]:
+        fmt = ", ".join(f"{k} {v:.3f}" for k, v in r.get("op_time_predicted_vs_measured", {}).items())
+        lines.append(f"| {r['family']} m={r['microbatches']} | {fmt} |")
     lines.append("")
     lines += [f"- {'PASS' if ok else 'FAIL'}: {k}" for k, ok in res["checks"].items()]
     return "\n".join(lines) + "\n"

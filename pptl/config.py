@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Collection, Mapping
 
 from pptl.errors import InputError
+from pptl.fields import MAX_NUMBER
 from pptl.formats.structured import read_structured
 
 __all__ = [
@@ -443,7 +444,7 @@ def _float(v: Any, name: str, source: str) -> float:
 
 #: Largest duration, size or memory a config may give: 5M ops of it still sum to a finite float
 #: (also in microseconds), so every renderer and writer gets finite times.
-MAX_VALUE = 1e15
+MAX_VALUE = MAX_NUMBER
 
 
 def _duration(v: Any, name: str, source: str) -> float:

@@ -53,7 +53,7 @@ MUTANTS: tuple[Mutant, ...] = (
            (_B + "test_a_payload_of_zero_bytes_is_a_payload",),
            "a payload of 0 bytes refused"),
     Mutant("plan-max-time", "pptl/formats/plan.py",
-           "not -MAX_TIME <= v <= MAX_TIME:", "not -MAX_TIME <= v < MAX_TIME:",
+           "(values <= MAX_TIME))  # also NaN", "(values < MAX_TIME))  # also NaN",
            (_B + "test_timeline_times_up_to_max_time",),
            "a time of exactly MAX_TIME refused"),
     # --- diagnose
@@ -139,6 +139,21 @@ MUTANTS: tuple[Mutant, ...] = (
            "if recv.end < send.start - tol:", "if recv.end <= send.start - tol:",
            (_M + "test_recv_before_send_at_the_tolerance",),
            "a RECV ending exactly at the tolerance called a measurement error"),
+    # --- strict field readers (tune's model file, family options)
+    Mutant("fields-int-range-top", "pptl/fields.py",
+           "v < lo or (hi is not None and v > hi)", "v < lo or (hi is not None and v >= hi)",
+           ("tests/test_fields.py::test_an_integer_at_either_end_of_its_range_is_kept",),
+           "an option at exactly its largest allowed value refused"),
+    Mutant("fields-number-max", "pptl/fields.py",
+           "(f <= MAX_NUMBER or (inf and f == math.inf))", "(f < MAX_NUMBER or (inf and f == math.inf))",
+           ("tests/test_fields.py::test_numbers_from_zero_to_the_largest_finite_value",),
+           "a cost of exactly the largest finite value refused"),
+    # --- MoE run: which compute op makes an all-to-all's output
+    Mutant("moe-output-maker-order", "pptl/run/moe.py",
+           "pos.get(u, len(issue)) < pos[j]", "pos.get(u, len(issue)) <= pos[j] + 1",
+           ("tests/test_offload_costs.py::test_an_all_to_all_output_is_made_by_the_last_compute_op_it_waits_on_issued_"
+            "before_it",),
+           "an all-to-all's output made by a compute op issued after it (its write could race the op's reads)"),
 )
 
 

@@ -122,6 +122,29 @@ def test_the_timeline_says_how_its_full_backward_ran(runs, family, says):
     assert tl.meta.extra.get("full_backward") == says
 
 
+@pytest.mark.parametrize("pp,family", [(2, "1f1b"), (4, "1f1b"), (2, "gpipe")])
+def test_every_b_reports_its_i_part_inside_it(runs, pp, family):
+    """B runs I then W and marks where I ended: every B of the timed step has its I part, inside
+    its own duration (first and last stage alike), which pptl tune --costs-from learns I and W from."""
+    schedule, tl = runs[(pp, family)]
+    parts = tl.meta.extra["b_input_ms"]
+    bs = [e for e in tl.events if e.kind == "B"]
+    assert {e.op for e in bs} == set(parts) and len(bs) == sum(op.kind == "B" for op in schedule.ops)
+    assert all(0 < parts[e.op] < e.duration for e in bs), [(e.op, parts[e.op], e.duration) for e in bs]
+    assert {e.stage for e in bs} == set(range(pp))
+
+
+def test_only_plain_b_ops_report_an_i_part(runs):
+    """zb-h1 runs I and W as ops of their own (nothing to mark); DualPipe's FB overlaps a forward with
+    a backward, so only its plain B ops report their I part."""
+    _, zb = runs[(2, "zb-h1")]
+    assert "b_input_ms" not in zb.meta.extra
+    _, dp = runs[(2, "dualpipe")]
+    bs = {e.op for e in dp.events if e.kind == "B"}
+    assert bs and set(dp.meta.extra["b_input_ms"]) == bs
+    assert any(e.kind == "FB" for e in dp.events)
+
+
 # ----------------------------------------------------------------------------------------------
 # The program (pure)
 

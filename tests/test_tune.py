@@ -631,3 +631,75 @@ def test_calibration_takes_the_send_hold_of_a_sync_send_run(tmp_path: Path) -> N
     assert tc.comm_latency == pytest.approx(0.07075, abs=5e-5)
     assert any(n.endswith("message 0.07075 ms (its SEND holds the producer's compute stream 0.02925 of it)")
                for n in notes), notes
+
+
+def _b_split_run(tmp_path: Path, parts: dict[str, object] | None, full_backward: str | None = "i-then-w") -> Path:
+    """4 ranks, 4 micro-batches, 8 layers a stage plus a 2-layer embedding and head (stage work
+    [10, 8, 8, 10]): F 1 a layer, B 3 = I 1.2 + W 1.8 a layer; ``parts`` (B's op id -> ms of its I
+    part) is what the run wrote as ``b_input_ms``, None for all of them at 0.4 of B."""
+    from pptl.timeline import Event, Timeline, TimelineMeta
+
+    events, b_input = [], {}
+    for r, w in enumerate((10, 8, 8, 10)):
+        t = 0.0
+        for kind, per in (("F", 1.0 * w), ("B", 3.0 * w)):
+            for mb in range(4):
+                op = f"r{r}/compute/{kind} s{r} mb{mb}"
+                events.append(Event(op=op, rank=r, lane="compute", start=t, end=t + per, kind=kind, stage=r, mb=mb))
+                if kind == "B":
+                    b_input[op] = 0.4 * per
+                t += per
+    extra: dict[str, object] = {"b_input_ms": b_input if parts is None else {**b_input, **parts}}
+    if full_backward is not None:
+        extra["full_backward"] = full_backward
+    tl = Timeline(events, TimelineMeta(source="measured", units="ms", family="1f1b", pp=4, microbatches=4,
+                                       extra=extra))
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(tl.to_dict()))
+    return path
+
+
+def test_a_run_that_marked_each_bs_i_part_calibrates_i_and_w_from_it(tmp_path):
+    """The I part of every B took 0.4 of it: a layer's I is 1.2 and W 1.8 (not the model's 1:1,
+    nor a share derived from work), the embedding's and head's 2.4 and 3.6."""
+    from pptl.tune.calibrate import b_parts, calibrate_tune
+
+    path = _b_split_run(tmp_path, None)
+    tc, _, notes = calibrate_tune(replace(_cfg(memory_limit=None), duty_exponent=0.0), path)
+    m = tc.model
+    assert (m.layer.F, m.layer.B) == (pytest.approx(1.0), pytest.approx(3.0))
+    assert (m.layer.I, m.layer.W) == (pytest.approx(1.2), pytest.approx(1.8))
+    assert (m.head.I, m.head.W) == (pytest.approx(2.4), pytest.approx(3.6))
+    assert any(n.startswith("I and W measured inside the run's B") and "0.400 and 0.600 of B" in n for n in notes)
+    assert not any(n.startswith("the run has no split backward") for n in notes)
+    from pptl.formats.loader import load_any
+
+    parts = b_parts(load_any(path).timeline)
+    assert parts is not None and parts[0] == {"I": pytest.approx(12.0), "W": pytest.approx(18.0)}
+
+
+@pytest.mark.parametrize("bad", [
+    {"r3/compute/B s3 mb3": 30.01},   # longer than its B (30 ms): not a part of it
+    {"r3/compute/B s3 mb3": -0.01},
+    {"r3/compute/B s3 mb3": "12"},
+    {"r3/compute/B s3 mb3": True},
+], ids=["over-b", "negative", "string", "bool"])
+def test_b_parts_that_cannot_be_a_part_of_their_b_are_not_used(tmp_path, bad):
+    """Input from a file: one value that is not a time inside its B and the run's I:W is derived
+    as for a run that never marked it (a share of B from the model's work or ratio: here 1:1)."""
+    from pptl.formats.loader import load_any
+    from pptl.tune.calibrate import b_parts, calibrate_tune
+
+    path = _b_split_run(tmp_path, bad)
+    assert b_parts(load_any(path).timeline) is None
+    tc, _, notes = calibrate_tune(replace(_cfg(memory_limit=None), duty_exponent=0.0), path)
+    assert (tc.model.layer.I, tc.model.layer.W) == (pytest.approx(1.5), pytest.approx(1.5))
+    assert any(n.startswith("the run has no split backward") for n in notes)
+
+
+def test_b_parts_need_a_b_that_ran_as_i_then_w(tmp_path):
+    """A B that ran through autograd (no ``full_backward: i-then-w``) has no I part to mark."""
+    from pptl.formats.loader import load_any
+    from pptl.tune.calibrate import b_parts
+
+    assert b_parts(load_any(_b_split_run(tmp_path, None, full_backward=None)).timeline) is None

@@ -35,6 +35,12 @@ def test_crossval_script_runs_end_to_end_on_cpu(tmp_path: Path) -> None:
     assert len(rows) >= len(fams)
     assert all(x["measured_ms"] > 0 and x["predicted_ms"] > 0 and x["spread"] is not None for x in rows)
     assert saved["again_ms"] > 0 and saved["base"]["events"]
+    # The pick ran (the launch runs it whatever its family), and the calibrating run marked every B's
+    # I part, which calibration took for I and W.
+    assert saved["pick"] in {x["label"] for x in rows}
+    assert set(saved["base"]["meta"]["extra"]["b_input_ms"]) == {e["op"] for e in saved["base"]["events"]
+                                                                 if e["kind"] == "B"}
+    assert any(n.startswith("I and W measured inside the run's B") for n in saved["notes"])
     summary = json.loads((tmp_path / "crossval.json").read_text())
     assert set(summary["shapes"]) == {"tiny-b"}
     # The saved shape re-ranks offline (what the GPU shapes below go through).
@@ -64,9 +70,19 @@ MISSES = {
     # the split-backward families -3..-4%: W runs 2-11% over the model, I under it (the I:W split of a
     # run of full backwards).
     "h5120-t1024-l10-m6": ("families",),
+    # Measured after I and W were learned from the calibrating run's B (2026-11-27). Thirteen
+    # candidates within 3.4% of each other (317.5-327.1 ms predicted): the pick, ZB-V, measured 2.4%
+    # over V-Half (its W on rank 1 +4.3% over the model), Spearman 0.74 in so narrow a field, and
+    # GPipe -3.0% (its first rank's B -6.7%, F +6.4%). GPipe's peaks (10 micro-batches in flight, far
+    # over the limit) measured 1.9% over the model's.
+    "h4608-t2048-l7-m10": ("pick", "spearman", "families", "peaks"),
+    # looped-bfs -10.3%: both ranks waited 55-58 ms longer than timed, its ops at or under the model
+    # (as on h2048-t3072-l12-m24); every other family within 2.6%. GPipe's peaks (20 micro-batches in
+    # flight, 4.8 times the limit) measured 1.4-1.5% over the model's.
+    "h2304-t2560-l14-m20": ("spearman", "families", "peaks"),
 }
 #: Largest error of any candidate today, per shape where it is above the 9.5% bound of the others.
-MAX_ERR = {"h2048-t3072-l12-m24": 0.125}
+MAX_ERR = {"h2048-t3072-l12-m24": 0.125, "h2304-t2560-l14-m20": 0.105}
 
 
 @pytest.fixture(scope="module")
@@ -74,16 +90,17 @@ def evaluated() -> dict:
     return {p.stem: tune_crossval._evaluate(json.loads(p.read_text())) for p in SHAPES}
 
 
-def test_eleven_shapes_unlike_the_bench_were_measured() -> None:
+def test_fifteen_shapes_unlike_the_bench_were_measured() -> None:
     shapes = [json.loads(p.read_text())["shape"] for p in SHAPES]
-    assert len(shapes) == 11
+    assert len(shapes) == 15
     assert {s["hidden"] for s in shapes} >= {2048, 4096, 8192}
     assert {s["tokens"] for s in shapes} >= {1024, 8192}
     assert {s["layers"] // 2 for s in shapes} >= {4, 16}
     assert {s["microbatches"] for s in shapes} >= {4, 32}
     assert all(s["head"] >= s["embedding"] for s in shapes)
-    # The four held out from the cost model's making keep every candidate's measured ops.
-    held_out = {s.name for s in tune_crossval.NEW_SHAPES}
+    # The eight held out from the cost model's making keep every candidate's measured ops.
+    held_out = {s.name for s in tune_crossval.NEW_SHAPES + tune_crossval.FRESH_SHAPES}
+    assert len(held_out) == 8
     for p in SHAPES:
         rows = json.loads(p.read_text())["rows"]
         assert all(bool(x.get("ops")) is (p.stem in held_out) for x in rows), p.stem
@@ -99,7 +116,7 @@ def test_gpu_shape_re_ranked_offline(evaluated: dict, name: str) -> None:
     # Every shape: no candidate reported as fitting went over the limit, and predicted peaks stay upper
     # bounds (1% of noise).
     assert not c["fitting_over_limit"], c["fitting_over_limit"]
-    assert c["peak_err_min"] >= -0.01, c["peak_err_min"]
+    assert (c["peak_err_min"] >= -0.01) is ("peaks" not in misses), c["peak_err_min"]
     # The pick ran and measured within 2% (or the launch-to-launch spread) of the fastest candidate that fit.
     assert c["pick_ok"] is ("pick" not in misses), (ev["pick"], c["pick_gap"], c["launch_spread"])
     assert (c["spearman"] >= 0.9) is ("spearman" not in misses), c["spearman"]
@@ -107,15 +124,17 @@ def test_gpu_shape_re_ranked_offline(evaluated: dict, name: str) -> None:
     assert c["max_abs_err"] <= MAX_ERR.get(name, 0.095), c["family_err"]
 
 
-def test_looped_bfs_miss_is_waiting_not_op_time() -> None:
-    """h2048-t3072-l12-m24's looped-bfs ran 12% over the model with its ops at or under their
-    predicted times: both ranks waited over 60 ms longer than timed (its first rank sat 56 ms with the
-    next backward's data received), which is the runtime's issue order, not a cost."""
-    saved = json.loads((DATA / "h2048-t3072-l12-m24.json").read_text())
+@pytest.mark.parametrize("name,idle", [("h2048-t3072-l12-m24", 60.0), ("h2304-t2560-l14-m20", 50.0)])
+def test_looped_bfs_miss_is_waiting_not_op_time(name: str, idle: float) -> None:
+    """looped-bfs ran over 10% over the model with its ops at or under their predicted times on two
+    shapes of 12 and 14 layers a stage: both ranks waited ``idle`` ms or more longer than timed (on
+    h2048-t3072 its first rank sat 56 ms with the next backward's data received), which is the
+    runtime's issue order, not a cost."""
+    saved = json.loads((DATA / f"{name}.json").read_text())
     a = next(x for x in tune_crossval.attribute(saved) if x.label.startswith("looped-bfs"))
     assert a.error < -0.10
     assert all(b < 0 for b in a.busy_ms), a.busy_ms
-    assert all(i > 60 for i in a.idle_ms), a.idle_ms
+    assert all(i > idle for i in a.idle_ms), a.idle_ms
 
 
 def test_split_backward_w_runs_over_the_model_and_i_under() -> None:
@@ -128,3 +147,56 @@ def test_split_backward_w_runs_over_the_model_and_i_under() -> None:
     for a in rows:
         for r in (0, 1):
             assert a.kinds[(r, "W")] > 0.01 and a.kinds[(r, "W")] > a.kinds[(r, "I")], (a.label, a.kinds)
+
+
+FRESH = [s.name for s in tune_crossval.FRESH_SHAPES]
+
+
+@pytest.mark.parametrize("name", FRESH)
+def test_fresh_shapes_ran_their_pick_and_learned_i_and_w_from_the_run(name: str) -> None:
+    """The four shapes of 2026-11-27: the launch ran the pick (a row of its own, measured), and the
+    calibrating 1F1B run marked every B's I part, which calibration took for I and W; the share of
+    I it measured inside B is within 2 points of what the same shape's ZB-H1 measured for its own I
+    and W ops (0.2-1.4 points on these four)."""
+    saved = json.loads((DATA / f"{name}.json").read_text())
+    assert saved["pick"] in {x["label"] for x in saved["rows"]}
+    base = saved["base"]
+    bs = [e["op"] for e in base["events"] if e["kind"] == "B"]
+    assert bs and set(base["meta"]["extra"]["b_input_ms"]) == set(bs)
+    tc = tune_crossval._calibrated(saved)
+    share = tc.model.layer.I / (tc.model.layer.I + tc.model.layer.W)
+    # Each stage's I and W parts sum to its B; a layer's, fitted per kind (the first block's B and I
+    # lack one GEMM), within 0.1%.
+    assert tc.model.layer.I + tc.model.layer.W == pytest.approx(tc.model.layer.B, rel=1e-3)
+    zb = next(x for x in saved["rows"] if x["family"] == "zb-h1")
+    i = sum(end - start for _, kind, _, _, start, end in zb["ops"] if kind == "I")
+    w = sum(end - start for _, kind, _, _, start, end in zb["ops"] if kind == "W")
+    assert abs(share - i / (i + w)) < 0.02, (share, i / (i + w))
+
+
+@pytest.mark.parametrize("name,held", [("h2048-t3072-l12-m24", 56.2), ("h2304-t2560-l14-m20", 40.2)])
+def test_looped_bfs_waits_in_a_send_held_on_its_compute_stream(name: str, held: float) -> None:
+    """Where looped-bfs's waiting sits: under sync-send a SEND runs on its producer's compute stream,
+    and NCCL's send of stage 2's fifth input gradient (micro-batch m-5: the four before it completed at
+    once) ends only when rank 1 posts its first stage-1 receive, after its stage-3 backwards. That one
+    SEND holds rank 0's compute ``held`` ms, 70% or more of the step's error; every SEND of every
+    other candidate of the eight shapes with ops takes under 2 ms (the median one 0.06 ms), which is
+    what the calibrating run's ``send_hold`` says."""
+    saved = json.loads((DATA / f"{name}.json").read_text())
+    m = saved["shape"]["microbatches"]
+    row = next(x for x in saved["rows"] if x["family"] == "looped-bfs")
+    sends = [o for o in row["ops"] if o[1] == "SEND"]
+    rank, _, stage, mb, start, end = max(sends, key=lambda o: o[5] - o[4])
+    assert (rank, stage, mb) == (0, 2, m - 5)
+    assert end - start == pytest.approx(held, abs=0.1)
+    assert end - start >= 0.7 * (row["measured_ms"] - row["predicted_ms"])
+    # Rank 1's two receives for stage 1, micro-batch m-1: its forward's input, then its backward's.
+    first_recv = max(o[4] for o in row["ops"] if o[0] == 1 and o[1] == "RECV" and o[2] == 1 and o[3] == m - 1)
+    assert start < first_recv < end
+    held_out = {s.name for s in tune_crossval.NEW_SHAPES + tune_crossval.FRESH_SHAPES}
+    for p in SHAPES:
+        if p.stem not in held_out:
+            continue
+        for x in json.loads(p.read_text())["rows"]:
+            if x["family"] != "looped-bfs":
+                assert all(o[5] - o[4] < 2.0 for o in x["ops"] if o[1] == "SEND"), (p.stem, x["label"])

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from pptl.cli import app
 from pptl.config import Costs
 from pptl.errors import InputError
-from pptl.whatif.duty import duty_exponent_range, fit_duty_exponent
+from pptl.whatif.duty import duty_exponent_range, fit_duty_exponent, loss_bounded_range
 from pptl.whatif.roles import by_role, gemm_work, layers_from_mapping, role_of, sources
 from pptl.whatif.spread import Quantiles, Spread, parse_duty_exponent
 
@@ -120,6 +120,54 @@ def test_duty_exponent_range_is_the_kinds_fitted_alone():
     # what fit_duty_exponent refuses, so does the range: duty spread 1.049 < 1.05, one stage
     assert duty_exponent_range({(0, "F"): 1.0, (1, "F"): 2.0}, {0: 0, 1: 1}, {0: 0.80, 1: 0.839}, _two) is None
     assert duty_exponent_range({(0, "F"): 1.0}, {0: 0}, {0: 0.5}, _two) is None
+
+
+def _one(_s: int) -> int:
+    """One MLP block a stage: F 2 GEMMs, B 3 on a first stage and 4 on the last."""
+    return 1
+
+
+_R2 = 2 ** 0.5  # rho of alpha 0.5 between ranks busy 0.5 and 1.0
+
+
+def test_loss_bounded_range_holds_alpha_between_the_losses_bounds():
+    # alpha 0.5 between ranks busy 0.5 and 1.0 (rho = 2 ** 0.5); per GEMM F 0.5, B 1.0 on rank 0;
+    # the last stage's loss L = 0.2 on top of both its F and B (lam = 1): the low end is alpha
+    # exactly. r_F = (2 ** 0.5 + 0.2) / 1.0 = 1.6142, r_B = ((4 * 2 ** 0.5 + 0.2) / 4) / 1.0 = 1.4642,
+    # k = F' / B' = 1.0 / (3.0 * 4 / 3) = 0.25: (r_B - k r_F) / (1 - k) = 2 ** 0.5; the high end is
+    # B alone: log2(1.4642) = 0.5501
+    args = ({0: 0, 1: 1}, {0: 0.5, 1: 1.0}, _one)
+    both = {(0, "F"): 1.0, (1, "F"): _R2 + 0.2, (0, "B"): 3.0, (1, "B"): 4 * _R2 + 0.2}
+    lo, hi = loss_bounded_range(both, *args)
+    assert lo == pytest.approx(0.5) and hi == pytest.approx(math.log2(_R2 + 0.05))
+    assert hi == pytest.approx(0.55013, abs=1e-5)
+    # the loss in F alone (lam = 0): B's own fit is alpha, the high end; the low end takes B's
+    # share of the loss as F's: ((2 ** 0.5) - 0.25 * 1.6142) / 0.75 = 1.34755, log2 0.43034
+    f_only = {**both, (1, "B"): 4 * _R2}
+    assert loss_bounded_range(f_only, *args) == pytest.approx((0.43034, 0.5), abs=1e-5)
+    # no loss at all: one point, alpha
+    none = {**f_only, (1, "F"): _R2}
+    assert loss_bounded_range(none, *args) == pytest.approx((0.5, 0.5))
+
+
+@pytest.mark.parametrize("times,duty,stage_rank", [
+    ({(0, "F"): 1.0, (1, "F"): 1.2, (0, "B"): 3.0, (1, "B"): 4.4}, {0: 0.80, 1: 0.839}, {0: 0, 1: 1}),
+    ({(0, "F"): 1.0, (1, "F"): 1.2, (0, "B"): 3.0}, {0: 0.5, 1: 1.0}, {0: 0, 1: 1}),
+    ({(0, "F"): 1.0, (1, "F"): 1.2, (2, "F"): 1.3, (0, "B"): 3.0, (1, "B"): 4.4, (2, "B"): 4.6},
+     {0: 0.5, 1: 0.7, 2: 1.0}, {0: 0, 1: 1, 2: 2}),
+    # B's share of a loss larger than F's whole excess: rho at lam = 1 below 0
+    ({(0, "F"): 1.0, (1, "F"): 6.0, (0, "B"): 3.0, (1, "B"): 4.4}, {0: 0.5, 1: 1.0}, {0: 0, 1: 1})],
+    ids=["duty-spread-1.049", "no-B-on-the-last-stage", "three-stages", "no-positive-rho"])
+def test_loss_bounded_range_refuses(times, duty, stage_rank):
+    assert loss_bounded_range(times, stage_rank, duty, _one) is None
+
+
+def test_loss_bounded_range_at_the_duty_spread_limit():
+    # ranks busy 0.80 and 0.84 (spread 1.05 exactly) are fitted: with no loss, alpha 0.5 both ends
+    rho = 1.05 ** 0.5
+    got = loss_bounded_range({(0, "F"): 1.0, (1, "F"): rho, (0, "B"): 3.0, (1, "B"): 4 * rho},
+                             {0: 0, 1: 1}, {0: 0.80, 1: 0.84}, _one)
+    assert got == pytest.approx((0.5, 0.5))
 
 
 def test_a_first_and_a_middle_stage_tell_the_duty_without_the_loss():

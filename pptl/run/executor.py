@@ -93,6 +93,10 @@ class _Step:
     """CPU: op index -> [start, end] host times (end None while pending)."""
     started: list[int] = field(default_factory=list)
     """Op indices in the order the host started them (CUDA: enqueued them on their streams)."""
+    timed: bool = False
+    i_end: dict[int, float] = field(default_factory=dict)
+    """B's op index -> where its I part ended: CPU, the host time (perf_counter, s); CUDA, 0 (the
+    end is the op's ``mid_ev``, recorded on its stream; the key says it was recorded this step)."""
 
 
 # How a CUDA rank runs its messages (``pptl run --messages``, :data:`MESSAGE_MODES`). What decides
@@ -175,6 +179,8 @@ class Executor:
             self.start_ev = {i: torch.cuda.Event(enable_timing=True) for i in self.rp.issue}
             self.end_ev = {i: torch.cuda.Event(enable_timing=True) for i in self.rp.issue}
             self.sync_ev = {i: torch.cuda.Event() for i in self.rp.waited}
+            # Where a B's I part ends (B runs I then W): the step record's ``b_input``.
+            self.mid_ev = {i: torch.cuda.Event(enable_timing=True) for i in self.rp.issue if self.ops[i].kind == "B"}
             self.lane_done = {lane: torch.cuda.Event(enable_timing=True) for lane in self.streams}
             self.anchor = torch.cuda.Event(enable_timing=True)
             self.calib = torch.cuda.Event(enable_timing=True)
@@ -216,7 +222,7 @@ class Executor:
 
     def step(self, k: int, *, timed: bool) -> dict[str, Any]:
         """Run every op once; return the record (times in ms after the anchor)."""
-        st = _Step()
+        st = _Step(timed=timed)
         self._last = st  # what partial_events reads if this step never finishes
         self._step_index = k
         self._zero_grads()
@@ -342,12 +348,15 @@ class Executor:
         step_ms = max(self.anchor.elapsed_time(ev) for ev in self.lane_done.values())
         events = ([[i, self.anchor.elapsed_time(self.start_ev[i]), self.anchor.elapsed_time(self.end_ev[i])]
                    for i in self.rp.issue] if timed else [])
+        b_input = ([[i, self.start_ev[i].elapsed_time(ev)] for i, ev in self.mid_ev.items() if i in st.i_end]
+                   if timed else [])
         if self.stretch is not None and timed:
             self.stretch.measured({i: b - a for i, a, b in events if self.ops[i].lane == "compute"}, self.device)
         loss = float(st.loss) if self._has_loss() else None
         mid, err = calib
         return {"step": k, "timed": timed, "step_ms": step_ms, "wall_ms": wall_ms, "loss": loss, "events": events,
-                "started": st.started, "anchor_ms": mid + self.calib.elapsed_time(self.anchor), "anchor_err_ms": err}
+                "b_input": b_input, "started": st.started, "anchor_ms": mid + self.calib.elapsed_time(self.anchor),
+                "anchor_err_ms": err}
 
     def outside(self, st: _Step, *, leave: Sequence[torch.Tensor] = ()) -> dict[int, int]:
         """Storages (data pointer -> bytes) the step holds now that are not activations as
@@ -425,9 +434,11 @@ class Executor:
             self._cpu_wait(i, st, now)
         step_ms = max((t[1] for t in st.times.values()), default=0.0)
         events = [[i, t[0], t[1]] for i, t in st.times.items()] if timed else []
+        b_input = [[i, (t - t0) * 1e3 - st.times[i][0]] for i, t in st.i_end.items()  # type: ignore[operator]
+                   if i in st.times] if timed else []
         loss = float(st.loss) if self._has_loss() else None
         return {"step": k, "timed": timed, "step_ms": step_ms, "wall_ms": now(), "loss": loss, "events": events,
-                "started": st.started, "anchor_ms": t0 * 1e3, "anchor_err_ms": 0.0}
+                "b_input": b_input, "started": st.started, "anchor_ms": t0 * 1e3, "anchor_err_ms": 0.0}
 
     def _cpu_wait(self, u: int, st: _Step, now: Callable[[], float]) -> None:
         works = st.works.pop(u, None)
@@ -461,7 +472,7 @@ class Executor:
             return lambda st: self._forward(st, op.direction, op.stage, op.mb)
         if k in ("B", "I"):
             full = k == "B"
-            return lambda st: self._backward(st, op.direction, op.stage, op.mb, full)
+            return lambda st: self._backward(st, op.direction, op.stage, op.mb, full, i)
         if k == "W":
             key = (op.direction, op.stage, op.mb)
             return lambda st: backward_weight(self.chunks[key[:2]], st.acts.pop(key))
@@ -470,7 +481,7 @@ class Executor:
 
             def fb(st: _Step) -> None:
                 self._forward(st, op.direction, op.stage, op.mb)
-                self._backward(st, pd, ps, pm, True)
+                self._backward(st, pd, ps, pm, True, -1)
             return fb
         if k == "SEND":
             return self._send_action(i)
@@ -495,7 +506,8 @@ class Executor:
                 return
         st.acts[(d, s, mb)] = act
 
-    def _backward(self, st: _Step, d: int, s: int, mb: int, full: bool) -> None:
+    def _backward(self, st: _Step, d: int, s: int, mb: int, full: bool, i: int) -> None:
+        """Op ``i``'s backward (an FB's has ``i`` -1: its I part is not marked)."""
         if s == self.last:
             dy = None
         elif (d, s + 1) in self.local:
@@ -506,11 +518,20 @@ class Executor:
         chunk = self.chunks[(d, s)]
         if full:
             act = st.acts.pop(key)
-            dx = backward_full(chunk, act, dy)
+            dx = backward_full(chunk, act, dy, None if i < 0 or not st.timed else lambda: self._mark_input(st, i))
         else:
             dx = backward_input(chunk, st.acts[key], dy)
         if dx is not None:
             st.grads[key] = dx
+
+    def _mark_input(self, st: _Step, i: int) -> None:
+        """B ``i``'s I part has been issued (CUDA) or has run (CPU): mark its end, so the timeline
+        reports I and W of one B apart (what ``pptl tune --costs-from`` learns their speeds from)."""
+        if self.cuda:
+            self.mid_ev[i].record(torch.cuda.current_stream(self.device))
+            st.i_end[i] = 0.0
+        else:
+            st.i_end[i] = time.perf_counter()
 
     def _send_action(self, i: int) -> Callable[[_Step], None]:
         op = self.ops[i]

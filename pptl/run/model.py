@@ -33,6 +33,7 @@ and the single-process reference in :mod:`pptl.run.verify` start from the same n
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -153,12 +154,17 @@ def apply_chunk(chunk: Chunk, h: torch.Tensor, ins: list[torch.Tensor] | None = 
     return h
 
 
-def backward_full(chunk: Chunk, act: Activation, dy: torch.Tensor | None) -> torch.Tensor | None:
+def backward_full(chunk: Chunk, act: Activation, dy: torch.Tensor | None,
+                  between: Callable[[], None] | None = None) -> torch.Tensor | None:
     """B: input and weight gradients (weights accumulate into ``.grad``). Returns dx.
 
-    After a forward that kept its Linears, I then W (module docstring); else one autograd pass."""
+    After a forward that kept its Linears, I then W (module docstring), with ``between`` called
+    after I's work is issued and before W's (the executor marks the I part's end there); else one
+    autograd pass (``between`` is not called: there is no I part to mark)."""
     if act.linear_grad is not None:
         dx = backward_input(chunk, act, dy)
+        if between is not None:
+            between()
         backward_weight(chunk, act)
         return dx
     inputs = list(chunk.params) + ([act.x] if act.x is not None else [])

@@ -104,10 +104,10 @@ class MoEExecutor(Executor):
             ops, rp.issue, rp.waits, frozenset(i for i in rp.issue if ops[i].lane == "compute"))
         super().__init__(program, rank, device, channels, **kw)
         self.compute_ops = frozenset(i for i in self.rp.issue if self.ops[i].lane == "compute")
-        self._made: dict[tuple, list[torch.Tensor]] = {}
+        self._made: dict[tuple, torch.Tensor] = {}
         if self.ep_group is not None:  # the communicator's set-up, outside any step
             t = torch.zeros(self.shape, dtype=self.dtype, device=device)
-            self._a2a(t)
+            self._a2a(t, torch.empty_like(t))
             if self.cuda:
                 torch.cuda.synchronize(device)
 
@@ -218,15 +218,15 @@ class MoEExecutor(Executor):
         fn = table.get((op.kind, op.flow))
         if fn is None:
             raise InputError(f"op {op.id}: kind {op.kind} with flow {op.flow!r} is not a sub-op pptl run knows")
-        outputs = [(self.ops[j], _OUTPUTS[self.ops[j].kind, self.ops[j].flow]) for j in self.outputs_made_by.get(i, ())]
+        outputs = [self.ops[j] for j in self.outputs_made_by.get(i, ())]
         if op.lane == "compute" and (self.hold is not None or outputs):
             hold = self.hold
 
             def compute(st: Any) -> None:
                 fn(st, key)
-                for o, n in outputs:  # on the compute stream, before the all-to-all's wait on this op
-                    self._made[(o.kind, o.flow, o.direction, o.stage, o.mb, o.sub)] = [
-                        torch.empty(self.shape, dtype=self.dtype, device=self.device) for _ in range(n)]
+                for o in outputs:  # on the compute stream, before the all-to-all's wait on this op
+                    self._made[(o.kind, o.flow, o.direction, o.stage, o.mb, o.sub)] = torch.empty(
+                        self.shape, dtype=self.dtype, device=self.device)
                 if hold is not None:
                     hold.after()  # on the op's stream, after its work: what the host waits for lag ops on
             return compute
@@ -240,17 +240,17 @@ class MoEExecutor(Executor):
                 if t is not None:
                     t.record_stream(s)
 
-    def _outputs(self, kind: str, flow: str, key: tuple, like: torch.Tensor) -> list[torch.Tensor]:
-        """The tensors an all-to-all writes: made by the compute op it waits on (see
+    def _output(self, kind: str, flow: str, key: tuple, like: torch.Tensor) -> torch.Tensor:
+        """The tensor an all-to-all writes: made by the compute op it waits on (see
         :func:`outputs_made_by`), else here, on the comm stream."""
         made = self._made.pop((kind, flow, *key), None)
-        if made is None or made[0].shape != like.shape:
-            return [torch.empty_like(like) for _ in range(_OUTPUTS[kind, flow])]
-        self._use(*made)  # their last use may be here (the allocator must wait for this stream)
+        if made is None or made.shape != like.shape:
+            return torch.empty_like(like)
+        # No record_stream here: its readers wait for this all-to-all's end and run on compute
+        # (where its block is freed, so reuse follows them), except the loss's (_combine_f).
         return made
 
-    def _a2a(self, t: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        out = torch.empty_like(t) if out is None else out
+    def _a2a(self, t: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         if self.ep_group is None:
             out.copy_(t)  # one member: every token stays
             return out
@@ -287,7 +287,7 @@ class MoEExecutor(Executor):
     def _dispatch_f(self, st: Any, key: tuple) -> None:
         ls = st.acts[key]
         self._use(ls.h)
-        ls.r = self._a2a(ls.h, *self._outputs("A2A_DISPATCH", "F", key, ls.h))
+        ls.r = self._a2a(ls.h, self._output("A2A_DISPATCH", "F", key, ls.h))
 
     def _mlp_f(self, st: Any, key: tuple) -> None:
         ls = st.acts[key]
@@ -298,10 +298,11 @@ class MoEExecutor(Executor):
         d, s, mb, layer = key
         ls = st.acts[key]
         self._use(ls.m, ls.h)
-        back, y = self._outputs("A2A_COMBINE", "F", key, ls.m)
-        torch.add(ls.h, self._a2a(ls.m, back), out=y)
+        y = self._a2a(ls.m, self._output("A2A_COMBINE", "F", key, ls.m))
+        y.add_(ls.h)  # the residual sum in the all-to-all's output: one tensor of a layer's size, not two
         ls.h = ls.m = None
         if s == self.last and layer == self.layers - 1:
+            self._use(y)  # read by the loss here, on this stream, and dropped: reuse must wait for it
             loss, dy = loss_grad(y, self.targets[(d, mb)], self.scale)
             st.loss += loss
             self._dloss[(d, mb)] = dy
@@ -313,7 +314,7 @@ class MoEExecutor(Executor):
         dy = self._output_grad(st, *key)
         self._use(dy)
         ls.dy = dy
-        ls.dm = self._a2a(dy, *self._outputs("A2A_COMBINE", "B", key, dy))
+        ls.dm = self._a2a(dy, self._output("A2A_COMBINE", "B", key, dy))
 
     def _mlp_b(self, st: Any, key: tuple) -> None:
         ls = st.acts[key]
@@ -323,7 +324,7 @@ class MoEExecutor(Executor):
     def _dispatch_b(self, st: Any, key: tuple) -> None:
         ls = st.acts[key]
         self._use(ls.dr)
-        ls.dh_e = self._a2a(ls.dr, *self._outputs("A2A_DISPATCH", "B", key, ls.dr))
+        ls.dh_e = self._a2a(ls.dr, self._output("A2A_DISPATCH", "B", key, ls.dr))
         ls.dr = None
 
     def _attn_b(self, st: Any, key: tuple) -> None:
@@ -531,8 +532,8 @@ def copies_at_their_ends(ops: Any, issue: tuple[int, ...], waits: Any) -> tuple[
     return tuple(out)
 
 
-_OUTPUTS = {("A2A_DISPATCH", "F"): 1, ("A2A_COMBINE", "F"): 2, ("A2A_COMBINE", "B"): 1, ("A2A_DISPATCH", "B"): 1}
-"""Tensors each all-to-all writes: its output (and the forward combine's residual sum)."""
+_A2A = frozenset({("A2A_DISPATCH", "F"), ("A2A_COMBINE", "F"), ("A2A_COMBINE", "B"), ("A2A_DISPATCH", "B")})
+"""The all-to-alls: each writes one tensor of a layer's size (the forward combine adds the residual into it)."""
 
 
 def outputs_made_by(ops: Any, issue: tuple[int, ...], waits: Any, compute: frozenset[int]) -> dict[int, list[int]]:
@@ -550,7 +551,7 @@ def outputs_made_by(ops: Any, issue: tuple[int, ...], waits: Any, compute: froze
     pos = {i: k for k, i in enumerate(issue)}
     out: dict[int, list[int]] = {}
     for j in issue:
-        if (ops[j].kind, ops[j].flow) not in _OUTPUTS:
+        if (ops[j].kind, ops[j].flow) not in _A2A:
             continue
         before = [u for u in waits.get(j, ()) if u in compute and pos.get(u, len(issue)) < pos[j]]
         if before:

@@ -5,6 +5,7 @@ Every rank sends rank 0 one *payload* (a JSON-ready dict) per plan::
     {"rank": r,
      "steps": [{"step": k, "timed": bool, "step_ms": float, "wall_ms": float, "loss": float | None,
                 "events": [[op index, start_ms, end_ms], ...],
+                "b_input": [[op index of a B, ms its I part took], ...],
                 "started": [op index, ...]}, ...],   # in the order the host started (CUDA: enqueued) them
      "partial": {"step": k, "events": [...]} | absent,   # the step a failure interrupted
      "info": {"device": ..., "torch": ...}}
@@ -118,6 +119,9 @@ def build_timeline(schedule: Schedule, payloads: list[Mapping[str, Any]], *,
                      if timed_ms and bare_ms and statistics.median(bare_ms) > 0 else None),
         "executed": executed_order(schedule, payloads, meta_extra.get("step")),
     })
+    b_input = _b_input(schedule, picked)
+    if b_input:
+        meta_extra["b_input_ms"] = b_input
     record = _step_ops(schedule, payloads, list(timed))
     if record is not None:
         meta_extra["step_ops"] = record
@@ -187,6 +191,19 @@ def _on_one_clock(picked: list[tuple[Mapping[str, Any], Mapping[str, Any]]]
     meta = {"base": f"rank {int(first[0]['rank'])}'s host clock", "same_host": len(hosts) == 1,
             "offsets_applied": apply, "tolerance_ms": tolerance_ms(clocks, errs), "ranks": ranks}
     return rows, meta
+
+
+def _b_input(schedule: Schedule, picked: list[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> dict[str, float]:
+    """B's op id -> the time its I part took (ms, from B's start to the event between its I and W;
+    ``pptl run``'s B is I then W): a run of full backwards then says what I and W each cost."""
+    out: dict[str, float] = {}
+    n = len(schedule.ops)
+    for _, st in picked:
+        for row in st.get("b_input") or ():
+            i, ms = int(row[0]), float(row[1])
+            if 0 <= i < n and schedule.ops[i].kind == "B":
+                out[schedule.ops[i].id] = max(0.0, ms)
+    return out
 
 
 #: Most (compute op, timed step) durations a timeline keeps (``meta.extra.step_ops``); a larger

@@ -72,12 +72,12 @@ bytes across PP ranks; we offload every layer except the one about to be used.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from pptl.config import MAX_OPS, Config
 from pptl.errors import InputError
+from pptl.fields import strict_flag, strict_int, strict_number
 from pptl.ir import Schedule
 from pptl.schedules import interleaved
 from pptl.schedules._common import Family, Runtime, require
@@ -90,6 +90,7 @@ __all__ = ["FAMILY", "NAME", "MoEOptions", "parse_options", "validate", "build",
            "bubble", "memory", "runnable", "COST_KEYS"]
 
 NAME = "moe-1f1b-overlap"
+_TAIL = f" for schedule '{NAME}'"
 
 #: Keys of ``options.costs`` (per layer, in time units; bytes and bandwidths in memory units).
 COST_KEYS = ("attn", "mlp", "attn_b", "mlp_b", "wgrad", "dispatch", "combine", "combine_loss", "a2a_bytes",
@@ -122,29 +123,6 @@ class MoEOptions:
     """``pptl run``: compute sub-ops the host may issue ahead of the GPU (0: unbounded)."""
 
 
-def _num(value: Any, where: str, cfg: Config, *, positive: bool = False) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (value > 0 if positive else value >= 0)
-    if not ok:
-        raise InputError(f"{cfg.source}: field '{where}': got {value!r}, expected a finite number "
-                         f"{'> 0' if positive else '>= 0'} for schedule '{NAME}'")
-    return float(value)
-
-
-def _int(value: Any, where: str, cfg: Config, lo: int, hi: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo or (hi is not None and value > hi):
-        span = f">= {lo}" if hi is None else f"in {lo}..{hi}"
-        raise InputError(f"{cfg.source}: field '{where}': got {value!r}, expected an integer {span} "
-                         f"for schedule '{NAME}'")
-    return value
-
-
-def _bool(value: Any, where: str, cfg: Config) -> bool:
-    if not isinstance(value, bool):
-        raise InputError(f"{cfg.source}: field '{where}': got {value!r}, expected true or false for schedule '{NAME}'")
-    return value
-
-
 def _unknown(data: Mapping[str, Any], known: tuple[str, ...], where: str, cfg: Config) -> None:
     extra = sorted(str(k) for k in data if k not in known)
     if extra:
@@ -165,18 +143,20 @@ def parse_options(cfg: Config) -> MoEOptions:
     """
     data = cfg.options or {}
     _unknown(data, _OPTION_KEYS, "options", cfg)
-    layers = _int(data.get("layers_per_chunk", 2), "options.layers_per_chunk", cfg, 1, 1024)
-    ep = _int(data.get("ep", 1), "options.ep", cfg, 1, 1024)
-    overlap = _bool(data.get("overlap", True), "options.overlap", cfg)
-    offload = _bool(data.get("offload", False), "options.offload", cfg)
-    extra = _int(data.get("extra_warmup", 1), "options.extra_warmup", cfg, 0, 1)
+    layers = strict_int(data.get("layers_per_chunk", 2), "options.layers_per_chunk", cfg.source, lo=1, hi=1024,
+                        tail=_TAIL)
+    ep = strict_int(data.get("ep", 1), "options.ep", cfg.source, lo=1, hi=1024, tail=_TAIL)
+    overlap = strict_flag(data.get("overlap", True), "options.overlap", cfg.source, tail=_TAIL)
+    offload = strict_flag(data.get("offload", False), "options.offload", cfg.source, tail=_TAIL)
+    extra = strict_int(data.get("extra_warmup", 1), "options.extra_warmup", cfg.source, lo=0, hi=1, tail=_TAIL)
     interleaved.order_of(cfg)
     raw = data.get("costs", {}) or {}
     if not isinstance(raw, Mapping):
         raise InputError(f"{cfg.source}: field 'options.costs': got {type(raw).__name__}, expected a mapping such "
                          f"as {{attn: 1, mlp: 1, dispatch: 0.5}} for schedule '{NAME}'")
     _unknown(raw, COST_KEYS, "options.costs", cfg)
-    c = {k: _num(v, f"options.costs.{k}", cfg, positive=k.endswith("bandwidth")) for k, v in raw.items()}
+    c = {k: strict_number(v, f"options.costs.{k}", cfg.source, positive=k.endswith("bandwidth"), tail=_TAIL)
+         for k, v in raw.items()}
     attn, mlp = c.get("attn", 1.0), c.get("mlp", 1.0)
     a2a = {"dispatch": c.get("dispatch"), "combine": c.get("combine")}
     if "a2a_bytes" in c:
@@ -199,7 +179,7 @@ def parse_options(cfg: Config) -> MoEOptions:
         combine_loss=c.get("combine_loss", 0.5 if a2a["combine"] is None else a2a["combine"]),
         offload_bytes=off_bytes, offload=off_bytes / off_bw, onload=off_bytes / c.get("onload_bandwidth", off_bw))
     hidden = c.get("hidden_bytes", 0.0)
-    lag = _int(data.get("host_lag", 4), "options.host_lag", cfg, 0, 1 << 20)
+    lag = strict_int(data.get("host_lag", 4), "options.host_lag", cfg.source, lo=0, hi=1 << 20, tail=_TAIL)
     return MoEOptions(layers=layers, ep=ep, overlap=overlap, offload=offload, extra_warmup=extra, costs=costs,
                       hidden_bytes=hidden, host_lag=lag)
 

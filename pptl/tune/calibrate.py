@@ -5,9 +5,12 @@ split: ``measured_split``, default the even split), the embedding on the first s
 on the last, each stage's time is ``n_s * t + [s = 0] e + [s = last] h``. The middle stages give
 the layer's ``t`` (their mean of time / layers); the first and last stage then give ``e`` and ``h``.
 With two stages or fewer there is no middle stage, and ``e`` and ``h`` keep their ratio to ``t``
-from the model description. A run with only full backwards gives I and W from the model's ``work``
-(:func:`split_shares`: the run's F and B fix a time per GEMM FLOP and per memory-bound byte), or
-without it splits B in the model's I:W ratio (half each if the model gives neither).
+from the model description. A run of full backwards that ran each B as I then W and marked where
+its I part ended (``pptl run``: ``meta.extra.b_input_ms``, :func:`b_parts`) measures I and W per
+stage like any other kind. An older run with only full backwards gives I and W from the model's
+``work`` (:func:`split_shares`: the run's F and B fix a time per GEMM FLOP and per memory-bound
+byte; W's GEMMs, which reduce over the tokens, may run at another rate than F's, which this cannot
+see), or without it splits B in the model's I:W ratio (half each if the model gives neither).
 
 Under a power cap a busy GPU clocks lower (``device.duty_exponent``, alpha: compute takes
 ``u ** alpha`` of its full-duty time on a rank busy a share ``u`` of the step). The run's ranks
@@ -34,7 +37,7 @@ from pptl.errors import InputError
 from pptl.tune.model import LayerCost, ModelDesc, TuneConfig, Work
 from pptl.tune.split import even_split
 
-__all__ = ["calibrate_tune", "fit_layer_costs", "fit_duty_exponent", "rank_duty", "split_shares"]
+__all__ = ["b_parts", "calibrate_tune", "fit_layer_costs", "fit_duty_exponent", "rank_duty", "split_shares"]
 
 #: Least spread of the run's ranks' duty (max / min) for which alpha is fitted. alpha is the stages'
 #: time ratio beyond their work ratio over ln(duty ratio), so an error of the model's stage work
@@ -203,6 +206,12 @@ def calibrate_tune(tc: TuneConfig, measured: Path) -> tuple[TuneConfig, str, lis
         raise InputError(f"{measured}: the run has {S} stages, more than model.layers={tc.model.layers}")
     m = tc.model
     notes: list[str] = []
+    parts = b_parts(tl)
+    if parts is not None and any(s not in parts for s in range(S)):
+        parts = None
+    if parts is not None:  # the run's B reported its I part: I and W are measured, not derived
+        for s in range(S):
+            stages[s] = {**stages[s], **parts[s]}
     tc, stages = _normalise_duty(tc, tl, split, stages, notes)
     kinds: dict[str, tuple[float, float, float]] = {}
     for k in ("F", "B", "I", "W"):
@@ -212,8 +221,11 @@ def calibrate_tune(tc: TuneConfig, measured: Path) -> tuple[TuneConfig, str, lis
         ratio = ((m.part_cost(m.embedding, k) or 0.0) / base, (m.part_cost(m.head, k) or 0.0) / base) \
             if base else (0.0, 0.0)
         kinds[k] = fit_layer_costs(m, split, [stages[s][k] for s in range(S)], ratio)
-    measured_split_bw = not any(e.kind == "I" for e in tl.events)
-    if measured_split_bw:  # B only: I and W from the model's work, else B split in its I:W ratio
+    if parts is not None:
+        notes.append(f"I and W measured inside the run's B (an event between its I and W parts): a layer's I "
+                     f"{kinds['I'][0]:.4g} and W {kinds['W'][0]:.4g}, {kinds['I'][0] / kinds['B'][0]:.3f} and "
+                     f"{kinds['W'][0] / kinds['B'][0]:.3f} of B")
+    elif not any(e.kind == "I" for e in tl.events):  # B only: I and W from the model's work, else B split in its I:W ratio
         shares = split_shares(_as_run(m, tl), kinds["F"][0], kinds["B"][0])
         if shares is not None:
             share_i, share_w = shares
@@ -254,6 +266,30 @@ def calibrate_tune(tc: TuneConfig, measured: Path) -> tuple[TuneConfig, str, lis
         if note:
             notes.append(note)
     return tc, tl.meta.units, notes
+
+
+def b_parts(tl: Any) -> dict[int, dict[str, float]] | None:
+    """Per stage, the mean time of its B's I part and W part (``{"I": ms, "W": ms}``), from a run
+    whose B ran as I then W and reported where its I part ended (``meta.extra.b_input_ms``: B's op
+    id -> ms from its start); None unless every B of the run has a part inside its own duration.
+    The two parts of a stage sum to its mean B: what ``costs_from_timeline`` takes for B."""
+    raw = tl.meta.extra.get("b_input_ms")
+    if not isinstance(raw, dict) or tl.meta.extra.get("full_backward") != "i-then-w":
+        return None
+    sums: dict[int, list[float]] = {}
+    for e in tl.events:
+        if e.lane != "compute" or e.kind != "B" or e.stage < 0:
+            continue
+        v = raw.get(e.op)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= e.duration:
+            return None
+        acc = sums.setdefault(e.stage, [0.0, 0.0, 0.0])
+        acc[0] += v
+        acc[1] += e.duration - v
+        acc[2] += 1
+    if not sums:
+        return None
+    return {s: {"I": a[0] / a[2], "W": a[1] / a[2]} for s, a in sums.items()}
 
 
 def _send_hold(tl: Any) -> float | None:

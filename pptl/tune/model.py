@@ -46,8 +46,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from pptl.config import MAX_VALUE, Workload
+from pptl.config import Workload
 from pptl.errors import InputError
+from pptl.fields import strict_int, strict_number
 from pptl.formats.structured import read_structured
 from pptl.tune.memory import MemoryModel
 from pptl.tune.spread import Jitter
@@ -236,14 +237,14 @@ def tune_config_from_mapping(data: Mapping[str, Any], *, source: str) -> TuneCon
             raise InputError(f"{source}: unknown field '{k}'; known fields: {', '.join(_TOP)}")
     if "model" not in data:
         raise InputError(f"{source}: field 'model' is required. Example: model: {{layers: 32, layer: {{F: 1, B: 2}}}}")
-    pp = _int(data.get("pp"), "pp", source, lo=1, hi=4096, required=True)
+    pp = strict_int(data.get("pp"), "pp", source, lo=1, hi=4096, required=True)
     mbs = data.get("microbatches")
     if mbs is None:
         raise InputError(f"{source}: field 'microbatches' is required. Example: microbatches: [8, 16]")
     mb_list = mbs if isinstance(mbs, list) else [mbs]
     if not mb_list or len(mb_list) > 64:
         raise InputError(f"{source}: field 'microbatches': expected an integer or a list of 1..64 integers")
-    micro = tuple(sorted({_int(m, "microbatches", source, lo=1, hi=100_000, required=True) for m in mb_list}))
+    micro = tuple(sorted({strict_int(m, "microbatches", source, lo=1, hi=100_000, required=True) for m in mb_list}))
     workload = _workload(data.get("workload") or {}, source)
     model = _model(data["model"], source, workload)
     if model.layers < pp:
@@ -264,15 +265,15 @@ def tune_config_from_mapping(data: Mapping[str, Any], *, source: str) -> TuneCon
     if split is not None:
         if not isinstance(split, list) or not split:
             raise InputError(f"{source}: field 'measured_split': expected a list of layers per stage, e.g. [8, 8, 8, 8]")
-        split = tuple(_int(x, "measured_split", source, lo=1, hi=100_000, required=True) for x in split)
+        split = tuple(strict_int(x, "measured_split", source, lo=1, hi=100_000, required=True) for x in split)
         if sum(split) != model.layers:
             raise InputError(f"{source}: field 'measured_split': sums to {sum(split)}, expected model.layers="
                              f"{model.layers}")
     rb = data.get("run_blocks") or {}
     if not isinstance(rb, Mapping) or any(k not in ("embedding", "head") for k in rb):
         raise InputError(f"{source}: field 'run_blocks': expected a mapping such as {{embedding: 2, head: 2}}")
-    run_blocks = (_int(rb.get("embedding", 0), "run_blocks.embedding", source, lo=0, hi=1000, required=True),
-                  _int(rb.get("head", 0), "run_blocks.head", source, lo=0, hi=1000, required=True))
+    run_blocks = (strict_int(rb.get("embedding", 0), "run_blocks.embedding", source, lo=0, hi=1000, required=True),
+                  strict_int(rb.get("head", 0), "run_blocks.head", source, lo=0, hi=1000, required=True))
     messages = data.get("messages", "sync-send")
     if messages not in ("sync-send", "overlap"):
         raise InputError(f"{source}: field 'messages': got {messages!r}, expected sync-send or overlap")
@@ -283,18 +284,19 @@ def tune_config_from_mapping(data: Mapping[str, Any], *, source: str) -> TuneCon
     jitter = _jitter(device.get("jitter"), source)
     alpha = device.get("duty_exponent")
     if alpha is not None:
-        alpha = _num(alpha, "device.duty_exponent", source)
+        alpha = strict_number(alpha, "device.duty_exponent", source)
         if alpha > 2:
             raise InputError(f"{source}: field 'device.duty_exponent': got {alpha}, expected 0..2 "
                              f"(0: speed does not depend on how busy a GPU is)")
     return TuneConfig(
         pp=pp, microbatches=micro, model=model, messages=messages, duty_exponent=alpha, jitter=jitter,
-        memory_limit=None if limit is None else _num(limit, "memory_limit", source, positive=True),
-        comm_latency=_num(comm.get("latency", 0.0), "comm.latency", source),
-        comm_bandwidth=_num(comm.get("bandwidth", math.inf), "comm.bandwidth", source, inf=True, positive=True),
+        memory_limit=None if limit is None else strict_number(limit, "memory_limit", source, positive=True),
+        comm_latency=strict_number(comm.get("latency", 0.0), "comm.latency", source),
+        comm_bandwidth=strict_number(comm.get("bandwidth", math.inf), "comm.bandwidth", source, inf=True,
+                                     positive=True),
         families=families, workload=workload, run_blocks=run_blocks,
-        measured_split=split, ilp_time_limit=_num(data.get("ilp_time_limit", 2.0), "ilp_time_limit", source,
-                                                  positive=True),
+        measured_split=split,
+        ilp_time_limit=strict_number(data.get("ilp_time_limit", 2.0), "ilp_time_limit", source, positive=True),
         source=source)
 
 
@@ -312,17 +314,17 @@ def _model(data: Any, source: str, workload: Workload) -> ModelDesc:
             raise InputError(f"{source}: unknown field 'model.{k}'; known: {', '.join(known)}")
     if "layer" not in data:
         raise InputError(f"{source}: field 'model.layer' is required. Example: layer: {{F: 1, B: 2, activation: 1}}")
-    w_act = _num(data.get("w_activation", 0.5), "model.w_activation", source)
+    w_act = strict_number(data.get("w_activation", 0.5), "model.w_activation", source)
     if w_act > MAX_W_ACTIVATION:
         raise InputError(f"{source}: field 'model.w_activation': got {w_act}, expected 0..{MAX_W_ACTIVATION:g} "
                          f"(what I leaves held until W, as a share of F's activation)")
     return ModelDesc(
-        layers=_int(data.get("layers"), "model.layers", source, lo=1, hi=100_000, required=True),
+        layers=strict_int(data.get("layers"), "model.layers", source, lo=1, hi=100_000, required=True),
         layer=_layer(data["layer"], "model.layer", source, zero=False),
         embedding=_layer(data.get("embedding"), "model.embedding", source, zero=True),
         head=_layer(data.get("head"), "model.head", source, zero=True),
-        message_bytes=_num(data.get("message_bytes", 0.0), "model.message_bytes", source),
-        w_activation=w_act, i_working=_num(data.get("i_working", 0.0), "model.i_working", source),
+        message_bytes=strict_number(data.get("message_bytes", 0.0), "model.message_bytes", source),
+        w_activation=w_act, i_working=strict_number(data.get("i_working", 0.0), "model.i_working", source),
         work=_work(data.get("work"), source, workload))
 
 
@@ -340,8 +342,8 @@ def _work(data: Any, source: str, workload: Workload) -> dict[str, Work] | None:
         v = data[k]
         if not isinstance(v, Mapping) or set(v) != {"flops", "bytes"}:
             raise InputError(f"{source}: field 'model.work.{k}': expected a mapping of flops and bytes; {example}")
-        out[k] = Work(_num(v["flops"], f"model.work.{k}.flops", source),
-                      _num(v["bytes"], f"model.work.{k}.bytes", source))
+        out[k] = Work(strict_number(v["flops"], f"model.work.{k}.flops", source),
+                      strict_number(v["bytes"], f"model.work.{k}.bytes", source))
     return out
 
 
@@ -352,7 +354,7 @@ def _jitter(data: Any, source: str) -> Jitter | None:
     if not isinstance(data, Mapping) or not data or any(k not in known for k in data):
         raise InputError(f"{source}: field 'device.jitter': expected a mapping of relative deviations such as "
                          f"{{F: 0.02, B: 0.02, step: 0.01}} (keys: {', '.join(known)})")
-    vals = {k: _num(v, f"device.jitter.{k}", source) for k, v in data.items()}
+    vals = {k: strict_number(v, f"device.jitter.{k}", source) for k, v in data.items()}
     for k, v in vals.items():
         if v > 1:
             raise InputError(f"{source}: field 'device.jitter.{k}': got {v}, expected 0..1 (a relative deviation)")
@@ -371,29 +373,9 @@ def _layer(data: Any, name: str, source: str, *, zero: bool) -> LayerCost:
             raise InputError(f"{source}: unknown field '{name}.{k}'; known: {', '.join(known)}")
     # The embedding and head cost nothing unless given; their I and W, when not given, split B
     # in the layer's I:W ratio (see ModelDesc.part_cost).
-    vals = {k: (_num(data[k], f"{name}.{k}", source) if k in data else (0.0 if zero and k == "F" else None))
-            for k in _KINDS}
+    vals = {k: (strict_number(data[k], f"{name}.{k}", source) if k in data
+                else (0.0 if zero and k == "F" else None)) for k in _KINDS}
     if zero and vals["B"] is None and (vals["I"] is None or vals["W"] is None):
         vals["B"] = 0.0
-    return LayerCost(**vals, activation=_num(data.get("activation", 0.0), f"{name}.activation", source),
-                     weight=_num(data.get("weight", 0.0), f"{name}.weight", source))
-
-
-def _int(v: Any, name: str, source: str, *, lo: int, hi: int, required: bool) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        if v is None and required:
-            raise InputError(f"{source}: field '{name}' is required. Example: {name.split('.')[-1]}: 4")
-        raise InputError(f"{source}: field '{name}': got {v!r}, expected an integer")
-    if not lo <= v <= hi:
-        raise InputError(f"{source}: field '{name}': got {v}, expected an integer in {lo}..{hi}")
-    return v
-
-
-def _num(v: Any, name: str, source: str, *, inf: bool = False, positive: bool = False) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise InputError(f"{source}: field '{name}': got {v!r}, expected a number")
-    f = float(v)
-    if f != f or f < 0 or (f > MAX_VALUE and not (inf and f == math.inf)) or (positive and f == 0):
-        raise InputError(f"{source}: field '{name}': got {v!r}, expected a finite number "
-                         f"{'> 0' if positive else '>= 0'}")
-    return f
+    return LayerCost(**vals, activation=strict_number(data.get("activation", 0.0), f"{name}.activation", source),
+                     weight=strict_number(data.get("weight", 0.0), f"{name}.weight", source))

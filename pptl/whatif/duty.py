@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Mapping
 
-__all__ = ["MIN_DUTY_SPREAD", "fit_duty_exponent", "duty_exponent_range"]
+__all__ = ["MIN_DUTY_SPREAD", "fit_duty_exponent", "duty_exponent_range", "loss_bounded_range"]
 
 #: Least spread of the run's ranks' duty (max / min) for which alpha is fitted, as ``pptl tune``:
 #: below it the fit divides noise by almost nothing.
@@ -77,6 +77,59 @@ def duty_exponent_range(times: Mapping[tuple[int, str], float], stage_rank: Mapp
         return None
     each = [min(1.0, max(0.0, a / b)) for a, b in fit.values()]
     return min(each), max(each)
+
+
+def loss_bounded_range(times: Mapping[tuple[int, str], float], stage_rank: Mapping[int, int],
+                       duty: Mapping[int, float], layers: Callable[[int], int]) -> tuple[float, float] | None:
+    """alpha of a run whose only stages are a first and a last one (2 stages on ranks of differing
+    duty), with the last stage's loss taken out as far as the run bounds it: (low, high), clipped
+    to 0..1.
+
+    For a run whose B is I then W (``meta.extra.full_backward: i-then-w``): its B's time follows its
+    GEMM count (a first stage's B ran within 1% of a middle stage's per GEMM on 2 H200s, where
+    autograd's B, with a gradient-accumulation kernel per parameter, ran 1-3% over), so the loss
+    is all a GEMM count misses. Per GEMM the last stage's F and B over the first's are
+    ``r_F = rho + L_F / F'`` and ``r_B = rho + L_B / B'``, with ``rho = (u_last / u_first) ** alpha``,
+    ``F'`` and ``B'`` the first stage's F and B at the last stage's GEMMs, and ``L_F``, ``L_B`` the
+    loss's forward and backward. The backward of a mean squared error passes over the same
+    tensors as its forward, fewer times (its forward casts both to fp32, subtracts, squares and
+    reduces; its backward scales and casts back): ``L_B = lam * L_F`` with ``0 <= lam <= 1``.
+    ``lam = 0`` gives B's own fit (the high end: the loss all in F); ``lam = 1`` gives
+    ``rho = (r_B - k r_F) / (1 - k)`` with ``k = F' / B'`` (the low end). The run cannot tell lam;
+    these are its bounds.
+
+    Returns:
+        None where the run is not two stages (first and last) with F and B timed on both, its
+        ranks' duty differs by less than :data:`MIN_DUTY_SPREAD`, or the times give no positive
+        ``rho`` at ``lam = 1``.
+
+    Example: ranks busy 0.5 and 1.0, one block a stage; F 1.0 and 2 ** 0.5 + 0.2, B 3.0 and
+    4 * 2 ** 0.5 + 0.2 (alpha 0.5, the loss 0.2 in both): (0.5, 0.550). With B's loss 0 instead
+    (4 * 2 ** 0.5): (0.430, 0.5).
+    """
+    from pptl.whatif.roles import gemm_work, role_of
+
+    if not times or sorted({s for s, _ in times}) != [0, 1]:
+        return None
+    u0, u1 = duty.get(stage_rank.get(0, -1), 0.0), duty.get(stage_rank.get(1, -1), 0.0)
+    if u0 <= 0 or u1 <= 0 or abs(math.log(u1 / u0)) < math.log(MIN_DUTY_SPREAD) - 1e-12:
+        return None
+    per: dict[tuple[int, str], float] = {}
+    for s in (0, 1):
+        for k in ("F", "B"):
+            t, w = times.get((s, k)), gemm_work(k, role_of(s, 2), int(layers(s)))
+            if t is None or not w or t <= 0:
+                return None
+            per[(s, k)] = t / w
+    r_f, r_b = per[(1, "F")] / per[(0, "F")], per[(1, "B")] / per[(0, "B")]
+    wf1, wb1 = gemm_work("F", "last", int(layers(1))), gemm_work("B", "last", int(layers(1)))
+    k_fb = per[(0, "F")] * wf1 / (per[(0, "B")] * wb1)  # type: ignore[operator]
+    rho_low = (r_b - k_fb * r_f) / (1.0 - k_fb) if k_fb < 1.0 else 0.0
+    if rho_low <= 0:
+        return None
+    ls = math.log(u1 / u0)
+    ends = sorted(min(1.0, max(0.0, math.log(r) / ls)) for r in (rho_low, r_b))
+    return ends[0], ends[1]
 
 
 def _fit(times: Mapping[tuple[int, str], float], stage_rank: Mapping[int, int], duty: Mapping[int, float],

@@ -34,6 +34,9 @@ class Measured:
     layers: Callable[[int], int] | None = None
     """Stage -> MLP blocks of the run's workload (:func:`pptl.whatif.roles.layers_from_mapping`);
     None where the run does not say (an imported profiler trace): the plan's are taken."""
+    full_backward: str | None = None
+    """How the run's B ran (``meta.extra.full_backward``): ``i-then-w`` (input then weight
+    gradient, each weight gradient accumulated by its GEMM), or None (autograd's, runs made before)."""
 
 
 @dataclass(frozen=True)
@@ -84,8 +87,10 @@ def load_measured(path: Path) -> Measured:
     costs = _without_first_ops(costs_from_timeline(tl), tl)
     sends = sorted(e.duration for e in tl.events if e.kind == "SEND") if sync else []
     hold = sends[len(sends) // 2] if sends else 0.0
+    fb = extra.get("full_backward")
     return Measured(costs_from_mapping(costs, source=str(path)), spread, sync, stage_rank, hold,
-                    layers_from_mapping(wl) if isinstance(wl, Mapping) else None)
+                    layers_from_mapping(wl) if isinstance(wl, Mapping) else None,
+                    fb if isinstance(fb, str) and len(fb) <= 40 else None)
 
 
 def _without_first_ops(costs: dict[str, Any], tl: Any) -> dict[str, Any]:
@@ -182,13 +187,23 @@ def _by_role(schedule: Schedule, m: Measured, spread: Spread) -> tuple[Costs, Sp
 
 
 def _learnt_duty_exponent(m: Measured) -> tuple[float | None, tuple[float, float] | None]:
-    """alpha from the run's ranks, and the range its kinds fitted alone leave it in
-    (:func:`pptl.whatif.duty.duty_exponent_range`); None without its workload (a profiler trace of
-    another model: the GEMM count that separates a stage's role from its rank's duty does not hold)."""
-    from pptl.whatif.duty import duty_exponent_range, fit_duty_exponent
+    """alpha from the run's ranks, and the range the run leaves it in; None without its workload (a
+    profiler trace of another model: the GEMM count that separates a stage's role from its rank's
+    duty does not hold).
+
+    A run of a first and a last stage whose B ran as I then W: the range the last stage's loss leaves
+    (:func:`pptl.whatif.duty.loss_bounded_range`), alpha its middle. Otherwise the kinds fitted each
+    alone (:func:`pptl.whatif.duty.duty_exponent_range`) around the pooled fit: with autograd's B, B's
+    GEMM count missed its per-parameter accumulation, and the loss and that error pulled the kinds'
+    fits apart."""
+    from pptl.whatif.duty import duty_exponent_range, fit_duty_exponent, loss_bounded_range
 
     if m.layers is None:
         return None, None
     times = {(s, k): v for s, k in m.spread.stages if (v := m.costs.lookup(k, s)) is not None}
     args = (times, m.stage_rank, m.spread.duty, m.layers)
+    if m.full_backward == "i-then-w":
+        bounded = loss_bounded_range(*args)
+        if bounded is not None:
+            return (bounded[0] + bounded[1]) / 2, bounded
     return fit_duty_exponent(*args), duty_exponent_range(*args)
