@@ -6,12 +6,16 @@ activation per rank against the plan's.
 
 Every family does the same work per rank: `--layers` MLP blocks per rank per micro-batch (1f1b: one
 stage of that many; the two-chunk families: two chunks of half). Memory: a rank's measured activation
-is its allocated peak over the step less what it held before the first step (weights, inputs) and
-less the message buffers the run keeps until the step ends (one activation-sized tensor per SEND and
-RECV of the rank); the plan's is `pptl.run.footprint.planned_peaks`: the bytes each chunk holds from F
-to its backward and from I to W, counted from the model's tensors, at the plan's simulated times.
-The check is measured / plan within 10% on every rank. Inference plans hold no graph: their plan is 0
-bytes beyond the messages, and the row shows what the rank held.
+is what `pptl run` reads op by op on one step after the measured ones (`pptl.run.memory`): the
+allocator's peak in each op less what the rank held at the step's start (weights, inputs, the GEMM
+workspaces) and less what it holds outside the activations then (the weight gradients made so far,
+the message buffers, the chunks' inputs and outputs), the largest over the step. The plan's is
+`pptl.run.footprint.planned_peaks`: the bytes each chunk holds from F to its backward and from I to
+W, and what a B or an I holds while it runs, counted from the model's tensors, at the plan's
+simulated times. The check is measured / plan within 10% on every rank. Inference plans hold no
+graph: their plan is 0 bytes. `whole_step_mib` keeps the older reading: the allocated peak over the
+measured steps less what the rank held before its first step (weight gradients included, which a
+step drops at its start) and less one activation-sized buffer per SEND and RECV.
 """
 from __future__ import annotations
 
@@ -93,9 +97,12 @@ def main() -> int:
         row = dict(meta[fam], family=fam, step_ms=x.get("median_step_ms"), makespan_ms=tl.makespan,
                    verify=x.get("verify"), loss=x.get("loss"))
         if mem:
-            act = [mem[str(r)]["peak_mib"] - mem[str(r)]["base_mib"] - meta[fam]["messages"][r] * msg_mib for r in range(p)]
-            row["measured_activation_mib"] = act
+            row["whole_step_mib"] = [mem[str(r)]["peak_mib"] - mem[str(r)]["base_mib"]
+                                     - meta[fam]["messages"][r] * msg_mib for r in range(p)]
             row["held_mib"] = [mem[str(r)]["peak_mib"] - mem[str(r)]["base_mib"] for r in range(p)]
+            row["activation_op"] = [mem[str(r)].get("activation_op") for r in range(p)]
+            act = [mem[str(r)].get("activation_mib", float("nan")) for r in range(p)]
+            row["measured_activation_mib"] = act
             plan = meta[fam]["plan_mib"]
             if all(plan):
                 row["measured_vs_plan"] = [act[r] / plan[r] for r in range(p)]
@@ -104,13 +111,14 @@ def main() -> int:
     res = {"env": env_info(), "args": {k: str(v) for k, v in vars(a).items()}, "rows": rows,
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     (a.out / "families.json").write_text(json.dumps(res, indent=1, default=str))
-    lines = ["| family | step ms | plan MiB per rank | measured MiB per rank | measured / plan | verify |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| family | step ms | plan MiB per rank | measured MiB per rank | measured / plan | measured in op "
+             "| whole-step reading MiB | verify |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         v = r.get("verify") or {}
         lines.append(f"| {r['family']} | {r['step_ms'] if r['step_ms'] is None else round(r['step_ms'], 2)} | "
                      f"{[round(u, 1) for u in r['plan_mib']]} | {[round(u, 1) for u in r.get('measured_activation_mib', [])]} | "
-                     f"{[round(u, 3) for u in r.get('measured_vs_plan', [])]} | {v.get('ok')} {v.get('max_grad_rel_err', '')} |")
+                     f"{[round(u, 3) for u in r.get('measured_vs_plan', [])]} | {r.get('activation_op')} | "
+                     f"{[round(u, 1) for u in r.get('whole_step_mib', [])]} | {v.get('ok')} {v.get('max_grad_rel_err', '')} |")
     (a.out / "families.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0 if not verify or all((r.get("verify") or {}).get("ok") for r in rows) else 1

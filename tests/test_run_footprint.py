@@ -173,8 +173,27 @@ def test_planned_peaks_by_hand():
     # starts, rank 1 one of the last stage (26 units and the 128-byte residual); each B's own
     # working set (I then W, 3 blocks) is 10 units, 1280 bytes, on top.
     assert _plan({"schedule": "1f1b", "pp": 2, "microbatches": 4}) == {0: 2 * 3328 + 1280, 1: 3456 + 1280}
-    # ZB-H1: rank 0 runs F0 F1 I0 W0 F2 ...: at I0's end one chunk waits for W (28 units) beside F1's
-    # (26); rank 1 runs F0 I0 F1 I1 W0 ...: two chunks wait for W (29 units each on the last stage).
+    # ZB-H1: an I holds B's working set (10 units) while it runs. Rank 0 runs F0 F1 I0 W0 F2 ...:
+    # during I0, two forwards (26 units each) and I0's 10; rank 1 runs F0 I0 F1 I1 W0 ...: during I1,
+    # mb 0 waiting for its W (29 units on the last stage), mb 1's forward (26 and the residual) and 10.
     assert _plan({"schedule": "zb-h1", "pp": 2, "microbatches": 4, "split_backward": True}) == \
-        {0: 3328 + 3584, 1: 2 * 3712}
+        {0: 2 * 3328 + 1280, 1: 3712 + 3456 + 1280} == {0: 7936, 1: 8448}
     assert _plan({"schedule": "inference", "pp": 2, "vpp": 2, "microbatches": 4}) == {0: 0, 1: 0}
+
+
+def test_v_min_peaks_on_rank_0_before_its_first_w():
+    # The GPU benchmark's v-min (docs/benchmarks.md, issue 34): 2 ranks, 8 micro-batches, 8 blocks a
+    # chunk of 2048 x 2048 bf16 (a unit is 8 MiB). Rank 0 holds stages 0 and 3 and runs F s0 mb0,
+    # F s0 mb1, F s3 mb0, I s3 mb0, W s3 mb0 (its first W), ...: during I s3 mb0 it holds two stage-0
+    # forwards (71 units, 568 MiB each), the last stage's (568 and the float32 residual, 16 MiB) and
+    # the I's working set (15 units, 120 MiB, less the residual, plus the output's gradient: 112).
+    # No weight gradient exists then: the step dropped them and W s3 mb0 makes the first.
+    s = build_schedule(config_from_mapping({
+        "schedule": "v-min", "pp": 2, "vpp": 2, "microbatches": 8, "split_backward": True,
+        "costs": {"F": 1, "B": 2, "I": 1, "W": 1},
+        "workload": {"hidden": 2048, "tokens": 2048, "layers_per_stage": 8, "dtype": "bfloat16"}}))
+    sim = simulate(s)
+    order = [op.id for i, op in sorted(enumerate(s.ops), key=lambda x: sim.start[x[0]])
+             if op.rank == 0 and op.lane == "compute"]
+    assert order[:5] == [f"r0/compute/{k}" for k in ("F s0 mb0", "F s0 mb1", "F s3 mb0", "I s3 mb0", "W s3 mb0")]
+    assert planned_peaks(s, sim.start, sim.end)[0] == (568 + 568 + 584 + 112) * 2**20 == 1832 * 2**20

@@ -21,7 +21,7 @@ import signal
 import time
 from contextlib import nullcontext as _nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -123,6 +123,8 @@ class Executor:
     message_modes: tuple[str, ...] = MESSAGE_MODES
     #: A :class:`pptl.run.slow.Stretch` on the rank ``pptl run --slow-rank`` names (set by the worker).
     stretch: Any = None
+    #: A :class:`pptl.run.memory.Probe` for the step the worker measures activations on (CUDA).
+    probe: Any = None
     #: How a full backward (B) runs, written to the measured timeline (``meta.extra.full_backward``) so
     #: that what calibrates from it (``pptl tune --costs-from``) knows: "i-then-w" (each weight gradient
     #: accumulated by its GEMM; runs before it went through autograd and say nothing); None: no B.
@@ -164,6 +166,7 @@ class Executor:
         # it leaves, and its consumer (the next stage here, or the SEND) takes it.
         self.forward_only = not any(op.kind in _BACKWARD_KINDS for op in self.ops)
         self._setup_model()
+        self._setup_storages = {t.untyped_storage().data_ptr() for t in self._setup_tensors()}
         self.actions = {i: self._action(i) for i in self.rp.issue}
         if self.cuda:
             lanes = {self.ops[i].lane for i in self.rp.issue if i not in self.rp.channels} | {"compute"}
@@ -197,6 +200,18 @@ class Executor:
         # Every forward with a backward keeps its Linears: I and W need them, and B runs as I then W
         # (pptl.run.model: each weight gradient accumulated by its GEMM).
         self.keep_linears = not self.forward_only
+
+    @classmethod
+    def measures_activations(cls) -> bool:
+        """Whether :meth:`outside` names every tensor this executor holds beside the activations:
+        it does for the training model and steps of this class, not for a family that builds a
+        model or runs steps of its own (MoE, the weight update)."""
+        return cls.step is Executor.step and cls._setup_model is Executor._setup_model
+
+    def _setup_tensors(self) -> list[torch.Tensor]:
+        """What :meth:`_setup_model` made and every step reads (weights, inputs, targets)."""
+        return [p for c in getattr(self, "chunks", {}).values() for p in c.params] + \
+            list(getattr(self, "inputs", {}).values()) + list(getattr(self, "targets", {}).values())
 
     def report(self) -> dict[str, Any]:
         """Family-specific numbers of this rank after its steps (JSON-ready; none for training plans)."""
@@ -291,6 +306,9 @@ class Executor:
                 s.wait_event(self.anchor)
         nvtx = torch.cuda.nvtx if timed else None
         ends = self.end_ev if timed else self.sync_ev
+        probe = self.probe
+        if probe is not None:
+            probe.begin()
         for i in self.rp.issue:
             self.current = i
             self.post(k, i)
@@ -305,7 +323,14 @@ class Executor:
                 if i == self._fault_index:
                     self.fault.fire()
                 st.started.append(i)
+                if probe is not None:
+                    before, waiting = self.outside(st), set(st.grads)
                 self.actions[i](st)
+                if probe is not None:
+                    # An input gradient this op made (I, B) came after its busiest moment, the first
+                    # block's da and du (pptl.run.footprint): it was not there to leave out.
+                    made = [st.grads[key] for key in st.grads.keys() - waiting]
+                    probe.after(i, {**before, **self.outside(st, leave=made)})
                 if timed:
                     nvtx.range_pop()
                     self.end_ev[i].record(stream)
@@ -332,6 +357,31 @@ class Executor:
         return {"step": k, "timed": timed, "step_ms": step_ms, "wall_ms": wall_ms, "loss": loss, "events": events,
                 "b_input": b_input, "started": st.started, "anchor_ms": mid + self.calib.elapsed_time(self.anchor),
                 "anchor_err_ms": err}
+
+    def outside(self, st: _Step, *, leave: Sequence[torch.Tensor] = ()) -> dict[int, int]:
+        """Storages (data pointer -> bytes) the step holds now that are not activations as
+        :mod:`pptl.run.footprint` counts them: the weight gradients made so far, the messages, the
+        input gradients waiting for their consumer, every held chunk's input and output and the
+        output gradient it received (which a chunk on this rank sent it without a message). What the
+        rank held before the step (weights, inputs, targets) is left out: it is the probe's base,
+        and so is what ``leave`` holds."""
+        tensors: list[torch.Tensor | None] = [p.grad for c in self.chunks.values() for p in c.params]
+        tensors += st.keep
+        tensors += st.grads.values()
+        tensors += st.recvd.values()
+        for (_, stage, _), a in st.acts.items():
+            tensors += [a.x, a.y]
+            if a.linear_grad and stage != self.last:  # the last block's dd: the gradient it received
+                tensors.append(a.linear_grad[-1])
+        skip = self._setup_storages | {t.untyped_storage().data_ptr() for t in leave}
+        out = {}
+        for t in tensors:
+            if t is None:
+                continue
+            s = t.untyped_storage()
+            if s.data_ptr() not in skip:
+                out[s.data_ptr()] = s.nbytes()
+        return out
 
     def _before_issue(self, i: int) -> None:
         """CUDA: called before op ``i`` is issued (and timed); a family may hold the host back here."""

@@ -26,18 +26,24 @@ split keeps, whatever share of the forward's tensors they are.
   weight gradient into ``.grad`` by its GEMM and makes no tensor of that size. On the last stage the
   loss comes first: the mean's gradient, ``r ** 1``, ``2 r`` and their product with the gradient, four
   ``tokens x hidden`` float32 tensors beside the residual ``r``; then ``r`` goes and the output's
-  gradient (1 unit) arrives, and the blocks' peak sits on that. B holds the larger of the two.
+  gradient (1 unit) arrives, and the blocks' peak sits on that. B holds the larger of the two,
+  and so does an I of a split backward while it runs: B's busiest moment is in its I.
 
-Not counted: what I makes and frees while it runs (``da``), the GEMM libraries' workspaces (cuBLAS
-and cuBLASLt keep one per handle and stream for the life of the process), 0-dim scalars, and the
-message buffers (``pptl run`` keeps every SEND and RECV tensor to the step's end).
+Not counted: the GEMM libraries' workspaces (cuBLAS and cuBLASLt keep one per handle and stream for
+the life of the process), 0-dim scalars, the message buffers (``pptl run`` keeps every SEND and RECV
+tensor to the step's end), and the weight gradients: a step drops them at its start and a chunk's
+first W (or B) makes them again, so they come and go at times of their own, and ``pptl run``
+measures the activations without them (:mod:`pptl.run.memory`).
 
 NOTE: the CPU allocator frees what autograd frees, in its order, and matches ``full_backward`` byte
 for byte (``tests/test_run_footprint.py``, 1 to 4 blocks). Before B ran as I then W it was one
 autograd pass, busiest where the second Linear's backward returned ``da``, its weight gradient
 (``4h x h``) and bias gradient at once (4 units and a weight): on an H200 (torch 2.11) that B's peak
 was 64-72 MiB above the count at hidden 2048, measured by ``bench/gpu_backward_peak.py``
-(docs/benchmarks.md); this B is not measured on a GPU yet.
+(docs/benchmarks.md). Read op by op on 2 H200s (:mod:`pptl.run.memory`, 2026-11-27), the I then W
+ops peak in a W, 16 units (tokens x hidden) above what this count holds during it at hidden 1024 and
+2048 alike, which the CPU allocator does not show (``tests/test_run_memory.py``); what holds them
+is not settled.
 """
 from __future__ import annotations
 
@@ -95,8 +101,9 @@ def chunk_footprint(workload: Workload, stage: int, *, last: bool) -> Footprint:
 def planned_peaks(schedule: Schedule, start: Sequence[float], end: Sequence[float]) -> dict[int, int]:
     """Per rank, the most bytes of chunk activations the plan's timing (``start``, ``end``: a
     simulation's) says ``pptl run`` holds: F adds its stage's ``forward`` at its start, B holds its
-    ``full_backward`` while it runs and frees both at its end, I trades ``forward`` for ``until_w``
-    at its end and W frees that at its end (at equal times a free comes first, as in
+    ``full_backward`` while it runs and frees both at its end, I holds the same ``full_backward``
+    while it runs (B's busiest moment is in its I) and trades ``forward`` for ``until_w`` at its
+    end, and W frees that at its end (at equal times a free comes first, as in
     :func:`pptl.simulate.memory_events_of`). FB is its F and its pair's B at once. A plan without
     backwards holds none: the run builds no graph for it."""
     workload = schedule.config.workload if schedule.config is not None else Workload()
@@ -119,7 +126,8 @@ def planned_peaks(schedule: Schedule, start: Sequence[float], end: Sequence[floa
             ev.append((start[i], 1, pair.full_backward))
             ev.append((end[i], 0, -pair.forward - pair.full_backward))
         if op.kind == "I":
-            ev.append((end[i], 0, fp.until_w - fp.forward))
+            ev.append((start[i], 1, fp.full_backward))
+            ev.append((end[i], 0, fp.until_w - fp.forward - fp.full_backward))
         if op.kind == "W":
             ev.append((end[i], 0, -fp.until_w))
     peaks = {}

@@ -112,6 +112,24 @@ def _release_cached(device: torch.device) -> None:
     torch.cuda.empty_cache()
 
 
+def _activation_step(ex: Any, k: int, device: torch.device) -> dict[str, Any]:
+    """One more step, untimed and unrecorded, with the allocator read after every op
+    (:mod:`pptl.run.memory`): the rank's activation peak in MiB and the op it was reached in (none
+    for a plan without ops on this rank)."""
+    from pptl.run.memory import Probe
+
+    ex.probe = Probe(device)
+    try:
+        ex.step(k, timed=False)
+    finally:
+        probe, ex.probe = ex.probe, None
+    torch.cuda.synchronize(device)
+    peak = probe.peak()
+    if peak is None:
+        return {}
+    return {"activation_mib": peak.bytes / 2**20, "activation_op": ex.ids[peak.op]}
+
+
 def _run_plan(job: Job, k: int, pj: PlanJob, rank: int, world: int, device: torch.device,
               channels: dict[Any, Any], board: Any, fault: Fault | None, state: dict[str, Any],
               margin: float, clock_group: Any = None) -> None:
@@ -176,6 +194,9 @@ def _run_plan(job: Job, k: int, pj: PlanJob, rank: int, world: int, device: torc
         torch.cuda.synchronize(device)
         payload["memory"] = {"start_mib": start / 2**20, "base_mib": base / 2**20,
                              "peak_mib": torch.cuda.max_memory_allocated(device) / 2**20}
+        if ex.measures_activations():
+            payload["memory"].update(_activation_step(ex, total, device))
+            post(total + 1, -1)
     if gates is not None:
         gates.close(rank)
     if job.verify:
@@ -195,7 +216,9 @@ def _run_plan(job: Job, k: int, pj: PlanJob, rank: int, world: int, device: torc
         check = getattr(ex_cls, "verify", None) or _verify
         extra["verify"] = check(program, gathered, device).to_dict()  # type: ignore[arg-type]
     memory = {str(p["rank"]): p.pop("memory") for p in gathered if p.get("memory")}  # type: ignore[union-attr]
-    if memory:  # per rank, MiB: allocated at the plan's start, before its first step, and the peak over its steps
+    # Per rank, MiB: allocated at the plan's start, before its first step, the peak over its steps,
+    # and the activations' peak on one more step (pptl.run.memory) with the op it was reached in.
+    if memory:
         extra["memory"] = memory
     reports = {str(p["rank"]): p.pop("report") for p in gathered if p.get("report")}  # type: ignore[union-attr]
     if reports:
