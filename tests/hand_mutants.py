@@ -148,6 +148,21 @@ MUTANTS: tuple[Mutant, ...] = (
            "(f <= MAX_NUMBER or (inf and f == math.inf))", "(f < MAX_NUMBER or (inf and f == math.inf))",
            ("tests/test_fields.py::test_numbers_from_zero_to_the_largest_finite_value",),
            "a cost of exactly the largest finite value refused"),
+    # --- tune: I and W measured inside a B
+    Mutant("tune-b-part-at-b-start", "pptl/tune/calibrate.py",
+           "not 0 <= v <= e.duration", "not 0 < v <= e.duration",
+           ("tests/test_tune.py::test_a_b_part_at_either_end_of_its_b_is_a_part",),
+           "a B whose I part ended at its start (a mark of 0 ms) makes the run's I and W derived, not measured"),
+    Mutant("tune-b-part-at-b-end", "pptl/tune/calibrate.py",
+           "not 0 <= v <= e.duration", "not 0 <= v < e.duration",
+           ("tests/test_tune.py::test_a_b_part_at_either_end_of_its_b_is_a_part",),
+           "a B whose I part took all of it is called no part of it"),
+    # --- whatif: the duty exponent a run's loss leaves
+    Mutant("whatif-duty-spread-edge", "pptl/whatif/duty.py",
+           "abs(math.log(u1 / u0)) < math.log(MIN_DUTY_SPREAD) - 1e-12",
+           "abs(math.log(u1 / u0)) <= math.log(MIN_DUTY_SPREAD) + 1e-12",
+           ("tests/test_whatif_roles.py::test_loss_bounded_range_at_the_duty_spread_limit",),
+           "ranks whose duty differs by exactly the least spread fitted (1.05) left unfitted"),
     # --- MoE run: which compute op makes an all-to-all's output
     Mutant("moe-output-maker-order", "pptl/run/moe.py",
            "pos.get(u, len(issue)) < pos[j]", "pos.get(u, len(issue)) <= pos[j] + 1",

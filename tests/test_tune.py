@@ -703,3 +703,15 @@ def test_b_parts_need_a_b_that_ran_as_i_then_w(tmp_path):
     from pptl.tune.calibrate import b_parts
 
     assert b_parts(load_any(_b_split_run(tmp_path, None, full_backward=None)).timeline) is None
+
+
+@pytest.mark.parametrize("at", [0.0, 30.0], ids=["zero", "all-of-b"])
+def test_a_b_part_at_either_end_of_its_b_is_a_part(tmp_path, at):
+    """A mark at B's start (I took none of it) or at its end (all of it, 30 ms here) lies inside B:
+    the run's parts are used, that B's stage averaging it with its other three (12 ms each)."""
+    from pptl.formats.loader import load_any
+    from pptl.tune.calibrate import b_parts
+
+    parts = b_parts(load_any(_b_split_run(tmp_path, {"r3/compute/B s3 mb3": at})).timeline)
+    assert parts is not None
+    assert parts[3] == {"I": pytest.approx((3 * 12.0 + at) / 4), "W": pytest.approx((3 * 18.0 + 30.0 - at) / 4)}
