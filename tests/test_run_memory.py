@@ -211,5 +211,5 @@ def test_only_the_training_executor_is_probed():
 
     # MoE keeps its layer outputs in state of its own and reads the allocator per step itself; the
     # weight update holds buffers, not activations.
-    assert Executor.measures_activations()
-    assert not MoEExecutor.measures_activations() and not WeightUpdateExecutor.measures_activations()
+    assert Executor.measures_activations
+    assert not MoEExecutor.measures_activations and not WeightUpdateExecutor.measures_activations

@@ -129,6 +129,10 @@ class Executor:
     #: that what calibrates from it (``pptl tune --costs-from``) knows: "i-then-w" (each weight gradient
     #: accumulated by its GEMM; runs before it went through autograd and say nothing); None: no B.
     full_backward: str | None = "i-then-w"
+    #: Whether :meth:`outside` names every tensor this executor holds beside the activations, so the
+    #: worker's activation-measuring step applies (:mod:`pptl.run.memory`): true for the training
+    #: model and steps of this class; a family with a model or steps of its own declares false.
+    measures_activations: bool = True
 
     def __init__(self, program: Program, rank: int, device: torch.device, channels: dict[Any, Any], *,
                  timeout: float, post: Callable[[int, int], None] | None = None, fault: Fault | None = None,
@@ -200,13 +204,6 @@ class Executor:
         # Every forward with a backward keeps its Linears: I and W need them, and B runs as I then W
         # (pptl.run.model: each weight gradient accumulated by its GEMM).
         self.keep_linears = not self.forward_only
-
-    @classmethod
-    def measures_activations(cls) -> bool:
-        """Whether :meth:`outside` names every tensor this executor holds beside the activations:
-        it does for the training model and steps of this class, not for a family that builds a
-        model or runs steps of its own (MoE, the weight update)."""
-        return cls.step is Executor.step and cls._setup_model is Executor._setup_model
 
     def _setup_tensors(self) -> list[torch.Tensor]:
         """What :meth:`_setup_model` made and every step reads (weights, inputs, targets)."""

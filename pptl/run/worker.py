@@ -194,7 +194,7 @@ def _run_plan(job: Job, k: int, pj: PlanJob, rank: int, world: int, device: torc
         torch.cuda.synchronize(device)
         payload["memory"] = {"start_mib": start / 2**20, "base_mib": base / 2**20,
                              "peak_mib": torch.cuda.max_memory_allocated(device) / 2**20}
-        if ex.measures_activations():
+        if ex.measures_activations:
             payload["memory"].update(_activation_step(ex, total, device))
             post(total + 1, -1)
     if gates is not None:
