@@ -411,3 +411,29 @@ def test_an_all_to_all_output_is_made_by_the_last_compute_op_it_waits_on_issued_
     assert outputs_made_by(ops, (0, 1, 2), {2: (1, 0)}, compute) == {1: [2]}
     assert outputs_made_by(ops, (1, 0, 2), {2: (1, 0)}, compute) == {0: [2]}
     assert outputs_made_by(ops, issue, {}, compute) == {}
+
+
+def test_a_side_lane_op_frees_what_it_read_at_the_first_compute_op_ordered_after_it():
+    """Worked by hand: an all-to-all's tensors go back at the first compute op that waits on it or
+    on a later op of its lane (not on an earlier one); a copy's at the first compute op the plan
+    starts at or after the copy's end (exactly at the end counts); a reader with neither is left out."""
+    from types import SimpleNamespace as Op
+
+    from pptl.run.moe import release_points
+
+    lanes = ["compute", "comm", "compute", "d2h", "comm", "comm", "compute", "compute", "compute", "comm"]
+    ops = [Op(lane=x) for x in lanes]
+    #       0  1  2  3  4  5  6  7  8  9
+    start = [0, 1, 2, 3, 3, 4, 4, 6, 7, 8]
+    end = [1, 2, 3, 7, 4, 5, 5, 7, 8, 9]
+    issue = tuple(range(10))
+    waits = {1: (0,), 2: (1,), 3: (2,), 4: (2,), 5: (2,),
+             6: (1,),      # waits on a comm op issued before 4 and 5: frees neither
+             7: (5,),      # waits on 5, after 4 on the comm lane: frees both
+             8: ()}        # waits on nothing; the plan starts it at the copy's end: frees 3
+    compute = frozenset({0, 2, 6, 7, 8})
+    got = release_points(ops, issue, waits, compute, start, end)
+    assert got == {1: 2, 4: 7, 5: 7, 3: 8}
+    # without the plan's times a copy no compute op waits on has no point; one op earlier, it misses
+    assert release_points(ops, issue, waits, compute) == {1: 2, 4: 7, 5: 7}
+    assert release_points(ops, issue, waits, compute, start, [*end[:3], 7.5, *end[4:]]) == {1: 2, 4: 7, 5: 7}

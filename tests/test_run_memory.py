@@ -167,20 +167,18 @@ def _levels(cfg):
 @pytest.mark.parametrize("family", ["zbv", "v-min", "interleaved-zb"])
 def test_every_backward_op_reads_what_the_plan_holds_then(one_rank, family):
     # Op by op, not only at the peak. Over the plan: an I on the last stage keeps the loss's 0-dim
-    # float32 gradient (4 bytes); a W after its chunk's first adds its bias gradient of 4h elements
-    # (32 float32, 128 bytes) by a temporary (the first W makes the gradient itself, outside).
+    # float32 gradient (4 bytes); a W reads the plan's level to the byte (its bias gradient is a
+    # GEMV into the gradient, no temporary; the first W makes the gradient itself, outside).
     # The gradient a stage-0 chunk received from stage 1 came without a message (one rank): it is
     # outside too, else every stage-0 W would read one unit (2048 bytes) over.
     cfg = _config(family, 2, True, 3)
     levels = _levels(cfg)
     _, _, _, reads = _measure(cfg)
-    seen = set()
     for op, got in reads:
         if op.kind == "I":
             assert got == levels[op.id] + (4 if op.stage == 1 else 0), op.id
         if op.kind == "W":
-            assert got == levels[op.id] + (128 if op.stage in seen else 0), op.id
-            seen.add(op.stage)
+            assert got == levels[op.id], op.id
 
 
 def test_probe_reads_the_allocator_after_every_op(monkeypatch):

@@ -41,9 +41,10 @@ autograd pass, busiest where the second Linear's backward returned ``da``, its w
 (``4h x h``) and bias gradient at once (4 units and a weight): on an H200 (torch 2.11) that B's peak
 was 64-72 MiB above the count at hidden 2048, measured by ``bench/gpu_backward_peak.py``
 (docs/benchmarks.md). Read op by op on 2 H200s (:mod:`pptl.run.memory`, 2026-11-27), the I then W
-ops peak in a W, 16 units (tokens x hidden) above what this count holds during it at hidden 1024 and
-2048 alike, which the CPU allocator does not show (``tests/test_run_memory.py``); what holds them
-is not settled.
+ops peaked in a W, 16 units (tokens x hidden) above this count at hidden 1024 and 2048 alike: the
+CUDA reduction of the first Linear's bias gradient (``dU.sum(0)``) staged 8 bytes per element of
+its 4-unit ``dU``, which the CPU kernel does not. W now makes bias gradients by a GEMV
+(:func:`pptl.run.model.add_bias_grad`), with no temporary on either device.
 """
 from __future__ import annotations
 

@@ -20,13 +20,17 @@ largest over the step's ops (:func:`activation_peak`).
 """
 from __future__ import annotations
 
+import pickle
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable, Iterator, Mapping, Sequence
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Sample", "ActivationPeak", "activation_peak", "Probe"]
+__all__ = ["Sample", "ActivationPeak", "activation_peak", "Probe", "history"]
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,9 @@ class Probe:
         self.device = device
         self.base = 0
         self.samples: list[Sample] = []
+        self.marks: list[tuple[int, int]] = []
+        """(op, host time in microseconds) when each op's reading was taken: where an allocator
+        history (:func:`history`) splits into ops."""
 
     def begin(self) -> None:
         import torch
@@ -89,6 +96,32 @@ class Probe:
         peak = torch.cuda.max_memory_allocated(self.device)
         torch.cuda.reset_peak_memory_stats(self.device)
         self.samples.append(Sample(op, peak, sum(outside.values())))
+        self.marks.append((op, time.time_ns() // 1000))
 
     def peak(self) -> ActivationPeak | None:
         return activation_peak(self.base, self.samples)
+
+
+@contextmanager
+def history(folder: str | None, name: str, probe: Probe, ids: Sequence[str]) -> Iterator[None]:
+    """With ``folder`` (``PPTL_MEMORY_HISTORY``), record the CUDA allocator's history (every
+    allocation and free with its Python stack) over the block and write it, with the probe's
+    readings and the time each op's reading was taken, to ``folder/name.pickle``: what shows which
+    tensors make an op's peak. Without, nothing. A diagnostic: the recording slows every allocation."""
+    if not folder:
+        yield
+        return
+    import torch
+
+    torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
+    try:
+        yield
+    finally:
+        snapshot = torch.cuda.memory._snapshot()
+        torch.cuda.memory._record_memory_history(enabled=None)
+        out = Path(folder)
+        out.mkdir(parents=True, exist_ok=True)
+        data = {"snapshot": snapshot, "base": probe.base, "marks": probe.marks,
+                "samples": [(s.op, ids[s.op], s.peak, s.outside) for s in probe.samples]}
+        with open(out / f"{name}.pickle", "wb") as f:
+            pickle.dump(data, f)

@@ -7,7 +7,7 @@ functionally so the backward can be split the way zero-bubble runtimes split it:
   first Linear's output). Autograd then runs only the activation-gradient kernels; no
   weight-gradient matmul runs, and the graph is freed node by node as it goes. A hook on every
   Linear's output keeps the gradient that flows through it (dU).
-- **W** (weight gradient): ``dW += dU^T X`` and ``db += dU.sum(0)`` per Linear, from the saved
+- **W** (weight gradient): ``dW += dU^T X`` and ``db += dU^T 1`` per Linear, from the saved
   Linear inputs X and the output gradients dU that I kept.
 
 The Linear outputs themselves are not kept: a block's second Linear output is needed by nothing
@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from pptl.config import Workload
 
 __all__ = ["DTYPES", "Chunk", "Activation", "make_chunk", "make_input", "make_target", "loss_of",
-           "forward", "apply_chunk", "backward_full", "backward_input", "backward_weight"]
+           "forward", "apply_chunk", "backward_full", "backward_input", "backward_weight", "add_bias_grad"]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _SEED = 20_240_611
@@ -194,9 +194,29 @@ def backward_weight(chunk: Chunk, act: Activation) -> None:
             w, b = chunk.params[2 * k], chunk.params[2 * k + 1]
             if w.grad is None:
                 w.grad = du.t() @ x
-                b.grad = du.sum(0)
             else:
                 w.grad.addmm_(du.t(), x)
-                b.grad.add_(du.sum(0))
+            add_bias_grad(b, du)
     act.linear_grad = None
     act.linear_in = []
+
+
+_ONES: dict[tuple[int, torch.dtype, torch.device], torch.Tensor] = {}
+
+
+def add_bias_grad(b: torch.Tensor, du: torch.Tensor) -> None:
+    """``b.grad += dU^T 1`` (made if None): the bias gradient of a Linear whose output gradient is
+    ``du`` (rows: tokens), as a GEMV against a vector of ones kept per shape and device.
+
+    Why not ``du.sum(0)``: on CUDA that reduction over the rows stages partial sums in a temporary
+    of 8 bytes per element of ``du`` (torch 2.11, H200: 32 MiB for a 1024 x 4096 bf16 ``du``, four
+    times the tensor), the largest thing a W allocated and none of the plan's; the GEMV reads ``du``
+    once and writes only the gradient."""
+    key = (du.shape[0], du.dtype, du.device)
+    ones = _ONES.get(key)
+    if ones is None:
+        ones = _ONES[key] = torch.ones(du.shape[0], dtype=du.dtype, device=du.device)
+    if b.grad is None:
+        b.grad = du.t() @ ones
+    else:
+        b.grad.addmv_(du.t(), ones)

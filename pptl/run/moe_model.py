@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from pptl.config import Workload
-from pptl.run.model import DTYPES, loss_of, make_input, make_target
+from pptl.run.model import DTYPES, add_bias_grad, loss_of, make_input, make_target
 
 __all__ = ["ATTN_WIDTH", "EXPERT_WIDTH", "FFN", "LayerState", "make_ffn", "ffn_forward", "ffn_input_grad",
            "ffn_weight_grad", "loss_grad", "split_tokens", "reference_step", "layer_bytes", "offload_bytes",
@@ -115,9 +115,9 @@ def ffn_input_grad(ffn: FFN, dout: torch.Tensor, u: torch.Tensor) -> tuple[torch
 def ffn_weight_grad(ffn: FFN, x: torch.Tensor, u: torch.Tensor, dout: torch.Tensor, du: torch.Tensor) -> None:
     """Accumulate dW2 = dout^T GELU(u), db2, dW1 = du^T x, db1 into the gradient buffers."""
     ffn.w2.grad.addmm_(dout.t(), F.gelu(u))
-    ffn.b2.grad.add_(dout.sum(0))
+    add_bias_grad(ffn.b2, dout)
     ffn.w1.grad.addmm_(du.t(), x)
-    ffn.b1.grad.add_(du.sum(0))
+    add_bias_grad(ffn.b1, du)
 
 
 def loss_grad(y: torch.Tensor, target: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -112,18 +112,19 @@ def _release_cached(device: torch.device) -> None:
     torch.cuda.empty_cache()
 
 
-def _activation_step(ex: Any, k: int, device: torch.device) -> dict[str, Any]:
+def _activation_step(ex: Any, k: int, device: torch.device, plan: int) -> dict[str, Any]:
     """One more step, untimed and unrecorded, with the allocator read after every op
     (:mod:`pptl.run.memory`): the rank's activation peak in MiB and the op it was reached in (none
     for a plan without ops on this rank)."""
-    from pptl.run.memory import Probe
+    from pptl.run.memory import Probe, history
 
     ex.probe = Probe(device)
-    try:
-        ex.step(k, timed=False)
-    finally:
-        probe, ex.probe = ex.probe, None
-    torch.cuda.synchronize(device)
+    with history(os.environ.get("PPTL_MEMORY_HISTORY"), f"plan{plan}.rank{dist.get_rank()}", ex.probe, ex.ids):
+        try:
+            ex.step(k, timed=False)
+        finally:
+            probe, ex.probe = ex.probe, None
+        torch.cuda.synchronize(device)
     peak = probe.peak()
     if peak is None:
         return {}
@@ -195,7 +196,7 @@ def _run_plan(job: Job, k: int, pj: PlanJob, rank: int, world: int, device: torc
         payload["memory"] = {"start_mib": start / 2**20, "base_mib": base / 2**20,
                              "peak_mib": torch.cuda.max_memory_allocated(device) / 2**20}
         if ex.measures_activations:
-            payload["memory"].update(_activation_step(ex, total, device))
+            payload["memory"].update(_activation_step(ex, total, device, k))
             post(total + 1, -1)
     if gates is not None:
         gates.close(rank)
