@@ -33,7 +33,7 @@ def plans(messages: str = "sync-send", workload: dict | None = None) -> tuple[Sc
         "hidden": 1024, "tokens": 1024, "layers_per_stage": 2, "dtype": "bfloat16"}}))
     program = build_program(s)
     if messages != "overlap":  # what the executor does before it applies the fault
-        program = tighten_messages(program)
+        program = tighten_messages(program, receives=messages == "inline")
     _, rank, rest = FAULT.split(":", 2)
     return s, issued_plan(swap_sends(program, *parse_swap(int(rank), rest)))
 

@@ -422,6 +422,30 @@ def test_tightened_messages_keep_the_plan_and_cannot_deadlock(family):
                 assert (i, nxt) in set(s.deps), ops[i].id
     assert _inline_replay(tight) == []
     assert _sync_send_replay(tight) == []
+    # sync-send moves the SENDs only: every other op keeps its place, and the order still cannot deadlock
+    sends_only = tighten_messages(prog, receives=False)
+    for old, rp in zip(prog.ranks, sends_only.ranks):
+        assert [i for i in rp.issue if ops[i].kind != "SEND"] == [i for i in old.issue if ops[i].kind != "SEND"]
+        pos = {i: k for k, i in enumerate(rp.issue)}
+        assert all(pos[u] < pos[v] for u, v in s.deps if u in pos and v in pos)
+    assert _sync_send_replay(sends_only) == []
+
+
+def test_sync_send_posts_a_receive_where_its_data_arrives_not_before_its_consumer():
+    """looped-bfs, pp 2, 8 micro-batches (F = 1, B = 2): rank 1 runs all eight stage-3 backwards
+    before stage 1's. Stage 2's gradient for micro-batch 7 leaves rank 0 once rank 0 has run B s2 mb7
+    (2 units after B s3 mb7's gradient reached it), so in the plan it arrives while rank 1 runs its
+    third stage-3 backward (mb5): sync-send posts its RECV there; inline posts it right before
+    B s1 mb7, after all eight."""
+    from pptl.run.program import tighten_messages
+
+    s = build_schedule(config_from_mapping({"schedule": "looped-bfs", "pp": 2, "vpp": 2, "microbatches": 8}))
+    prog = build_program(s)
+    names = lambda p: [s.ops[i].id.split("/")[-1] for i in p.ranks[1].issue]  # noqa: E731
+    sync, inline = names(tighten_messages(prog, receives=False)), names(tighten_messages(prog))
+    recv = "RECV_B s1 mb7 <-r0"
+    assert sync.index("B s3 mb6") < sync.index(recv) < sync.index("B s3 mb4")
+    assert inline.index(recv) == inline.index("B s1 mb7") - 1 > inline.index("B s3 mb0")
 
 
 def test_replays_catch_a_deadlock():

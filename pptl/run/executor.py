@@ -106,8 +106,8 @@ class _Step:
 #
 # - ``sync-send`` (default): a SEND runs on the compute stream right after its producer, and the
 #   next compute op waits for it, so the transfer never queues behind a GEMM. A RECV runs on its
-#   channel's stream, started once its sender is ready (gates, :mod:`pptl.run.gates`), so it
-#   overlaps compute without spinning long.
+#   channel's stream where the plan issues it, started once its sender is ready (gates,
+#   :mod:`pptl.run.gates`), so it overlaps compute without spinning long.
 # - ``overlap``: SENDs too run on their channel's stream, beside compute (the next GEMM can delay
 #   them).
 # - ``inline``: what torch.distributed.pipelining does: a SEND starts from the compute stream right
@@ -141,7 +141,7 @@ class Executor:
             raise ValueError(f"message mode {messages!r}: this executor runs {', '.join(self.message_modes)}")
         self.messages = messages  # on CPU only the issue order changes (gloo has no streams)
         if self.messages != "overlap":
-            program = tighten_messages(program)
+            program = tighten_messages(program, receives=self.messages == "inline")
         if fault is not None and fault.kind == "swap":  # every rank applies it: peers see the same program
             from pptl.run.swap import parse_swap, swap_sends
 

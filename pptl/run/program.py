@@ -243,10 +243,16 @@ def _same_messages(ops: list[Op], sends: list[int], recvs: list[int]) -> bool:
     return len(sends) == len(recvs) and all(message_key(ops[u]) == message_key(ops[v]) for u, v in zip(sends, recvs))
 
 
-def tighten_messages(program: Program) -> Program:
-    """``program`` with every SEND issued right after the last op it needs on its rank and every
-    RECV right before the first op that needs it (the order the ``inline`` and ``sync-send``
-    message modes of :class:`pptl.run.executor.Executor` run in).
+def tighten_messages(program: Program, *, receives: bool = True) -> Program:
+    """``program`` with every SEND issued right after the last op it needs on its rank and, with
+    ``receives``, every RECV right before the first op that needs it (the order the ``inline``
+    message mode of :class:`pptl.run.executor.Executor` runs in; ``sync-send`` moves the SENDs
+    only: its RECVs run on their channel's stream, gated on their sender, so one issued where the
+    plan's linear extension puts it waits for its data without holding the compute stream, and
+    the sender's SEND, which holds its compute stream until its receive is posted, is not kept
+    waiting for the receiver's consumer. NCCL lets only a few sends to one peer finish before
+    their receives are posted: looped-bfs's rank 0 sat 40-56 ms in its fifth backward send while
+    rank 1 ran every stage-3 backward before receiving any of them, 2x H200).
 
     Why it cannot deadlock: the issue orders come from one linear extension of the plan's DAG;
     moving a SEND earlier (never before its producers) and a RECV later (never after its
@@ -269,7 +275,7 @@ def tighten_messages(program: Program) -> Program:
         for i in rp.issue:
             if ops[i].kind == "SEND" and before.get(i):
                 key[i] = (max(pos[u] for u in before[i]), 1, pos[i])
-            elif ops[i].kind == "RECV" and after.get(i):
+            elif receives and ops[i].kind == "RECV" and after.get(i):
                 key[i] = (min(pos[v] for v in after[i]), -1, pos[i])
         by_channel: dict[Channel, list[int]] = {}
         for i in rp.issue:
@@ -281,7 +287,7 @@ def tighten_messages(program: Program) -> Program:
             for a, b in zip(sends, sends[1:]):
                 key[b] = max(key[a], key[b])
             for a, b in zip(reversed(recvs[1:]), reversed(recvs[:-1])):
-                key[b] = min(key[a], key[b])
+                key[b] = min(key[a], key[b]) if receives else key[b]
         orders[rp.rank] = tuple(sorted(rp.issue, key=key.__getitem__))
     ranks = tuple(replace(rp, issue=orders[rp.rank]) for rp in program.ranks)
     return replace(program, ranks=ranks)
