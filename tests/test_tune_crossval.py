@@ -56,11 +56,10 @@ MISSES = {
     "h2048-t1024-l16-m8": ("spearman", "families"),
     # ZB-V with one layer on its first and last stage measured 6.9% over the model.
     "h2048-t2048-l4-m32": ("spearman", "families"),
-    # looped-bfs -12.3%: its first rank idled 56 ms with its data there (the run's host, not the plan);
-    # the pick is a synthesised order with two micro-batches in flight that never ran (predicted 407 ms
-    # and 6330 MiB against 1F1B's 437 measured; the orders that ran were built under the description of
-    # the runtime before it kept only what W needs).
-    "h2048-t3072-l12-m24": ("pick", "families"),
+    # Run again 2026-11-27 with RECVs where the plan issues them under sync-send: every family within
+    # 2.0% (looped-bfs -1.6%, was -12.3%), the pick 0.5% from the fastest; thirteen candidates within
+    # 3.5% of each other, where Spearman is 0.79.
+    "h2048-t3072-l12-m24": ("spearman",),
     # every family +1..4% (GPipe +4.3%, ZB-H2 +4.0%): the duty fitted from this run (0.19) is high here.
     "h2048-t6144-l4-m10": ("families",),
     # V-Min, the fastest that fits (8991 MiB measured, limit 9294), is predicted at 9398 and ruled out; the
@@ -76,13 +75,12 @@ MISSES = {
     # GPipe -3.0% (its first rank's B -6.7%, F +6.4%). GPipe's peaks (10 micro-batches in flight, far
     # over the limit) measured 1.9% over the model's.
     "h4608-t2048-l7-m10": ("pick", "spearman", "families", "peaks"),
-    # looped-bfs -10.3%: both ranks waited 55-58 ms longer than timed, its ops at or under the model
-    # (as on h2048-t3072-l12-m24); every other family within 2.6%. GPipe's peaks (20 micro-batches in
-    # flight, 4.8 times the limit) measured 1.4-1.5% over the model's.
-    "h2304-t2560-l14-m20": ("spearman", "families", "peaks"),
+    # Run again as h2048-t3072-l12-m24: every family within 1.9% (looped-bfs -0.5%, was -10.3%), the
+    # pick the fastest; fourteen candidates within 4%, Spearman 0.78.
+    "h2304-t2560-l14-m20": ("spearman",),
 }
 #: Largest error of any candidate today, per shape where it is above the 9.5% bound of the others.
-MAX_ERR = {"h2048-t3072-l12-m24": 0.125, "h2304-t2560-l14-m20": 0.105}
+MAX_ERR: dict[str, float] = {}
 
 
 @pytest.fixture(scope="module")
@@ -124,19 +122,6 @@ def test_gpu_shape_re_ranked_offline(evaluated: dict, name: str) -> None:
     assert c["max_abs_err"] <= MAX_ERR.get(name, 0.095), c["family_err"]
 
 
-@pytest.mark.parametrize("name,idle", [("h2048-t3072-l12-m24", 60.0), ("h2304-t2560-l14-m20", 50.0)])
-def test_looped_bfs_miss_is_waiting_not_op_time(name: str, idle: float) -> None:
-    """looped-bfs ran over 10% over the model with its ops at or under their predicted times on two
-    shapes of 12 and 14 layers a stage: both ranks waited ``idle`` ms or more longer than timed (on
-    h2048-t3072 its first rank sat 56 ms with the next backward's data received), which is the
-    runtime's issue order, not a cost."""
-    saved = json.loads((DATA / f"{name}.json").read_text())
-    a = next(x for x in tune_crossval.attribute(saved) if x.label.startswith("looped-bfs"))
-    assert a.error < -0.10
-    assert all(b < 0 for b in a.busy_ms), a.busy_ms
-    assert all(i > idle for i in a.idle_ms), a.idle_ms
-
-
 def test_split_backward_w_runs_over_the_model_and_i_under() -> None:
     """The I:W split derived from a run of full backwards (FLOPs and bytes at one GEMM rate) gives W
     too little of B: on h5120-t1024-l10-m6 every rank of every plan with I and W ran its W further over
@@ -174,29 +159,29 @@ def test_fresh_shapes_ran_their_pick_and_learned_i_and_w_from_the_run(name: str)
     assert abs(share - i / (i + w)) < 0.02, (share, i / (i + w))
 
 
-@pytest.mark.parametrize("name,held", [("h2048-t3072-l12-m24", 56.2), ("h2304-t2560-l14-m20", 40.2)])
-def test_looped_bfs_waits_in_a_send_held_on_its_compute_stream(name: str, held: float) -> None:
-    """Where looped-bfs's waiting sits: under sync-send a SEND runs on its producer's compute stream,
-    and NCCL's send of stage 2's fifth input gradient (micro-batch m-5: the four before it completed at
-    once) ends only when rank 1 posts its first stage-1 receive, after its stage-3 backwards. That one
-    SEND holds rank 0's compute ``held`` ms, 70% or more of the step's error; every SEND of every
-    other candidate of the eight shapes with ops takes under 2 ms (the median one 0.06 ms), which is
-    what the calibrating run's ``send_hold`` says."""
+@pytest.mark.parametrize("name", ["h2048-t3072-l12-m24", "h2304-t2560-l14-m20"])
+def test_looped_bfs_sends_no_longer_wait_for_the_receivers_consumer(name: str) -> None:
+    """Under sync-send a SEND runs on its producer's compute stream, and NCCL lets only about four
+    sends to one peer finish before their receives are posted. Before 3654d42 a RECV was issued right
+    before its consumer, so on these shapes (20 and 24 micro-batches: rank 0 sends stage 2's gradients
+    while rank 1 runs every stage-3 backward) rank 0's fifth backward send held its compute 56.2 and
+    40.2 ms, looped-bfs measured 12.3% and 10.3% over the model. Run again with RECVs where the plan
+    issues them: its longest SEND is what every other family's is, and it is within 3% of the model."""
     saved = json.loads((DATA / f"{name}.json").read_text())
-    m = saved["shape"]["microbatches"]
     row = next(x for x in saved["rows"] if x["family"] == "looped-bfs")
-    sends = [o for o in row["ops"] if o[1] == "SEND"]
-    rank, _, stage, mb, start, end = max(sends, key=lambda o: o[5] - o[4])
-    assert (rank, stage, mb) == (0, 2, m - 5)
-    assert end - start == pytest.approx(held, abs=0.1)
-    assert end - start >= 0.7 * (row["measured_ms"] - row["predicted_ms"])
-    # Rank 1's two receives for stage 1, micro-batch m-1: its forward's input, then its backward's.
-    first_recv = max(o[4] for o in row["ops"] if o[0] == 1 and o[1] == "RECV" and o[2] == 1 and o[3] == m - 1)
-    assert start < first_recv < end
+    assert max(o[5] - o[4] for o in row["ops"] if o[1] == "SEND") < 0.5
+    assert abs(row["predicted_ms"] / row["measured_ms"] - 1) < 0.03
+
+
+def test_every_send_of_every_candidate_is_short() -> None:
+    """Every SEND of every candidate (every family) of the eight shapes with ops takes under 2 ms (the
+    median one 0.06 ms), which is what the calibrating run's ``send_hold`` says."""
     held_out = {s.name for s in tune_crossval.NEW_SHAPES + tune_crossval.FRESH_SHAPES}
+    seen = 0
     for p in SHAPES:
         if p.stem not in held_out:
             continue
         for x in json.loads(p.read_text())["rows"]:
-            if x["family"] != "looped-bfs":
-                assert all(o[5] - o[4] < 2.0 for o in x["ops"] if o[1] == "SEND"), (p.stem, x["label"])
+            assert all(o[5] - o[4] < 2.0 for o in x["ops"] if o[1] == "SEND"), (p.stem, x["label"])
+            seen += 1
+    assert seen >= 8 * 9
