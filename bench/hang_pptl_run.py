@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT))
 from pptl.config import config_from_mapping  # noqa: E402
 from pptl.formats.plan import dumps, plan_to_dict  # noqa: E402
 from pptl.ir import Schedule  # noqa: E402
-from pptl.run.program import build_program, tighten_messages  # noqa: E402
+from pptl.run.program import build_program, issued_for  # noqa: E402
 from pptl.run.swap import issued_plan, parse_swap, swap_sends  # noqa: E402
 from pptl.schedules import build_schedule  # noqa: E402
 
@@ -31,9 +31,7 @@ def plans(messages: str = "sync-send", workload: dict | None = None) -> tuple[Sc
     """(the plan, the plan with the faulted run's issue order)."""
     s = build_schedule(config_from_mapping({"schedule": "1f1b", "pp": 4, "microbatches": 8, "workload": workload or {
         "hidden": 1024, "tokens": 1024, "layers_per_stage": 2, "dtype": "bfloat16"}}))
-    program = build_program(s)
-    if messages != "overlap":  # what the executor does before it applies the fault
-        program = tighten_messages(program, receives=messages == "inline")
+    program = issued_for(build_program(s), messages)  # what the executor does before it applies the fault
     _, rank, rest = FAULT.split(":", 2)
     return s, issued_plan(swap_sends(program, *parse_swap(int(rank), rest)))
 

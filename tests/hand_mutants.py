@@ -169,6 +169,28 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_offload_costs.py::test_an_all_to_all_output_is_made_by_the_last_compute_op_it_waits_on_issued_"
             "before_it",),
            "an all-to-all's output made by a compute op issued after it (its write could race the op's reads)"),
+    # --- MoE run: where a side-lane op's tensors go back to the compute pool
+    Mutant("moe-release-copy-edge", "pptl/run/moe.py",
+           "(timed and start[i] >= end[j])", "(timed and start[i] > end[j])",
+           ("tests/test_offload_costs.py::test_a_side_lane_op_frees_what_it_read_at_the_first_compute_op_ordered_"
+            "after_it",),
+           "an offloaded tensor held past the compute op the plan starts exactly at the copy's end"),
+    Mutant("moe-release-any-lane", "pptl/run/moe.py",
+           "waited.get(ops[j].lane, -1) >= pos[j]", "max(waited.values(), default=-1) >= pos[j]",
+           ("tests/test_offload_costs.py::test_a_side_lane_op_frees_what_it_read_at_the_first_compute_op_ordered_"
+            "after_it",),
+           "a copy's tensors freed where compute waited on an all-to-all, not on the copy"),
+    # --- run: message modes and the bias gradient
+    Mutant("sync-send-tightens-receives", "pptl/run/program.py",
+           'return tighten_messages(program, receives=messages == "inline")',
+           'return tighten_messages(program, receives=messages != "overlap")',
+           ("tests/test_run.py::test_sync_send_posts_a_receive_where_its_data_arrives_not_before_its_consumer",),
+           "sync-send posts a RECV right before its consumer (looped-bfs's sender held 40-56 ms)"),
+    Mutant("bias-grad-overwrites", "pptl/run/model.py",
+           "b.grad.addmv_(du.t(), ones)", "b.grad.addmv_(du.t(), ones, beta=0)",
+           ("tests/test_run_model.py::test_full_backward_after_a_kept_forward_accumulates_by_gemm_from_dropped_"
+            "gradients",),
+           "a micro-batch's bias gradient replaces the earlier ones' instead of adding to them"),
 )
 
 

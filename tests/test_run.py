@@ -437,15 +437,16 @@ def test_sync_send_posts_a_receive_where_its_data_arrives_not_before_its_consume
     (2 units after B s3 mb7's gradient reached it), so in the plan it arrives while rank 1 runs its
     third stage-3 backward (mb5): sync-send posts its RECV there; inline posts it right before
     B s1 mb7, after all eight."""
-    from pptl.run.program import tighten_messages
+    from pptl.run.program import issued_for
 
     s = build_schedule(config_from_mapping({"schedule": "looped-bfs", "pp": 2, "vpp": 2, "microbatches": 8}))
     prog = build_program(s)
     names = lambda p: [s.ops[i].id.split("/")[-1] for i in p.ranks[1].issue]  # noqa: E731
-    sync, inline = names(tighten_messages(prog, receives=False)), names(tighten_messages(prog))
+    sync, inline = names(issued_for(prog, "sync-send")), names(issued_for(prog, "inline"))
     recv = "RECV_B s1 mb7 <-r0"
     assert sync.index("B s3 mb6") < sync.index(recv) < sync.index("B s3 mb4")
     assert inline.index(recv) == inline.index("B s1 mb7") - 1 > inline.index("B s3 mb0")
+    assert issued_for(prog, "overlap") is prog
 
 
 def test_replays_catch_a_deadlock():

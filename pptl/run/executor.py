@@ -39,7 +39,7 @@ from pptl.run.model import (
     make_target,
 )
 from pptl.run.options import MESSAGE_MODES
-from pptl.run.program import Program, tighten_messages, workload_of
+from pptl.run.program import Program, issued_for, workload_of
 
 __all__ = ["OpFailure", "Executor", "Fault"]
 
@@ -140,8 +140,7 @@ class Executor:
         if messages not in self.message_modes:
             raise ValueError(f"message mode {messages!r}: this executor runs {', '.join(self.message_modes)}")
         self.messages = messages  # on CPU only the issue order changes (gloo has no streams)
-        if self.messages != "overlap":
-            program = tighten_messages(program, receives=self.messages == "inline")
+        program = issued_for(program, self.messages)
         if fault is not None and fault.kind == "swap":  # every rank applies it: peers see the same program
             from pptl.run.swap import parse_swap, swap_sends
 

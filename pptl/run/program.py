@@ -34,7 +34,7 @@ from pptl.messages import message_key
 from pptl.schedules import find_family, names
 
 __all__ = ["RUN_KINDS", "COMPUTE", "Channel", "RankProgram", "Program", "build_program", "channel_of",
-           "workload_of", "tighten_messages"]
+           "workload_of", "tighten_messages", "issued_for"]
 
 #: The op kinds ``pptl run`` executes.
 COMPUTE = frozenset({"F", "B", "I", "W", "FB"})
@@ -291,3 +291,12 @@ def tighten_messages(program: Program, *, receives: bool = True) -> Program:
         orders[rp.rank] = tuple(sorted(rp.issue, key=key.__getitem__))
     ranks = tuple(replace(rp, issue=orders[rp.rank]) for rp in program.ranks)
     return replace(program, ranks=ranks)
+
+
+def issued_for(program: Program, messages: str) -> Program:
+    """``program`` in the issue order a message mode runs (:mod:`pptl.run.executor`): ``overlap`` as
+    planned, ``sync-send`` with its SENDs moved to their producers, ``inline`` with its RECVs moved
+    to their consumers too (:func:`tighten_messages`)."""
+    if messages == "overlap":
+        return program
+    return tighten_messages(program, receives=messages == "inline")
