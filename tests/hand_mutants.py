@@ -187,7 +187,7 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_run.py::test_sync_send_posts_a_receive_where_its_data_arrives_not_before_its_consumer",),
            "sync-send posts a RECV right before its consumer (looped-bfs's sender held 40-56 ms)"),
     Mutant("bias-grad-overwrites", "pptl/run/model.py",
-           "b.grad.addmv_(du.t(), ones)", "b.grad.addmv_(du.t(), ones, beta=0)",
+           "b.grad.addmv_(du.t(), v)", "b.grad.addmv_(du.t(), v, beta=0)",
            ("tests/test_run_model.py::test_full_backward_after_a_kept_forward_accumulates_by_gemm_from_dropped_"
             "gradients",),
            "a micro-batch's bias gradient replaces the earlier ones' instead of adding to them"),

@@ -112,3 +112,16 @@ def test_beside_costs_round_trip_and_reject_bad_input():
                        ({"0": 3}, r"costs.beside.0': expected a mapping"), ({"0": {"mlp": -1}}, "costs.beside.0.mlp")]:
         with pytest.raises(InputError, match=match):
             costs_from_mapping({"beside": bad})
+
+
+def test_alone_rates_fitted_from_every_ops_alone_part():
+    """Worked by hand: rank 0's ops take 1.0 alone, rank 1's 1.1; one more op of rank 0 ran 0.5 alone and
+    1.0 beside an all-to-all (beside 2.0: 0.5/1.0 + 1.0/2.0 = one op's work). The fit gives 1.0 and 1.1
+    exactly; a rank with no time alone has no rate; without any time beside, each rank's own mean."""
+    from pptl.contexts import _alone_rates
+
+    rows = [(0, 1.0, 0.0), (0, 1.0, 0.0), (1, 1.1, 0.0), (1, 1.1, 0.0), (0, 0.5, 1.0)]
+    assert _alone_rates(rows) == {0: pytest.approx(1.0), 1: pytest.approx(1.1)}
+    assert _alone_rates(rows + [(2, 0.0, 2.0)]) == {0: pytest.approx(1.0), 1: pytest.approx(1.1)}
+    # no time beside: least squares of t0 * x = 1 per rank, x = sum t0 / sum t0^2 (2.0 and 1.0: 1.6)
+    assert _alone_rates([(0, 2.0, 0.0), (0, 1.0, 0.0)]) == {0: pytest.approx(5.0 / 3.0)}

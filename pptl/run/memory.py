@@ -119,9 +119,10 @@ def history(folder: str | None, name: str, probe: Probe, ids: Sequence[str]) -> 
     finally:
         snapshot = torch.cuda.memory._snapshot()
         torch.cuda.memory._record_memory_history(enabled=None)
+        from pptl.fileio import atomic_write
+
         out = Path(folder)
         out.mkdir(parents=True, exist_ok=True)
         data = {"snapshot": snapshot, "base": probe.base, "marks": probe.marks,
                 "samples": [(s.op, ids[s.op], s.peak, s.outside) for s in probe.samples]}
-        with open(out / f"{name}.pickle", "wb") as f:
-            pickle.dump(data, f)
+        atomic_write(out / f"{name}.pickle", pickle.dumps(data))

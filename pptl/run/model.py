@@ -53,6 +53,9 @@ class Chunk:
 
     stage: int
     params: list[torch.Tensor]
+    ones: dict[tuple[int, torch.dtype], torch.Tensor] = field(default_factory=dict)
+    """Vectors of ones for the bias gradients' GEMVs (:func:`add_bias_grad`), one per length and dtype:
+    made once, gone with the chunk (a plan's executor), so nothing outlives the plan."""
 
     def layers(self) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
         p = self.params
@@ -196,27 +199,25 @@ def backward_weight(chunk: Chunk, act: Activation) -> None:
                 w.grad = du.t() @ x
             else:
                 w.grad.addmm_(du.t(), x)
-            add_bias_grad(b, du)
+            add_bias_grad(b, du, chunk.ones)
     act.linear_grad = None
     act.linear_in = []
 
 
-_ONES: dict[tuple[int, torch.dtype, torch.device], torch.Tensor] = {}
-
-
-def add_bias_grad(b: torch.Tensor, du: torch.Tensor) -> None:
+def add_bias_grad(b: torch.Tensor, du: torch.Tensor, ones: dict[tuple[int, torch.dtype], torch.Tensor]) -> None:
     """``b.grad += dU^T 1`` (made if None): the bias gradient of a Linear whose output gradient is
-    ``du`` (rows: tokens), as a GEMV against a vector of ones kept per shape and device.
+    ``du`` (rows: tokens), as a GEMV against a vector of ones taken from (or made into) ``ones``, the
+    model's own cache.
 
     Why not ``du.sum(0)``: on CUDA that reduction over the rows stages partial sums in a temporary
     of 8 bytes per element of ``du`` (torch 2.11, H200: 32 MiB for a 1024 x 4096 bf16 ``du``, four
     times the tensor), the largest thing a W allocated and none of the plan's; the GEMV reads ``du``
     once and writes only the gradient."""
-    key = (du.shape[0], du.dtype, du.device)
-    ones = _ONES.get(key)
-    if ones is None:
-        ones = _ONES[key] = torch.ones(du.shape[0], dtype=du.dtype, device=du.device)
+    key = (du.shape[0], du.dtype)
+    v = ones.get(key)
+    if v is None:
+        v = ones[key] = torch.ones(du.shape[0], dtype=du.dtype, device=du.device)
     if b.grad is None:
-        b.grad = du.t() @ ones
+        b.grad = du.t() @ v
     else:
-        b.grad.addmv_(du.t(), ones)
+        b.grad.addmv_(du.t(), v)

@@ -58,6 +58,8 @@ class FFN:
     b1: torch.Tensor
     w2: torch.Tensor
     b2: torch.Tensor
+    ones: dict[tuple[int, torch.dtype], torch.Tensor] = field(default_factory=dict)
+    """The bias gradients' vectors of ones (:func:`pptl.run.model.add_bias_grad`)."""
 
     @property
     def params(self) -> list[torch.Tensor]:
@@ -115,9 +117,9 @@ def ffn_input_grad(ffn: FFN, dout: torch.Tensor, u: torch.Tensor) -> tuple[torch
 def ffn_weight_grad(ffn: FFN, x: torch.Tensor, u: torch.Tensor, dout: torch.Tensor, du: torch.Tensor) -> None:
     """Accumulate dW2 = dout^T GELU(u), db2, dW1 = du^T x, db1 into the gradient buffers."""
     ffn.w2.grad.addmm_(dout.t(), F.gelu(u))
-    add_bias_grad(ffn.b2, dout)
+    add_bias_grad(ffn.b2, dout, ffn.ones)
     ffn.w1.grad.addmm_(du.t(), x)
-    add_bias_grad(ffn.b1, du)
+    add_bias_grad(ffn.b1, du, ffn.ones)
 
 
 def loss_grad(y: torch.Tensor, target: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
