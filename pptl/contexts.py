@@ -34,6 +34,7 @@ Notes:
 from __future__ import annotations
 
 import bisect
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -267,10 +268,10 @@ def measure_compute_contexts(spans: Sequence[Span], keys: Sequence[str | None], 
         if len(rates) < 2:
             continue
         mean = sum(rates.values()) / len(rates)
+        count = Counter(r for r, _, _ in rows)
         for r, a in rates.items():
-            n = sum(1 for rr, _, _ in rows if rr == r)
-            own[r] = own.get(r, 0.0) + n * a
-            expected[r] = expected.get(r, 0.0) + n * mean
+            own[r] = own.get(r, 0.0) + count[r] * a
+            expected[r] = expected.get(r, 0.0) + count[r] * mean
     scale = {r: own[r] / expected[r] for r in sorted(own) if expected[r] > 0 and own[r] > 0}
     time: dict[tuple[int, str], float] = {}
     work: dict[tuple[int, str], float] = {}

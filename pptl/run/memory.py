@@ -23,7 +23,7 @@ from __future__ import annotations
 import pickle
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator, Mapping, Sequence
 
@@ -43,6 +43,9 @@ class Sample:
     """The allocator's most bytes from the previous op's end to this op's end."""
     outside: int
     """Bytes of the tensors held outside the activations at the op's start or end (each storage once)."""
+    at_us: int = field(default=0, compare=False)
+    """Host time (microseconds) the reading was taken: where an allocator history (:func:`history`)
+    splits into ops."""
 
 
 @dataclass(frozen=True)
@@ -79,9 +82,6 @@ class Probe:
         self.device = device
         self.base = 0
         self.samples: list[Sample] = []
-        self.marks: list[tuple[int, int]] = []
-        """(op, host time in microseconds) when each op's reading was taken: where an allocator
-        history (:func:`history`) splits into ops."""
 
     def begin(self) -> None:
         import torch
@@ -95,8 +95,7 @@ class Probe:
 
         peak = torch.cuda.max_memory_allocated(self.device)
         torch.cuda.reset_peak_memory_stats(self.device)
-        self.samples.append(Sample(op, peak, sum(outside.values())))
-        self.marks.append((op, time.time_ns() // 1000))
+        self.samples.append(Sample(op, peak, sum(outside.values()), time.time_ns() // 1000))
 
     def peak(self) -> ActivationPeak | None:
         return activation_peak(self.base, self.samples)
@@ -106,7 +105,7 @@ class Probe:
 def history(folder: str | None, name: str, probe: Probe, ids: Sequence[str]) -> Iterator[None]:
     """With ``folder`` (``PPTL_MEMORY_HISTORY``), record the CUDA allocator's history (every
     allocation and free with its Python stack) over the block and write it, with the probe's
-    readings and the time each op's reading was taken, to ``folder/name.pickle``: what shows which
+    readings (each with the time it was taken), to ``folder/name.pickle``: what shows which
     tensors make an op's peak. Without, nothing. A diagnostic: the recording slows every allocation."""
     if not folder:
         yield
@@ -123,6 +122,6 @@ def history(folder: str | None, name: str, probe: Probe, ids: Sequence[str]) -> 
 
         out = Path(folder)
         out.mkdir(parents=True, exist_ok=True)
-        data = {"snapshot": snapshot, "base": probe.base, "marks": probe.marks,
-                "samples": [(s.op, ids[s.op], s.peak, s.outside) for s in probe.samples]}
+        data = {"snapshot": snapshot, "base": probe.base,
+                "samples": [(s.op, ids[s.op], s.peak, s.outside, s.at_us) for s in probe.samples]}
         atomic_write(out / f"{name}.pickle", pickle.dumps(data))

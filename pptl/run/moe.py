@@ -18,8 +18,9 @@ the issue order fixes; one made on another stream, or read by a compute op, is m
 ``record_stream`` instead, so the caching allocator reuses it only after that stream's work. The
 memory each sub-op holds is what it holds in the plan (the offloaded expert inputs leave the GPU at
 their Offload and come back at their Onload; with ``options.costs.hidden_bytes`` the plan also
-counts the layer in flight, received inputs and the loss gradient, ``meta['held']``). Each step reports ``torch.cuda.max_memory_allocated`` above the
-step's starting allocation and ``max_memory_reserved``.
+counts the layer in flight, received inputs and the loss gradient, ``meta['held']``). Each step
+reports ``torch.cuda.max_memory_allocated`` above the step's starting allocation and
+``max_memory_reserved``.
 
 What makes offloading save real memory, and why this way: the host is held back to within
 ``meta['host_lag']`` compute sub-ops of the GPU (:class:`pptl.run.hostlag.HostLag`: before issuing

@@ -286,8 +286,9 @@ def tighten_messages(program: Program, *, receives: bool = True) -> Program:
             recvs = [i for i in members if ops[i].kind == "RECV"]
             for a, b in zip(sends, sends[1:]):
                 key[b] = max(key[a], key[b])
-            for a, b in zip(reversed(recvs[1:]), reversed(recvs[:-1])):
-                key[b] = min(key[a], key[b]) if receives else key[b]
+            if receives:
+                for a, b in zip(reversed(recvs[1:]), reversed(recvs[:-1])):
+                    key[b] = min(key[a], key[b])
         orders[rp.rank] = tuple(sorted(rp.issue, key=key.__getitem__))
     ranks = tuple(replace(rp, issue=orders[rp.rank]) for rp in program.ranks)
     return replace(program, ranks=ranks)
