@@ -5,6 +5,7 @@ the rank correlation and every family's error are checked against what ran.
     python3 bench/tune_crossval.py OUTDIR [--device cuda|cpu] [--shapes a,b] [--steps 2] [--warmup 1]
     python3 bench/tune_crossval.py --offline DIR       (re-rank saved shapes without a GPU)
     python3 bench/tune_crossval.py --attribute DIR     (where each prediction's error comes from)
+    python3 bench/tune_crossval.py --duty DIR          (each rank's error: the rank's level against its duty)
 
 Shapes (pp 2, bf16 on CUDA): hidden 2048-8192, tokens 1024-8192, 4-16 MLP layers a stage, an
 embedding and a head of 1-4 blocks each (the head the heavier), 4-32 micro-batches. Nothing here is
@@ -201,11 +202,16 @@ def main() -> int:
     ap.add_argument("--offline", type=Path, help="re-rank the saved shapes in this folder; no run")
     ap.add_argument("--attribute", type=Path, help="per saved shape with measured ops: each candidate's error "
                                                     "split by rank and op kind; no run")
+    ap.add_argument("--duty", type=Path, help="per saved shape with measured ops: each rank's error split into "
+                                               "its level and its predicted duty, the step re-timed at the measured "
+                                               "duty, and the calibrating run's first ops against its later ones; no run")
     a = ap.parse_args()
     if a.offline is not None:
         return _offline(a.offline)
     if a.attribute is not None:
         return _attribute_all(a.attribute)
+    if a.duty is not None:
+        return _duty_all(a.duty)
     if a.out is None:
         ap.error("give OUTDIR (or --offline DIR)")
     from pptl.run import run_plans
@@ -431,6 +437,132 @@ def _attribute_all(folder: Path) -> int:
             busy = " ".join(f"{x:+.1f}" for x in a.busy_ms)
             idle = " ".join(f"{x:+.1f}" for x in a.idle_ms)
             print(f"  {a.label:44s} step {100 * a.error:+5.1f}%  busy {busy}  idle {idle}  {kinds}")
+    return 0
+
+
+@dataclass(frozen=True)
+class RankParts:
+    """One rank of one candidate: the error of its busy time (compute and the SENDs on its compute stream)
+    against the model, in logs, as ``level + duty``."""
+
+    level: float
+    """ln(measured / full-duty predicted) - alpha ln(measured duty): the error left at the duty the rank had."""
+    duty: float
+    """alpha (ln measured duty - ln predicted duty): what timing the rank at the wrong duty costs."""
+    measured_duty: float
+    predicted_duty: float
+
+    @property
+    def total(self) -> float:
+        """ln(measured / predicted busy time), the predicted one at the predicted duty."""
+        return self.level + self.duty
+
+
+def rank_error_parts(measured_busy: float, predicted_full: float, measured_step: float, predicted_duty: float,
+                     alpha: float) -> RankParts:
+    """Split a rank's busy-time error into its level and its duty (:class:`RankParts`): the model times the
+    rank's ops at ``predicted_full * predicted_duty ** alpha``; at the duty it measured (``measured_busy /
+    measured_step``) the same law gives ``predicted_full * measured_duty ** alpha``, and what is left is the
+    level. Every argument must be positive."""
+    import math
+
+    u = measured_busy / measured_step
+    level = math.log(measured_busy / predicted_full) - alpha * math.log(u)
+    return RankParts(level, alpha * (math.log(u) - math.log(predicted_duty)), u, predicted_duty)
+
+
+@dataclass(frozen=True)
+class DutySplit:
+    """One measured candidate: its step error as ranked and re-timed at each rank's measured duty, and its
+    ranks' :class:`RankParts`."""
+
+    label: str
+    family: str
+    chunks: int
+    """Most stages one rank holds."""
+    error: float
+    """(predicted - measured) / measured step, as ranked."""
+    error_at_measured_duty: float
+    """The same with each rank's factor at its measured duty (``u ** alpha``) instead of the predicted one."""
+    ranks: tuple[RankParts, ...]
+
+
+def duty_split(saved: dict[str, Any]) -> list[DutySplit]:
+    """Each measured row with its ops, against today's timing of the same plan (as :func:`attribute`)."""
+    from pptl.simulate import durations, simulate
+
+    tc = _calibrated(saved)
+    out = []
+    for row in saved["rows"]:
+        if not row.get("ops"):
+            continue
+        orders = executed_orders({"meta": {"extra": {"executed": row["executed"]}}}) \
+            if row["family"] == "synth" and row.get("executed") else None
+        r = retime(tc, row["label"], row["stage_layers"], orders)
+        if r is None or r.step is None or r.schedule is None or r.costs is None or len(r.duty) != tc.pp:
+            continue
+        full = durations(r.schedule, replace(r.costs, rank_scale={}))
+        pred_full = [0.0] * tc.pp
+        stages: dict[int, set[int]] = {}
+        for i, op in enumerate(r.schedule.ops):
+            if op.lane == "compute":
+                pred_full[op.rank] += full[i]
+                stages.setdefault(op.rank, set()).add(op.stage)
+        busy = [0.0] * tc.pp
+        for rank, kind, _, _, start, end in row["ops"]:
+            if kind != "RECV":  # a SEND runs on its producer's compute stream, and the model charges it there
+                busy[rank] += end - start
+        m = row["measured_ms"]
+        parts = tuple(rank_error_parts(busy[k], pred_full[k], m, r.duty[k], tc.alpha) for k in range(tc.pp))
+        at = simulate(r.schedule, replace(r.costs, rank_scale={k: p.measured_duty ** tc.alpha
+                                                               for k, p in enumerate(parts)})).makespan
+        out.append(DutySplit(row["label"], row["family"], max(len(v) for v in stages.values()),
+                             (r.step - m) / m, (at - m) / m, parts))
+    return out
+
+
+def early_speedup(events: list[dict[str, Any]], window: float) -> dict[int, float]:
+    """Per rank, how much faster its compute ops that start within ``window`` ms of the step's first op ran
+    than the later ops of the same (stage, kind): their total time over what the later ops' mean gives for
+    them, less 1. Ops of a (stage, kind) with no later op say nothing; a rank with no early op that has
+    one is left out. ``events``: a timeline's events (``rank``, ``lane``, ``stage``, ``kind``, ``start``,
+    ``end``)."""
+    if not events:
+        return {}
+    t0 = min(e["start"] for e in events)
+    groups: dict[tuple[int, int, str], tuple[list[float], list[float]]] = {}
+    for e in events:
+        if e["lane"] != "compute":
+            continue
+        g = groups.setdefault((e["rank"], e["stage"], e["kind"]), ([], []))
+        g[0 if e["start"] - t0 < window else 1].append(e["end"] - e["start"])
+    num: dict[int, float] = {}
+    den: dict[int, float] = {}
+    for (rank, _, _), (early, late) in groups.items():
+        if early and late:
+            num[rank] = num.get(rank, 0.0) + sum(early)
+            den[rank] = den.get(rank, 0.0) + len(early) * sum(late) / len(late)
+    return {k: num[k] / den[k] - 1 for k in sorted(den)}
+
+
+#: The calibrating run's opening the ``--duty`` report compares with the rest of its step (ms): on 2 H200s
+#: the busier rank's ops settle to their later speed within 50-80 ms.
+EARLY_MS = 60.0
+
+
+def _duty_all(folder: Path) -> int:
+    for p in sorted(folder.glob("*.json")):
+        saved = json.loads(p.read_text())
+        rows = duty_split(saved)
+        early = early_speedup(saved["base"]["events"], EARLY_MS)
+        print(f"{p.stem}: the calibrating run's first {EARLY_MS:g} ms against its later ops, per rank: "
+              + " ".join(f"r{k} {100 * v:+.1f}%" for k, v in early.items()))
+        for d in rows:
+            ranks = "  ".join(f"r{k} {100 * x.total:+5.1f} = level {100 * x.level:+5.1f} + duty {100 * x.duty:+5.1f} "
+                              f"(u {x.measured_duty:.2f} measured, {x.predicted_duty:.2f} predicted)"
+                              for k, x in enumerate(d.ranks))
+            print(f"  {d.label:44s} step {100 * d.error:+5.1f}% (at measured duty {100 * d.error_at_measured_duty:+5.1f}%)  "
+                  f"{ranks}")
     return 0
 
 
