@@ -18,6 +18,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 import tune_crossval  # noqa: E402
 
 SHAPES = sorted(DATA.glob("*.json"))
+#: Shapes measured after the cost model's per-op terms were settled, with every candidate's ops.
+HELD_OUT = tune_crossval.NEW_SHAPES + tune_crossval.FRESH_SHAPES + tune_crossval.LATER_SHAPES
 
 
 def test_crossval_script_runs_end_to_end_on_cpu(tmp_path: Path) -> None:
@@ -69,6 +71,17 @@ MISSES = {
     # the split-backward families -3..-4%: W runs 2-11% over the model, I under it (the I:W split of a
     # run of full backwards).
     "h5120-t1024-l10-m6": ("families",),
+    # The four LATER_SHAPES, fixed before their run (2026-11-27 04:56 UTC) with the model unchanged.
+    # Twelve of fourteen candidates predicted within 5.5% of each other (502.8-530.3 ms), errors
+    # -2.0..+0.3%: Spearman 0.85. GPipe's peaks (14 micro-batches in flight, far over the limit) 1.2%
+    # over the model's.
+    "h3328-t3584-l9-m14": ("spearman", "peaks"),
+    # Every plan but the synthesised ones +1..+4% (V-Min +3.8%, DualPipe +3.1%): the duty exponent fitted
+    # from the run, 0.33 with its rank 0 busy 0.56 of the step, slows the busier candidates too much.
+    # GPipe's peaks (28 micro-batches in flight) 7.3% over the model's, looped-bfs's 4.8%.
+    "h2688-t3072-l6-m28": ("families", "peaks"),
+    # As h2688: +1..+3.8% (ZB-H1 +3.4%, DualPipe +3.4%), the fitted exponent 0.34 with rank 0 at 0.64.
+    "h7680-t2048-l4-m6": ("families",),
     # Measured after I and W were learned from the calibrating run's B (2026-11-27). Thirteen
     # candidates within 3.4% of each other (317.5-327.1 ms predicted): the pick, ZB-V, measured 2.4%
     # over V-Half (its W on rank 1 +4.3% over the model), Spearman 0.74 in so narrow a field, and
@@ -88,17 +101,17 @@ def evaluated() -> dict:
     return {p.stem: tune_crossval._evaluate(json.loads(p.read_text())) for p in SHAPES}
 
 
-def test_fifteen_shapes_unlike_the_bench_were_measured() -> None:
+def test_nineteen_shapes_unlike_the_bench_were_measured() -> None:
     shapes = [json.loads(p.read_text())["shape"] for p in SHAPES]
-    assert len(shapes) == 15
+    assert len(shapes) == 19
     assert {s["hidden"] for s in shapes} >= {2048, 4096, 8192}
     assert {s["tokens"] for s in shapes} >= {1024, 8192}
     assert {s["layers"] // 2 for s in shapes} >= {4, 16}
     assert {s["microbatches"] for s in shapes} >= {4, 32}
     assert all(s["head"] >= s["embedding"] for s in shapes)
-    # The eight held out from the cost model's making keep every candidate's measured ops.
-    held_out = {s.name for s in tune_crossval.NEW_SHAPES + tune_crossval.FRESH_SHAPES}
-    assert len(held_out) == 8
+    # The twelve held out from the cost model's making keep every candidate's measured ops.
+    held_out = {s.name for s in HELD_OUT}
+    assert len(held_out) == 12
     for p in SHAPES:
         rows = json.loads(p.read_text())["rows"]
         assert all(bool(x.get("ops")) is (p.stem in held_out) for x in rows), p.stem
@@ -134,15 +147,15 @@ def test_split_backward_w_runs_over_the_model_and_i_under() -> None:
             assert a.kinds[(r, "W")] > 0.01 and a.kinds[(r, "W")] > a.kinds[(r, "I")], (a.label, a.kinds)
 
 
-FRESH = [s.name for s in tune_crossval.FRESH_SHAPES]
+FRESH = [s.name for s in tune_crossval.FRESH_SHAPES + tune_crossval.LATER_SHAPES]
 
 
 @pytest.mark.parametrize("name", FRESH)
 def test_fresh_shapes_ran_their_pick_and_learned_i_and_w_from_the_run(name: str) -> None:
-    """The four shapes of 2026-11-27: the launch ran the pick (a row of its own, measured), and the
+    """The eight shapes of 2026-11-27: the launch ran the pick (a row of its own, measured), and the
     calibrating 1F1B run marked every B's I part, which calibration took for I and W; the share of
     I it measured inside B is within 2 points of what the same shape's ZB-H1 measured for its own I
-    and W ops (0.2-1.4 points on these four)."""
+    and W ops."""
     saved = json.loads((DATA / f"{name}.json").read_text())
     assert saved["pick"] in {x["label"] for x in saved["rows"]}
     base = saved["base"]
@@ -174,9 +187,9 @@ def test_looped_bfs_sends_no_longer_wait_for_the_receivers_consumer(name: str) -
 
 
 def test_every_send_of_every_candidate_is_short() -> None:
-    """Every SEND of every candidate (every family) of the eight shapes with ops takes under 2 ms (the
+    """Every SEND of every candidate (every family) of the twelve shapes with ops takes under 2 ms (the
     median one 0.06 ms), which is what the calibrating run's ``send_hold`` says."""
-    held_out = {s.name for s in tune_crossval.NEW_SHAPES + tune_crossval.FRESH_SHAPES}
+    held_out = {s.name for s in HELD_OUT}
     seen = 0
     for p in SHAPES:
         if p.stem not in held_out:
@@ -184,7 +197,7 @@ def test_every_send_of_every_candidate_is_short() -> None:
         for x in json.loads(p.read_text())["rows"]:
             assert all(o[5] - o[4] < 2.0 for o in x["ops"] if o[1] == "SEND"), (p.stem, x["label"])
             seen += 1
-    assert seen >= 8 * 9
+    assert seen >= 12 * 9
 
 
 def test_rank_error_parts_by_hand() -> None:
@@ -228,7 +241,7 @@ def test_early_speedup_by_hand() -> None:
     assert tune_crossval.early_speedup([], 5.0) == {}
 
 
-WITH_OPS = sorted(s.name for s in tune_crossval.NEW_SHAPES + tune_crossval.FRESH_SHAPES)
+WITH_OPS = sorted(s.name for s in HELD_OUT)
 
 
 @pytest.fixture(scope="module")
@@ -238,12 +251,12 @@ def duty_splits() -> dict[str, list]:
 
 def test_two_chunk_rank0_error_is_the_shapes_level_not_the_family(duty_splits: dict[str, list]) -> None:
     """Rank 0 of the families holding two stages a rank measured faster than the model; per shape, its mean
-    error (busy time, in logs) against the one-chunk families' rank 0 on the same shape: on six of the eight
-    shapes with ops within 1.4 points (the error is the shape's, as the calibrating run set the rank's level:
-    -3.1 and -1.8% on h3584, +1.3 and +1.4% on h6144); on h2048-t3072 and h2304, 24 and 20 micro-batches,
-    2.1 and 2.8 points, of which about half (1.0 and 1.4) is the duty part: the model ranks rank 0 busier
-    (0.96-0.98) than it measured (0.92-0.95), because rank 1, which bounds these steps, ran 1.0-1.3% over its
-    level."""
+    error (busy time, in logs) against the one-chunk families' rank 0 on the same shape: on nine of the
+    twelve shapes with ops within 1.5 points (the error is the shape's, as the calibrating run set the
+    rank's level: -3.1 and -1.8% on h3584, -3.1 and -3.0% on h7680); on h2048-t3072, h2304 and h3328 (14-24
+    micro-batches, hidden 2048-3328) 2.1, 2.8 and 2.4 points, of which 40-60% (1.0, 1.4 and 1.0) is the
+    duty part: the model ranks rank 0 busier than it measured, because rank 1, which bounds these steps,
+    ran over its level."""
     gaps = {}
     for name, rows in duty_splits.items():
         one = [d.ranks[0] for d in rows if d.chunks == 1]
@@ -255,39 +268,41 @@ def test_two_chunk_rank0_error_is_the_shapes_level_not_the_family(duty_splits: d
 
         gaps[name] = (mean([p.total for p in one]) - mean([p.total for p in two]),
                       mean([p.duty for p in one]) - mean([p.duty for p in two]))
-    long = {"h2048-t3072-l12-m24", "h2304-t2560-l14-m20"}
+    long = {"h2048-t3072-l12-m24", "h2304-t2560-l14-m20", "h3328-t3584-l9-m14"}
+    assert len(gaps) == 12
     for name, (gap, duty) in gaps.items():
         if name in long:
             assert 0.02 < gap < 0.03 and 0.4 * gap < duty < 0.6 * gap, (name, gap, duty)
         else:
-            assert abs(gap) < 0.014, (name, gap)
+            assert abs(gap) < 0.015, (name, gap)
 
 
 def test_timing_at_the_measured_duty_does_not_mend_the_steps(duty_splits: dict[str, list]) -> None:
     """Each rank's factor at the duty it measured (``u ** alpha``) in place of the predicted one, on every
-    measured candidate of the eight shapes with ops: the steps' RMS error is 1.91% against 1.84% as ranked.
-    Predicting the duty better cannot fix the per-rank errors; they are in the rank's level."""
+    measured candidate of the twelve shapes with ops: the steps' RMS error is 1.91% against 1.85% as ranked
+    (1.91 against 1.84 on the eight before LATER_SHAPES, 1.90 against 1.87 on those four). Predicting the
+    duty better cannot fix the per-rank errors; they are in the rank's level."""
     import math
 
     rows = [d for ds in duty_splits.values() for d in ds]
-    assert len(rows) == 112
+    assert len(rows) == 168
 
     def rms(xs: list[float]) -> float:
         return math.sqrt(sum(x * x for x in xs) / len(xs))
 
     ranked, at = rms([d.error for d in rows]), rms([d.error_at_measured_duty for d in rows])
-    assert ranked == pytest.approx(0.0184, abs=5e-4) and at == pytest.approx(0.0191, abs=5e-4)
+    assert ranked == pytest.approx(0.0185, abs=5e-4) and at == pytest.approx(0.0191, abs=5e-4)
     assert at > ranked
 
 
 @pytest.mark.parametrize("name", [p.stem for p in SHAPES])
 def test_calibrating_runs_busier_rank_opens_fast(name: str) -> None:
     """Every calibrating 1F1B run: its busier rank (1: the head's stage) ran its ops of the first 60 ms
-    2.7-11.0% faster than its later ops of the same stage and kind (the GPU's clock falls once its power
+    2.7-12.5% faster than its later ops of the same stage and kind (the GPU's clock falls once its power
     reaches the cap). The exception is h2048-t1024-l16-m8, whose 74 ms step is nearly all opening (-0.1%)."""
     saved = json.loads((DATA / f"{name}.json").read_text())
     early = tune_crossval.early_speedup(saved["base"]["events"], tune_crossval.EARLY_MS)
     if name == "h2048-t1024-l16-m8":
         assert abs(early[1]) < 0.01
     else:
-        assert -0.12 < early[1] < -0.025, early
+        assert -0.13 < early[1] < -0.025, early
