@@ -40,7 +40,7 @@ def test_newer_families_are_ranked() -> None:
 @pytest.mark.parametrize("limit,fitting,pick", [
     # exactly v-min's peak; the synthesised order under the limit is far slower (288 against 188)
     (6, {"v-min", "synth"}, "v-min"),
-    # the paper's V-Min (118: 59 unit slots at F = I = W = 2) beats the capped V-Half (140, 70 slots)
+    # the paper's V-Min (118: 59 unit slots at F = I = W = 2) beats the capped V-Half (132, 66 slots)
     (8, {"v-min", "v-min pattern", "v-half", "synth"}, "v-min pattern"),
     # the paper's V-Half idles least: 55 unit slots
     (12, {"v-min", "v-min pattern", "v-half", "v-half pattern", "synth"}, "v-half pattern"),

@@ -25,6 +25,9 @@ from pptl.schedules._order import Order
 
 __all__ = ["capped_orders", "MIN_CAP"]
 
+#: Slowest pace tried: a micro-batch entering every 12 slots, two building blocks of the paper's 6.
+MAX_PACE = 12
+
 #: Chunks a V rank must be allowed: both chunks of one micro-batch (rank 0 at the turn, or any rank
 #: between its two forwards and its weight gradients).
 MIN_CAP = 2
@@ -32,8 +35,22 @@ MIN_CAP = 2
 
 def capped_orders(p: int, m: int, cap: int) -> dict[int, Order]:
     """Every rank's compute order on the V placement (rank r holds stages r and 2p-1-r) such that no
-    rank holds more than ``cap`` chunk activations; ``cap`` below :data:`MIN_CAP` is raised to it."""
+    rank holds more than ``cap`` chunk activations; ``cap`` below :data:`MIN_CAP` is raised to it.
+    Of the paces 1..:data:`MAX_PACE`, the one whose unit-slot order ends first (the earliest pace on
+    a tie)."""
     cap = max(cap, MIN_CAP)
+    best: tuple[int, list[list[tuple[str, int, int, int, int]]]] | None = None
+    for pace in range(1, MAX_PACE + 1):
+        slots, rows = _greedy(p, m, cap, pace)
+        if best is None or slots < best[0]:
+            best = (slots, rows)
+    assert best is not None
+    return {r: Order.of_rows(best[1][r]) for r in range(p)}
+
+
+def _greedy(p: int, m: int, cap: int, pace: int) -> tuple[int, list[list[tuple[str, int, int, int, int]]]]:
+    """The unit-slot list schedule with micro-batch j entering stage 0 no earlier than slot j * pace:
+    its length in slots and every rank's rows."""
     n = 2 * p
     never = 1 << 60
     f_end = [[never] * m for _ in range(n)]  # slot at whose start the pass's output is there
@@ -43,8 +60,8 @@ def capped_orders(p: int, m: int, cap: int) -> dict[int, Order]:
     rows: list[list[tuple[str, int, int, int, int]]] = [[] for _ in range(p)]
     left, t = 3 * n * m, 0
     while left:
-        chosen = [_choose(r, n, m, t, cap, f_end, i_end, nf, ni, nw, held[r]) for r in range(p)]
-        if not any(chosen):
+        chosen = [_choose(r, n, m, t, cap, f_end, i_end, nf, ni, nw, held[r], nf[0] * pace <= t) for r in range(p)]
+        if not any(chosen) and not (nf[0] < m and nf[0] * pace > t):  # nothing runs, nothing is waiting to enter
             raise RuntimeError(f"capped V order stalled at slot {t} (p={p}, m={m}, cap={cap})")
         for r, pick in enumerate(chosen):
             if pick is None:
@@ -67,11 +84,11 @@ def capped_orders(p: int, m: int, cap: int) -> dict[int, Order]:
             rows[r].append((kind, s, j, 0, chunk))
             left -= 1
         t += 1
-    return {r: Order.of_rows(rows[r]) for r in range(p)}
+    return t, rows
 
 
 def _choose(r: int, n: int, m: int, t: int, cap: int, f_end: list[list[int]], i_end: list[list[int]],
-            nf: list[int], ni: list[int], nw: list[int], held: int) -> tuple[str, int] | None:
+            nf: list[int], ni: list[int], nw: list[int], held: int, may_enter: bool) -> tuple[str, int] | None:
     """Rank ``r``'s pass at slot ``t``: the oldest ready I (chunk 1's first: it comes first in the
     backward), else the oldest ready F that memory allows, else the oldest owed W, chunk 1's first."""
     a, b = r, n - 1 - r  # chunk 0's stage, chunk 1's stage
@@ -85,7 +102,7 @@ def _choose(r: int, n: int, m: int, t: int, cap: int, f_end: list[list[int]], i_
         return "I", best[1]
     for s in (b, a):
         j = nf[s]
-        if j >= m or (s > 0 and f_end[s - 1][j] > t) or held + (2 if s == a else 1) > cap:
+        if j >= m or (s > 0 and f_end[s - 1][j] > t) or held + (2 if s == a else 1) > cap or (s == 0 and not may_enter):
             continue
         if best is None or j < best[0]:
             best = (j, s)
