@@ -218,6 +218,24 @@ def test_beside_call_6s_straggler_the_other_rank_ran_2_percent_faster_not_8():
     assert 0.94 < ratio["r1/compute/F"] < 0.95 and 0.955 < ratio["r1/compute/B"] < 0.965
 
 
+def _b_by_position(call: str, rank: int) -> list[float]:
+    """Mean time over every timed step of the rank's Bs in the calibrating run, in the order it ran them."""
+    data = json.loads((DATA / call / "measured_calibrate.json").read_text())
+    ms = data["meta"]["extra"]["step_ops"]["ms"]
+    bs = sorted((e for e in data["events"] if e["rank"] == rank and e["lane"] == "compute" and e["kind"] == "B"),
+                key=lambda e: e["start"])
+    return [statistics.mean(ms[e["op"]]) for e in bs]
+
+
+def test_call_6s_calibrating_run_slows_within_its_step_where_call_2s_does_not():
+    # What a step-wide duty cannot hold (docs/whatif.md, "Beside a straggler"): in call 6's 95 ms 1F1B step
+    # rank 0's Bs ran 5.90 ms in the middle and 6.44 at the end (9%); call 2's 50 ms step kept them within
+    # 1.5% (3.22-3.27). A plan with a shorter step (GPipe m=4, 49 ms) never reaches the late, slow part.
+    late6, late2 = _b_by_position("call6_h3584", 0), _b_by_position("call2", 0)
+    assert max(late6) / min(late6) > 1.08 and late6[-1] / min(late6) > 1.08
+    assert max(late2) / min(late2) < 1.02
+
+
 def test_cli_says_how_the_run_is_used():
     # call 2's calibrating run: sent on the compute stream of CUDA (sync-send), its SENDs' median
     # (0.0667 ms) holds the lane; the exponent learnt pooled 0.48, F alone 0.77 and B alone 0.20
