@@ -1,6 +1,6 @@
 """The GPU proof of ``pptl whatif`` replayed offline (tests/data/whatif_gpu, docs/whatif.md).
 
-Five calls of ``bench/whatif_gpu.sh`` on 2 H200s kept their plans and measured timelines: a
+Seven calls of ``bench/whatif_gpu.sh`` on 2 H200s (ten launches) kept their plans and measured timelines: a
 calibrating 1F1B run, 50 later steps of three families, and 20 steps each with one rank slowed
 (call 3 on two shapes: the bench's and hidden 2560, 2048 tokens, 4 blocks a stage, run after the
 model was settled; call 4 on hidden 3584 and 2048, the first runs whose B ran as I then W; call 5, after the
@@ -197,8 +197,8 @@ def test_the_plan_the_run_measured_keeps_its_own_band_width():
 #   against 55.17): both ranks' ops ran 2-5% faster beside the straggler than without it (over every timed
 #   step; test below), and the duty model lets neither run faster than the calibrating run's least busy
 #   rank (duty 0.80 there). The ranking fails on one pair (test above).
-# - call 7 (hidden 3072, 2048 tokens, 4 blocks, rank 1 x1.25; a shape no run had used, run after the tie-aware
-#   ranking was in, the model unchanged): 5 of 10. Its calibrating run's ranks were busy 0.82 and 0.88, the
+# - call 7 (hidden 3072, 2048 tokens, 4 blocks, rank 1 x1.25; a shape no run had used, the model unchanged):
+#   5 of 10. Its calibrating run's ranks were busy 0.82 and 0.88, the
 #   closest of the ten (7%): the exponent learnt 0.14 (the loss bounds it in 0-0.27), and no rank may run
 #   faster than at 0.82. GPipe's ranks (ops 2.5-5.5% faster than the calibrating run's) are predicted 2-8%
 #   long: its median 3% under its band (29.64 against 30.59-31.32), its p95 -4.3%, its straggled mean +6.3%;
