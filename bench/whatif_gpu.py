@@ -202,8 +202,8 @@ def self_prediction(a: argparse.Namespace, plan: Path, run: Path) -> dict:
 def predicted_op_ratios(o: object, tl: object) -> dict[str, float]:
     """Per (stage, rank, kind) of compute ops: the mean time the plan's samples were drawn around
     (the calibrating run's costs moved by stage role and duty) over the mean measured time over
-    every timed step, the first op of each rank's step included in both. Where a plan's step time misses, this says which
-    stage's ops carried it."""
+    every timed step, the first op of each rank's step included in both. Where a plan's step time
+    misses, this says which stage's ops carried it."""
     import statistics
 
     from pptl.optable import table_of
