@@ -272,7 +272,7 @@ _CONSTRAINTS = ("any pp >= 1, microbatches >= 1; vpp 2 (implied); B is always sp
 
 FAMILY_MIN = Family(
     name="v-min",
-    summary="controllable-memory V at about 1/3 of 1F1B's activations, with more bubble than ZB-V",
+    summary="controllable-memory V: at most 0.4x of 1F1B's activations (about 1/3 as pp grows), more bubble than ZB-V",
     constraints=_CONSTRAINTS,
     validate=validate,
     build=_builder("min", "v-min"),
@@ -297,7 +297,7 @@ FAMILY_MIN = Family(
 
 FAMILY_HALF = Family(
     name="v-half",
-    summary="controllable-memory V at about 1/2 of 1F1B's activations, with little bubble",
+    summary="controllable-memory V: at most 0.55x of 1F1B's activations (about 1/2 as pp grows), little bubble",
     constraints=_CONSTRAINTS,
     validate=validate,
     build=_builder("half", "v-half"),
