@@ -50,7 +50,7 @@ def tune_config(pp: int, micro: Sequence[int], hidden: int, tokens: int, dtype: 
             "run_blocks": {"embedding": embedding, "head": head}}
 
 
-_LABEL = re.compile(r"^(?P<fam>[a-z0-9-]+)(?: vpp=(?P<vpp>\d+))?(?: G=(?P<g>\d+))?"
+_LABEL = re.compile(r"^(?P<fam>[a-z0-9-]+)(?P<pattern> pattern)?(?: vpp=(?P<vpp>\d+))?(?: G=(?P<g>\d+))?"
                     r"(?: (?P<mem>mem-limit)| inflight=(?P<inf>\d+))?(?P<ilp> ilp)? m=(?P<m>\d+)"
                     r"(?: split=(?P<split>[a-z-]+))?$")
 
@@ -65,7 +65,7 @@ def structure_of(label: str) -> Any:
     fam = "interleaved-1f1b" if x["fam"] == "interleaved" else x["fam"]  # labels before the family's full name
     vpp = int(x["vpp"]) if x["vpp"] else (2 if fam in ("zbv", "dualpipev") else 1)
     return Structure(fam, int(x["m"]), vpp, int(x["g"]) if x["g"] else None,
-                     int(x["inf"]) if x["inf"] else None, "ilp" if x["ilp"] else "greedy")
+                     int(x["inf"]) if x["inf"] else None, "ilp" if x["ilp"] else "greedy", bool(x["pattern"]))
 
 
 _OP = re.compile(r"^r\d+/compute/([FIWB]) s\d+ mb(\d+)$")

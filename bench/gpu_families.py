@@ -54,7 +54,8 @@ def main() -> int:
     ap.add_argument("--families", default=",".join(FAMILIES))
     ap.add_argument("--no-verify", action="store_true", help="time and measure only (the reference step is slow)")
     ap.add_argument("--no-squeeze", action="store_true",
-                    help="v-half and v-min in their pattern's order (options.squeeze false), as the 2026-11-26 run")
+                    help="v-half and v-min in the paper's pattern's order, unsqueezed and uncapped (options squeeze: "
+                         "false, memory: pattern), as the 2026-11-26 run")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     from pptl.run import run_plans
@@ -68,7 +69,7 @@ def main() -> int:
             "w_activation": 1.0, "costs": {"F": 1, "B": 2, "I": 1, "W": 1},
             "workload": {"hidden": a.hidden, "tokens": a.tokens, "layers_per_stage": a.layers // vpp, "dtype": a.dtype}}
         if a.no_squeeze and fam in ("v-half", "v-min"):
-            data["options"] = {"squeeze": False}
+            data["options"] = {"squeeze": False, "memory": "pattern"}
         # The config as a file too: `pptl plan` + `pptl run --verify` on it is the CLI's path.
         (a.out / f"{fam}.config.json").write_text(json.dumps(data))
         s = build_schedule(config_from_mapping(data))

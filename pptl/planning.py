@@ -278,10 +278,23 @@ def plain_counterpart(path: str | Path) -> Timeline:
     return simulate(build_schedule(replace(cfg, options={**dict(cfg.options or {}), "overlap": False}))).timeline()
 
 
+#: Names a plan file is not given, with where that output comes from.
+_NOT_A_PLAN = {**dict.fromkeys((".png", ".svg", ".pdf", ".html", ".htm", ".jpg", ".jpeg"),
+                               "draw the plan with pptl render PLAN.json -o FIGURE"),
+               ".csv": "write torch's CSV with pptl export PLAN.json --to torch-csv"}
+
+
 def write_plan(result: PlanResult, path: Path) -> None:
-    """Write the plan file (JSON; gzip-compressed when the name ends in ``.json.gz``)."""
+    """Write the plan file (JSON; gzip-compressed when the name ends in ``.json.gz``).
+
+    Raises:
+        InputError: a figure's or a CSV's name (``-o best.png`` writes no figure: ``pptl render`` does).
+    """
     from pptl.formats.plan import PlanTimes, dumps, plan_to_dict
 
+    suffix = path.suffix.lower()
+    if suffix in _NOT_A_PLAN:
+        raise InputError(f"{path}: a plan is written as .json (or .json.gz); {_NOT_A_PLAN[suffix]}")
     check_writable(path)
     sim = result.simulation
     times = PlanTimes(sim.start, sim.end, sim.timeline_meta()) if sim is not None else None

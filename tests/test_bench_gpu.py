@@ -116,6 +116,19 @@ def test_gpu_offload_exposed_all_to_all_is_within_20_percent_or_0_3_ms(planned, 
     assert ev["checks"]["exposed_ep moe-overlap"]["ok"] is ok
 
 
+def test_gpu_families_runs_the_memory_capped_v_schedules(tmp_path):
+    """The default v-half and v-min at pp 2 (both capped at 2 chunks: 0.55 and 0.4 of 1F1B's 4 round
+    down to 2 and 1, and a V holds at least 2) run and verify on 2 gloo ranks; every rank's plan holds
+    2 chunks, half of 1F1B's 2 micro-batches on rank 0."""
+    r = _bench("gpu_families.py", "--out", str(tmp_path), *SMALL, "--dtype", "float32", "--mb", "4",
+               "--families", "1f1b,v-half,v-min")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rows = {x["family"]: x for x in json.loads((tmp_path / "families.json").read_text())["rows"]}
+    assert all(x["verify"]["ok"] for x in rows.values()), rows
+    assert {f: x["plan_peak"] for f, x in rows.items()} == {"1f1b": [2.0, 1.0], "v-half": [2.0, 2.0],
+                                                            "v-min": [2.0, 2.0]}
+
+
 def test_gpu_families_plans_runs_and_verifies_every_family(tmp_path):
     """bench/gpu_families.py on 2 gloo ranks as the GPU run (v-half and v-min unsqueezed): every family
     verifies; the plan's peaks (chunk activations with w_activation 1, and bytes) are the ones worked

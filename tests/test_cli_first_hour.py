@@ -259,3 +259,18 @@ def test_export_torchtitan_needs_o_and_refuses_dualpipe(tmp_path: Path) -> None:
                             "--csv", str(tmp_path / "s.csv")])
     assert r.exit_code == 2 and "torch's CSV has one (export dualpipev rather than dualpipe)" in r.output
     assert not (tmp_path / "x.toml").exists() and not (tmp_path / "s.csv").exists()
+
+
+@pytest.mark.parametrize("name,hint", [
+    ("best.png", "draw the plan with pptl render PLAN.json -o FIGURE"),
+    ("best.HTML", "draw the plan with pptl render PLAN.json -o FIGURE"),
+    ("best.csv", "write torch's CSV with pptl export PLAN.json --to torch-csv"),
+])
+def test_plan_refuses_to_write_a_plan_under_a_figures_name(tmp_path: Path, name: str, hint: str) -> None:
+    """A new user's first try, `pptl plan ... -o best.png`, wrote JSON into a .png; now one line, exit 2,
+    and no file."""
+    out = tmp_path / name
+    _one_line(["plan", "--schedule", "1f1b", "--pp", "2", "--microbatches", "4", "-o", str(out)], 2,
+              f"error: {out}: a plan is written as .json (or .json.gz); {hint}")
+    assert not out.exists()
+    assert _plan(tmp_path).exists()  # .json still writes

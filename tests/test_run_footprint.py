@@ -182,15 +182,15 @@ def test_planned_peaks_by_hand():
 
 
 def test_v_min_peaks_on_rank_0_before_its_first_w():
-    # The GPU benchmark's v-min (docs/benchmarks.md, issue 34): 2 ranks, 8 micro-batches, 8 blocks a
-    # chunk of 2048 x 2048 bf16 (a unit is 8 MiB). Rank 0 holds stages 0 and 3 and runs F s0 mb0,
+    # The GPU benchmark's v-min in the paper's pattern (docs/benchmarks.md, issue 34): 2 ranks, 8
+    # micro-batches, 8 blocks a chunk of 2048 x 2048 bf16 (a unit is 8 MiB). Rank 0 holds stages 0 and 3 and runs F s0 mb0,
     # F s0 mb1, F s3 mb0, I s3 mb0, W s3 mb0 (its first W), ...: during I s3 mb0 it holds two stage-0
     # forwards (71 units, 568 MiB each), the last stage's (568 and the float32 residual, 16 MiB) and
     # the I's working set (15 units, 120 MiB, less the residual, plus the output's gradient: 112).
     # No weight gradient exists then: the step dropped them and W s3 mb0 makes the first.
     s = build_schedule(config_from_mapping({
         "schedule": "v-min", "pp": 2, "vpp": 2, "microbatches": 8, "split_backward": True,
-        "costs": {"F": 1, "B": 2, "I": 1, "W": 1},
+        "costs": {"F": 1, "B": 2, "I": 1, "W": 1}, "options": {"memory": "pattern"},
         "workload": {"hidden": 2048, "tokens": 2048, "layers_per_stage": 8, "dtype": "bfloat16"}}))
     sim = simulate(s)
     order = [op.id for i, op in sorted(enumerate(s.ops), key=lambda x: sim.start[x[0]])

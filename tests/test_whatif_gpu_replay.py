@@ -1,15 +1,19 @@
 """The GPU proof of ``pptl whatif`` replayed offline (tests/data/whatif_gpu, docs/whatif.md).
 
-Five calls of ``bench/whatif_gpu.sh`` on 2 H200s kept their plans and measured timelines: a
+Seven calls of ``bench/whatif_gpu.sh`` on 2 H200s (ten launches) kept their plans and measured timelines: a
 calibrating 1F1B run, 50 later steps of three families, and 20 steps each with one rank slowed
 (call 3 on two shapes: the bench's and hidden 2560, 2048 tokens, 4 blocks a stage, run after the
 model was settled; call 4 on hidden 3584 and 2048, the first runs whose B ran as I then W; call 5, after the
 loss-bounded exponent was written, on hidden 3072 (3072 tokens, 3 blocks, rank 1 x1.3) and again on hidden
 2560, 2048 tokens, 4 blocks, rank 1 x1.2; call 6, the model unchanged, on hidden 3584, 2560 tokens, 4 blocks,
-rank 1 x1.2, after sync-send's receives moved to where the plan issues them).
+rank 1 x1.2, after sync-send's receives moved to where the plan issues them; call 7, the model unchanged,
+on hidden 3072, 2048 tokens, 4 blocks, rank 1 x1.25).
 Every prediction comes from the calibrating run alone (as ``pptl whatif --from``, its defaults);
 every check is against the measured steps read straight from the timelines' ``step_ms``. The
-checks pinned here are the ones the model passes; the ones it fails are named in comments.
+checks pinned here are the ones the model passes; the ones it fails are named in comments. The
+ranking by straggler sensitivity is compared up to ties (:mod:`pptl.whatif.ranking`): two measured
+sensitivities closer than the call's launch spread (the same 1F1B plan's mean step in its two launches)
+have no order to check.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pptl.whatif.ranking import launch_spread, rank_agreement
 from pptl.whatif.spread import Straggler
 from pptl.whatif.study import study_plans
 
@@ -55,7 +60,7 @@ def _predict(call: str, stragglers: list[Straggler] | None = None) -> dict[str, 
 
 
 _STRAGGLER = {"call2": 1.3, "call3": 1.3, "call3_h2560": 1.2, "call4_h3584": 1.25, "call4_h2048": 1.35,
-              "call5_h3072": 1.3, "call5_h2560": 1.2, "call6_h3584": 1.2}
+              "call5_h3072": 1.3, "call5_h2560": 1.2, "call6_h3584": 1.2, "call7_h3072": 1.25}
 _OUTCOMES: dict[str, dict[str, dict[str, np.ndarray]]] = {}
 
 
@@ -81,18 +86,22 @@ MEDIANS = ([("call2", n) for n in PLANS] + [("call1", "gpipe"), ("call1", "1f1b"
                                             ("call4_h2048", "1f1b"), ("call4_h2048", "interleaved"),
                                             ("call5_h3072", "gpipe"), ("call5_h3072", "1f1b"),
                                             ("call5_h2560", "gpipe"), ("call5_h2560", "interleaved"),
-                                            ("call6_h3584", "1f1b"), ("call6_h3584", "interleaved")])
+                                            ("call6_h3584", "1f1b"), ("call6_h3584", "interleaved"),
+                                            ("call7_h3072", "1f1b")])
 P95S = [(c, n) for c in ("call1", "call2", "call3", "call4_h3584", "call4_h2048", "call5_h3072", "call5_h2560",
                         "call6_h3584")
         for n in PLANS] + [
-    ("call3_h2560", "gpipe"), ("call3_h2560", "1f1b")]
+    ("call3_h2560", "gpipe"), ("call3_h2560", "1f1b"), ("call7_h3072", "1f1b"), ("call7_h3072", "interleaved")]
 CALLS = ("call1", "call2", "call3", "call3_h2560", "call4_h3584", "call4_h2048", "call5_h3072", "call5_h2560",
-         "call6_h3584")
-#: Measured sensitivities 1.144, 1.146, 1.147 (gpipe, 1f1b, interleaved) in call 5 (h2560), and 1.114, 1.102,
-#: 1.114 in call 6: ties the model orders otherwise.
-RANKED = tuple(c for c in CALLS if c not in ("call5_h2560", "call6_h3584"))
-#: Call 6's GPipe with the straggler: predicted 58.09 ms against 55.17 measured (+5.3%).
-STRAGGLED = [(c, n) for c in CALLS for n in PLANS if (c, n) != ("call6_h3584", "gpipe")]
+         "call6_h3584", "call7_h3072")
+#: Call 6: measured 1.114, 1.102, 1.114 (gpipe, 1f1b, interleaved); its launch spread (0.51%) ties gpipe and
+#: interleaved and resolves 1f1b under both, and the model puts 1f1b (1.132) over interleaved (1.111).
+#: Call 7: measured 1.173, 1.161, 1.142, every pair resolved (launch spread 0.63%); predicted 1.197, 1.210,
+#: 1.215, the other way round.
+RANKED = tuple(c for c in CALLS if c not in ("call6_h3584", "call7_h3072"))
+#: GPipe with the straggler: call 6 predicted 58.09 ms against 55.17 measured (+5.3%), call 7 37.07 against
+#: 34.87 (+6.3%).
+STRAGGLED = [(c, n) for c in CALLS for n in PLANS if (c, n) not in (("call6_h3584", "gpipe"), ("call7_h3072", "gpipe"))]
 
 
 
@@ -116,14 +125,48 @@ def test_straggler_mean_within_5_percent(call, name):
     assert abs(pred - meas) <= 0.05 * meas, (pred, meas)
 
 
-@pytest.mark.parametrize("call", RANKED)
-def test_families_ranked_alike_by_straggler_sensitivity(call):
+def _launch_spread(call: str) -> float:
+    """The same 1F1B plan measured in two launches of the call (the calibrating one and the later
+    one): how far its mean step moved, the tolerance under which two sensitivities tie."""
+    return launch_spread(float(_steps(call, "calibrate").mean()), float(_steps(call, "1f1b").mean()))
+
+
+def _sensitivities(call: str) -> tuple[dict[str, float], dict[str, float]]:
+    """Measured and predicted straggler sensitivity per family: mean step with the straggler over
+    the mean step without."""
     res = _outcome(call)
-    measured = sorted(PLANS, key=lambda n: _steps(call, f"{n}_slow").mean() / _steps(call, n).mean())
-    predicted = sorted(PLANS, key=lambda n: res["slow"][n].mean() / res["base"][n].mean())
-    assert predicted == measured
+    measured = {n: float(_steps(call, f"{n}_slow").mean() / _steps(call, n).mean()) for n in PLANS}
+    predicted = {n: float(res["slow"][n].mean() / res["base"][n].mean()) for n in PLANS}
+    return measured, predicted
+
+
+#: Pairs of families the measurement orders (out of 3), per call: call 4 (hidden 2048) ties 1f1b and
+#: interleaved (1.2416 and 1.2410, 0.05% apart, launch spread 0.06%); call 5 (hidden 2560) ties all three
+#: (1.144, 1.146, 1.147 within 0.26%, launch spread 0.59%): no order to hold the model to.
+RESOLVED = {"call4_h2048": 2, "call5_h2560": 0, "call6_h3584": 2, "call7_h3072": 3}
+
+
+@pytest.mark.parametrize("call", RANKED)
+def test_families_ranked_alike_by_straggler_sensitivity_up_to_ties(call):
+    measured, predicted = _sensitivities(call)
+    got = rank_agreement(measured, predicted, _launch_spread(call))
+    assert got.alike, got
+    assert len(got.resolved) == RESOLVED.get(call, 3), got
     # the measured orders differ between the calls, so a fixed order cannot pass them all
-    assert measured == (["interleaved", "gpipe", "1f1b"] if call == "call1" else ["interleaved", "1f1b", "gpipe"])
+    if call == "call1":
+        assert got.resolved == (("gpipe", "1f1b"), ("interleaved", "1f1b"), ("interleaved", "gpipe"))
+    elif not got.ties:
+        assert got.resolved == (("1f1b", "gpipe"), ("interleaved", "1f1b"), ("interleaved", "gpipe"))
+
+
+def test_call_6_ranks_two_families_alike_and_one_pair_the_other_way():
+    # the tie between gpipe and interleaved asks nothing; 1f1b under gpipe is predicted (1.132 < 1.156),
+    # 1f1b under interleaved is not (1.132 > 1.111): the check fails on that pair alone
+    measured, predicted = _sensitivities("call6_h3584")
+    assert 0.0050 < _launch_spread("call6_h3584") < 0.0052
+    got = rank_agreement(measured, predicted, _launch_spread("call6_h3584"))
+    assert got.ties == (("gpipe", "interleaved"),)
+    assert got.disagree == (("1f1b", "interleaved"),)
 
 
 def test_the_plan_the_run_measured_keeps_its_own_band_width():
@@ -151,8 +194,59 @@ def test_the_plan_the_run_measured_keeps_its_own_band_width():
 #   ms under its band (27.47-27.95). As run (the pooled exponent, 0.69 and 0.76) they passed 6 and 7.
 # - call 6 (hidden 3584, 2560 tokens, 4 blocks, rank 1 x1.2; a shape no run had used): 7 of 10. GPipe's
 #   median (49.28) 0.5% under its band (49.54-50.83), and with the straggler predicted 5.3% slow (58.09
-#   against 55.17: the other rank's B ran 8% faster beside the slowed one than without it, more than the
-#   duty exponent learnt, 0.41, gives); the three sensitivities measured 1.114, 1.102, 1.114, a tie.
+#   against 55.17): both ranks' ops ran 2-5% faster beside the straggler than without it (over every timed
+#   step; test below), and the duty model lets neither run faster than the calibrating run's least busy
+#   rank (duty 0.80 there). The ranking fails on one pair (test above).
+# - call 7 (hidden 3072, 2048 tokens, 4 blocks, rank 1 x1.25; a shape no run had used, the model unchanged):
+#   5 of 10. Its calibrating run's ranks were busy 0.82 and 0.88, the
+#   closest of the ten (7%): the exponent learnt 0.14 (the loss bounds it in 0-0.27), and no rank may run
+#   faster than at 0.82. GPipe's ranks (ops 2.5-5.5% faster than the calibrating run's) are predicted 2-8%
+#   long: its median 3% under its band (29.64 against 30.59-31.32), its p95 -4.3%, its straggled mean +6.3%;
+#   interleaved's ranks ran 1-10% slower than the calibrating run's, its median 1.9% over its band (213.15
+#   against 204.68-209.25); the three sensitivities (1.173, 1.161, 1.142, each pair apart by more than the
+#   launch spread, 0.63%) are predicted in the reverse order.
+
+
+def _op_mean(call: str, name: str, prefix: str, *, one_step: bool = False) -> float:
+    """Mean time of the ops whose id starts with ``prefix``: over every timed step (``step_ops``), or
+    over the one step the timeline's events record."""
+    data = json.loads((DATA / call / f"measured_{name}.json").read_text())
+    if one_step:
+        return statistics.mean(e["end"] - e["start"] for e in data["events"] if e["op"].startswith(prefix))
+    return statistics.mean(x for op, v in data["meta"]["extra"]["step_ops"]["ms"].items() if op.startswith(prefix)
+                           for x in v)
+
+
+def test_beside_call_6s_straggler_the_other_rank_ran_2_percent_faster_not_8():
+    # GPipe, rank 1 x1.2. The bench's table compared one recorded step of each launch and read rank 0's B
+    # 8% faster (0.917): the base launch's recorded step (31) had rank 0's Bs at 6.19-6.40 ms, the slowest
+    # of its 50 steps (mean 5.84). Over every timed step (50 and 20), rank 0's B ran 0.980 and its F 0.976
+    # of their times without the straggler; the slowed rank's own ops 0.947 (F) and 0.961 (B): its spin
+    # holds draw little power, and both GPUs ran cooler.
+    ratio = {p: _op_mean("call6_h3584", "gpipe_slow", p) / _op_mean("call6_h3584", "gpipe", p)
+             for p in ("r0/compute/B", "r0/compute/F", "r1/compute/B", "r1/compute/F")}
+    assert 0.915 < (_op_mean("call6_h3584", "gpipe_slow", "r0/compute/B", one_step=True)
+                    / _op_mean("call6_h3584", "gpipe", "r0/compute/B", one_step=True)) < 0.92
+    assert 0.975 < ratio["r0/compute/B"] < 0.985 and 0.97 < ratio["r0/compute/F"] < 0.98
+    assert 0.94 < ratio["r1/compute/F"] < 0.95 and 0.955 < ratio["r1/compute/B"] < 0.965
+
+
+def _b_by_position(call: str, rank: int) -> list[float]:
+    """Mean time over every timed step of the rank's Bs in the calibrating run, in the order it ran them."""
+    data = json.loads((DATA / call / "measured_calibrate.json").read_text())
+    ms = data["meta"]["extra"]["step_ops"]["ms"]
+    bs = sorted((e for e in data["events"] if e["rank"] == rank and e["lane"] == "compute" and e["kind"] == "B"),
+                key=lambda e: e["start"])
+    return [statistics.mean(ms[e["op"]]) for e in bs]
+
+
+def test_call_6s_calibrating_run_slows_within_its_step_where_call_2s_does_not():
+    # What a step-wide duty cannot hold (docs/whatif.md, "Beside a straggler"): in call 6's 95 ms 1F1B step
+    # rank 0's Bs ran 5.90 ms in the middle and 6.44 at the end (9%); call 2's 50 ms step kept them within
+    # 1.5% (3.22-3.27). A plan with a shorter step (GPipe m=4, 49 ms) never reaches the late, slow part.
+    late6, late2 = _b_by_position("call6_h3584", 0), _b_by_position("call2", 0)
+    assert max(late6) / min(late6) > 1.08 and late6[-1] / min(late6) > 1.08
+    assert max(late2) / min(late2) < 1.02
 
 
 def test_cli_says_how_the_run_is_used():

@@ -1,6 +1,8 @@
 """PP023 (warning): a plan holds more activations than its family's memory formula says."""
 from __future__ import annotations
 
+from typing import Any, Sequence
+
 from pptl.checks.base import Context, Violation
 
 __all__ = ["memory_formula"]
@@ -26,18 +28,32 @@ def memory_formula(ctx: Context) -> list[Violation]:
     fam = find_family(s.family)
     if fam is None or not fam.memory_bound:
         return []
+    ranks = ctx.simulation.ranks
+    out = _past_target(fam, cfg, ranks)
     bound = fam.memory(cfg)
     if bound is None:
-        return []
-    ranks = ctx.simulation.ranks
+        return out
     over = [r for r in ranks if r.peak_activation > bound + 1e-9]
     if not over:
-        return []
+        return out
     worst = max(over, key=lambda r: r.peak_activation)
     share = ""
     if s.num_stages == 2 * s.pp and cfg.activation > 0 and min(cfg.pp, cfg.microbatches) > 0:
         # A V chunk is half of a 1F1B stage of the same model: 1F1B holds min(p, m) stages.
         share = (f" ({worst.peak_activation / 2 / (min(cfg.pp, cfg.microbatches) * cfg.activation):.2f} of "
                  f"1F1B's, against {bound / 2 / (min(cfg.pp, cfg.microbatches) * cfg.activation):.2f})")
-    return [Violation("PP023", f"{fam.name}: simulated peak activation {worst.peak_activation:g} on rank "
-                      f"{worst.rank} is above the formula's {bound:g}{share}: {fam.memory_formula}; {len(over)} rank(s) over", (), severity="warning")]
+    return out + [Violation("PP023", f"{fam.name}: simulated peak activation {worst.peak_activation:g} on rank "
+                            f"{worst.rank} is above the formula's {bound:g}{share}: {fam.memory_formula}; "
+                            f"{len(over)} rank(s) over", (), severity="warning")]
+
+
+def _past_target(fam: Any, cfg: Any, ranks: Sequence[Any]) -> list[Violation]:
+    """The family's promise (``Family.memory_target``), where a rank's simulated peak passes it."""
+    if fam.memory_target is None:
+        return []
+    target, words = fam.memory_target(cfg)
+    worst = max(ranks, key=lambda r: r.peak_activation, default=None)
+    if worst is None or worst.peak_activation <= target + 1e-9:
+        return []
+    return [Violation("PP023", f"{fam.name}: simulated peak activation {worst.peak_activation:g} on rank {worst.rank} "
+                      f"is above the family's {target:g} ({words})", (), severity="warning")]

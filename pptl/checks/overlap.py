@@ -144,7 +144,10 @@ def formula_assumptions(ctx: Context) -> list[Violation]:
         value = None
     idle = [r.idle for r in ctx.simulation.ranks]
     seen = f"{min(idle):g}" if idle and min(idle) == max(idle) else (f"{min(idle):g}..{max(idle):g}" if idle else "?")
-    stated = fam.bubble_formula.split(" ", 1)[0].rstrip(",;") + (f" = {value:g}" if value is not None else "")
+    words = fam.bubble_formula.split(" ")
+    # "about 4pF per rank ...": the approximate formulas name their value in two words
+    stated = " ".join(words[:2] if words[0] == "about" else words[:1]).rstrip(",;") + (
+        f" = {value:g}" if value is not None else "")
     return [Violation("PP022", f"{fam.name}: the textbook bubble {stated} does not apply: {why}; "
                       f"simulated idle per rank {seen}", (), severity="warning") for why in reasons]
 

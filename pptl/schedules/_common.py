@@ -101,6 +101,10 @@ class Family:
     memory_bound: bool = False
     """Whether ``memory`` is a bound the family's plans keep (PP023 warns when a rank's simulated peak
     passes it); the other families' formulas describe rank 0 or the usual case."""
+    memory_target: Callable[[Config], tuple[float, str]] | None = None
+    """What the family promises a rank holds at most, in activation units, and that promise in words
+    (the V schedules: a share of 1F1B's); PP023 warns when a plan's peak passes it, which a plan can
+    where the promise is out of reach (the words say why)."""
     torch_schedule: str = ""
     """torch.distributed.pipelining's schedule class that places its stages, where it is not the one
     its placement implies (1F1B for one stage per rank, Interleaved1F1B for a loop, ZBVZeroBubble

@@ -41,6 +41,7 @@ from pptl.errors import InputError
 from pptl.ir import Schedule
 from pptl.schedules._common import Family, Order, assemble, overlap_metrics, require, uniform_cost_assumptions
 from pptl.schedules._pipeline_meta import PipelineMeta
+from pptl.schedules._v_capped import MIN_CAP, capped_orders
 from pptl.schedules._v_squeeze import squeeze
 
 __all__ = ["FAMILY_HALF", "FAMILY_MIN", "build", "validate", "block", "phase_orders", "held_microbatches", "idle_slots",
@@ -99,7 +100,12 @@ def held_microbatches(variant: str, p: int) -> int:
     return (p + 4) // 3 if variant == "min" else (p + 2) // 2
 
 
-_OPTION_KEYS = ("squeeze",)
+_OPTION_KEYS = ("squeeze", "memory")
+
+#: The share of 1F1B's activations (same model) each family holds at most by default: the paper's
+#: 1/2 and 1/3 with the tolerance its pattern's constant term reaches at large pp (V-Half 0.55 at
+#: p = 20, V-Min 0.4 at p = 10).
+SHARE = {"half": 0.55, "min": 0.4}
 
 
 def squeezed(cfg: Config) -> bool:
@@ -109,6 +115,38 @@ def squeezed(cfg: Config) -> bool:
     return bool(value)
 
 
+def share(variant: str, cfg: Config) -> float | None:
+    """``options.memory``: the most a rank may hold, as a share of 1F1B's activations on the same
+    model (default :data:`SHARE`); None for ``pattern``, the paper's building block as it is."""
+    value = (cfg.options or {}).get("memory", SHARE[variant])
+    if value == "pattern":
+        return None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 1
+    require(ok, cfg, "options.memory", repr(value), "expected a share of 1F1B's activations in (0, 1] or 'pattern'")
+    return float(value)
+
+
+def one_f_one_b_chunks(cfg: Config) -> int:
+    """1F1B's peak on the same model, in V chunks: min(p, m) micro-batches of a whole stage (two chunks)."""
+    return 2 * min(cfg.pp, cfg.microbatches)
+
+
+def pattern_chunks(variant: str, cfg: Config) -> int:
+    """The paper's count for the busiest rank, in chunks: 2 * held micro-batches, at most 2m."""
+    return min(2 * held_microbatches(variant, cfg.pp), 2 * cfg.microbatches)
+
+
+def cap_chunks(variant: str, cfg: Config) -> int | None:
+    """Chunks a rank may hold where the pattern holds more than ``options.memory`` allows (None: the
+    pattern fits): the share of 1F1B's, rounded down to whole chunks, and never under the two chunks
+    of one micro-batch that any V order holds."""
+    frac = share(variant, cfg)
+    if frac is None:
+        return None
+    cap = max(MIN_CAP, int(frac * one_f_one_b_chunks(cfg) + 1e-9))
+    return None if pattern_chunks(variant, cfg) <= cap else cap
+
+
 def validate(cfg: Config) -> None:
     require(cfg.vpp in (1, 2), cfg, "vpp", cfg.vpp, "expected 2 (the V placement; 1 is read as 2)")
     extra = sorted(str(k) for k in (cfg.options or {}) if k not in _OPTION_KEYS)
@@ -116,14 +154,17 @@ def validate(cfg: Config) -> None:
         raise InputError(f"{cfg.source}: field 'options.{extra[0]}' is unknown for schedule '{cfg.schedule}'; "
                          f"known: {', '.join(_OPTION_KEYS)}")
     squeezed(cfg)
+    share("half", cfg)
 
 
 def _builder(variant: str, name: str) -> Callable[[Config], Schedule]:
     def build(cfg: Config) -> Schedule:
         validate(cfg)
         p, m = cfg.pp, cfg.microbatches
-        return assemble(cfg, name, phase_orders(variant, p, m, squeezed(cfg)), num_stages=2 * p,
-                        microbatches=m, meta=PipelineMeta(weight_grad_store="stage", placement="v").to_meta())
+        cap = cap_chunks(variant, cfg)
+        orders = phase_orders(variant, p, m, squeezed(cfg)) if cap is None else capped_orders(p, m, cap)
+        return assemble(cfg, name, orders, num_stages=2 * p, microbatches=m,
+                        meta=PipelineMeta(weight_grad_store="stage", placement="v").to_meta())
 
     return build
 
@@ -136,9 +177,28 @@ def build(cfg: Config) -> Schedule:
 
 def _memory(variant: str) -> Callable[[Config], float]:
     def memory(cfg: Config) -> float:
-        return float(min(2 * held_microbatches(variant, cfg.pp), 2 * cfg.microbatches)) * cfg.activation
+        cap = cap_chunks(variant, cfg)
+        return float(pattern_chunks(variant, cfg) if cap is None else cap) * cfg.activation
 
     return memory
+
+
+def _target(variant: str) -> Callable[[Config], tuple[float, str]]:
+    def target(cfg: Config) -> tuple[float, str]:
+        """The family's promise, for PP023: the activations a rank holds at most (the share of 1F1B's),
+        in words, with why a plan can miss it."""
+        chosen = share(variant, cfg)
+        frac = SHARE[variant] if chosen is None else chosen
+        units = frac * one_f_one_b_chunks(cfg)
+        if units < MIN_CAP:
+            why = f"any V order holds both chunks of a micro-batch on rank 0 as its forward turns, 1/{cfg.pp} of 1F1B's"
+        elif chosen is None:
+            why = "options.memory: pattern keeps the paper's building block, whose constant term holds more at this pp"
+        else:
+            why = ""
+        return units * cfg.activation, f"{frac:g}x of 1F1B's" + (f"; {why}" if why else "")
+
+    return target
 
 
 def idle_slots(variant: str, p: int) -> float:
@@ -154,25 +214,33 @@ def _bubble(variant: str) -> Callable[[Config], float | None]:
     def bubble(cfg: Config) -> float | None:
         c = cfg.costs
         f = c.lookup("F")
-        if not f == c.lookup("I") == c.lookup("W") or cfg.microbatches < cfg.pp or squeezed(cfg):
-            return None  # the squeeze has no closed form (the formula text gives the paper's rate)
+        if (not f == c.lookup("I") == c.lookup("W") or cfg.microbatches < cfg.pp or squeezed(cfg)
+                or cap_chunks(variant, cfg) is not None):
+            return None  # the squeeze and the cap have no closed form (the formula text gives the paper's rate)
         return idle_slots(variant, cfg.pp) * f
 
     return bubble
 
 
-def _assumptions(cfg: Config) -> list[str]:
-    out = uniform_cost_assumptions(cfg, ("F", "I", "W"))
-    c = cfg.costs
-    if not c.lookup("F") == c.lookup("I") == c.lookup("W"):
-        out.append(f"F={c.lookup('F'):g}, I={c.lookup('I'):g}, W={c.lookup('W'):g} are not equal (the building "
-                   "block's slots assume F = I = W)")
-    if cfg.microbatches < cfg.pp:
-        out.append(f"microbatches={cfg.microbatches} < pp={cfg.pp}: the pattern never reaches its steady state")
-    return out
+def _assumptions(variant: str) -> Callable[[Config], list[str]]:
+    def assumptions(cfg: Config) -> list[str]:
+        out = uniform_cost_assumptions(cfg, ("F", "I", "W"))
+        c = cfg.costs
+        if not c.lookup("F") == c.lookup("I") == c.lookup("W"):
+            out.append(f"F={c.lookup('F'):g}, I={c.lookup('I'):g}, W={c.lookup('W'):g} are not equal (the building "
+                       "block's slots assume F = I = W)")
+        if cfg.microbatches < cfg.pp:
+            out.append(f"microbatches={cfg.microbatches} < pp={cfg.pp}: the pattern never reaches its steady state")
+        cap = cap_chunks(variant, cfg)
+        if cap is not None:
+            out.append(f"the paper's pattern holds {pattern_chunks(variant, cfg)} chunks, over the {cap} that "
+                       "options.memory allows: the order is the memory-capped greedy, with no closed-form bubble")
+        return out
+
+    return assumptions
 
 
-def _metrics(nominal: str) -> Callable[[Schedule, Any], dict[str, Any]]:
+def _metrics(variant: str) -> Callable[[Schedule, Any], dict[str, Any]]:
     def metrics(schedule: Schedule, sim: Any) -> dict[str, Any]:
         """The zero-bubble metrics, and the plan's peak activation as a fraction of 1F1B's for the same
         model: 1F1B holds min(p, m) micro-batches of a whole stage (two chunks) on its first rank."""
@@ -181,24 +249,30 @@ def _metrics(nominal: str) -> Callable[[Schedule, Any], dict[str, Any]]:
         if cfg is None:
             return out
         peak = max((r.peak_activation for r in sim.ranks), default=0.0)
-        one_f_one_b = 2 * min(cfg.pp, cfg.microbatches) * cfg.activation
+        one_f_one_b = one_f_one_b_chunks(cfg) * cfg.activation
         if one_f_one_b > 0:
             frac = peak / one_f_one_b
+            cap = cap_chunks(variant, cfg)
+            nominal = "1/3" if variant == "min" else "1/2"
+            how = (f"the paper's pattern; its {nominal} is the limit as pp grows" if cap is None else
+                   f"capped at {cap} chunks by options.memory; the paper's pattern holds "
+                   f"{pattern_chunks(variant, cfg) / one_f_one_b_chunks(cfg):.2f}x here")
             out["activation_vs_1f1b"] = frac
             out["report"] = [*out["report"],
                              f"peak activation {peak:g} per rank: {frac:.2f}x of 1F1B's {one_f_one_b:g} for the same "
-                             f"model (the paper's {nominal} is its limit as pp grows)"]
+                             f"model ({how})"]
         return out
 
     return metrics
 
 
 _CONSTRAINTS = ("any pp >= 1, microbatches >= 1; vpp 2 (implied); B is always split into I and W; options: squeeze "
-                "(true | false, default true)")
+                "(true | false, default true), memory (the most a rank holds as a share of 1F1B's activations, "
+                "default 0.55 for v-half and 0.4 for v-min, or 'pattern': the paper's building block as it is)")
 
 FAMILY_MIN = Family(
     name="v-min",
-    summary="controllable-memory V at about 1/3 of 1F1B's activations, with more bubble than ZB-V",
+    summary="controllable-memory V: at most 0.4x of 1F1B's activations (about 1/3 as pp grows), more bubble than ZB-V",
     constraints=_CONSTRAINTS,
     validate=validate,
     build=_builder("min", "v-min"),
@@ -206,10 +280,13 @@ FAMILY_MIN = Family(
     bubble_formula="about 4pF per rank (the paper's rate 2p/3m) when F = I = W; unsqueezed exactly (4p-5+x)F, "
                    "x = 2 if 3 | p else 0, m >= p",
     memory=_memory("min"),
-    memory_formula="2 * ((p+4)//3) chunk activations (the paper's (p+4)//3 micro-batches), at most 2m",
+    memory_target=_target("min"),
+    memory_formula="2 * ((p+4)//3) chunk activations (the paper's (p+4)//3 micro-batches), at most 2m, where that "
+                   "is within options.memory (default 0.4) of 1F1B's 2 * min(p, m); else that share in whole chunks, "
+                   "at least 2",
     source="Qi et al. 2024 (Pipeline Parallelism with Controllable Memory, V-Min); sail-sg zero-bubble zbv_greedy",
-    assumptions=_assumptions,
-    extra_metrics=_metrics("1/3"),
+    assumptions=_assumptions("min"),
+    extra_metrics=_metrics("min"),
     aliases=("vmin", "v_min"),
     takes_options=True,
     memory_bound=True,
@@ -220,7 +297,7 @@ FAMILY_MIN = Family(
 
 FAMILY_HALF = Family(
     name="v-half",
-    summary="controllable-memory V at about 1/2 of 1F1B's activations, with little bubble",
+    summary="controllable-memory V: at most 0.55x of 1F1B's activations (about 1/2 as pp grows), little bubble",
     constraints=_CONSTRAINTS,
     validate=validate,
     build=_builder("half", "v-half"),
@@ -228,10 +305,13 @@ FAMILY_HALF = Family(
     bubble_formula="about 3pF per rank (the paper's rate p/2m) when F = I = W; unsqueezed exactly (7p-7+x)F/2, "
                    "x = 3 if 2 | p else 0, m >= p",
     memory=_memory("half"),
-    memory_formula="2 * ((p+2)//2) chunk activations (the paper's (p+2)//2 micro-batches), at most 2m",
+    memory_target=_target("half"),
+    memory_formula="2 * ((p+2)//2) chunk activations (the paper's (p+2)//2 micro-batches), at most 2m, where that "
+                   "is within options.memory (default 0.55) of 1F1B's 2 * min(p, m); else that share in whole chunks, "
+                   "at least 2",
     source="Qi et al. 2024 (Pipeline Parallelism with Controllable Memory, V-Half); sail-sg zero-bubble zbv_greedy",
-    assumptions=_assumptions,
-    extra_metrics=_metrics("1/2"),
+    assumptions=_assumptions("half"),
+    extra_metrics=_metrics("half"),
     aliases=("vhalf", "v_half"),
     takes_options=True,
     memory_bound=True,

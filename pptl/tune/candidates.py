@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pptl.config import Config, config_from_mapping
+from pptl.schedules import v_shape
 from pptl.tune.model import SPLIT_FAMILIES, TuneConfig
 
 __all__ = ["MAX_VPP", "Structure", "structures"]
@@ -30,6 +32,9 @@ class Structure:
     """synth: micro-batches a rank may hold (None: as the memory limit allows)."""
     method: str = "greedy"
     """synth: ``greedy`` or ``ilp`` (exact, HiGHS; falls back to the greedy order with a note)."""
+    pattern: bool = False
+    """v-half / v-min: the paper's building block as it is (``options.memory: pattern``), where the
+    family's default caps it to its share of 1F1B's memory."""
 
     @property
     def split_backward(self) -> bool:
@@ -37,7 +42,7 @@ class Structure:
 
     @property
     def label(self) -> str:
-        out = self.family
+        out = self.family + (" pattern" if self.pattern else "")
         if self.vpp > 1:
             out += f" vpp={self.vpp}"
         if self.group is not None:
@@ -64,6 +69,9 @@ def structures(tc: TuneConfig) -> list[Structure]:
                         out.append(Structure(fam, m, v, g))
             elif fam in ("zbv", "dualpipev", "v-half", "v-min", "looped-bfs", "interleaved-zb"):  # two chunks per rank
                 out.append(Structure(fam, m, 2))
+                if fam in ("v-half", "v-min") and v_shape.cap_chunks(fam[2:], _probe(fam, p, m)) is not None:
+                    # where the share caps the order, the paper's faster pattern is a candidate too
+                    out.append(Structure(fam, m, 2, pattern=True))
             elif fam == "synth":
                 if tc.memory_limit is not None:
                     out.append(Structure(fam, m))
@@ -74,3 +82,8 @@ def structures(tc: TuneConfig) -> list[Structure]:
             else:
                 out.append(Structure(fam, m))
     return out
+
+
+def _probe(family: str, pp: int, m: int) -> Config:
+    """The bare config whose shape decides whether a V family's default order is capped."""
+    return config_from_mapping({"schedule": family, "pp": pp, "microbatches": m}, source="tune")

@@ -81,7 +81,7 @@ class Result:
     def to_dict(self) -> dict[str, Any]:
         s = self.structure
         return {"label": self.label, "family": s.family, "microbatches": s.microbatches, "vpp": s.vpp,
-                "group_size": s.group, "inflight": s.inflight,
+                "group_size": s.group, "inflight": s.inflight, "pattern": s.pattern,
                 "split": None if self.split is None else self.split.name,
                 "stage_layers": None if self.split is None else list(self.split.layers),
                 "megatron_layout": self.layout, "step": self.step,
@@ -122,6 +122,7 @@ def config_for(tc: TuneConfig, st: Structure, split: Split | None = None) -> Con
     return Config(schedule=st.family if st.family != "synth" else "zb-h1", pp=tc.pp,
                   microbatches=st.microbatches, vpp=st.vpp, group_size=st.group,
                   split_backward=st.split_backward, costs=costs,
+                  options={"memory": "pattern"} if st.pattern else {},
                   # The plan's own memory count (activation units, pptl check's limit rule) has I
                   # free a share of F's; what I makes beyond it is in the ranking's peaks only.
                   w_activation=min(1.0, tc.model.w_activation),
