@@ -138,6 +138,21 @@ def spearman(a: list[float], b: list[float]) -> float:
     return cov / (va * vb) if va and vb else float("nan")
 
 
+def retest(rows: list[dict[str, Any]]) -> float | None:
+    """The measurement's own Spearman: the candidates ranked by the median of their even timed steps
+    against the median of their odd ones (``step_ms``), or None where fewer than three candidates
+    have two steps. It bounds what any prediction can reach against one launch's medians.
+
+    Example: steps [1, 2], [3, 4], [5, 6] give medians (1, 3, 5) and (2, 4, 6): 1.0."""
+    import statistics
+
+    halves = [(statistics.median(x["step_ms"][0::2]), statistics.median(x["step_ms"][1::2])) for x in rows
+              if len(x.get("step_ms") or []) >= 2]
+    if len(halves) < 3:
+        return None
+    return spearman([a for a, _ in halves], [b for _, b in halves])
+
+
 def checks(rows: list[dict[str, Any]], limit: float, picks: dict[int, str | None]) -> dict[str, Any]:
     """Issue 19's checks over measured ``rows`` (label, microbatches, predicted_ms, measured_ms,
     predicted_peak, measured_peak, fits); ``picks``: the tuner's pick per micro-batch count."""

@@ -306,3 +306,28 @@ def test_calibrating_runs_busier_rank_opens_fast(name: str) -> None:
         assert abs(early[1]) < 0.01
     else:
         assert -0.13 < early[1] < -0.025, early
+
+
+def test_retest_ranks_the_even_steps_against_the_odd() -> None:
+    from _tune_common import retest
+
+    rows = [{"step_ms": [1.0, 2.0]}, {"step_ms": [3.0, 4.0]}, {"step_ms": [5.0, 6.0]}]
+    assert retest(rows) == pytest.approx(1.0)
+    # the odd steps in the other order: medians (1, 3, 5) against (6, 4, 2)
+    assert retest([{"step_ms": [1.0, 6.0]}, {"step_ms": [3.0, 4.0]}, {"step_ms": [5.0, 2.0]}]) == pytest.approx(-1.0)
+    # three steps: the even ones' median is the mean of two (10, 20 -> 15), the odd one alone
+    rows3 = [{"step_ms": [10.0, 0.0, 20.0]}, {"step_ms": [1.0, 9.0, 1.0]}, {"step_ms": [30.0, 5.0, 30.0]}]
+    assert retest(rows3) == pytest.approx(-0.5)  # even (15, 1, 30) ranks (1, 0, 2); odd (0, 9, 5) ranks (0, 2, 1)
+    # a row with one step does not count, and fewer than three rows with two give no value
+    assert retest(rows[:2] + [{"step_ms": [7.0]}, {"step_ms": None}]) is None
+
+
+def test_two_step_launches_did_not_reproduce_their_own_order() -> None:
+    """Why the cross-validation times seven steps: in the stored two-step launches (three on one), the
+    candidates' order from their even steps against their odd ones is under 0.9 on six shapes."""
+    from _tune_common import retest
+
+    values = {p.stem: retest(json.loads(p.read_text())["rows"]) for p in SHAPES
+              if json.loads(p.read_text()).get("steps", 2) <= 3}
+    assert sum(v < 0.9 for v in values.values()) == 6
+    assert round(min(values.values()), 2) == 0.62  # h4608-t2048-l7-m10, three steps
