@@ -19,7 +19,8 @@ import tune_crossval  # noqa: E402
 
 SHAPES = sorted(DATA.glob("*.json"))
 #: Shapes measured after the cost model's per-op terms were settled, with every candidate's ops.
-HELD_OUT = tune_crossval.NEW_SHAPES + tune_crossval.FRESH_SHAPES + tune_crossval.LATER_SHAPES
+HELD_OUT = (tune_crossval.NEW_SHAPES + tune_crossval.FRESH_SHAPES + tune_crossval.LATER_SHAPES
+            + tune_crossval.STEADY_SHAPES)
 
 
 def test_crossval_script_runs_end_to_end_on_cpu(tmp_path: Path) -> None:
@@ -91,6 +92,20 @@ MISSES = {
     # Run again as h2048-t3072-l12-m24: every family within 1.9% (looped-bfs -0.5%, was -10.3%), the
     # pick the fastest; fourteen candidates within 4%, Spearman 0.78.
     "h2304-t2560-l14-m20": ("spearman",),
+    # Seven timed steps a candidate from here on (STEADY_SHAPES, fixed before their run, 2026-11-27 05:10
+    # UTC, model unchanged). h3840: every check but GPipe's peak (12 micro-batches in flight, far over
+    # the limit) 1.2% over the model's.
+    "h3840-t2560-l8-m12": ("peaks",),
+    # h6656: every family within 2.7% (all -1.1..-2.7%), the pick 0.4% from the fastest; the eleven
+    # plans that fit measured within 3.1% of each other, and Spearman is 0.8996 (the launch's own
+    # order, even steps against odd, 0.97).
+    "h6656-t1536-l5-m10": ("spearman",),
+    # h2304 again with seven steps (05:19 UTC): Spearman 0.97 (0.78 with two steps). The V schedules'
+    # default orders, capped at pp 2 to one micro-batch at a time, fit the bench's limit where no other
+    # named family does, and the pick (v-half) is the fastest that fits; the plans that hold one
+    # micro-batch measure slower than the model: v-half and v-min -3.1%, synth -6.9% (a message
+    # latency per hop the model does not carry, over every hop of every micro-batch).
+    "h2304-t2560-l14-m20-s7": ("families",),
 }
 #: Largest error of any candidate today, per shape where it is above the 9.5% bound of the others.
 MAX_ERR: dict[str, float] = {}
@@ -101,20 +116,20 @@ def evaluated() -> dict:
     return {p.stem: tune_crossval._evaluate(json.loads(p.read_text())) for p in SHAPES}
 
 
-def test_nineteen_shapes_unlike_the_bench_were_measured() -> None:
+def test_twenty_one_shapes_unlike_the_bench_were_measured() -> None:
     shapes = [json.loads(p.read_text())["shape"] for p in SHAPES]
-    assert len(shapes) == 19
+    assert len(shapes) == 22 and len({s["name"] for s in shapes}) == 21  # one measured twice
     assert {s["hidden"] for s in shapes} >= {2048, 4096, 8192}
     assert {s["tokens"] for s in shapes} >= {1024, 8192}
     assert {s["layers"] // 2 for s in shapes} >= {4, 16}
     assert {s["microbatches"] for s in shapes} >= {4, 32}
     assert all(s["head"] >= s["embedding"] for s in shapes)
-    # The twelve held out from the cost model's making keep every candidate's measured ops.
+    # The fourteen held out from the cost model's making keep every candidate's measured ops.
     held_out = {s.name for s in HELD_OUT}
-    assert len(held_out) == 12
+    assert len(held_out) == 14
     for p in SHAPES:
-        rows = json.loads(p.read_text())["rows"]
-        assert all(bool(x.get("ops")) is (p.stem in held_out) for x in rows), p.stem
+        saved = json.loads(p.read_text())
+        assert all(bool(x.get("ops")) is (saved["shape"]["name"] in held_out) for x in saved["rows"]), p.stem
 
 
 @pytest.mark.parametrize("name", [p.stem for p in SHAPES])
@@ -241,7 +256,8 @@ def test_early_speedup_by_hand() -> None:
     assert tune_crossval.early_speedup([], 5.0) == {}
 
 
-WITH_OPS = sorted(s.name for s in HELD_OUT)
+#: The twelve two-step shapes with every candidate's ops, where the per-rank analysis below was made.
+WITH_OPS = sorted(s.name for s in HELD_OUT if s not in tune_crossval.STEADY_SHAPES)
 
 
 @pytest.fixture(scope="module")
