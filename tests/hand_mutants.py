@@ -191,6 +191,26 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_run_model.py::test_full_backward_after_a_kept_forward_accumulates_by_gemm_from_dropped_"
             "gradients",),
            "a micro-batch's bias gradient replaces the earlier ones' instead of adding to them"),
+    # --- the controllable-memory V schedules and the plan writer
+    Mutant("v-share-rounds-up", "pptl/schedules/v_shape.py",
+           "cap = max(MIN_CAP, int(frac * one_f_one_b_chunks(cfg) + 1e-9))",
+           "cap = max(MIN_CAP, round(frac * one_f_one_b_chunks(cfg)))",
+           ("tests/schedules/test_v_capped.py::test_default_holds_the_papers_share_of_1f1b",),
+           "v-min's 0.4 of 8 chunks (3.2) and v-half's 0.55 of 18 (9.9) round up: a plan holds more than its share"),
+    Mutant("v-pattern-kept-only-under", "pptl/schedules/v_shape.py",
+           "return None if pattern_chunks(variant, cfg) <= cap else cap",
+           "return None if pattern_chunks(variant, cfg) < cap else cap",
+           ("tests/schedules/test_v_capped.py::test_the_pattern_is_kept_exactly_where_it_fits",),
+           "the paper's pattern, exactly at its share (v-half p = 19: 20 of int(20.9) chunks), is replaced by the capped order"),
+    Mutant("v-capped-no-free-chunk", "pptl/schedules/_v_capped.py",
+           "held + (2 if s == a else 1) > cap", "held + 1 > cap",
+           ("tests/schedules/test_v_capped.py::test_two_ranks_two_chunks_by_hand",),
+           "a micro-batch enters a rank that has no chunk left for its oldest micro-batch's chunk-1 forward: "
+           "the order stalls"),
+    Mutant("plan-o-figure-suffix", "pptl/planning.py",
+           "    suffix = path.suffix.lower()", "    suffix = path.suffix",
+           ("tests/test_cli_first_hour.py::test_plan_refuses_to_write_a_plan_under_a_figures_name",),
+           "pptl plan -o best.HTML writes JSON under a figure's name"),
 )
 
 
