@@ -4,6 +4,7 @@ Modules: :mod:`~pptl.whatif.spread` (how durations are drawn: measured, jitter, 
 :mod:`~pptl.whatif.montecarlo` (the samples, all at once over the simulator's graph),
 :mod:`~pptl.whatif.roles` (a run's stage costs keyed by role for another plan's stages),
 :mod:`~pptl.whatif.duty` (the duty exponent learnt from the run),
+:mod:`~pptl.whatif.opening` (how fast each rank computed early in a step of the run and later),
 :mod:`~pptl.whatif.study` (plans and a measured run read from files), :mod:`~pptl.whatif.report`
 (text and JSON), :mod:`~pptl.whatif.figure` (matplotlib). Pure but for reading files in ``study``.
 """

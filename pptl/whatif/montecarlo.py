@@ -110,6 +110,8 @@ def monte_carlo(schedule: Schedule, costs: Costs | None = None, spread: Spread |
     g = _Graph.of(schedule)
     if spread.send_hold > 0:
         base = _sends_hold(schedule, base, ops, g, spread.send_hold)
+    if spread.opening:
+        base = _opened(schedule, base, ops, spread)
     draw = _Draw.of(schedule, ops, base, spread, samples, seed, moved)
     span, last, via2, viam, busy = _walk(g, draw, ops, samples)
     crit = _criticality(g, via2, viam, last, samples) if critical and n else np.zeros(n)
@@ -137,6 +139,26 @@ def _sends_hold(schedule: Schedule, base: Any, ops: "_OpColumns", g: "_Graph", h
         for u in g.preds[g.bounds[v]:g.bounds[v + 1]].tolist():
             if is_send[u]:
                 out[v] += base[u] - out[u]
+    return out
+
+
+def _opened(schedule: Schedule, base: Any, ops: "_OpColumns", spread: Spread) -> Any:
+    """``base`` with each measured compute op of a rank the run timed (``Spread.opening``) scaled by
+    the factor of the work its rank has done when the op starts (:mod:`pptl.whatif.opening`): the
+    rank's first compute op, which ``Spread.first`` adds to, is the lead."""
+    import numpy as np
+
+    from pptl.whatif.opening import opening_factors
+
+    out = base.copy()
+    for (rank, lane), order in schedule.lanes.items():
+        o = spread.opening.get(rank)
+        if lane != _COMPUTE or o is None or not order:
+            continue
+        idx = np.asarray([i for i in order if ops.compute[i] and base[i] > 0], dtype=np.int64)
+        if idx.size:
+            extra = spread.first.get(rank, 0.0) if int(idx[0]) == order[0] else 0.0
+            out[idx] *= np.asarray(opening_factors(base[idx].tolist(), o, lead_extra=extra))
     return out
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from pptl.errors import InputError
+from pptl.whatif.opening import Opening, fit_opening
 
 __all__ = ["QUANTILE_POINTS", "Quantiles", "Jitter", "Straggler", "Spread", "parse_jitter", "parse_straggler",
            "spread_from_timeline", "first_ops", "delay_in", "parse_duty_exponent", "MAX_STEP_RECORDS"]
@@ -131,6 +132,10 @@ class Spread:
     """Stage -> log(u_run[rank that runs it] / u_run[rank it was measured on]): the duty move of a
     cost taken from another rank's stage (:func:`pptl.whatif.roles.by_role`), which a sample's own
     alpha scales too."""
+    opening: Mapping[int, Opening] = field(default_factory=dict)
+    """Rank -> how fast it computed in the first and the second half of its work in a step of the
+    run (:mod:`pptl.whatif.opening`): a plan's compute op on that rank is scaled by the factor of
+    the work the rank has done when it starts."""
 
     @property
     def measured(self) -> bool:
@@ -153,6 +158,10 @@ class Spread:
             span = (f", each sample's drawn in {self.duty_range[0]:.2f}-{self.duty_range[1]:.2f}"
                     if self.duty_range is not None and self.duty_range[1] > self.duty_range[0] else "")
             parts.append(f"duty exponent {self.duty_exponent:.2f} ({how} ranks busy {busy}{span})")
+        if self.opening:
+            each = ", ".join(f"{o.early:.3f}/{o.late:.3f}" for _, o in sorted(self.opening.items()))
+            parts.append(f"step opening {each} per rank (op time over its mean, first/second half of the "
+                         f"rank's work in a step)")
         if self.jitter is not None:
             parts.append(f"jitter {100 * self.jitter.sd:g}%")
         for s in self.stragglers:
@@ -323,8 +332,18 @@ def spread_from_timeline(tl: Any, source: str) -> Spread:
         if keep:
             per_rank.setdefault((e.rank, e.kind), []).append(row)
     ranks = {k: Quantiles.of(np.concatenate(v)) for k, v in per_rank.items()}
+    # Each op's time over every timed step (the group means above are over the same record).
+    ran: dict[int, list[tuple[float, float, float, bool]]] = {}
+    for e, row, g, lead in zip(evs, d.mean(axis=1).tolist(), gid.tolist(), first.tolist()):
+        ran.setdefault(e.rank, []).append((e.start, row, float(mean[g]), lead))
+    opening = {}
+    for r, ops in sorted(ran.items()):
+        o = fit_opening([(t, m, lead) for _, t, m, lead in sorted(ops, key=lambda x: x[0])])
+        if o is not None:
+            opening[r] = o
     return Spread(stages=stages, ranks=ranks, step=step, offset=offset, units=tl.meta.units, source=source,
-                  pp=int(tl.meta.pp or (max(e.rank for e in tl.events) + 1)), duty=_duty(tl), first=lead_extra)
+                  pp=int(tl.meta.pp or (max(e.rank for e in tl.events) + 1)), duty=_duty(tl), first=lead_extra,
+                  opening=opening)
 
 
 def first_ops(tl: Any) -> set[str]:
