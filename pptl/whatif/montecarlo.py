@@ -5,8 +5,8 @@ the order it is walked in (:func:`pptl.dag.kahn_order`). Each op holds a vector 
 ends: its start is the largest end among its predecessors (0 without any), its end that plus its
 drawn duration. The mean durations are the simulator's for the same costs (context hooks
 included), so a spread that draws every factor as 1 gives the simulator's makespan exactly
-(a measured spread's first-op extra and SEND hold, ``Spread.first`` and ``Spread.send_hold``, are
-what the simulator does not model).
+(a measured spread's first-op extra, SEND hold and step opening, ``Spread.first``, ``Spread.send_hold``
+and ``Spread.opening``, are what the simulator does not model).
 
 Memory: an op's vector of ends lives only until its last successor has read it (slots are
 reused), and of the ops with two predecessors or more, which one each sample waited for (one byte
@@ -151,11 +151,13 @@ def _opened(schedule: Schedule, base: Any, ops: "_OpColumns", spread: Spread) ->
     from pptl.whatif.opening import opening_factors
 
     out = base.copy()
+    timed = ops.compute & (base > 0)
     for (rank, lane), order in schedule.lanes.items():
         o = spread.opening.get(rank)
         if lane != _COMPUTE or o is None or not order:
             continue
-        idx = np.asarray([i for i in order if ops.compute[i] and base[i] > 0], dtype=np.int64)
+        on = np.asarray(order, dtype=np.int64)
+        idx = on[timed[on]]
         if idx.size:
             extra = spread.first.get(rank, 0.0) if int(idx[0]) == order[0] else 0.0
             out[idx] *= np.asarray(opening_factors(base[idx].tolist(), o, lead_extra=extra))
