@@ -1,9 +1,14 @@
 """PP023 (warning): a plan holds more activations than its family's memory formula says."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from pptl.checks.base import Context, Violation
+
+if TYPE_CHECKING:
+    from pptl.config import Config
+    from pptl.schedules._common import Family
+    from pptl.simulate import RankMetrics
 
 __all__ = ["memory_formula"]
 
@@ -47,7 +52,7 @@ def memory_formula(ctx: Context) -> list[Violation]:
                             f"{len(over)} rank(s) over", (), severity="warning")]
 
 
-def _past_target(fam: Any, cfg: Any, ranks: Sequence[Any]) -> list[Violation]:
+def _past_target(fam: Family, cfg: Config, ranks: Sequence[RankMetrics]) -> list[Violation]:
     """The family's promise (``Family.memory_target``), where a rank's simulated peak passes it."""
     if fam.memory_target is None:
         return []

@@ -154,7 +154,7 @@ def validate(cfg: Config) -> None:
         raise InputError(f"{cfg.source}: field 'options.{extra[0]}' is unknown for schedule '{cfg.schedule}'; "
                          f"known: {', '.join(_OPTION_KEYS)}")
     squeezed(cfg)
-    share("half", cfg)
+    share("half", cfg)  # checks options.memory's value; either variant's default is valid
 
 
 def _builder(variant: str, name: str) -> Callable[[Config], Schedule]:
