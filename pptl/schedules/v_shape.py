@@ -191,7 +191,8 @@ def _target(variant: str) -> Callable[[Config], tuple[float, str]]:
         frac = SHARE[variant] if chosen is None else chosen
         units = frac * one_f_one_b_chunks(cfg)
         if units < MIN_CAP:
-            why = f"any V order holds both chunks of a micro-batch on rank 0 as its forward turns, 1/{cfg.pp} of 1F1B's"
+            least = MIN_CAP / one_f_one_b_chunks(cfg)
+            why = f"any V order holds both chunks of a micro-batch on rank 0 as its forward turns, {least:.2g}x of 1F1B's"
         elif chosen is None:
             why = "options.memory: pattern keeps the paper's building block, whose constant term holds more at this pp"
         else:

@@ -140,3 +140,12 @@ def test_memory_option_at_its_edges() -> None:
     assert _order(_plan("v-half", 4, 8, memory=1), 0) == _order(_plan("v-half", 4, 8, memory="pattern"), 0)
     s = _plan("v-half", 4, 8, memory=0.01)
     assert max(r.peak_activation for r in simulate(s).ranks) == 2
+
+
+@pytest.mark.parametrize("p,m,least", [(2, 8, "0.5x"), (3, 2, "0.5x"), (3, 1, "1x"), (1, 4, "1x")])
+def test_out_of_reach_share_names_what_any_v_holds(p: int, m: int, least: str) -> None:
+    """Where 0.4 of 1F1B's is under the two chunks of one micro-batch, PP023 says what any V holds
+    against 1F1B's min(p, m) micro-batches: 2 chunks of 2 * min(p, m) (m = 2 at p = 3: a half, not a third)."""
+    s = _plan("v-min", p, m)
+    (w,) = [v.message for v in run_checks(s) if v.code == "PP023"]
+    assert w.endswith(f"as its forward turns, {least} of 1F1B's)"), w

@@ -57,7 +57,7 @@ def test_v_min_two_ranks_by_hand() -> None:
     # V-Min's 0.4 (1.6 chunks), which no V order reaches here.
     assert [(v.code, v.message) for v in run_checks(s)] == [(
         "PP023", "v-min: simulated peak activation 2 on rank 0 is above the family's 1.6 (0.4x of 1F1B's; any V "
-                 "order holds both chunks of a micro-batch on rank 0 as its forward turns, 1/2 of 1F1B's)")]
+                 "order holds both chunks of a micro-batch on rank 0 as its forward turns, 0.5x of 1F1B's)")]
     # Held from F to I (w_activation 0): at most 2 on either rank. Held to W (1): rank 1 runs
     # F0:1 and F1:1 before the W's of micro-batch 0, so it holds 4 = the paper's 2 * ((p+4)//3).
     assert _peaks("v-min", 2, 2, 0.0, squeeze=False) == [2.0, 2.0]
