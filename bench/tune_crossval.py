@@ -99,6 +99,7 @@ LATER_SHAPES = (
 STEADY_SHAPES = (
     Shape("h3840-t2560-l8-m12", 3840, 2560, 16, 1, 3, 12),
     Shape("h6656-t1536-l5-m10", 6656, 1536, 10, 2, 2, 10),
+    Shape("h4352-t1280-l6-m8", 4352, 1280, 12, 1, 2, 8),
 )
 #: CPU smoke shapes (gloo, float32): the script end to end in seconds.
 TINY = (Shape("tiny-a", 64, 16, 8, 1, 3, 4), Shape("tiny-b", 32, 8, 4, 1, 2, 6))
