@@ -101,6 +101,8 @@ STEADY_SHAPES = (
     Shape("h6656-t1536-l5-m10", 6656, 1536, 10, 2, 2, 10),
     Shape("h4352-t1280-l6-m8", 4352, 1280, 12, 1, 2, 8),
 )
+#: The held-out groups ``--shapes`` names.
+GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "steady": STEADY_SHAPES}
 #: CPU smoke shapes (gloo, float32): the script end to end in seconds.
 TINY = (Shape("tiny-a", 64, 16, 8, 1, 3, 4), Shape("tiny-b", 32, 8, 4, 1, 2, 6))
 
@@ -239,18 +241,11 @@ def main() -> int:
 
     cuda = a.device == "cuda"
     shapes = SHAPES if cuda else TINY
-    if a.shapes == "new":
-        shapes = NEW_SHAPES
-    elif a.shapes == "fresh":
-        shapes = FRESH_SHAPES
-    elif a.shapes == "later":
-        shapes = LATER_SHAPES
-    elif a.shapes == "steady":
-        shapes = STEADY_SHAPES
+    if a.shapes in GROUPS:
+        shapes = GROUPS[a.shapes]
     elif a.shapes:
         want = a.shapes.split(",")
-        shapes = tuple(s for s in SHAPES + NEW_SHAPES + FRESH_SHAPES + LATER_SHAPES + STEADY_SHAPES + TINY
-                       if s.name in want)
+        shapes = tuple(s for s in SHAPES + sum(GROUPS.values(), ()) + TINY if s.name in want)
     out = Path(a.out)
     (out / "shapes").mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="pptl_crossval_"))
@@ -332,9 +327,7 @@ def _evaluate(saved: dict[str, Any], *, as_run: bool = False) -> dict[str, Any]:
         best = res.best
         new_rows = []
         for old in rows:
-            orders = executed_orders({"meta": {"extra": {"executed": old["executed"]}}}) \
-                if old["family"] == "synth" and old.get("executed") else None
-            r = retime(tc, old["label"], old["stage_layers"], orders)
+            r = _retime_row(tc, old)
             if r is None or r.step is None:
                 continue
             new_rows.append({**old, "predicted_ms": r.step, "predicted_peak": list(r.peak), "fits": r.fits,
@@ -362,6 +355,13 @@ def _evaluate(saved: dict[str, Any], *, as_run: bool = False) -> dict[str, Any]:
               "spearman": c[f"m{m}_spearman"], "family_err": fam_err,
               "families_ok": all(abs(e) <= (0.05 if f == "synth" else 0.03) for f, e in fam_err.items())})
     return {"checks": c, "rows": new_rows, "pick": pick}
+
+
+def _retime_row(tc: Any, row: dict[str, Any]) -> Any:
+    """A saved candidate timed again under ``tc`` (a synthesised one on the order it ran), or None."""
+    orders = executed_orders({"meta": {"extra": {"executed": row["executed"]}}}) \
+        if row["family"] == "synth" and row.get("executed") else None
+    return retime(tc, row["label"], row["stage_layers"], orders)
 
 
 def _ran(row: dict[str, Any]) -> tuple[tuple[tuple[str, int], ...], ...] | None:
@@ -409,9 +409,7 @@ def attribute(saved: dict[str, Any]) -> list[Attribution]:
     for row in saved["rows"]:
         if not row.get("ops"):
             continue
-        orders = executed_orders({"meta": {"extra": {"executed": row["executed"]}}}) \
-            if row["family"] == "synth" and row.get("executed") else None
-        r = retime(tc, row["label"], row["stage_layers"], orders)
+        r = _retime_row(tc, row)
         if r is None or r.step is None or r.schedule is None or r.costs is None:
             continue
         dur = durations(r.schedule, r.costs)
@@ -521,9 +519,7 @@ def duty_split(saved: dict[str, Any]) -> list[DutySplit]:
     for row in saved["rows"]:
         if not row.get("ops"):
             continue
-        orders = executed_orders({"meta": {"extra": {"executed": row["executed"]}}}) \
-            if row["family"] == "synth" and row.get("executed") else None
-        r = retime(tc, row["label"], row["stage_layers"], orders)
+        r = _retime_row(tc, row)
         if r is None or r.step is None or r.schedule is None or r.costs is None or len(r.duty) != tc.pp:
             continue
         full = durations(r.schedule, replace(r.costs, rank_scale={}))
