@@ -28,6 +28,7 @@ import sys
 import tarfile
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -199,6 +200,20 @@ def self_prediction(a: argparse.Namespace, plan: Path, run: Path) -> dict:
             "sensitivity": float(slow.mean() / base.mean())}
 
 
+def every_step(tl: Any) -> Callable[[Any], list[float]]:
+    """An event's time in every timed step (``meta.extra.step_ops``), or its one recorded time where the
+    run kept no per-step record. Not the recorded step alone: a single step's ops stray by up to 9%
+    (call 6's recorded GPipe step had rank 0's Bs at the slowest of 50 steps)."""
+    per_step = (tl.meta.extra.get("step_ops") or {}).get("ms")
+    per_step = per_step if isinstance(per_step, dict) else {}
+
+    def times(e: Any) -> list[float]:
+        xs = per_step.get(e.op)
+        return xs if isinstance(xs, list) and xs else [e.duration]
+
+    return times
+
+
 def predicted_op_ratios(o: object, tl: object) -> dict[str, float]:
     """Per (stage, rank, kind) of compute ops: the mean time the plan's samples were drawn around
     (the calibrating run's costs moved by stage role and duty) over the mean measured time over
@@ -217,11 +232,10 @@ def predicted_op_ratios(o: object, tl: object) -> dict[str, float]:
         if int(t.lane[i]) in comp and int(t.stage[i]) >= 0:
             pred.setdefault((int(t.stage[i]), int(t.rank[i]), kinds[i]), []).append(float(dur[i]))
     meas: dict[tuple[int, int, str], list[float]] = {}
-    per_step = (tl.meta.extra.get("step_ops") or {}).get("ms")  # type: ignore[attr-defined]
+    times = every_step(tl)
     for e in tl.events:  # type: ignore[attr-defined]
         if e.lane == "compute" and e.stage >= 0:
-            xs = per_step.get(e.op) if isinstance(per_step, dict) else None
-            meas.setdefault((e.stage, e.rank, e.kind), []).extend(xs if isinstance(xs, list) and xs else [e.duration])
+            meas.setdefault((e.stage, e.rank, e.kind), []).extend(times(e))
     return {f"s{s} r{r} {k}": statistics.mean(pred[(s, r, k)]) / statistics.mean(v)
             for (s, r, k), v in sorted(meas.items()) if (s, r, k) in pred and statistics.mean(v) > 0}
 
@@ -233,15 +247,12 @@ def op_ratios(ref: Path, run: Path) -> dict[str, float]:
     from pptl.formats.loader import load_any
 
     def means(p: Path) -> dict[str, float]:
-        # Every timed step (meta.extra.step_ops), not the one step the events record: a single step's ops
-        # stray by up to 9% (call 6's recorded GPipe step had rank 0's Bs at the slowest of 50 steps).
         tl = load_any(p).timeline
         by: dict[str, list[float]] = {}
-        per_step = (tl.meta.extra.get("step_ops") or {}).get("ms")  # type: ignore[union-attr]
+        times = every_step(tl)
         for e in tl.events:  # type: ignore[union-attr]
             if e.lane == "compute":
-                xs = per_step.get(e.op) if isinstance(per_step, dict) else None
-                by.setdefault(f"r{e.rank} {e.kind}", []).extend(xs if isinstance(xs, list) and xs else [e.duration])
+                by.setdefault(f"r{e.rank} {e.kind}", []).extend(times(e))
         return {k: statistics.mean(v) for k, v in by.items()}
 
     a, b = means(ref), means(run)
