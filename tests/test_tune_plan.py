@@ -224,3 +224,35 @@ def test_a_held_send_delays_the_producer_less_than_the_consumer() -> None:
         start = {op.id: t for op, t in zip(sched.ops, sim.start)}
         assert start["r0/compute/F s0 mb1"] == pytest.approx(second)
         assert start["r1/compute/F s1 mb0"] == pytest.approx(5.05)
+
+
+@pytest.mark.parametrize(("config", "m", "layers"), [
+    # uneven.yaml: the embedding and head weigh two layers each (F+B 6 against 3), so the balanced
+    # split is [7, 9, 9, 7] (27 of F+B a stage), each end plus its 2 run blocks: [9, 9, 9, 9]; m of [8, 16].
+    ("uneven", 16, [9, 9, 9, 9]),
+    # 10 layers on 2 ranks, an embedding of one layer's cost and a head of three: 6 + 1 against 4 + 3 layers'
+    # worth, run as 6 + 1 embedding block and 4 + 3 head blocks; m of [4, 12].
+    ("skew2", 12, [7, 7]),
+])
+def test_calibration_plan_is_1f1b_at_the_balanced_split(config: str, m: int, layers: list[int], tmp_path: Path) -> None:
+    path = FIX / "uneven.yaml"
+    if config == "skew2":
+        path = tmp_path / "skew2.yaml"
+        path.write_text("pp: 2\nmicrobatches: [4, 12]\nmodel:\n  layers: 10\n  layer: {F: 1, B: 2, activation: 1, weight: 1}\n"
+                        "  embedding: {F: 1, B: 2}\n  head: {F: 3, B: 6}\nrun_blocks: {embedding: 1, head: 3}\n"
+                        "workload: {hidden: 32, tokens: 8, dtype: float32}\n")
+    out = tmp_path / "cal.json"
+    r = invoke(["tune", str(path), "--calibration-plan", str(out)])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.count("\n") == 1 and f"1f1b m={m}, stage layers {layers}" in r.stdout
+    assert f"pptl tune {path} --costs-from run.json" in r.stdout
+    assert invoke(["check", str(out)]).exit_code == 0
+    plan = load_any(out).schedule
+    assert plan.family == "1f1b" and plan.config.microbatches == m
+    assert list(plan.config.workload.stage_layers) == layers
+
+
+def test_calibration_plan_to_a_folder_that_is_not_there_is_one_line(tmp_path: Path) -> None:
+    r = invoke(["tune", str(FIX / "uneven.yaml"), "--calibration-plan", str(tmp_path / "no" / "cal.json")])
+    assert r.exit_code == 2
+    assert r.output.strip().count("\n") == 0 and r.output.startswith("error:"), r.output

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -17,6 +17,9 @@ from pptl.commands._shared import (
     say,
     wide,
 )
+
+if TYPE_CHECKING:
+    from pptl.tune.model import TuneConfig
 
 __all__ = ["tune"]
 
@@ -35,6 +38,9 @@ def tune(
     figure: Annotated[Optional[Path], typer.Option("--figure", help="Step time against peak memory: .png, .svg "
                                                    "or .pdf.")] = None,
     csv: Annotated[Optional[Path], typer.Option("--csv", help="The best plan as a torch CSV schedule.")] = None,
+    calibration_plan: Annotated[Optional[Path], typer.Option(
+        "--calibration-plan", help="Write the 1F1B plan to measure for --costs-from (pptl run it; the balanced "
+        "split) and exit.")] = None,
     output: OutputFmt = "text",
 ) -> None:
     """Search schedule families, layer splits and settings for a model under a memory limit.
@@ -65,6 +71,9 @@ def tune(
         tc, units, notes = calibrate_tune(tc, costs_from)
     if memory_limit is not None:
         tc = replace(tc, memory_limit=memory_limit)
+    if calibration_plan is not None:
+        _write_calibration_plan(tc, calibration_plan, config)
+        return
     with progress("tuning", json_output=output == "json") as status:
         result = run_tune(tc, progress=lambda label: status.update(f"tuning: {label}"), workers=os.cpu_count() or 1)
         result.notes[:0] = notes
@@ -98,3 +107,17 @@ def tune(
             raise InvalidScheduleError("no candidate could be built for this config (see the table for why)")
         raise InvalidScheduleError(f"no candidate fits the memory limit {tc.memory_limit:g}; closest: "
                                    f"{closest.label} with peak {closest.max_peak:.4g}")
+
+
+def _write_calibration_plan(tc: TuneConfig, path: Path, config: Path) -> None:
+    from pptl.fileio import check_writable
+    from pptl.planning import plan, write_plan
+    from pptl.tune.write import calibration_config
+
+    check_writable(path)
+    cfg = calibration_config(tc)
+    write_plan(plan(cfg), path)
+    layers = list(cfg.workload.stage_layers or ())
+    say(f"wrote {path}: 1f1b m={cfg.microbatches}, stage layers {layers} (the balanced split; the embedding and "
+        f"head as MLP blocks); measure it with 'pptl run {path} -o run.json', then 'pptl tune {config} "
+        f"--costs-from run.json'")

@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pptl.config import Config
     from pptl.ir import Schedule
     from pptl.planning import PlanResult
     from pptl.tune.model import TuneConfig
     from pptl.tune.rank import Result
 
-__all__ = ["plan_result", "write_best"]
+__all__ = ["calibration_config", "plan_result", "write_best"]
 
 
 def plan_result(tc: TuneConfig, result: Result, *, units: str = "unit") -> PlanResult:
@@ -57,3 +58,20 @@ def write_best(tc: TuneConfig, result: Result, *, out: Path | None, csv: Path | 
         text, _ = export_csv(planned.schedule)
         atomic_write(csv, text.encode("utf-8") if isinstance(text, str) else text)
     return planned.schedule
+
+
+def calibration_config(tc: TuneConfig) -> Config:
+    """The 1F1B plan to run for ``--costs-from``: the config's largest micro-batch count, the balanced
+    split (``workload.stage_layers`` says it, which calibration reads back).
+
+    Why balanced: the run's ranks are then about as busy as the candidates' (most of which split so),
+    and a GPU's speed depends on how busy it is in ways one run cannot tell apart (docs/tune.md,
+    "Calibrate where the candidates run"); the even split leaves the first rank far less busy (0.5-0.7
+    of the step against the candidates' 0.8-1.0) and every candidate on an extrapolated duty law.
+    """
+    from pptl.tune.candidates import Structure
+    from pptl.tune.rank import config_for
+    from pptl.tune.split import Split, balanced_split
+
+    split = Split("balanced", balanced_split(tc.model, tc.pp))
+    return config_for(tc, Structure("1f1b", max(tc.microbatches)), split)
