@@ -109,6 +109,15 @@ MISSES = {
     # BALANCED_SHAPES (fixed before their run, 2026-11-27 07:14 UTC), calibrated at the balanced split:
     # every check on all four but looped-bfs here, -3.27% (every other family within 1.7%, synth -4.5%).
     "h2560-t5120-l5-m16": ("families",),
+    # Four shapes that missed at the even split, run again calibrated at the balanced split (07:27 UTC):
+    # h2688 passes every check (it missed the families at the even split); h3584 now picks the fastest
+    # (V-Min, 0.0% gap) where it did not, with V-Half's pattern +4.8% (zbv -3.3%, every other family
+    # within 3.1%); h2048-t6144 every family within 2.8% but looped-bfs -5.1%; h7680 zbv -3.7% and a pick
+    # (ZB-V) 2.4% from ZB-H2 against a launch spread of 0.4%. The fitted exponent of the last two, 0.16,
+    # is the run's two ranks' (0.91-0.93 and 0.76-0.77 busy) with the last stage's own slowness in it.
+    "h2048-t6144-l4-m10-bal": ("families",),
+    "h3584-t8192-l4-m8-bal": ("families",),
+    "h7680-t2048-l4-m6-bal": ("pick", "families"),
 }
 #: Largest error of any candidate today, per shape where it is above the 9.5% bound of the others.
 MAX_ERR: dict[str, float] = {}
@@ -121,7 +130,8 @@ def evaluated() -> dict:
 
 def test_twenty_six_shapes_unlike_the_bench_were_measured() -> None:
     shapes = [json.loads(p.read_text())["shape"] for p in SHAPES]
-    assert len(shapes) == 27 and len({s["name"] for s in shapes}) == 26  # one measured twice
+    # h2304 measured twice at the even split; four shapes again at the balanced split (<name>-bal)
+    assert len(shapes) == 31 and len({s["name"] for s in shapes}) == 26
     assert {s["hidden"] for s in shapes} >= {2048, 4096, 8192}
     assert {s["tokens"] for s in shapes} >= {1024, 8192}
     assert {s["layers"] // 2 for s in shapes} >= {4, 16}
@@ -132,7 +142,8 @@ def test_twenty_six_shapes_unlike_the_bench_were_measured() -> None:
     assert len(held_out) == 19
     for p in SHAPES:
         saved = json.loads(p.read_text())
-        assert all(bool(x.get("ops")) is (saved["shape"]["name"] in held_out) for x in saved["rows"]), p.stem
+        kept = saved["shape"]["name"] in held_out or saved.get("calibrate") == "balanced"
+        assert all(bool(x.get("ops")) is kept for x in saved["rows"]), p.stem
 
 
 @pytest.mark.parametrize("name", [p.stem for p in SHAPES])
@@ -321,14 +332,15 @@ def test_calibrating_runs_busier_rank_opens_fast(name: str) -> None:
     """Every calibrating 1F1B run at the even split: its busier rank (1: the head's stage) ran its ops of
     the first 60 ms 2.7-12.5% faster than its later ops of the same stage and kind (the GPU's clock falls
     once its power reaches the cap). The exception is h2048-t1024-l16-m8, whose 74 ms step is nearly all
-    opening (-0.1%). At the balanced split (BALANCED_SHAPES) rank 0, which starts the step, opens 7.1-13.0%
-    fast whichever rank is the busier (h3456: rank 1 at 0.93 busy against 0.87, +0.8%)."""
+    opening (-0.1%). At the balanced split (eight runs) rank 0, which starts the step, opens 1.0-13.0% fast
+    whichever rank is the busier (h3456: rank 1 at 0.93 busy against 0.87, +0.8%); the opening's size is
+    no constant of a shape: h2048-t6144 and h2688 open by 2.3-3.7 and 1.0 at the balanced split."""
     saved = json.loads((DATA / f"{name}.json").read_text())
     early = tune_crossval.early_speedup(saved["base"]["events"], tune_crossval.EARLY_MS)
     if name == "h2048-t1024-l16-m8":
         assert abs(early[1]) < 0.01
     elif saved.get("calibrate") == "balanced":
-        assert -0.131 < early[0] < -0.07, early
+        assert -0.131 < early[0] < -0.009, early
     else:
         assert -0.13 < early[1] < -0.025, early
 
