@@ -63,14 +63,15 @@ MISSES = {
     # 2.0% (looped-bfs -1.6%, was -12.3%), the pick 0.5% from the fastest; thirteen candidates within
     # 3.5% of each other, where Spearman is 0.79.
     "h2048-t3072-l12-m24": ("spearman",),
-    # every family +1..4% (GPipe +4.3%, ZB-H2 +4.0%): the duty fitted from this run (0.19) is high here.
+    # every family +1..4% (GPipe +4.3%, ZB-H2 +4.0%): the duty fitted from this run (0.20, busy 0.50 and
+    # 0.94) is high here.
     "h2048-t6144-l4-m10": ("families",),
-    # V-Min, the fastest that fits (8991 MiB measured, limit 9294), is predicted at 9398 and ruled out; the
-    # pick, a synthesised order (425.7 ms predicted against 1F1B's 434.7 measured), never ran. The busy
-    # plans are +3..5% slow: the fitted duty exponent 0.35 over-slows them.
+    # V-Min, the fastest that fits (8991 MiB measured, limit 9294), is predicted over the limit and ruled
+    # out; the pick, a synthesised order, never ran. ZB-H1 +3.0% (3.02; at the exponent this run fitted,
+    # 0.35, the busy plans were +3..5%).
     "h3584-t8192-l4-m8": ("pick", "families"),
-    # the split-backward families -3..-4%: W runs 2-11% over the model, I under it (the I:W split of a
-    # run of full backwards).
+    # the split-backward families -2.6..-3.0% (V-Half -3.02%): W runs 1-10% over the model, I under it
+    # (the I:W split of a run of full backwards).
     "h5120-t1024-l10-m6": ("families",),
     # The four LATER_SHAPES, fixed before their run (2026-11-27 04:56 UTC) with the model unchanged.
     # Twelve of fourteen candidates predicted within 5.5% of each other (502.8-530.3 ms), errors
@@ -81,8 +82,8 @@ MISSES = {
     # from the run, 0.33 with its rank 0 busy 0.56 of the step, slows the busier candidates too much.
     # GPipe's peaks (28 micro-batches in flight) 7.3% over the model's, looped-bfs's 4.8%.
     "h2688-t3072-l6-m28": ("families", "peaks"),
-    # As h2688: +1..+3.8% (ZB-H1 +3.4%, DualPipe +3.4%), the fitted exponent 0.34 with rank 0 at 0.64.
-    "h7680-t2048-l4-m6": ("families",),
+    # h7680 (busy 0.64 and 0.89, a ratio of 1.39) passes every line at the device's 0.25 (every family
+    # within 1.9%); the 0.34 it fitted put the families +1..+3.8%.
     # Measured after I and W were learned from the calibrating run's B (2026-11-27). Thirteen
     # candidates within 3.4% of each other (317.5-327.1 ms predicted): the pick, ZB-V, measured 2.4%
     # over V-Half (its W on rank 1 +4.3% over the model), Spearman 0.74 in so narrow a field, and
@@ -93,9 +94,10 @@ MISSES = {
     # pick the fastest; fourteen candidates within 4%, Spearman 0.78.
     "h2304-t2560-l14-m20": ("spearman",),
     # Seven timed steps a candidate from here on (STEADY_SHAPES, fixed before their run, 2026-11-27 05:10
-    # UTC, model unchanged). h3840: every check but GPipe's peak (12 micro-batches in flight, far over
-    # the limit) 1.2% over the model's.
-    "h3840-t2560-l8-m12": ("peaks",),
+    # UTC). h3840: GPipe's peak (12 micro-batches in flight, far over the limit) 1.2% over the model's,
+    # and V-Min +3.04% at the device's exponent (busy 0.68 and 0.94: 1.38); every check passed at the
+    # 0.34 the run fitted.
+    "h3840-t2560-l8-m12": ("peaks", "families"),
     # h6656: every family within 2.7% (all -1.1..-2.7%), the pick 0.4% from the fastest; the eleven
     # plans that fit measured within 3.1% of each other, and Spearman is 0.8996 (the launch's own
     # order, even steps against odd, 0.97).
@@ -104,20 +106,19 @@ MISSES = {
     # default orders, capped at pp 2 to one micro-batch at a time, fit the bench's limit where no other
     # named family does, and the pick (v-half) is the fastest that fits; the plans that hold one
     # micro-batch measure slower than the model: v-half and v-min -3.1%, synth -6.9% (a message
-    # latency per hop the model does not carry, over every hop of every micro-batch).
+    # latency per hop the model does not carry, over every hop of every micro-batch). At the device's
+    # exponent (busy 0.78 and 0.96) DualPipe -4.3%, interleaved-zb -4.2%, synth within its 5%.
     "h2304-t2560-l14-m20-s7": ("families",),
-    # BALANCED_SHAPES (fixed before their run, 2026-11-27 07:14 UTC), calibrated at the balanced split:
-    # every check on all four but looped-bfs here, -3.27% (every other family within 1.7%, synth -4.5%).
-    "h2560-t5120-l5-m16": ("families",),
-    # Four shapes that missed at the even split, run again calibrated at the balanced split (07:27 UTC):
-    # h2688 passes every check (it missed the families at the even split); h3584 now picks the fastest
-    # (V-Min, 0.0% gap) where it did not, with V-Half's pattern +4.8% (zbv -3.3%, every other family
-    # within 3.1%); h2048-t6144 every family within 2.8% but looped-bfs -5.1%; h7680 zbv -3.7% and a pick
-    # (ZB-V) 2.4% from ZB-H2 against a launch spread of 0.4%. The fitted exponent of the last two, 0.16,
-    # is the run's two ranks' (0.91-0.93 and 0.76-0.77 busy) with the last stage's own slowness in it.
+    # BALANCED_SHAPES (fixed before their run, 2026-11-27 07:14 UTC) and four shapes again (07:27 UTC),
+    # calibrated at the balanced split. As run (exponents fitted from busy-share ratios down to 1.15),
+    # h2560-t5120 missed by looped-bfs -3.27%, h3584 by V-Half's pattern +4.8%, h7680 by ZB-V -3.7%:
+    # fitted at 0.36, 0.17 and 0.16 from ranks 1.2 apart, where the last stage's own slowness moves the
+    # exponent by 0.2; at the device's 0.25 each passes its families line. Left: h2048-t6144 (every family
+    # -3.8..+0.2%, interleaved-1f1b -3.8%, looped-bfs -3.5%), h2688 (V-Half +4.6% at the device's
+    # exponent, +1.8% at the 0.34 it fitted) and h7680's pick, ZB-V 2.4% over ZB-H2 (0.4% launch spread).
     "h2048-t6144-l4-m10-bal": ("families",),
-    "h3584-t8192-l4-m8-bal": ("families",),
-    "h7680-t2048-l4-m6-bal": ("pick", "families"),
+    "h2688-t3072-l6-m28-bal": ("families",),
+    "h7680-t2048-l4-m6-bal": ("pick",),
 }
 #: Largest error of any candidate today, per shape where it is above the 9.5% bound of the others.
 MAX_ERR: dict[str, float] = {}
@@ -167,13 +168,14 @@ def test_gpu_shape_re_ranked_offline(evaluated: dict, name: str) -> None:
 def test_split_backward_w_runs_over_the_model_and_i_under() -> None:
     """The I:W split derived from a run of full backwards (FLOPs and bytes at one GEMM rate) gives W
     too little of B: on h5120-t1024-l10-m6 every rank of every plan with I and W ran its W further over
-    the model than its I (W +1.9..+10.6%, I -11.3..+0.2%)."""
+    the model than its I (W +1.0..+9.5%, I -12.1..-0.6%; +1.9..+10.6% and -11.3..+0.2% at the exponent
+    fitted before the busy-share ratio to fit it from was 1.4)."""
     saved = json.loads((DATA / "h5120-t1024-l10-m6.json").read_text())
     rows = [a for a in tune_crossval.attribute(saved) if any(k == "W" for _, k in a.kinds)]
     assert len(rows) >= 9
     for a in rows:
         for r in (0, 1):
-            assert a.kinds[(r, "W")] > 0.01 and a.kinds[(r, "W")] > a.kinds[(r, "I")], (a.label, a.kinds)
+            assert a.kinds[(r, "W")] > 0.009 and a.kinds[(r, "W")] > a.kinds[(r, "I")], (a.label, a.kinds)
 
 
 FRESH = [s.name for s in tune_crossval.FRESH_SHAPES + tune_crossval.LATER_SHAPES]
@@ -285,10 +287,10 @@ def test_two_chunk_rank0_error_is_the_shapes_level_not_the_family(duty_splits: d
     """Rank 0 of the families holding two stages a rank measured faster than the model; per shape, its mean
     error (busy time, in logs) against the one-chunk families' rank 0 on the same shape: on nine of the
     twelve shapes with ops within 1.5 points (the error is the shape's, as the calibrating run set the
-    rank's level: -3.1 and -1.8% on h3584, -3.1 and -3.0% on h7680); on h2048-t3072, h2304 and h3328 (14-24
-    micro-batches, hidden 2048-3328) 2.1, 2.8 and 2.4 points, of which 40-60% (1.0, 1.4 and 1.0) is the
-    duty part: the model ranks rank 0 busier than it measured, because rank 1, which bounds these steps,
-    ran over its level."""
+    rank's level); on h2048-t3072, h2304 and h3328 (14-24 micro-batches, hidden 2048-3328) 2.0, 2.9 and 2.5
+    points, of which 34-40% (0.8, 1.1 and 0.8) is the duty part: the model ranks rank 0 busier than it
+    measured, because rank 1, which bounds these steps, ran over its level. (At the exponent fitted from
+    busy-share ratios down to 1.15: 2.1, 2.8 and 2.4 points, 40-60% of it duty.)"""
     gaps = {}
     for name, rows in duty_splits.items():
         one = [d.ranks[0] for d in rows if d.chunks == 1]
@@ -304,16 +306,16 @@ def test_two_chunk_rank0_error_is_the_shapes_level_not_the_family(duty_splits: d
     assert len(gaps) == 12
     for name, (gap, duty) in gaps.items():
         if name in long:
-            assert 0.02 < gap < 0.03 and 0.4 * gap < duty < 0.6 * gap, (name, gap, duty)
+            assert 0.019 < gap < 0.03 and 0.3 * gap < duty < 0.45 * gap, (name, gap, duty)
         else:
             assert abs(gap) < 0.015, (name, gap)
 
 
 def test_timing_at_the_measured_duty_does_not_mend_the_steps(duty_splits: dict[str, list]) -> None:
     """Each rank's factor at the duty it measured (``u ** alpha``) in place of the predicted one, on every
-    measured candidate of the twelve shapes with ops: the steps' RMS error is 1.91% against 1.85% as ranked
-    (1.91 against 1.84 on the eight before LATER_SHAPES, 1.90 against 1.87 on those four). Predicting the
-    duty better cannot fix the per-rank errors; they are in the rank's level."""
+    measured candidate of the twelve shapes with ops: the steps' RMS error is 1.66% against 1.59% as ranked
+    (1.91 against 1.85 with the exponent fitted from busy-share ratios down to 1.15). Predicting the duty
+    better cannot fix the per-rank errors; they are in the rank's level."""
     import math
 
     rows = [d for ds in duty_splits.values() for d in ds]
@@ -323,7 +325,7 @@ def test_timing_at_the_measured_duty_does_not_mend_the_steps(duty_splits: dict[s
         return math.sqrt(sum(x * x for x in xs) / len(xs))
 
     ranked, at = rms([d.error for d in rows]), rms([d.error_at_measured_duty for d in rows])
-    assert ranked == pytest.approx(0.0185, abs=5e-4) and at == pytest.approx(0.0191, abs=5e-4)
+    assert ranked == pytest.approx(0.0159, abs=5e-4) and at == pytest.approx(0.0166, abs=5e-4)
     assert at > ranked
 
 
