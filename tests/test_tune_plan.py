@@ -233,9 +233,13 @@ def test_a_held_send_delays_the_producer_less_than_the_consumer() -> None:
     # 10 layers on 2 ranks, an embedding of one layer's cost and a head of three: 6 + 1 against 4 + 3 layers'
     # worth, run as 6 + 1 embedding block and 4 + 3 head blocks; m of [4, 12].
     ("skew2", 12, [7, 7]),
+    # user_h3072.yaml (the issue's user model): 24 layers, an embedding of F+B 5.5 (its first block makes no
+    # input gradient) and a head of 6 against a layer's 3: 12 and 12 layers (41.5 and 42; 13 and 11 would
+    # make 44.5), each end plus its 2 blocks; m of [6, 12].
+    ("user_h3072", 12, [14, 14]),
 ])
 def test_calibration_plan_is_1f1b_at_the_balanced_split(config: str, m: int, layers: list[int], tmp_path: Path) -> None:
-    path = FIX / "uneven.yaml"
+    path = FIX / ("user_h3072.yaml" if config == "user_h3072" else "uneven.yaml")
     if config == "skew2":
         path = tmp_path / "skew2.yaml"
         path.write_text("pp: 2\nmicrobatches: [4, 12]\nmodel:\n  layers: 10\n  layer: {F: 1, B: 2, activation: 1, weight: 1}\n"
