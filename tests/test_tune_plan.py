@@ -250,10 +250,28 @@ def test_calibration_plan_is_1f1b_at_the_balanced_split(config: str, m: int, lay
     assert r.exit_code == 0, r.output
     assert r.stdout.count("\n") == 1 and f"1f1b m={m}, stage layers {layers}" in r.stdout
     assert f"pptl tune {path} --costs-from run.json" in r.stdout
+    blocks = {"uneven": (2, 2), "skew2": (1, 3), "user_h3072": (2, 2)}[config]
+    assert f"the embedding and head as {blocks[0]} and {blocks[1]} MLP blocks" in r.stdout
     assert invoke(["check", str(out)]).exit_code == 0
     plan = load_any(out).schedule
     assert plan.family == "1f1b" and plan.config.microbatches == m
     assert list(plan.config.workload.stage_layers) == layers
+    j = invoke(["tune", str(path), "--calibration-plan", str(tmp_path / "cal2.json"), "--output", "json"])
+    assert j.exit_code == 0, j.output
+    assert json.loads(j.stdout) == {"calibration_plan": str(tmp_path / "cal2.json"), "schedule": "1f1b",
+                                    "microbatches": m, "stage_layers": layers, "run_blocks": list(blocks),
+                                    "next": [f"pptl run {tmp_path / 'cal2.json'} -o run.json",
+                                             f"pptl tune {path} --costs-from run.json"]}
+
+
+def test_calibration_plan_of_a_model_without_embedding_or_head_says_no_blocks(tmp_path: Path) -> None:
+    """Three stages, eight equal layers and no embedding or head: the balanced split is 3, 3, 2 (the
+    remainder on the first stages), and the line names no run blocks."""
+    path = tmp_path / "plain.yaml"
+    path.write_text("pp: 3\nmicrobatches: 5\nmodel:\n  layers: 8\n  layer: {F: 1, B: 2, activation: 1, weight: 1}\n")
+    r = invoke(["tune", str(path), "--calibration-plan", str(tmp_path / "cal.json")])
+    assert r.exit_code == 0, r.output
+    assert "1f1b m=5, stage layers [3, 3, 2] (the balanced split);" in r.stdout
 
 
 def test_calibration_plan_to_a_folder_that_is_not_there_is_one_line(tmp_path: Path) -> None:

@@ -72,7 +72,7 @@ def tune(
     if memory_limit is not None:
         tc = replace(tc, memory_limit=memory_limit)
     if calibration_plan is not None:
-        _write_calibration_plan(tc, calibration_plan, config)
+        _write_calibration_plan(tc, calibration_plan, config, output)
         return
     with progress("tuning", json_output=output == "json") as status:
         result = run_tune(tc, progress=lambda label: status.update(f"tuning: {label}"), workers=os.cpu_count() or 1)
@@ -109,7 +109,7 @@ def tune(
                                    f"{closest.label} with peak {closest.max_peak:.4g}")
 
 
-def _write_calibration_plan(tc: TuneConfig, path: Path, config: Path) -> None:
+def _write_calibration_plan(tc: TuneConfig, path: Path, config: Path, output: str) -> None:
     from pptl.fileio import check_writable
     from pptl.planning import plan, write_plan
     from pptl.tune.write import calibration_config
@@ -118,6 +118,12 @@ def _write_calibration_plan(tc: TuneConfig, path: Path, config: Path) -> None:
     cfg = calibration_config(tc)
     write_plan(plan(cfg), path)
     layers = list(cfg.workload.stage_layers or ())
-    say(f"wrote {path}: 1f1b m={cfg.microbatches}, stage layers {layers} (the balanced split; the embedding and "
-        f"head as MLP blocks); measure it with 'pptl run {path} -o run.json', then 'pptl tune {config} "
-        f"--costs-from run.json'")
+    steps = [f"pptl run {path} -o run.json", f"pptl tune {config} --costs-from run.json"]
+    if output == "json":
+        print_json({"calibration_plan": str(path), "schedule": "1f1b", "microbatches": cfg.microbatches,
+                    "stage_layers": layers, "run_blocks": list(tc.run_blocks), "next": steps})
+        return
+    emb, head = tc.run_blocks
+    blocks = f"; the embedding and head as {emb} and {head} MLP blocks" if emb or head else ""
+    say(f"wrote {path}: 1f1b m={cfg.microbatches}, stage layers {layers} (the balanced split{blocks}); measure it "
+        f"with '{steps[0]}', then '{steps[1]}'")
