@@ -278,3 +278,12 @@ def test_calibration_plan_to_a_folder_that_is_not_there_is_one_line(tmp_path: Pa
     r = invoke(["tune", str(FIX / "uneven.yaml"), "--calibration-plan", str(tmp_path / "no" / "cal.json")])
     assert r.exit_code == 2
     assert r.output.strip().count("\n") == 0 and r.output.startswith("error:"), r.output
+
+
+def test_calibration_plan_with_a_ranking_output_is_one_line(tmp_path: Path) -> None:
+    r = invoke(["tune", str(FIX / "uneven.yaml"), "--calibration-plan", str(tmp_path / "cal.json"),
+                "-o", str(tmp_path / "best.json"), "--figure", str(tmp_path / "p.png")])
+    assert r.exit_code == 2
+    assert r.output.strip() == ("error: --calibration-plan writes the run to measure and ranks nothing; -o, --figure "
+                                "write the ranking's results: give them in a later call (with --costs-from)")
+    assert not (tmp_path / "cal.json").exists() and not (tmp_path / "best.json").exists()

@@ -59,6 +59,13 @@ def tune(
     from pptl.tune.report import COLUMNS, summary_lines, table_rows, to_dict
     from pptl.tune.write import write_best
 
+    if calibration_plan is not None:
+        ranked = [name for name, given in (("-o", out_file), ("--csv", csv), ("--figure", figure)) if given is not None]
+        if ranked:
+            from pptl.errors import InputError
+
+            raise InputError(f"--calibration-plan writes the run to measure and ranks nothing; {', '.join(ranked)} "
+                             f"write the ranking's results: give them in a later call (with --costs-from)")
     fmt = figure_format(figure, name="--figure")
     for p in (out_file, csv):
         if p is not None:
