@@ -4,7 +4,8 @@
 The plan is :func:`pptl.tune.rank.best_schedule`: the candidate's own order and split, with the costs
 its step was timed with, checked by every rule and simulated again here; the two steps agree (the
 plan's simulated makespan is the ranked step), and the plan's metrics carry the ranking's row under
-``tune``.
+``tune``. Before a ranking, ``--calibration-plan`` writes the run to measure
+(:func:`calibration_config`: 1F1B at the balanced split) through the same writer.
 """
 from __future__ import annotations
 
