@@ -211,6 +211,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "    suffix = path.suffix.lower()", "    suffix = path.suffix",
            ("tests/test_cli_first_hour.py::test_plan_refuses_to_write_a_plan_under_a_figures_name",),
            "pptl plan -o best.HTML writes JSON under a figure's name"),
+    Mutant("tune-duty-spread-edge", "pptl/tune/calibrate.py",
+           "max(duty) / min(duty) < MIN_DUTY_SPREAD", "max(duty) / min(duty) <= MIN_DUTY_SPREAD",
+           ("tests/test_tune.py::test_duty_fit_needs_a_spread_of_duty_that_shows_it",),
+           "a run whose ranks' busy shares are exactly 1.4 apart gets the device's exponent, not its own"),
 )
 
 

@@ -530,8 +530,9 @@ def test_duty_fit_needs_a_spread_of_duty_that_shows_it():
 
     assert MIN_DUTY_SPREAD == 1.4
     work = [[7.0, 8.0], [6.75, 8.0]]  # per kind: F, and B where the first stage makes no input gradient
-    for ratio, fitted in ((1.4, True), (1.399, False)):
-        duty = [0.7, 0.7 * ratio]
+    # 0.625 and 0.875 are 5/8 and 7/8: their ratio is 1.4 to the last bit, exactly at the limit
+    assert 0.875 / 0.625 == MIN_DUTY_SPREAD
+    for duty, fitted in (([0.625, 0.875], True), ([0.625, 0.625 * 1.399], False)):
         times = [[c * w * u ** 0.25 for w, u in zip(ws, duty)] for c, ws in zip((1.0, 2.1), work)]
         got = fit_duty_exponent(work, times, duty)
         assert (got == pytest.approx(0.25)) if fitted else got is None
