@@ -90,14 +90,19 @@ print(" ".join(out))
 PROBE_DUTIES = (1.0, 0.75, 0.5, 0.35)
 
 
+def _on_gpus(program: str, args: list[object], gpus: list[str], timeout: float) -> dict[str, list[str]]:
+    """Run ``program`` (python -c) once on each GPU at the same time; each one's printed words."""
+    procs = {g: subprocess.Popen([sys.executable, "-c", program, *map(str, args)],
+                                 env={**os.environ, "CUDA_VISIBLE_DEVICES": g}, stdout=subprocess.PIPE, text=True)
+             for g in gpus}
+    return {g: p.communicate(timeout=timeout)[0].split() for g, p in procs.items()}
+
+
 def block_probe(tokens: int, hidden: int, seconds: float = 1.5) -> dict[str, dict[str, float]]:
     """Milliseconds per forward of the workload's MLP block (bf16) on both GPUs at once, at each of
     :data:`PROBE_DUTIES`: how this shape's own kernels slow with the share of time the GPU computes."""
     duties = ",".join(str(d) for d in PROBE_DUTIES)
-    procs = {g: subprocess.Popen([sys.executable, "-c", BLOCK, str(tokens), str(hidden), str(seconds), duties],
-                                 env={**os.environ, "CUDA_VISIBLE_DEVICES": g}, stdout=subprocess.PIPE, text=True)
-             for g in ("0", "1")}
-    res = {g: p.communicate(timeout=300)[0].split() for g, p in procs.items()}
+    res = _on_gpus(BLOCK, [tokens, hidden, seconds, duties], ["0", "1"], timeout=300)
     return {g: {str(d): float(v) for d, v in zip(PROBE_DUTIES, r)} for g, r in res.items() if r}
 
 
@@ -107,26 +112,22 @@ def gemm_probe(n: int = 8192, seconds: float = 4.0) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for duty in (1.0, 0.5):
         for which in ("0", "1", "both"):
-            gpus = ["0", "1"] if which == "both" else [which]
-            procs = [subprocess.Popen([sys.executable, "-c", GEMM, str(n), str(duty), str(seconds)],
-                                      env={**os.environ, "CUDA_VISIBLE_DEVICES": g}, stdout=subprocess.PIPE, text=True)
-                     for g in gpus]
-            res = [p.communicate(timeout=120)[0].split() for p in procs]
-            out[f"duty{duty}:{which}"] = {g: float(r[0]) for g, r in zip(gpus, res) if r}
+            res = _on_gpus(GEMM, [n, duty, seconds], ["0", "1"] if which == "both" else [which], timeout=120)
+            out[f"duty{duty}:{which}"] = {g: float(r[0]) for g, r in res.items() if r}
             print(f"gemm n={n} duty {duty} on {which}: {out[f'duty{duty}:{which}']}", flush=True)
     return out
 
 
 def per_block(tl: Any, layers: list[int]) -> dict[int, dict[str, float]]:
-    """Per rank: busy share of the step, mean F and B over the stage's blocks."""
-    span = tl.makespan
+    """Per rank: busy share of the step (as calibration reads it), mean F and B over the stage's blocks."""
+    from pptl.tune.calibrate import rank_duty
+
+    duty, _ = rank_duty(tl)
     out: dict[int, dict[str, float]] = {}
     for r in range(len(layers)):
-        ops = [e for e in tl.events if e.rank == r and e.lane == "compute"]
-        busy = sum(e.end - e.start for e in ops)
-        row = {"duty": busy / span}
+        row = {"duty": duty[r]}
         for kind in ("F", "B"):
-            d = [e.end - e.start for e in ops if e.kind == kind]
+            d = [e.duration for e in tl.events if e.rank == r and e.lane == "compute" and e.kind == kind]
             row[kind] = sum(d) / len(d) / layers[r]
         out[r] = row
     return out
@@ -164,9 +165,7 @@ def main() -> int:
     ap.add_argument("--no-gemm", action="store_true")
     ap.add_argument("--device", default="cuda", help="cpu: the script end to end on gloo (tiny shapes, no probes)")
     a = ap.parse_args()
-    want = a.shapes.split(",")
-    shapes = [s for s in tcv.SHAPES + sum(tcv.GROUPS.values(), ()) + tcv.TINY if s.name in want]
-    shapes = list({s.name: s for s in shapes}.values())
+    shapes = tcv.shapes_named(a.shapes.split(","))
     out = Path(a.out)
     (out / "runs").mkdir(parents=True, exist_ok=True)
     cuda = a.device == "cuda"

@@ -116,6 +116,12 @@ GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "stea
 TINY = (Shape("tiny-a", 64, 16, 8, 1, 3, 4), Shape("tiny-b", 32, 8, 4, 1, 2, 6))
 
 
+def shapes_named(names: list[str]) -> tuple[Shape, ...]:
+    """The shapes of these names (every group's and the CPU ones), each once, in table order."""
+    known = {s.name: s for s in SHAPES + sum(GROUPS.values(), ()) + TINY}
+    return tuple(known[n] for n in dict.fromkeys(known) if n in names)
+
+
 def _config(shape: Shape, cuda: bool) -> dict[str, Any]:
     dtype = "bfloat16" if cuda else "float32"
     return tune_config(PP, [shape.microbatches], shape.hidden, shape.tokens, dtype, layers=shape.layers,
@@ -124,17 +130,15 @@ def _config(shape: Shape, cuda: bool) -> dict[str, Any]:
 
 def _base_plan(shape: Shape, cfg: dict[str, Any], split: str = "even") -> dict[str, Any]:
     """The calibrating 1F1B plan at the ``even`` split (every stored launch before BALANCED_SHAPES)
-    or at the ``balanced`` one (``pptl tune --calibration-plan``'s)."""
+    or at the ``balanced`` one (``pptl tune --calibration-plan``'s), as ``pptl run`` executes it: the
+    embedding and head as run blocks on the first and last stage."""
     from pptl.tune.model import tune_config_from_mapping
-    from pptl.tune.split import even_split
+    from pptl.tune.split import Split, even_split
     from pptl.tune.write import calibration_config
 
-    if split == "balanced":
-        layers = list(calibration_config(tune_config_from_mapping(cfg, source=shape.name)).workload.stage_layers
-                      or ())
-    else:
-        even = list(even_split(shape.layers, PP))
-        layers = [even[0] + shape.embedding] + even[1:-1] + [even[-1] + shape.head]
+    tc = tune_config_from_mapping(cfg, source=shape.name)
+    at = None if split == "balanced" else Split("even", even_split(shape.layers, PP))
+    layers = list(calibration_config(tc, at).workload.stage_layers or ())
     return {"schedule": "1f1b", "pp": PP, "microbatches": shape.microbatches,
             "workload": {**cfg["workload"], "stage_layers": layers}}
 
@@ -264,8 +268,7 @@ def main() -> int:
     if a.shapes in GROUPS:
         shapes = GROUPS[a.shapes]
     elif a.shapes:
-        want = a.shapes.split(",")
-        shapes = tuple(s for s in SHAPES + sum(GROUPS.values(), ()) + TINY if s.name in want)
+        shapes = shapes_named(a.shapes.split(","))
     out = Path(a.out)
     (out / "shapes").mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="pptl_crossval_"))

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from pptl.planning import PlanResult
     from pptl.tune.model import TuneConfig
     from pptl.tune.rank import Result
+    from pptl.tune.split import Split
 
 __all__ = ["calibration_config", "plan_result", "write_best"]
 
@@ -61,9 +62,9 @@ def write_best(tc: TuneConfig, result: Result, *, out: Path | None, csv: Path | 
     return planned.schedule
 
 
-def calibration_config(tc: TuneConfig) -> Config:
+def calibration_config(tc: TuneConfig, split: Split | None = None) -> Config:
     """The 1F1B plan to run for ``--costs-from``: the config's largest micro-batch count, the balanced
-    split (``workload.stage_layers`` says it, which calibration reads back).
+    split unless ``split`` is given (``workload.stage_layers`` says it, which calibration reads back).
 
     Why balanced: the run's ranks are then about as busy as the candidates' (most of which split so),
     and a GPU's speed depends on how busy it is in ways one run cannot tell apart (docs/tune.md,
@@ -74,5 +75,6 @@ def calibration_config(tc: TuneConfig) -> Config:
     from pptl.tune.rank import config_for
     from pptl.tune.split import Split, balanced_split
 
-    split = Split("balanced", balanced_split(tc.model, tc.pp))
+    if split is None:
+        split = Split("balanced", balanced_split(tc.model, tc.pp))
     return config_for(tc, Structure("1f1b", max(tc.microbatches)), split)
