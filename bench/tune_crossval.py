@@ -109,9 +109,15 @@ BALANCED_SHAPES = (
     Shape("h2560-t5120-l5-m16", 2560, 5120, 10, 1, 4, 16),
     Shape("h6912-t1024-l8-m8", 6912, 1024, 16, 1, 2, 8),
 )
+#: The model of the issue's new user (fixtures/tune/user_h3072.yaml: 24 layers, an embedding and a head of
+#: two blocks each) at its two micro-batch counts, one launch each; never measured before 2026-11-27 09:30 UTC.
+USER_SHAPES = (
+    Shape("h3072-t4096-l12-m6", 3072, 4096, 24, 2, 2, 6),
+    Shape("h3072-t4096-l12-m12", 3072, 4096, 24, 2, 2, 12),
+)
 #: The held-out groups ``--shapes`` names.
 GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "steady": STEADY_SHAPES,
-          "balanced": BALANCED_SHAPES}
+          "balanced": BALANCED_SHAPES, "user": USER_SHAPES}
 #: CPU smoke shapes (gloo, float32): the script end to end in seconds.
 TINY = (Shape("tiny-a", 64, 16, 8, 1, 3, 4), Shape("tiny-b", 32, 8, 4, 1, 2, 6))
 
@@ -233,7 +239,7 @@ def main() -> int:
     ap.add_argument("out", nargs="?")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--shapes", help="comma-separated names, 'new' for NEW_SHAPES, 'fresh' for FRESH_SHAPES or "
-                                     "'later' for LATER_SHAPES, 'steady' for STEADY_SHAPES, 'balanced' for BALANCED_SHAPES "
+                                     "'later' for LATER_SHAPES, 'steady' for STEADY_SHAPES, 'balanced' for BALANCED_SHAPES, 'user' for USER_SHAPES "
                                      "(default: SHAPES on cuda)")
     # Seven timed steps, their median: with two (three on one shape), a candidate's steps differed by up
     # to 5%, and the measured order of one launch's candidates agreed with itself (even steps against
