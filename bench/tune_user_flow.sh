@@ -10,6 +10,8 @@ OUT=${1:-out/user_flow}
 RUN=${RUN:-}
 STEPS=${STEPS:-7}
 mkdir -p "$OUT"
+# an editable install whose console script is not on PATH: the module
+command -v pptl >/dev/null || pptl() { python3 -m pptl "$@"; }
 say() { printf '\n$ %s\n' "$*"; "$@"; }
 say pptl tune "$CFG" --calibration-plan "$OUT/cal.json"
 # shellcheck disable=SC2086  # RUN holds several options
