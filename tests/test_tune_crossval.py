@@ -119,9 +119,25 @@ MISSES = {
     "h2048-t6144-l4-m10-bal": ("families",),
     "h2688-t3072-l6-m28-bal": ("families",),
     "h7680-t2048-l4-m6-bal": ("pick",),
+    # The issue's user model (USER_SHAPES, 6 and 12 micro-batches) and ten shapes again at the balanced
+    # split, 2026-11-27 09:11-09:36 UTC, the model unchanged since the 1.4 ratio. The user model and
+    # h2304, h3328, h5120 pass every line. Layers of 0.12 and 0.25 ms (h2048-t1024, h2048-t2048): the
+    # plans with two chunks a rank measured 5-16% slower than ranked (more cross-rank waits, each one
+    # the host's to refill), the one-chunk ones 4-6% faster on h2048-t1024 (launch spread 4.0%), and
+    # the pick, the capped V-Half at one micro-batch in flight, 7.9% over the synthesised order.
+    "h2048-t1024-l16-m8-bal": ("pick", "spearman", "families"),
+    "h2048-t2048-l4-m32-bal": ("spearman", "families"),
+    # Narrow fields (every candidate within 2.5% and 2.2%): Spearman 0.81 and 0.85.
+    "h2048-t3072-l12-m24-bal": ("spearman",),
+    "h4096-t1024-l8-m8-bal": ("spearman",),
+    # The capped V orders at one micro-batch in flight 3.1% and 4.1% faster than ranked (h2688's was
+    # 4.6% slower: the law below the run's duties, either way by shape); h6656's DualPipe -3.1%.
+    "h3840-t2560-l8-m12-bal": ("families",),
+    "h4608-t2048-l7-m10-bal": ("families",),
+    "h6656-t1536-l5-m10-bal": ("families",),
 }
 #: Largest error of any candidate today, per shape where it is above the 9.5% bound of the others.
-MAX_ERR: dict[str, float] = {}
+MAX_ERR: dict[str, float] = {"h2048-t1024-l16-m8-bal": 0.161, "h2048-t2048-l4-m32-bal": 0.137}
 
 
 @pytest.fixture(scope="module")
@@ -129,10 +145,11 @@ def evaluated() -> dict:
     return {p.stem: tune_crossval._evaluate(json.loads(p.read_text())) for p in SHAPES}
 
 
-def test_twenty_six_shapes_unlike_the_bench_were_measured() -> None:
+def test_twenty_eight_shapes_unlike_the_bench_were_measured() -> None:
     shapes = [json.loads(p.read_text())["shape"] for p in SHAPES]
-    # h2304 measured twice at the even split; four shapes again at the balanced split (<name>-bal)
-    assert len(shapes) == 31 and len({s["name"] for s in shapes}) == 26
+    # h2304 measured twice at the even split; fourteen shapes again at the balanced split (<name>-bal);
+    # the issue's user model at two micro-batch counts
+    assert len(shapes) == 43 and len({s["name"] for s in shapes}) == 28
     assert {s["hidden"] for s in shapes} >= {2048, 4096, 8192}
     assert {s["tokens"] for s in shapes} >= {1024, 8192}
     assert {s["layers"] // 2 for s in shapes} >= {4, 16}
@@ -334,7 +351,7 @@ def test_calibrating_runs_busier_rank_opens_fast(name: str) -> None:
     """Every calibrating 1F1B run at the even split: its busier rank (1: the head's stage) ran its ops of
     the first 60 ms 2.7-12.5% faster than its later ops of the same stage and kind (the GPU's clock falls
     once its power reaches the cap). The exception is h2048-t1024-l16-m8, whose 74 ms step is nearly all
-    opening (-0.1%). At the balanced split (eight runs) rank 0, which starts the step, opens 1.0-13.0% fast
+    opening (-0.1%). At the balanced split (eighteen runs) rank 0, which starts the step, opens 1.0-15.0% fast
     whichever rank is the busier (h3456: rank 1 at 0.93 busy against 0.87, +0.8%); the opening's size is
     no constant of a shape: h2048-t6144 and h2688 open by 2.3-3.7 and 1.0 at the balanced split."""
     saved = json.loads((DATA / f"{name}.json").read_text())
@@ -342,7 +359,7 @@ def test_calibrating_runs_busier_rank_opens_fast(name: str) -> None:
     if name == "h2048-t1024-l16-m8":
         assert abs(early[1]) < 0.01
     elif saved.get("calibrate") == "balanced":
-        assert -0.131 < early[0] < -0.009, early
+        assert -0.151 < early[0] < -0.009, early
     else:
         assert -0.13 < early[1] < -0.025, early
 
