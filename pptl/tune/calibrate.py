@@ -37,7 +37,8 @@ from pptl.errors import InputError
 from pptl.tune.model import LayerCost, ModelDesc, TuneConfig, Work
 from pptl.tune.split import even_split
 
-__all__ = ["b_parts", "calibrate_tune", "fit_layer_costs", "fit_duty_exponent", "rank_duty", "split_shares"]
+__all__ = ["b_parts", "calibrate_tune", "fit_layer_costs", "fit_duty_exponent", "rank_duty", "short_layer_note",
+           "split_shares"]
 
 #: Least spread of the run's ranks' duty (max / min) for which alpha is fitted. alpha is the stages'
 #: time ratio beyond their work ratio over ln(duty ratio), so whatever makes one stage's blocks slower
@@ -55,6 +56,12 @@ MAX_DUTY_EXPONENT = 0.5
 #: H200s at their 700 W cap showed (0.25, 0.25, 0.29; docs/tune.md "Duty cycle"), a property of
 #: the device, not of a model. ``device.duty_exponent`` sets another GPU's.
 DEVICE_DUTY_EXPONENT = 0.25
+#: A layer's full-duty forward (ms, CUDA) under which ``pptl tune`` warns that the runtime's host, which
+#: the model does not time, may bound the step. On 2 H200s (pptl run's MLP blocks, 2026-11-27) the shapes
+#: of 0.12 and 0.25 ms layers ran their plans with two chunks a rank 5-16% slower than ranked, each
+#: consumer starting 35-190 us after its data where the others start 3 us after it; from 0.37 ms up
+#: (h2048-t3072, h2560-t2048, h2304, h4096-t1024) every family stayed within 3%. 0.3 lies between.
+SHORT_LAYER_MS = 0.3
 
 
 def split_shares(model: ModelDesc, f: float, b: float) -> tuple[float, float] | None:
@@ -255,6 +262,9 @@ def calibrate_tune(tc: TuneConfig, measured: Path) -> tuple[TuneConfig, str, lis
                  f"F={kinds['F'][2]:.4g}, message {tc.comm_latency:.4g} {tl.meta.units}"
                  + ("" if tc.send_hold is None else
                     f" (its SEND holds the producer's compute stream {tc.send_hold:.4g} of it)"))
+    short = short_layer_note(kinds["F"][0], str(tl.meta.extra.get("backend", "")) == "nccl" and tl.meta.units == "ms")
+    if short:
+        notes.append(short)
     from pptl.tune.spread import fit_jitter
 
     jitter = fit_jitter(tl.events, tl.meta.extra.get("step_ms"))
@@ -269,6 +279,16 @@ def calibrate_tune(tc: TuneConfig, measured: Path) -> tuple[TuneConfig, str, lis
         if note:
             notes.append(note)
     return tc, tl.meta.units, notes
+
+
+def short_layer_note(layer_f_ms: float, cuda: bool) -> str | None:
+    """The warning for layers too short for the model's op times to hold (:data:`SHORT_LAYER_MS`)."""
+    if not cuda or not layer_f_ms < SHORT_LAYER_MS:
+        return None
+    return (f"a layer's forward takes {layer_f_ms:.3g} ms, under {SHORT_LAYER_MS:g}: the host that launches each "
+            f"op, which this model does not time, can fall behind the GPU after every wait for another rank; "
+            f"on H200s plans with two chunks a rank (more such waits) then ran 5-16% slower than ranked, so "
+            f"measure the top candidates before trusting their order (docs/tune.md \"Short layers\")")
 
 
 def b_parts(tl: Any) -> dict[int, dict[str, float]] | None:
