@@ -2,7 +2,7 @@
 # A new user's flow through `pptl tune`, with the CLI only, on their own model file: the plan to measure,
 # one run of it, the ranking from that run, the best plan checked and simulated, then run.
 #   bash bench/tune_user_flow.sh [OUTDIR]            (2 GPUs; the model of fixtures/tune/user_h3072.yaml)
-#   CFG=... RUN="--device cpu --hidden 64 --tokens 16" bash bench/tune_user_flow.sh /tmp/flow   (CPU smoke)
+#   CFG=fixtures/tune/uneven.yaml RUN="--device cpu" bash bench/tune_user_flow.sh /tmp/flow   (CPU, seconds)
 # Prints each command's output; the ranked step of the written plan and its measured median end the log.
 set -euo pipefail
 CFG=${CFG:-fixtures/tune/user_h3072.yaml}

@@ -111,8 +111,38 @@ def _load_config_or_plan(path: Path, overrides: Mapping[str, Any]) -> Config:
         if not isinstance(inner, Mapping):
             raise InputError(f"{path}: the plan holds no config (an imported schedule); re-plan it with "
                              f"pptl plan --from {path}")
+        given = _given_order(data)
+        if given is not None:
+            raise InputError(f"{path}: its order is {given}'s, which its config ({inner.get('schedule')}) does not "
+                             f"build: plan it as it is with 'pptl plan {path}' (--cost, --memory-limit apply), "
+                             f"not re-planned from its config")
         return config_from_mapping({**inner, **overrides}, source=f"{path}: config")
     return load_config(path, **overrides)
+
+
+def _given_order(data: Mapping[str, Any]) -> str | None:
+    """The family of a plan file whose order its config's family does not build (``pptl tune``'s
+    synthesised orders keep the config of the family whose ops they order), else None."""
+    held = data.get("schedule")
+    inner = data.get("config")
+    if not isinstance(held, Mapping) or not isinstance(inner, Mapping):
+        return None
+    family = held.get("family")
+    return str(family) if isinstance(family, str) and family != inner.get("schedule") else None
+
+
+def _plan_file_as_it_is(path: Path | None, flags: Mapping[str, Any], costs_from: Path | None) -> bool:
+    """``pptl plan PLAN`` of a plan whose order its config does not build, with nothing that re-plans
+    it: plan the order it holds (as ``--from``)."""
+    if path is None or costs_from is not None or any(v is not None for k, v in flags.items() if k != "memory_limit"):
+        return False
+    from pptl.formats.structured import read_structured
+
+    try:
+        data = read_structured(path)
+    except InputError:
+        return False  # the config path reports it
+    return isinstance(data, Mapping) and data.get("format") == "pptl-plan" and _given_order(data) is not None
 
 
 def title_of(schedule: Schedule, makespan: float, bubble: float) -> str:
@@ -149,7 +179,12 @@ def plan(cfg: Config, *, check: bool = True) -> PlanResult:
 def plan_config(path: Path | None, flags: Mapping[str, Any], cost_flags: list[str] | None,
                 comm_latency: float | None, *, costs_from: Path | None = None) -> PlanResult:
     """:func:`plan` of :func:`make_config`'s config, its costs measured by the run ``costs_from``
-    wrote when one is named (the plan then speaks the run's unit)."""
+    wrote when one is named (the plan then speaks the run's unit). A plan file whose order its config
+    does not build (a synthesised one) is planned as it is when nothing re-plans it."""
+    if _plan_file_as_it_is(path, flags, costs_from):
+        assert path is not None
+        return plan_from_file(path, cost_flags=cost_flags, comm_latency=comm_latency,
+                              memory_limit=flags.get("memory_limit"))
     try:
         cfg = make_config(path, flags, cost_flags, comm_latency)
         units = None

@@ -287,3 +287,64 @@ def test_calibration_plan_with_a_ranking_output_is_one_line(tmp_path: Path) -> N
     assert r.output.strip() == ("error: --calibration-plan writes the run to measure and ranks nothing; -o, --figure "
                                 "write the ranking's results: give them in a later call (with --costs-from)")
     assert not (tmp_path / "cal.json").exists() and not (tmp_path / "best.json").exists()
+
+
+def test_cli_plan_of_a_synthesised_plan_is_the_order_it_holds(tmp_path: Path) -> None:
+    """A synthesised order keeps the config of the family whose ops it orders (uneven.yaml: zb-h1), which
+    builds another order: `pptl plan FILE` plans the order the file holds and gives the ranked step for
+    every synthesised candidate (each of the twelve differs from its config's zb-h1); a flag that would
+    re-plan it from the config is one error line, exit 2."""
+    tc = load_tune_config(FIX / "uneven.yaml")
+    synth = [r for r in tune(tc).results if r.step is not None and r.structure.family == "synth"]
+    assert len(synth) == 12
+    for k, r in enumerate(synth):
+        path = tmp_path / f"s{k}.json"
+        write_plan(plan_result(tc, r), path)
+        p = invoke(["plan", str(path), "--output", "json"])
+        assert p.exit_code == 0, p.output
+        got = json.loads(p.stdout)
+        assert (got["schedule"], got["makespan"]) == ("synth", r.step), r.label
+    bad = invoke(["plan", str(tmp_path / "s0.json"), "--microbatches", "8"])
+    assert bad.exit_code == 2
+    assert bad.output.count("\n") == 1 and "its order is synth's, which its config (zb-h1) does not build" in bad.output
+    # --memory-limit only judges the order: it is planned as it is
+    lim = invoke(["plan", str(tmp_path / "s0.json"), "--memory-limit", "100", "--output", "json"])
+    assert lim.exit_code == 0 and json.loads(lim.stdout)["makespan"] == synth[0].step
+
+
+def _stored_run(name: str, tmp_path: Path, **workload: object) -> Path:
+    """The calibrating run stored with a cross-validation shape, its workload edited as ``workload`` says."""
+    d = json.loads((Path(__file__).resolve().parent / "data" / "tune_crossval" / f"{name}.json").read_text())
+    base = d["base"]
+    base["meta"]["extra"]["workload"].update(workload)
+    path = tmp_path / f"{name}.measured.json"
+    path.write_text(json.dumps(base))
+    return path
+
+
+def test_costs_from_a_run_of_this_model_ranks(tmp_path: Path) -> None:
+    """The user model's own calibrating run (h3072-t4096-l12-m12: [14, 14] blocks = 24 layers and 2 + 2
+    embedding and head blocks) calibrates fixtures/tune/user_h3072.yaml."""
+    r = invoke(["tune", str(FIX / "user_h3072.yaml"), "--costs-from", str(_stored_run("h3072-t4096-l12-m12", tmp_path)),
+                "--top", "1"])
+    assert r.exit_code == 0, r.output
+    # the run's [14, 14] blocks less the embedding's and head's two: 12 layers a stage
+    assert "(1f1b, 2 stages, split [12, 12])" in r.output, r.output
+
+
+@pytest.mark.parametrize(("edit", "says"), [
+    ({"tokens": 4095}, "the run executed hidden 3072, 4095 tokens, bfloat16; the config's workload is hidden 3072, "
+                       "4096 tokens, bfloat16"),
+    ({"dtype": "float32"}, "the run executed hidden 3072, 4096 tokens, float32"),
+    ({"stage_layers": [14, 15]}, "the run executed 29 blocks a micro-batch ([14, 15]); the config's model has 28 "
+                                 "(24 layers and 4 embedding and head blocks)"),
+    ({"stage_layers": [2, 26]}, "the run executed 28 blocks a micro-batch ([2, 26])"),
+])
+def test_costs_from_a_run_of_another_model_is_one_line(edit: dict, says: str, tmp_path: Path) -> None:
+    """A run of another width, row count, dtype or layer count would be fitted to this model silently: one
+    error line, exit 2. [2, 26] has the right total but leaves the first stage no layer beside the
+    embedding's two blocks."""
+    r = invoke(["tune", str(FIX / "user_h3072.yaml"), "--costs-from",
+                str(_stored_run("h3072-t4096-l12-m12", tmp_path, **edit))])
+    assert r.exit_code == 2, r.output
+    assert r.output.count("\n") == 1 and says in r.output, r.output

@@ -33,6 +33,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
+from pptl.config import Workload
 from pptl.errors import InputError
 from pptl.tune.model import LayerCost, ModelDesc, TuneConfig, Work
 from pptl.tune.split import even_split
@@ -193,6 +194,31 @@ def _run_split(tl: Any, tc: TuneConfig, stages: int) -> tuple[int, ...] | None:
     return tuple(split) if min(split) >= 1 and sum(split) == tc.model.layers else None
 
 
+def _same_model(tc: TuneConfig, tl: Any, measured: Path, stages: int) -> None:
+    """Refuse a run of another model: its costs would be fitted to this model's shape silently (a run of
+    hidden 2048 calibrating a model of hidden 3072 ranks every plan by the wrong layer, and its peaks fit
+    an activation factor of 0.28). What the run says it executed is checked: its workload's width, rows and
+    dtype where the config gives a workload, and its layers where it lists them per stage."""
+    ran = tl.meta.extra.get("workload")
+    if not isinstance(ran, dict):
+        return
+    how = "calibrate from a run of this model: 'pptl tune CONFIG --calibration-plan cal.json', then 'pptl run cal.json'"
+    if tc.workload != Workload():
+        mine = (tc.workload.hidden, tc.workload.tokens, tc.workload.dtype)
+        theirs = (ran.get("hidden"), ran.get("tokens"), ran.get("dtype"))
+        if all(x is not None for x in theirs) and theirs != mine:
+            raise InputError(f"{measured}: the run executed hidden {theirs[0]}, {theirs[1]} tokens, {theirs[2]}; "
+                             f"the config's workload is hidden {mine[0]}, {mine[1]} tokens, {mine[2]}: {how}")
+    layers = ran.get("stage_layers")
+    if tc.measured_split is None and isinstance(layers, list) and len(layers) == stages \
+            and all(isinstance(x, int) for x in layers) and _run_split(tl, tc, stages) is None:
+        blocks = sum(tc.run_blocks)
+        raise InputError(f"{measured}: the run executed {sum(layers)} blocks a micro-batch ({layers}); the config's "
+                         f"model has {tc.model.layers + blocks} ({tc.model.layers} layers"
+                         + (f" and {blocks} embedding and head blocks" if blocks else "") + f"): {how}, or give "
+                         f"measured_split")
+
+
 def calibrate_tune(tc: TuneConfig, measured: Path) -> tuple[TuneConfig, str, list[str]]:
     """The config with costs from ``measured``; also its time unit and notes for the user."""
     from pptl.formats.loader import load_any
@@ -209,6 +235,7 @@ def calibrate_tune(tc: TuneConfig, measured: Path) -> tuple[TuneConfig, str, lis
     if any(("F" not in stages[s]) or ("B" not in stages[s]) for s in range(S)):
         raise InputError(f"{measured}: costs missing for a kind: every stage needs measured F and B (or I and W); "
                          f"the run of {tl.meta.family or 'this plan'} has {', '.join(sorted(stages[0]))}")
+    _same_model(tc, tl, measured, S)
     split = tc.measured_split or _run_split(tl, tc, S) or even_split(tc.model.layers, S)
     if len(split) != S:
         raise InputError(f"{measured}: the run has {S} stages but measured_split has {len(split)} entries")
