@@ -215,6 +215,20 @@ MUTANTS: tuple[Mutant, ...] = (
            "max(duty) / min(duty) < MIN_DUTY_SPREAD", "max(duty) / min(duty) <= MIN_DUTY_SPREAD",
            ("tests/test_tune.py::test_duty_fit_needs_a_spread_of_duty_that_shows_it",),
            "a run whose ranks' busy shares are exactly 1.4 apart gets the device's exponent, not its own"),
+    Mutant("tune-short-layer-edge", "pptl/tune/calibrate.py",
+           "not layer_f_ms < SHORT_LAYER_MS", "not layer_f_ms <= SHORT_LAYER_MS",
+           ("tests/test_tune.py::test_short_layer_note_at_its_bound",),
+           "a layer of exactly 0.3 ms is warned of as short"),
+    Mutant("tune-other-model-total", "pptl/tune/calibrate.py",
+           "return tuple(split) if min(split) >= 1 and sum(split) == tc.model.layers else None",
+           "return tuple(split) if min(split) >= 0 and sum(split) == tc.model.layers else None",
+           ("tests/test_tune_plan.py::test_costs_from_a_run_of_another_model_is_one_line",),
+           "a run whose first stage held only the embedding's blocks calibrates a split with an empty stage"),
+    Mutant("plan-synth-as-config", "pptl/planning.py",
+           "return str(family) if isinstance(family, str) and family != inner.get(\"schedule\") else None",
+           "return None",
+           ("tests/test_tune_plan.py::test_cli_plan_of_a_synthesised_plan_is_the_order_it_holds",),
+           "pptl plan best.json of a synthesised order re-builds its config's family and prints another step"),
 )
 
 

@@ -726,3 +726,16 @@ def test_a_b_part_at_either_end_of_its_b_is_a_part(tmp_path, at):
     parts = b_parts(load_any(_b_split_run(tmp_path, {"r3/compute/B s3 mb3": at})).timeline)
     assert parts is not None
     assert parts[3] == {"I": pytest.approx((3 * 12.0 + at) / 4), "W": pytest.approx((3 * 18.0 + 30.0 - at) / 4)}
+
+
+def test_short_layer_note_at_its_bound() -> None:
+    """Under 0.3 ms a layer (CUDA) warns; at 0.3 exactly, on CPU, or for a longer layer it does not."""
+    from pptl.tune.calibrate import SHORT_LAYER_MS, short_layer_note
+
+    assert SHORT_LAYER_MS == 0.3
+    assert short_layer_note(0.3, True) is None
+    assert short_layer_note(0.37, True) is None
+    assert short_layer_note(0.29, False) is None
+    note = short_layer_note(0.29, True)
+    assert note is not None and note.startswith("a layer's forward takes 0.29 ms, under 0.3:")
+

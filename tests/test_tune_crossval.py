@@ -408,18 +408,6 @@ def test_balanced_shapes_calibrated_on_the_plan_tune_writes_and_read_it_back(nam
     assert any(f"split {split}" in n for n in saved["notes"]), saved["notes"]
 
 
-def test_short_layer_note_at_its_bound() -> None:
-    """Under 0.3 ms a layer (CUDA) warns; at 0.3 exactly, on CPU, or for a longer layer it does not."""
-    from pptl.tune.calibrate import SHORT_LAYER_MS, short_layer_note
-
-    assert SHORT_LAYER_MS == 0.3
-    assert short_layer_note(0.3, True) is None
-    assert short_layer_note(0.37, True) is None
-    assert short_layer_note(0.29, False) is None
-    note = short_layer_note(0.29, True)
-    assert note is not None and note.startswith("a layer's forward takes 0.29 ms, under 0.3:")
-
-
 @pytest.mark.parametrize("name,short", [("h2048-t1024-l16-m8-bal", True), ("h2048-t2048-l4-m32-bal", True),
                                         ("h2048-t3072-l12-m24-bal", False), ("h4096-t1024-l8-m8-bal", False)])
 def test_short_layers_are_named_where_two_chunk_plans_ran_slow(name: str, short: bool, tmp_path: Path) -> None:
