@@ -739,3 +739,31 @@ def test_short_layer_note_at_its_bound() -> None:
     note = short_layer_note(0.29, True)
     assert note is not None and note.startswith("a layer's forward takes 0.29 ms, under 0.3:")
 
+
+
+@pytest.mark.parametrize(("layers", "stages", "split"), [(4, 4, (1, 1, 1, 1)), (3, 4, None), (2, 3, None), (2, 2, (1, 1))])
+def test_balanced_split_at_as_many_layers_as_stages(layers: int, stages: int, split: tuple | None) -> None:
+    """As many layers as stages: one each. One fewer: no split with a layer on every stage, so the
+    candidate is ruled out (the search raised an empty max() there)."""
+    tc = tune_config_from_mapping({"pp": 2, "microbatches": [4], "model": {
+        "layers": layers, "layer": {"F": 1.0, "B": 2.0}, "embedding": {"F": 1.0, "B": 2.0},
+        "head": {"F": 3.0, "B": 6.0}}}, source="t")
+    got = [sp.layers for sp in splits_for(tc.model, list(range(stages)))]
+    if split is None:
+        assert got == [] and sum(balanced_split(tc.model, stages)) == layers
+    else:
+        assert balanced_split(tc.model, stages) == split and got == [split]
+
+
+def test_tune_of_fewer_layers_than_a_families_stages_rejects_it(tmp_path: Path) -> None:
+    """Three layers at pp 2: the one-chunk families rank, every two-chunk family (four stages) is
+    rejected with its reason; no traceback."""
+    cfg = tmp_path / "m.yaml"
+    cfg.write_text("pp: 2\nmicrobatches: [4]\nmodel:\n  layers: 3\n"
+                   "  layer: {F: 1.0, B: 2.0, I: 1.0, W: 1.0, activation: 1, weight: 1}\nmemory_limit: 100\n")
+    r = CliRunner().invoke(app, ["tune", str(cfg), "--output", "json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)["candidates"]
+    rejected = {x["label"] for x in rows if "4 stages need at least that many layers" in (x.get("rejected") or "")}
+    assert {"zbv vpp=2 m=4", "dualpipev vpp=2 m=4", "looped-bfs vpp=2 m=4"} <= rejected
+    assert any(x["label"] == "1f1b m=4 split=balanced" and x["step"] for x in rows)

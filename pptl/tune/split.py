@@ -50,12 +50,13 @@ def even_split(layers: int, stages: int) -> tuple[int, ...]:
 
 
 def balanced_split(model: ModelDesc, stages: int) -> tuple[int, ...]:
-    """Fewest F+B time on the slowest stage; every stage keeps at least one layer."""
+    """Fewest F+B time on the slowest stage; every stage keeps at least one layer (with fewer layers
+    than stages none can: the even split, whose empty stages rule the candidate out)."""
     L, c = model.layers, _weight(model, model.layer)
     extra = [0.0] * stages
     extra[0] += _weight(model, model.embedding)
     extra[-1] += _weight(model, model.head)
-    if c <= 0:
+    if c <= 0 or L < stages:
         return even_split(L, stages)
     values = sorted({n * c + e for e in set(extra) for n in range(1, L + 1)})
     lo, hi = 0, len(values) - 1
