@@ -382,7 +382,8 @@ def test_cli_text_report_and_figure(tmp_path):
     (["--straggler", "rank=x"], "error: --straggler: got rank 'x' in 'rank=x', expected a rank 0 or more"),
     (["--straggler", "rank=9,x2"], "error: --straggler: rank 9 is not in the plan (ranks 0-3)"),
     (["--from", "RUN"], "error: RUN: the run had 2 ranks, the plan (1f1b) 4: measure a run with the plan's ranks"),
-], ids=["jitter", "straggler", "straggler-rank", "other-plan"])
+    (["--seed", "-1"], "error: --seed: got -1, expected an integer >= 0"),
+], ids=["jitter", "straggler", "straggler-rank", "other-plan", "negative-seed"])
 def test_cli_errors_are_one_line_exit_2(tmp_path, args, msg):
     r = CliRunner()
     plan = tmp_path / "p4.json"

@@ -18,7 +18,7 @@ def whatif(
                                                      "and the spread of its op durations.")] = None,
     samples: Annotated[int, typer.Option("--samples", "-n", click_type=Whole(min=1),
                                          help="Steps drawn per plan.")] = 1000,
-    seed: Annotated[int, typer.Option("--seed", click_type=Whole(), help="Seed of the draws (same seed, same "
+    seed: Annotated[int, typer.Option("--seed", click_type=Whole(min=0), help="Seed of the draws (same seed, same "
                                       "numbers).")] = 0,
     jitter: Annotated[Optional[str], typer.Option("--jitter", metavar="SHARE", help="Every op's duration times a "
                                                   "normal factor of this spread (5% or 0.05).")] = None,
