@@ -54,6 +54,17 @@ def atomic_write(path: str | Path, data: bytes | str, *, overwrite: bool = True)
     """
     p = check_writable(path)
     raw = data.encode("utf-8") if isinstance(data, str) else data
+    if p.exists() and not p.is_file():
+        # A device, a pipe, /dev/stdout: written as they are. A rename would put a regular file in
+        # their place (under root, in /dev), and there is no partial file to protect.
+        if not overwrite:
+            raise InputError(f"{p}: exists, and pptl does not overwrite a file it named itself")
+        try:
+            with open(p, "wb") as f:
+                f.write(raw)
+        except OSError as e:
+            raise InputError(f"{p}: cannot write: {e.strerror or e}") from None
+        return p
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent or "."))
     try:
         with os.fdopen(fd, "wb") as f:

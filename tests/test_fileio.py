@@ -30,3 +30,34 @@ def test_atomic_write_mode_follows_umask(tmp_path: Path) -> None:
 def test_atomic_write_bad_target(tmp_path: Path, name: str, match: str) -> None:
     with pytest.raises(InputError, match=match):
         atomic_write(tmp_path / name, "x")
+
+
+def test_atomic_write_to_a_pipe_writes_into_it_and_keeps_it(tmp_path: Path) -> None:
+    """A target that is not a regular file (a FIFO here; /dev/stdout, /dev/null alike) is written as it
+    is: a rename would have put a regular file in its place."""
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    atomic_write(fifo, "a,b\n")
+    reader.join(timeout=10)
+    assert got == [b"a,b\n"]
+    assert fifo.is_fifo() and not list(tmp_path.glob(".pipe.*"))
+
+
+def test_atomic_write_to_a_full_device_is_one_line(tmp_path: Path) -> None:
+    """A device that refuses the bytes (a node of /dev/full's numbers, made here so nothing outside the
+    test is at stake): one line naming it, and the node stays a device."""
+    import stat
+
+    full = tmp_path / "full"
+    try:
+        os.mknod(full, stat.S_IFCHR | 0o666, os.makedev(1, 7))
+    except (PermissionError, OSError):
+        pytest.skip("cannot make a device node here")
+    with pytest.raises(InputError, match=rf"^{full}: cannot write: No space left on device$"):
+        atomic_write(full, "x" * 10)
+    assert full.is_char_device()
