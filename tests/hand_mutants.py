@@ -229,6 +229,18 @@ MUTANTS: tuple[Mutant, ...] = (
            "return None",
            ("tests/test_tune_plan.py::test_cli_plan_of_a_synthesised_plan_is_the_order_it_holds",),
            "pptl plan best.json of a synthesised order re-builds its config's family and prints another step"),
+    Mutant("tune-split-fewer-layers", "pptl/tune/split.py",
+           "if c <= 0 or L < stages:", "if c <= 0 or L < stages - 1:",
+           ("tests/test_tune.py::test_balanced_split_at_as_many_layers_as_stages",),
+           "pptl tune of a model with one layer fewer than a family's stages is a traceback"),
+    Mutant("files-device-renamed", "pptl/fileio.py",
+           "if p.exists() and not p.is_file():", "if p.exists() and p.is_char_device():",
+           ("tests/test_fileio.py::test_atomic_write_to_a_pipe_writes_into_it_and_keeps_it",),
+           "-o into a named pipe puts a regular file in the pipe's place"),
+    Mutant("whatif-seed-negative", "pptl/commands/whatif.py",
+           'typer.Option("--seed", click_type=Whole(min=0)', 'typer.Option("--seed", click_type=Whole()',
+           ("tests/test_whatif.py::test_cli_errors_are_one_line_exit_2",),
+           "pptl whatif --seed -1 is a numpy traceback"),
 )
 
 
