@@ -17,8 +17,8 @@ from typing import Any
 from pptl.errors import InputError
 from pptl.timeline import Event, Timeline
 
-__all__ = ["KindRow", "OpRow", "Comparison", "compare_timelines", "compare_files", "display_units", "planned_timeline",
-           "comparison_lines", "schedule_difference"]
+__all__ = ["KindRow", "OpRow", "Comparison", "compare_timelines", "compare_files", "display_units", "header_difference",
+           "planned_timeline", "comparison_lines", "schedule_difference"]
 
 
 @dataclass(frozen=True)
@@ -200,22 +200,33 @@ def _contexts(pairs: list[tuple[Event, Event]], scale: float) -> list[Any]:
 _WORK = frozenset({"F", "B", "I", "W", "FB"})
 
 
+def header_difference(family: str | None, pp: int | None, microbatches: int | None, measured: Timeline,
+                      plan_ids: set[str]) -> str:
+    """What tells from its header and op names alone that ``measured`` ran another plan than the one of
+    ``family``, ``pp``, ``microbatches`` and ops ``plan_ids`` ("" when nothing): no simulation, so a plan
+    that deadlocks (the hung run's) is compared too."""
+    mm = measured.meta
+    if family and mm.family and mm.family != "measured" and family != mm.family:
+        return f"the plan is {family}, the run is {mm.family}"
+    for name, a in (("pp", pp), ("microbatches", microbatches)):
+        b = getattr(mm, name)
+        if a and b and a != b:
+            return f"the plan has {name} {a}, the run {b}"
+    extra = [e.op for e in measured.events if e.kind in _WORK and e.op not in plan_ids]
+    if extra:
+        return f"the run has {len(extra)} compute op(s) the plan lacks, such as {extra[0]}"
+    return ""
+
+
 def schedule_difference(planned: Timeline, measured: Timeline) -> str:
     """What makes ``measured`` a run of another schedule than ``planned`` ("" when none):
     family, ranks or micro-batches in the metadata, compute work the plan lacks, or a rank
     running its compute ops in another order. Work the run lacks is not a difference (a failed
     or partial run; compare notes it)."""
-    pm, mm = planned.meta, measured.meta
-    if pm.family and mm.family and mm.family != "measured" and pm.family != mm.family:
-        return f"the plan is {pm.family}, the run is {mm.family}"
-    for name in ("pp", "microbatches"):
-        a, b = getattr(pm, name), getattr(mm, name)
-        if a and b and a != b:
-            return f"the plan has {name} {a}, the run {b}"
-    plan_ids = {e.op for e in planned.events}
-    extra = [e.op for e in measured.events if e.kind in _WORK and e.op not in plan_ids]
-    if extra:
-        return f"the run has {len(extra)} compute op(s) the plan lacks, such as {extra[0]}"
+    pm = planned.meta
+    header = header_difference(pm.family, pm.pp, pm.microbatches, measured, {e.op for e in planned.events})
+    if header:
+        return header
     ran_lanes, plan_lanes = _compute_orders(measured), _compute_orders(planned)
     for r, ran in sorted(ran_lanes.items()):
         ran_set = set(ran)

@@ -48,11 +48,12 @@ def diagnose_paths(paths: Sequence[Path], plan_file: Optional[Path] = None, *, p
         if schedule is None:
             raise InputError(f"{plan_file}: has no plan (expected a plan, config or torch CSV)")
     if timelines:
-        return Diagnosed(_timeline_diagnosis(timelines[0], schedule, diagnose_timeline), schedule)
+        return Diagnosed(_timeline_diagnosis(timelines[0], schedule, diagnose_timeline, plan_file), schedule)
     return Diagnosed(diagnose_dumps([load_dump(f, rank=r) for r, f in dumps], schedule), schedule, found.note)
 
 
-def _timeline_diagnosis(path: Path, schedule: Any, diagnose_timeline: Any) -> Any:
+def _timeline_diagnosis(path: Path, schedule: Any, diagnose_timeline: Any, plan_file: Optional[Path]) -> Any:
+    from pptl.compare import header_difference
     from pptl.formats.loader import load_any
     from pptl.formats.structured import read_structured
 
@@ -67,4 +68,10 @@ def _timeline_diagnosis(path: Path, schedule: Any, diagnose_timeline: Any) -> An
     timeline = load_any(path).timeline
     if timeline is None:  # pragma: no cover - a pptl-timeline file reads as a timeline or raises
         raise InputError(f"{path}: holds no timeline")
+    # Another plan's ops would read as the hung run's pending ones (what explain and compare refuse too);
+    # ops the run never reached are no difference.
+    differs = header_difference(schedule.family, schedule.pp, schedule.microbatches, timeline,
+                                {op.id for op in schedule.ops})
+    if differs:
+        raise InputError(f"{plan_file}: not the plan that ran {path.name}: {differs}")
     return diagnose_timeline(timeline, schedule)

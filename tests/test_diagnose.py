@@ -286,3 +286,20 @@ def test_real_pptl_run_hang_holds_every_transfer_check_named() -> None:
                      "2": ("r2/recv/RECV_F s2 mb7 <-r1", "started"), "3": ("r3/recv/RECV_F s3 mb7 <-r2", "started")}
     assert ("order: rank 1 waits to receive from rank 2 (r1/recv/RECV_B s1 mb6 <-r2) while rank 2 waits to receive "
             "from rank 1 (r2/recv/RECV_F s2 mb7 <-r1)") in text
+
+
+def test_a_timeline_with_another_plan_is_one_line(tmp_path: Path) -> None:
+    """A finished gloo run of 1F1B: with its own plan, no hang (exit 0); with a ZB-V plan or a 1F1B of
+    other micro-batches, one error line naming the difference, exit 2 (another plan's ops read as the
+    run's pending ones, a hang that never was)."""
+    plan, zbv, m8, measured = (tmp_path / n for n in ("p.json", "z.json", "m8.json", "measured.json"))
+    for args, out in ((["-s", "1f1b", "-m", "4"], plan), (["-s", "zbv", "-m", "4"], zbv), (["-s", "1f1b", "-m", "8"], m8)):
+        assert runner.invoke(app, ["plan", *args, "--pp", "2", "-o", str(out)]).exit_code == 0
+    run = runner.invoke(app, ["run", str(plan), "--device", "cpu", "--steps", "1", "--warmup", "0", "-o", str(measured)])
+    assert run.exit_code == 0, run.output
+    ok = runner.invoke(app, ["diagnose", str(measured), "--plan", str(plan)])
+    assert ok.exit_code == 0 and "no hang" in ok.stdout, ok.output
+    for other, says in ((zbv, "the plan is zbv, the run is 1f1b"), (m8, "the plan has microbatches 8, the run 4")):
+        r = runner.invoke(app, ["diagnose", str(measured), "--plan", str(other)])
+        assert r.exit_code == 2, r.output
+        assert r.stderr.strip().splitlines() == [f"error: {other}: not the plan that ran measured.json: {says}"]
