@@ -20,6 +20,7 @@ __all__ = [
     "Workload",
     "Config",
     "load_config",
+    "config_from_file",
     "config_from_mapping",
     "parse_cost_flags",
     "apply_cost_flags",
@@ -192,14 +193,18 @@ class Config:
 
 def load_config(path: str | Path, **overrides: Any) -> Config:
     """Read a config file; ``overrides`` (from flags) replace fields that are not None."""
-    data = read_structured(path)
+    return config_from_file(read_structured(path), str(path), overrides)
+
+
+def config_from_file(data: Any, source: str, overrides: Mapping[str, Any]) -> Config:
+    """:func:`load_config` of a file already read (``data``, from ``source``)."""
     if not isinstance(data, Mapping):
-        raise InputError(f"{path}: expected a mapping of fields at the top level, got {_typename(data)}")
+        raise InputError(f"{source}: expected a mapping of fields at the top level, got {_typename(data)}")
     data = dict(data)
     for k, v in overrides.items():
         if v is not None:
             data[k] = v
-    return config_from_mapping(data, source=str(path))
+    return config_from_mapping(data, source=source)
 
 
 _TOP_FIELDS = {f.name for f in fields(Config)} - {"source"}

@@ -18,8 +18,8 @@ from pptl.config import (
     Config,
     apply_cost_flags,
     backward_from_split,
+    config_from_file,
     config_from_mapping,
-    load_config,
     parse_cost_flags,
 )
 from pptl.errors import InputError, InvalidScheduleError
@@ -59,15 +59,16 @@ class PlanResult:
 
 
 def make_config(path: Path | None, flags: Mapping[str, Any], cost_flags: list[str] | None,
-                comm_latency: float | None) -> Config:
-    """A config from a file (if given) with flags on top, or from flags alone."""
+                comm_latency: float | None, *, data: Any = None) -> Config:
+    """A config from a file (if given; ``data``, what it holds, when already read) with flags on top,
+    or from flags alone."""
     from pptl.schedules import get_family  # the family registry loads only when planning
     extra_costs = parse_cost_flags(cost_flags)
     schedule = flags.get("schedule")
     if extra_costs and schedule is not None:
         _check_cost_flags(extra_costs, schedule)
     if path is not None:
-        cfg = _load_config_or_plan(path, {k: v for k, v in flags.items() if v is not None})
+        cfg = _load_config_or_plan(path, {k: v for k, v in flags.items() if v is not None}, data)
     else:
         missing = [f"--{k}" for k in ("pp", "microbatches") if flags.get(k) is None]
         if missing:
@@ -100,12 +101,13 @@ def load_config_or_plan(path: Path) -> Config:
     return _load_config_or_plan(path, {})
 
 
-def _load_config_or_plan(path: Path, overrides: Mapping[str, Any]) -> Config:
+def _load_config_or_plan(path: Path, overrides: Mapping[str, Any], data: Any = None) -> Config:
     """A config file, or a plan file's config (``pptl plan plan.json --costs-from measured.json``
-    re-plans what ran, with measured costs)."""
+    re-plans what ran, with measured costs); ``data``: the file's contents when already read."""
     from pptl.formats.structured import read_structured
 
-    data = read_structured(path)
+    if data is None:
+        data = read_structured(path)
     if isinstance(data, Mapping) and data.get("format") == "pptl-plan":
         inner = data.get("config")
         if not isinstance(inner, Mapping):
@@ -117,7 +119,7 @@ def _load_config_or_plan(path: Path, overrides: Mapping[str, Any]) -> Config:
                              f"build: plan it as it is with 'pptl plan {path}' (--cost, --memory-limit apply), "
                              f"not re-planned from its config")
         return config_from_mapping({**inner, **overrides}, source=f"{path}: config")
-    return load_config(path, **overrides)
+    return config_from_file(data, str(path), overrides)
 
 
 def _given_order(data: Mapping[str, Any]) -> str | None:
@@ -131,17 +133,11 @@ def _given_order(data: Mapping[str, Any]) -> str | None:
     return str(family) if isinstance(family, str) and family != inner.get("schedule") else None
 
 
-def _plan_file_as_it_is(path: Path | None, flags: Mapping[str, Any], costs_from: Path | None) -> bool:
-    """``pptl plan PLAN`` of a plan whose order its config does not build, with nothing that re-plans
-    it: plan the order it holds (as ``--from``)."""
-    if path is None or costs_from is not None or any(v is not None for k, v in flags.items() if k != "memory_limit"):
+def _plan_file_as_it_is(data: Any, flags: Mapping[str, Any], costs_from: Path | None) -> bool:
+    """``pptl plan PLAN`` (``data``, what it holds) of a plan whose order its config does not build, with
+    nothing that re-plans it: plan the order it holds (as ``--from``)."""
+    if costs_from is not None or any(v is not None for k, v in flags.items() if k != "memory_limit"):
         return False
-    from pptl.formats.structured import read_structured
-
-    try:
-        data = read_structured(path)
-    except InputError:
-        return False  # the config path reports it
     return isinstance(data, Mapping) and data.get("format") == "pptl-plan" and _given_order(data) is not None
 
 
@@ -181,12 +177,14 @@ def plan_config(path: Path | None, flags: Mapping[str, Any], cost_flags: list[st
     """:func:`plan` of :func:`make_config`'s config, its costs measured by the run ``costs_from``
     wrote when one is named (the plan then speaks the run's unit). A plan file whose order its config
     does not build (a synthesised one) is planned as it is when nothing re-plans it."""
-    if _plan_file_as_it_is(path, flags, costs_from):
-        assert path is not None
+    from pptl.formats.structured import read_structured
+
+    data = read_structured(path) if path is not None else None
+    if path is not None and _plan_file_as_it_is(data, flags, costs_from):
         return plan_from_file(path, cost_flags=cost_flags, comm_latency=comm_latency,
                               memory_limit=flags.get("memory_limit"))
     try:
-        cfg = make_config(path, flags, cost_flags, comm_latency)
+        cfg = make_config(path, flags, cost_flags, comm_latency, data=data)
         units = None
         if costs_from is not None:
             cfg, units = calibrate(cfg, costs_from)
