@@ -110,7 +110,7 @@ BALANCED_SHAPES = (
     Shape("h6912-t1024-l8-m8", 6912, 1024, 16, 1, 2, 8),
 )
 #: The model of the issue's new user (fixtures/tune/user_h3072.yaml: 24 layers, an embedding and a head of
-#: two blocks each) at its two micro-batch counts, one launch each; never measured before 2026-11-27 09:30 UTC.
+#: two blocks each) at its two micro-batch counts, one launch each; committed before its run (2026-11-27 09:11 UTC).
 USER_SHAPES = (
     Shape("h3072-t4096-l12-m6", 3072, 4096, 24, 2, 2, 6),
     Shape("h3072-t4096-l12-m12", 3072, 4096, 24, 2, 2, 12),
@@ -238,8 +238,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("out", nargs="?")
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--shapes", help="comma-separated names, 'new' for NEW_SHAPES, 'fresh' for FRESH_SHAPES or "
-                                     "'later' for LATER_SHAPES, 'steady' for STEADY_SHAPES, 'balanced' for BALANCED_SHAPES, 'user' for USER_SHAPES "
+    ap.add_argument("--shapes", help=f"comma-separated names, or one group of {', '.join(GROUPS)} "
                                      "(default: SHAPES on cuda)")
     # Seven timed steps, their median: with two (three on one shape), a candidate's steps differed by up
     # to 5%, and the measured order of one launch's candidates agreed with itself (even steps against
