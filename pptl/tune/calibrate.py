@@ -194,7 +194,7 @@ def _run_split(tl: Any, tc: TuneConfig, stages: int) -> tuple[int, ...] | None:
     return tuple(split) if min(split) >= 1 and sum(split) == tc.model.layers else None
 
 
-def _same_model(tc: TuneConfig, tl: Any, measured: Path, stages: int) -> None:
+def _same_model(tc: TuneConfig, tl: Any, measured: Path, stages: int, run_split: tuple[int, ...] | None) -> None:
     """Refuse a run of another model: its costs would be fitted to this model's shape silently (a run of
     hidden 2048 calibrating a model of hidden 3072 ranks every plan by the wrong layer, and its peaks fit
     an activation factor of 0.28). What the run says it executed is checked: its workload's width, rows and
@@ -211,7 +211,7 @@ def _same_model(tc: TuneConfig, tl: Any, measured: Path, stages: int) -> None:
                              f"the config's workload is hidden {mine[0]}, {mine[1]} tokens, {mine[2]}: {how}")
     layers = ran.get("stage_layers")
     if tc.measured_split is None and isinstance(layers, list) and len(layers) == stages \
-            and all(isinstance(x, int) for x in layers) and _run_split(tl, tc, stages) is None:
+            and all(isinstance(x, int) for x in layers) and run_split is None:
         blocks = sum(tc.run_blocks)
         raise InputError(f"{measured}: the run executed {sum(layers)} blocks a micro-batch ({layers}); the config's "
                          f"model has {tc.model.layers + blocks} ({tc.model.layers} layers"
@@ -235,8 +235,9 @@ def calibrate_tune(tc: TuneConfig, measured: Path) -> tuple[TuneConfig, str, lis
     if any(("F" not in stages[s]) or ("B" not in stages[s]) for s in range(S)):
         raise InputError(f"{measured}: costs missing for a kind: every stage needs measured F and B (or I and W); "
                          f"the run of {tl.meta.family or 'this plan'} has {', '.join(sorted(stages[0]))}")
-    _same_model(tc, tl, measured, S)
-    split = tc.measured_split or _run_split(tl, tc, S) or even_split(tc.model.layers, S)
+    ran = _run_split(tl, tc, S)
+    _same_model(tc, tl, measured, S, ran)
+    split = tc.measured_split or ran or even_split(tc.model.layers, S)
     if len(split) != S:
         raise InputError(f"{measured}: the run has {S} stages but measured_split has {len(split)} entries")
     if min(split) < 1:
@@ -289,7 +290,7 @@ def calibrate_tune(tc: TuneConfig, measured: Path) -> tuple[TuneConfig, str, lis
                  f"F={kinds['F'][2]:.4g}, message {tc.comm_latency:.4g} {tl.meta.units}"
                  + ("" if tc.send_hold is None else
                     f" (its SEND holds the producer's compute stream {tc.send_hold:.4g} of it)"))
-    short = short_layer_note(kinds["F"][0], str(tl.meta.extra.get("backend", "")) == "nccl" and tl.meta.units == "ms")
+    short = short_layer_note(kinds["F"][0], _cuda_run(tl) and tl.meta.units == "ms")
     if short:
         notes.append(short)
     from pptl.tune.spread import fit_jitter
@@ -306,6 +307,11 @@ def calibrate_tune(tc: TuneConfig, measured: Path) -> tuple[TuneConfig, str, lis
         if note:
             notes.append(note)
     return tc, tl.meta.units, notes
+
+
+def _cuda_run(tl: Any) -> bool:
+    """Whether ``pptl run`` measured ``tl`` on GPUs (NCCL), as its metadata says."""
+    return str(tl.meta.extra.get("backend", "")) == "nccl"
 
 
 def short_layer_note(layer_f_ms: float, cuda: bool) -> str | None:
@@ -374,7 +380,7 @@ def _normalise_duty(tc: TuneConfig, tl: Any, split: Sequence[int], stages: dict[
         work = works[0] if works else []
         fitted = fit_duty_exponent(works, [[stages[s][k] for s in range(S)] for k in kinds], u)
         if fitted is None:
-            cuda = str(tl.meta.extra.get("backend", "")) == "nccl"
+            cuda = _cuda_run(tl)
             alpha = DEVICE_DUTY_EXPONENT if cuda else 0.0
             notes.append(f"duty exponent {alpha:g}: the run's ranks (busy {shown} of the step) do not show how speed "
                          f"depends on duty (too alike, or their times scatter more than duty explains); "
