@@ -740,7 +740,6 @@ def test_short_layer_note_at_its_bound() -> None:
     assert note is not None and note.startswith("a layer's forward takes 0.29 ms, under 0.3:")
 
 
-
 @pytest.mark.parametrize(("layers", "stages", "split"), [(4, 4, (1, 1, 1, 1)), (3, 4, None), (2, 3, None), (2, 2, (1, 1))])
 def test_balanced_split_at_as_many_layers_as_stages(layers: int, stages: int, split: tuple | None) -> None:
     """As many layers as stages: one each. One fewer: no split with a layer on every stage, so the
