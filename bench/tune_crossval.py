@@ -115,9 +115,15 @@ USER_SHAPES = (
     Shape("h3072-t4096-l12-m6", 3072, 4096, 24, 2, 2, 6),
     Shape("h3072-t4096-l12-m12", 3072, 4096, 24, 2, 2, 12),
 )
+#: Shapes chosen (2026-11-27 12:00 UTC) before the run that measured them, the model unchanged since the
+#: user shapes: its sixth held-out test.
+SIXTH_SHAPES = (
+    Shape("h2944-t3584-l10-m18", 2944, 3584, 20, 1, 3, 18),
+    Shape("h5888-t1792-l6-m8", 5888, 1792, 12, 2, 3, 8),
+)
 #: The held-out groups ``--shapes`` names.
 GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "steady": STEADY_SHAPES,
-          "balanced": BALANCED_SHAPES, "user": USER_SHAPES}
+          "balanced": BALANCED_SHAPES, "user": USER_SHAPES, "sixth": SIXTH_SHAPES}
 #: CPU smoke shapes (gloo, float32): the script end to end in seconds.
 TINY = (Shape("tiny-a", 64, 16, 8, 1, 3, 4), Shape("tiny-b", 32, 8, 4, 1, 2, 6))
 
