@@ -82,7 +82,10 @@ def run_demo(out: Path, *, fixtures: Path | None = None, style: str = "auto",
     parent = out.parent if str(out.parent) else Path(".")
     if not parent.is_dir():
         raise InputError(f"{out}: folder {parent} does not exist")
-    out.mkdir(exist_ok=True)
+    try:
+        out.mkdir(exist_ok=True)
+    except OSError as e:
+        raise InputError(f"{out}: cannot make the folder: {e.strerror or e}") from None
     items = []
     for path in files:
         if progress is not None:

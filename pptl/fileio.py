@@ -32,6 +32,8 @@ def check_writable(path: str | Path) -> Path:
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.exists():
         raise InputError(f"{p}: folder {parent} does not exist")
+    if not parent.is_dir():
+        raise InputError(f"{p}: {parent} is not a folder")
     return p
 
 
@@ -65,7 +67,10 @@ def atomic_write(path: str | Path, data: bytes | str, *, overwrite: bool = True)
         except OSError as e:
             raise InputError(f"{p}: cannot write: {e.strerror or e}") from None
         return p
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent or "."))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent or "."))
+    except OSError as e:  # a read-only or pseudo file system (/proc), no permission
+        raise InputError(f"{p}: cannot write: {e.strerror or e}") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(raw)
@@ -79,11 +84,13 @@ def atomic_write(path: str | Path, data: bytes | str, *, overwrite: bool = True)
             os.replace(tmp, p)
         else:
             _link_new(tmp, p)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(e, OSError) and not isinstance(e, FileExistsError):
+            raise InputError(f"{p}: cannot write: {e.strerror or e}") from None
         raise
     return p
 
@@ -127,4 +134,6 @@ def read_bounded(path: str | Path, limit: int) -> bytes:
         raise InputError(f"{p}: not valid gzip: {e}") from None
     if len(out) > limit or d.unconsumed_tail:
         raise InputError(f"{p}: decompresses to more than the {limit} bytes accepted")
+    if not d.eof:  # cut short: gzip's trailer (length and CRC) never came
+        raise InputError(f"{p}: truncated gzip (the file ends before its compressed data does)")
     return out

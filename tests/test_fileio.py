@@ -61,3 +61,34 @@ def test_atomic_write_to_a_full_device_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=rf"^{full}: cannot write: No space left on device$"):
         atomic_write(full, "x" * 10)
     assert full.is_char_device()
+
+
+def test_atomic_write_under_a_file_is_one_line(tmp_path: Path) -> None:
+    """``-o p.json/x.json`` where p.json is a file: one line naming it, not a NotADirectoryError."""
+    (tmp_path / "p.json").write_text("{}")
+    with pytest.raises(InputError, match=r"p\.json is not a folder"):
+        atomic_write(tmp_path / "p.json" / "x.json", b"x")
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_atomic_write_where_no_file_can_be_made_is_one_line() -> None:
+    """/proc takes no new files: the temporary file cannot be made, and that is an InputError."""
+    with pytest.raises(InputError, match=r"^/proc/pptl-out\.png: cannot write: "):
+        atomic_write("/proc/pptl-out.png", b"x")
+
+
+def test_a_cut_gzip_is_named_truncated(tmp_path: Path) -> None:
+    """A gzip cut anywhere, even just its 8-byte trailer (CRC and length), is refused as truncated;
+    the whole file reads back."""
+    import gzip
+
+    from pptl.fileio import read_bounded
+
+    data = b'{"a": 1}' * 1000
+    whole = gzip.compress(data)
+    (tmp_path / "ok.json.gz").write_bytes(whole)
+    assert read_bounded(tmp_path / "ok.json.gz", 10**6) == data
+    for cut in (8, 1, len(whole) // 2):
+        (tmp_path / "cut.json.gz").write_bytes(whole[:-cut])
+        with pytest.raises(InputError, match="truncated gzip"):
+            read_bounded(tmp_path / "cut.json.gz", 10**6)
