@@ -135,6 +135,10 @@ MISSES = {
     "h3840-t2560-l8-m12-bal": ("families",),
     "h4608-t2048-l7-m10-bal": ("families",),
     "h6656-t1536-l5-m10-bal": ("families",),
+    # SIXTH_SHAPES (fixed before their run, 2026-11-27 11:56 UTC, the model unchanged): h5888 passes every
+    # line; h2944 every line but Spearman (0.82): thirteen of fourteen candidates within 4.3% of each other,
+    # every family within 2.9% (capped V-Half +2.9%), the launch's own order against itself 0.92.
+    "h2944-t3584-l10-m18": ("spearman",),
 }
 #: Largest error of any candidate today, per shape where it is above the 9.5% bound of the others.
 MAX_ERR: dict[str, float] = {"h2048-t1024-l16-m8-bal": 0.161, "h2048-t2048-l4-m32-bal": 0.137}
@@ -145,11 +149,11 @@ def evaluated() -> dict:
     return {p.stem: tune_crossval._evaluate(json.loads(p.read_text())) for p in SHAPES}
 
 
-def test_twenty_eight_shapes_unlike_the_bench_were_measured() -> None:
+def test_thirty_shapes_unlike_the_bench_were_measured() -> None:
     shapes = [json.loads(p.read_text())["shape"] for p in SHAPES]
     # h2304 measured twice at the even split; fourteen shapes again at the balanced split (<name>-bal);
-    # the user model at two micro-batch counts
-    assert len(shapes) == 43 and len({s["name"] for s in shapes}) == 28
+    # the user model at two micro-batch counts; the sixth group's two
+    assert len(shapes) == 45 and len({s["name"] for s in shapes}) == 30
     assert {s["hidden"] for s in shapes} >= {2048, 4096, 8192}
     assert {s["tokens"] for s in shapes} >= {1024, 8192}
     assert {s["layers"] // 2 for s in shapes} >= {4, 16}
