@@ -219,3 +219,21 @@ def test_check_does_not_read_the_timeline(tmp_path: Path) -> None:
 def test_broken_v2_plans(data: object, match: str) -> None:
     with pytest.raises(InputError, match=match):
         plan_from_dict(data, source="p.json")
+
+
+@pytest.mark.parametrize("pp, vpp, m", [(1, 1, 3), (2, 1, 1), (4, 1, 4), (2, 2, 4), (3, 1, 5)])
+def test_inference_plan_round_trips_with_its_held_spans(tmp_path: Path, pp: int, vpp: int, m: int) -> None:
+    """Inference builds its ops rank by rank in phase order, not lane by lane, and its held spans name
+    ops by index: written as they were, they pointed at other ops once read back in file order (a SEND
+    on another rank: the plan was refused). Each span must name the same two ops after the round trip,
+    and the peak stay what it was (one forward's output held until its SEND has gone: 1 a rank)."""
+    result = plan(Config(schedule="inference", pp=pp, vpp=vpp, microbatches=m))
+    path = tmp_path / "inf.json"
+    write_plan(result, path)
+    back, _ = load_plan(path)
+    s = result.schedule
+    ids = [(s.ops[a].id, ea, s.ops[b].id, eb, x) for a, ea, b, eb, x in s.meta["held"]]
+    assert [(back.ops[a].id, ea, back.ops[b].id, eb, x) for a, ea, b, eb, x in back.meta["held"]] == ids
+    assert run_checks(back) == [] and run_checks(s) == []
+    assert [r.peak_activation for r in simulate(back).ranks] == [r.peak_activation for r in result.simulation.ranks] \
+        == [1.0] * pp

@@ -87,6 +87,8 @@ class _Written:
     deps: list[int]
     timeline: dict[str, Any] | None = None
     order: list[int] | None = None
+    position: Any = None
+    """Op index in the schedule -> its position in the file (what op indices in ``meta`` become)."""
 
 
 def _finish(written: _Written, schedule: Schedule, keys: list[tuple[int, str]], timeline: Timeline | None,
@@ -97,7 +99,7 @@ def _finish(written: _Written, schedule: Schedule, keys: list[tuple[int, str]], 
         "config": schedule.config.to_dict() if schedule.config is not None else None,
         "schedule": {"family": schedule.family, "pp": schedule.pp, "num_stages": schedule.num_stages,
                      "microbatches": schedule.microbatches, "directions": schedule.directions,
-                     "meta": schedule.meta},
+                     "meta": _meta_in_file_order(schedule.meta, written.position)},
         "lanes": [{"rank": r, "lane": lane, "count": len(schedule.lanes[(r, lane)])} for r, lane in keys],
         "ops": written.columns,
         "deps": written.deps,
@@ -111,6 +113,17 @@ def _finish(written: _Written, schedule: Schedule, keys: list[tuple[int, str]], 
     if metrics is not None:
         out["metrics"] = dict(metrics)
     return out
+
+
+def _meta_in_file_order(meta: Mapping[str, Any], position: Any) -> Mapping[str, Any]:
+    """``meta`` with the op indices of its ``held`` spans moved to file order: the reader takes
+    them as positions in the file, and a family need not build its ops in lane order (inference's
+    are per rank in phase order, not per lane)."""
+    held = meta.get("held")
+    if not held or position is None:
+        return meta
+    at = position.tolist()
+    return {**meta, "held": [[at[a], ea, at[b], eb, amount] for a, ea, b, eb, amount in held]}
 
 
 def _columns_of(schedule: Schedule, keys: list[tuple[int, str]], times: PlanTimes | None,
@@ -170,7 +183,7 @@ def _columns_of(schedule: Schedule, keys: list[tuple[int, str]], times: PlanTime
             pu, pv = position[u[keep]], position[v[keep]]
             by = np.lexsort((pv, pu))
             extra = np.stack([pu[by], pv[by]], axis=1).ravel().tolist()
-    written = _Written(columns, extra)
+    written = _Written(columns, extra, position=position)
     if times is not None:
         written.timeline = {"meta": timeline_meta_dict(times.meta),
                             "start": _compact_array(np.asarray(times.start, dtype=np.float64)[order]),
