@@ -354,8 +354,29 @@ def memory_events_of(schedule: Schedule, start: Any, end: Any, activation: float
                            np.zeros(hb.size, np.int8)])
     delta = np.concatenate([alloc[a], -free[f], amount, -amount])
     first = np.concatenate([a, f, later, later])
-    o = np.lexsort((op, delta, flag, time, rank))
+    # A free at an op's end that also is its start (a zero-time op) has not happened before the
+    # allocations at that time: with every cost 0 all of a rank's events share t = 0, and frees
+    # first would count no activation at all (GPipe holds all m). Those ties follow the graph:
+    # a topological order, each op's start before its end.
+    zero = (flag == 0) & (time == np.concatenate([start[a], start[f], at_a, at_a]))
+    if zero.any():
+        topo = _topo_position(schedule)
+        seq = np.where(zero | (flag == 1), 2 * topo[op] + (flag == 0), -1)
+        o = np.lexsort((op, delta, seq, time, rank))
+    else:
+        o = np.lexsort((op, delta, flag, time, rank))
     return MemoryEvents(rank[o], time[o], delta[o], op[o], first[o])
+
+
+def _topo_position(schedule: Schedule) -> Any:
+    """Each op's position in a topological order of its dependencies (lane order included); the
+    op index where the graph has a cycle (a broken plan, reported by its own rule)."""
+    n = schedule.table.n
+    order = kahn_order(successors(schedule))
+    pos = np.arange(n, dtype=np.int64)
+    if order is not None and len(order) == n:
+        pos[np.asarray(order, dtype=np.int64)] = np.arange(n, dtype=np.int64)
+    return pos
 
 
 def held_spans(schedule: Schedule) -> list[tuple[int, int, int, int, float]]:

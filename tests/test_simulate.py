@@ -208,3 +208,20 @@ def test_zbv_timeline_counts_two_chunks_per_rank() -> None:
     """zbv builds two chunks per rank whatever the config's vpp says."""
     s = build_schedule(Config(schedule="zbv", pp=2, microbatches=4))
     assert simulate(s).timeline().meta.vpp == 2
+
+
+@pytest.mark.parametrize("family, costs, peaks", [
+    # GPipe holds every micro-batch's activation before its first backward: m a rank
+    ("gpipe", {"F": 0, "B": 0}, [8, 8, 8, 8]),
+    # 1F1B holds the p - r forwards of its warmup
+    ("1f1b", {"F": 0, "B": 0}, [4, 3, 2, 1]),
+    ("zb-h1", {"F": 0, "B": 0, "I": 0, "W": 0}, [4, 3, 2, 1]),
+    # zero forwards, timed backwards: the same counts
+    ("gpipe", {"F": 0, "B": 2}, [8, 8, 8, 8]),
+])
+def test_zero_time_ops_still_hold_their_activations(family: str, costs: dict, peaks: list) -> None:
+    """Every event of a zero-cost rank falls at one time; frees before allocations there counted no
+    activation at all (peak 0, so any --memory-limit passed). The counts are the families' own, in
+    activation units (pp 4, m 8)."""
+    sim = simulate(build_schedule(Config(schedule=family, pp=4, microbatches=8, costs=Costs(base=costs))))
+    assert [r.peak_activation for r in sim.ranks] == peaks
