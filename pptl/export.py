@@ -7,8 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pptl.errors import InputError
+from pptl.errors import InputError, InvalidScheduleError
+
+if TYPE_CHECKING:
+    from pptl.ir import Schedule
 
 __all__ = ["EXPORT_FORMATS", "Exported", "TorchtitanFiles", "export_file", "export_torchtitan"]
 
@@ -44,6 +48,7 @@ def export_file(path: str | Path, *, to: str, comms: bool = False, gzip_output: 
             raise InputError(f"{path}: is a {loaded.kind}, not a schedule; torch CSV needs a plan, config or schedule")
         from pptl.formats.torch_csv import export_csv
 
+        _ranks_in_range(loaded.schedule, path)
         text, more = export_csv(loaded.schedule, comms=comms)
         return Exported(text.encode("utf-8"), tuple(notes + more))
     from pptl.formats.chrome_trace import dumps_chrome
@@ -99,6 +104,7 @@ def export_torchtitan(path: str | Path, *, csv_path: str, microbatches: int | No
     s = loaded.schedule
     if s is None:
         raise InputError(f"{path}: is a {loaded.kind}, not a schedule; torchtitan needs a plan, config or schedule")
+    _ranks_in_range(s, path)
     text, notes = export_csv(s, comms=False)
     per_rank = s.num_stages // max(1, s.pp)
     fam = find_family(s.family)
@@ -123,6 +129,20 @@ def export_torchtitan(path: str | Path, *, csv_path: str, microbatches: int | No
     notes.append(f"torchtitan runs {s.microbatches} micro-batches only with local_batch_size = {s.microbatches} x "
                  "pipeline_parallel_microbatch_size; scale both together")
     return TorchtitanFiles("\n".join(lines), text.encode("utf-8"), tuple(list(loaded.notes) + notes))
+
+
+def _ranks_in_range(schedule: Schedule, path: str | Path) -> None:
+    """A CSV has one row per rank: an op on a rank outside the plan's would be dropped, and the
+    file would describe another schedule. Refused as the invalid schedule it is (PP001)."""
+    import numpy as np
+
+    rank = schedule.table.rank
+    bad = np.flatnonzero((rank < 0) | (rank >= schedule.pp))
+    if bad.size:
+        op = schedule.table.op(int(bad[0]))
+        raise InvalidScheduleError(f"{path}: PP001: {op.id} is on rank {op.rank}, outside the plan's ranks "
+                                   f"0-{schedule.pp - 1} ({bad.size} ops in all); 'pptl check {path}' lists every "
+                                   "violation")
 
 
 def _toml_str(value: str) -> str:
