@@ -21,6 +21,7 @@ __all__ = [
     "Family",
     "Runtime",
     "flush_bubble",
+    "flush_assumptions",
     "loop_rank",
     "v_rank",
     "compute_op",
@@ -130,6 +131,12 @@ def flush_bubble(cfg: Config) -> float:
     """(p-1)(F+B): each rank idles while the first micro-batch fills and the last drains the pipeline."""
     c = cfg.costs
     return (cfg.pp - 1) * (c.lookup("F") + c.lookup("B"))
+
+
+def flush_assumptions(cfg: Config) -> list[str]:
+    """Why :func:`flush_bubble` is not exact for ``cfg``: messages that take time, costs that differ
+    by stage, or B that is not I + W (GPipe, 1F1B, interleaved 1F1B with its chunk's F and B)."""
+    return uniform_cost_assumptions(cfg, ("F", "B"))
 
 
 def loop_rank(stage: int, pp: int) -> tuple[int, int]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pptl.config import Config
 from pptl.ir import Schedule
-from pptl.schedules._common import Family, Order, assemble, flush_bubble, phases, require
+from pptl.schedules._common import Family, Order, assemble, flush_assumptions, flush_bubble, phases, require
 
 __all__ = ["FAMILY", "build", "validate"]
 
@@ -39,6 +39,7 @@ FAMILY = Family(
     build=build,
     bubble=flush_bubble,
     bubble_formula="(p-1)(F+B)",
+    assumptions=flush_assumptions,
     memory=lambda cfg: float(cfg.microbatches) * cfg.activation,
     memory_formula="m",
     source="Huang et al. 2019, GPipe",

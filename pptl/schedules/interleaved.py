@@ -33,7 +33,7 @@ from __future__ import annotations
 from pptl.config import Config
 from pptl.errors import InputError
 from pptl.ir import Schedule
-from pptl.schedules._common import Family, Order, assemble, flush_bubble, phases, require
+from pptl.schedules._common import Family, Order, assemble, flush_assumptions, flush_bubble, phases, require
 
 __all__ = ["FAMILY", "ORDERS", "build", "validate", "check_groups", "order_of", "schedule_table",
            "warmup_count", "group_sizes_that_fit"]
@@ -159,6 +159,7 @@ FAMILY = Family(
     build=build,
     bubble=bubble,
     bubble_formula="(p-1)(F+B) with F, B of one chunk (as costs are given), i.e. (p-1)(F+B)/V of a whole rank",
+    assumptions=flush_assumptions,
     memory=memory,
     memory_formula="min(2(p-1) + (V-1)G + 1, mV) chunk activations on rank 0",
     source="Narayanan et al. 2021; Megatron-Core schedules.py (get_schedule_table, get_pp_rank_microbatches)",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pptl.config import Config
 from pptl.ir import Schedule
-from pptl.schedules._common import Family, Order, assemble, flush_bubble, phases, require
+from pptl.schedules._common import Family, Order, assemble, flush_assumptions, flush_bubble, phases, require
 
 __all__ = ["FAMILY", "build", "validate"]
 
@@ -42,6 +42,7 @@ FAMILY = Family(
     build=build,
     bubble=flush_bubble,
     bubble_formula="(p-1)(F+B)",
+    assumptions=flush_assumptions,
     memory=lambda cfg: float(min(cfg.pp, cfg.microbatches)) * cfg.activation,
     memory_formula="min(p, m) on rank 0",
     source="Narayanan et al. 2021 (PipeDream-flush / Megatron-LM 1F1B)",
