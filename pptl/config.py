@@ -275,6 +275,8 @@ def costs_from_mapping(data: Any, *, source: str = "<flags>") -> Costs:
                     raise InputError(f"{source}: field 'costs.{key}': stage {s!r} is not an integer") from None
                 if stage < 0:
                     raise InputError(f"{source}: field 'costs.{key}': stage {stage} is negative")
+                if stage in into:  # 0 and "0" (YAML keys of two types): one would silently win
+                    raise InputError(f"{source}: field 'costs.{key}': stage {stage} is given twice")
                 if not isinstance(overrides, Mapping):
                     raise InputError(f"{source}: field 'costs.{key}.{stage}': expected a mapping kind -> duration")
                 into[stage] = {str(k): _duration(v, f"costs.{key}.{stage}.{k}", source) for k, v in overrides.items()}

@@ -168,8 +168,19 @@ def plan(cfg: Config, *, check: bool = True) -> PlanResult:
         textbook = None
     header = {"textbook_bubble": textbook, "schedule": fam.name, "pp": cfg.pp, "vpp": cfg.vpp,
               "microbatches": cfg.microbatches}
-    return _plan_schedule(build_schedule(cfg), family=fam, header=header, check=check,
-                          what=f"{cfg.schedule} with this config")
+    schedule = build_schedule(cfg)
+    _stage_costs_in_range(cfg, schedule.num_stages)
+    return _plan_schedule(schedule, family=fam, header=header, check=check, what=f"{cfg.schedule} with this config")
+
+
+def _stage_costs_in_range(cfg: Config, num_stages: int) -> None:
+    """A per-stage cost for a stage the plan has not would change nothing, silently: most often a
+    stage counted from 1, or a config written for a deeper pipeline."""
+    for field_name, stages in (("stages", cfg.costs.stages), ("beside", cfg.costs.beside)):
+        out = sorted(s for s in stages if s >= num_stages)
+        if out:
+            raise InputError(f"{cfg.source}: field 'costs.{field_name}': stage {out[0]} is not in this plan "
+                             f"(stages 0-{num_stages - 1})")
 
 
 def plan_config(path: Path | None, flags: Mapping[str, Any], cost_flags: list[str] | None,

@@ -120,3 +120,30 @@ def test_binary_file(tmp_path: Path) -> None:
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="nope.yaml: no such file$"):
         load_config(tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize("schedule, pp, stage, ok", [
+    ("1f1b", 4, 3, True), ("1f1b", 4, 4, False), ("1f1b", 4, 9, False),
+    # the V families hold 2p stages without --vpp: 3 is the last of pp 2's four
+    ("zbv", 2, 3, True), ("zbv", 2, 4, False),
+])
+def test_a_stage_cost_outside_the_plan_is_refused(schedule: str, pp: int, stage: int, ok: bool) -> None:
+    """A per-stage cost for a stage the plan has not changed nothing, silently (a 1-based stage, a
+    config of a deeper pipeline); the plan's last stage is still taken."""
+    from pptl.planning import plan
+
+    cfg = config_from_mapping({"schedule": schedule, "pp": pp, "microbatches": 8,
+                               "costs": {"stages": {stage: {"F": 2}}}}, source="c.yaml")
+    if ok:
+        assert plan(cfg).simulation.makespan > plan(config_from_mapping(
+            {"schedule": schedule, "pp": pp, "microbatches": 8}, source="c.yaml")).simulation.makespan
+    else:
+        with pytest.raises(InputError, match=rf"^c\.yaml: field 'costs\.stages': stage {stage} is not in this plan "
+                                             rf"\(stages 0-{2 * pp - 1 if schedule == 'zbv' else pp - 1}\)$"):
+            plan(cfg)
+
+
+def test_a_stage_given_twice_is_refused() -> None:
+    with pytest.raises(InputError, match="stage 0 is given twice"):
+        config_from_mapping({"schedule": "1f1b", "pp": 2, "microbatches": 2,
+                             "costs": {"stages": {0: {"F": 2}, "0": {"F": 3}}}}, source="c.yaml")
