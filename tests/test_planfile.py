@@ -237,3 +237,17 @@ def test_inference_plan_round_trips_with_its_held_spans(tmp_path: Path, pp: int,
     assert run_checks(back) == [] and run_checks(s) == []
     assert [r.peak_activation for r in simulate(back).ranks] == [r.peak_activation for r in result.simulation.ranks] \
         == [1.0] * pp
+
+
+@pytest.mark.parametrize("name, ok", [("p.json", True), ("p.json.gz", True), ("P.JSON", True), ("p.txt", False),
+                                      ("p.yaml", False), ("p", False)])
+def test_a_plan_is_written_under_a_name_its_readers_know(tmp_path: Path, name: str, ok: bool) -> None:
+    """``pptl check p.txt`` refuses '.txt'; so ``pptl plan -o p.txt`` must not write one."""
+    result = plan(Config(schedule="1f1b", pp=2, microbatches=2))
+    if ok:
+        write_plan(result, tmp_path / name)
+        assert load_plan(tmp_path / name)[0].n_ops == result.schedule.n_ops
+    else:
+        with pytest.raises(InputError, match=r"a plan is written as \.json \(or \.json\.gz\)"):
+            write_plan(result, tmp_path / name)
+        assert not (tmp_path / name).exists()
