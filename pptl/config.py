@@ -6,6 +6,7 @@ and is raised as :class:`pptl.errors.InputError` (exit code 2).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Collection, Mapping
@@ -344,6 +345,8 @@ def parse_cost_flags(values: list[str] | None) -> dict[str, float]:
             key, sep, num = item.partition("=")
             if not sep or not key.strip():
                 raise InputError(f"--cost: got '{item}', expected KIND=VALUE such as F=1")
+            if key.strip() in out:  # F=1,F=2: the last would win silently
+                raise InputError(f"--cost: {key.strip()} is given twice")
             out[key.strip()] = _duration(num.strip(), f"--cost {key.strip()}", "<flags>")
     return out
 
@@ -438,8 +441,9 @@ def _num(data: Mapping[str, Any], name: str, source: str, *, default: Any, lo: f
 
 
 def _float(v: Any, name: str, source: str) -> float:
-    if isinstance(v, bool):
-        raise InputError(f"{source}: field '{name}': got {v!r}, expected a number")
+    if isinstance(v, bool) or (isinstance(v, str) and not _PLAIN_NUMBER.fullmatch(v.strip())):
+        # float() also reads "1_000" and other scripts' digits; a number in a flag or file is plain
+        raise InputError(f"{source}: field '{name}': got {_short(v)}, expected a number")
     try:
         f = float(v)
     except (TypeError, ValueError, OverflowError):
@@ -452,6 +456,16 @@ def _float(v: Any, name: str, source: str) -> float:
 #: Largest duration, size or memory a config may give: 5M ops of it still sum to a finite float
 #: (also in microseconds), so every renderer and writer gets finite times.
 MAX_VALUE = MAX_NUMBER
+
+
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:inf|infinity|nan)",
+                           re.IGNORECASE)
+
+
+def _short(v: Any) -> str:
+    """A bad value as an error line shows it: its repr, cut at 40 characters."""
+    text = repr(v) if isinstance(v, (str, int, float)) else type(v).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _duration(v: Any, name: str, source: str) -> float:

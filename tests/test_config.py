@@ -147,3 +147,18 @@ def test_a_stage_given_twice_is_refused() -> None:
     with pytest.raises(InputError, match="stage 0 is given twice"):
         config_from_mapping({"schedule": "1f1b", "pp": 2, "microbatches": 2,
                              "costs": {"stages": {0: {"F": 2}, "0": {"F": 3}}}}, source="c.yaml")
+
+
+@pytest.mark.parametrize("flag, match", [
+    ("F=1_000", "got '1_000', expected a number"),   # float() reads it as 1000
+    ("F=\uff11", "expected a number"),               # a full-width 1: float() reads it as 1
+    ("F=1,F=2", "F is given twice"),                 # the last won, silently
+    ("F=0x10", "expected a number"),
+])
+def test_cost_flags_take_plain_numbers_once(flag: str, match: str) -> None:
+    with pytest.raises(InputError, match=match):
+        parse_cost_flags([flag])
+
+
+def test_cost_flags_in_every_plain_spelling() -> None:
+    assert parse_cost_flags(["F=1.5e0,B=.5", "I=+2", "W=3."]) == {"F": 1.5, "B": 0.5, "I": 2.0, "W": 3.0}
