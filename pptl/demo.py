@@ -50,9 +50,14 @@ def default_fixtures_dir() -> Path:
 
 def example_files(folder: Path) -> list[Path]:
     """The example inputs directly in ``folder`` (not in its sub-folders), sorted by name."""
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"{folder}: is a file; --fixtures takes the folder of example configs")
     if not folder.is_dir():
         raise InputError(f"{folder}: fixtures folder not found (pass --fixtures DIR)")
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in EXAMPLE_SUFFIXES)
+    found = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in EXAMPLE_SUFFIXES)
+    if not found:
+        raise InputError(f"{folder}: holds no example ({', '.join(sorted(EXAMPLE_SUFFIXES))}) to draw")
+    return found
 
 
 FIGURE_SUFFIXES = (".png", ".pdf", ".html")

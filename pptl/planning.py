@@ -410,7 +410,9 @@ def check_file(path: str, *, microbatches: int | None = None, memory_limit: floa
     try:
         loaded = load_any(path, microbatches=microbatches, memory_limit=memory_limit, report_problems=True, **opts)
     except InputError:
-        if not Path(path).is_dir():
+        if not str(path) or not Path(path).is_dir():  # Path("") is the working folder
+            if not str(path):
+                raise InputError("'': an empty file name; pptl check takes plan, config and schedule files") from None
             raise
         # A folder is read as per-rank profiler traces (what ran, as a schedule); one that holds none
         # is most often a folder of plans.

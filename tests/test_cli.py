@@ -282,3 +282,28 @@ def test_the_boundary_gives_each_pptl_error_its_code_and_one_line(monkeypatch: p
     r = runner.invoke(app, ["check", str(FIXTURES / "1f1b.yaml")])
     assert r.exit_code == code
     assert r.stderr == "error: first line\\nsecond line\n"
+
+
+def test_memory_over_a_limit_of_one_unit_reads_singular(tmp_path: Path) -> None:
+    # 1F1B pp 4 under a limit of 0.5: each rank is over it at its first forward, holding 1 unit
+    plan = tmp_path / "a.json"
+    assert runner.invoke(app, ["plan", "--schedule", "1f1b", "--pp", "4", "--microbatches", "8", "-o", str(plan)]).exit_code == 0
+    r = runner.invoke(app, ["check", str(plan), "--memory-limit", "0.5"])
+    assert r.exit_code == 1
+    assert "PP009 error: rank 0 holds 1 activation unit at t=0 (when r0/compute/F s0 mb0 starts), over the limit 0.5; " \
+           "peak 4" in r.stdout
+
+
+def test_check_of_an_empty_name_is_not_called_a_folder() -> None:
+    r = runner.invoke(app, ["check", ""])
+    assert r.exit_code == 2
+    assert r.stderr.strip().splitlines() == ["error: '': an empty file name; pptl check takes plan, config and schedule files"]
+
+
+def test_render_window_outside_the_step_says_so() -> None:
+    # fixtures/1f1b.yaml runs 0-33: a window of 100-200 draws every rank idle, and the title says why
+    r = runner.invoke(app, ["render", str(FIXTURES / "1f1b.yaml"), "--time", "100:200"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines()[0].endswith("· window 100-200, outside the step (0-33)")
+    inside = runner.invoke(app, ["render", str(FIXTURES / "1f1b.yaml"), "--time", "10:20"], env={"COLUMNS": "200"})
+    assert inside.stdout.splitlines()[0].endswith("· window 10-20")

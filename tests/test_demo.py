@@ -88,3 +88,26 @@ def test_out_must_be_a_folder(examples: Path, tmp_path: Path) -> None:
     f.write_text("x")
     with pytest.raises(InputError, match=r"file: exists and is not a folder"):
         run_demo(f, fixtures=examples)
+
+
+def test_fixtures_that_is_a_file_or_holds_no_example(tmp_path: Path) -> None:
+    """A file given as the folder was called "not found"; a folder with no example drew "0 of 0" and
+    exited 0. Each is one line, exit 2."""
+    f = tmp_path / "p.json"
+    f.write_text("{}")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("x")
+    for given, line in ((f, "p.json: is a file; --fixtures takes the folder of example configs"),
+                        (empty, "empty: holds no example (.json, .toml, .yaml, .yml) to draw")):
+        result = runner.invoke(app, ["demo", "--out", str(tmp_path / "o"), "--fixtures", str(given)])
+        assert result.exit_code == 2, result.output
+        assert result.stderr.strip().splitlines() == [f"error: {tmp_path / line}"]
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_an_out_folder_that_cannot_be_made_is_one_line(examples: Path) -> None:
+    result = runner.invoke(app, ["demo", "--out", "/proc/pptl-demo", "--fixtures", str(examples)])
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: /proc/pptl-demo: cannot make the folder: No such file or directory"]

@@ -31,7 +31,8 @@ def memory_over_limit(ctx: Context) -> list[Violation]:
         if over.size:
             j = lo + int(over[0])
             op = s.table.op(int(ev.op[j]))
-            out.append(Violation("PP009", f"rank {int(ev.rank[j])} holds {float(cur[over[0]]):g} activation units at "
+            held = float(cur[over[0]])
+            out.append(Violation("PP009", f"rank {int(ev.rank[j])} holds {held:g} activation unit{'' if held == 1 else 's'} at "
                                  f"t={float(ev.time[j]):g} (when {op.id} starts), over the limit {limit:g}; peak "
                                  f"{max(float(cur.max()), 0.0):g}", (op.id,)))
     return out

@@ -180,5 +180,7 @@ def build_layout(tl: Timeline, style: Style | str = "auto", *, window: tuple[flo
             for i, s in enumerate(specs)]
     t0, t1 = (tl.start, tl.start + tl.makespan) if window is None else window
     title = title_line(tl) if window is None else f"{title_line(tl)} · window {t0:g}-{t1:g}"
+    if window is not None and (t0 >= tl.start + tl.makespan or t1 <= tl.start):
+        title = f"{title_line(tl)} · window {t0:g}-{t1:g}, outside the step ({tl.start:g}-{tl.start + tl.makespan:g})"
     return Layout(st, title, rows, blocks, cats, t0, t1, tl.meta.units, st.grid(tl), tl,
                   np.asarray(frames, dtype=float).reshape(-1, 5))
