@@ -3,7 +3,9 @@ broken ones, with the violations each must report (tests/data/rule_cases.json).
 
 Those violations were recorded from the per-op implementation of each rule (pptl before the op
 table became its only storage, commit f85f889) and are the reference the one implementation on the
-table is held to: tests/test_rule_cases.py.
+table is held to: tests/test_rule_cases.py. One change since, on purpose: two full backwards of one unit
+were reported twice by PP002 (its I-work and its W-work, "B (or I)" and "B (or W)"); they are one
+report, "B of stage S mb M is done twice" (three cases).
 """
 from __future__ import annotations
 

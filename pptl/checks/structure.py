@@ -112,6 +112,8 @@ def _work_done_twice(items: Any, op_at: Callable[[int], Op]) -> list[tuple[int, 
     found: list[tuple[int, int, Violation]] = []
     done_by: dict[tuple[str, int, int, int], list[int]] = {}
     twins: set[int] = set()
+    # Two full backwards of one unit do both its I-work and its W-work: one report, not one a role.
+    pairs: dict[tuple[int, int, int, int, int], int] = {}
     for i, role, d, st, mb in items:
         if i in twins:
             continue
@@ -126,6 +128,13 @@ def _work_done_twice(items: Any, op_at: Callable[[int], Op]) -> list[tuple[int, 
             continue
         earlier.append(i)
         a, b = op_at(earlier[0]).id, op.id
+        pair = (earlier[0], i, d, st, mb)
+        if pair in pairs:
+            k = pairs[pair]
+            found[k] = (i, 1, Violation("PP002", f"B of stage {st} mb {mb}{_dir(d)} is done twice: by {a} and by {b}",
+                                        (a, b)))
+            continue
+        pairs[pair] = len(found)
         found.append((i, 1, Violation("PP002", f"{_ROLE_NAMES[role]} of stage {st} mb {mb}{_dir(d)} is done twice: "
                                       f"by {a} and by {b}", (a, b))))
     return found
