@@ -283,6 +283,8 @@ def _extra(group: str, per_rank: Mapping[int, list[NcclOp]]) -> ExtraCollectives
                 min(o.seq for o in per_rank[long_r]))
     a = [o for o in per_rank[short_r] if o.seq >= first]
     b = [o for o in per_rank[long_r] if o.seq >= first]
+    if len(b) <= len(a):
+        return None  # from the first number both hold, the long rank issued no more: nothing was inserted
     ka, kb = [(o.kind, o.numels) for o in a], [(o.kind, o.numels) for o in b]
     p = 0
     while p < len(ka) and ka[p] == kb[p]:

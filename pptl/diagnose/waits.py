@@ -186,25 +186,29 @@ def _match(ops: Mapping[int, tuple[NcclOp, ...]], mixed: set[str]) -> dict[tuple
     In a group whose ranks issued different collectives at one sequence number (``mixed``), NCCL
     pairs calls that do not belong together; the wait-for cycle is then about which call each rank
     needs, so its collectives are matched by what they are (kind and sizes, k-th occurrence).
+
+    Every op gets a node, also where a dump is inconsistent: the k-th collective a rank issued at one
+    sequence number meets the k-th of the others (a coalesced group's members share its number), and
+    a send to itself meets the rank's own receive.
     """
     node: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
-    by_key: dict[tuple, dict[int, NcclOp]] = {}
+    by_key: dict[tuple[Any, ...], list[NcclOp]] = {}
     for r, seq in ops.items():
-        seen: dict[tuple, int] = {}
+        seen: dict[tuple[Any, ...], int] = {}
         for o in seq:
+            key: tuple[Any, ...]
+            what: tuple[Any, ...]
             if o.kind == "send":
                 key = ("p2p", o.group, r, o.peer, o.nth)
             elif o.kind == "recv":
                 key = ("p2p", o.group, o.peer, r, o.nth)
-            elif o.group in mixed:
-                what = (o.group, o.kind, o.sizes)
-                key = ("what",) + what + (seen.get(what, 0),)
-                seen[what] = seen.get(what, 0) + 1
             else:
-                key = ("coll", o.group, o.seq)
-            by_key.setdefault(key, {})[r] = o
+                what = (o.group, o.kind, o.sizes) if o.group in mixed else (o.group, o.seq)
+                key = ("what" if o.group in mixed else "coll",) + what + (seen.get(what, 0),)
+                seen[what] = seen.get(what, 0) + 1
+            by_key.setdefault(key, []).append(o)
     for members in by_key.values():
-        keys = tuple(sorted((o.rank, o.index) for o in members.values()))
+        keys = tuple(sorted((o.rank, o.index) for o in members))
         for k in keys:
             node[k] = keys
     return node
