@@ -1,9 +1,10 @@
 """``pptl compare``: a plan against what ``pptl run`` measured (pure: no drawing, no files).
 
 Both sides are :class:`~pptl.timeline.Timeline` objects matched by op id. Times are compared after
-moving each timeline to start at 0. When the units differ (a plan in cost-model units against a
-run in ms) the plan is scaled so its makespan equals the measured one, which compares shapes only;
-``pptl plan --costs-from MEASURED`` makes a plan in ms whose error is the model's real error.
+moving each timeline to start at 0. Plan times in another time unit than the run's (ms against us)
+are converted exactly; a plan in cost-model units is scaled so its makespan equals the measured
+one, which compares shapes only; ``pptl plan --costs-from MEASURED`` makes a plan in ms whose error
+is the model's real error.
 
 Bubble is :func:`pptl.timeline.bubble_fraction`: the share of the makespan the compute lanes are
 idle, over all ranks (as ``pptl plan`` reports it).
@@ -18,7 +19,7 @@ from pptl.errors import InputError
 from pptl.timeline import Event, Timeline
 
 __all__ = ["KindRow", "OpRow", "Comparison", "compare_timelines", "compare_files", "display_units", "header_difference",
-           "planned_timeline", "comparison_lines", "schedule_difference"]
+           "planned_timeline", "TIME_UNITS", "comparison_lines", "schedule_difference"]
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,8 @@ class Comparison:
     planned: Timeline
     measured: Timeline
     scale: float
-    """Factor applied to planned times (1 when both are in the same unit)."""
+    """Factor applied to planned times: 1 in the same unit, the conversion between two time units
+    (1000 from ms to us), else the ratio of the makespans (see :attr:`shapes_only`)."""
     units: str
     makespan_planned: float
     makespan_measured: float
@@ -70,6 +72,9 @@ class Comparison:
     """:class:`pptl.contexts.ContextRow` per (kind, context) of the side-lane ops."""
     measurement: list[Any] = field(default_factory=list)
     """:class:`pptl.checks.Violation` per measurement error in the run (:mod:`pptl.checks.measured`)."""
+    shapes_only: bool = False
+    """The plan's unit is no clock's (cost-model units): ``scale`` fits its makespan to the run's, so
+    the makespan error is zero by construction and only shapes compare."""
 
     @property
     def makespan_error(self) -> float | None:
@@ -79,7 +84,7 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "units": self.units, "scale": self.scale,
+            "units": self.units, "scale": self.scale, "shapes_only": self.shapes_only,
             "makespan": {"planned": self.makespan_planned, "measured": self.makespan_measured,
                          "error": self.makespan_error},
             "bubble": {"planned": self.bubble_planned, "measured": self.bubble_measured},
@@ -129,11 +134,20 @@ def compare_timelines(planned: Timeline, measured: Timeline) -> Comparison:
     notes: list[str] = []
     span_p, span_m = planned.makespan, measured.makespan
     units = measured.meta.units
-    scale = 1.0
+    scale, shapes_only = 1.0, False
     if planned.meta.units != measured.meta.units:
-        scale = span_m / span_p if span_p > 0 else 1.0
-        notes.append(f"the plan is in '{planned.meta.units}' and the run in '{units}': plan times are scaled by "
-                     f"{scale:.4g} so the makespans match (shapes only); calibrate with 'pptl plan --costs-from'")
+        per_p, per_m = TIME_UNITS.get(planned.meta.units), TIME_UNITS.get(units)
+        if per_p is not None and per_m is not None:
+            # Two clocks' units: a plan in ms against a run in us is the same plan, converted exactly;
+            # fitting its makespan instead would hide the very error compare is asked for.
+            scale = 10.0 ** (per_p - per_m)
+            notes.append(f"the plan is in '{planned.meta.units}' and the run in '{units}': plan times are converted "
+                         f"(x{scale:g})")
+        else:
+            scale = span_m / span_p if span_p > 0 else 1.0
+            shapes_only = True
+            notes.append(f"the plan is in '{planned.meta.units}' and the run in '{units}': plan times are scaled by "
+                         f"{scale:.4g} so the makespans match (shapes only); calibrate with 'pptl plan --costs-from'")
     p0, m0 = planned.start, measured.start
     ops = [_row(p_by[op], m_by[op], p0, m0, scale) for op in common]
     from pptl.checks.measured import RECV_BEFORE_SEND, measured_violations
@@ -159,7 +173,7 @@ def compare_timelines(planned: Timeline, measured: Timeline) -> Comparison:
         notes.append(f"the run failed: {measured.meta.extra['failed']}")
     return Comparison(planned, measured, scale, units, span_p * scale, span_m, planned.bubble_fraction(),
                       measured.bubble_fraction(), rows, ops, missing, notes,
-                      _contexts([(p_by[op], m_by[op]) for op in common], scale), measurement)
+                      _contexts([(p_by[op], m_by[op]) for op in common], scale), measurement, shapes_only)
 
 
 _COLLECTIVES = frozenset({"A2A_DISPATCH", "A2A_COMBINE"})
@@ -249,6 +263,9 @@ def _row(p: Event, m: Event, p0: float, m0: float, scale: float) -> OpRow:
     return OpRow(p.op, p.kind, p.rank, (p.start - p0) * scale, (p.end - p0) * scale, m.start - m0, m.end - m0)
 
 
+#: Time units a timeline may be in, as the power of ten of a second each is; "unit" (cost-model
+#: units) is none of them. Powers, not factors: 1e-3 / 1e-6 is not exactly 1000 in floating point.
+TIME_UNITS = {"s": 0, "ms": -3, "us": -6, "ns": -9}
 _ORDER = {k: i for i, k in enumerate(("F", "B", "I", "W", "FB", "SEND", "RECV"))}
 
 
@@ -267,7 +284,7 @@ def comparison_lines(cmp: Comparison, top: int = 10) -> list[str]:
     k, u = display_units(cmp.units)
     err = cmp.makespan_error
     head = f"makespan: planned {k * cmp.makespan_planned:.4g} {u}, measured {k * cmp.makespan_measured:.4g} {u}"
-    if cmp.scale != 1.0:
+    if cmp.shapes_only:
         # the plan was rescaled onto the run's makespan: its error says nothing, and must say so where it is read
         head += (f" (error {100 * err:+.1f}% by construction: the plan is in '{cmp.planned.meta.units}', "
                  f"scaled by {cmp.scale:.4g} to the run's makespan)" if err is not None else "")

@@ -216,6 +216,8 @@ class Timeline:
     def to_dict(self) -> dict[str, Any]:
         meta = asdict(self.meta)
         meta["extra"] = dict(self.meta.extra)
+        if meta["pp"] <= 0:
+            del meta["pp"]  # not known: a reader takes a pp of 0 or less as an error, an absent one as unknown
         return {"format": "pptl-timeline", "version": TIMELINE_VERSION, "meta": meta,
                 "events": [e.to_dict() for e in self.events]}
 

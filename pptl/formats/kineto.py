@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from pptl.errors import InputError
+from pptl.formats._quote import quoted
 from pptl.timeline import MAX_TIME
 
 __all__ = ["Span", "Kernel", "RankTrace", "parse_trace", "is_comm_name", "PP_PREFIX"]
@@ -148,7 +149,7 @@ def parse_trace(data: Mapping, source: str) -> RankTrace:
     base = data.get("baseTimeNanoseconds", 0)
     ok = isinstance(base, (int, float)) and not isinstance(base, bool) and abs(base) <= MAX_TIME * 1000
     if not ok:
-        raise InputError(f"{source}: field 'baseTimeNanoseconds': got {base!r}, expected a finite number within "
+        raise InputError(f"{source}: field 'baseTimeNanoseconds': got {quoted(base)}, expected a finite number within "
                          f"+-{MAX_TIME * 1000:g}")
     base_us = base / 1000.0
     cpu: list[Span] = []
@@ -174,7 +175,7 @@ def parse_trace(data: Mapping, source: str) -> RankTrace:
             if ts is None or dur is None or dur < 0 or not isinstance(name, str):
                 if isinstance(name, str) and name.startswith(PP_PREFIX):
                     # An action's own range: dropping it would lose the action; say which one is broken.
-                    raise InputError(f"{source}: range '{name}' at ts {e.get('ts')!r} has dur {e.get('dur', 0)!r}; "
+                    raise InputError(f"{source}: range {quoted(name)} at ts {quoted(e.get('ts'))} has dur {quoted(e.get('dur', 0))}; "
                                      f"expected a ts within +-{MAX_TIME:g} and a dur in 0..{MAX_TIME:g} microseconds")
                 skipped += 1
                 continue

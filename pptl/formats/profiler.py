@@ -31,7 +31,9 @@ from typing import Any, Mapping
 from pptl.config import MAX_OPS
 from pptl.errors import InputError
 from pptl.fileio import MAX_FILE_BYTES
+from pptl.formats._quote import int_ranges, quoted
 from pptl.formats.kineto import parse_trace
+from pptl.formats.structured import parse_json
 from pptl.formats.torch_csv import Action, schedule_from_rows
 from pptl.formats.trace_actions import rank_actions
 from pptl.schedules._pipeline_meta import PipelineMeta
@@ -71,9 +73,12 @@ def read_json(path: str | Path, **options: Any) -> Any:
         if not files:
             raise InputError(f"{p}: no file matches")
         return read_traces([Path(f) for f in files], source=str(p), **options)
-    data = _read(p)
+    text = _text(p)
+    data = _parse(p, text)
     if sniff(data) is None:
-        return load_data(data, str(p), **options)
+        # Not a trace: a config or plan, read as strictly as read_structured reads one (a repeated
+        # key or a NaN is an error there; traces are parsed leniently, their bad events skipped).
+        return load_data(parse_json(text, p), str(p), **options)
     return read_traces([p], source=str(p), preread={p: data}, **options)
 
 
@@ -90,8 +95,11 @@ def read_dir(path: str | Path, **options: Any) -> Any:
 
 def read_traces(files: list[Path], *, source: str, preread: dict[Path, Any] | None = None,
                 microbatches: int | None = None, units: str | None = None, step: int | None = None,
-                skip_others: bool = False, **_: Any) -> Any:
+                skip_others: bool = False, report_problems: bool = False, **_: Any) -> Any:
     """Read per-rank files into a measured timeline (and the schedule that ran).
+
+    With ``report_problems`` (``pptl check``), the timeline's measurement errors (PP090, PP091:
+    :mod:`pptl.checks.measured`) come back as the reader's problems.
 
     Raises:
         InputError: a file is neither kind, two files claim one rank, or an action is unreadable.
@@ -155,7 +163,7 @@ def read_traces(files: list[Path], *, source: str, preread: dict[Path, Any] | No
     pp = max(per_rank) + 1
     missing = [r for r in range(pp) if r not in per_rank]
     if missing:
-        notes.append(f"no file for rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}")
+        notes.append(f"no file for rank{'s' if len(missing) > 1 else ''} {int_ranges(missing)}")
     rows = [_place(per_rank.get(r, []), r, pp) for r in range(pp)]
     launches = [launch.get(r, [None] * len(rows[r])) for r in range(pp)] if launch else None
     schedule, timeline, more = timeline_from_rows(rows, source=source, units=unit, microbatches=microbatches,
@@ -169,7 +177,16 @@ def read_traces(files: list[Path], *, source: str, preread: dict[Path, Any] | No
             # order stands for a group, so the P2P checks derive a safe one (as for pptl's plans).
             schedule.meta = PipelineMeta.without_program_order(schedule.meta)
         notes.extend(import_report(schedule, timeline, multi_stage=multi))
-    return Loaded(source, schedule, timeline, "profiler" if kind == "profiler" else "events", tuple(notes))
+    problems: tuple[Any, ...] = ()
+    if report_problems:
+        from pptl.checks.measured import measured_violations
+
+        # The import is a schedule, which is what check's rules judge; its times are a measured
+        # timeline, whose rules compare and explain apply and point the user to check for: the same
+        # rules, at the same tolerance (the timeline's own, else the default), must come out here.
+        problems = tuple(measured_violations(timeline))
+    return Loaded(source, schedule, timeline, "profiler" if kind == "profiler" else "events", tuple(notes),
+                  problems)
 
 
 def timeline_from_rows(rows: list[list[tuple[Action, float, float]]], *, source: str, units: str,
@@ -245,13 +262,20 @@ def import_report(schedule: Any, timeline: Timeline, *, multi_stage: bool) -> li
 
 
 def _read(p: Path) -> Any:
+    return _parse(p, _text(p))
+
+
+def _text(p: Path) -> str:
     from pptl.fileio import read_bounded
 
     raw = read_bounded(p, _MAX_BYTES)
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError:  # worded as read_structured words it, for every command
         raise InputError(f"{p}: not UTF-8 text") from None
+
+
+def _parse(p: Path, text: str) -> Any:
     try:
         return json.loads(text)
     except RecursionError:
@@ -264,7 +288,7 @@ def _read(p: Path) -> Any:
 def _check_rank(rank: Any, f: Path) -> int:
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < MAX_RANKS:
         # Every rank up to the highest gets a row: a rank of 10**30 would allocate without end.
-        raise InputError(f"{f}: rank {rank!r}, expected an integer in 0..{MAX_RANKS - 1} (the rank comes from "
+        raise InputError(f"{f}: rank {quoted(rank)}, expected an integer in 0..{MAX_RANKS - 1} (the rank comes from "
                          "distributedInfo.rank, the field 'rank', or the last number in the file name)")
     return rank
 
@@ -289,7 +313,7 @@ def _event_rows(data: Any, p: Path, fallback: int) -> tuple[int, list[tuple[Acti
         events = data["events"]
         units = data.get("units")
         if units is not None and units not in _UNITS:
-            raise InputError(f"{p}: field 'units': got {units!r}, expected one of {', '.join(_UNITS)}")
+            raise InputError(f"{p}: field 'units': got {quoted(units)}, expected one of {', '.join(_UNITS)}")
         if isinstance(data.get("rank"), int):
             rank = data["rank"]
     rows: list[tuple[Action, float, float]] = []
@@ -302,26 +326,26 @@ def _event_rows(data: Any, p: Path, fallback: int) -> tuple[int, list[tuple[Acti
             raise InputError(f"{where}: expected an object with type, start_time, end_time, minibatch")
         kind = _TYPES.get(str(e.get("type", "")).strip().lower())
         if kind is None:
-            raise InputError(f"{where}.type: got {e.get('type')!r}, expected F, B, I or W (or forward, backward, "
+            raise InputError(f"{where}.type: got {quoted(e.get('type'))}, expected F, B, I or W (or forward, backward, "
                              "backward_input, backward_weight)")
         start = e.get("start_time")
         end = e.get("end_time", e.get("completion_time"))
         for name, v in (("start_time", start), ("end_time", end)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not -MAX_TIME <= v <= MAX_TIME:
-                raise InputError(f"{where}.{name}: got {v!r}, expected a finite number within +-{MAX_TIME:g}")
+                raise InputError(f"{where}.{name}: got {quoted(v)}, expected a finite number within +-{MAX_TIME:g}")
         if end < start:
             raise InputError(f"{where}: end_time {end} is before start_time {start}")
         mb = e.get("minibatch", e.get("microbatch"))
         if isinstance(mb, bool) or not isinstance(mb, int) or mb < 0:
-            raise InputError(f"{where}.minibatch: got {mb!r}, expected an integer >= 0")
+            raise InputError(f"{where}.minibatch: got {quoted(mb)}, expected an integer >= 0")
         if isinstance(e.get("rank"), int):
             ranks_seen.add(e["rank"])
         stage = e.get("stage")
         if stage is not None and (isinstance(stage, bool) or not isinstance(stage, int) or stage < 0):
-            raise InputError(f"{where}.stage: got {stage!r}, expected an integer >= 0")
+            raise InputError(f"{where}.stage: got {quoted(stage)}, expected an integer >= 0")
         chunk = e.get("chunk", 0)
         if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 0:
-            raise InputError(f"{where}.chunk: got {chunk!r}, expected an integer >= 0")
+            raise InputError(f"{where}.chunk: got {quoted(chunk)}, expected an integer >= 0")
         rows.append((Action(stage if stage is not None else -1 - chunk, kind, mb), float(start), float(end)))
     if len(ranks_seen) > 1:
         raise InputError(f"{p}: events name ranks {sorted(ranks_seen)}; expected one file per rank")

@@ -13,8 +13,9 @@ from typing import Any
 
 from pptl.errors import InputError
 from pptl.fileio import MAX_FILE_BYTES, read_error
+from pptl.formats._quote import quoted
 
-__all__ = ["read_structured"]
+__all__ = ["read_structured", "parse_json"]
 
 
 def read_structured(path: str | Path) -> Any:
@@ -69,6 +70,20 @@ def read_structured(path: str | Path) -> Any:
     raise InputError(f"{path}: unknown file type '{suffix}', expected .yaml, .yml, .toml or .json")
 
 
+def parse_json(text: str, path: str | Path) -> Any:
+    """JSON text as :func:`read_structured` reads a ``.json`` file: duplicate keys, NaN and
+    Infinity refused, each error one line naming ``path``."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_pairs, parse_constant=_no_constant)
+    except InputError as e:
+        raise InputError(f"{path}: {e}") from None
+    except RecursionError:
+        raise InputError(f"{path}: nested too deeply") from None
+    except ValueError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InputError(f"{path}: not valid JSON: {first}") from None
+
+
 #: Values a YAML document may expand to once its aliases are followed (a legit config has hundreds).
 _MAX_YAML_VALUES = 1_000_000
 
@@ -103,7 +118,7 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in pairs:
         if k in out:
-            raise InputError(f"duplicate key '{k}'")
+            raise InputError(f"duplicate key {quoted(k)}")
         out[k] = v
     return out
 
@@ -128,7 +143,7 @@ def _make_unique_loader() -> type:
             except TypeError:
                 raise InputError(f"line {key_node.start_mark.line + 1}: a key must be a plain value") from None
             if key in out:
-                raise InputError(f"line {key_node.start_mark.line + 1}: duplicate key '{key}'")
+                raise InputError(f"line {key_node.start_mark.line + 1}: duplicate key {quoted(key)}")
             out[key] = loader.construct_object(value_node, deep=deep)
         return out
 

@@ -34,6 +34,7 @@ from pptl.config import DEFAULT_COSTS, MAX_OPS, Config, Costs
 from pptl.deps import facts_of_table
 from pptl.errors import InputError
 from pptl.formats import torch_csv_table as T
+from pptl.formats._quote import quoted
 from pptl.formats.torch_csv_table import cells_of_rows, cells_of_text
 from pptl.ir import Facts, Op, Schedule
 from pptl.schedules._pipeline_meta import PipelineMeta
@@ -106,26 +107,26 @@ def parse_action(text: str) -> Action | None:
     if cell.startswith("("):
         m = _OVERLAP.fullmatch(cell)
         if not m:
-            raise ValueError(f"{cell!r} is not an overlapped action; expected (F;B)OVERLAP_F_B such as "
+            raise ValueError(f"{quoted(cell)} is not an overlapped action; expected (F;B)OVERLAP_F_B such as "
                              "(0F7;7B3)OVERLAP_F_B")
         subs = tuple(parse_action(s) for s in m.group(1).split(";"))
         kinds = sorted(a.kind for a in subs if a is not None)
         if len(subs) != 2 or None in subs or kinds != ["B", "F"]:
-            raise ValueError(f"{cell!r}: OVERLAP_F_B must overlap one F and one B (pptl's FB op), such as "
+            raise ValueError(f"{quoted(cell)}: OVERLAP_F_B must overlap one F and one B (pptl's FB op), such as "
                              "(0F7;7B3)OVERLAP_F_B")
         return Action(-1, "OVERLAP_F_B", None, subs)  # type: ignore[arg-type]
     m = _STRICT.fullmatch(cell)
     if not m:
         torch_says = torch_reading(cell)
-        hint = f" (torch reads it as '{torch_says}' and drops the rest)" if torch_says else ""
-        raise ValueError(f"{cell!r} is not an action{hint}; expected {_EXAMPLE}")
+        hint = f" (torch reads it as {quoted(torch_says)} and drops the rest)" if torch_says else ""
+        raise ValueError(f"{quoted(cell)} is not an action{hint}; expected {_EXAMPLE}")
     stage, kind, mb = int(m.group(1)), m.group(2), m.group(3)
     if kind in FSDP_KINDS:
         if mb:
-            raise ValueError(f"{cell!r}: {kind} takes no micro-batch; expected {stage}{kind}")
+            raise ValueError(f"{quoted(cell)}: {kind} takes no micro-batch; expected {stage}{kind}")
         return Action(stage, kind)
     if not mb:
-        raise ValueError(f"{cell!r}: {kind} needs a micro-batch index, such as {stage}{kind}0")
+        raise ValueError(f"{quoted(cell)}: {kind} needs a micro-batch index, such as {stage}{kind}0")
     return Action(stage, kind, int(mb))
 
 

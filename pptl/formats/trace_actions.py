@@ -24,6 +24,7 @@ from typing import Iterable
 
 from pptl.config import MAX_OPS
 from pptl.errors import InputError
+from pptl.formats._quote import quoted
 from pptl.formats.kineto import PP_PREFIX, Kernel, RankTrace, Span, is_comm_name
 from pptl.formats.torch_csv import Action, parse_action
 
@@ -86,7 +87,7 @@ def _parse(name: str, where: str) -> Action | None:
     try:
         return parse_action(name)
     except ValueError as e:
-        raise InputError(f"{where}: range 'PP:{name}': {e}") from None
+        raise InputError(f"{where}: range {quoted(PP_PREFIX + name)}: {e}") from None
 
 
 def _runs(spans: Iterable[tuple[str, Span]]) -> dict[str, list[list[float]]]:

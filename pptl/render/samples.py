@@ -24,6 +24,14 @@ def _ev(rank: int, lane: str, kind: str, start: float, end: float, **kw) -> Even
         bits.append(f"mb{kw['mb']}")
     if kw.get("direction"):
         bits.append(f"d{kw['direction']}")
+    # the rest of an op id's parts (pptl.op.Op.id): a timeline names each op once
+    if kw.get("bucket", -1) >= 0:
+        bits.append(f"bucket{kw['bucket']}")
+    if kw.get("half", -1) >= 0:
+        bits.append(f"half{kw['half']}")
+    if kw.get("pair") is not None:
+        ps, pm, pd = kw["pair"]
+        bits.append(f"+B s{ps} mb{pm}" + (f" d{pd}" if pd else ""))
     return Event(op=" ".join(bits), rank=rank, lane=lane, start=start, end=end, kind=kind, **kw)
 
 
