@@ -13,6 +13,7 @@ from typing import Any, Collection, Mapping
 
 from pptl.errors import InputError
 from pptl.fields import MAX_NUMBER
+from pptl.formats._quote import quoted
 from pptl.formats.structured import read_structured
 
 __all__ = [
@@ -443,7 +444,7 @@ def _num(data: Mapping[str, Any], name: str, source: str, *, default: Any, lo: f
 def _float(v: Any, name: str, source: str) -> float:
     if isinstance(v, bool) or (isinstance(v, str) and not _PLAIN_NUMBER.fullmatch(v.strip())):
         # float() also reads "1_000" and other scripts' digits; a number in a flag or file is plain
-        raise InputError(f"{source}: field '{name}': got {_short(v)}, expected a number")
+        raise InputError(f"{source}: field '{name}': got {quoted(v)}, expected a number")
     try:
         f = float(v)
     except (TypeError, ValueError, OverflowError):
@@ -460,12 +461,6 @@ MAX_VALUE = MAX_NUMBER
 
 _PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:inf|infinity|nan)",
                            re.IGNORECASE)
-
-
-def _short(v: Any) -> str:
-    """A bad value as an error line shows it: its repr, cut at 40 characters."""
-    text = repr(v) if isinstance(v, (str, int, float)) else type(v).__name__
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _duration(v: Any, name: str, source: str) -> float:
