@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 from pptl.errors import InputError
+from pptl.formats._quote import quoted
 
 __all__ = ["strict_int", "strict_number", "strict_flag", "MAX_NUMBER"]
 
@@ -36,10 +37,16 @@ def strict_number(v: Any, field: str, source: str, *, positive: bool = False, in
     """``v`` as a float when it is a number ``>= 0`` (``> 0`` with ``positive``) and at most
     :data:`MAX_NUMBER` (or infinite, with ``inf``)."""
     ok = isinstance(v, (int, float)) and not isinstance(v, bool)
-    f = float(v) if ok else math.nan
+    # past the bound but a number any float (or int) holds: say the bound, not "finite"; an int past
+    # float's range (YAML reads 10**400 as one) must not reach float()
+    if ok and (v > MAX_NUMBER if isinstance(v, int) else math.isfinite(v) and v > MAX_NUMBER):
+        bound = f"{MAX_NUMBER:.0e}".replace("e+", "e")
+        what = f"a number above 0, at most {bound}" if positive else f"a number in 0..{bound}"
+        raise InputError(f"{source}: field '{field}': got {quoted(v)}, expected {what}{' or .inf' if inf else ''}{tail}")
+    f = float(v) if ok and not (isinstance(v, int) and v < -MAX_NUMBER) else math.nan
     ok = ok and f == f and (f > 0 if positive else f >= 0) and (f <= MAX_NUMBER or (inf and f == math.inf))
     if not ok:
-        raise InputError(f"{source}: field '{field}': got {v!r}, expected a finite number "
+        raise InputError(f"{source}: field '{field}': got {quoted(v)}, expected a finite number "
                          f"{'> 0' if positive else '>= 0'}{tail}")
     return f
 

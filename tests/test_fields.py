@@ -33,9 +33,15 @@ def test_numbers_from_zero_to_the_largest_finite_value():
     assert strict_number(0, "c", "f") == 0.0
     assert strict_number(MAX_NUMBER, "c", "f") == 1e15
     assert strict_number(math.inf, "bw", "f", inf=True, positive=True) == math.inf
-    for v, kw in [(1.0000001e15, {}), (math.inf, {}), (math.nan, {}), (-1e-300, {}), (0, {"positive": True}),
-                  (True, {}), ("1", {})]:
+    for v, kw in [(math.inf, {}), (math.nan, {}), (-1e-300, {}), (0, {"positive": True}),
+                  (True, {}), ("1", {}), (-10**400, {})]:
         with pytest.raises(InputError, match=r"expected a finite number (>|>=) 0$"):
+            strict_number(v, "c", "f", **kw)
+    # past the bound, yet a number any float holds (or an int past float's range): the bound is said
+    for v, kw, what in [(1.0000001e15, {}, "a number in 0..1e15"), (10**15 + 1, {}, "a number in 0..1e15"),
+                        (10**400, {}, "a number in 0..1e15"),
+                        (1e29, {"positive": True, "inf": True}, "a number above 0, at most 1e15 or .inf")]:
+        with pytest.raises(InputError, match=rf", expected {what.replace('.', '[.]')}$"):
             strict_number(v, "c", "f", **kw)
 
 

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from pptl.checks import run_checks
 from pptl.cli import app
+from pptl.errors import InputError
 from pptl.tune import tune
 from pptl.tune.model import tune_config_from_mapping
 from pptl.tune.rank import best_schedule
@@ -302,11 +303,19 @@ def test_gpu_script_limit_and_spearman():
     assert structure_of("synth inflight=4 m=8 split=even").inflight == 4
 
 
-def test_hostile_sizes_are_rejected_not_built():
+def test_hostile_sizes_are_rejected_not_built(monkeypatch):
+    import pptl.tune.rank
+
     data = yaml.safe_load(FIX.read_text())
     data.update(pp=4096, microbatches=100_000, memory_limit=None, families=["1f1b", "synth"])
     data["model"]["layers"] = 100_000
     tc = tune_config_from_mapping(data, source="t.yaml")
+    # the sweep is refused before anything is built: 4 plans of 6 x 4096 x 100,000 ops
+    with pytest.raises(InputError, match=r"^t.yaml: 4 candidate plans of about 9,830,400,000 ops in all, more than "
+                                         r"the 10,000,000 pptl tune times in one call"):
+        tune(tc)
+    # and past that bound, each plan too large for pptl is rejected, not built
+    monkeypatch.setattr(pptl.tune.rank, "MAX_TUNE_OPS", 10**12)
     res = tune(tc)
     assert res.best is None and all(r.step is None for r in res.results)
     assert all("more than the 5,000,000 pptl plans" in r.rejected for r in res.results)

@@ -145,9 +145,9 @@ def test_straggler_factor_is_the_simulators_rank_scale():
 def test_straggler_delay_at_one_microbatch_on_a_chain():
     s = _graph([_op(f"c{i}", mb=i) for i in range(len(CHAIN))], [])
     costs = Costs(base={f"c{i}": d for i, d in enumerate(CHAIN)})
-    out = monte_carlo(s, costs, Spread(stragglers=(parse_straggler("rank=0,+2@mb3"),)), samples=2)
+    out = monte_carlo(s, costs, Spread(stragglers=parse_straggler("rank=0,+2@mb3")), samples=2)
     assert out.makespan.tolist() == [13.0, 13.0]  # 11 + 2, on the op of micro-batch 3 only
-    both = Spread(stragglers=(parse_straggler("rank=0,x2,+1"),))
+    both = Spread(stragglers=parse_straggler("rank=0,x2,+1"))
     assert monte_carlo(s, costs, both, samples=1).makespan.tolist() == [2 * 11.0 + 5 * 1.0]
 
 
@@ -268,8 +268,15 @@ def test_bad_jitter_is_refused(text, msg):
 
 
 @pytest.mark.parametrize("text,want", [
-    ("rank=2,x1.3", Straggler(2, 1.3)), ("rank=1,+2ms@mb7", Straggler(1, 1.0, 2.0, "ms", 7)),
-    ("rank=10,+0.5", Straggler(10, 1.0, 0.5, "", None)), ("rank=0,x1.1,+3us", Straggler(0, 1.1, 3.0, "us", None))])
+    ("rank=2,x1.3", (Straggler(2, 1.3),)), ("rank=1,+2ms@mb7", (Straggler(1, 1.0, 2.0, "ms", 7),)),
+    ("rank=10,+0.5", (Straggler(10, 1.0, 0.5, "", None),)),
+    ("rank=0,x1.1,+3us", (Straggler(0, 1.1, 3.0, "us", None),)),
+    # the parts of one spec combine as repeated flags do: factors multiply, delays add, each @mb its own
+    ("rank=1,x2,x1.5", (Straggler(1, 3.0),)), ("rank=1,+1,+1", (Straggler(1, 1.0, 2.0),)),
+    ("rank=1,+1@mb2,+1@mb3", (Straggler(1, 1.0, 1.0, "", 2), Straggler(1, 1.0, 1.0, "", 3))),
+    ("rank=1,+1@mb2,+0.5@mb2", (Straggler(1, 1.0, 1.5, "", 2),)),
+    ("rank=0,x2,+1ms,+500us,+1@mb0", (Straggler(0, 2.0, 1.0, "ms"), Straggler(0, 1.0, 500.0, "us"),
+                                      Straggler(0, 1.0, 1.0, "", 0)))])
 def test_straggler_parses(text, want):
     assert parse_straggler(text) == want
 
@@ -277,7 +284,11 @@ def test_straggler_parses(text, want):
 @pytest.mark.parametrize("text,msg", [
     ("2,x1.3", "expected rank=R,xFACTOR"), ("rank=-1,x2", "expected a rank 0 or more"),
     ("rank=1", "(no effect)"), ("rank=1,x0", "expected x above 0"), ("rank=1,*2", "got '\\*2'"),
-    ("rank=1,+2h", "got '\\+2h'"), ("rank=1,xinf", "got 'xinf'")])
+    ("rank=1,+2h", "got '\\+2h'"), ("rank=1,xinf", "got 'xinf'"),
+    # 1e400 reads as inf: not "not above 0" but not finite; 1e16 is finite and past the bound
+    ("rank=1,x1e400", "expected a finite factor \\(x1.3\\)$"), ("rank=1,x2e6", "at most x1e\\+06"),
+    ("rank=1,x1000,x1001", "multiply to x1.001e\\+06"),
+    ("rank=1,+1e400", "expected a finite time"), ("rank=1,+1e16", "expected a time in 0..1e15 \\(\\+2ms\\)$")])
 def test_bad_straggler_is_refused(text, msg):
     with pytest.raises(InputError, match=f"^--straggler: .*{msg}"):
         parse_straggler(text)
@@ -289,7 +300,7 @@ def test_straggler_outside_the_plan_and_time_unit_on_cost_units_are_refused():
         monte_carlo(s, None, Spread(stragglers=(Straggler(2, 1.5),)), samples=1)
     with pytest.raises(InputError, match=r"the plan is in 'unit' \(cost-model units\), not time; give the delay "
                                          r"without a unit \(\+2\)"):
-        monte_carlo(s, None, Spread(stragglers=(parse_straggler("rank=1,+2ms"),)), samples=1)
+        monte_carlo(s, None, Spread(stragglers=parse_straggler("rank=1,+2ms")), samples=1)
 
 
 # --- the lanes a sync-send run executed ----------------------------------------------------------
@@ -380,20 +391,24 @@ def test_cli_text_report_and_figure(tmp_path):
 @pytest.mark.parametrize("args,msg", [
     (["--jitter", "abc"], "error: --jitter: got 'abc', expected a share such as 5% or 0.05"),
     (["--straggler", "rank=x"], "error: --straggler: got rank 'x' in 'rank=x', expected a rank 0 or more"),
-    (["--straggler", "rank=9,x2"], "error: --straggler: rank 9 is not in the plan (ranks 0-3)"),
-    (["--from", "RUN"], "error: RUN: the run had 2 ranks, the plan (1f1b) 4: measure a run with the plan's ranks"),
+    (["--straggler", "rank=9,x2"], "error: --straggler: rank 9 is not in PLAN (ranks 0-3)"),
+    (["--straggler", "rank=1,+2@mb4"], "error: --straggler: micro-batch 4 is not in PLAN (micro-batches 0-3)"),
+    (["--from", "RUN"], "error: RUN: the run had 2 ranks, the plan PLAN (1f1b) 4: measure a run with the plan's "
+                        "ranks"),
+    (["--from", "PLAN"], "error: PLAN is a plan, not a measured run; --from takes a 'pptl run -o' timeline (or a "
+                         "profiler trace)"),
     (["--seed", "-1"], "error: --seed: got -1, expected an integer >= 0"),
-], ids=["jitter", "straggler", "straggler-rank", "other-plan", "negative-seed"])
+], ids=["jitter", "straggler", "straggler-rank", "straggler-mb", "other-plan", "plan-as-run", "negative-seed"])
 def test_cli_errors_are_one_line_exit_2(tmp_path, args, msg):
     r = CliRunner()
     plan = tmp_path / "p4.json"
     assert r.invoke(app, ["plan", "-s", "1f1b", "--pp", "4", "-m", "4", "-o", str(plan)]).exit_code == 0
     _write_run(tmp_path / "m.json")
-    args = [str(tmp_path / "m.json") if a == "RUN" else a for a in args]
+    args = [str(tmp_path / "m.json") if a == "RUN" else str(plan) if a == "PLAN" else a for a in args]
     res = r.invoke(app, ["whatif", str(plan), *args, "-n", "10"])
     assert res.exit_code == 2, res.output
     assert not isinstance(res.exception, Exception)  # an exit code, not an error escaping the CLI
-    assert res.stderr.strip().splitlines() == [msg.replace("RUN", str(tmp_path / "m.json"))]
+    assert res.stderr.strip().splitlines() == [msg.replace("RUN", str(tmp_path / "m.json")).replace("PLAN", str(plan))]
 
 
 def test_compare_prints_the_measured_median_against_the_predicted_band(tmp_path):

@@ -272,7 +272,10 @@ def test_only_call_6s_long_calibrating_step_opens_fast():
     o6 = opening["call6_h3584"]
     assert (o6[0].early, o6[0].late) == pytest.approx((0.971, 1.032), abs=5e-4)
     assert (o6[1].early, o6[1].late) == pytest.approx((0.977, 1.025), abs=5e-4)
-    others = [o for c in CALLS if c != "call6_h3584" for o in opening[c].values()]
+    # call 9's 73 ms step, the next longest, opens in between: 0.990 then 1.011, and 0.985 then 1.017
+    o9 = opening["call9_h3328"]
+    assert (o9[0].early, o9[0].late, o9[1].early, o9[1].late) == pytest.approx((0.990, 1.011, 0.985, 1.017), abs=5e-4)
+    others = [o for c in CALLS if c not in ("call6_h3584", "call9_h3328") for o in opening[c].values()]
     assert len(others) == 20 and all(abs(o.early - 1) < 0.013 and abs(o.late - 1) < 0.013 for o in others)
     slower_first = [c for c in CALLS if c != "call6_h3584" and all(o.early >= o.late for o in opening[c].values())]
     assert slower_first == ["call1", "call2", "call3", "call3_h2560", "call4_h2048"], slower_first

@@ -50,6 +50,7 @@ def tune(
     import os
     from dataclasses import replace
 
+    from rich.markup import escape
     from rich.table import Table
 
     from pptl.errors import InvalidScheduleError
@@ -57,7 +58,7 @@ def tune(
     from pptl.tune import load_tune_config
     from pptl.tune import tune as run_tune
     from pptl.tune.report import COLUMNS, summary_lines, table_rows, to_dict
-    from pptl.tune.write import write_best
+    from pptl.tune.write import refuse_csv_without_families, write_best
 
     if calibration_plan is not None:
         ranked = [name for name, given in (("-o", out_file), ("--csv", csv), ("--figure", figure)) if given is not None]
@@ -71,6 +72,8 @@ def tune(
         if p is not None:
             check_writable(p)
     tc = load_tune_config(config)
+    if csv is not None and calibration_plan is None:
+        refuse_csv_without_families(tc)
     units, notes = "unit", list[str]()
     if costs_from is not None:
         from pptl.tune.calibrate import calibrate_tune
@@ -82,12 +85,21 @@ def tune(
         _write_calibration_plan(tc, calibration_plan, config, output)
         return
     with progress("tuning", json_output=output == "json") as status:
-        result = run_tune(tc, progress=lambda label: status.update(f"tuning: {label}"), workers=os.cpu_count() or 1)
+        result = run_tune(tc, progress=lambda label: status.update(f"tuning: {escape(label)}"),
+                          workers=os.cpu_count() or 1)
         result.notes[:0] = notes
+        unbuilt = result.unbuilt(str(config))
+        if unbuilt is not None:
+            from pptl.errors import InputError
+
+            raise InputError(unbuilt)
         best = result.best
         if best is not None and (out_file is not None or csv is not None):
             status.update("writing the best plan")
-            write_best(tc, best, out=out_file, csv=csv, units=units)
+            before = len(result.notes)
+            write_best(tc, best, out=out_file, csv=csv, units=units, notes=result.notes)
+            if len(result.notes) > before:  # the CSV was not written, and a note says why
+                csv = None
     if figure is not None:
         from pptl.render.mpl import image_bytes
         from pptl.render.pareto import pareto_figure
@@ -102,7 +114,8 @@ def tune(
         for col in COLUMNS:
             table.add_column(col, justify="right" if col in ("#", "step", "spread p05-p95", "per mb", "bubble") else "left")
         for row in table_rows(result, top):
-            table.add_row(*row)
+            # the reasons quote config fields ("G in [pp, microbatches]"): text, not rich markup
+            table.add_row(*(escape(cell) for cell in row))
         wide().print(table)
         print_lines(summary_lines(result, units))
         for p in (out_file, csv, figure):
@@ -110,8 +123,7 @@ def tune(
                 say(f"wrote {p}", stderr=True)
     if best is None:
         closest = result.closest()
-        if closest is None:
-            raise InvalidScheduleError("no candidate could be built for this config (see the table for why)")
+        assert closest is not None  # a ranking of no timed candidate was refused above (unbuilt)
         raise InvalidScheduleError(f"no candidate fits the memory limit {tc.memory_limit:g}; closest: "
                                    f"{closest.label} with peak {closest.max_peak:.4g}")
 

@@ -23,7 +23,8 @@ def whatif(
     jitter: Annotated[Optional[str], typer.Option("--jitter", metavar="SHARE", help="Every op's duration times a "
                                                   "normal factor of this spread (5% or 0.05).")] = None,
     straggler: Annotated[Optional[list[str]], typer.Option("--straggler", metavar="SPEC", help="A slow rank: "
-                                                           "rank=2,x1.3 or rank=1,+2ms@mb7 (repeatable).")] = None,
+                                                           "rank=2,x1.3 or rank=1,+2ms@mb7 (each of its ops of mb "
+                                                           "7); parts combine, repeatable.")] = None,
     duty_exponent: Annotated[str, typer.Option("--duty-exponent", metavar="ALPHA", help="With --from: a busier rank "
                                                "runs slower, op time x (duty / the run's duty)^ALPHA; 'learn' (the "
                                                "default with --from) learns ALPHA from the run's ranks, 0 is off "
@@ -42,7 +43,7 @@ def whatif(
 
     fmt = figure_format(out_file)
     spec = parse_jitter(jitter) if jitter is not None else None
-    slow = [parse_straggler(t) for t in straggler or []]
+    slow = [one for t in straggler or [] for one in parse_straggler(t)]
     alpha = parse_duty_exponent(duty_exponent or ("learn" if measured is not None else "0"))
     with progress(f"sampling {len(plans)} plan(s) x {samples} steps", json_output=output == "json"):
         outcomes = study_plans(plans, measured=measured, samples=samples, seed=seed, jitter=spec, stragglers=slow,

@@ -223,10 +223,13 @@ def calibrate_tune(tc: TuneConfig, measured: Path) -> tuple[TuneConfig, str, lis
     """The config with costs from ``measured``; also its time unit and notes for the user."""
     from pptl.formats.loader import load_any
     from pptl.planning import costs_from_timeline
+    from pptl.whatif.spread import measured_only
 
-    tl = load_any(measured).timeline
+    loaded = load_any(measured)
+    tl = loaded.timeline
     if tl is None or not tl.events:
         raise InputError(f"{measured}: has no events to calibrate from (expected the timeline of pptl run)")
+    measured_only(measured, loaded, "--costs-from")
     data = costs_from_timeline(tl)
     stages: dict[int, dict[str, float]] = {int(k): v for k, v in (data.get("stages") or {}).items()}
     S = max(stages) + 1 if stages else 0

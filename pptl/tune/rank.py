@@ -29,13 +29,17 @@ from pptl.tune.split import Split, megatron_layout, splits_for, stage_costs, sta
 from pptl.tune.spread import Spread, step_spread
 from pptl.tune.synth import SynthInput, build_synth
 
-__all__ = ["Result", "TuneResult", "tune", "config_for"]
+__all__ = ["Result", "TuneResult", "tune", "config_for", "MAX_TUNE_OPS", "estimated_ops"]
 
 #: Per rank, the (kind, micro-batch) compute order of a synthesised plan.
 Orders = tuple[tuple[tuple[str, int], ...], ...]
 
 #: Most simulate -> duty -> rescale passes with a duty exponent (they stop once duty moves < 1e-4).
 _DUTY_PASSES = 6
+#: Most ops, over every candidate structure, one tune builds and times (each timed once per split):
+#: about a minute on 2 cores (7 us an op there: 2.9M ops took 21 s). Past it a sweep runs for many
+#: minutes with nothing to show, where ``pptl whatif`` and ``pptl plan`` refuse such sizes up front.
+MAX_TUNE_OPS = 10_000_000
 
 
 @dataclass
@@ -105,6 +109,22 @@ class TuneResult:
         r = self.results[0] if self.results else None
         return r if r is not None and r.fits else None
 
+    def unbuilt(self, source: str) -> str | None:
+        """When no candidate was timed: one line that says why (the config fits no family; bad input,
+        not a schedule that failed), naming the candidates of the most common reason. None otherwise."""
+        if any(r.step is not None for r in self.results):
+            return None
+        why: dict[str, list[str]] = {}
+        for r in self.results:
+            why.setdefault(r.rejected or r.skipped or "not built", []).append(r.label)
+        if not why:
+            return f"{source}: no candidate to build (no family and micro-batch count to try)"
+        reason, labels = max(why.items(), key=lambda kv: len(kv[1]))
+        named = ", ".join(labels[:3]) + (f" and {len(labels) - 3} more" if len(labels) > 3 else "")
+        others = len(self.results) - len(labels)
+        rest = f" ({others} other candidate{'s' if others > 1 else ''} for other reasons)" if others else ""
+        return f"{source}: no candidate could be built: {named}: {reason}{rest}"
+
     def closest(self) -> Result | None:
         """The timed candidate with the lowest peak memory (when nothing fits)."""
         timed = [r for r in self.results if r.step is not None]
@@ -157,6 +177,7 @@ def tune(tc: TuneConfig, *, progress: Callable[[str], None] | None = None, worke
     results: list[Result] = []
     notes: list[str] = []
     sts = structures(tc)
+    _refuse_oversized(tc, sts)
     if workers > 1 and len(sts) > 1:
         import multiprocessing as mp
 
@@ -178,6 +199,26 @@ def tune(tc: TuneConfig, *, progress: Callable[[str], None] | None = None, worke
     if note:
         notes.append(note)
     return TuneResult(results, tc.memory_limit, notes)
+
+
+def estimated_ops(tc: TuneConfig, st: Structure) -> int:
+    """Ops of ``st``'s plan, about: F, B (or I and W) and a message each way per micro-batch, stage
+    and chunk (as :func:`_evaluate` bounds one plan)."""
+    return 6 * tc.pp * st.vpp * st.microbatches
+
+
+def _refuse_oversized(tc: TuneConfig, sts: list[Structure]) -> None:
+    """Refuse a sweep of more than :data:`MAX_TUNE_OPS` ops before building any of it.
+
+    Raises:
+        InputError: the structures' plans add up to more ops than that.
+    """
+    total = sum(estimated_ops(tc, st) for st in sts)
+    if total > MAX_TUNE_OPS:
+        big = max(tc.microbatches)
+        raise InputError(f"{tc.source}: {len(sts)} candidate plans of about {total:,} ops in all, more than the "
+                         f"{MAX_TUNE_OPS:,} pptl tune times in one call (micro-batches up to {big:,} at pp {tc.pp}); "
+                         f"sweep fewer or smaller micro-batch counts, or list fewer families")
 
 
 def _prefer_lower_p95(results: list[Result]) -> str | None:
@@ -234,7 +275,7 @@ def _evaluate(tc: TuneConfig, st: Structure) -> list[Result]:
             get_family(fam_name).validate(cfg)
         except InputError as e:
             return [Result(st, None, rejected=_reason(str(e), tc.source))]
-    estimate = 6 * tc.pp * st.vpp * st.microbatches  # as build_schedule bounds hostile sizes
+    estimate = estimated_ops(tc, st)  # as build_schedule bounds hostile sizes
     if estimate > MAX_OPS:
         return [Result(st, None, rejected=f"about {estimate:,} ops, more than the {MAX_OPS:,} pptl plans")]
     if st.family == "synth":

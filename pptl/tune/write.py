@@ -20,7 +20,27 @@ if TYPE_CHECKING:
     from pptl.tune.rank import Result
     from pptl.tune.split import Split
 
-__all__ = ["calibration_config", "plan_result", "write_best"]
+__all__ = ["calibration_config", "plan_result", "write_best", "NO_CSV_FAMILIES", "refuse_csv_without_families"]
+
+#: Tune families whose plans torch's CSV cannot hold: DualPipe runs micro-batches in two
+#: directions, and the CSV has one (DualPipeV holds the same pairs on one direction).
+NO_CSV_FAMILIES = frozenset({"dualpipe"})
+
+
+def refuse_csv_without_families(tc: TuneConfig) -> None:
+    """Before a ranking with ``--csv``: refuse when no family of the config can be written as a torch
+    CSV (the best could never be); with some that can, a best that cannot is noted instead
+    (:func:`write_best`), and the ranking stands.
+
+    Raises:
+        InputError: every family of ``tc`` is in :data:`NO_CSV_FAMILIES`.
+    """
+    from pptl.errors import InputError
+
+    if tc.families and all(f in NO_CSV_FAMILIES for f in tc.families):
+        raise InputError(f"--csv: {tc.source} lists only {', '.join(tc.families)}, which runs micro-batches in two "
+                         f"directions; torch's CSV has one: drop --csv, or add a family it holds (dualpipev pairs "
+                         f"F and B as dualpipe does)")
 
 
 def plan_result(tc: TuneConfig, result: Result, *, units: str = "unit") -> PlanResult:
@@ -46,18 +66,34 @@ def plan_result(tc: TuneConfig, result: Result, *, units: str = "unit") -> PlanR
 
 
 def write_best(tc: TuneConfig, result: Result, *, out: Path | None, csv: Path | None,
-               units: str = "unit") -> Schedule:
-    """Write ``result``'s plan to ``out`` (a pptl plan) and/or ``csv`` (a torch CSV); return it."""
+               units: str = "unit", notes: list[str] | None = None) -> Schedule:
+    """Write ``result``'s plan to ``out`` (a pptl plan) and/or ``csv`` (a torch CSV); return it.
+
+    With ``notes``, a plan torch's CSV cannot hold (DualPipe's two directions) leaves ``csv``
+    unwritten and says why there: the ranking and the plan are what was asked, the CSV one form of
+    the plan. Without, that raises.
+
+    Raises:
+        InputError: the plan cannot be exported (without ``notes``), or a file cannot be written.
+    """
+    from pptl.errors import InputError
     from pptl.fileio import atomic_write
     from pptl.planning import write_plan
 
     planned = plan_result(tc, result, units=units)
-    if out is not None:
-        write_plan(planned, out)
+    text = None
     if csv is not None:
         from pptl.formats.torch_csv import export_csv
 
-        text, _ = export_csv(planned.schedule)
+        try:
+            text, _ = export_csv(planned.schedule)
+        except InputError as e:
+            if notes is None:
+                raise
+            notes.append(f"--csv: {csv} not written: the best plan ({result.label}) cannot be a torch CSV: {e}")
+    if out is not None:
+        write_plan(planned, out)
+    if csv is not None and text is not None:
         atomic_write(csv, text.encode("utf-8") if isinstance(text, str) else text)
     return planned.schedule
 

@@ -101,5 +101,5 @@ def _timeline(ax: Any, o: PlanOutcome, rows: list[tuple[int, str]], cmap: Any, n
     ax.set_yticklabels([f"rank {r} {lane_name}" for r, lane_name in rows], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlim(0, max(float(end.max()) if end.size else 1.0, 1e-12))
-    ax.set_title(f"{_short(o).replace(chr(10), ' ')}: timeline at, mean durations, colour = criticality", fontsize=9)
+    ax.set_title(f"{_short(o).replace(chr(10), ' ')}: timeline at mean durations, colour = criticality", fontsize=9)
     ax.set_xlabel(f"time ({o.units})", fontsize=8)

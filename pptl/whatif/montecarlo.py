@@ -77,14 +77,15 @@ def makespan_quantiles(schedule: Schedule, costs: Costs | None = None, spread: S
 
 
 def monte_carlo(schedule: Schedule, costs: Costs | None = None, spread: Spread | None = None, *,
-                samples: int = 1000, seed: int = 0, critical: bool = True) -> Samples:
+                samples: int = 1000, seed: int = 0, critical: bool = True, name: str = "") -> Samples:
     """Draw ``samples`` steps of ``schedule`` (durations from ``costs`` and ``spread``).
 
     Deterministic for a ``seed``. ``critical`` off skips the critical-path walk (criticality 0).
+    ``name``: the plan's file, which errors about the plan name (several plans are sampled at once).
 
     Raises:
-        InputError: ``samples`` below 1 or too many cells; a straggler's rank not in the plan; a
-            measured spread of another plan (other ranks, or a compute op the run never had).
+        InputError: ``samples`` below 1 or too many cells; a straggler's rank or micro-batch not in
+            the plan; a measured spread of another plan (other ranks, or a compute op the run never had).
         InvalidScheduleError: the graph has a cycle or a cost is missing.
 
     Notes:
@@ -112,7 +113,7 @@ def monte_carlo(schedule: Schedule, costs: Costs | None = None, spread: Spread |
         base = _sends_hold(schedule, base, ops, g, spread.send_hold)
     if spread.opening:
         base = _opened(schedule, base, ops, spread)
-    draw = _Draw.of(schedule, ops, base, spread, samples, seed, moved)
+    draw = _Draw.of(schedule, ops, base, spread, samples, seed, moved, name=name)
     span, last, via2, viam, busy = _walk(g, draw, ops, samples)
     crit = _criticality(g, via2, viam, last, samples) if critical and n else np.zeros(n)
     offset = draw.offsets()
@@ -235,6 +236,8 @@ class _OpColumns:
     rank: Any
     stage: Any
     mb: Any
+    pair_mb: Any
+    """The micro-batch of an overlapped FB's B half (-1 for every other op)."""
     compute: Any
     kind: list[str]
     pp: int
@@ -251,7 +254,8 @@ class _OpColumns:
         compute = np.isin(t.lane, [k for k, name in enumerate(t.lane_names) if name == "compute"])
         pp = max(schedule.pp, int(t.rank.max()) + 1 if t.n else 0)
         kinds = t.strings("kind")
-        return _OpColumns(t.rank, t.stage, t.mb, compute, kinds, pp, np.asarray(kinds, dtype=object))
+        pair_mb = np.where(t.has_pair, t.pair[:, 1], -1)
+        return _OpColumns(t.rank, t.stage, t.mb, pair_mb, compute, kinds, pp, np.asarray(kinds, dtype=object))
 
 
 class _Draw:
@@ -268,12 +272,13 @@ class _Draw:
 
     @staticmethod
     def of(schedule: Schedule, ops: _OpColumns, base: Any, spread: Spread, samples: int, seed: int,
-           moved: Mapping[int, float] | None = None) -> "_Draw":
+           moved: Mapping[int, float] | None = None, *, name: str = "") -> "_Draw":
         import numpy as np
 
         n = base.size
+        plan = f"the plan {name} ({schedule.family})" if name else f"the plan ({schedule.family})"
         if spread.measured and spread.pp and spread.pp != ops.pp:
-            raise InputError(f"{spread.source}: the run had {spread.pp} ranks, the plan ({schedule.family}) "
+            raise InputError(f"{spread.source}: the run had {spread.pp} ranks, {plan} "
                              f"{ops.pp}: measure a run with the plan's ranks")
         gid = np.full(n, -1, dtype=np.int64)
         tables: list[tuple[float, ...]] = []
@@ -283,21 +288,30 @@ class _Draw:
                 q = spread.factor_for(int(ops.stage[i]), int(ops.rank[i]), ops.kind[i])
                 if q is None:
                     raise InputError(f"{spread.source}: the run has no {ops.kind[i]} on stage {int(ops.stage[i])} "
-                                     f"or rank {int(ops.rank[i])}, which the plan ({schedule.family}) runs: it was "
+                                     f"or rank {int(ops.rank[i])}, which {plan} runs: it was "
                                      f"measured on another plan; measure one with the plan's stages and kinds")
                 gid[i] = index.setdefault(id(q), len(tables))
                 if gid[i] == len(tables):
                     tables.append(q.values)
         scale = np.ones(n)
         add = np.zeros(n)
+        where = name or "the plan"
+        mbs = ops.mb[ops.compute & (ops.mb >= 0)]
+        last_mb = int(mbs.max()) if mbs.size else -1
         for s in spread.stragglers:
             if s.rank >= ops.pp:
-                raise InputError(f"--straggler: rank {s.rank} is not in the plan (ranks 0-{ops.pp - 1})")
+                raise InputError(f"--straggler: rank {s.rank} is not in {where} (ranks 0-{ops.pp - 1})")
+            if s.mb is not None and s.mb > last_mb:
+                # A hiccup that hits no op would leave the plan as planned and say nothing.
+                each = f" in each of its {schedule.directions} directions" if schedule.directions > 1 else ""
+                held = f"micro-batches 0-{last_mb}{each}" if last_mb >= 0 else "no micro-batches"
+                raise InputError(f"--straggler: micro-batch {s.mb} is not in {where} ({held})")
             rows = ops.compute & (ops.rank == s.rank)
             scale[rows] *= s.factor
             if s.delay:
-                add[rows & ((ops.mb == s.mb) if s.mb is not None else True)] += delay_in(s, spread.units or
-                                                                                          _units(schedule))
+                # an FB computes two micro-batches: a hiccup in either delays it, once
+                on = rows & ((ops.mb == s.mb) | (ops.pair_mb == s.mb)) if s.mb is not None else rows
+                add[on] += delay_in(s, spread.units or _units(schedule), name=name)
         if spread.first:
             for (rank, lane), order in schedule.lanes.items():
                 if lane == _COMPUTE and order and rank in spread.first:

@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from pptl.errors import InputError
+from pptl.fields import MAX_NUMBER
 from pptl.whatif.opening import Opening, fit_opening
 
 __all__ = ["QUANTILE_POINTS", "Quantiles", "Jitter", "Straggler", "Spread", "parse_jitter", "parse_straggler",
-           "spread_from_timeline", "first_ops", "delay_in", "parse_duty_exponent", "MAX_STEP_RECORDS"]
+           "spread_from_timeline", "first_ops", "delay_in", "parse_duty_exponent", "MAX_STEP_RECORDS",
+           "measured_only"]
 
 #: Points of every quantile table (0, 1/(Q-1), ..., 1): percentiles, min and max included.
 QUANTILE_POINTS = 101
@@ -83,7 +85,9 @@ class Straggler:
     unit: str = ""
     """"" (the plan's own unit), "ms" or "us"."""
     mb: int | None = None
-    """Only the rank's compute ops of this micro-batch (one hiccup); None: all of them."""
+    """Only the rank's compute ops of this micro-batch, each of them (in 1F1B its F and its B: the
+    step can grow by twice the delay); an overlapped FB counts once for either of its two
+    micro-batches. None: all of them."""
 
 
 @dataclass(frozen=True)
@@ -169,7 +173,7 @@ class Spread:
             if s.factor != 1.0:
                 what.append(f"x{s.factor:g}")
             if s.delay:
-                what.append(f"+{s.delay:g}{s.unit}" + (f" at mb {s.mb}" if s.mb is not None else ""))
+                what.append(f"+{s.delay:g}{s.unit}" + (f" on each op of mb {s.mb}" if s.mb is not None else ""))
             parts.append(f"rank {s.rank} {' '.join(what) or 'as planned'}")
         return "; ".join(parts) or "no spread (every op as planned)"
 
@@ -204,15 +208,25 @@ _UNITS = {"": 1.0, "ms": 1.0, "us": 1e-3, "s": 1e3}
 _DELAY = re.compile(r"^\+([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)(ms|us|s)?(?:@mb([0-9]+))?$")
 _FACTOR = re.compile(r"^x([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)$")
 _STRAGGLER_HELP = "expected rank=R,xFACTOR (rank=2,x1.3) or rank=R,+DELAY[ms|us|s][@mbK] (rank=1,+2ms@mb7)"
+#: Largest straggler factor: a rank a million times slower is a hang, not a straggler, and a plan's
+#: times (each at most 1e15) times more would leave the range every writer keeps finite.
+_MAX_FACTOR = 1e6
+_MAX_TEXT = f"{MAX_NUMBER:.0e}".replace("e+", "e")  # 1e15, as users write it
 
 
-def parse_straggler(text: str) -> Straggler:
+def parse_straggler(text: str) -> tuple[Straggler, ...]:
     """``rank=2,x1.3`` (rank 2's compute 1.3 times as long), ``rank=1,+2ms`` (each of its compute
-    ops 2 ms longer), ``rank=1,+2ms@mb7`` (only those of micro-batch 7: one hiccup); the parts
-    combine (``rank=0,x1.1,+0.5ms``). A delay without a unit is in the plan's unit.
+    ops 2 ms longer), ``rank=1,+2ms@mb7`` (each of its compute ops of micro-batch 7 2 ms longer).
+    The parts combine as the same parts in repeated flags do: factors multiply, delays on every op
+    add, and each ``@mb`` delay applies to its own micro-batch (``rank=0,x1.1,x2,+0.5ms@mb1,+1ms@mb2``).
+    A delay without a unit is in the plan's unit.
+
+    Returns the spec's effects: the first carries the factor and the delay on every op, then one per
+    further unit or micro-batch (what :func:`pptl.whatif.montecarlo.monte_carlo` applies in turn).
 
     Raises:
-        InputError: a malformed part, a rank below 0, a factor not above 0, or no effect named.
+        InputError: a malformed part, a rank below 0, a factor not above 0, a value past its bound,
+            or no effect named.
     """
     parts = [p.strip() for p in text.split(",")]
     if not parts or not parts[0].startswith("rank="):
@@ -220,28 +234,52 @@ def parse_straggler(text: str) -> Straggler:
     r = parts[0][5:]
     if not r.isdigit() or len(r) > 7:
         raise InputError(f"--straggler: got rank '{r}' in '{text}', expected a rank 0 or more")
-    factor, delay, unit, mb = 1.0, 0.0, "", None
     if len(parts) < 2:
         raise InputError(f"--straggler: got '{text}' (no effect), {_STRAGGLER_HELP}")
+    factor = 1.0
+    # (unit, micro-batch) -> summed delay: delays of one unit and one target add up exactly; a delay
+    # in another unit stays its own effect until the plan's unit is known (delay_in).
+    delays: dict[tuple[str, int | None], float] = {}
     for p in parts[1:]:
         f, d = _FACTOR.match(p), _DELAY.match(p)
         if f:
-            factor = float(f.group(1))
-            if not (math.isfinite(factor) and 0.0 < factor <= 1e6):
-                raise InputError(f"--straggler: got factor '{p}' in '{text}', expected x above 0 (x1.3)")
+            x = float(f.group(1))
+            if not math.isfinite(x):
+                raise InputError(f"--straggler: got factor '{p}' in '{text}', expected a finite factor (x1.3)")
+            if not 0.0 < x <= _MAX_FACTOR:
+                raise InputError(f"--straggler: got factor '{p}' in '{text}', expected x above 0 and at most "
+                                 f"x{_MAX_FACTOR:g} (x1.3)")
+            factor *= x
+            if factor > _MAX_FACTOR:
+                raise InputError(f"--straggler: the factors of '{text}' multiply to x{factor:g}, more than "
+                                 f"x{_MAX_FACTOR:g}")
         elif d:
             delay = float(d.group(1))
-            if not (math.isfinite(delay) and delay <= 1e15):
+            if not math.isfinite(delay):
                 raise InputError(f"--straggler: got delay '{p}' in '{text}', expected a finite time (+2ms)")
-            unit = d.group(2) or ""
-            mb = int(d.group(3)) if d.group(3) is not None else None
+            if delay > MAX_NUMBER:
+                raise InputError(f"--straggler: got delay '{p}' in '{text}', expected a time in 0..{_MAX_TEXT} "
+                                 f"(+2ms)")
+            key = (d.group(2) or "", int(d.group(3)) if d.group(3) is not None else None)
+            delays[key] = delays.get(key, 0.0) + delay
+            if delays[key] > MAX_NUMBER:
+                raise InputError(f"--straggler: the delays of '{text}' add up to more than {_MAX_TEXT}")
         else:
             raise InputError(f"--straggler: got '{p}' in '{text}', {_STRAGGLER_HELP}")
-    return Straggler(int(r), factor, delay, unit, mb)
+    rank = int(r)
+    every = [(u, mb, v) for (u, mb), v in delays.items() if mb is None]
+    once = [(u, mb, v) for (u, mb), v in delays.items() if mb is not None]
+    head_unit, head_mb, head_delay = every.pop(0) if every else ("", None, 0.0)
+    out = [Straggler(rank, factor, head_delay, head_unit, head_mb)]
+    out += [Straggler(rank, 1.0, v, u, mb) for u, mb, v in every + once]
+    if len(out) > 1 and factor == 1.0 and not head_delay:
+        out.pop(0)  # only hiccups: a first effect of nothing would read "as planned" among them
+    return tuple(out)
 
 
-def delay_in(s: Straggler, units: str) -> float:
-    """The straggler's delay in the plan's unit ``units`` ("ms", "us" or a cost-model unit).
+def delay_in(s: Straggler, units: str, *, name: str = "") -> float:
+    """The straggler's delay in the plan's unit ``units`` ("ms", "us" or a cost-model unit);
+    ``name``, the plan's file, for the error.
 
     Raises:
         InputError: a delay with a time unit on a plan in cost-model units.
@@ -249,7 +287,9 @@ def delay_in(s: Straggler, units: str) -> float:
     if not s.unit or s.delay == 0.0:
         return s.delay
     if units not in ("ms", "us", "s"):
-        raise InputError(f"--straggler: rank={s.rank},+{s.delay:g}{s.unit}: the plan is in '{units or 'unit'}' "
+        at = f"@mb{s.mb}" if s.mb is not None else ""
+        raise InputError(f"--straggler: rank={s.rank},+{s.delay:g}{s.unit}{at}: {name or 'the plan'} is in "
+                         f"'{units or 'unit'}' "
                          f"(cost-model units), not time; give the delay without a unit (+{s.delay:g}) or "
                          f"calibrate with --from a measured run")
     return s.delay * _UNITS[s.unit] / _UNITS[units]
@@ -424,3 +464,20 @@ def _step_record(raw: Any, source: str) -> tuple[list[str], dict[str, list[float
             raise InputError(f"{where}.ms[{str(op)[:60]!r}]': expected {k} durations >= 0 (one per step)")
         out[op] = vals
     return list(out), out, spans
+
+
+def measured_only(path: Any, loaded: Any, flag: str) -> None:
+    """Refuse a file whose timeline was simulated, not measured (``meta.source``): its durations are
+    the cost model's, so a spread or costs taken from it would be labelled measured and say nothing
+    the plan does not. ``pptl run -o`` timelines and imported profiler traces say ``measured``.
+
+    Raises:
+        InputError: ``loaded`` (what :func:`pptl.formats.loader.load_any` read from ``path``) is a
+            plan or a planned timeline.
+    """
+    tl = loaded.timeline
+    if tl is None or tl.meta.source == "measured":
+        return
+    what = "a plan" if loaded.kind == "plan" else f"a {tl.meta.source or 'planned'} timeline"
+    raise InputError(f"{path} is {what}, not a measured run; {flag} takes a 'pptl run -o' timeline (or a "
+                     f"profiler trace)")

@@ -68,15 +68,19 @@ def load_measured(path: Path) -> Measured:
     """Costs and spread of a measured timeline (``pptl run -o`` or a profiler trace pptl reads).
 
     Raises:
-        InputError: the file holds no timeline with compute ops, or a malformed per-step record.
+        InputError: the file holds no timeline with compute ops, a planned one (not measured), or a
+            malformed per-step record.
     """
     from pptl.config import costs_from_mapping
     from pptl.formats.loader import load_any
     from pptl.planning import costs_from_timeline
+    from pptl.whatif.spread import measured_only
 
-    tl = load_any(path).timeline
+    loaded = load_any(path)
+    tl = loaded.timeline
     if tl is None or not tl.events:
         raise InputError(f"{path}: has no timeline to take durations from (expected the output of pptl run -o)")
+    measured_only(path, loaded, "--from")
     spread = spread_from_timeline(tl, str(path))
     extra = tl.meta.extra
     sync = extra.get("messages") == "sync-send" and extra.get("device") not in (None, "cpu")
@@ -115,7 +119,7 @@ def study(schedule: Schedule, name: str, spread: Spread, *, costs: Costs | None 
     from pptl.optable import table_of
 
     units = spread.units or str(schedule.meta.get("units") or "unit")
-    out = monte_carlo(schedule, costs, spread, samples=samples, seed=seed)
+    out = monte_carlo(schedule, costs, spread, samples=samples, seed=seed, name=name)
     t = table_of(schedule)
     ids = [op.id for op in schedule.ops] if schedule.has_ops() else [t.op(i).id for i in range(t.n)]
     return PlanOutcome(name, schedule, units, out, ids, spread)
@@ -145,22 +149,49 @@ def study_plans(paths: Sequence[Path], *, measured: Path | None = None, samples:
         duty_exponent = duty_exponent or 0.0
     spread = replace(m.spread if m is not None else Spread(), jitter=jitter, stragglers=tuple(stragglers),
                      duty_exponent=duty_exponent, duty_learnt=learnt, duty_range=duty_range)
-    out = []
+    plans = []
     for p in paths:
         loaded = load_any(p)
         if loaded.schedule is None:
             raise InputError(f"{p}: is a {loaded.kind}, not a plan; pptl whatif takes plans and configs")
-        schedule = loaded.schedule
+        plans.append((p, loaded.schedule))
+    if m is None:
+        _one_unit(plans)
+    out = []
+    for p, plan in plans:
+        schedule = plan
         if m is not None and m.sends_on_compute:
             from pptl.whatif.lanes import sends_on_compute
 
             schedule = sends_on_compute(schedule)
         costs, spread_p = (None, spread) if m is None else _by_role(schedule, m, spread)
-        if m is not None and schedule is not loaded.schedule:
+        if m is not None and schedule is not plan:
             spread_p = replace(spread_p, send_hold=m.send_hold)
         o = study(schedule, str(p), spread_p, costs=costs, samples=samples, seed=seed)
-        out.append(replace(o, sends_on_compute=schedule is not loaded.schedule))
+        out.append(replace(o, sends_on_compute=schedule is not plan))
     return out
+
+
+def _one_unit(plans: Sequence[tuple[Path, Schedule]]) -> None:
+    """Refuse plans of different time units side by side: the table has one unit column, and a
+    straggler's delay without a unit is in each plan's own unit (2 cost-model units on one, 2 ms on
+    another). With ``--from`` every plan takes the run's costs, in the run's unit.
+
+    Raises:
+        InputError: two plans in different units.
+    """
+    first_path, first = plans[0]
+    u0 = str(first.meta.get("units") or "unit")
+    for p, s in plans[1:]:
+        u = str(s.meta.get("units") or "unit")
+        if u != u0:
+            raise InputError(f"{p} is in {_unit_name(u)} and {first_path} in {_unit_name(u0)}: plans side by side "
+                             f"share one unit; compare plans of one unit, or give --from a measured run (every plan "
+                             f"then takes its costs)")
+
+
+def _unit_name(u: str) -> str:
+    return "cost-model units" if u == "unit" else f"'{u}'"
 
 
 
