@@ -30,8 +30,8 @@ def test_only_families_torch_names_differently_declare_a_name() -> None:
     assert get_family("zbv").torch_schedule == "" and get_family("1f1b").torch_schedule == ""
 
 
-@pytest.mark.parametrize("to", ["torch-csv", "torchtitan"])
-def test_export_refuses_ops_on_a_rank_the_plan_has_not(tmp_path: Path, to: str) -> None:
+@pytest.mark.parametrize("to, rank", [("torch-csv", 10), ("torchtitan", 10), ("torch-csv", 4)])
+def test_export_refuses_ops_on_a_rank_the_plan_has_not(tmp_path: Path, to: str, rank: int) -> None:
     """A plan file whose first lane was moved to rank 10 of a pp-4 plan: torch's CSV has a row per
     rank 0-3, so rank 10's 16 ops would be dropped and the CSV describe another schedule (it was,
     exit 0). Now one line naming the op, exit 1 (an invalid schedule), and nothing written."""
@@ -45,14 +45,14 @@ def test_export_refuses_ops_on_a_rank_the_plan_has_not(tmp_path: Path, to: str) 
     plan = tmp_path / "r.json"
     assert runner.invoke(app, ["plan", "--schedule", "1f1b", "--pp", "4", "--microbatches", "8", "-o", str(plan)]).exit_code == 0
     data = json.loads(plan.read_text())
-    data["lanes"][0]["rank"] = 10
+    data["lanes"][0]["rank"] = rank  # 4: the first rank past pp 4's
     bad = tmp_path / "r10.json"
     bad.write_text(json.dumps(data))
     out = tmp_path / ("x.toml" if to == "torchtitan" else "x.csv")
     r = runner.invoke(app, ["export", str(bad), "--to", to, "-o", str(out)])
     assert r.exit_code == 1, r.output
     errors = [ln for ln in r.output.splitlines() if ln.startswith("error:")]
-    assert len(errors) == 1 and "r10/compute/F s0 mb0 is on rank 10, outside the plan's ranks 0-3 (16 ops" in errors[0]
+    assert len(errors) == 1 and f"r{rank}/compute/F s0 mb0 is on rank {rank}, outside the plan's ranks 0-3 (16 ops" in errors[0]
     assert not out.exists()
     ok = runner.invoke(app, ["export", str(plan), "--to", to, "-o", str(out)])
     assert ok.exit_code == 0 and out.exists()
