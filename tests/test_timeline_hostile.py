@@ -145,13 +145,15 @@ def test_a_rank_its_op_id_contradicts_is_refused(tmp_path: Path) -> None:
         assert _refused([cmd, str(path)]) == f"error: {path}: events[0]: rank 9, but its op id '{op}' names rank 2"
 
 
-def test_a_rank_outside_meta_pp_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize("rank", [4, 9])  # 4: the first rank past pp 4's
+def test_a_rank_outside_meta_pp_is_refused(tmp_path: Path, rank: int) -> None:
     d = _measured()
     e = d["events"][0]
-    e["rank"] = 9
-    e["op"] = "r9/" + e["op"].split("/", 1)[1]
+    e["rank"] = rank
+    e["op"] = f"r{rank}/" + e["op"].split("/", 1)[1]
     path = _write(tmp_path, d)
-    assert _refused(["check", str(path)]) == f"error: {path}: events[0].rank: got 9, expected a rank in 0..3 (meta.pp is 4)"
+    assert _refused(["check", str(path)]) == \
+        f"error: {path}: events[0].rank: got {rank}, expected a rank in 0..3 (meta.pp is 4)"
 
 
 def test_a_lane_its_op_id_contradicts_is_refused(tmp_path: Path) -> None:
