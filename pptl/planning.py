@@ -429,6 +429,12 @@ def check_file(path: str, *, microbatches: int | None = None, memory_limit: floa
     try:
         violations = list(getattr(loaded, "problems", ())) + run_checks(loaded.schedule, memory_limit=memory_limit,
                                                                          p2p=p2p)
+        if loaded.timeline is not None and loaded.timeline.meta.source == "measured":
+            from pptl.checks.measured import measured_violations
+
+            # an imported trace is the schedule that ran and its measured times: compare and explain
+            # hold those times to PP090/PP091 and send the user here, so check must too
+            violations += measured_violations(loaded.timeline)
     except InputError as e:  # a value the rules read from the file's metadata: name the file first
         raise InputError(str(e) if str(e).startswith(f"{path}:") else f"{path}: {e}") from None
     locate = getattr(loaded, "locate", None)

@@ -128,7 +128,8 @@ def test_the_core_imports_nothing_above_it() -> None:
     below = set(CORE) | {"pptl.config", "pptl.timeline", "pptl.intervals", "pptl.kinds", "pptl.contexts",
                          "pptl.schedules._moe_meta", "pptl.schedules._meta_fields", "pptl.schedules._pipeline_meta",
                          "pptl.schedules._weight_update_meta", "pptl.fileio", "pptl.events",
-                         "pptl.formats.structured", "pptl.fields"}  # config files are read by the config module
+                         "pptl.formats.structured", "pptl.fields",  # config files are read by the config module
+                         "pptl.formats._quote"}  # a bad value quoted in an error line, as every reader quotes it
     reach = {m for c in CORE for m in nx.descendants(g, c)} | set(CORE)
     assert reach <= below, sorted(reach - below)
 

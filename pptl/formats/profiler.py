@@ -95,11 +95,8 @@ def read_dir(path: str | Path, **options: Any) -> Any:
 
 def read_traces(files: list[Path], *, source: str, preread: dict[Path, Any] | None = None,
                 microbatches: int | None = None, units: str | None = None, step: int | None = None,
-                skip_others: bool = False, report_problems: bool = False, **_: Any) -> Any:
+                skip_others: bool = False, **_: Any) -> Any:
     """Read per-rank files into a measured timeline (and the schedule that ran).
-
-    With ``report_problems`` (``pptl check``), the timeline's measurement errors (PP090, PP091:
-    :mod:`pptl.checks.measured`) come back as the reader's problems.
 
     Raises:
         InputError: a file is neither kind, two files claim one rank, or an action is unreadable.
@@ -177,16 +174,7 @@ def read_traces(files: list[Path], *, source: str, preread: dict[Path, Any] | No
             # order stands for a group, so the P2P checks derive a safe one (as for pptl's plans).
             schedule.meta = PipelineMeta.without_program_order(schedule.meta)
         notes.extend(import_report(schedule, timeline, multi_stage=multi))
-    problems: tuple[Any, ...] = ()
-    if report_problems:
-        from pptl.checks.measured import measured_violations
-
-        # The import is a schedule, which is what check's rules judge; its times are a measured
-        # timeline, whose rules compare and explain apply and point the user to check for: the same
-        # rules, at the same tolerance (the timeline's own, else the default), must come out here.
-        problems = tuple(measured_violations(timeline))
-    return Loaded(source, schedule, timeline, "profiler" if kind == "profiler" else "events", tuple(notes),
-                  problems)
+    return Loaded(source, schedule, timeline, "profiler" if kind == "profiler" else "events", tuple(notes))
 
 
 def timeline_from_rows(rows: list[list[tuple[Action, float, float]]], *, source: str, units: str,
