@@ -16,7 +16,9 @@ MAX_WIDTH = 1000
 DpiOpt = Annotated[int, typer.Option("--dpi", click_type=Whole(),
                                      help="PNG resolution (dots per inch).")]
 SizeOpt = Annotated[Optional[str], typer.Option("--size", help="Figure size W,H in inches (e.g. 7,4.5; default: "
-                                                "7 wide, a paper column, as tall as the content).")]
+                                                "7 wide, a paper column, as tall as the content). A size smaller "
+                                                "than the title, legend and rows need is refused, naming the least "
+                                                "that fits.")]
 FontOpt = Annotated[Optional[float], typer.Option("--font-size", click_type=Number(),
                                                   help="Font size in points (default: 7; no text under 6 pt, labels "
                                                   "without room are left out).")]
@@ -75,6 +77,12 @@ def render(
         raise InputError(f"--style: got '{style}', expected one of {', '.join(STYLE_NAMES)}")
     if html and out_file is not None and output_format(out_file) != "html":
         raise InputError(f"--html writes HTML but -o {out_file} is not .html; drop --html or name a .html file")
+    writes_html = html or (out_file is not None and output_format(out_file) == "html")
+    if plotlyjs != "inline" and not writes_html:
+        # an option that changes nothing is a mistake the user should hear of, as --html -o x.png is
+        where = f"-o {out_file} is not .html" if out_file is not None else "the drawing goes to the terminal"
+        raise InputError(f"--plotlyjs {plotlyjs} shapes HTML pages but {where}; drop --plotlyjs or name a .html "
+                         "file")
     if width is not None and (out_file is not None or html):
         raise InputError("--width sizes the terminal drawing; a figure file takes --size")
     named = out_file is not None  # a file the user names is overwritten; one pptl names is not

@@ -30,6 +30,7 @@ __all__ = [
     "Grid",
     "GridCell",
     "title_head",
+    "title_number",
     "title_units",
 ]
 
@@ -295,13 +296,19 @@ class Style:
         stages = len({e.stage for e in tl.events if e.stage is not None and e.stage >= 0})
         vpp = max(m.vpp or 1, stages // max(1, pp))
         return (f"{title_head(tl)}: pp={pp} vpp={vpp} micro-batches={mbs} "
-                f"makespan={tl.makespan:g}{title_units(tl)} bubble={100 * tl.bubble_fraction():.1f}%")
+                f"makespan={title_number(tl.makespan)}{title_units(tl)} bubble={100 * tl.bubble_fraction():.1f}%")
 
 
 def title_head(tl: "Timeline") -> str:
     """The family (or "timeline"), marked when measured: what every style's title starts with."""
     head = tl.meta.family or "timeline"
     return head + " (measured)" if tl.meta.source == "measured" else head
+
+
+def title_number(v: float) -> str:
+    """A time in a title: 4 significant digits (a measured makespan has more than anyone reads),
+    without an exponent below 1e9 (a trace in microseconds runs to millions)."""
+    return f"{v:.4g}" if abs(v) < 1e4 or abs(v) >= 1e9 else f"{v:.0f}"
 
 
 def title_units(tl: "Timeline") -> str:

@@ -12,6 +12,7 @@ import io
 from typing import Any
 
 from pptl.compare import Comparison
+from pptl.render.rc import pptl_figure
 
 __all__ = ["overlay_figure", "overlay_bytes", "overlay_html"]
 
@@ -25,6 +26,7 @@ def _colour(kind: str) -> str:
     return colour(_KIND_COLOUR.get(kind, "other"))
 
 
+@pptl_figure
 def overlay_figure(cmp: Comparison) -> Any:
     """A matplotlib Figure: per (rank, lane) row, planned outlines with measured bars inside."""
     import matplotlib
@@ -61,6 +63,7 @@ def overlay_figure(cmp: Comparison) -> Any:
     return fig
 
 
+@pptl_figure
 def overlay_bytes(cmp: Comparison, fmt: str) -> bytes:
     buf = io.BytesIO()
     overlay_figure(cmp).savefig(buf, format=fmt, dpi=120)

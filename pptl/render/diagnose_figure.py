@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from pptl.diagnose import Diagnosis
+from pptl.render.rc import pptl_figure
 from pptl.timeline import Timeline
 
 __all__ = ["diagnose_figure"]
@@ -56,6 +57,7 @@ def _short(label: str) -> str:
     return f"{m.group(1)} {m.group(3)} #{m.group(2)}" if m else label
 
 
+@pptl_figure
 def diagnose_figure(d: Diagnosis, planned: Timeline | None = None) -> Any:
     """A matplotlib Figure of ``d`` (``planned``: the plan's simulated timeline, to place ops at
     their planned times; without it, at their place in each rank's issue order)."""

@@ -6,6 +6,7 @@ import io
 from typing import Any
 
 from pptl.explain import PART_LABELS, PARTS, Explanation, for_display
+from pptl.render.rc import pptl_figure
 
 __all__ = ["explain_figure", "explain_bytes"]
 
@@ -14,6 +15,7 @@ _PART_COLOURS = {"busy": "#4E79A7", "bubble": "#BAB0AC", "late_input": "#E15759"
                  "host": "#B07AA1", "imbalance": "#EDC948"}
 
 
+@pptl_figure
 def explain_figure(x: Explanation, title: str = "") -> Any:
     """Horizontal stacked bars, one per rank: busy, then each part of idle, summing to the makespan."""
     import matplotlib
@@ -50,6 +52,7 @@ def explain_figure(x: Explanation, title: str = "") -> Any:
     return fig
 
 
+@pptl_figure
 def explain_bytes(x: Explanation, fmt: str, title: str = "") -> bytes:
     buf = io.BytesIO()
     explain_figure(x, title).savefig(buf, format=fmt, dpi=120)

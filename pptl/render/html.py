@@ -23,7 +23,13 @@ from pptl.render.styles import colour, text_colour
 from pptl.timeline import Timeline
 
 __all__ = ["HtmlOptions", "HTML_WARN_BLOCKS", "HTML_MAX_BLOCKS", "PLOTLYJS_MODES", "size_warning", "figure_dict",
-           "html_document", "write_plotlyjs"]
+           "html_document", "write_plotlyjs", "PLOTLY_CONFIG"]
+
+#: plotly.js's config of every page pptl writes. The pages are offline: no button may send the
+#: figure (the user's plan) to Plotly's cloud, whatever plotly's defaults (older ones show it).
+PLOTLY_CONFIG: dict[str, Any] = {"displaylogo": False, "scrollZoom": True, "responsive": True,
+                                 "showSendToCloud": False,
+                                 "modeBarButtonsToRemove": ["sendDataToCloud"], "plotlyServerURL": ""}
 
 #: How a page gets plotly.js (``--plotlyjs``).
 PLOTLYJS_MODES = ("inline", "directory")
@@ -75,7 +81,7 @@ def html_document(tl: Timeline, options: HtmlOptions = HtmlOptions(), *, layout:
             fig = moe_figure_dict(moe[0], title)
     page = pio.to_html(fig, validate=False, include_plotlyjs=True if options.plotlyjs == "inline" else "directory",
                        full_html=True,
-                       config={"displaylogo": False, "scrollZoom": True, "responsive": True})
+                       config=dict(PLOTLY_CONFIG))
     title = f"<title>{_html.escape(lay.title)}</title>"
     return page.replace("</head>", title + "</head>", 1)
 

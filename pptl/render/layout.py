@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pptl.render.base import Category, Grid, GridCell, RowSpec, Style
+from pptl.render.base import Category, Grid, GridCell, RowSpec, Style, title_number
 from pptl.render.styles import resolve_style
 from pptl.timeline import Timeline
 
@@ -164,6 +164,10 @@ def build_layout(tl: Timeline, style: Style | str = "auto", *, window: tuple[flo
             ev.append(i)
             trk.append(t)
     cats = st.categories(tl, set(keys_used))
+    if isinstance(style, str) and style != "auto" and st.name != resolve_style("auto", tl).name:
+        # A seed style lists all its kinds for its own family, as the seed does; forced onto another
+        # family's timeline, its legend would name kinds the figure does not draw.
+        cats = [c for c in cats if c.key in keys_used]
     cat_pos = {c.key: k for k, c in enumerate(cats)}
     missing = [k for k in keys_used if k not in cat_pos]
     for k in missing:  # a style that forgot a key still gets a legend entry
@@ -179,8 +183,9 @@ def build_layout(tl: Timeline, style: Style | str = "auto", *, window: tuple[flo
     rows = [Row(s, tracks_of[i], bubbles.get(s.rank) if (s.bubble and st.show_bubble) else None)
             for i, s in enumerate(specs)]
     t0, t1 = (tl.start, tl.start + tl.makespan) if window is None else window
-    title = title_line(tl) if window is None else f"{title_line(tl)} · window {t0:g}-{t1:g}"
+    n = title_number
+    title = title_line(tl) if window is None else f"{title_line(tl)} · window {n(t0)}-{n(t1)}"
     if window is not None and (t0 >= tl.start + tl.makespan or t1 <= tl.start):
-        title = f"{title_line(tl)} · window {t0:g}-{t1:g}, outside the step ({tl.start:g}-{tl.start + tl.makespan:g})"
+        title = f"{title_line(tl)} · window {n(t0)}-{n(t1)}, outside the step ({n(tl.start)}-{n(tl.start + tl.makespan)})"
     return Layout(st, title, rows, blocks, cats, t0, t1, tl.meta.units, st.grid(tl), tl,
                   np.asarray(frames, dtype=float).reshape(-1, 5))

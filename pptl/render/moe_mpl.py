@@ -11,15 +11,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pptl.errors import InputError
 from pptl.render.base import Category, colour, text_colour
 from pptl.render.moe_figure import SECTION_ROWS, DeviceRow, MoEFigure, Section
 from pptl.render.options import DEFAULT_FONT_PT, MIN_PRINT_PT
+from pptl.render.rc import pptl_figure
 
 __all__ = ["MoEDraw", "moe_mpl_figure", "compare_mpl_figure"]
 
 _ROW_IN = {"Computation": 0.30, "Communication": 0.34, "Offload": 0.26}
 _GRID_ROW_IN = 0.3  # a split cell's half holds a 6-pt number
 _MIN_BLOCK_PT = 2.0  # a 0.25-unit copy still shows as a block
+_MIN_SECTION_IN = 0.6  # a close-up section's least width
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ def _section_heights(sec_tracks: list[tuple[int, ...]]) -> list[float]:
     return out
 
 
+@pptl_figure
 def moe_mpl_figure(fig_data: MoEFigure, d: MoEDraw):
     """A matplotlib Figure of the seed layout: sections on top, the grid of every device below."""
     from matplotlib.figure import Figure
@@ -70,7 +74,12 @@ def moe_mpl_figure(fig_data: MoEFigure, d: MoEDraw):
     head_h = fs / 72 * 2.6  # section title + what it shows
     tick_h = fs / 72 * 3.2
     cap_h = fs / 72 * 2.2
-    height = d.height or (title_h + head_h + sec_h + tick_h + cap_h + grid_h + 0.15 + legend_h)
+    natural = title_h + head_h + sec_h + tick_h + cap_h + grid_h + 0.15 + legend_h
+    # each section as wide as its two-line title; the legend's columns side by side
+    titles = sum(max(_MIN_SECTION_IN, max(_text_width_pt(t, fs) for t in (sec.title, sec.what)) / 72) + gap
+                 for sec in fig_data.sections)
+    _fits(d, max(left + right + titles, _legend_width(list(fig_data.categories), legend_cols, fs, d)), natural)
+    height = d.height or natural
     fig = Figure(figsize=(d.width, height), dpi=d.dpi)
     if d.title:
         fig.text(0.1 / d.width, 1 - 0.18 / height, d.title, fontsize=fs + 2, fontweight="bold", va="center")
@@ -96,6 +105,27 @@ def moe_mpl_figure(fig_data: MoEFigure, d: MoEDraw):
     if d.legend != "none":
         _legend(fig, list(fig_data.categories), legend_cols, fs, d, height, legend_h)
     return fig
+
+
+def _fits(d: MoEDraw, least_w: float, least_h: float) -> None:
+    """Refuse a --size under what the layout needs: its bands are in inches, so a smaller figure
+    would draw them over each other or fail to draw at all."""
+    import math
+
+    w, h = math.ceil(least_w * 10 - 1e-9) / 10, math.ceil(least_h * 10 - 1e-9) / 10
+    if d.width < w or (d.height is not None and d.height < h):
+        given = f"{d.width:g},{d.height:g}" if d.height is not None else f"{d.width:g},(auto)"
+        raise InputError(f"--size {given}: too small for this figure; it needs at least --size "
+                         f"{max(d.width, w):g},{h:g}")
+
+
+def _legend_width(cats: list[Category], ncol: int, fs: float, d: MoEDraw) -> float:
+    """Inches the legend's widest row takes (:func:`_legend`'s spacing), 0 without a legend."""
+    if d.legend == "none" or not cats:
+        return 0.0
+    em = fs / 72
+    cols = [cats[c::ncol] for c in range(min(ncol, len(cats)))]
+    return sum((1.6 + 0.5 + 1.2) * em + max(_text_width_pt(c.label, fs) for c in col) / 72 for col in cols) + 0.2
 
 
 def _section_weight(sec: Section) -> float:
@@ -280,6 +310,7 @@ def _legend(fig, cats: list[Category], ncol: int, fs: float, d: MoEDraw, height:
                handlelength=1.6, columnspacing=1.2, handletextpad=0.5, borderaxespad=0.1)
 
 
+@pptl_figure
 def compare_mpl_figure(plain: MoEFigure, plus: MoEFigure, d: MoEDraw):
     """Plain interleaved over "VPP + 1 warmup": two grids on one time axis (the extra forward shows)."""
     from matplotlib.figure import Figure
@@ -291,7 +322,10 @@ def compare_mpl_figure(plain: MoEFigure, plus: MoEFigure, d: MoEDraw):
     legend_h = 0.0 if d.legend == "none" else fs / 72 * 1.6 * 2 + 0.15
     title_h = 0.3 if d.title else 0.05
     tick_h = fs / 72 * 3.4
-    height = d.height or (title_h + 2 * cap + _GRID_ROW_IN * (n1 + n2) + tick_h + legend_h + 0.1)
+    natural = title_h + 2 * cap + _GRID_ROW_IN * (n1 + n2) + tick_h + legend_h + 0.1
+    cats = [c for c in plus.categories if c.key[:2] in ("F.", "B.") or c.key == "pp"]
+    _fits(d, max(left + right + _MIN_SECTION_IN, _legend_width(cats, 3 if d.width < 9 else 5, fs, d)), natural)
+    height = d.height or natural
     fig = Figure(figsize=(d.width, height), dpi=d.dpi)
     if d.title:
         fig.text(0.1 / d.width, 1 - 0.18 / height, d.title, fontsize=fs + 2, fontweight="bold", va="center")

@@ -17,15 +17,26 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pptl.errors import InputError
 from pptl.render.layout import Grid, Layout, build_layout
 from pptl.render.options import COLUMN_IN, DEFAULT_FONT_PT, MIN_PRINT_PT
+from pptl.render.rc import PPTL_RC, pptl_figure, pptl_rc
 from pptl.render.styles import Category, colour, text_colour
 from pptl.timeline import Timeline
 
-__all__ = ["FigureOptions", "figure", "figure_from_layout", "figure_options", "image_bytes", "IMAGE_FORMATS"]
+__all__ = ["FigureOptions", "figure", "figure_from_layout", "figure_options", "image_bytes", "IMAGE_FORMATS",
+           "PPTL_RC", "pptl_rc", "pptl_figure"]
 
 IMAGE_FORMATS = ("png", "svg", "pdf")
+
 _GRID_ROW_IN = 0.4  # tall enough for the two numbers of a split (overlapped) cell
+#: The thinnest row a figure draws, inches (2 px at the default 200 dpi): thinner rows merge, so a
+#: plan with more rows than fit is refused rather than drawn with rows missing.
+MIN_ROW_IN = 0.01
+_LABEL_ROW_IN = 0.1  # a row as tall as a 6-pt label...
+_MIN_MAIN_IN = 1.0  # ...while the rows together are under an inch
+_MIN_PLOT_IN = 1.0  # the time axis's least width
+_LINE_SPACING = 1.2
 
 
 @dataclass(frozen=True)
@@ -80,7 +91,14 @@ def figure(tl: Timeline, options: FigureOptions = FigureOptions()):
     return figure_from_layout(build_layout(tl, options.style), options)
 
 
+@pptl_figure
 def figure_from_layout(lay: Layout, options: FigureOptions = FigureOptions()):
+    """The figure of ``lay`` (see :func:`figure`).
+
+    Raises:
+        InputError: ``options.size`` is smaller than the content needs (the message names the
+            least size), or the rows cannot all be drawn ``MIN_ROW_IN`` tall within the height cap.
+    """
     from matplotlib.figure import Figure
 
     opt = options
@@ -92,39 +110,68 @@ def figure_from_layout(lay: Layout, options: FigureOptions = FigureOptions()):
     group_chars = max([len(r.spec.group) for r in lay.rows] + [0])
     left = 0.15 + k * (0.075 * label_chars + (0.085 * group_chars + 0.15 if group_chars else 0.0))
     right = 0.95 * k if notes else 0.3
-    width = opt.size[0] if opt.size else opt.width_in
     where = lay.style.legend_at if opt.legend == "auto" else opt.legend
     ncat = len(lay.categories) if where != "none" else 0
-    legend_cols = _legend_columns(lay.categories, (width - 0.6) / k) if where in ("bottom", "top", "top right") else 1
-    legend_h = k * (0.3 * -(-ncat // legend_cols) + 0.05) if ncat else 0.0
     if where == "right" and ncat:
         right += k * (0.6 + 0.068 * max(len(c.label) for c in lay.categories))
-    top_band = (0.55 * k if title else 0.15) + (legend_h if where in ("top right", "top") else 0.0)
-    axis_band = (0.45 if lay.style.time_arrow else 0.55) * k
-    bottom_band = (legend_h if where == "bottom" else 0.0) + 0.1
-    grid_rows = len(lay.grid.rows) if lay.grid else 0
-    grid_band = (0.45 + _GRID_ROW_IN * grid_rows + 0.1) if grid_rows else 0.0
-    fixed = top_band + axis_band + bottom_band + grid_band
-    row_in = opt.row_in * max(k, 0.8)
+    least_w = left + right + _MIN_PLOT_IN
+    if ncat and where in ("bottom", "top", "top right"):  # one legend column at least
+        least_w = max(least_w, 0.6 + k * max(0.6 + 0.068 * len(c.label) for c in lay.categories))
+    least_w = _up(least_w)
+    width = opt.size[0] if opt.size else opt.width_in
+
+    def bands(width: float) -> tuple[list[str], float, float, float, float, int]:
+        """(title lines, title band, legend band, bands above and below the rows, legend columns)
+        at ``width`` inches."""
+        lines = _wrap(title, width - 0.4, opt.font_size + 2) if title else []
+        title_h = 0.55 * k + _line_in(opt.font_size + 2) * (len(lines) - 1) if lines else 0.15
+        cols = _legend_columns(lay.categories, (width - 0.6) / k) if where in ("bottom", "top", "top right") else 1
+        legend_h = k * (0.3 * -(-ncat // cols) + 0.05) if ncat else 0.0
+        top_band = title_h + (legend_h if where in ("top right", "top") else 0.0)
+        axis_band = (0.45 if lay.style.time_arrow else 0.55) * k
+        bottom_band = (legend_h if where == "bottom" else 0.0) + 0.1
+        grid_rows = len(lay.grid.rows) if lay.grid else 0
+        grid_band = (0.45 + _GRID_ROW_IN * grid_rows + 0.1) if grid_rows else 0.0
+        return lines, title_h, top_band + axis_band, bottom_band, grid_band, cols
+
+    # The rows' least height: MIN_ROW_IN each, and a few rows as tall as their labels.
+    main_least = max(row_w.sum() * MIN_ROW_IN, min(row_w.sum() * _LABEL_ROW_IN, _MIN_MAIN_IN))
+    lines, title_h, around, bottom_band, grid_band, legend_cols = bands(max(width, least_w))
+    fixed = around + bottom_band + grid_band
+    least_h = _up(fixed + main_least)
+    if opt.size and (width < least_w or opt.size[1] < least_h):
+        # The least size nearest the one asked: the same width where that is wide enough.
+        raise InputError(f"--size {opt.size[0]:g},{opt.size[1]:g}: too small for this figure ({len(lay.rows)} rows"
+                         f"{', a title' if title else ''}{', a legend' if ncat else ''}); it needs at least "
+                         f"--size {max(width, least_w):g},{least_h:g}")
     max_h = opt.size[1] if opt.size else opt.max_height_in
+    if fixed + main_least > max_h:
+        fit = int((max_h - fixed) / MIN_ROW_IN)
+        raise InputError(f"{len(lay.rows)} rows do not fit a figure {max_h:g} in tall (at most about {fit:,} rows "
+                         f"at {MIN_ROW_IN:g} in each; rows any thinner would merge); draw it as HTML (-o FILE.html) "
+                         "or in the terminal")
+    row_in = opt.row_in * max(k, 0.8)
     if opt.size or fixed + row_w.sum() * row_in > max_h:
-        row_in = max((max_h - fixed) / row_w.sum(), 0.004)
+        row_in = (max_h - fixed) / row_w.sum()
     main_h = row_w.sum() * row_in
     height = opt.size[1] if opt.size else min(fixed + main_h, opt.max_height_in)
 
     fig = Figure(figsize=(width, height), dpi=opt.dpi)
+    axis_band = (0.45 if lay.style.time_arrow else 0.55) * k
     main = _Box(left, bottom_band + grid_band + axis_band, width - left - right, main_h)
     ax = fig.add_axes(_frac(main, width, height))
     tops = np.concatenate([[0.0], np.cumsum(row_w)[:-1]])
     _draw_blocks(ax, lay, tops, row_w, main, opt)
     _draw_rows(ax, lay, tops, row_w, main, opt.font_size, notes, opt.min_font)
     _draw_time_axis(ax, lay, opt.font_size, opt.min_font)
-    if title:
-        fig.text(0.2 / width, 1 - 0.3 * k / height, title, fontsize=opt.font_size + 2, fontweight="bold",
-                 va="center")
+    if lines:
+        # the first line's middle where a one-line title's is, the others below it
+        top = 0.3 * k - _line_in(opt.font_size + 2) / 2
+        fig.text(0.2 / width, 1 - top / height, "\n".join(lines), fontsize=opt.font_size + 2, fontweight="bold",
+                 va="top", linespacing=_LINE_SPACING)
     if ncat:
-        _draw_legend(fig, lay.categories, where, legend_cols, width, height, bottom_band, opt.font_size,
-                     0.55 * k if title else 0.15)
+        _draw_legend(fig, lay.categories, where, legend_cols, width, height, bottom_band, opt.font_size, title_h)
+    grid_rows = len(lay.grid.rows) if lay.grid else 0
     if lay.grid is not None and grid_rows:
         ncells = max((len(cells) for _, cells in lay.grid.rows), default=1)
         # Cells are steps, not time: keep them square-ish like the seeds' grid, not stretched.
@@ -145,12 +192,52 @@ def image_bytes(fig, fmt: str) -> bytes:
     buf = io.BytesIO()
     # Text stays text: TrueType (Type 42) fonts in PDF, <text> elements in SVG, so a paper's
     # editor can search and restyle the labels.
-    with matplotlib.rc_context({"pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "none"}):
+    with matplotlib.rc_context({**PPTL_RC, "pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "none"}):
         fig.savefig(buf, format=fmt, dpi=fig.dpi, metadata=meta)
     return buf.getvalue()
 
 
 # -- sizing -------------------------------------------------------------------------------------
+
+
+def _up(inches: float) -> float:
+    """Rounded up to a tenth of an inch, as the least size is named to the user."""
+    return float(np.ceil(inches * 10 - 1e-9) / 10)
+
+
+def _line_in(fontsize: float) -> float:
+    return fontsize * _LINE_SPACING / 72
+
+
+def _wrap(text: str, width_in: float, fontsize: float) -> list[str]:
+    """``text`` in bold at ``fontsize`` broken into lines of at most ``width_in`` (measured, as the
+    title is drawn): at spaces, and inside a word only when the word alone is too wide."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    prop = FontProperties(size=fontsize, weight="bold")
+    t2p = TextToPath()
+
+    def fits(s: str) -> bool:
+        return t2p.get_text_width_height_descent(s, prop, ismath=False)[0] / 72 <= width_in
+
+    lines: list[str] = []
+    for para in text.split("\n"):
+        cur = ""
+        for word in para.split(" "):
+            trial = f"{cur} {word}" if cur else word
+            if fits(trial):
+                cur = trial
+                continue
+            if cur:
+                lines.append(cur)
+            cur = word
+            while len(cur) > 1 and not fits(cur):
+                cut = max(n for n in range(1, len(cur)) if n == 1 or fits(cur[:n]))
+                lines.append(cur[:cut])
+                cur = cur[cut:]
+        lines.append(cur)
+    return lines
 
 
 def _row_weight(tracks: int) -> float:
@@ -318,12 +405,53 @@ def _draw_labels(ax, lay: Layout, y_top: np.ndarray, y_bot: np.ndarray, px_per_t
             if t and width_of(t) + 4 <= w_px[i]:
                 picks.append((w_px[i], i, t))
                 break
+    picks = _apart(picks, b, y_top, y_bot, px_per_t, width_of)
     if len(picks) > opt.max_labels:
         picks.sort(reverse=True)
         picks = picks[: opt.max_labels]
     for _, i, t in picks:
         ax.text((b.start[i] + b.end[i]) / 2, (y_top[i] + y_bot[i]) / 2, t, ha="center", va="center",
                 fontsize=fs, color=colour(text_colour(b.colour[i])), clip_on=True)
+
+
+def _apart(picks: list[tuple[float, int, str]], b, y_top: np.ndarray, y_bot: np.ndarray, px_per_t: float,
+           width_of) -> list[tuple[float, int, str]]:
+    """The labels that stand clear: blocks of one row can overlap (a measured lane's transfers run
+    at once), and labels drawn over each other, or crossed by another block's edge, read as neither
+    ("0123"). A label whose box holds an edge of another block of its row (and track) is left out;
+    of labels whose boxes touch, the leftmost is kept."""
+    if not picks:
+        return picks
+    _, group = np.unique(np.stack([b.row, y_top, y_bot], 1), axis=0, return_inverse=True)
+    group = group.ravel()
+    edges = np.concatenate([b.start, b.end]) * px_per_t
+    edge_group = np.concatenate([group, group])
+    order = np.lexsort((edges, edge_group))
+    edges, edge_group = edges[order], edge_group[order]
+    first = np.searchsorted(edge_group, np.arange(group.max() + 1), side="left")
+    last = np.searchsorted(edge_group, np.arange(group.max() + 1), side="right")
+    keyed = []
+    for pick in picks:
+        i, t = pick[1], pick[2]
+        centre = (b.start[i] + b.end[i]) / 2 * px_per_t
+        half = width_of(t) / 2 + 2  # a few pixels between labels
+        g = int(group[i])
+        row_edges = edges[first[g]:last[g]]
+        # its own block's edges lie on or outside the box (the label fits inside with a margin)
+        inside = np.searchsorted(row_edges, centre + half - 0.5) - np.searchsorted(row_edges, centre - half + 0.5,
+                                                                                   side="right")
+        if inside <= 0:
+            keyed.append((g, centre - half, centre + half, pick))
+    keyed.sort(key=lambda k: (k[0], k[1]))
+    kept: list[tuple[float, int, str]] = []
+    last_group, right = -1, -np.inf
+    for g, lo, hi, pick in keyed:
+        if g != last_group:
+            last_group, right = g, -np.inf
+        if lo >= right:
+            kept.append(pick)
+            right = hi
+    return kept
 
 
 class _TextWidths:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pptl.render.rc import pptl_figure
+
 __all__ = ["pareto_figure", "pareto_front"]
 
 _MARKERS = {"gpipe": "s", "1f1b": "o", "interleaved": "D", "zb-h1": "^", "zb-h2": "v", "zbv": "<",
@@ -22,6 +24,7 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
     return out
 
 
+@pptl_figure
 def pareto_figure(result: Any, *, units: str = "unit", title: str = "") -> Any:
     """``result`` is a :class:`pptl.tune.rank.TuneResult`."""
     from matplotlib.figure import Figure

@@ -31,7 +31,7 @@ from pptl.errors import InputError, PptlError
 
 __all__ = ["Settings", "Request", "Download", "MAX_PARAMS", "MAX_VALUE_CHARS", "SERVE_MAX_OPS", "LIVE_MAX_BLOCKS",
            "DOWNLOADS", "parse_request", "settings_from_config", "settings_params", "init_view", "plan_view",
-           "download", "error_body", "error_field", "PlanCache"]
+           "download", "error_body", "error_field", "estimate_ops", "PlanCache"]
 
 #: Parameters one request may carry, and characters per value (a request is a form, not a file).
 MAX_PARAMS = 64
@@ -188,14 +188,32 @@ def config_of(s: Settings, base: Config | None = None) -> Config:
 
         parsed = costs_from_mapping({"stages": stages}, source="<flags>")
         cfg = replace(cfg, costs=replace(cfg.costs, stages=parsed.stages))
-    _bound(cfg)
+        _check_stage_keys(cfg)
     if base is not None:
         costs = replace(cfg.costs, comm_bandwidth=base.costs.comm_bandwidth, comm_bytes=base.costs.comm_bytes,
                         copy_bandwidth=base.costs.copy_bandwidth)
         same = _family_name(base.schedule) == _family_name(cfg.schedule)
         cfg = replace(cfg, costs=costs, activation=base.activation, w_activation=base.w_activation,
                       workload=base.workload, options=base.options if same else {})
+    # After the file's options are in: they change the op count (MoE layers per chunk, EP size).
+    _bound(cfg)
     return cfg
+
+
+def _check_stage_keys(cfg: Config) -> None:
+    """The library's key check, worded for the stages field: it names the CLI's --cost, which the
+    page does not have, and the page would show it by no field."""
+    from pptl.schedules import check_keys, get_family
+
+    fam = get_family(cfg.schedule)
+    try:
+        check_keys(replace(cfg, costs=replace(cfg.costs, base={})), fam)
+    except InputError as e:
+        text = str(e)
+        m = re.search(r"unknown cost key '([^']*)'; (.*)$", text)
+        if m is None:
+            raise
+        raise InputError(f"stages: unknown cost key '{m.group(1)}' in a per-stage override; {m.group(2)}") from None
 
 
 def _family_name(name: str) -> str:
@@ -223,11 +241,80 @@ def _stage_overrides(text: str) -> dict[str, dict[str, str]]:
 
 
 def _bound(cfg: Config) -> None:
-    estimate = 6 * cfg.pp * cfg.vpp * cfg.microbatches
+    """Refuse, before planning, a config whose plan would pass :data:`SERVE_MAX_OPS` ops."""
+    estimate = estimate_ops(cfg)
     if estimate > SERVE_MAX_OPS:
-        raise InputError(f"field 'microbatches': pp={cfg.pp} x vpp={cfg.vpp} x microbatches={cfg.microbatches} "
-                         f"would plan about {estimate:,} ops, more than the {SERVE_MAX_OPS:,} the explorer draws "
-                         "live; use 'pptl plan' for larger plans")
+        raise InputError(f"field 'microbatches': {cfg.schedule} with pp={cfg.pp} x vpp={cfg.vpp} x "
+                         f"microbatches={cfg.microbatches} would plan about {estimate:,} ops, more than the "
+                         f"{SERVE_MAX_OPS:,} the explorer draws live; use 'pptl plan' for larger plans")
+
+
+#: Stage x micro-batch slots a probe build may take: a few hundred thousand ops at most, built in
+#: well under the time planning them would take.
+_PROBE_SLOTS = 4_000
+
+
+def estimate_ops(cfg: Config) -> int:
+    """The ops the family's builder makes for ``cfg``, from builds of the same pp and vpp with
+    fewer micro-batches: families differ several-fold per (stage, micro-batch) (MoE's sub-ops per
+    layer and EP member), so no one constant bounds them all. A family's count is a line in the
+    micro-batches past its smallest sizes (the weight update's is flat), so two probe sizes give it."""
+    from pptl.schedules import get_family
+
+    slots = cfg.pp * cfg.vpp * cfg.microbatches
+    if slots > SERVE_MAX_OPS:  # every stage and micro-batch has at least one op
+        return slots
+    fam = get_family(cfg.schedule)
+    sizes = _probe_sizes(cfg, fam)
+    if not sizes:  # the family refuses this size: planning will say why
+        return slots
+    if any(cfg.pp * cfg.vpp * m > _PROBE_SLOTS for m in sizes):
+        # Probes this deep would cost what planning does: the rate of shallow pipelines instead.
+        return max(slots, math.ceil(_small_pipeline_rate(cfg, fam) * slots))
+    if len(sizes) == 1:
+        return _count(fam, cfg, sizes[0])
+    (m1, m2), n1 = sizes, _count(fam, cfg, sizes[0])
+    n2 = _count(fam, cfg, m2)
+    return max(1, math.ceil(n2 + (n2 - n1) / (m2 - m1) * (cfg.microbatches - m2)))
+
+
+def _small_pipeline_rate(cfg: Config, fam: Any) -> float:
+    """Ops per (stage, micro-batch) slot of the family in a deep pipeline, from pipelines of 4 and 8
+    stages: the rate is about ``a - b/pp`` (links and the pipeline's ends are ``b``), so its limit
+    ``a`` is twice the 8-stage rate less the 4-stage one. 1 where the family takes neither depth."""
+    rates = []
+    for pp in (4, 8):
+        m = 2 * pp  # the fewest micro-batches every family takes at this depth: the most ops per slot
+        small = replace(cfg, pp=pp, microbatches=m, group_size=None)
+        try:
+            fam.validate(small)
+        except InputError:
+            return max(rates, default=1.0)
+        rates.append(_count(fam, small, m) / (pp * cfg.vpp * m))
+    return max(rates[1], 2 * rates[1] - rates[0])
+
+
+def _count(fam: Any, cfg: Config, m: int) -> int:
+    return len(fam.build(replace(cfg, microbatches=m)).ops)
+
+
+def _probe_sizes(cfg: Config, fam: Any) -> list[int]:
+    """The two smallest micro-batch counts up to the asked one that the family accepts at this pp
+    and vpp (its rules tie micro-batches to pp and group_size): the asked one alone where no
+    smaller one fits, none where the family refuses that too."""
+    m = cfg.microbatches
+    unit = int(cfg.group_size or cfg.pp) or 1
+    candidates = sorted({c for c in (1, 2, 4, 8, unit, 2 * unit, 3 * unit, 4 * unit) if 1 <= c < m} | {m})
+    found: list[int] = []
+    for c in candidates:
+        try:
+            fam.validate(replace(cfg, microbatches=c))
+        except InputError:
+            continue
+        found.append(c)
+        if len(found) == 2:
+            break
+    return found
 
 
 # ----------------------------------------------------------------------------------------------
@@ -282,24 +369,41 @@ def error_body(error: PptlError, *, compare: bool = False) -> dict[str, Any]:
 
 
 class PlanCache:
-    """The last few plans by their settings; safe to share between request threads."""
+    """The last plans by their settings; safe to share between request threads.
 
-    def __init__(self, size: int = 8) -> None:
+    Bounded by the ops the plans hold (memory grows with them, about 1 kB an op), not only by their
+    number: eight plans at the size limit would hold gigabytes. The newest plan always stays (its
+    page may download it next), so a pair to compare fits when each is within the limit."""
+
+    def __init__(self, size: int = 8, max_ops: int = 2 * SERVE_MAX_OPS) -> None:
         self._size = size
-        self._items: OrderedDict[tuple, Any] = OrderedDict()
+        self._max_ops = max_ops
+        self._items: OrderedDict[tuple, tuple[Any, int]] = OrderedDict()
         self._lock = threading.Lock()
+
+    @property
+    def ops_held(self) -> int:
+        with self._lock:
+            return sum(n for _, n in self._items.values())
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
 
     def plan(self, s: Settings, base: Config | None) -> Any:
         key = (s, id(base))
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
-                return self._items[key]
+                return self._items[key][0]
         result = planning.plan(config_of(s, base))
+        ops = len(result.schedule.ops)
         with self._lock:
-            self._items[key] = result
-            while len(self._items) > self._size:
-                self._items.popitem(last=False)
+            self._items[key] = (result, ops)
+            self._items.move_to_end(key)
+            held = sum(n for _, n in self._items.values())
+            while len(self._items) > 1 and (len(self._items) > self._size or held > self._max_ops):
+                held -= self._items.popitem(last=False)[1][1]
         return result
 
 

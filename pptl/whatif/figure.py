@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 from typing import Any, Sequence
 
+from pptl.render.rc import pptl_figure
 from pptl.whatif.study import PlanOutcome
 
 __all__ = ["whatif_figure", "whatif_bytes", "MAX_TIMELINES"]
@@ -14,6 +15,7 @@ __all__ = ["whatif_figure", "whatif_bytes", "MAX_TIMELINES"]
 MAX_TIMELINES = 4
 
 
+@pptl_figure
 def whatif_figure(outcomes: Sequence[PlanOutcome]) -> Any:
     """A matplotlib Figure: violins of the step time per plan (p50 and p95 marked) above the
     planned timelines of the first :data:`MAX_TIMELINES` plans, ops coloured by criticality."""
@@ -59,6 +61,7 @@ def whatif_figure(outcomes: Sequence[PlanOutcome]) -> Any:
     return fig
 
 
+@pptl_figure
 def whatif_bytes(outcomes: Sequence[PlanOutcome], fmt: str) -> bytes:
     buf = io.BytesIO()
     whatif_figure(outcomes).savefig(buf, format=fmt, dpi=110)

@@ -194,6 +194,9 @@
       const layout = Object.assign({}, fig.layout, { autosize: true });
       await Plotly.react(plot, fig.data, layout, {
         displaylogo: false, responsive: true, scrollZoom: true,
+        // offline: nothing may send the plan to Plotly's cloud, whatever plotly.js's defaults
+        showSendToCloud: false, modeBarButtonsToRemove: ["sendDataToCloud"],
+        plotlyServerURL: "",
         toImageButtonOptions: { filename: "pptl-" + (body.a.family || "plan") },
       });
     } else {
