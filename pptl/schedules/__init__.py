@@ -79,14 +79,17 @@ def build_schedule(cfg: Config) -> Schedule:
         if cfg.source == "<flags>":
             raise
         raise InputError(f"{cfg.source}: field 'schedule': {e}") from None
-    # Bound the work first: compute ops plus their SEND/RECV, about 6 per stage and micro-batch.
-    estimate = 6 * cfg.pp * cfg.vpp * cfg.microbatches
+    check_keys(cfg, fam)
+    fam.validate(cfg)
+    # Bound the work before building, by the family's own count (MoE's sub-ops make four times 1F1B's
+    # a slot); after the family's own checks, which name what it can reduce.
+    from pptl.schedules._size import estimate_ops
+
+    estimate = estimate_ops(cfg, fam, limit=MAX_PLAN_OPS)
     if estimate > MAX_PLAN_OPS:
         raise InputError(f"{cfg.source}: pp={cfg.pp} x vpp={cfg.vpp} x microbatches={cfg.microbatches} would plan "
                          f"about {estimate:,} ops, more than the {MAX_PLAN_OPS:,} pptl plans; reduce pp or "
                          "microbatches")
-    check_keys(cfg, fam)
-    fam.validate(cfg)
     return fam.build(cfg)
 
 
