@@ -215,14 +215,18 @@ _WORK = frozenset({"F", "B", "I", "W", "FB"})
 
 
 def header_difference(family: str | None, pp: int | None, microbatches: int | None, measured: Timeline,
-                      plan_ids: set[str]) -> str:
+                      plan_ids: set[str], vpp: int | None = None) -> str:
     """What tells from its header and op names alone that ``measured`` ran another plan than the one of
-    ``family``, ``pp``, ``microbatches`` and ops ``plan_ids`` ("" when nothing): no simulation, so a plan
-    that deadlocks (the hung run's) is compared too."""
+    ``family``, ``pp``, ``microbatches``, ``vpp`` (None: not known) and ops ``plan_ids`` ("" when
+    nothing): no simulation, so a plan that deadlocks (the hung run's) is compared too."""
     mm = measured.meta
     if family and mm.family and mm.family != "measured" and family != mm.family:
         return f"the plan is {family}, the run is {mm.family}"
-    for name, a in (("pp", pp), ("microbatches", microbatches)):
+    # Plans of two vpp share op ids, so without this the first op placed differently is reported
+    # as a reordered rank instead of the cause. Only a header that records vpp (pptl run's) is
+    # held to it: an imported trace's is inferred from the stages it saw, which a partial one lacks.
+    recorded_vpp = vpp if mm.family and mm.family != "measured" else None
+    for name, a in (("pp", pp), ("microbatches", microbatches), ("vpp", recorded_vpp)):
         b = getattr(mm, name)
         if a and b and a != b:
             return f"the plan has {name} {a}, the run {b}"
@@ -238,7 +242,8 @@ def schedule_difference(planned: Timeline, measured: Timeline) -> str:
     running its compute ops in another order. Work the run lacks is not a difference (a failed
     or partial run; compare notes it)."""
     pm = planned.meta
-    header = header_difference(pm.family, pm.pp, pm.microbatches, measured, {e.op for e in planned.events})
+    header = header_difference(pm.family, pm.pp, pm.microbatches, measured, {e.op for e in planned.events},
+                               vpp=pm.vpp)
     if header:
         return header
     ran_lanes, plan_lanes = _compute_orders(measured), _compute_orders(planned)

@@ -10,7 +10,7 @@ import pytest
 from runorder import assert_runs_the_plans_order
 
 from pptl.config import config_from_mapping
-from pptl.errors import RunError
+from pptl.errors import InvalidScheduleError, RunError
 from pptl.run.families import remote_hop_waits
 from pptl.run.program import build_program
 from pptl.schedules import build_schedule
@@ -100,16 +100,34 @@ def test_calibration_fixes_each_stage(runs, tmp_path):
     assert units == "ms"
 
 
-def test_a_missing_reload_fails_naming_the_tensor():
-    from pptl.run import run_plans
-
+def _missing_reload():
     s = _schedule("h2d-buffer", pp=2)
     lanes = {k: s.lane_ops(*k) for k in s.lanes}
     lanes[(1, "compute")] = lanes[(1, "compute")][1:]  # rank 1 never reloads bucket 0
-    broken = s.with_lanes(lanes)
+    return s.with_lanes(lanes)
+
+
+def test_a_missing_reload_is_refused_before_the_run(monkeypatch):
+    import pptl.run.launcher
+    from pptl.run import run_plans
+
+    def launch(*a, **k):
+        raise AssertionError("pptl run started processes")
+
+    monkeypatch.setattr(pptl.run.launcher, "launch", launch)
+    with pytest.raises(InvalidScheduleError, match=r"^weight-update: PP055: bucket 0 is missing its reload on rank 1"):
+        run_plans([(_missing_reload(), None)], gpus=2, device="cpu", steps=1, warmup=0, timeout=60)
+
+
+def test_a_missing_reload_fails_naming_the_tensor():
+    """The ranks' own check of what they reloaded, past the checker (the launcher, not run_plans)."""
+    from pptl.run.launcher import launch
+    from pptl.run.options import Job, PlanJob
+
+    job = Job(plans=(PlanJob("broken", None, "broken"),), device="cpu", steps=1, warmup=0, timeout=60).validate()
     with pytest.raises(RunError, match=r"rank 1: reloaded tensor 0 \(owner 0, 1024 bytes\) differs from the host "
                                        r"copy at byte 0"):
-        run_plans([(broken, None)], gpus=2, device="cpu", steps=1, warmup=0, timeout=60)
+        launch(job, [_missing_reload()], 2)
 
 
 def test_broadcast_waits_for_the_reload_two_buckets_back():

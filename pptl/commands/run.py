@@ -10,6 +10,9 @@ from pptl.commands._shared import Choice, Number, OutputFmt, Whole, print_json, 
 
 __all__ = ["run"]
 
+#: How much slower ``--slow-rank`` runs when ``--slow-factor`` is not given.
+_SLOW_FACTOR = 1.3
+
 
 def run(
     plan_file: Annotated[Path, typer.Argument(metavar="PLAN_FILE", help="Plan (pptl plan -o) or config to execute.", show_default=False)],
@@ -42,29 +45,34 @@ def run(
     slow_rank: Annotated[Optional[int], typer.Option("--slow-rank", click_type=Whole(min=0),
                                                      help="Make this rank a straggler: its compute lane held "
                                                      "--slow-factor times each op's time.")] = None,
-    slow_factor: Annotated[float, typer.Option("--slow-factor", click_type=Number(),
-                                               help="How much slower --slow-rank runs (1 to 100).")] = 1.3,
+    slow_factor: Annotated[Optional[float], typer.Option("--slow-factor", click_type=Number(),
+                                                         help="How much slower --slow-rank runs (1 to 100; "
+                                                         "default 1.3).")] = None,
     output: OutputFmt = "text",
 ) -> None:
     """Execute a plan with PyTorch, one process per rank; write the measured timeline."""
     from pptl.errors import InputError, RunError
-    from pptl.fileio import check_new, check_writable
+    from pptl.fileio import check_new
     from pptl.formats.loader import load_any
     from pptl.run import run_plans, with_workload
+    from pptl.run.output import check_output
     from pptl.run.report import summary, summary_lines
 
+    if slow_factor is not None and slow_rank is None:  # a factor alone would slow nothing, silently
+        raise InputError(f"--slow-factor {slow_factor:g}: give --slow-rank too (the rank to slow down)")
+    factor = 1.0 if slow_rank is None else _SLOW_FACTOR if slow_factor is None else slow_factor
     loaded = load_any(plan_file)
     if loaded.schedule is None:
         raise InputError(f"{plan_file}: is a {loaded.kind}, not a plan; pptl run takes plans and configs")
     schedule = with_workload(loaded.schedule, hidden=hidden, tokens=tokens)
     target = out_file if out_file is not None else Path(f"{plan_file.name.split('.')[0]}.measured.json")
-    check_writable(target)
+    check_output(target)
     if out_file is None:  # a name pptl made up never replaces a file (-o names one to overwrite)
         check_new(target)
     with progress(f"running {schedule.family} on {gpus or schedule.pp} processes", json_output=output == "json"):
         tl = run_plans([(schedule, target)], gpus=gpus or schedule.pp, device=device, steps=steps,
                        warmup=warmup, verify=verify, timeout=timeout, messages=messages, slow_rank=slow_rank,
-                       slow_factor=slow_factor if slow_rank is not None else 1.0, sources=[str(plan_file)])[0]
+                       slow_factor=factor, sources=[str(plan_file)])[0]
     if output == "json":
         print_json(summary(tl, str(target)))
     else:

@@ -51,7 +51,9 @@ def run_plans(plans: list[tuple[Any, str | Path | None]], *, gpus: int, device: 
     A plan is a :class:`pptl.ir.Schedule` or a path any pptl reader takes (plan, config). Returns the
     measured :class:`pptl.timeline.Timeline` of each plan. ``slow_rank`` (with ``slow_factor``)
     makes one rank a straggler (:mod:`pptl.run.slow`). Raises InputError (exit 2) for bad input
-    or a device this machine lacks, RunError (exit 1) when the run fails.
+    (an output no reader takes or this process cannot write included) or a device this machine
+    lacks, InvalidScheduleError (exit 1) for a plan ``pptl check`` rejects, before any process
+    starts, and RunError (exit 1) when the run fails.
     ``sources`` names each plan's file in messages (default: the path given, or the family).
     """
     from pptl.errors import InputError, InvalidScheduleError
@@ -59,10 +61,12 @@ def run_plans(plans: list[tuple[Any, str | Path | None]], *, gpus: int, device: 
     from pptl.ir import Schedule
     from pptl.run.launcher import check_device, launch
     from pptl.run.options import DEFAULT_MESSAGES, DEFAULT_TIMEOUT, Job, PlanJob
-    from pptl.run.program import build_program
+    from pptl.run.output import check_output
+    from pptl.run.program import build_program, refuse_invalid
 
     schedules, jobs = [], []
     for k, (plan, out) in enumerate(plans):
+        named = not isinstance(plan, Schedule) or bool(sources)
         if isinstance(plan, Schedule):
             schedule, label = plan, sources[k] if sources else plan.family
         else:
@@ -70,10 +74,15 @@ def run_plans(plans: list[tuple[Any, str | Path | None]], *, gpus: int, device: 
             if loaded.schedule is None:
                 raise InputError(f"{plan}: is a {loaded.kind}, not a plan; pptl run takes plans and configs")
             schedule, label = loaded.schedule, str(plan)
-        try:  # refuse what cannot run before starting processes: the plan given is bad input (exit 2)
+        # Refuse what cannot run before starting processes: a plan pptl check rejects is an invalid
+        # schedule (exit 1) that would otherwise run with wrong gradients or die inside a rank.
+        refuse_invalid(schedule, label, named=named)
+        try:
             build_program(schedule, source=label)
-        except InvalidScheduleError as e:
-            raise InputError(str(e)) from None
+        except InvalidScheduleError as e:  # some messages (a deadlock's) come from code that knows no file
+            raise InvalidScheduleError(str(e) if str(e).startswith(f"{label}:") else f"{label}: {e}") from None
+        if out is not None:
+            check_output(out)
         schedules.append(schedule)
         jobs.append(PlanJob(label, str(out) if out is not None else None, label))
     dev = check_device(device, gpus)

@@ -48,6 +48,10 @@ def main(argv: list[str] | None = None) -> int:
                 device = "cuda" if torch.cuda.is_available() else "cpu"
             job = Job(plans=(PlanJob(a.plan, a.out, a.plan),), device=device, steps=a.steps, warmup=a.warmup,
                       verify=a.verify, timeout=a.timeout, messages=a.messages).validate()
+            if a.out:  # rank 0 writes it after the whole run: a name it cannot write is found now
+                from pptl.run.output import check_output
+
+                check_output(a.out)
     except PptlError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code

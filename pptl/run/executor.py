@@ -94,6 +94,9 @@ class _Step:
     started: list[int] = field(default_factory=list)
     """Op indices in the order the host started them (CUDA: enqueued them on their streams)."""
     timed: bool = False
+    ended: list[int] = field(default_factory=list)
+    """CUDA, timed steps: ops whose end event this step recorded (an event not recorded again
+    still holds the previous step's time, and one never recorded reads as complete)."""
     i_end: dict[int, float] = field(default_factory=dict)
     """B's op index -> where its I part ended: CPU, the host time (perf_counter, s); CUDA, 0 (the
     end is the op's ``mid_ev``, recorded on its stream; the key says it was recorded this step)."""
@@ -234,16 +237,25 @@ class Executor:
             op = self.ids[self.current] if self.current >= 0 else "(step start)"
             raise OpFailure(self.rank, op, k, f"{type(e).__name__}: {_first_line(e)}") from e
 
-    def partial_events(self) -> list[list[float]]:
-        """Events of the interrupted step that completed (best effort, for the failure record)."""
+    def partial_events(self) -> list[list[float | None]]:
+        """Events of the interrupted step that completed (best effort, for the failure record).
+
+        An op still running at the stop is left out: its end would be the stop, not its own. On
+        CPU a SEND pending is kept with no end (None): a gloo send reports completion only once
+        waited on (at the step's end), so whether it was delivered is its RECV's to tell
+        (:func:`pptl.run.results.build_timeline` ends it there, or drops it).
+        """
         st = getattr(self, "_last", None)
-        out: list[list[float]] = []
+        out: list[list[float | None]] = []
         if st is None:
             return out
         if not self.cuda:
-            return [[i, t[0], t[1]] for i, t in st.times.items() if t[1] is not None]
+            return [[i, t[0], t[1]] for i, t in st.times.items()
+                    if t[1] is not None or self.ops[i].kind == "SEND"]
+        if not st.timed:  # an untimed step records no times; the events still hold the last timed step's
+            return out
         try:
-            for i in self.rp.issue:
+            for i in st.ended:
                 s, e = self.start_ev[i], self.end_ev[i]
                 if s.query() and e.query():
                     out.append([i, self.anchor.elapsed_time(s), self.anchor.elapsed_time(e)])
@@ -330,6 +342,7 @@ class Executor:
                 if timed:
                     nvtx.range_pop()
                     self.end_ev[i].record(stream)
+                    st.ended.append(i)
                 elif i in self.sync_ev:
                     self.sync_ev[i].record(stream)
                 if self.stretch is not None and self.ops[i].lane == "compute":

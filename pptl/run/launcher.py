@@ -82,10 +82,13 @@ def launch(job: Job, schedules: list[Schedule], world: int) -> list[Timeline]:
 
     rundir = tempfile.mkdtemp(prefix="pptl-run-")
     plans = []
+    # Rank 0 writes each timeline inside the run folder, and the launcher copies it to the user's
+    # name: a write that fails there loses no measurement, and .json.gz is compressed in one place.
+    targets = [p.out for p in job.plans]
     for k, (p, s) in enumerate(zip(job.plans, schedules)):
         copy = Path(rundir) / f"plan{k}.json"  # every rank reads exactly the schedule checked here
         copy.write_text(dumps(plan_to_dict(s)))
-        plans.append(PlanJob(str(copy), p.out or str(Path(rundir) / f"measured{k}.json"), p.label or p.plan))
+        plans.append(PlanJob(str(copy), str(Path(rundir) / f"measured{k}.json"), p.label or p.plan))
     plans = tuple(plans)
     # Op indices in the ranks' records refer to the copies, whose op order is the file's.
     schedules = [load_plan(p.plan)[0] for p in plans]
@@ -115,13 +118,26 @@ def launch(job: Job, schedules: list[Schedule], world: int) -> list[Timeline]:
             board_posts = [board.read(r) for r in range(world)]
             board.close()
     if verdict is None:
-        timelines = [timeline_from_dict(json.loads(Path(p.out).read_text()), source=p.out) for p in plans]
+        timelines = []
+        for p, target in zip(plans, targets):
+            kept = str(p.out)
+            raw = Path(kept).read_bytes()
+            timelines.append(timeline_from_dict(json.loads(raw), source=target or kept))
+            if target:
+                _deliver(raw, target, kept)
         if not os.environ.get("PPTL_RUN_KEEP"):
             shutil.rmtree(rundir, ignore_errors=True)
         return timelines
     message, plan_index, code = _diagnose(verdict, rundir, world, board_posts, schedules)
     written = _write_partial(schedules, plans, plan_index, rundir, world, message)
-    where = f"; measured so far written to {written}" if written else ""
+    where = ""
+    if written:
+        target = targets[plan_index]
+        try:
+            shown = _deliver(Path(written).read_bytes(), target, written) if target else written
+            where = f"; measured so far written to {shown}"
+        except InputError as e:
+            where = f"; {e}"
     full = f"{message}{where} (logs in {rundir})"
     if code == 2:
         raise InputError(full)
@@ -342,6 +358,22 @@ def _stuck_rank(posts: list[Any], schedules: list[Schedule], world: int) -> int:
             break
         r = q
     return r
+
+
+def _deliver(raw: bytes, target: str, kept: str) -> str:
+    """Write the timeline kept in the run folder at ``kept`` to the user's ``target``.
+
+    Raises:
+        InputError: ``target`` cannot be written; the line says where the measurement is kept
+            (the run folder is then left in place).
+    """
+    from pptl.run.output import write_output
+
+    try:
+        write_output(target, raw)
+    except InputError as e:
+        raise InputError(f"{e}; the measured timeline is kept in {kept}") from None
+    return target
 
 
 def _write_partial(schedules: list[Schedule], plans: tuple[PlanJob, ...], k: int, rundir: str, world: int,

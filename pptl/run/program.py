@@ -33,7 +33,7 @@ from pptl.issue_order import issue_key
 from pptl.messages import message_key
 from pptl.schedules import find_family, names
 
-__all__ = ["RUN_KINDS", "COMPUTE", "Channel", "RankProgram", "Program", "build_program", "channel_of",
+__all__ = ["RUN_KINDS", "COMPUTE", "Channel", "RankProgram", "Program", "build_program", "refuse_invalid", "channel_of",
            "workload_of", "tighten_messages", "issued_for"]
 
 #: The op kinds ``pptl run`` executes.
@@ -95,6 +95,39 @@ def channel_of(op: Op) -> Channel:
     flow, d, stage, _ = message_key(op)
     sender, receiver = (op.rank, op.peer) if op.kind == "SEND" else (op.peer, op.rank)
     return (sender, receiver, flow, d, stage)
+
+
+def refuse_invalid(schedule: Schedule, source: str, *, named: bool = True) -> None:
+    """Refuse a plan that ``pptl check`` rejects, naming its first error.
+
+    The rules run as ``pptl check`` runs them by default, under NCCL's P2P model: that is what the
+    run's message modes share (each channel matches its messages in order, and a CUDA send
+    completes only with its receive; gloo channels keep the same order). Warnings (a formula's
+    assumption, PP022/PP023) do not stop a run. ``named``: ``source`` is a file the user can
+    check.
+
+    Raises:
+        InvalidScheduleError: the plan has an error (exit 1, as ``pptl check``).
+        InputError: a value the rules read is bad.
+
+    Notes:
+        O(ops + deps) for the structural rules (0.06-0.2 s on a plan of 176k ops).
+    """
+    from pptl.checks import run_checks
+
+    try:
+        found = run_checks(schedule, p2p="nccl")
+    except InputError as e:
+        raise InputError(str(e) if str(e).startswith(f"{source}:") else f"{source}: {e}") from None
+    errors = [v for v in found if v.severity == "error"]
+    if not errors:
+        return
+    import shlex
+
+    first = errors[0]
+    more = f"run 'pptl check {shlex.quote(source)}' for every violation" if named else \
+        "'pptl check' on its plan file lists every violation"
+    raise InvalidScheduleError(f"{source}: {first.code}: {first.message} ({more})")
 
 
 def build_program(schedule: Schedule, *, source: str = "plan") -> Program:

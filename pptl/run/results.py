@@ -7,7 +7,8 @@ Every rank sends rank 0 one *payload* (a JSON-ready dict) per plan::
                 "events": [[op index, start_ms, end_ms], ...],
                 "b_input": [[op index of a B, ms its I part took], ...],
                 "started": [op index, ...]}, ...],   # in the order the host started (CUDA: enqueued) them
-     "partial": {"step": k, "events": [...]} | absent,   # the step a failure interrupted
+     "partial": {"step": k, "events": [...]} | absent,   # the step a failure interrupted: its
+                                                          # finished ops, and (CPU) its SENDs with end None
      "info": {"device": ..., "torch": ...}}
 
 Times are milliseconds after the step's clock anchor (the end of a collective every rank joined);
@@ -87,6 +88,7 @@ def build_timeline(schedule: Schedule, payloads: list[Mapping[str, Any]], *,
         if not picked:  # no complete step either: fall back to the last complete step any rank has
             picked = [(p, st) for p in payloads for st in p.get("steps", [])[-1:]]
     rows, clock_meta = _on_one_clock(picked)
+    rows = _delivered(schedule, rows)
     if clock_meta is not None:
         meta_extra["clock"] = clock_meta
     waits: dict[int, list[int]] = {}
@@ -152,8 +154,31 @@ def build_timeline(schedule: Schedule, payloads: list[Mapping[str, Any]], *,
     return timeline
 
 
+def _delivered(schedule: Schedule, rows: list[list[Any]]) -> list[list[Any]]:
+    """``rows`` without the ops an interrupted step left unfinished (end None).
+
+    A SEND left so (a CPU send is known to be done only when its rank waits for it, at the step's
+    end) was delivered if its RECV finished: it ends there, so a partial timeline keeps the
+    messages that did arrive (``pptl check``'s PP090 reads them).
+    """
+    if all(r[2] is not None for r in rows):
+        return rows
+    ops = schedule.ops
+    end = {int(r[0]): r[2] for r in rows if r[2] is not None}
+    recv_of = {u: v for u, v in schedule.deps if ops[u].kind == "SEND" and ops[v].kind == "RECV"}
+    out = []
+    for i, start, stop in rows:
+        if stop is None:
+            got = end.get(recv_of.get(int(i), -1))
+            if got is None or ops[int(i)].kind != "SEND":
+                continue
+            stop = max(got, start)
+        out.append([i, start, stop])
+    return out
+
+
 def _on_one_clock(picked: list[tuple[Mapping[str, Any], Mapping[str, Any]]]
-                  ) -> tuple[list[list[float]], dict[str, Any] | None]:
+                  ) -> tuple[list[list[Any]], dict[str, Any] | None]:
     """The picked step's events of every rank on one time base (run/timebase.py), zero at the
     earliest rank's anchor; and what the clocks were.
 
@@ -177,12 +202,13 @@ def _on_one_clock(picked: list[tuple[Mapping[str, Any], Mapping[str, Any]]]
     # Time 0 is the first anchor on the base, so every event is at or after 0 (each follows its own).
     first = min(usable, key=lambda ps: int(ps[0]["rank"]))
     zero = min(clocks[int(p["rank"])].to_base(float(st["anchor_ms"])) for p, st in usable)
-    rows: list[list[float]] = []
+    rows: list[list[Any]] = []
     ranks: dict[str, Any] = {}
     for p, st in usable:
         r = int(p["rank"])
         c, anchor = clocks[r], float(st["anchor_ms"])
-        rows += [[i, c.to_base(anchor + a) - zero, c.to_base(anchor + b) - zero] for i, a, b in st.get("events", [])]
+        rows += [[i, c.to_base(anchor + a) - zero, None if b is None else c.to_base(anchor + b) - zero]
+                 for i, a, b in st.get("events", [])]
         ranks[str(r)] = {"measured_offset_ms": samples[r][0].offset_ms, "offset_ms": c.offset_ms,
                          "drift_ppm": c.drift * 1e6, "uncertainty_ms": c.uncertainty_ms, "anchor_err_ms": errs[r],
                          # Where this rank's own anchor sat on the time base: the shift a per-rank zero made

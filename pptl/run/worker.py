@@ -24,7 +24,7 @@ from pptl.errors import InputError, PptlError
 from pptl.fileio import atomic_write
 from pptl.run.executor import Fault, OpFailure
 from pptl.run.options import Job, PlanJob
-from pptl.run.program import Program, build_program, workload_of
+from pptl.run.program import Program, build_program, refuse_invalid, workload_of
 from pptl.run.results import build_timeline
 
 __all__ = ["run_worker", "failure_path", "records_path"]
@@ -143,6 +143,8 @@ def _run_plan(job: Job, k: int, pj: PlanJob, rank: int, world: int, device: torc
     schedule = load_any(plan_path).schedule
     if schedule is None:
         raise InputError(f"{plan_path}: is a timeline, not a plan")
+    if not job.rundir:  # under torchrun no launcher checked the plan before this rank started
+        refuse_invalid(schedule, plan_path)
     program = build_program(schedule, source=plan_path)
     if program.world != world:
         raise InputError(f"{plan_path}: the plan has pp={program.world} ranks but the run has {world} processes")
@@ -231,7 +233,9 @@ def _run_plan(job: Job, k: int, pj: PlanJob, rank: int, world: int, device: torc
     if finish is not None:  # family metrics of the measured timeline (exposed all-to-all, GB/s, ...)
         timeline = finish(schedule, timeline)
     if out:
-        atomic_write(out, json.dumps(timeline.to_dict(), separators=(",", ":"), allow_nan=False))
+        from pptl.run.output import write_output
+
+        write_output(out, json.dumps(timeline.to_dict(), separators=(",", ":"), allow_nan=False).encode("utf-8"))
 
 
 def _gates(job: Job, k: int, program: Program, rank: int, world: int, device: torch.device) -> Any:
@@ -367,7 +371,7 @@ def _fail(job: Job, rank: int, e: BaseException, state: dict[str, Any], *, quiet
     ex, payload = state.get("executor"), state.get("payload")
     if ex is not None and payload is not None:
         payload = dict(payload)
-        payload["partial"] = {"step": getattr(ex, "current", -1), "events": ex.partial_events()}
+        payload["partial"] = {"step": getattr(ex, "_step_index", -1), "events": ex.partial_events()}
         anchor = ex.partial_anchor() if hasattr(ex, "partial_anchor") else None
         if anchor is not None:
             payload["partial"]["anchor_ms"], payload["partial"]["anchor_err_ms"] = anchor
