@@ -8,7 +8,8 @@ from pathlib import Path
 
 from pptl.errors import InputError
 
-__all__ = ["MAX_FILE_BYTES", "atomic_write", "check_new", "check_writable", "read_bounded", "read_error"]
+__all__ = ["MAX_FILE_BYTES", "atomic_write", "check_json_name", "check_new", "check_writable", "read_bounded",
+           "read_error"]
 
 #: Inputs larger than this are refused before parsing (a plan of 400k ops is ~60 MB).
 MAX_FILE_BYTES = 512 * 2**20
@@ -34,6 +35,17 @@ def check_writable(path: str | Path) -> Path:
         raise InputError(f"{p}: folder {parent} does not exist")
     if not parent.is_dir():
         raise InputError(f"{p}: {parent} is not a folder")
+    return p
+
+
+def check_json_name(path: str | Path, what: str) -> Path:
+    """Refuse a name other than ``.json`` or ``.json.gz`` for a file pptl's commands read back
+    (``what``: "a plan", "a measured timeline"); an existing non-regular file (/dev/stdout, a
+    pipe) has no name to judge and is taken as it is."""
+    p = Path(path)
+    name = p.name.lower()
+    if not (name.endswith(".json") or name.endswith(".json.gz")) and not (p.exists() and not p.is_file()):
+        raise InputError(f"{p}: {what} is written as .json (or .json.gz), which is how pptl's commands read it back")
     return p
 
 

@@ -23,7 +23,7 @@ from pptl.config import (
     parse_cost_flags,
 )
 from pptl.errors import InputError, InvalidScheduleError
-from pptl.fileio import atomic_write, check_writable
+from pptl.fileio import atomic_write, check_json_name, check_writable
 from pptl.ir import Schedule
 from pptl.timeline import Timeline
 
@@ -339,12 +339,7 @@ def write_plan(result: PlanResult, path: Path) -> None:
     suffix = path.suffix.lower()
     if suffix in _NOT_A_PLAN:
         raise InputError(f"{path}: a plan is written as .json (or .json.gz); {_NOT_A_PLAN[suffix]}")
-    name = path.name.lower()
-    if not (name.endswith(".json") or name.endswith(".json.gz")) and not (path.exists() and not path.is_file()):
-        # every reader of plans (check, render, export, run) knows a plan by that name; a pipe or
-        # /dev/stdout has none to give
-        raise InputError(f"{path}: a plan is written as .json (or .json.gz), which is how pptl's commands read it "
-                         "back")
+    check_json_name(path, "a plan")  # every reader of plans (check, render, export, run) knows one by that name
     check_writable(path)
     sim = result.simulation
     times = PlanTimes(sim.start, sim.end, sim.timeline_meta()) if sim is not None else None

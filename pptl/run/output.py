@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from pptl.errors import InputError
-from pptl.fileio import atomic_write, check_writable
+from pptl.fileio import atomic_write, check_json_name, check_writable
 
 __all__ = ["check_output", "write_output"]
 
@@ -34,10 +34,7 @@ def check_output(path: str | Path) -> Path:
         if not os.access(p, os.W_OK):
             raise InputError(f"{p}: cannot write: Permission denied")
         return p
-    name = p.name.lower()
-    if not (name.endswith(".json") or name.endswith(".json.gz")):
-        raise InputError(f"{p}: a measured timeline is written as .json (or .json.gz), which is how pptl's "
-                         "commands read it back")
+    check_json_name(p, "a measured timeline")
     check_writable(p)
     # The write itself makes a temporary file beside the target and renames it (fileio.atomic_write):
     # making and removing one now is that same test, where os.access misjudges (read-only mounts, ACLs, root).
