@@ -72,7 +72,7 @@ def test_a_bad_field_names_file_entry_and_field(tmp_path: Path, field: str, valu
     assert "nccl_trace_rank_0: entries[16]: " + expected in line, line
 
 
-def test_the_tester_s_unhashable_state(tmp_path: Path) -> None:
+def test_an_unhashable_state_is_one_line(tmp_path: Path) -> None:
     entry = {"record_id": 0, "process_group": ("0", "g"), "profiling_name": "nccl:send 0->1", "state": ["completed"]}
     d = _write(tmp_path / "d4", {0: {"version": "2.10", "pg_config": {}, "entries": [entry]}})
     assert _refused(d).endswith("nccl_trace_rank_0: entries[0]: field 'state': got a list of 1 item, expected "
