@@ -147,10 +147,11 @@ def test_check_of_a_csv_with_a_blank_line_reads_what_render_draws(tmp_path: Path
     assert f"{path}: note: placement: custom (1 stages on the busiest rank), 4 stages (inferred)" in r.stdout
 
 
-def test_run_of_a_csv_without_messages_is_bad_input_named_by_its_file(tmp_path: Path) -> None:
+def test_run_of_a_csv_without_messages_is_an_invalid_schedule_named_by_its_file(tmp_path: Path) -> None:
+    # exit 1, as pptl check says of the same file (PP008: a rank crossing without communication)
     pytest.importorskip("torch")
     path = _csv_with_blank_line(tmp_path)
-    line = one_error(pptl("run", path, "--device", "cpu", cwd=tmp_path))
+    line = one_error(pptl("run", path, "--device", "cpu", cwd=tmp_path), code=1)
     assert line.startswith(f"error: {path}: r0/compute/F s0 mb0 -> r1/compute/F s1 mb0 crosses ranks without a "
                            "SEND/RECV"), line
 

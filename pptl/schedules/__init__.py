@@ -87,9 +87,11 @@ def build_schedule(cfg: Config) -> Schedule:
 
     estimate = estimate_ops(cfg, fam, limit=MAX_PLAN_OPS)
     if estimate > MAX_PLAN_OPS:
+        # past the bound by its slots alone the count is not worked out: one op a slot is the least
+        slots = cfg.pp * cfg.vpp * cfg.microbatches
         raise InputError(f"{cfg.source}: pp={cfg.pp} x vpp={cfg.vpp} x microbatches={cfg.microbatches} would plan "
-                         f"about {estimate:,} ops, more than the {MAX_PLAN_OPS:,} pptl plans; reduce pp or "
-                         "microbatches")
+                         f"{'at least' if estimate == slots else 'about'} {estimate:,} ops, more than the "
+                         f"{MAX_PLAN_OPS:,} pptl plans; reduce pp or microbatches")
     return fam.build(cfg)
 
 
