@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from pptl.errors import InputError
-from pptl.timeline import Event, Timeline
+from pptl.timeline import Event, Timeline, unit_scale
 
 __all__ = ["KindRow", "OpRow", "Comparison", "compare_timelines", "compare_files", "display_units", "header_difference",
-           "planned_timeline", "TIME_UNITS", "comparison_lines", "schedule_difference"]
+           "planned_timeline", "comparison_lines", "schedule_difference"]
 
 
 @dataclass(frozen=True)
@@ -136,11 +136,11 @@ def compare_timelines(planned: Timeline, measured: Timeline) -> Comparison:
     units = measured.meta.units
     scale, shapes_only = 1.0, False
     if planned.meta.units != measured.meta.units:
-        per_p, per_m = TIME_UNITS.get(planned.meta.units), TIME_UNITS.get(units)
-        if per_p is not None and per_m is not None:
+        exact = unit_scale(planned.meta.units, units)
+        if exact is not None:
             # Two clocks' units: a plan in ms against a run in us is the same plan, converted exactly;
             # fitting its makespan instead would hide the very error compare is asked for.
-            scale = 10.0 ** (per_p - per_m)
+            scale = exact
             notes.append(f"the plan is in '{planned.meta.units}' and the run in '{units}': plan times are converted "
                          f"(x{scale:g})")
         else:
@@ -268,9 +268,6 @@ def _row(p: Event, m: Event, p0: float, m0: float, scale: float) -> OpRow:
     return OpRow(p.op, p.kind, p.rank, (p.start - p0) * scale, (p.end - p0) * scale, m.start - m0, m.end - m0)
 
 
-#: Time units a timeline may be in, as the power of ten of a second each is; "unit" (cost-model
-#: units) is none of them. Powers, not factors: 1e-3 / 1e-6 is not exactly 1000 in floating point.
-TIME_UNITS = {"s": 0, "ms": -3, "us": -6, "ns": -9}
 _ORDER = {k: i for i, k in enumerate(("F", "B", "I", "W", "FB", "SEND", "RECV"))}
 
 

@@ -8,7 +8,8 @@ from dataclasses import asdict, dataclass, field, fields
 from operator import attrgetter
 from typing import Any, Iterable, Mapping, Sequence, TypeVar
 
-__all__ = ["Event", "TimelineMeta", "Timeline", "RankStats", "bubble_fraction", "MAX_INDEX", "MAX_TIME"]
+__all__ = ["Event", "TimelineMeta", "Timeline", "RankStats", "bubble_fraction", "MAX_INDEX", "MAX_TIME", "TIME_UNITS",
+           "unit_scale"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,3 +231,15 @@ MAX_INDEX = 10_000_000
 #: Largest time a timeline may hold (about 30 years in microseconds): differences and unit
 #: conversions of such times stay finite floats.
 MAX_TIME = 1e18
+
+
+#: Time units a timeline may be in, as the power of ten of a second each is; "unit" (cost-model
+#: units) is none of them. Powers, not factors: 1e-3 / 1e-6 is not exactly 1000 in floating point.
+TIME_UNITS = {"s": 0, "ms": -3, "us": -6, "ns": -9}
+
+
+def unit_scale(src: str, dst: str) -> float | None:
+    """What a time in ``src`` is multiplied by to be in ``dst`` (``unit_scale("ms", "us") == 1000``),
+    exactly; None when either is not a clock's unit (cost-model units convert to nothing)."""
+    a, b = TIME_UNITS.get(src), TIME_UNITS.get(dst)
+    return None if a is None or b is None else 10.0 ** (a - b)

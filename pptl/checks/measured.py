@@ -26,7 +26,7 @@ from typing import Sequence
 
 from pptl.checks.base import Violation
 from pptl.messages import message_key
-from pptl.timeline import Event, Timeline
+from pptl.timeline import Event, Timeline, unit_scale
 
 __all__ = ["DEFAULT_TOLERANCE_MS", "RECV_BEFORE_SEND", "CONSUMER_BEFORE_PRODUCER", "tolerance",
            "measured_violations", "measurement_line"]
@@ -38,7 +38,6 @@ DEFAULT_TOLERANCE_MS = 0.01
 #: Kinds whose end is when their data exists (producers), and kinds that consume data.
 _PRODUCERS = frozenset({"F", "B", "I", "W", "FB"})
 _CONSUMERS = frozenset({"F", "B", "I", "W", "FB", "SEND"})
-_PER_MS = {"ms": 1.0, "us": 1e3, "s": 1e-3}
 
 
 def tolerance(tl: Timeline) -> float:
@@ -47,7 +46,7 @@ def tolerance(tl: Timeline) -> float:
     ms = DEFAULT_TOLERANCE_MS
     if isinstance(clock, dict) and isinstance(clock.get("tolerance_ms"), (int, float)):
         ms = max(0.0, float(clock["tolerance_ms"]))
-    return ms * _PER_MS.get(tl.meta.units, 1.0)
+    return ms * (unit_scale("ms", tl.meta.units) or 1.0)
 
 
 def _sends_of(events: Sequence[Event], by_id: dict[str, int]) -> dict[int, int]:

@@ -13,7 +13,7 @@ from pptl.config import MAX_OPS
 from pptl.errors import InputError
 from pptl.formats._legacy import BUCKET_KINDS, bucket_fields, bucket_id
 from pptl.formats._quote import quoted
-from pptl.timeline import MAX_INDEX, MAX_TIME, TIMELINE_VERSION, Event, Timeline, TimelineMeta
+from pptl.timeline import MAX_INDEX, MAX_TIME, TIMELINE_VERSION, Event, Timeline, TimelineMeta, unit_scale
 
 __all__ = ["timeline_from_dict"]
 
@@ -107,8 +107,6 @@ def _check_events(events: list[Event], meta: TimelineMeta, source: str) -> None:
                              f"(meta.pp is {pp})")
 
 
-#: Milliseconds per unit of a timeline's times (a tolerance is stated in ms).
-_MS_PER = {"s": 1e3, "ms": 1.0, "us": 1e-3, "ns": 1e-6}
 
 
 def _check_tolerance(tl: Timeline, source: str) -> None:
@@ -122,7 +120,7 @@ def _check_tolerance(tl: Timeline, source: str) -> None:
     tol = clock["tolerance_ms"]
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 <= tol:
         raise InputError(f"{where}: got {quoted(tol)}, expected a number of ms >= 0")
-    span_ms = tl.makespan * _MS_PER.get(tl.meta.units, 1.0)
+    span_ms = tl.makespan * (unit_scale(tl.meta.units, "ms") or 1.0)
     if tol > (span_ms if tl.events else MAX_TIME):
         raise InputError(f"{where}: got {tol:g} ms, longer than the timeline's makespan ({span_ms:.6g} ms): a "
                          "tolerance that long would pass any measurement error; expected the clocks' uncertainty")

@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 
 from pptl.errors import InputError
 from pptl.fields import MAX_NUMBER
+from pptl.timeline import unit_scale
 from pptl.whatif.opening import Opening, fit_opening
 
 __all__ = ["QUANTILE_POINTS", "Quantiles", "Jitter", "Straggler", "Spread", "parse_jitter", "parse_straggler",
@@ -204,7 +205,6 @@ def parse_jitter(text: str) -> Jitter:
     return Jitter(sd)
 
 
-_UNITS = {"": 1.0, "ms": 1.0, "us": 1e-3, "s": 1e3}
 _DELAY = re.compile(r"^\+([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)(ms|us|s)?(?:@mb([0-9]+))?$")
 _FACTOR = re.compile(r"^x([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)$")
 _STRAGGLER_HELP = "expected rank=R,xFACTOR (rank=2,x1.3) or rank=R,+DELAY[ms|us|s][@mbK] (rank=1,+2ms@mb7)"
@@ -286,13 +286,14 @@ def delay_in(s: Straggler, units: str, *, name: str = "") -> float:
     """
     if not s.unit or s.delay == 0.0:
         return s.delay
-    if units not in ("ms", "us", "s"):
+    scale = unit_scale(s.unit, units)
+    if scale is None:
         at = f"@mb{s.mb}" if s.mb is not None else ""
         raise InputError(f"--straggler: rank={s.rank},+{s.delay:g}{s.unit}{at}: {name or 'the plan'} is in "
                          f"'{units or 'unit'}' "
                          f"(cost-model units), not time; give the delay without a unit (+{s.delay:g}) or "
                          f"calibrate with --from a measured run")
-    return s.delay * _UNITS[s.unit] / _UNITS[units]
+    return s.delay * scale
 
 
 # --------------------------------------------------------------------------------------------
