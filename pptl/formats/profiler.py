@@ -74,11 +74,15 @@ def read_json(path: str | Path, **options: Any) -> Any:
             raise InputError(f"{p}: no file matches")
         return read_traces([Path(f) for f in files], source=str(p), **options)
     text = _text(p)
-    data = _parse(p, text)
+    try:
+        # as strictly as read_structured reads a config or plan: a repeated key or a NaN is an error
+        data = parse_json(text, p)
+    except InputError as strict:
+        data = _parse(p, text)  # a trace may hold either; its bad events are skipped, not refused
+        if sniff(data) is None:
+            raise strict from None
     if sniff(data) is None:
-        # Not a trace: a config or plan, read as strictly as read_structured reads one (a repeated
-        # key or a NaN is an error there; traces are parsed leniently, their bad events skipped).
-        return load_data(parse_json(text, p), str(p), **options)
+        return load_data(data, str(p), **options)
     return read_traces([p], source=str(p), preread={p: data}, **options)
 
 
