@@ -120,30 +120,27 @@ def figure_from_layout(lay: Layout, options: FigureOptions = FigureOptions()):
     least_w = _up(least_w)
     width = opt.size[0] if opt.size else opt.width_in
 
-    def bands(width: float) -> tuple[list[str], float, float, float, float, int]:
-        """(title lines, title band, legend band, bands above and below the rows, legend columns)
-        at ``width`` inches."""
-        lines = _wrap(title, width - 0.4, opt.font_size + 2) if title else []
-        title_h = 0.55 * k + _line_in(opt.font_size + 2) * (len(lines) - 1) if lines else 0.15
-        cols = _legend_columns(lay.categories, (width - 0.6) / k) if where in ("bottom", "top", "top right") else 1
-        legend_h = k * (0.3 * -(-ncat // cols) + 0.05) if ncat else 0.0
-        top_band = title_h + (legend_h if where in ("top right", "top") else 0.0)
-        axis_band = (0.45 if lay.style.time_arrow else 0.55) * k
-        bottom_band = (legend_h if where == "bottom" else 0.0) + 0.1
-        grid_rows = len(lay.grid.rows) if lay.grid else 0
-        grid_band = (0.45 + _GRID_ROW_IN * grid_rows + 0.1) if grid_rows else 0.0
-        return lines, title_h, top_band + axis_band, bottom_band, grid_band, cols
-
+    # The bands above and below the rows, at the width drawn (the title wraps and the legend's
+    # columns follow it).
+    at = max(width, least_w)
+    lines = _wrap(title, at - 0.4, opt.font_size + 2) if title else []
+    title_h = 0.55 * k + _line_in(opt.font_size + 2) * (len(lines) - 1) if lines else 0.15
+    legend_cols = _legend_columns(lay.categories, (at - 0.6) / k) if where in ("bottom", "top", "top right") else 1
+    legend_h = k * (0.3 * -(-ncat // legend_cols) + 0.05) if ncat else 0.0
+    top_band = title_h + (legend_h if where in ("top right", "top") else 0.0)
+    axis_band = (0.45 if lay.style.time_arrow else 0.55) * k
+    bottom_band = (legend_h if where == "bottom" else 0.0) + 0.1
+    grid_rows = len(lay.grid.rows) if lay.grid else 0
+    grid_band = (0.45 + _GRID_ROW_IN * grid_rows + 0.1) if grid_rows else 0.0
+    fixed = top_band + axis_band + bottom_band + grid_band
     # The rows' least height: MIN_ROW_IN each, and a few rows as tall as their labels.
     main_least = max(row_w.sum() * MIN_ROW_IN, min(row_w.sum() * _LABEL_ROW_IN, _MIN_MAIN_IN))
-    lines, title_h, around, bottom_band, grid_band, legend_cols = bands(max(width, least_w))
-    fixed = around + bottom_band + grid_band
     least_h = _up(fixed + main_least)
     if opt.size and (width < least_w or opt.size[1] < least_h):
         # The least size nearest the one asked: the same width where that is wide enough.
         raise InputError(f"--size {opt.size[0]:g},{opt.size[1]:g}: too small for this figure ({len(lay.rows)} rows"
                          f"{', a title' if title else ''}{', a legend' if ncat else ''}); it needs at least "
-                         f"--size {max(width, least_w):g},{least_h:g}")
+                         f"--size {at:g},{least_h:g}")
     max_h = opt.size[1] if opt.size else opt.max_height_in
     if fixed + main_least > max_h:
         fit = int((max_h - fixed) / MIN_ROW_IN)
@@ -157,7 +154,6 @@ def figure_from_layout(lay: Layout, options: FigureOptions = FigureOptions()):
     height = opt.size[1] if opt.size else min(fixed + main_h, opt.max_height_in)
 
     fig = Figure(figsize=(width, height), dpi=opt.dpi)
-    axis_band = (0.45 if lay.style.time_arrow else 0.55) * k
     main = _Box(left, bottom_band + grid_band + axis_band, width - left - right, main_h)
     ax = fig.add_axes(_frac(main, width, height))
     tops = np.concatenate([[0.0], np.cumsum(row_w)[:-1]])
@@ -171,7 +167,6 @@ def figure_from_layout(lay: Layout, options: FigureOptions = FigureOptions()):
                  va="top", linespacing=_LINE_SPACING)
     if ncat:
         _draw_legend(fig, lay.categories, where, legend_cols, width, height, bottom_band, opt.font_size, title_h)
-    grid_rows = len(lay.grid.rows) if lay.grid else 0
     if lay.grid is not None and grid_rows:
         ncells = max((len(cells) for _, cells in lay.grid.rows), default=1)
         # Cells are steps, not time: keep them square-ish like the seeds' grid, not stretched.
