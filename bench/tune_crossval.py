@@ -121,9 +121,15 @@ SIXTH_SHAPES = (
     Shape("h2944-t3584-l10-m18", 2944, 3584, 20, 1, 3, 18),
     Shape("h5888-t1792-l6-m8", 5888, 1792, 12, 2, 3, 8),
 )
+#: Shapes chosen (2026-11-27 14:40 UTC) before the run that measured them, the model unchanged since the
+#: user shapes, and the first launch on H100s (every earlier one ran on H200s): its seventh held-out test.
+SEVENTH_SHAPES = (
+    Shape("h4864-t2304-l8-m10", 4864, 2304, 16, 1, 3, 10),
+    Shape("h3200-t5632-l5-m14", 3200, 5632, 10, 2, 2, 14),
+)
 #: The held-out groups ``--shapes`` names.
 GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "steady": STEADY_SHAPES,
-          "balanced": BALANCED_SHAPES, "user": USER_SHAPES, "sixth": SIXTH_SHAPES}
+          "balanced": BALANCED_SHAPES, "user": USER_SHAPES, "sixth": SIXTH_SHAPES, "seventh": SEVENTH_SHAPES}
 #: CPU smoke shapes (gloo, float32): the script end to end in seconds.
 TINY = (Shape("tiny-a", 64, 16, 8, 1, 3, 4), Shape("tiny-b", 32, 8, 4, 1, 2, 6))
 
@@ -225,7 +231,7 @@ def _row(r: Any, tl: Any) -> dict[str, Any]:
            "spread": None if r.spread is None else [r.spread.p05, r.spread.p95],
            "predicted_peak": list(r.peak), "fits": r.fits, "measured_ms": tl.makespan,
            "step_ms": tl.meta.extra.get("step_ms"), "measured_peak": _peaks(tl),
-           "ops": _ops(tl)}
+           "ops": _ops(tl), "gpu": tl.meta.extra.get("gpu")}
     if r.structure.family == "synth":  # the order that ran: the offline re-timing uses it
         row["executed"] = (tl.meta.extra.get("executed") or {})
         row["executed"] = {k: {"compute": v.get("compute", [])} for k, v in row["executed"].items()}

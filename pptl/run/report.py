@@ -19,6 +19,7 @@ def summary(tl: Timeline, out: str | None = None) -> dict[str, Any]:
                   for s in tl.rank_stats("compute")],
         "loss": x.get("loss"), "verify": x.get("verify"), "failed": x.get("failed"), "out": out,
         "clock": _clock(x.get("clock")),
+        "gpu": x.get("gpu"),
     }
 
 
@@ -47,6 +48,7 @@ def summary_lines(tl: Timeline) -> list[str]:
     for r in s["ranks"]:
         lines.append(f"  rank {r['rank']}: busy {r['busy_ms']:.3f} ms, idle {r['idle_ms']:.3f} ms "
                      f"({100 * r['bubble_fraction']:.1f}%)")
+    lines.extend(_gpu_lines(s["gpu"]))
     c = s["clock"]
     if c and c["violations"]:  # the rule on measured timelines failed: say so before anyone reads the numbers
         lines.append(f"measurement error: {c['violations']} event pair{'s' if c['violations'] != 1 else ''} out of "
@@ -58,3 +60,22 @@ def summary_lines(tl: Timeline) -> list[str]:
         lines.append(f"verify {verdict}: loss rel err {v['loss_rel_err']:.1e}, max gradient rel err "
                      f"{v['max_grad_rel_err']:.1e} at {v['worst']} (tolerance {v['tolerance']:g})")
     return lines
+
+
+def _gpu_lines(gpu: Any) -> list[str]:
+    """Per rank, the SM clock and power over the timed steps, and how often the power cap held it."""
+    if not isinstance(gpu, dict):
+        return []
+    out = []
+    for rank in sorted(gpu, key=lambda r: int(r) if str(r).isdigit() else -1):
+        g = gpu[rank]
+        if not isinstance(g, dict):
+            continue
+        limit = g.get("power_limit_w")
+        capped = g.get("power_capped")
+        out.append(f"  rank {rank}: SM clock {g.get('sm_mhz', 0):.0f} MHz (p10 {g.get('sm_mhz_p10', 0):.0f}, "
+                   f"p90 {g.get('sm_mhz_p90', 0):.0f}), power {g.get('power_w', 0):.0f} W"
+                   + (f" of {limit:.0f} W" if isinstance(limit, (int, float)) else "")
+                   + (f", held by the power cap in {100 * capped:.0f}% of {g.get('samples')} samples"
+                      if isinstance(capped, (int, float)) else ""))
+    return out

@@ -183,6 +183,13 @@ def _run_plan(job: Job, k: int, pj: PlanJob, rank: int, world: int, device: torc
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
         base = torch.cuda.memory_allocated(device)
+    sampler = None
+    if device.type == "cuda":
+        from pptl.run.gpuclock import open_sampler
+
+        sampler = open_sampler(device)
+        if sampler is not None:
+            sampler.start()
     for step in range(total):
         # After the warmup, timed and untimed steps alternate, so drift hits both alike.
         timed = step < job.warmup or (step - job.warmup) % 2 == 0
@@ -192,6 +199,11 @@ def _run_plan(job: Job, k: int, pj: PlanJob, rank: int, world: int, device: torc
         if job.rundir:
             _write_json(records_path(job.rundir, k, rank), payload)
     post(total, -1)
+    if sampler is not None:
+        sampler.stop()
+        gpu = sampler.summary(payload["steps"])
+        if gpu is not None:
+            payload["gpu"] = gpu.to_dict()
     payload["clock"]["samples"].append(measure_offset(rank, world, clock_group))
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -223,6 +235,10 @@ def _run_plan(job: Job, k: int, pj: PlanJob, rank: int, world: int, device: torc
     # and the activations' peak on one more step (pptl.run.memory) with the op it was reached in.
     if memory:
         extra["memory"] = memory
+    gpus = {str(p["rank"]): p.pop("gpu") for p in gathered if p.get("gpu")}  # type: ignore[union-attr]
+    # Per rank: its SM clock and board power over the timed steps (pptl.run.gpuclock).
+    if gpus:
+        extra["gpu"] = gpus
     reports = {str(p["rank"]): p.pop("report") for p in gathered if p.get("report")}  # type: ignore[union-attr]
     if reports:
         extra["reports"] = reports
