@@ -122,14 +122,17 @@ SIXTH_SHAPES = (
     Shape("h5888-t1792-l6-m8", 5888, 1792, 12, 2, 3, 8),
 )
 #: Shapes chosen (2026-11-27 14:40 UTC) before the run that measured them, the model unchanged since the
-#: user shapes, and the first launch on H100s (every earlier one ran on H200s): its seventh held-out test.
+#: user shapes, with each rank's SM clock and power recorded by `pptl run`: its seventh held-out test.
 SEVENTH_SHAPES = (
     Shape("h4864-t2304-l8-m10", 4864, 2304, 16, 1, 3, 10),
     Shape("h3200-t5632-l5-m14", 3200, 5632, 10, 2, 2, 14),
 )
+#: One shape chosen (2026-11-27 14:30 UTC) before its run, after the seventh launch, the model unchanged.
+EIGHTH_SHAPES = (Shape("h2432-t4096-l7-m16", 2432, 4096, 14, 1, 2, 16),)
 #: The held-out groups ``--shapes`` names.
 GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "steady": STEADY_SHAPES,
-          "balanced": BALANCED_SHAPES, "user": USER_SHAPES, "sixth": SIXTH_SHAPES, "seventh": SEVENTH_SHAPES}
+          "balanced": BALANCED_SHAPES, "user": USER_SHAPES, "sixth": SIXTH_SHAPES, "seventh": SEVENTH_SHAPES,
+          "eighth": EIGHTH_SHAPES}
 #: CPU smoke shapes (gloo, float32): the script end to end in seconds.
 TINY = (Shape("tiny-a", 64, 16, 8, 1, 3, 4), Shape("tiny-b", 32, 8, 4, 1, 2, 6))
 
