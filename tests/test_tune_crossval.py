@@ -139,6 +139,11 @@ MISSES = {
     # line; h2944 every line but Spearman (0.82): thirteen of fourteen candidates within 4.3% of each other,
     # every family within 2.9% (capped V-Half +2.9%), the launch's own order against itself 0.92.
     "h2944-t3584-l10-m18": ("spearman",),
+    # SEVENTH_SHAPES and EIGHTH_SHAPES (fixed before their run, 2026-11-27 14:16 and 14:24 UTC, the model
+    # unchanged, every rank's SM clock recorded): h4864 and h2432 pass every line; h3200 every line but the
+    # families: the capped V-Half +4.2%, its ranks at 1875 and 1815 MHz against the calibrating run's 1515
+    # and 1485 (test below).
+    "h3200-t5632-l5-m14": ("families",),
 }
 #: Largest error of any candidate today, per shape where it is above the 9.5% bound of the others.
 MAX_ERR: dict[str, float] = {"h2048-t1024-l16-m8-bal": 0.161, "h2048-t2048-l4-m32-bal": 0.137}
@@ -149,11 +154,11 @@ def evaluated() -> dict:
     return {p.stem: tune_crossval._evaluate(json.loads(p.read_text())) for p in SHAPES}
 
 
-def test_thirty_shapes_unlike_the_bench_were_measured() -> None:
+def test_thirty_three_shapes_unlike_the_bench_were_measured() -> None:
     shapes = [json.loads(p.read_text())["shape"] for p in SHAPES]
     # h2304 measured twice at the even split; fourteen shapes again at the balanced split (<name>-bal);
-    # the issue's user model at two micro-batch counts; the sixth group's two
-    assert len(shapes) == 45 and len({s["name"] for s in shapes}) == 30
+    # the issue's user model at two micro-batch counts; the sixth group's two, the seventh's two, the eighth's one
+    assert len(shapes) == 48 and len({s["name"] for s in shapes}) == 33
     assert {s["hidden"] for s in shapes} >= {2048, 4096, 8192}
     assert {s["tokens"] for s in shapes} >= {1024, 8192}
     assert {s["layers"] // 2 for s in shapes} >= {4, 16}
@@ -428,3 +433,35 @@ def test_short_layers_are_named_where_two_chunk_plans_ran_slow(name: str, short:
     worst_two_chunk = min(tune_crossval._evaluate(saved)["checks"]["family_err"][f]
                           for f in ("interleaved-zb", "looped-bfs", "v-half"))
     assert (worst_two_chunk < -0.05) is short
+
+
+def _busy(ops: list, rank: int, span: float) -> float:
+    """Share of the step the rank computed (its compute ops' union over the step)."""
+    spans = sorted((o[4], o[5]) for o in ops if o[0] == rank and o[1] in ("F", "B", "I", "W", "FB"))
+    total, end = 0.0, float("-inf")
+    for a, b in spans:
+        total += max(0.0, b - max(a, end))
+        end = max(end, b)
+    return total / span
+
+
+def test_the_clock_follows_the_busy_share_under_the_power_cap() -> None:
+    """The seventh launch recorded each rank's SM clock (`pptl run`, NVML): every rank of every plan sat on
+    the 700 W cap (the power-cap reason set in every sample), and its clock followed how busy it was. Ranks
+    busy 0.85 or more ran at 1425-1575 MHz; the capped V orders' ranks, busy 0.64-0.66, at 1725-1875 MHz;
+    the calibrating runs' ranks (busy 0.88-0.93) at 1470-1515 MHz. That is why the capped V orders run
+    faster than ranked (docs/tune.md, "The clock says it is the power cap")."""
+    points = []
+    for name in ("h4864-t2304-l8-m10", "h3200-t5632-l5-m14"):
+        saved = json.loads((DATA / f"{name}.json").read_text())
+        base = saved["base"]["meta"]["extra"]["gpu"]
+        assert all(1470 <= base[r]["sm_mhz"] <= 1515 and base[r]["power_capped"] == 1.0 for r in ("0", "1"))
+        for row in saved["rows"]:
+            for r in (0, 1):
+                g = row["gpu"][str(r)]
+                assert g["power_limit_w"] == 700.0 and g["power_capped"] == 1.0
+                points.append((_busy(row["ops"], r, row["measured_ms"]), g["sm_mhz"], row["family"]))
+    busy = [(u, f) for u, f, _ in points if u >= 0.85]
+    assert len(busy) == 46 and all(1425 <= f <= 1575 for _, f in busy)
+    v_half = [(u, f) for u, f, fam in points if fam in ("v-half", "v-min") and u < 0.7]
+    assert len(v_half) == 6 and all(0.63 <= u <= 0.67 and 1725 <= f <= 1875 for u, f in v_half)
