@@ -21,7 +21,7 @@ from pptl.schedules._moe_meta import MoEMeta
 from pptl.timeline import RankStats, Timeline, TimelineMeta, bubble_fraction
 
 __all__ = ["Simulation", "RankMetrics", "durations", "simulate", "memory_events", "memory_events_of", "MemoryEvents", "peak_memory",
-           "held_spans", "op_events"]
+           "held_spans", "op_events", "rounding_slack"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,6 +368,14 @@ def memory_events_of(schedule: Schedule, start: Any, end: Any, activation: float
     return MemoryEvents(rank[o], time[o], delta[o], op[o], first[o])
 
 
+def rounding_slack(delta: Any, share: float) -> float:
+    """How far a running sum of the memory events ``delta`` may be off by rounding: ``share`` of
+    the largest event. Relative, not absolute: activations given in a large unit (1e-13 of it per
+    micro-batch) are memory like any other, where an absolute 1e-12 would read them as rounding
+    (peak 0, any limit met)."""
+    return share * float(np.abs(delta).max()) if delta.size else 0.0
+
+
 def _topo_position(schedule: Schedule) -> Any:
     """Each op's position in a topological order of its dependencies (lane order included); the
     op index where the graph has a cycle (a broken plan, reported by its own rule)."""
@@ -410,7 +418,8 @@ def peak_memory(schedule: Schedule, start: list[float], end: list[float], activa
 def _peak_memory(schedule: Schedule, start: Any, end: Any, activation: float, w_activation: float,
                  skip: frozenset[str] = frozenset()) -> tuple[dict[int, float], dict[int, float]]:
     """:func:`peak_memory`: each rank's running sum added in event order (``cumsum`` is
-    sequential), and a new peak only where the sum rises more than 1e-12 above the last one."""
+    sequential), and a new peak only where the sum rises above the last one by more than
+    :func:`rounding_slack` (a 1e-12 share of the rank's largest event)."""
     ev = memory_events_of(schedule, start, end, activation, w_activation, skip)
     t, delta, rank = ev.time, ev.delta, ev.rank
     bounds = np.flatnonzero(np.diff(rank)) + 1
@@ -424,9 +433,10 @@ def _peak_memory(schedule: Schedule, start: Any, end: Any, activation: float, w_
         high = np.maximum(np.maximum.accumulate(cur), 0.0)
         new = np.flatnonzero(cur > np.concatenate(([0.0], high[:-1])))
         best = at = 0.0
+        slack = rounding_slack(delta[lo:hi], 1e-12)
         for j in new.tolist():
             c = float(cur[j])
-            if c > best + 1e-12:
+            if c > best + slack:
                 best, at = c, float(t[lo + j])
         found.append((int(ev.first[lo:hi].min()), int(rank[lo]), best, at))
     found.sort()  # ranks in the order they first show up

@@ -476,13 +476,21 @@ def test_each_send_takes_its_own_payload_over_the_link() -> None:
 
 
 def test_peak_pass_applies_the_tolerance() -> None:
-    # simulate _peaks 115 (`>=`): a running sum that reaches exactly the tolerance above the
-    # peak (1e-12 activation units) is no new peak
+    # simulate _peaks 115 (`>=`): a running sum that rises exactly the tolerance (1e-12 of the
+    # rank's largest event) above the peak is no new peak. The tolerance is relative: activations
+    # of 1e-12 units on their own are memory (an absolute 1e-12 once reported them as peak 0).
+    from pptl.schedules._moe_meta import MoEMeta
     from pptl.simulate import peak_memory
 
-    s = build_schedule(Config(schedule="gpipe", pp=2, microbatches=1))
+    s = build_schedule(Config(schedule="inference", pp=1, microbatches=2))
+    # F mb0 runs over [0, 1], F mb1 over [1, 2]: 1 unit held from F mb0's start to F mb1's end,
+    # and 1e-12 more from F mb1's start: the sum 1 + 1e-12 is the tolerance above the peak 1.
+    s.meta.update(MoEMeta(held=((0, 0, 1, 1, 1.0), (1, 0, 1, 1, 1e-12)), held_saved=True).to_meta())
     sim = simulate(s)
-    assert peak_memory(s, sim.start, sim.end, 1e-12, 0.0)[0] == {0: 0.0, 1: 0.0}
+    assert peak_memory(s, sim.start, sim.end, 1.0, 0.0) == ({0: 1.0}, {0: 0.0})
+    g = build_schedule(Config(schedule="gpipe", pp=2, microbatches=1))
+    sim = simulate(g)
+    assert peak_memory(g, sim.start, sim.end, 1e-12, 0.0)[0] == {0: 1e-12, 1: 1e-12}
 
 
 # ---------------------------------------------------------------- pptl/deps.py
