@@ -238,7 +238,7 @@ def explain(tl: Timeline, plan: Schedule | None = None) -> Explanation:
     compute = [i for i, e in enumerate(events) if e.lane == "compute" and e.end > e.start]
     if not compute:
         raise InputError("the timeline has no compute events to explain")
-    notes: list[str] = []
+    notes: list[str] = _unmeasured_ranks(tl, {events[i].rank for i in compute})
     t0, t1 = tl.start, tl.start + tl.makespan
     order: dict[int, list[int]] = defaultdict(list)
     for i in sorted(compute, key=lambda i: (events[i].start, events[i].end)):
@@ -307,6 +307,24 @@ def explain(tl: Timeline, plan: Schedule | None = None) -> Explanation:
     from pptl.checks.measured import measured_violations
 
     return Explanation(tl.meta.units, tl.makespan, splits, late, path, notes, measured_violations(tl))
+
+
+def _unmeasured_ranks(tl: Timeline, measured: set[int]) -> list[str]:
+    """A note on the ranks of the run with no compute event: a rank the table leaves out, or shows idle all
+    step, whose outputs the other ranks still waited for. Those waits cannot be split (their producer is
+    not in the timeline), so they read as transfer or host gap on the ranks next to it."""
+    seen = {e.rank for e in tl.events}
+    absent = sorted(set(range(tl.meta.pp)) - seen) if tl.meta.pp > 0 else []
+    idle = sorted(seen - measured)
+    out = []
+    for ranks, what in ((absent, "no events"), (idle, "no compute events")):
+        if ranks:
+            many = len(ranks) > 1
+            out.append(f"rank{'s' if many else ''} {', '.join(map(str, ranks))} ha{'ve' if many else 's'} {what} in "
+                       f"the timeline (pp={tl.meta.pp or max(seen) + 1}): the waits of the ranks that take "
+                       f"{'their' if many else 'its'} outputs show as transfer or host gap, not as "
+                       f"{'their' if many else 'its'} delay")
+    return out
 
 
 def _p2p_intervals(events: list[Event]) -> dict[int, list[tuple[float, float]]]:

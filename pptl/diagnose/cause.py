@@ -8,8 +8,8 @@ not what followed from it:
 2. a pair of ranks disagrees on how many transfers there are, and the side with fewer went on past
    them (it skipped transfers, rather than not having reached them);
 3. a collective issued on some ranks only (one rank's calls are another's with calls inserted);
-4. collectives of another kind, or of another size, at one sequence number;
-5. a send and its receive of different sizes;
+4. collectives of another kind, size or dtype at one sequence number;
+5. a send and its receive of different sizes or dtypes;
 6. a rank that stopped issuing calls while a peer waits for its next one;
 7. a wait-for cycle (calls issued in orders NCCL cannot satisfy);
 8. what remains: counts that differ so far, collectives some member has not issued, calls that
@@ -35,7 +35,7 @@ from pptl.diagnose.counts import (
     SizeMismatch,
     Stopped,
 )
-from pptl.diagnose.ops import NcclOp, ranks_text
+from pptl.diagnose.ops import NcclOp, dtypes_differ, ranks_text
 
 __all__ = ["Cause", "PlanNext", "find_cause", "evidence"]
 
@@ -55,7 +55,7 @@ class Cause:
     """The root cause of a diagnosis."""
 
     kind: str
-    """missing_dump, p2p_count, extra_collective, collective_kind, collective_size, p2p_size, stopped,
+    """missing_dump, p2p_count, extra_collective, collective_kind, collective_size, collective_dtype, p2p_size, stopped,
     cycle, p2p_behind, collective_missing, orphan, collective_state, pending, or none."""
     ranks: tuple[int, ...]
     """The ranks the sentence names, the one at fault first where there is one."""
@@ -65,7 +65,7 @@ class Cause:
 def find_cause(counts: Counts, ops: Mapping[int, tuple[NcclOp, ...]], *, cycle_ranks: Sequence[int] = (),
                order: Sequence[str] = (), plan_next: Mapping[int, PlanNext] | None = None,
                plan_pairs: Mapping[tuple[int, int], int] | None = None, off_plan: Sequence[int] = (),
-               counterpart: Mapping[str, str] | None = None) -> Cause:
+               counterpart: Mapping[str, str] | None = None, cycle: Sequence[tuple[str, str]] = ()) -> Cause:
     """The first fact in the order of the module docstring.
 
     Args:
@@ -74,6 +74,8 @@ def find_cause(counts: Counts, ops: Mapping[int, tuple[NcclOp, ...]], *, cycle_r
         plan_pairs: (src, dst) -> the plan's sends per step, to say which side follows the plan.
         off_plan: ranks whose send/receive order does not follow the plan's (``--plan``).
         counterpart: plan op id of a SEND or RECV -> the peer's op it meets (``--plan``).
+        cycle: the wait-for cycle, (node, why the next node waits for it): named where no order
+            sentence explains it (ranks stuck in collectives of different groups).
     """
     cp = counterpart or {}
     for m in counts.missing:
@@ -84,7 +86,7 @@ def find_cause(counts: Counts, ops: Mapping[int, tuple[NcclOp, ...]], *, cycle_r
         return _pair(skipped[0], counts.pairs, plan_pairs or {})
     if counts.extra:
         return _extra(counts.extra[0])
-    for want in ("kind", "size"):
+    for want in ("kind", "size", "dtype"):
         d = next((d for d in counts.diffs if d.what == want and not d.reordered), None)
         if d is not None:
             return _diff(d)
@@ -95,7 +97,7 @@ def find_cause(counts: Counts, ops: Mapping[int, tuple[NcclOp, ...]], *, cycle_r
     if cycle_ranks:
         odd = [r for r in off_plan if r in cycle_ranks]
         return Cause("cycle", tuple(cycle_ranks), f"wait-for cycle across ranks {ranks_text(cycle_ranks)}"
-                     + (f": {order[0]}" if order else "")
+                     + (f": {order[0]}" if order else _cycle_words(cycle))
                      + (f"; rank{_s(len(odd))} {ranks_text(odd)} do{'' if len(odd) > 1 else 'es'} not issue "
                         "the plan's send/receive order (another schedule?)" if odd else ""))
     if counts.pairs:
@@ -135,7 +137,8 @@ def evidence(counts: Counts, plan_next: Mapping[int, PlanNext] | None = None) ->
                    + (f"; at the same sequence number NCCL paired {met}" if met else ""))
     for d in counts.diffs:
         out.append(f"collectives: group {_gl(d.ops)} #{d.seq}: "
-                   + ", ".join(f"rank {o.rank} {o.kind} {_numel(o)} ({o.state})" for o in d.ops)
+                   + ", ".join(f"rank {o.rank} {o.kind} {_numel(o)}{' ' + o.dtype if d.what == 'dtype' else ''} "
+                               f"({o.state})" for o in d.ops)
                    + (" (the same calls in another order)" if d.reordered else f" ({d.what} differs)"))
     for d in counts.states:
         out.append(f"collectives: group {_gl(d.ops)} #{d.seq}: "
@@ -245,20 +248,26 @@ def _extra(e: ExtraCollectives) -> Cause:
 
 
 def _diff(d: CollectiveDiff) -> Cause:
-    parts = ", ".join(f"rank {o.rank} {o.kind} {_numel(o)}" for o in d.ops)
-    what = "a collective of another kind" if d.what == "kind" else "collectives of different sizes"
+    parts = ", ".join(f"rank {o.rank} {o.kind} {_numel(o)}" + (f" {o.dtype}" if d.what == "dtype" else "")
+                      for o in d.ops)
+    what = {"kind": "a collective of another kind", "size": "collectives of different sizes",
+            "dtype": "collectives of different dtypes"}[d.what]
     return Cause(f"collective_{d.what}", tuple(o.rank for o in d.ops),
                  f"{what} at one sequence number: collective #{d.seq} of group {_gl(d.ops)} is {parts}")
 
 
 def _size_words(z: SizeMismatch) -> str:
-    return (f"rank {z.send.rank} sends {z.send.shape} to rank {z.recv.rank} ({z.send.label}), which receives "
-            f"{z.recv.shape} ({z.recv.label}): {sum(z.send.numels)} vs {sum(z.recv.numels)} elements"
-            f" ({z.count} of {z.pairs} transfer{_s(z.pairs)} of the pair differ)")
+    typed = dtypes_differ(z.send, z.recv)
+    a, b = (f"{o.shape} {o.dtype}" if typed else o.shape for o in (z.send, z.recv))
+    n, m = sum(z.send.numels), sum(z.recv.numels)
+    what = f"{n} vs {m} elements" if n != m else f"{n} elements of {z.send.dtype} vs {z.recv.dtype}"
+    return (f"rank {z.send.rank} sends {a} to rank {z.recv.rank} ({z.send.label}), which receives "
+            f"{b} ({z.recv.label}): {what} ({z.count} of {z.pairs} transfer{_s(z.pairs)} of the pair differ)")
 
 
 def _size(z: SizeMismatch) -> Cause:
-    return Cause("p2p_size", (z.send.rank, z.recv.rank), "a send and its receive of different sizes: " + _size_words(z))
+    what = "sizes" if z.send.numels != z.recv.numels else "dtypes"
+    return Cause("p2p_size", (z.send.rank, z.recv.rank), f"a send and its receive of different {what}: " + _size_words(z))
 
 
 def _stopped(st: Stopped, nxt: PlanNext | None, counterpart: Mapping[str, str] | None = None) -> Cause:
@@ -292,6 +301,15 @@ def _behind(d: CollectiveDiff) -> Cause:
                  f"{_s(len(ahead))} {ranks_text(o.rank for o in ahead)} {'are' if len(ahead) > 1 else 'is'} in "
                  f"({ahead[0].state}): {'their' if many else 'its'} stream is held up by earlier work, or "
                  f"{'their hosts' if many else 'its host'} stopped feeding it")
+
+
+def _cycle_words(cycle: Sequence[tuple[str, str]], shown: int = 4) -> str:
+    """``: B waits for A (why); A waits for B (why)``: the calls of a cycle no order sentence explains."""
+    if not cycle:
+        return ""
+    n = len(cycle)
+    steps = [f"{cycle[(k + 1) % n][0]} waits for {cycle[k][0]} ({cycle[k][1]})" for k in range(min(n, shown))]
+    return ": " + "; ".join(steps) + (f"; and {n - shown} more" if n > shown else "")
 
 
 def _gap_words(g: CollectiveGap) -> str:

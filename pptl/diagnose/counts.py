@@ -5,9 +5,10 @@ k-th receive of the receiver; a collective meets its group's members at the same
 the facts of a hang that is not a cycle are counts and positions:
 
 - :class:`PairCount`: the sender issued more sends to a peer than the peer posted receives (or fewer).
-- :class:`SizeMismatch`: the k-th send and the k-th receive of a pair move different element counts.
+- :class:`SizeMismatch`: the k-th send and the k-th receive of a pair move different element counts
+  or element types.
 - :class:`CollectiveGap`: a group's collective #s that some members issued and others never did.
-- :class:`CollectiveDiff`: members issued collectives of another kind or size at one sequence number.
+- :class:`CollectiveDiff`: members issued collectives of another kind, size or dtype at one sequence number.
 - :class:`ExtraCollectives`: one member's collectives of a group are another's with calls inserted
   (a collective issued on some ranks only, e.g. inside ``if rank == 0``).
 - :class:`Orphan`: a call that *completed* although its counterpart was never issued: NCCL paired it
@@ -25,7 +26,7 @@ import difflib
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from pptl.diagnose.ops import NcclOp
+from pptl.diagnose.ops import NcclOp, dtypes_differ
 
 __all__ = ["PairCount", "SizeMismatch", "CollectiveGap", "CollectiveDiff", "ExtraCollectives", "Orphan",
            "Stopped", "MissingDump", "Counts", "EMPTY", "count_calls", "counts_dict"]
@@ -61,7 +62,7 @@ class PairCount:
 
 @dataclass(frozen=True)
 class SizeMismatch:
-    """The first send/receive pair of ``src -> dst`` whose element counts differ, and how many differ."""
+    """The first send/receive pair of ``src -> dst`` whose element counts (or types) differ, and how many differ."""
 
     send: NcclOp
     recv: NcclOp
@@ -95,10 +96,13 @@ class CollectiveDiff:
 
     @property
     def what(self) -> str:
-        """"kind" when the kinds differ, "size" when the element counts do, else "state"."""
+        """"kind" when the kinds differ, "size" when the element counts do, "dtype" when the element types
+        do, else "state"."""
         if len({o.kind for o in self.ops}) > 1:
             return "kind"
-        return "size" if len({o.numels for o in self.ops}) > 1 else "state"
+        if len({o.numels for o in self.ops}) > 1:
+            return "size"
+        return "dtype" if _dtypes_differ(self.ops) else "state"
 
 
 @dataclass(frozen=True)
@@ -201,6 +205,11 @@ def count_calls(ops: Mapping[int, tuple[NcclOp, ...]], groups: Mapping[str, tupl
     return Counts(pairs, sizes, gaps, diffs, extra, orphans, stopped, missing, states)
 
 
+def _dtypes_differ(calls: "tuple[NcclOp, ...] | list[NcclOp]") -> bool:
+    """Members that record their dtypes disagree on them (NCCL reduces or moves them as one type)."""
+    return len({o.dtypes for o in calls if o.dtypes}) > 1
+
+
 def _last_index(ops: tuple[NcclOp, ...]) -> int:
     return ops[-1].index if ops else -1
 
@@ -214,7 +223,8 @@ def _pairs(ops: Mapping[int, tuple[NcclOp, ...]], p2p: Mapping[tuple[str, int, i
         if src == dst or src not in ops or dst not in ops:
             continue  # a rank's send to itself; or one end left no dump (MissingDump says so)
         n = min(len(sends), len(recvs))
-        bad = [(s, r) for s, r in zip(sends, recvs) if s.sizes and r.sizes and s.numels != r.numels]
+        bad = [(s, r) for s, r in zip(sends, recvs)
+               if (s.sizes and r.sizes and s.numels != r.numels) or dtypes_differ(s, r)]
         if bad:
             sizes.append(SizeMismatch(bad[0][0], bad[0][1], len(bad), n))
         if len(sends) == len(recvs):
@@ -240,20 +250,21 @@ def _collectives(ops: Mapping[int, tuple[NcclOp, ...]], coll: Mapping[str, Mappi
         members = [r for r in groups.get(g, sorted(coll[g])) if r in ops]
         if len(members) < 2:
             continue
-        by_seq: dict[int, dict[int, NcclOp]] = {}
+        by_seq: dict[tuple[int, int], dict[int, NcclOp]] = {}
         for r, seq in coll[g].items():
             for o in seq:
-                by_seq.setdefault(o.seq, {})[r] = o
+                by_seq.setdefault(o.match_seq, {})[r] = o
         # a ring buffer that wrapped lost its oldest calls: only what a rank could still hold is missing
-        first = {r: min((o.seq for o in coll[g].get(r, ())), default=0) for r in members}
-        keys = {r: sorted((o.kind, o.numels) for o in coll[g].get(r, ())) for r in members}
+        first = {r: min((o.match_seq for o in coll[g].get(r, ())), default=(0, 0)) for r in members}
+        keys = {r: sorted((o.kind, o.numels, o.dtypes) for o in coll[g].get(r, ())) for r in members}
         reordered = all(k == keys[members[0]] for k in keys.values())
         run: CollectiveGap | None = None
-        for s in sorted(by_seq):
-            here = by_seq[s]
-            missing = tuple(r for r in members if r not in here and s >= first[r])
+        for key in sorted(by_seq):
+            here = by_seq[key]
+            s = key[1]
+            missing = tuple(r for r in members if r not in here and key >= first[r])
             if missing:
-                if run is not None and run.missing == missing and run.last == s - 1:
+                if run is not None and run.missing == missing and (run.ops[0].epoch, run.last) == (key[0], s - 1):
                     run = CollectiveGap(g, run.first, s, run.ops, missing)
                 else:
                     if run is not None:
@@ -261,7 +272,7 @@ def _collectives(ops: Mapping[int, tuple[NcclOp, ...]], coll: Mapping[str, Mappi
                     run = CollectiveGap(g, s, s, tuple(here[r] for r in sorted(here)), missing)
                 orphans += [(o, missing[0]) for o in here.values() if o.done]
             calls = [here[r] for r in sorted(here)]
-            if len({(o.kind, o.numels) for o in calls}) > 1:
+            if len({(o.kind, o.numels) for o in calls}) > 1 or _dtypes_differ(calls):
                 diffs.append(CollectiveDiff(g, s, tuple(calls), reordered))
             elif len({o.state for o in calls}) > 1:
                 states.append(CollectiveDiff(g, s, tuple(calls)))
@@ -279,10 +290,10 @@ def _extra(group: str, per_rank: Mapping[int, list[NcclOp]]) -> ExtraCollectives
     long_r = min(counts, key=lambda r: (-counts[r], r))
     short_r = min(counts, key=lambda r: (counts[r], r))
     # from the first number both still hold (a wrapped buffer lost the oldest)
-    first = max(min(o.seq for o in per_rank[short_r]) if per_rank[short_r] else 0,
-                min(o.seq for o in per_rank[long_r]))
-    a = [o for o in per_rank[short_r] if o.seq >= first]
-    b = [o for o in per_rank[long_r] if o.seq >= first]
+    first = max(min(o.match_seq for o in per_rank[short_r]) if per_rank[short_r] else (0, 0),
+                min(o.match_seq for o in per_rank[long_r]))
+    a = [o for o in per_rank[short_r] if o.match_seq >= first]
+    b = [o for o in per_rank[long_r] if o.match_seq >= first]
     if len(b) <= len(a):
         return None  # from the first number both hold, the long rank issued no more: nothing was inserted
     ka, kb = [(o.kind, o.numels) for o in a], [(o.kind, o.numels) for o in b]
@@ -305,8 +316,8 @@ def _extra(group: str, per_rank: Mapping[int, list[NcclOp]]) -> ExtraCollectives
     else:
         return None
     extra = tuple(b[k] for k in picked)
-    at = {o.seq: o for o in a}
-    met = tuple((o, at[o.seq]) for o in extra if o.seq in at)
+    at = {o.match_seq: o for o in a}
+    met = tuple((o, at[o.match_seq]) for o in extra if o.match_seq in at)
     return ExtraCollectives(group, long_r, short_r, extra, (counts[long_r], counts[short_r]), met)
 
 
@@ -329,10 +340,10 @@ def _ahead(ops: Mapping[int, tuple[NcclOp, ...]], p2p: Mapping[tuple[str, int, i
                 if me is not None and ran(me) and (other is None or not ran(other)):
                     out.setdefault(me.rank, []).append(me)
     for per_rank in coll.values():
-        by_seq: dict[int, list[NcclOp]] = {}
+        by_seq: dict[tuple[int, int], list[NcclOp]] = {}
         for seq in per_rank.values():
             for o in seq:
-                by_seq.setdefault(o.seq, []).append(o)
+                by_seq.setdefault(o.match_seq, []).append(o)
         for s_, calls in by_seq.items():
             behind = [o for o in calls if not ran(o)] or len(calls) < len(per_rank)
             if behind:

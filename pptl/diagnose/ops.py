@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-__all__ = ["NcclOp", "ranks_text", "P2P"]
+__all__ = ["NcclOp", "ranks_text", "dtypes_differ", "P2P"]
 
 P2P = ("send", "recv")
 
@@ -34,6 +34,13 @@ class NcclOp:
     """What the plan's SEND/RECV carries (``--plan``): "F" activations, "B" gradients, else empty."""
     group_desc: str = ""
     """The group's description (``pg_desc``: ``default_pg``, or what ``new_group(group_desc=...)`` gave)."""
+    dtypes: tuple[str, ...] = ()
+    """torch's dtype name per tensor (``Float``), as ``sizes``; empty where the dump records none."""
+    epoch: int = 0
+    """Collectives: how many times this rank's numbers of the group started again *after* this call (a
+    group destroyed and made again under the same name numbers its calls from #1 again). Counted back
+    from the newest so that the numbering a hang is in is 0 on every rank, also where a ring buffer
+    that wrapped lost the older numberings."""
 
     @property
     def done(self) -> bool:
@@ -41,8 +48,18 @@ class NcclOp:
 
     @property
     def group_label(self) -> str:
-        """How the group is named to users: its description when it has one (``ep_dispatch``), else its id."""
-        return self.group_desc if self.group_desc not in ("", "undefined") else self.group
+        """How the group is named to users: its description when it has one (``ep_dispatch``), else its id;
+        after its numbers started again, which time it is (two calls "#1" of one group differ)."""
+        name = self.group_desc if self.group_desc not in ("", "undefined") else self.group
+        if not self.epoch:
+            return name
+        return f"{name}, before its numbers restarted" + (f" {self.epoch} times" if self.epoch > 1 else "")
+
+    @property
+    def match_seq(self) -> tuple[int, int]:
+        """What a collective meets its group's members at: the sequence number within the same numbering
+        (ordered oldest first)."""
+        return (-self.epoch, self.seq)
 
     @property
     def label(self) -> str:
@@ -74,6 +91,16 @@ class NcclOp:
     def shape(self) -> str:
         """``8192x4096``, ``[]`` for none."""
         return " ".join("x".join(map(str, s)) or "[]" for s in self.sizes) or "[]"
+
+    @property
+    def dtype(self) -> str:
+        """``Float``, ``Float/Long`` for tensors of several types, "" where the dump records none."""
+        return "/".join(dict.fromkeys(self.dtypes))
+
+
+def dtypes_differ(a: NcclOp, b: NcclOp) -> bool:
+    """Both calls record their dtypes and they differ (a dump without them is no evidence)."""
+    return bool(a.dtypes) and bool(b.dtypes) and a.dtypes != b.dtypes
 
 
 def ranks_text(ranks: Iterable[int]) -> str:

@@ -53,7 +53,7 @@ def to_dict(d: Diagnosis) -> dict[str, Any]:
 
     def op(o: NcclOp) -> dict[str, Any]:
         return {"index": o.index, "kind": o.kind, "group": o.group, "group_desc": o.group_desc, "peer": o.peer, "seq": o.seq, "state": o.state,
-                "sizes": [list(s) for s in o.sizes], "op": o.name or None, "step": o.step, "label": o.label}
+                "sizes": [list(s) for s in o.sizes], "dtypes": list(o.dtypes), "epoch": o.epoch, "op": o.name or None, "step": o.step, "label": o.label}
 
     return {
         "source": d.source,

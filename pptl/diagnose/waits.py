@@ -111,6 +111,7 @@ def diagnose_dumps(dumps: Sequence[FrDump], schedule: Schedule | None = None) ->
             notes.append(f"rank {d.rank}: the ring buffer wrapped (first record {d.entries[0].record_id}); older "
                          "calls are gone, so its sends and receives are not counted and the cycle assumes both ends "
                          "lost the same number (raise TORCH_NCCL_TRACE_BUFFER_SIZE)")
+    notes += _renumbered(ops)
     if schedule is not None:
         ops = name_by_plan(ops, schedule, notes)
     frozen = {r: tuple(v) for r, v in ops.items()}
@@ -130,7 +131,7 @@ def diagnose_dumps(dumps: Sequence[FrDump], schedule: Schedule | None = None) ->
                 any(o.is_p2p for o in v) and not any(o.name for o in v)]
     cause = find_cause(counts, frozen, cycle_ranks=ranks, order=collectives + order, plan_next=nexts,
                        plan_pairs=plan_pairs(schedule) if schedule is not None else None, off_plan=off_plan,
-                       counterpart=plan_counterparts(schedule) if schedule is not None else None)
+                       counterpart=plan_counterparts(schedule) if schedule is not None else None, cycle=cycle)
     return Diagnosis("flight-recorder", frozen, front, cycle, ranks, names, tuple(order), tuple(collectives),
                      tuple(_size_lines(counts)), tuple(notes), tuple(blocked), cause, counts, nexts)
 
@@ -162,7 +163,8 @@ def _rank_ops(d: FrDump) -> list[NcclOp]:
             j -= 1
     out: list[NcclOp] = []
     count: dict[tuple[str, str, int], int] = {}
-    for e, st in zip(entries, state):
+    epochs = _epochs(entries)
+    for e, st, epoch in zip(entries, state, epochs):
         if e.kind == "coalesced":
             continue
         nth = 0
@@ -170,8 +172,49 @@ def _rank_ops(d: FrDump) -> list[NcclOp]:
             key = (e.group, e.kind, e.peer)
             nth = count.get(key, 0)
             count[key] = nth + 1
+        recv = e.kind == "recv"
         out.append(NcclOp(d.rank, len(out), e.group, e.kind, e.peer, _seq(e), nth,
-                          e.input_sizes if e.kind != "recv" else e.output_sizes, st, group_desc=e.group_desc))
+                          e.output_sizes if recv else e.input_sizes, st, group_desc=e.group_desc,
+                          dtypes=e.output_dtypes if recv else e.input_dtypes, epoch=epoch))
+    return out
+
+
+def _epochs(entries: Sequence[FrEntry]) -> list[int]:
+    """Per entry (in record order), how many times its group's collective numbers started again after it.
+
+    A group destroyed and made again (``destroy_process_group`` then ``init_process_group``) takes the
+    same name and numbers its collectives from #1 again, while the recorder keeps the older calls: a
+    number below one the group already reached starts a new numbering. Equal numbers do not (the members
+    of a coalesced collective share one), so a restart right after #1 is not seen."""
+    top: dict[str, int] = {}
+    epoch: dict[str, int] = {}
+    out = []
+    for e in entries:
+        if e.is_p2p or e.kind == "coalesced":
+            out.append(epoch.get(e.group, 0))
+            continue
+        if e.collective_seq_id < top.get(e.group, -1):
+            epoch[e.group] = epoch.get(e.group, 0) + 1
+        top[e.group] = e.collective_seq_id
+        out.append(epoch.get(e.group, 0))
+    # counted back from the newest numbering: the one a hang is in is 0 on every rank
+    return [epoch.get(e.group, 0) - k for e, k in zip(entries, out)]
+
+
+def _renumbered(ops: Mapping[int, Sequence[NcclOp]]) -> list[str]:
+    """A note per rank and group whose collective numbers started again (see :func:`_epochs`)."""
+    out = []
+    for r in sorted(ops):
+        last: dict[str, NcclOp] = {}
+        for o in ops[r]:
+            if o.is_p2p:
+                continue
+            before = last.get(o.group)
+            if before is not None and o.epoch < before.epoch:
+                out.append(f"rank {r}: the collectives of group {o.group_label} start again at #{o.seq} after "
+                           f"#{before.seq} (the group was made again under its name); calls are matched within each "
+                           "numbering")
+            last[o.group] = o
     return out
 
 
@@ -203,7 +246,7 @@ def _match(ops: Mapping[int, tuple[NcclOp, ...]], mixed: set[str]) -> dict[tuple
             elif o.kind == "recv":
                 key = ("p2p", o.group, o.peer, r, o.nth)
             else:
-                what = (o.group, o.kind, o.sizes) if o.group in mixed else (o.group, o.seq)
+                what = (o.group, o.kind, o.sizes) if o.group in mixed else (o.group, o.match_seq)
                 key = ("what" if o.group in mixed else "coll",) + what + (seen.get(what, 0),)
                 seen[what] = seen.get(what, 0) + 1
             by_key.setdefault(key, []).append(o)
@@ -220,14 +263,14 @@ def _shape(sizes: tuple[tuple[int, ...], ...]) -> str:
 
 def _collective_mismatches(ops: Mapping[int, tuple[NcclOp, ...]]) -> tuple[list[str], set[str]]:
     """Messages, and the groups they concern (the first mismatch per group)."""
-    seen: dict[tuple[str, int], NcclOp] = {}
+    seen: dict[tuple[str, tuple[int, int]], NcclOp] = {}
     out: list[str] = []
     reported: set[str] = set()
     for r in sorted(ops):
         for o in ops[r]:
             if o.kind in ("send", "recv"):
                 continue
-            first = seen.setdefault((o.group, o.seq), o)
+            first = seen.setdefault((o.group, o.match_seq), o)
             if first is o or o.group in reported:
                 continue
             if first.kind != o.kind or first.sizes != o.sizes:
@@ -299,7 +342,7 @@ def _node_text(keys: tuple[tuple[int, int], ...], by_key: Mapping[tuple[int, int
         return members[0].label
     first = members[0]
     if len(members) > 2 and first.kind not in ("send", "recv") and not any(o.name for o in members) and \
-            all((o.kind, o.group, o.seq) == (first.kind, first.group, first.seq) for o in members):
+            all((o.kind, o.group, o.match_seq) == (first.kind, first.group, first.match_seq) for o in members):
         # One collective call of a whole group: naming it per rank repeats the same words N times.
         return f"[{first.kind} #{first.seq} (group {first.group_label}) on ranks {_ranks(o.rank for o in members)}]"
     return "[" + " = ".join(o.label for o in members) + "]"
@@ -451,6 +494,6 @@ def diagnose_timeline(timeline: Timeline, schedule: Schedule) -> Diagnosis:
             nodes.setdefault((o.rank, o.index), ((o.rank, o.index),))
     p2p_front = {r: next((o for o in v if not o.done and o.kind in ("send", "recv")), None) for r, v in ops.items()}
     order, blocked = _order_mismatches(ops, p2p_front, nodes)
-    cause = find_cause(EMPTY, ops, cycle_ranks=ranks, order=order)
+    cause = find_cause(EMPTY, ops, cycle_ranks=ranks, order=order, cycle=cycle)
     return Diagnosis("timeline", ops, front, cycle, ranks, names, tuple(order), (), (), tuple(notes), tuple(blocked),
                      cause)

@@ -103,6 +103,9 @@ class FrEntry:
     is_p2p: bool
     """A point-to-point call (or a coalesced group of them): ``p2p_seq_id`` orders it, not
     ``collective_seq_id``."""
+    input_dtypes: tuple[str, ...] = ()
+    """torch's dtype names per input tensor (``Float``, ``BFloat16``); empty where the dump has none."""
+    output_dtypes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -619,7 +622,22 @@ def _entry(e: Any, k: int, groups: Mapping[str, FrGroup], source: str) -> FrEntr
                    state=state, retired=flag("retired", False), time_created_ns=num("time_created_ns", 0),
                    time_started_ns=opt("time_discovered_started_ns"),
                    time_completed_ns=opt("time_discovered_completed_ns"),
-                   is_p2p=flag("is_p2p", kind in P2P_KINDS))
+                   is_p2p=flag("is_p2p", kind in P2P_KINDS),
+                   input_dtypes=_dtypes(e.get("input_dtypes", []), where, "input_dtypes"),
+                   output_dtypes=_dtypes(e.get("output_dtypes", []), where, "output_dtypes"))
+
+
+#: Longest dtype name taken (torch's longest is ``Float8_e4m3fnuz``).
+MAX_DTYPE_CHARS = 64
+
+
+def _dtypes(v: Any, where: str, key: str) -> tuple[str, ...]:
+    """torch's dtype names, one per tensor: NCCL matches element counts *and* types, so two ranks that
+    move the same count of Float and BFloat16 still disagree (torchfrtrace reports it too)."""
+    if not isinstance(v, list) or not all(isinstance(x, str) and 0 < len(x) <= MAX_DTYPE_CHARS for x in v):
+        raise InputError(f"{where}: field '{key}': got {_describe(v)}, expected a list of dtype names (strings of at "
+                         f"most {MAX_DTYPE_CHARS} characters, such as 'Float')")
+    return tuple(v)
 
 
 def _sizes(v: Any, where: str, key: str) -> tuple[tuple[int, ...], ...]:

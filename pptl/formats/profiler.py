@@ -59,6 +59,10 @@ def sniff(data: Any) -> str | None:
         ev = data["events"]
         if ev and isinstance(ev[0], Mapping) and "start_time" in ev[0]:
             return "events"
+        # {"rank": 5, "events": []} is a rank that recorded nothing, not some other file: it is read as an
+        # empty rank rather than skipped as "not a trace" and then reported as having no file
+        if not ev and ("rank" in data or "units" in data):
+            return "events"
     return None
 
 
@@ -130,6 +134,9 @@ def read_traces(files: list[Path], *, source: str, preread: dict[Path, Any] | No
             raise InputError(f"{f}: not a torch profiler trace or an event list "
                              "(expected 'traceEvents', or a list of {type, start_time, end_time, minibatch})")
         kinds.add(kind)
+        if kind == "profiler" and _exported_by_pptl(data):
+            raise InputError(f"{f}: a Chrome trace that pptl exported (for Perfetto), not a profiler trace; give "
+                             "pptl the plan or timeline it was exported from")
         if kind == "profiler":
             rank = _check_rank(_profiler_rank(data, f, i if len(files) > 1 else 0), f)
             got = rank_actions(parse_trace(data, str(f)), f.name, rank=rank, step=step)
@@ -275,6 +282,13 @@ def _parse(p: Path, text: str) -> Any:
     except (UnicodeDecodeError, ValueError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise InputError(f"{p}: not valid JSON: {first}") from None
+
+
+def _exported_by_pptl(data: Mapping[str, Any]) -> bool:
+    """pptl's own Chrome export (``otherData.generator``): its slices carry no profiler ranges or CPU ops, so
+    the trace reader would tell the user to record the run with torch.profiler, which they did not need."""
+    other = data.get("otherData")
+    return isinstance(other, Mapping) and other.get("generator") == "pptl"
 
 
 def _check_rank(rank: Any, f: Path) -> int:
