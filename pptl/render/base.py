@@ -27,6 +27,7 @@ __all__ = [
     "colour",
     "text_colour",
     "chunk_colour",
+    "chunk_label",
     "Grid",
     "GridCell",
     "title_head",
@@ -112,6 +113,14 @@ def chunk_colour(name: str, chunk: int) -> str:
         return name
     key = f"{name}.c{(chunk - 1) % 5 + 1}"
     return key if key in PALETTE else name
+
+
+def chunk_label(label: str, chunk: int, chunks: int) -> str:
+    """``label`` of a pass drawn in chunk ``chunk``'s shade ("Forward pass, chunk 1 (darker)"), bare
+    where the figure draws ``chunks`` = 1 chunk: shades only need naming when they tell chunks apart."""
+    if chunks <= 1:
+        return label
+    return f"{label}, chunk {chunk}" + (" (darker)" if chunk % 2 else "")
 
 
 def text_colour(name: str) -> str:

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pptl.render.base import Category, chunk_colour
+from pptl.render.base import Category, chunk_colour, chunk_label
 
 if TYPE_CHECKING:
     from pptl.timeline import Event, Timeline
@@ -305,9 +305,8 @@ def _categories(sections: list[Section], devices: tuple[DeviceRow, ...]) -> tupl
     out = []
     for flow, name, label in (("F", "moe.forward", "Forward pass"), ("B", "moe.backward", "Backward pass")):
         for c in chunks:
-            suffix = f", chunk {c}" + (" (darker)" if c % 2 else "") if len(chunks) > 1 else ""
-            out.append(Category(f"{flow}.c{c}", label + suffix, (chunk_colour(name, c),), flow if c == 0 else
-                                flow.lower()))
+            out.append(Category(f"{flow}.c{c}", chunk_label(label, c, len(chunks)), (chunk_colour(name, c),),
+                                flow if c == 0 else flow.lower()))
     out.append(Category("pp", "PP communication", ("moe.pp",), "P"))
     out.append(Category("ep.F", "EP dispatch/combine (forward)", ("moe.ep.forward",), "E"))
     out.append(Category("ep.B", "EP dispatch/combine (backward)", ("moe.ep.backward",), "e"))

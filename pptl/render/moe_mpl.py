@@ -23,6 +23,9 @@ _ROW_IN = {"Computation": 0.30, "Communication": 0.34, "Offload": 0.26}
 _GRID_ROW_IN = 0.3  # a split cell's half holds a 6-pt number
 _MIN_BLOCK_PT = 2.0  # a 0.25-unit copy still shows as a block
 _MIN_SECTION_IN = 0.6  # a close-up section's least width
+_LEFT_MIN_IN = 0.95  # the left margin of the default figure (7 pt labels); larger fonts widen it
+_EDGE_IN = 0.08  # the "Device k" heading's distance from the figure's left edge
+_TICK_PAD_PT = 3.5  # matplotlib's gap between a y tick label and its axis
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,14 @@ def _text_width_pt(text: str, size: float) -> float:
     return TextToPath().get_text_width_height_descent(text, FontProperties(size=size), ismath=False)[0]
 
 
+def _left_in(labels: list[str], heading: str, fs: float) -> float:
+    """The left margin, inches: the widest row label beside its axis, or the bold heading from the
+    figure's edge. A fixed margin cut "Communication" off at larger --font-size."""
+    ticks = max(_text_width_pt(t, fs) for t in labels) + _TICK_PAD_PT
+    head = _text_width_pt(heading, fs + 0.5) * 1.1 if heading else 0.0  # bold is up to a tenth wider
+    return max(_LEFT_MIN_IN, _EDGE_IN + max(ticks, head) / 72)
+
+
 def _section_heights(sec_tracks: list[tuple[int, ...]]) -> list[float]:
     out = []
     for j, row in enumerate(SECTION_ROWS):
@@ -62,7 +73,8 @@ def moe_mpl_figure(fig_data: MoEFigure, d: MoEDraw):
     from matplotlib.figure import Figure
 
     fs = d.font
-    left, right = 0.95, 0.08
+    left = _left_in([*SECTION_ROWS, *(dev.label for dev in fig_data.devices)], f"Device {fig_data.device}", fs)
+    right = 0.08
     gap = 0.1
     heights = _section_heights([s.tracks for s in fig_data.sections])
     sec_h = sum(heights)
@@ -93,8 +105,8 @@ def moe_mpl_figure(fig_data: MoEFigure, d: MoEDraw):
         _draw_section(ax, sec, heights, w, fs, fig_data.units, first=j == 0)
         ax.set_title(f"{sec.title}\n{sec.what}", fontsize=fs, loc="center", pad=2)
     # "Device k" over the section row labels: the close-ups are of one device.
-    fig.text(0.08 / d.width, (sec_bottom + sec_h + 0.04) / height, f"Device {fig_data.device}", fontsize=fs + 0.5,
-             fontweight="bold", va="bottom", ha="left")
+    fig.text(_EDGE_IN / d.width, (sec_bottom + sec_h + 0.04) / height, f"Device {fig_data.device}",
+             fontsize=fs + 0.5, fontweight="bold", va="bottom", ha="left")
     grid_top = sec_bottom - tick_h - cap_h
     gax = fig.add_axes([left / d.width, (grid_top - grid_h) / height, (d.width - left - right) / d.width,
                         grid_h / height])
@@ -316,7 +328,8 @@ def compare_mpl_figure(plain: MoEFigure, plus: MoEFigure, d: MoEDraw):
     from matplotlib.figure import Figure
 
     fs = d.font
-    left, right = 0.95, 0.08
+    left = _left_in([dev.label for dev in (*plain.devices, *plus.devices)], "", fs)
+    right = 0.08
     n1, n2 = len(plain.devices), len(plus.devices)
     cap = fs / 72 * 2.4
     legend_h = 0.0 if d.legend == "none" else fs / 72 * 1.6 * 2 + 0.15

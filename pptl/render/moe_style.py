@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Hashable
 
-from pptl.render.base import Category, Grid, GridCell, Part, RowSpec, Style, chunk_colour
+from pptl.render.base import Category, Grid, GridCell, Part, RowSpec, Style, chunk_colour, chunk_label
 
 if TYPE_CHECKING:
     from pptl.timeline import Event, Timeline
@@ -63,8 +63,10 @@ class MoEStyle(Style):
         label = e.label or _FALLBACK_LABEL.get(e.kind, e.kind)
         if e.kind == "FB":
             b_mb = e.pair[1] if e.pair is not None else -1
-            return (Part("forward", (f"F{e.mb + 1}",), 0.0, 0.5, chunk_colour("moe.forward", e.chunk)),
-                    Part("backward", (f"B{b_mb + 1}",), 0.5, 1.0, chunk_colour("moe.backward", e.chunk)))
+            return (Part(_pass_key("forward", e.chunk), (f"F{e.mb + 1}",), 0.0, 0.5,
+                         chunk_colour("moe.forward", e.chunk)),
+                    Part(_pass_key("backward", e.chunk), (f"B{b_mb + 1}",), 0.5, 1.0,
+                         chunk_colour("moe.backward", e.chunk)))
         if e.kind in _PP_KINDS or label == "PP":
             return (Part("pp", (label,)),)
         if e.kind in _EP_KINDS:
@@ -72,14 +74,20 @@ class MoEStyle(Style):
         if e.kind in _COPY_KINDS:
             return (Part("offload", (label,)),)
         if e.flow == "B" or e.kind in ("B", "I", "W", "WGRAD"):
-            return (Part("backward", (label,), colour=chunk_colour("moe.backward", e.chunk)),)
-        return (Part("forward", (label,), colour=chunk_colour("moe.forward", e.chunk)),)
+            return (Part(_pass_key("backward", e.chunk), (label,), colour=chunk_colour("moe.backward", e.chunk)),)
+        return (Part(_pass_key("forward", e.chunk), (label,), colour=chunk_colour("moe.forward", e.chunk)),)
 
     def categories(self, tl: "Timeline", keys: set[str]) -> list[Category]:
-        out = [Category("forward", "Forward pass", ("moe.forward",), "F"),
-               Category("backward", "Backward pass", ("moe.backward",), "B"),
-               Category("pp", "PP communication", ("moe.pp",), "P"),
-               Category("ep", "EP dispatch/combine", ("moe.ep",), "E")]
+        # One entry per chunk shade: the blocks and the order grid draw chunks in their own shades,
+        # and the grid covers the whole timeline even where the blocks are a --time window.
+        chunks = sorted({_chunk_of_key(k) for k in keys if k.split(".c")[0] in ("forward", "backward")} |
+                        {max(e.chunk, 0) for e in tl.events if e.lane == "compute" and e.flow in ("F", "B")} | {0})
+        out = [Category(_pass_key(name, c), chunk_label(label, c, len(chunks)), (chunk_colour(f"moe.{name}", c),),
+                        tag if c == 0 else tag.lower())
+               for name, label, tag in (("forward", "Forward pass", "F"), ("backward", "Backward pass", "B"))
+               for c in chunks]
+        out += [Category("pp", "PP communication", ("moe.pp",), "P"),
+                Category("ep", "EP dispatch/combine", ("moe.ep",), "E")]
         if "offload" in keys:
             out.append(Category("offload", "Offload / Onload", ("moe.offload",), "O"))
         return out
@@ -134,6 +142,15 @@ def order_grid(tl: "Timeline") -> Grid | None:
     legend = [Category("forward", "Forward pass", ("moe.forward",), "F"),
               Category("backward", "Backward pass", ("moe.backward",), "B")]
     return Grid(title, [(f"r{r}", cells_of[r]) for r in sorted(cells_of)], legend)
+
+
+def _pass_key(name: str, chunk: int) -> str:
+    """The category of a pass's blocks: "forward" for chunk 0, "forward.c1" for chunk 1 (its shade)."""
+    return name if chunk <= 0 else f"{name}.c{chunk}"
+
+
+def _chunk_of_key(key: str) -> int:
+    return int(key.rsplit(".c", 1)[1]) if ".c" in key else 0
 
 
 def _cell_colour(flow: str, chunk: int) -> str:
