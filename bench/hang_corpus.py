@@ -25,6 +25,8 @@ schedule_family      rank 0 runs 1F1B, rank 1 runs GPipe (m4): the same transfer
 schedule_vpp         rank 0 runs interleaved 1F1B (vpp 2), rank 1 runs 1F1B (vpp 1), m4
 collective_kind      GPipe m2; at the step end rank 0 all_reduces the grads, rank 1 broadcasts parameters
 collective_size      GPipe m2; the grads all_reduce holds 1024 more elements on rank 0 (a tied weight)
+collective_dtype     GPipe m2; the grads all_reduce is fp32 on rank 0 and bf16 on rank 1 (one rank's grads cast
+                     for a low-precision reduce), the same element count
 ===================  =========================================================================================
 """
 from __future__ import annotations
@@ -61,6 +63,8 @@ class Call:
     numel_extra: int = 0
     """A collective moves GRAD_NUMEL + numel_extra elements (1 for the metric)."""
     label: str = ""
+    bf16: bool = False
+    """A collective of the grads in bf16 instead of fp32 (the fault of collective_dtype)."""
 
 
 def plan(family: str, m: int, **extra: int) -> Schedule:
@@ -140,6 +144,10 @@ def _collective_kind(r: int) -> list[Call]:
     return plan_calls(plan("gpipe", 2), r) + [end] + step_end("loss")
 
 
+def _collective_dtype(r: int) -> list[Call]:
+    return plan_calls(plan("gpipe", 2), r) + [Call("all_reduce", label="grads", bf16=r == 1)]
+
+
 def _collective_size(r: int) -> list[Call]:
     return plan_calls(plan("gpipe", 2), r) + [Call("all_reduce", numel_extra=1024 if r == 0 else 0, label="grads")]
 
@@ -149,7 +157,7 @@ KINDS: dict[str, Callable[[int], list[Call]]] = {
     "p2p_order": _p2p_order, "collective_order": _collective_order, "mb_count": _mb_count,
     "collective_one_rank": _collective_one_rank, "rank_exits": _rank_exits, "rank_stalls": _rank_stalls,
     "p2p_size": _p2p_size, "schedule_family": _schedule_family, "schedule_vpp": _schedule_vpp,
-    "collective_kind": _collective_kind, "collective_size": _collective_size,
+    "collective_kind": _collective_kind, "collective_size": _collective_size, "collective_dtype": _collective_dtype,
 }
 #: The plan rank 0 runs: what ``--plan`` names the calls by.
 PLANS: dict[str, Callable[[], Schedule]] = {
@@ -158,6 +166,7 @@ PLANS: dict[str, Callable[[], Schedule]] = {
     "rank_stalls": lambda: plan("gpipe", 4), "p2p_size": lambda: plan("gpipe", 4),
     "schedule_family": lambda: plan("1f1b", 4), "schedule_vpp": lambda: plan("interleaved-1f1b", 4, vpp=2),
     "collective_kind": lambda: plan("gpipe", 2), "collective_size": lambda: plan("gpipe", 2),
+    "collective_dtype": lambda: plan("gpipe", 2),
 }
 
 
@@ -211,6 +220,8 @@ def execute(calls: list[Call], *, rank: int, dev, tokens: int, hidden: int, pg_t
             x, y = y, x  # the next call takes this one's output: a stream dependency on cuda
         else:
             t = grads[:GRAD_NUMEL + c.numel_extra]
+            if c.bf16:
+                t = t.to(torch.bfloat16)
             w = (dist.all_reduce(t, async_op=True) if c.what == "all_reduce"
                  else dist.broadcast(t, src=0, async_op=True))
             works.append(w)

@@ -1,0 +1,53 @@
+"""`pptl tune --costs-from` on a run whose GPUs ran free of their power cap: no duty law (pptl.tune.calibrate)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pptl.tune.calibrate import FREE_CLOCK_SHARE, calibrate_tune, unthrottled
+from pptl.tune.model import tune_config_from_mapping
+
+DATA = Path(__file__).parent / "data" / "tune_crossval"
+
+
+def _gpu(slowed0: float | None, slowed1: float | None) -> dict:
+    return {"0": {"sm_mhz": 1980.0, "slowed": slowed0}, "1": {"sm_mhz": 1965.0, "slowed": slowed1}}
+
+
+def test_unthrottled_only_when_every_rank_ran_free():
+    assert unthrottled(_gpu(0.0, 0.1), 2) == ("rank 0 at 1980 MHz, held in 0% of samples; "
+                                              "rank 1 at 1965 MHz, held in 10% of samples")
+    # exactly at the share counts as held: the limit is strict
+    assert unthrottled(_gpu(0.0, FREE_CLOCK_SHARE), 2) is None
+    assert unthrottled(_gpu(1.0, 0.0), 2) is None
+    assert unthrottled(_gpu(None, 0.0), 2) is None  # the driver did not say
+    assert unthrottled(_gpu(0.0, 0.0), 3) is None  # a rank without a record
+    assert unthrottled(None, 2) is None and unthrottled({"0": "x", "1": {}}, 2) is None
+
+
+def _calibrate(tmp_path: Path, gpu: dict | None) -> tuple[float | None, list[str]]:
+    saved = json.loads((DATA / "h4864-t2304-l8-m10.json").read_text())
+    base = saved["base"]
+    if gpu is None:
+        base["meta"]["extra"].pop("gpu")
+    else:
+        base["meta"]["extra"]["gpu"] = gpu
+    path = tmp_path / "base.json"
+    path.write_text(json.dumps(base))
+    cfg = {k: v for k, v in saved["config"].items() if k != "families"}
+    tc, _, notes = calibrate_tune(tune_config_from_mapping(cfg, source="t"), path)
+    return tc.duty_exponent, notes
+
+
+def test_a_capped_run_keeps_the_device_exponent_and_a_free_one_has_none(tmp_path: Path):
+    # The run as measured (2 H200s, both ranks held by the 700 W cap in every sample, busy 0.90 and
+    # 0.90: too alike to fit from) takes the device's 0.25; the same run with its record saying the
+    # GPUs ran free takes 0; without a record, as before the record existed, 0.25.
+    alpha, notes = _calibrate(tmp_path, json.loads((DATA / "h4864-t2304-l8-m10.json").read_text())["base"]["meta"]
+                              ["extra"]["gpu"])
+    assert alpha == 0.25
+    alpha, notes = _calibrate(tmp_path, _gpu(0.0, 0.05))
+    assert alpha == 0.0
+    assert any(n.startswith("duty exponent 0: the run's GPUs were not held") for n in notes), notes
+    alpha, _ = _calibrate(tmp_path, None)
+    assert alpha == 0.25
