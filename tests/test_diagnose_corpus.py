@@ -146,6 +146,21 @@ def test_collective_size_fails_although_every_call_completed() -> None:
     assert not data["hung"]  # exit 1 for the mismatch, not for a hang
 
 
+def test_collective_dtype_recorded_on_gpus_is_named_as_torchfrtrace_names_it() -> None:
+    # 2x H200, 2026-11-27 (bench/hang_corpus.sh, ONLY=collective_dtype): the grads all_reduce in fp32 on rank 0
+    # and bf16 on rank 1, 4194304 elements each. NCCL completed both (no hang: the two sides moved different
+    # bytes and nothing waited); torchfrtrace: "Culprit rank 1; Error type: COLLECTIVE_DTYPE_MISMATCH, Expected
+    # dtypes: '{'Float'}' does not match found dtype: '{'Float'}/{'BFloat16'}/{'BFloat16'}'".
+    assert "COLLECTIVE_DTYPE_MISMATCH" in (FR / "collective_dtype" / "torchfrtrace.txt").read_text()
+    lines, data = _run("collective_dtype")
+    assert lines[0] == ("collectives of different dtypes at one sequence number: collective #1 of group default_pg is "
+                        "rank 0 all_reduce of 4194304 elements Float, rank 1 all_reduce of 4194304 elements BFloat16")
+    assert "  collectives: group default_pg #1: rank 0 all_reduce of 4194304 elements Float (completed), rank 1 " \
+           "all_reduce of 4194304 elements BFloat16 (completed) (dtype differs)" in lines
+    assert not data["hung"]
+    assert [(d["seq"], d["differs"]) for d in data["collective_diffs"]] == [(1, "dtype")]
+
+
 def test_p2p_order_receive_first_cycle() -> None:
     lines, data = _run("p2p_order")
     assert lines[0] == (
