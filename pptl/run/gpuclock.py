@@ -138,7 +138,7 @@ class _Nvml:
 class Sampler:
     """Reads one GPU every ``period`` seconds on a daemon thread, from :meth:`start` to :meth:`stop`."""
 
-    def __init__(self, nvml: _Nvml, period: float = 0.01) -> None:
+    def __init__(self, nvml: _Nvml, period: float = 0.02) -> None:
         self.nvml, self.period = nvml, period
         self.samples: list[Sample] = []
         self._stop = threading.Event()
@@ -186,7 +186,7 @@ def open_sampler(device: Any) -> Sampler | None:
             uuid = "GPU-" + uuid
         bus = [getattr(props, f"pci_{k}_id", None) for k in ("domain", "bus", "device")]
         pci = f"{bus[0]:08x}:{bus[1]:02x}:{bus[2]:02x}.0" if None not in bus else None
-        period = float(os.environ.get("PPTL_RUN_GPU_CLOCK_MS", "10")) / 1e3
+        period = float(os.environ.get("PPTL_RUN_GPU_CLOCK_MS", "20")) / 1e3
         return Sampler(_Nvml(uuid or None, pci), period=period)
     except Exception:  # no driver library, an old driver, a GPU NVML does not list: record nothing
         return None
