@@ -4,7 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pptl.tune.calibrate import FREE_CLOCK_SHARE, calibrate_tune, unthrottled
+from pptl.power import FREE_CLOCK_SHARE, unthrottled
+from pptl.tune.calibrate import calibrate_tune
 from pptl.tune.model import tune_config_from_mapping
 
 DATA = Path(__file__).parent / "data" / "tune_crossval"
@@ -23,6 +24,9 @@ def test_unthrottled_only_when_every_rank_ran_free():
     assert unthrottled(_gpu(None, 0.0), 2) is None  # the driver did not say
     assert unthrottled(_gpu(0.0, 0.0), 3) is None  # a rank without a record
     assert unthrottled(None, 2) is None and unthrottled({"0": "x", "1": {}}, 2) is None
+    assert unthrottled(_gpu(-0.5, 0.0), 2) is None  # not a share
+    assert unthrottled({"0": {"slowed": 0.0}, "1": {"slowed": 0.0}}, 2) == ("rank 0, held in 0% of samples; "
+                                                                           "rank 1, held in 0% of samples")
 
 
 def _calibrate(tmp_path: Path, gpu: dict | None) -> tuple[float | None, list[str]]:
@@ -51,3 +55,26 @@ def test_a_capped_run_keeps_the_device_exponent_and_a_free_one_has_none(tmp_path
     assert any(n.startswith("duty exponent 0: the run's GPUs were not held") for n in notes), notes
     alpha, _ = _calibrate(tmp_path, None)
     assert alpha == 0.25
+
+
+def test_whatif_learns_no_duty_exponent_from_a_run_that_ran_free(tmp_path: Path):
+    # Call 10's calibrating run (2 H200s) learns 0.55 from its ranks; the same timeline whose record says
+    # no limit held the clocks learns 0, and the report says why. The plan the run measured is
+    # predicted alike either way (its ranks' duty is the run's), a busier plan is not.
+    from pptl.whatif.study import study_plans
+
+    call = Path(__file__).parent / "data" / "whatif_gpu" / "call10_h3840"
+    tl = json.loads((call / "measured_calibrate.json").read_text())
+    free = tmp_path / "free.json"
+    tl["meta"]["extra"]["gpu"] = _gpu(0.0, 0.0)
+    free.write_text(json.dumps(tl))
+    plans = [call / "plan_1f1b.json", call / "plan_interleaved.json"]
+    capped = study_plans(plans, measured=call / "measured_calibrate.json", samples=400, seed=0, duty_exponent=None)
+    ran_free = study_plans(plans, measured=free, samples=400, seed=0, duty_exponent=None)
+    assert capped[0].spread.duty_exponent > 0.3
+    assert ran_free[0].spread.duty_exponent == 0.0
+    assert ran_free[0].spread.describe().count("duty exponent 0 (no power or thermal limit held the run's clocks: "
+                                                "rank 0 at 1980 MHz, held in 0% of samples; rank 1 at 1965 MHz") == 1
+    same = abs(float(ran_free[0].samples.makespan.mean()) / float(capped[0].samples.makespan.mean()) - 1)
+    moved = abs(float(ran_free[1].samples.makespan.mean()) / float(capped[1].samples.makespan.mean()) - 1)
+    assert same < 0.005 < moved

@@ -39,7 +39,7 @@ from pptl.tune.model import LayerCost, ModelDesc, TuneConfig, Work
 from pptl.tune.split import even_split
 
 __all__ = ["b_parts", "calibrate_tune", "fit_layer_costs", "fit_duty_exponent", "rank_duty", "short_layer_note",
-           "split_shares", "unthrottled"]
+           "split_shares"]
 
 #: Least spread of the run's ranks' duty (max / min) for which alpha is fitted. alpha is the stages'
 #: time ratio beyond their work ratio over ln(duty ratio), so whatever makes one stage's blocks slower
@@ -360,27 +360,6 @@ def _send_hold(tl: Any) -> float | None:
     return held[len(held) // 2] if held else None
 
 
-#: Share of a rank's samples a power or thermal limit held its clock, under which the rank ran free.
-FREE_CLOCK_SHARE = 0.2
-
-
-def unthrottled(gpu: Any, ranks: int) -> str | None:
-    """What a run's GPU record (``meta.extra.gpu``, :mod:`pptl.run.gpuclock`) shows when no rank's clock
-    was held by a power or thermal limit in more than :data:`FREE_CLOCK_SHARE` of its samples: the duty
-    law (busy GPUs clock lower, under a power cap) is then not in play. None when a rank was held,
-    or the record is absent, incomplete or does not say."""
-    if not isinstance(gpu, dict) or len(gpu) != ranks:
-        return None
-    parts = []
-    for r in sorted(gpu, key=str):
-        g = gpu[r]
-        share = g.get("slowed") if isinstance(g, dict) else None
-        if not isinstance(share, (int, float)) or isinstance(share, bool) or share >= FREE_CLOCK_SHARE:
-            return None
-        parts.append(f"rank {r} at {g.get('sm_mhz', 0):.0f} MHz, held in {100 * share:.0f}% of samples")
-    return "; ".join(parts)
-
-
 def _normalise_duty(tc: TuneConfig, tl: Any, split: Sequence[int], stages: dict[int, dict[str, float]],
                     notes: list[str]) -> tuple[TuneConfig, dict[int, dict[str, float]]]:
     """The config with its duty exponent (given, fitted or 0) and the stages' times at full duty."""
@@ -391,6 +370,8 @@ def _normalise_duty(tc: TuneConfig, tl: Any, split: Sequence[int], stages: dict[
     u = [duty[rank_of[s]] for s in range(S)]
     shown = ", ".join(f"{duty[r]:.2f}" for r in sorted(duty))
     alpha = tc.duty_exponent
+    from pptl.power import unthrottled
+
     free = unthrottled(tl.meta.extra.get("gpu"), len(duty)) if alpha is None else None
     if free is not None:
         alpha = 0.0

@@ -123,6 +123,9 @@ class Spread:
     """Where the run leaves alpha (:func:`pptl.whatif.duty.duty_exponent_range`): each sample draws
     its own alpha uniformly in it, so a plan's band holds what the run cannot tell of how op times
     move with duty (None or a point: every sample at ``duty_exponent``)."""
+    free_clock: str | None = None
+    """Where the run's clock record showed no rank held by a power or thermal limit, how its ranks ran
+    (:func:`pptl.power.unthrottled`): why no duty exponent was learnt."""
     first: Mapping[int, float] = field(default_factory=dict)
     """Rank -> how much longer (in ``units``) the run's first compute op of a step on that rank ran
     than the other ops of its stage and kind: the op right after the barrier that opens each step
@@ -163,6 +166,8 @@ class Spread:
             span = (f", each sample's drawn in {self.duty_range[0]:.2f}-{self.duty_range[1]:.2f}"
                     if self.duty_range is not None and self.duty_range[1] > self.duty_range[0] else "")
             parts.append(f"duty exponent {self.duty_exponent:.2f} ({how} ranks busy {busy}{span})")
+        elif self.duty_learnt and self.free_clock is not None:
+            parts.append(f"duty exponent 0 (no power or thermal limit held the run's clocks: {self.free_clock})")
         if self.opening:
             each = ", ".join(f"{o.early:.3f}/{o.late:.3f}" for _, o in sorted(self.opening.items()))
             parts.append(f"step opening {each} per rank (op time over its mean, first/second half of the "

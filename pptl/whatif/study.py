@@ -37,6 +37,9 @@ class Measured:
     full_backward: str | None = None
     """How the run's B ran (``meta.extra.full_backward``): ``i-then-w`` (input then weight
     gradient, each weight gradient accumulated by its GEMM), or None (autograd's, runs made before)."""
+    free_clock: str | None = None
+    """Where the run's clock record shows no rank held by a power or thermal limit
+    (:func:`pptl.power.unthrottled`), how they ran: no duty law is learnt from it."""
 
 
 @dataclass(frozen=True)
@@ -92,9 +95,12 @@ def load_measured(path: Path) -> Measured:
     sends = sorted(e.duration for e in tl.events if e.kind == "SEND") if sync else []
     hold = sends[len(sends) // 2] if sends else 0.0
     fb = extra.get("full_backward")
+    from pptl.power import unthrottled
+
     return Measured(costs_from_mapping(costs, source=str(path)), spread, sync, stage_rank, hold,
                     layers_from_mapping(wl) if isinstance(wl, Mapping) else None,
-                    fb if isinstance(fb, str) and len(fb) <= 40 else None)
+                    fb if isinstance(fb, str) and len(fb) <= 40 else None,
+                    unthrottled(extra.get("gpu"), len({e.rank for e in tl.events})))
 
 
 def _without_first_ops(costs: dict[str, Any], tl: Any) -> dict[str, Any]:
@@ -148,7 +154,8 @@ def study_plans(paths: Sequence[Path], *, measured: Path | None = None, samples:
         duty_exponent, duty_range = _learnt_duty_exponent(m) if m is not None else (None, None)
         duty_exponent = duty_exponent or 0.0
     spread = replace(m.spread if m is not None else Spread(), jitter=jitter, stragglers=tuple(stragglers),
-                     duty_exponent=duty_exponent, duty_learnt=learnt, duty_range=duty_range)
+                     duty_exponent=duty_exponent, duty_learnt=learnt, duty_range=duty_range,
+                     free_clock=m.free_clock if m is not None else None)
     plans = []
     for p in paths:
         loaded = load_any(p)
@@ -231,6 +238,8 @@ def _learnt_duty_exponent(m: Measured) -> tuple[float | None, tuple[float, float
 
     if m.layers is None:
         return None, None
+    if m.free_clock is not None:  # no power cap held a clock: speed does not follow duty
+        return 0.0, None
     times = {(s, k): v for s, k in m.spread.stages if (v := m.costs.lookup(k, s)) is not None}
     args = (times, m.stage_rank, m.spread.duty, m.layers)
     if m.full_backward == "i-then-w":

@@ -1,0 +1,30 @@
+"""What a measured run's clock record (``meta.extra.gpu``, written by :mod:`pptl.run.gpuclock`) says
+about its GPUs' power limit: whether the duty law (busy GPUs clock lower under a power cap) was in play.
+
+Both readers of a calibrating run ask it: ``pptl tune --costs-from`` and ``pptl whatif --from``."""
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["FREE_CLOCK_SHARE", "unthrottled"]
+
+#: Share of a rank's samples a power or thermal limit held its clock, under which the rank ran free.
+FREE_CLOCK_SHARE = 0.2
+
+
+def unthrottled(gpu: Any, ranks: int) -> str | None:
+    """How the run's ranks ran when none had its clock held by a power or thermal limit in
+    :data:`FREE_CLOCK_SHARE` of its samples or more (one phrase per rank); None when a rank was held,
+    or the record is absent, covers another number of ranks, or does not say."""
+    if not isinstance(gpu, dict) or len(gpu) != ranks:
+        return None
+    parts = []
+    for r in sorted(gpu, key=str):
+        g = gpu[r]
+        share = g.get("slowed") if isinstance(g, dict) else None
+        if not isinstance(share, (int, float)) or isinstance(share, bool) or not 0 <= share < FREE_CLOCK_SHARE:
+            return None
+        mhz = g.get("sm_mhz")
+        at = f" at {mhz:.0f} MHz" if isinstance(mhz, (int, float)) and not isinstance(mhz, bool) else ""
+        parts.append(f"rank {r}{at}, held in {100 * share:.0f}% of samples")
+    return "; ".join(parts)
