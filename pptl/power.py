@@ -19,7 +19,7 @@ def unthrottled(gpu: Any, ranks: int) -> str | None:
     if not isinstance(gpu, dict) or len(gpu) != ranks:
         return None
     parts = []
-    for r in sorted(gpu, key=str):
+    for r in sorted(gpu, key=lambda k: (len(str(k)), str(k))):  # rank numbers in number order: 2 before 10
         g = gpu[r]
         share = g.get("slowed") if isinstance(g, dict) else None
         if not isinstance(share, (int, float)) or isinstance(share, bool) or not 0 <= share < FREE_CLOCK_SHARE:

@@ -1,5 +1,6 @@
-"""Hand-written mutants of tune, diagnose, explain, serve, the plan reader and the measured-timeline
-rule, each with the tests that must kill it (docs/testing.md lists them).
+"""Hand-written mutants of tune, diagnose, explain, serve, the plan reader, the measured-timeline
+rule, the run's GPU clock record and the memory checks, each with the tests that must kill it
+(docs/testing.md lists them).
 
     python tests/hand_mutants.py            # apply each to a copy of the tree, run its tests, report
     python tests/hand_mutants.py --only 3,serve-body-limit
@@ -41,6 +42,8 @@ class Mutant:
 _B = "tests/test_boundaries.py::"
 _H = "tests/test_serve_hostile.py::"
 _M = "tests/test_measured_clock.py::"
+_G = "tests/test_gpuclock.py::"
+_F = "tests/test_tune_free_clock.py::"
 
 MUTANTS: tuple[Mutant, ...] = (
     # --- the plan reader
@@ -262,6 +265,94 @@ MUTANTS: tuple[Mutant, ...] = (
            "MAX_RANK = 1_000_000", "MAX_RANK = 999_999",
            ("tests/test_diagnose_hostile.py::test_the_largest_rank_taken_is_1000000",),
            "a group with rank 1,000,000 is refused"),
+    # --- run: the GPU clock record (each rank's SM clock over its timed steps)
+    Mutant("gpuclock-window-end-open", "pptl/run/gpuclock.py",
+           "any(a <= s.ms <= b for a, b in windows)", "any(a <= s.ms < b for a, b in windows)",
+           (_G + "test_only_samples_inside_timed_windows_count_ends_included",),
+           "a clock sample taken exactly at a timed step's end left out of the rank's record"),
+    Mutant("gpuclock-quantile-position", "pptl/run/gpuclock.py",
+           "pos = q * (len(s) - 1)", "pos = q * len(s)",
+           (_G + "test_only_samples_inside_timed_windows_count_ends_included",),
+           "p10 and p90 of the clock read one place too high (1540 and 1800 MHz for 1530 and 1770)"),
+    Mutant("gpuclock-quantile-one-sample", "pptl/run/gpuclock.py",
+           "hi = min(lo + 1, len(s) - 1)", "hi = lo + 1",
+           (_G + "test_no_sample_inside_gives_none_and_unknown_reasons_give_none",),
+           "a rank with one clock sample inside its timed steps is an IndexError at the end of the run"),
+    Mutant("gpuclock-cap-bit", "pptl/run/gpuclock.py",
+           "_REASON_SW_POWER_CAP = 0x4", "_REASON_SW_POWER_CAP = 0x8",
+           (_G + "test_only_samples_inside_timed_windows_count_ends_included",
+            _G + "test_thermal_slowdown_counts_as_slowed_not_power_capped"),
+           "the HW slowdown bit (0x8) read as the software power cap: a capped run recorded as never capped"),
+    Mutant("gpuclock-slowing-no-power-brake", "pptl/run/gpuclock.py",
+           "_REASON_SLOWING = 0x4 | 0x8 | 0x20 | 0x40 | 0x80", "_REASON_SLOWING = 0x4 | 0x8 | 0x20 | 0x40",
+           (_G + "test_every_power_and_thermal_bit_counts_as_slowed_and_no_other",
+            _G + "test_thermal_slowdown_counts_as_slowed_not_power_capped"),
+           "a clock held by the HW power brake (0x80) not counted as slowed: tune takes the run for free-running"),
+    Mutant("gpuclock-reasons-zero-unknown", "pptl/run/gpuclock.py",
+           "known = [s.reasons for s in inside if s.reasons >= 0]",
+           "known = [s.reasons for s in inside if s.reasons > 0]",
+           (_G + "test_only_samples_inside_timed_windows_count_ends_included",),
+           "samples the driver said nothing held (reasons 0) dropped as unknown: the capped share overstated"),
+    Mutant("gpuclock-none-checks-all-samples", "pptl/run/gpuclock.py",
+           "    if not inside:\n        return None", "    if not samples:\n        return None",
+           (_G + "test_no_sample_inside_gives_none_and_unknown_reasons_give_none",),
+           "a rank whose samples all fall outside its timed steps is a StatisticsError, not 'no record'"),
+    # --- pptl.power: whether a run's GPUs ran free of their power and thermal limits
+    Mutant("power-free-share-at-limit", "pptl/power.py",
+           "not 0 <= share < FREE_CLOCK_SHARE", "not 0 <= share <= FREE_CLOCK_SHARE",
+           (_F + "test_unthrottled_only_when_every_rank_ran_free",),
+           "a rank held in exactly 20% of its samples taken to run free: no duty law"),
+    Mutant("power-more-records-than-ranks", "pptl/power.py",
+           "if not isinstance(gpu, dict) or len(gpu) != ranks:", "if not isinstance(gpu, dict) or len(gpu) < ranks:",
+           (_F + "test_unthrottled_only_when_every_rank_ran_free",
+            _F + "test_unthrottled_needs_one_record_per_rank_and_a_number_for_a_share"),
+           "a clock record of more ranks than the run's (another run's record) read as this run's"),
+    Mutant("power-bool-share", "pptl/power.py",
+           "or isinstance(share, bool) or not 0 <= share", "or not 0 <= share",
+           (_F + "test_unthrottled_only_when_every_rank_ran_free",
+            _F + "test_unthrottled_needs_one_record_per_rank_and_a_number_for_a_share"),
+           "a record whose 'slowed' is false (a flag, not a share) read as held in 0% of samples"),
+    # --- memory: rounding slack relative to the activation, not absolute
+    Mutant("peak-slack-absolute", "pptl/simulate.py",
+           "slack = rounding_slack(delta[lo:hi], 1e-12)", "slack = 1e-12",
+           ("tests/test_boundaries_hunt.py::test_peak_counts_activations_of_a_tiny_unit",
+            "tests/test_mutation_sample.py::test_peak_pass_applies_the_tolerance"),
+           "activations of 1e-13 units counted as rounding: every rank's peak 0"),
+    Mutant("limit-slack-absolute", "pptl/checks/memory.py",
+           "cur > limit + rounding_slack(ev.delta[lo:hi], 1e-9)", "cur > limit + 1e-9",
+           ("tests/test_boundaries_hunt.py::test_memory_limit_one_micro_batch_under_a_tiny_peak_fails",),
+           "a peak of 4e-9 passes a memory limit of 3e-9 (PP009 missed in a large unit)"),
+    Mutant("formula-bound-slack-absolute", "pptl/checks/family_memory.py",
+           "r.peak_activation > bound + _slack(cfg)", "r.peak_activation > bound + 1e-9",
+           ("tests/test_boundaries_hunt.py::test_memory_formula_bound_warning_in_a_tiny_unit",),
+           "a plan over its family's formula in a large unit (9e-10 against 4e-10) gets no PP023"),
+    # --- diagnose: a group made again numbers its collectives from #1; dtypes that a dump leaves out
+    Mutant("diagnose-epoch-equal-restarts", "pptl/diagnose/waits.py",
+           "if e.collective_seq_id < top.get(e.group, -1):", "if e.collective_seq_id <= top.get(e.group, -1):",
+           ("tests/test_inputs_hunt.py::test_a_coalesced_collective_shares_one_number_and_is_no_new_numbering",
+            "tests/test_inputs_hunt.py::test_a_group_numbered_again_blames_the_rank_that_stopped"),
+           "the members of a coalesced collective (one number) taken for a group made again"),
+    Mutant("diagnose-epoch-from-oldest", "pptl/diagnose/waits.py",
+           "return [epoch.get(e.group, 0) - k for e, k in zip(entries, out)]", "return out",
+           ("tests/test_inputs_hunt.py::test_a_group_numbered_again_blames_the_rank_that_stopped",),
+           "numberings counted from each dump's oldest call: a rank whose ring buffer lost the older numbering "
+           "is matched against the other ranks' older calls"),
+    Mutant("diagnose-dtype-unrecorded-collective", "pptl/diagnose/counts.py",
+           "return len({o.dtypes for o in calls if o.dtypes}) > 1", "return len({o.dtypes for o in calls}) > 1",
+           ("tests/test_inputs_hunt.py::test_a_call_recorded_without_dtypes_is_no_evidence_of_a_dtype_mismatch",
+            "tests/test_inputs_hunt.py::test_matching_dtypes_are_no_fact_and_a_bad_dtype_field_is_one_line",
+            "tests/test_diagnose_corpus.py::test_collective_dtype_recorded_on_gpus_is_named_as_torchfrtrace_names_it"),
+           "a collective recorded without dtypes on one rank called a dtype mismatch"),
+    Mutant("diagnose-dtype-unrecorded-p2p", "pptl/diagnose/ops.py",
+           "return bool(a.dtypes) and bool(b.dtypes) and a.dtypes != b.dtypes", "return a.dtypes != b.dtypes",
+           ("tests/test_inputs_hunt.py::test_a_call_recorded_without_dtypes_is_no_evidence_of_a_dtype_mismatch",
+            "tests/test_inputs_hunt.py::test_a_send_and_its_receive_of_other_dtypes_are_the_cause"),
+           "a send recorded without dtypes against its receive with them called a dtype mismatch"),
+    # --- run report: each rank's clock, in rank order
+    Mutant("report-gpu-rank-order-text", "pptl/run/report.py",
+           "for rank in sorted(gpu, key=lambda r: int(r) if str(r).isdigit() else -1):", "for rank in sorted(gpu, key=str):",
+           (_G + "test_run_summary_prints_each_rank_clock_in_rank_order",),
+           "the run summary prints rank 10's clock before rank 2's"),
 )
 
 

@@ -82,6 +82,30 @@ def test_memory_formula_warning_in_a_tiny_unit() -> None:
     assert "simulated peak activation 2e-10 on rank 0 is above the family's 1.6e-10" in w.message
 
 
+def test_memory_formula_bound_warning_in_a_tiny_unit() -> None:
+    # The formula's bound (not only the family's promise) in a large unit. v-min pp=4 m=8, options.memory
+    # "pattern" (the paper's block), costs F=1 I=1 W=1 B=2, w_activation 1: the formula is
+    # 2 * ((p + 4) // 3) = 2 * (8 // 3) = 4 chunks, the promise 0.4 x 1F1B's 2 * min(4, 8) = 8 chunks = 3.2.
+    # Rank 0's chunk-0 forwards moved to the front of its lane (they depend on nothing: the order stays
+    # valid) hold all 8 micro-batches' chunk 0 and one chunk 1 before the first backward: 9 chunks. At
+    # 1e-10 per chunk: peak 9e-10 over the bound 4e-10 and the promise 3.2e-10, two PP023 warnings, as in
+    # unit activations (tests/schedules/test_v_shape.py); an absolute 1e-9 slack would hide both
+    # (9e-10 < 4e-10 + 1e-9).
+    cfg = config_from_mapping({"schedule": "v-min", "pp": 4, "microbatches": 8, "activation": 1e-10,
+                               "w_activation": 1.0, "costs": {"F": 1, "I": 1, "W": 1, "B": 2},
+                               "options": {"memory": "pattern"}})
+    s = build_schedule(cfg)
+    lane = s.lanes[(0, "compute")]
+    f0 = [i for i in lane if s.ops[i].kind == "F" and s.ops[i].stage == 0]
+    edited = replace(s, lanes={**s.lanes, (0, "compute"): f0 + [i for i in lane if i not in f0]})
+    found = [v for v in run_checks(edited) if v.code == "PP023"]
+    assert [v.severity for v in found] == ["warning", "warning"]
+    promise, bound = (v.message for v in found)
+    assert promise.startswith("v-min: simulated peak activation 9e-10 on rank 0 is above the family's 3.2e-10")
+    assert bound.startswith("v-min: simulated peak activation 9e-10 on rank 0 is above the formula's 4e-10")
+    assert bound.endswith("; 1 rank(s) over")
+
+
 # ----------------------------------------------------------------------------------------------
 # Memory limit exactly at the peak, two-digit ranks
 

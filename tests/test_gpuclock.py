@@ -43,6 +43,17 @@ def test_thermal_slowdown_counts_as_slowed_not_power_capped():
     assert g is not None and g.power_capped == 0.0 and g.slowed == 1.0
 
 
+def test_every_power_and_thermal_bit_counts_as_slowed_and_no_other():
+    # nvmlClocksEventReasons: 0x8 HW slowdown and 0x80 HW power brake hold the clock (slowed); 0x1 GPU idle,
+    # 0x2 application clocks setting, 0x10 sync boost and 0x100 display clock do not. Four samples, two
+    # held: slowed = 2 / 4 = 0.5. None carries the SW power cap bit 0x4: power_capped = 0 / 4 = 0.
+    samples = [_s(1.0, 1400, reasons=0x8), _s(2.0, 1400, reasons=0x80), _s(3.0, 1900, reasons=0x1 | 0x2 | 0x10),
+               _s(4.0, 1900, reasons=0x100)]
+    g = summarize(samples, [(0.0, 5.0)])
+    assert g is not None and g.samples == 4
+    assert g.slowed == 0.5 and g.power_capped == 0.0
+
+
 class _FakeNvml:
     def __init__(self) -> None:
         self.n = 0

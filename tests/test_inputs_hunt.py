@@ -143,6 +143,25 @@ def test_matching_dtypes_are_no_fact_and_a_bad_dtype_field_is_one_line(tmp_path:
                          "list of dtype names (strings of at most 64 characters, such as 'Float')")
 
 
+def test_a_call_recorded_without_dtypes_is_no_evidence_of_a_dtype_mismatch(tmp_path: Path) -> None:
+    # A dump of a torch that records no dtypes (input_dtypes and output_dtypes absent) beside one that does:
+    # rank 0's all_reduce #1 of 1024 Float and its send of 16x64 Float to rank 1, rank 1's all_reduce #1 of
+    # 1024 elements and its receive of 16x64 from rank 0 with no dtypes. All completed, counts and sizes
+    # agree: nothing hung and nothing is known to differ, so diagnose exits 0 as for matching dtypes.
+    a, b = _Rank(0), _Rank(1)
+    for r in (a, b):
+        r.collective("all_reduce", "completed")
+    a.send(1, "completed")
+    b.recv(0, "completed")
+    for e in b.entries:
+        del e["input_dtypes"], e["output_dtypes"]
+    ok = runner.invoke(app, ["diagnose", str(_dumps(tmp_path / "coll", [a, b], _groups(world=[0, 1]))),
+                             "--output", "json"])
+    assert ok.exit_code == 0, ok.output
+    out = json.loads(ok.stdout)
+    assert out["collective_diffs"] == [] and out["size_mismatches"] == []
+
+
 # ----------------------------------------------------------------------------------------------
 # 2. ranks stuck in collectives of different groups: a cycle that no order sentence describes; the
 #    first line must still name the two calls.
@@ -189,6 +208,30 @@ def test_a_group_numbered_again_blames_the_rank_that_stopped(tmp_path: Path) -> 
         "it in r0 all_reduce #2 (group default_pg)")
     assert [(g["first"], g["last"], g["missing_ranks"]) for g in out["collective_gaps"]] == [(2, 2, [1])]
     assert any("start again at #1 after #2" in n for n in out["notes"])
+
+
+def test_a_coalesced_collective_shares_one_number_and_is_no_new_numbering(tmp_path: Path) -> None:
+    # torch bumps the collective number once per coalesced group (startCoalescing): both ranks record two
+    # all_reduce members at #1 (no events of their own: "scheduled") and then the nccl:coalesced entry #1,
+    # completed. Then rank 0 issues all_reduce #2 (started) and rank 1 nothing more. Two calls at #1 on a
+    # rank are one group, not a group made again: no note, and the diagnosis is an ordinary stop, rank 1's
+    # last call (its second member, which takes the group's state) completed, rank 0 waiting in #2.
+    a, b = _Rank(0), _Rank(1)
+    for r in (a, b):
+        r.coll["0"] = 1
+        for _ in range(2):
+            r._add(("0", "default_pg"), "nccl:all_reduce", [1024], "Float", "scheduled", False)
+        r._add(("0", "default_pg"), "nccl:coalesced", [], "Float", "completed", False)
+        r.entries[-1].update(input_sizes=[], output_sizes=[], input_dtypes=[], output_dtypes=[])
+    a.collective("all_reduce", "started")
+    out = _diagnose(_dumps(tmp_path / "d", [a, b], _groups(world=[0, 1])))
+    assert not any("start again" in n for n in out["notes"]), out["notes"]
+    assert out["cause"]["kind"] == "stopped"
+    assert out["cause"]["ranks"] == [1, 0]
+    assert out["cause"]["text"] == (
+        "rank 1 stopped issuing: its last call r1 all_reduce #1 (group default_pg) completed, and rank 0 waits for "
+        "it in r0 all_reduce #2 (group default_pg)")
+    assert [(g["first"], g["last"], g["missing_ranks"]) for g in out["collective_gaps"]] == [(2, 2, [1])]
 
 
 # ----------------------------------------------------------------------------------------------

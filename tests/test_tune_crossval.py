@@ -144,9 +144,16 @@ MISSES = {
     # families: the capped V-Half +4.2%, its ranks at 1875 and 1815 MHz against the calibrating run's 1515
     # and 1485 (test below).
     "h3200-t5632-l5-m14": ("families",),
+    # h2048-t1024-l16 a third time (2026-11-27 14:44 UTC), with the clock record: as before, the host sets the
+    # pace of 0.12 ms layers, and every plan but DualPipe ran 1-22% slower than ranked (looped-bfs -21.8%,
+    # the capped V-Half -18.3%); the pick, V-Half, 7.5% over the synthesised order. The record shows no
+    # power cap at work: the calibrating run's ranks at 1830 and 1935 MHz, 417 and 407 W of 700 (yet the
+    # cap reason set in 90-100% of samples: bursts over the limit), every V order's at 1980 MHz.
+    "h2048-t1024-l16-m8-clk": ("pick", "spearman", "families"),
 }
 #: Largest error of any candidate today, per shape where it is above the 9.5% bound of the others.
-MAX_ERR: dict[str, float] = {"h2048-t1024-l16-m8-bal": 0.161, "h2048-t2048-l4-m32-bal": 0.137}
+MAX_ERR: dict[str, float] = {"h2048-t1024-l16-m8-bal": 0.161, "h2048-t2048-l4-m32-bal": 0.137,
+                             "h2048-t1024-l16-m8-clk": 0.219}
 
 
 @pytest.fixture(scope="module")
@@ -157,8 +164,9 @@ def evaluated() -> dict:
 def test_thirty_three_shapes_unlike_the_bench_were_measured() -> None:
     shapes = [json.loads(p.read_text())["shape"] for p in SHAPES]
     # h2304 measured twice at the even split; fourteen shapes again at the balanced split (<name>-bal);
-    # the user model at two micro-batch counts; the sixth group's two, the seventh's two, the eighth's one
-    assert len(shapes) == 48 and len({s["name"] for s in shapes}) == 33
+    # the user model at two micro-batch counts; the sixth group's two, the seventh's two, the eighth's
+    # one; h2048-t1024-l16 a third time with the clock record (<name>-clk)
+    assert len(shapes) == 49 and len({s["name"] for s in shapes}) == 33
     assert {s["hidden"] for s in shapes} >= {2048, 4096, 8192}
     assert {s["tokens"] for s in shapes} >= {1024, 8192}
     assert {s["layers"] // 2 for s in shapes} >= {4, 16}
@@ -367,6 +375,9 @@ def test_calibrating_runs_busier_rank_opens_fast(name: str) -> None:
     early = tune_crossval.early_speedup(saved["base"]["events"], tune_crossval.EARLY_MS)
     if name == "h2048-t1024-l16-m8":
         assert abs(early[1]) < 0.01
+    elif name == "h2048-t1024-l16-m8-clk":
+        # its step (64.4 ms) ends 4.4 ms after the window: no (stage, kind) has an op on both sides of it
+        assert early == {}
     elif saved.get("calibrate") == "balanced":
         assert -0.151 < early[0] < -0.009, early
     else:

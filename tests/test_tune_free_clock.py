@@ -29,6 +29,16 @@ def test_unthrottled_only_when_every_rank_ran_free():
                                                                            "rank 1, held in 0% of samples")
 
 
+def test_unthrottled_needs_one_record_per_rank_and_a_number_for_a_share():
+    # A record of three ranks is not a two-rank run's (another run's record, or a rank counted twice),
+    # even where every rank in it ran free.
+    three = {**_gpu(0.0, 0.0), "2": {"sm_mhz": 1980.0, "slowed": 0.0}}
+    assert unthrottled(three, 2) is None
+    assert unthrottled(three, 3) is not None  # the same record for a three-rank run is that run's
+    # 'slowed': false is a flag, not a share of samples (bool is an int in Python, False == 0): it says nothing
+    assert unthrottled({"0": {"slowed": False}, "1": {"slowed": 0.0}}, 2) is None
+
+
 def _calibrate(tmp_path: Path, gpu: dict | None) -> tuple[float | None, list[str]]:
     saved = json.loads((DATA / "h4864-t2304-l8-m10.json").read_text())
     base = saved["base"]
@@ -78,3 +88,11 @@ def test_whatif_learns_no_duty_exponent_from_a_run_that_ran_free(tmp_path: Path)
     same = abs(float(ran_free[0].samples.makespan.mean()) / float(capped[0].samples.makespan.mean()) - 1)
     moved = abs(float(ran_free[1].samples.makespan.mean()) / float(capped[1].samples.makespan.mean()) - 1)
     assert same < 0.005 < moved
+
+
+def test_ranks_are_named_in_number_order():
+    # twelve ranks: rank 10 and 11 come after rank 9, not after rank 1 (as text would sort them)
+    gpu = {str(r): {"sm_mhz": 1980.0, "slowed": 0.0} for r in range(12)}
+    said = unthrottled(gpu, 12)
+    assert said is not None
+    assert [p.split(" at ")[0] for p in said.split("; ")] == [f"rank {r}" for r in range(12)]

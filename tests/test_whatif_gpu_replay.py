@@ -1,6 +1,6 @@
 """The GPU proof of ``pptl whatif`` replayed offline (tests/data/whatif_gpu, docs/whatif.md).
 
-Ten calls of ``bench/whatif_gpu.sh`` on 2 H200s (thirteen launches) kept their plans and measured timelines: a
+Eleven calls of ``bench/whatif_gpu.sh`` on 2 H200s (fourteen launches) kept their plans and measured timelines: a
 calibrating 1F1B run, 50 later steps of three families, and 20 steps each with one rank slowed
 (call 3 on two shapes: the bench's and hidden 2560, 2048 tokens, 4 blocks a stage, run after the
 model was settled; call 4 on hidden 3584 and 2048, the first runs whose B ran as I then W; call 5, after the
@@ -9,7 +9,8 @@ loss-bounded exponent was written, on hidden 3072 (3072 tokens, 3 blocks, rank 1
 rank 1 x1.2, after sync-send's receives moved to where the plan issues them; call 7, the model unchanged,
 on hidden 3072, 2048 tokens, 4 blocks, rank 1 x1.25; call 8, after the step's opening was modelled, on
 hidden 2816, 2560 tokens, 4 blocks, rank 1 x1.3; call 9, the model unchanged, on hidden 3328, 3072 tokens,
-3 blocks, rank 1 x1.2; call 10, the model unchanged, on hidden 3840, 2560 tokens, 3 blocks, rank 0 x1.25).
+3 blocks, rank 1 x1.2; call 10, the model unchanged, on hidden 3840, 2560 tokens, 3 blocks, rank 0 x1.25; call 11, the model
+unchanged, on hidden 4352, 2048 tokens, 3 blocks, rank 1 x1.3).
 Every prediction comes from the calibrating run alone (as ``pptl whatif --from``, its defaults);
 every check is against the measured steps read straight from the timelines' ``step_ms``. The
 checks pinned here are the ones the model passes; the ones it fails are named in comments. The
@@ -63,7 +64,7 @@ def _predict(call: str, stragglers: list[Straggler] | None = None) -> dict[str, 
 
 _STRAGGLER = {"call2": 1.3, "call3": 1.3, "call3_h2560": 1.2, "call4_h3584": 1.25, "call4_h2048": 1.35,
               "call5_h3072": 1.3, "call5_h2560": 1.2, "call6_h3584": 1.2, "call7_h3072": 1.25, "call8_h2816": 1.3,
-              "call9_h3328": 1.2, "call10_h3840": 1.25}
+              "call9_h3328": 1.2, "call10_h3840": 1.25, "call11_h4352": 1.3}
 #: The rank each call slowed, where not rank 1.
 _SLOW_RANK = {"call10_h3840": 0}
 _OUTCOMES: dict[str, dict[str, dict[str, np.ndarray]]] = {}
@@ -94,13 +95,14 @@ MEDIANS = ([("call2", n) for n in PLANS] + [("call1", "gpipe"), ("call1", "1f1b"
                                             ("call6_h3584", "gpipe"), ("call6_h3584", "1f1b"),
                                             ("call6_h3584", "interleaved"),
                                             ("call7_h3072", "1f1b"), ("call8_h2816", "interleaved"),
-                                            ("call9_h3328", "1f1b"), ("call10_h3840", "1f1b")])
+                                            ("call9_h3328", "1f1b"), ("call10_h3840", "1f1b"),
+                                            ("call11_h4352", "1f1b"), ("call11_h4352", "interleaved")])
 P95S = [(c, n) for c in ("call1", "call2", "call3", "call4_h3584", "call4_h2048", "call5_h3072", "call5_h2560",
-                        "call6_h3584", "call8_h2816", "call9_h3328", "call10_h3840")
+                        "call6_h3584", "call8_h2816", "call9_h3328", "call10_h3840", "call11_h4352")
         for n in PLANS] + [
     ("call3_h2560", "gpipe"), ("call3_h2560", "1f1b"), ("call7_h3072", "1f1b"), ("call7_h3072", "interleaved")]
 CALLS = ("call1", "call2", "call3", "call3_h2560", "call4_h3584", "call4_h2048", "call5_h3072", "call5_h2560",
-         "call6_h3584", "call7_h3072", "call8_h2816", "call9_h3328", "call10_h3840")
+         "call6_h3584", "call7_h3072", "call8_h2816", "call9_h3328", "call10_h3840", "call11_h4352")
 #: Call 6: measured 1.114, 1.102, 1.114 (gpipe, 1f1b, interleaved); its launch spread (0.51%) ties gpipe and
 #: interleaved and resolves 1f1b under both, and the model puts 1f1b (1.131) over interleaved (1.110).
 #: Call 7: measured 1.173, 1.161, 1.142, every pair resolved (launch spread 0.63%); predicted 1.197, 1.210,
@@ -223,6 +225,9 @@ def test_the_plan_the_run_measured_keeps_its_own_band_width():
 #   straggled means 3/3 (+2.1, +0.3, -1.8%); GPipe's median (42.80) 0.5% over its band (41.72-42.59),
 #   interleaved's (309.67) 0.2% under its band (310.37-315.67), and the ranking fails on one pair (1f1b under
 #   interleaved measured, over it predicted).
+# - call 11 (hidden 4352, 2048 tokens, 3 blocks, rank 1 x1.3; chosen before the run, the model unchanged):
+#   9 of 10. GPipe's median (42.92) 0.3% over its band (41.93-42.80); p95 +1.1, -0.4, -0.3%; straggled
+#   means -0.4, -0.8, -1.7%; the three sensitivities (1.198, 1.182, 1.162) ranked alike.
 
 
 def _op_mean(call: str, name: str, prefix: str, *, one_step: bool = False) -> float:
@@ -284,13 +289,17 @@ def test_only_call_6s_long_calibrating_step_opens_fast():
     # call 9's 73 ms step, the next longest, opens in between: 0.990 then 1.011, and 0.985 then 1.017
     o9 = opening["call9_h3328"]
     assert (o9[0].early, o9[0].late, o9[1].early, o9[1].late) == pytest.approx((0.990, 1.011, 0.985, 1.017), abs=5e-4)
-    # call 10's 81 ms step, measured after this test was written, opens too: 0.986 then 1.015, 0.978 then 1.024
-    o10 = opening["call10_h3840"]
+    # calls 10 and 11 (81-82 ms steps), measured after this test was written, open too: 0.986 then 1.015,
+    # 0.978 then 1.024; 0.990 then 1.011, 0.980 then 1.022
+    o10, o11 = opening["call10_h3840"], opening["call11_h4352"]
     assert (o10[0].early, o10[0].late, o10[1].early, o10[1].late) == pytest.approx((0.986, 1.015, 0.978, 1.024),
                                                                                   abs=5e-4)
-    others = [o for c in CALLS if c not in ("call6_h3584", "call9_h3328", "call10_h3840") for o in opening[c].values()]
+    assert (o11[0].early, o11[0].late, o11[1].early, o11[1].late) == pytest.approx((0.990, 1.011, 0.980, 1.022),
+                                                                                  abs=5e-4)
+    late = ("call6_h3584", "call9_h3328", "call10_h3840", "call11_h4352")
+    others = [o for c in CALLS if c not in late for o in opening[c].values()]
     assert len(others) == 20 and all(abs(o.early - 1) < 0.013 and abs(o.late - 1) < 0.013 for o in others)
-    slower_first = [c for c in CALLS if c not in ("call6_h3584", "call10_h3840") and all(o.early >= o.late for o in opening[c].values())]
+    slower_first = [c for c in CALLS if c not in ("call6_h3584", "call10_h3840", "call11_h4352") and all(o.early >= o.late for o in opening[c].values())]
     assert slower_first == ["call1", "call2", "call3", "call3_h2560", "call4_h2048"], slower_first
 
 
