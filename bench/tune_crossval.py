@@ -129,10 +129,13 @@ SEVENTH_SHAPES = (
 )
 #: One shape chosen (2026-11-27 14:30 UTC) before its run, after the seventh launch, the model unchanged.
 EIGHTH_SHAPES = (Shape("h2432-t4096-l7-m16", 2432, 4096, 14, 1, 2, 16),)
+#: Two shapes chosen (2026-11-27 14:57 UTC) before their run, the model unchanged.
+NINTH_SHAPES = (Shape("h3712-t3072-l6-m12", 3712, 3072, 12, 1, 3, 12),
+                Shape("h6400-t1280-l7-m10", 6400, 1280, 14, 2, 3, 10))
 #: The held-out groups ``--shapes`` names.
 GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "steady": STEADY_SHAPES,
           "balanced": BALANCED_SHAPES, "user": USER_SHAPES, "sixth": SIXTH_SHAPES, "seventh": SEVENTH_SHAPES,
-          "eighth": EIGHTH_SHAPES}
+          "eighth": EIGHTH_SHAPES, "ninth": NINTH_SHAPES}
 #: CPU smoke shapes (gloo, float32): the script end to end in seconds.
 TINY = (Shape("tiny-a", 64, 16, 8, 1, 3, 4), Shape("tiny-b", 32, 8, 4, 1, 2, 6))
 
