@@ -124,8 +124,11 @@ def tune(
     if best is None:
         closest = result.closest()
         assert closest is not None  # a ranking of no timed candidate was refused above (unbuilt)
-        raise InvalidScheduleError(f"no candidate fits the memory limit {tc.memory_limit:g}; closest: "
-                                   f"{closest.label} with peak {closest.max_peak:.4g}")
+        from pptl.tune.rank import peak_and_limit
+
+        peak, limit = peak_and_limit(closest.max_peak, tc.memory_limit)  # type: ignore[arg-type]
+        raise InvalidScheduleError(f"no candidate fits the memory limit {limit}; closest: {closest.label} with "
+                                   f"peak {peak}")
 
 
 def _write_calibration_plan(tc: TuneConfig, path: Path, config: Path, output: str) -> None:

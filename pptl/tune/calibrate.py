@@ -287,7 +287,7 @@ def calibrate_tune(tc: TuneConfig, measured: Path) -> tuple[TuneConfig, str, lis
     comm = data.get("comm", {}).get("latency")
     tc = replace(tc, model=model, comm_latency=comm if comm is not None else tc.comm_latency,
                  comm_bandwidth=float("inf") if comm is not None else tc.comm_bandwidth,
-                 send_hold=_send_hold(tl) if comm is not None else tc.send_hold)
+                 send_hold=_send_hold(tl, comm) if comm is not None else tc.send_hold)
     notes.append(f"costs from {measured} ({tl.meta.family}, {S} stages, split {list(split)}): layer "
                  f"F={kinds['F'][0]:.4g} B={kinds['B'][0]:.4g}, embedding F={kinds['F'][1]:.4g}, head "
                  f"F={kinds['F'][2]:.4g}, message {tc.comm_latency:.4g} {tl.meta.units}"
@@ -351,13 +351,27 @@ def b_parts(tl: Any) -> dict[int, dict[str, float]] | None:
     return {s: {"I": a[0] / a[2], "W": a[1] / a[2]} for s, a in sums.items()}
 
 
-def _send_hold(tl: Any) -> float | None:
+def _send_hold(tl: Any, message: float | None = None) -> float | None:
     """Median time a SEND of a ``sync-send`` run took on its producer's compute stream (where it
-    runs; the next compute op waits for it), or None for a run that sent beside compute."""
-    if tl.meta.extra.get("messages") != "sync-send":
+    runs; the next compute op waits for it), at most the whole ``message``, or None for a run that
+    sent beside compute.
+
+    A CPU run records ``sync-send`` too, but gloo has no streams (only the issue order changes,
+    :mod:`pptl.run.executor`): its SEND is the host waiting for the transfer, which can outlast the
+    message it sends (2.8 ms of 1.6 on 10 CPU ranks), while the rank computes on. So its hold is 0:
+    the message is the SEND's, the producer is not held, as ``pptl whatif --from`` samples such a
+    run (:func:`pptl.whatif.study.load_measured`); its median SEND put the whole message on the
+    producer.
+    """
+    extra = tl.meta.extra
+    if extra.get("messages") != "sync-send":
         return None
+    if extra.get("device") == "cpu":
+        return 0.0
     held = sorted(e.duration for e in tl.events if e.kind == "SEND")
-    return held[len(held) // 2] if held else None
+    if not held:
+        return None
+    return held[len(held) // 2] if message is None else min(held[len(held) // 2], message)
 
 
 def _normalise_duty(tc: TuneConfig, tl: Any, split: Sequence[int], stages: dict[int, dict[str, float]],
@@ -422,8 +436,12 @@ def _fit_memory(tc: TuneConfig, meta: Any, split: Sequence[int], memory: dict) -
 
     fam = meta.family
     vpp = meta.vpp if fam == "interleaved-1f1b" else (2 if fam in ("zbv", "dualpipev") else 1)
-    st = Structure(fam, int(meta.microbatches), vpp, tc.pp if fam == "interleaved-1f1b" else None)
-    probe = replace(tc, memory_limit=None, microbatches=(st.microbatches,))
+    # The plan that ran, at the run's rank count: the peaks are its ranks'. The config's pp may
+    # differ (costs carry over per layer); rebuilt at that pp, another plan was fitted to a subset
+    # of the ranks (fewer) or failed to build and the memory fit was silently dropped (more).
+    run_pp = meta.pp if isinstance(meta.pp, int) and meta.pp > 0 else len(split) // vpp
+    st = Structure(fam, int(meta.microbatches), vpp, run_pp if fam == "interleaved-1f1b" else None)
+    probe = replace(tc, pp=run_pp, memory_limit=None, microbatches=(st.microbatches,))
     sp = Split("measured", tuple(split))
     try:  # the same timing and memory count as the search, on the split that ran
         sched = get_family(fam).build(config_for(probe, st))
@@ -456,7 +474,7 @@ def _fit_memory(tc: TuneConfig, meta: Any, split: Sequence[int], memory: dict) -
     data = max(0.0, max(per)) if per else 0.0
     # pptl run keeps every message buffer until the step ends (memory in MiB, as the run measures it).
     message = tc.model.message_bytes / 2**20
-    fit = fit_memory(sched, start, end, act, weight, peaks, pp=tc.pp, w_activation=tc.model.w_activation,
+    fit = fit_memory(sched, start, end, act, weight, peaks, pp=run_pp, w_activation=tc.model.w_activation,
                      i_working=tc.model.i_working, base=MemoryModel(message=message, data=data))
     if fit is None:
         return tc, None

@@ -29,7 +29,7 @@ from pptl.tune.split import Split, megatron_layout, splits_for, stage_costs, sta
 from pptl.tune.spread import Spread, step_spread
 from pptl.tune.synth import SynthInput, build_synth
 
-__all__ = ["Result", "TuneResult", "tune", "config_for", "MAX_TUNE_OPS", "estimated_ops"]
+__all__ = ["Result", "TuneResult", "tune", "config_for", "MAX_TUNE_OPS", "estimated_ops", "peak_and_limit"]
 
 #: Per rank, the (kind, micro-batch) compute order of a synthesised plan.
 Orders = tuple[tuple[tuple[str, int], ...], ...]
@@ -406,8 +406,23 @@ def _time(tc: TuneConfig, st: Structure, schedule: Schedule, ctx: Context, sp: S
         spread = step_spread(ctx.order, ctx.dag.pred, dur, [op.kind for op in schedule.ops],  # type: ignore[arg-type]
                              [op.lane == "compute" for op in schedule.ops], tc.jitter)
     return Result(st, sp, step=makespan, bubble=bubble, peak=tuple(peaks), fits=fits, spread=spread,
-                  rejected=None if fits else f"peak {max(peaks):g} over the limit {tc.memory_limit:g}",
+                  rejected=None if fits else "peak {} over the limit {}".format(*peak_and_limit(max(peaks),
+                                                                                         tc.memory_limit)),
                   schedule=schedule, duty=tm.duty, costs=tm.costs, orders=_orders(schedule, st))
+
+
+def peak_and_limit(peak: float, limit: float, digits: int = 6) -> tuple[str, str]:
+    """``peak`` and ``limit`` as text, at ``digits`` significant digits or as many more as tell them
+    apart: a peak just over its limit read "peak 11567.2 over the limit 11567.2" at ``:g``.
+
+    Example: ``peak_and_limit(11567.1649, 11567.164)`` is ``("11567.1649", "11567.164")``.
+    """
+    a, b = f"{peak:.{digits}g}", f"{limit:.{digits}g}"
+    for d in range(digits + 1, 18):
+        if a != b:
+            break
+        a, b = f"{peak:.{d}g}", f"{limit:.{d}g}"
+    return a, b
 
 
 @dataclass(frozen=True)
