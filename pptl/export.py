@@ -111,7 +111,9 @@ def export_torchtitan(path: str | Path, *, csv_path: str, microbatches: int | No
     own = fam.torch_schedule if fam is not None else ""  # "" for imported schedules too
     v_shaped = PipelineMeta.of(s).placement == "v"  # the V families (ZB-V, DualPipeV) say so in their meta
     name = own or ("ZBVZeroBubble" if v_shaped else "1F1B" if per_rank == 1 else "Interleaved1F1B")
-    lines = [f"# pptl export {path} --to torchtitan: {s.family}, pp={s.pp}, {per_rank} stage(s) per rank, "
+    # The source path quoted as a TOML string: a newline in a file name would end the comment and
+    # start a line TOML cannot read.
+    lines = [f"# pptl export {_toml_str(_utf8(str(path)))} --to torchtitan: {s.family}, pp={s.pp}, {per_rank} stage(s) per rank, "
              f"{s.microbatches} micro-batches",
              "[parallelism]",
              f"pipeline_parallel_degree = {s.pp}",
@@ -145,7 +147,33 @@ def _ranks_in_range(schedule: Schedule, path: str | Path) -> None:
                                    "violation")
 
 
-def _toml_str(value: str) -> str:
-    import json
+def _utf8(name: str) -> str:
+    """A file name that may hold undecodable bytes (lone surrogates), with those spelled ``\\udcff``."""
+    return name.encode("utf-8", "backslashreplace").decode("utf-8")
 
-    return json.dumps(value)  # a TOML basic string: JSON's escapes are TOML's
+
+def _toml_str(value: str) -> str:
+    """``value`` as a TOML basic string.
+
+    Not ``json.dumps``: JSON writes a character past U+FFFF as two ``\\uD83D``-style surrogate
+    escapes, which TOML refuses ("not a Unicode scalar value"), and it leaves DEL unescaped, which
+    TOML refuses too. Here every other character stays as it is (the file is UTF-8).
+
+    Raises:
+        InputError: ``value`` holds a lone surrogate (a file name that is not valid UTF-8): TOML
+            cannot name it at all.
+    """
+    out = ['"']
+    for ch in value:
+        code = ord(ch)
+        if 0xD800 <= code <= 0xDFFF:
+            raise InputError(f"{_utf8(value)}: the name is not valid "
+                             "UTF-8, and a TOML file can only name UTF-8 paths; rename the file")
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\u{code:04X}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)

@@ -25,6 +25,8 @@ from pptl.errors import InputError
 from pptl.events import op_events
 from pptl.fileio import MAX_FILE_BYTES, read_bounded
 from pptl.formats._legacy import BUCKET_KINDS, bucket_fields
+from pptl.formats._quote import quoted
+from pptl.formats._text import check_names
 from pptl.formats.structured import read_structured
 from pptl.formats.timeline import timeline_from_dict
 from pptl.ir import Facts, Op, Schedule, ScheduleBuilder
@@ -261,10 +263,10 @@ def read_plan_dict(data: Any, *, source: str = "<plan>") -> tuple[Schedule, Call
     if not isinstance(data, Mapping):
         raise InputError(f"{source}: expected a JSON object with 'format': '{PLAN_FORMAT}'")
     if data.get("format") != PLAN_FORMAT:
-        raise InputError(f"{source}: field 'format': got {data.get('format')!r}, expected '{PLAN_FORMAT}'")
+        raise InputError(f"{source}: field 'format': got {quoted(data.get('format'))}, expected '{PLAN_FORMAT}'")
     version = data.get("version")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise InputError(f"{source}: field 'version': got {version!r}, expected an integer >= 1")
+        raise InputError(f"{source}: field 'version': got {quoted(version)}, expected an integer >= 1")
     if version > PLAN_VERSION:
         raise InputError(f"{source}: plan format version {version} is newer than this pptl reads ({PLAN_VERSION}); "
                          "upgrade pptl or re-plan with this version")
@@ -274,11 +276,12 @@ def read_plan_dict(data: Any, *, source: str = "<plan>") -> tuple[Schedule, Call
     family = head.get("family")
     if not isinstance(family, str):
         raise InputError(f"{source}: field 'schedule.family': expected a string")
+    check_names((family,), f"{source}: field 'schedule.family'")  # titles and messages print it
     sizes = {}
     for name, lo in (("pp", 1), ("num_stages", 1), ("microbatches", 1), ("directions", 1)):
         v = head.get(name, 1 if name == "directions" else None)
         if not isinstance(v, int) or isinstance(v, bool) or v < lo or v > 10_000_000:
-            raise InputError(f"{source}: field 'schedule.{name}': got {v!r}, expected an integer >= {lo}")
+            raise InputError(f"{source}: field 'schedule.{name}': got {quoted(v)}, expected an integer >= {lo}")
         sizes[name] = v
     work = sizes["num_stages"] * sizes["microbatches"] * sizes["directions"]
     if work > MAX_OPS:
@@ -309,7 +312,7 @@ def read_plan_dict(data: Any, *, source: str = "<plan>") -> tuple[Schedule, Call
     deps: dict[tuple[int, int], None] = dict.fromkeys(training_deps(ops, sizes["num_stages"]))
     for k, e in enumerate(raw_deps):
         if not (isinstance(e, list) and len(e) == 2 and all(_is_int(x) and 0 <= x < n for x in e)):
-            raise InputError(f"{source}: deps[{k}]: got {e!r}, expected [producer, consumer] positions in 0..{n - 1}")
+            raise InputError(f"{source}: deps[{k}]: got {quoted(e)}, expected [producer, consumer] positions in 0..{n - 1}")
         deps[(e[0], e[1])] = None
     schedule = Schedule(family=family, pp=sizes["pp"], num_stages=sizes["num_stages"],
                         microbatches=sizes["microbatches"], ops=ops, lanes=lanes, deps=list(deps),
@@ -378,9 +381,10 @@ def _ops_v1(data: Mapping[str, Any], source: str) -> tuple[list[Op], dict[tuple[
             raise InputError(f"{where}: expected an object with rank, lane, ops")
         rank, lane, ops = entry.get("rank"), entry.get("lane"), entry.get("ops")
         if not isinstance(rank, int) or isinstance(rank, bool):
-            raise InputError(f"{where}.rank: got {rank!r}, expected an integer")
+            raise InputError(f"{where}.rank: got {quoted(rank)}, expected an integer")
         if not isinstance(lane, str) or not lane:
-            raise InputError(f"{where}.lane: got {lane!r}, expected a lane name")
+            raise InputError(f"{where}.lane: got {quoted(lane)}, expected a lane name")
+        check_names((lane,), f"{where}.lane")
         if not isinstance(ops, list):
             raise InputError(f"{where}.ops: expected a list")
         for oi, raw in enumerate(ops):
@@ -422,11 +426,12 @@ def _raw_v2(data: Mapping[str, Any], source: str, version: int) -> _RawColumns:
             raise InputError(f"{where}: expected an object with rank, lane, count")
         rank, lane, count = entry.get("rank"), entry.get("lane"), entry.get("count")
         if not _is_int(rank) or abs(rank) > _MAX_INDEX:
-            raise InputError(f"{where}.rank: got {rank!r}, expected an integer")
+            raise InputError(f"{where}.rank: got {quoted(rank)}, expected an integer")
         if not isinstance(lane, str) or not lane:
-            raise InputError(f"{where}.lane: got {lane!r}, expected a lane name")
+            raise InputError(f"{where}.lane: got {quoted(lane)}, expected a lane name")
+        check_names((lane,), f"{where}.lane")
         if not _is_int(count) or count < 0:
-            raise InputError(f"{where}.count: got {count!r}, expected an integer >= 0")
+            raise InputError(f"{where}.count: got {quoted(count)}, expected an integer >= 0")
         lanes.setdefault((rank, lane), []).extend(range(n, n + count))
         lane_rank.append(rank)
         lane_name.append(lane)
@@ -460,7 +465,7 @@ def _raw_v2(data: Mapping[str, Any], source: str, version: int) -> _RawColumns:
         checked = (_checked_ints(col, -_MAX_INDEX, _MAX_INDEX) if n else col) if typed else None
         if checked is None:  # a value of another type, or out of range
             bad = next(v for v in col if type(v) is not int or abs(v) > _MAX_INDEX)
-            raise InputError(f"{source}: ops.{name}: got {bad!r}, expected integers in -{_MAX_INDEX}..{_MAX_INDEX}")
+            raise InputError(f"{source}: ops.{name}: got {quoted(bad)}, expected integers in -{_MAX_INDEX}..{_MAX_INDEX}")
         ints[name] = checked
     if version < 3 and kinds is not None and not BUCKET_KINDS.isdisjoint(kinds[1]):
         _move_buckets(ints, kinds, n)
@@ -476,7 +481,7 @@ def _raw_v2(data: Mapping[str, Any], source: str, version: int) -> _RawColumns:
             elif isinstance(p, list) and len(p) == 3 and all(_is_int(x) and abs(x) <= _MAX_INDEX for x in p):
                 pairs.append((p[0], p[1], p[2]))
             else:
-                raise InputError(f"{source}: ops.pair: got {p!r}, expected null or [stage, mb, direction]")
+                raise InputError(f"{source}: ops.pair: got {quoted(p)}, expected null or [stage, mb, direction]")
     payload = cols.get("payload")
     payloads: list[float] | None = None
     if payload is not None:
@@ -484,7 +489,7 @@ def _raw_v2(data: Mapping[str, Any], source: str, version: int) -> _RawColumns:
             raise InputError(f"{source}: ops.payload: expected a list of {n} numbers")
         for v in payload:
             if type(v) not in (int, float) or not 0 <= v < math.inf:
-                raise InputError(f"{source}: ops.payload: got {v!r}, expected a finite number >= 0")
+                raise InputError(f"{source}: ops.payload: got {quoted(v)}, expected a finite number >= 0")
         payloads = [float(v) for v in payload]
     return _RawColumns(n, lanes, lane_rank, lane_name, lane_count, strs, ints, pairs, payloads)
 
@@ -557,6 +562,7 @@ def _str_column(col: Any, n: int, where: str) -> tuple[Any, list[str]] | None:
     table, index = col.get("values"), col.get("index")
     if not isinstance(table, list) or not all(isinstance(v, str) for v in table):
         raise InputError(f"{where}.values: expected a list of strings")
+    check_names(table, f"{where}.values")  # kinds, labels... are printed in ids and drawn in legends
     if not isinstance(index, list) or len(index) != n:
         raise InputError(f"{where}.index: expected a list of {n} positions into 'values'")
     typed = not n or set(map(type, index)) == {int}
@@ -582,11 +588,11 @@ def _timeline_v2(raw: Mapping[str, Any], schedule: Schedule, source: str) -> Tim
             raise InputError(f"{where}.{name}: expected a list of {n} times (one per op, in file order)")
         if not set(map(type, col)) <= {int, float}:  # not bool, str, None, a list...
             v = next(v for v in col if type(v) not in (int, float))
-            raise InputError(f"{where}.{name}: got {v!r}, expected a finite number within +-{MAX_TIME:g}")
+            raise InputError(f"{where}.{name}: got {quoted(v)}, expected a finite number within +-{MAX_TIME:g}")
         values = np.asarray(col, dtype=np.float64) if n else np.zeros(0)
         bad = ~((values >= -MAX_TIME) & (values <= MAX_TIME))  # also NaN
         if bad.any():
-            raise InputError(f"{where}.{name}: got {col[int(np.argmax(bad))]!r}, expected a finite number within "
+            raise InputError(f"{where}.{name}: got {quoted(col[int(np.argmax(bad))])}, expected a finite number within "
                              f"+-{MAX_TIME:g}")
         cols.append(values)
     backwards = cols[1] < cols[0]
@@ -602,28 +608,30 @@ def _op_v1(raw: Any, rank: int, lane: str, where: str) -> Op:
         raise InputError(f"{where}: expected an object with at least 'kind'")
     kind = raw.get("kind")
     if not isinstance(kind, str) or not kind:
-        raise InputError(f"{where}.kind: got {kind!r}, expected an op kind such as F")
+        raise InputError(f"{where}.kind: got {quoted(kind)}, expected an op kind such as F")
+    check_names((kind,), f"{where}.kind")
     kw: dict[str, Any] = {}
     for name, _ in _V1_INTS:
         if name in raw:
             v = raw[name]
             if not isinstance(v, int) or isinstance(v, bool) or abs(v) > _MAX_INDEX:
-                raise InputError(f"{where}.{name}: got {v!r}, expected an integer")
+                raise InputError(f"{where}.{name}: got {quoted(v)}, expected an integer")
             kw[name] = v
     for name in ("flow", "label", "cost"):
         if name in raw:
             if not isinstance(raw[name], str):
-                raise InputError(f"{where}.{name}: got {raw[name]!r}, expected a string")
+                raise InputError(f"{where}.{name}: got {quoted(raw[name])}, expected a string")
+            check_names((raw[name],), f"{where}.{name}")
             kw[name] = raw[name]
     if "payload" in raw:
         v = raw["payload"]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v < 0 or v == float("inf"):
-            raise InputError(f"{where}.payload: got {v!r}, expected a finite number >= 0")
+            raise InputError(f"{where}.payload: got {quoted(v)}, expected a finite number >= 0")
         kw["payload"] = float(v)
     if raw.get("pair") is not None:
         p = raw["pair"]
         if not (isinstance(p, list) and len(p) == 3 and all(isinstance(x, int) and not isinstance(x, bool) for x in p)):
-            raise InputError(f"{where}.pair: got {p!r}, expected [stage, mb, direction]")
+            raise InputError(f"{where}.pair: got {quoted(p)}, expected [stage, mb, direction]")
         kw["pair"] = tuple(p)
     known = {name for name, _ in _V1_INTS} | {"flow", "label", "cost", "kind", "payload", "pair", "rank", "lane"}
     extra = sorted(set(raw) - known)

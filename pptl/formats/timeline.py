@@ -13,6 +13,7 @@ from pptl.config import MAX_OPS
 from pptl.errors import InputError
 from pptl.formats._legacy import BUCKET_KINDS, bucket_fields, bucket_id
 from pptl.formats._quote import quoted
+from pptl.formats._text import check_names, has_control
 from pptl.timeline import MAX_INDEX, MAX_TIME, TIMELINE_VERSION, Event, Timeline, TimelineMeta, unit_scale
 
 __all__ = ["timeline_from_dict"]
@@ -68,6 +69,8 @@ def _meta(meta_raw: Any, source: str) -> TimelineMeta:
         low = _LEAST.get(k)
         if low is not None and isinstance(v, int) and not low <= v <= MAX_INDEX:
             raise InputError(f"{source}: field 'meta.{k}': got {v}, expected an integer in {low}..{MAX_INDEX}")
+        if isinstance(v, str):
+            check_names((v,), f"{source}: field 'meta.{k}'")  # the title and family are drawn and printed
         meta_kw[k] = v
     return TimelineMeta(**meta_kw)
 
@@ -173,4 +176,17 @@ def _event(e: Any, i: int, source: str) -> Event:
         if not (isinstance(w, list) and all(isinstance(x, str) for x in w)):
             raise InputError(f"{where}.waits_on: expected a list of op ids")
         kw["waits_on"] = tuple(map(bucket_id, w)) if legacy else tuple(w)
+    _check_event_names(op, lane, kind, kw, where)
     return Event(op=op, rank=rank, lane=lane, start=float(start), end=float(end), kind=kind, **kw)
+
+
+def _check_event_names(op: str, lane: str, kind: str, kw: dict[str, Any], where: str) -> None:
+    """The event's names are printed and drawn as they are (:mod:`pptl.formats._text`). One search
+    over them all, and a field by field one only to name the field of a bad event (O(length))."""
+    texts = (op, lane, kind, kw.get("label", ""), kw.get("flow", ""), *kw.get("waits_on", ()))
+    if not has_control("".join(texts)):
+        return
+    for name, value in (("op", op), ("lane", lane), ("kind", kind), ("label", kw.get("label", "")),
+                        ("flow", kw.get("flow", ""))):
+        check_names((value,), f"{where}.{name}")
+    check_names(kw.get("waits_on", ()), f"{where}.waits_on")

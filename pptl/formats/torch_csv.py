@@ -120,14 +120,24 @@ def parse_action(text: str) -> Action | None:
         torch_says = torch_reading(cell)
         hint = f" (torch reads it as {quoted(torch_says)} and drops the rest)" if torch_says else ""
         raise ValueError(f"{quoted(cell)} is not an action{hint}; expected {_EXAMPLE}")
-    stage, kind, mb = int(m.group(1)), m.group(2), m.group(3)
+    stage, kind, mb = _index(m.group(1), cell), m.group(2), m.group(3)
     if kind in FSDP_KINDS:
         if mb:
             raise ValueError(f"{quoted(cell)}: {kind} takes no micro-batch; expected {stage}{kind}")
         return Action(stage, kind)
     if not mb:
         raise ValueError(f"{quoted(cell)}: {kind} needs a micro-batch index, such as {stage}{kind}0")
-    return Action(stage, kind, int(mb))
+    return Action(stage, kind, _index(mb, cell))
+
+
+def _index(digits: str, cell: str) -> int:
+    """A stage or micro-batch index. Past 4,300 digits Python's int() refuses the text with a message
+    about its own settings (sys.set_int_max_str_digits), so the digits are judged here: leading
+    zeros are no digits of the value, and past 19 digits no index fits 64 bits."""
+    value = digits.lstrip("0") or "0"
+    if len(value) > 19:
+        raise ValueError(f"{quoted(cell)}: an index of {len(value):,} digits does not fit 64 bits")
+    return int(value)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -257,6 +267,8 @@ def load_csv_text(text: str, *, source: str = "<csv>", microbatches: int | None 
         rows.pop()
         lines.pop()
     if not rows:
+        if problems:  # every cell was unreadable: say which, not that the file holds none
+            raise InputError(f"{source}:{problems[0].line}: {problems[0].message}")
         raise InputError(f"{source}: no actions; expected one row per rank with cells such as 0F0")
     schedule, notes, more = _rows_schedule(rows, source=source, microbatches=microbatches, placement=placement,
                                            lines=lines, family="torch-csv")
@@ -511,6 +523,7 @@ def to_rows(schedule: Schedule, *, comms: bool = False) -> tuple[list[list[str]]
     if bad:
         raise InputError(f"schedule '{schedule.family}' uses lane '{bad[0]}'; torch's CSV has compute, send and "
                          "recv only")
+    _refuse_forward_only(schedule)
     notes: list[str] = []
     rows: list[list[str]] = []
     if not comms:
@@ -543,6 +556,17 @@ def to_rows(schedule: Schedule, *, comms: bool = False) -> tuple[list[list[str]]
         notes.append("SEND right after the op that produces its data; RECV at the moment its data is sent "
                      "(so every pair of ranks sees its transfers in one order: no NCCL hang)")
     return rows, notes
+
+
+def _refuse_forward_only(schedule: Schedule) -> None:
+    """A plan with forwards and no backward (inference) has no torch CSV: torch's ``_load_csv``
+    validates a backward (B, or I and W) for every forward of every stage in both forms, and
+    pptl's reader takes a CSV for a training schedule too (so it would report every backward
+    missing, PP003)."""
+    kinds = {op.kind for op in schedule.ops}
+    if "F" in kinds and not kinds & {"B", "I", "W", "FB"}:
+        raise InputError(f"schedule '{schedule.family}' runs forwards only; torch's CSV is a training schedule (its "
+                         "loader requires a backward for every forward), so a forward-only plan has none")
 
 
 def _with_reduce_grad(row: list[str], microbatches: int) -> list[str]:

@@ -39,11 +39,15 @@ from pptl.config import Config
 from pptl.errors import InputError, PptlError
 from pptl.serve import api
 
-__all__ = ["MAX_BODY_BYTES", "ExplorerServer", "host_name", "make_server", "same_origin"]
+__all__ = ["MAX_BODY_BYTES", "REQUEST_TIMEOUT_S", "ExplorerServer", "host_name", "make_server", "same_origin"]
 
 MAX_BODY_BYTES = 64 * 1024
 _MAX_CLIENTS = 256
 _MAX_PLANNING = 3
+#: Seconds a connection may stay silent while the server waits on it (headers, a body, the next
+#: request on a kept-alive connection). Without one, a client that opens a request and never
+#: finishes it holds a thread and a socket for as long as the server runs.
+REQUEST_TIMEOUT_S = 30.0
 _STATIC = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
            "app.css": "text/css; charset=utf-8"}
 _CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
@@ -78,8 +82,9 @@ class ExplorerServer(ThreadingHTTPServer):
     allow_reuse_address = True
 
     def __init__(self, address: tuple[str, int], *, config: Config | None = None,
-                 log: Callable[[str], None] | None = None) -> None:
+                 log: Callable[[str], None] | None = None, request_timeout: float = REQUEST_TIMEOUT_S) -> None:
         self.base = config
+        self.request_timeout = request_timeout
         self.initial = api.settings_from_config(config) if config is not None else api.Settings(
             schedule="1f1b", pp="4", microbatches="8",
             costs=(("F", "1"), ("B", "2"), ("I", "1"), ("W", "1")))
@@ -127,14 +132,14 @@ class ExplorerServer(ThreadingHTTPServer):
 
 
 def make_server(host: str = "127.0.0.1", port: int = 8000, *, config: Config | None = None,
-                log: Callable[[str], None] | None = None) -> ExplorerServer:
+                log: Callable[[str], None] | None = None, request_timeout: float = REQUEST_TIMEOUT_S) -> ExplorerServer:
     """Bind the explorer (``port=0`` picks a free port; see :attr:`ExplorerServer.url`).
 
     Raises:
         InputError: the address cannot be bound (in use, not this machine's, no permission).
     """
     try:
-        return ExplorerServer((host, port), config=config, log=log)
+        return ExplorerServer((host, port), config=config, log=log, request_timeout=request_timeout)
     except OSError as e:
         reason = e.strerror or str(e)
         # in use or privileged: the port is at fault; an unknown name or another machine's address: the host
@@ -158,6 +163,10 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     # -- plumbing ---------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        self.timeout = self.server.request_timeout  # StreamRequestHandler puts it on the socket
+        super().setup()
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
         pass  # one line per request would bury the errors; errors are logged where they happen
@@ -285,7 +294,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _body(self) -> dict[str, Any]:
         length = self.headers.get("Content-Length")
-        if length is None or not length.strip().isdigit():
+        # ASCII digits only: str.isdigit() also takes "²" and other scripts' digits, which int() refuses
+        if length is None or not (length.strip().isascii() and length.strip().isdigit()):
             self.close_connection = True
             raise _Reply(HTTPStatus.LENGTH_REQUIRED, {"error": "request: Content-Length required", "field": None})
         n = int(length)
@@ -293,7 +303,16 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True  # the unread body would be taken for the next request
             raise _Reply(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
                          {"error": f"request: body of {n} bytes, at most {MAX_BODY_BYTES} accepted", "field": None})
-        raw = self.rfile.read(n)
+        try:
+            raw = self.rfile.read(n)
+        except TimeoutError:
+            # a client that announced more than it sends would hold this thread (and socket) for good
+            self.close_connection = True
+            raise _Reply(HTTPStatus.REQUEST_TIMEOUT, {"error": f"request: body of {n} bytes did not arrive within "
+                                                               f"{self.server.request_timeout:g} s", "field": None}) from None
+        if len(raw) < n:  # the client closed its side before the whole body came
+            self.close_connection = True
+            raise InputError(f"request: body of {len(raw)} bytes, but Content-Length says {n}")
         try:
             data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
         except (UnicodeDecodeError, ValueError, RecursionError) as e:
