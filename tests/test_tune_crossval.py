@@ -150,6 +150,10 @@ MISSES = {
     # power cap at work: the calibrating run's ranks at 1830 and 1935 MHz, 417 and 407 W of 700 (yet the
     # cap reason set in 90-100% of samples: bursts over the limit), every V order's at 1980 MHz.
     "h2048-t1024-l16-m8-clk": ("pick", "spearman", "families"),
+    # NINTH_SHAPES (fixed before their run, 2026-11-27 14:57 UTC, the model unchanged): h6400 passes every
+    # line; h3712 every line but the families, by the capped V-Half and V-Min alone (+3.3% each, their ranks
+    # at 1800-1890 MHz), the rest -2.6..-0.1%.
+    "h3712-t3072-l6-m12": ("families",),
 }
 #: Largest error of any candidate today, per shape where it is above the 9.5% bound of the others.
 MAX_ERR: dict[str, float] = {"h2048-t1024-l16-m8-bal": 0.161, "h2048-t2048-l4-m32-bal": 0.137,
@@ -161,12 +165,12 @@ def evaluated() -> dict:
     return {p.stem: tune_crossval._evaluate(json.loads(p.read_text())) for p in SHAPES}
 
 
-def test_thirty_three_shapes_unlike_the_bench_were_measured() -> None:
+def test_thirty_five_shapes_unlike_the_bench_were_measured() -> None:
     shapes = [json.loads(p.read_text())["shape"] for p in SHAPES]
     # h2304 measured twice at the even split; fourteen shapes again at the balanced split (<name>-bal);
     # the user model at two micro-batch counts; the sixth group's two, the seventh's two, the eighth's
-    # one; h2048-t1024-l16 a third time with the clock record (<name>-clk)
-    assert len(shapes) == 49 and len({s["name"] for s in shapes}) == 33
+    # one; h2048-t1024-l16 a third time with the clock record (<name>-clk); the ninth group's two
+    assert len(shapes) == 51 and len({s["name"] for s in shapes}) == 35
     assert {s["hidden"] for s in shapes} >= {2048, 4096, 8192}
     assert {s["tokens"] for s in shapes} >= {1024, 8192}
     assert {s["layers"] // 2 for s in shapes} >= {4, 16}
