@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pptl.errors import InputError
+from pptl.formats._quote import counted
 from pptl.timeline import Event, Timeline, unit_scale
 
 __all__ = ["KindRow", "OpRow", "Comparison", "compare_timelines", "compare_files", "display_units", "header_difference",
@@ -313,7 +314,7 @@ def comparison_lines(cmp: Comparison, top: int = 10) -> list[str]:
                          f"{e:>9}")
     worst = cmp.worst_ops(top)
     if worst:
-        lines.append(f"largest end-time errors ({len(worst)} of {len(cmp.ops)} ops; planned - measured, {u}):")
+        lines.append(f"largest end-time errors ({len(worst)} of {counted(len(cmp.ops), 'op')}; planned - measured, {u}):")
         width = max(len(o.op) for o in worst)
         for o in worst:
             lines.append(f"  {o.op:<{width}}  planned {k * o.planned_start:.4g}-{k * o.planned_end:.4g}  "

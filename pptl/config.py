@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Collection, Mapping
 
 from pptl.errors import InputError
-from pptl.fields import MAX_NUMBER
+from pptl.fields import MAX_NUMBER, strict_int
 from pptl.formats._quote import quoted
 from pptl.formats.structured import read_structured
 
@@ -30,6 +30,9 @@ __all__ = [
     "MAX_OPS",
     "MAX_PLAN_OPS",
     "TRAINING_COST_KEYS",
+    "MAX_HIDDEN",
+    "MAX_TOKENS",
+    "MAX_LAYERS",
 ]
 
 #: Per-kind durations in one unit of time when a config names none: a backward costs two
@@ -42,6 +45,13 @@ MAX_OPS = 5_000_000
 #: planning, checking and simulating take ~15 s and ~1.3 GB per million ops on 2 cores (docs/benchmarks.md);
 #: 1f1b at pp=100000 and 8 micro-batches is 4.8M ops: minutes and gigabytes, for a table nobody reads.
 MAX_PLAN_OPS = 2_000_000
+#: Bounds of a workload's integers. ``pptl run`` allocates 8 h^2 weights per MLP block: at hidden
+#: 65536 one block holds 32 Gi elements, past any single GPU, so a larger width is a typo (an extra
+#: digit, 1e10) rather than a model. 1 Mi rows per micro-batch and 100000 blocks per stage (the bound
+#: of ``stage_layers`` and of ``pptl tune``'s ``model.layers``) are as far past real runs.
+MAX_HIDDEN = 65_536
+MAX_TOKENS = 1 << 20
+MAX_LAYERS = 100_000
 #: Cost keys of the training families (op kinds); families with ``options`` name theirs there.
 TRAINING_COST_KEYS = ("F", "B", "I", "W", "FB")
 
@@ -389,10 +399,15 @@ def _workload(data: Any, source: str) -> Workload:
     dtype = data.get("dtype", "float32")
     if dtype not in ("float32", "bfloat16", "float16"):
         raise InputError(f"{source}: field 'workload.dtype': got {dtype!r}, expected float32, bfloat16 or float16")
+    # Strict, unlike the top-level fields (pp: "4" is accepted there): the workload sizes tensors a
+    # run allocates, and stage_layers already refused "4"; one rule for all of the section's integers.
+    # (null, as an empty YAML value reads, keeps the default, as it does for every other config field)
+    sizes = {name: strict_int(default if data.get(name) is None else data[name], f"workload.{name}", source,
+                              lo=1, hi=hi)
+             for name, default, hi in (("hidden", 256, MAX_HIDDEN), ("tokens", 64, MAX_TOKENS),
+                                       ("layers_per_stage", 1, MAX_LAYERS))}
     return Workload(
-        hidden=_int(data, "hidden", source, default=256, lo=1, prefix="workload."),
-        tokens=_int(data, "tokens", source, default=64, lo=1, prefix="workload."),
-        layers_per_stage=_int(data, "layers_per_stage", source, default=1, lo=1, prefix="workload."),
+        **sizes,
         dtype=dtype,
         stage_layers=_stage_layers(data.get("stage_layers"), source),
     )
@@ -402,9 +417,9 @@ def _stage_layers(v: Any, source: str) -> tuple[int, ...] | None:
     if v is None:
         return None
     if not isinstance(v, (list, tuple)) or not v or len(v) > 1_000_000 or any(
-            isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= 100_000 for x in v):
+            isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= MAX_LAYERS for x in v):
         raise InputError(f"{source}: field 'workload.stage_layers': got {str(v)[:80]}, expected a list of integers "
-                         "1..100000, one per stage, e.g. [9, 7, 7, 9]")
+                         f"1..{MAX_LAYERS}, one per stage, e.g. [9, 7, 7, 9]")
     return tuple(v)
 
 

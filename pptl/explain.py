@@ -31,6 +31,7 @@ from typing import Any
 
 from pptl.deps import training_deps
 from pptl.errors import InputError
+from pptl.formats._quote import counted
 from pptl.intervals import union
 from pptl.ir import Op, Schedule
 from pptl.timeline import Event, Timeline
@@ -482,7 +483,7 @@ def explanation_lines(x: Explanation, *, top: int = 8) -> list[str]:
         for li in x.late[:top]:
             lines.append(f"  {li.op} waited {li.waited:.4g} {u} for {li.producer}; made late by {li.root}: "
                          f"{li.reason}" + (f" ({li.delay:.4g} {u})" if li.delay > 0 else ""))
-    lines.append(f"critical path ({len(x.path)} ops, first to last):")
+    lines.append(f"critical path ({counted(len(x.path), 'op')}, first to last):")
     for s in x.path:
         how = "" if not s.via else f"  after {s.via}" + (f" +{s.wait:.4g}" if s.wait > 0 else "")
         lines.append(f"  {s.start:>10.4g}-{s.end:<10.4g} {s.op}{how}")

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from pptl.errors import InputError
+from pptl.formats._quote import counted
 
 __all__ = ["MeasuredRun", "load_run", "plan_that_ran"]
 
@@ -58,7 +59,7 @@ def plan_that_ran(plan_file: Path, run: MeasuredRun) -> Any:
     ids = {e.op for e in run.timeline.events}
     if not any(op.id in ids for op in plan.ops):
         raise InputError(f"{plan_file}: shares no op with {run.name} (a plan of {plan.family}, pp={plan.pp}, "
-                         f"{plan.microbatches} micro-batches; was it the plan that ran?)")
+                         f"{counted(plan.microbatches, 'micro-batch', 'micro-batches')}; was it the plan that ran?)")
     differs = schedule_difference(planned_timeline(str(plan_file)), run.timeline)
     if differs:
         raise InputError(f"{plan_file}: not the plan that ran {run.name}: {differs}")

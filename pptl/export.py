@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pptl.errors import InputError, InvalidScheduleError
+from pptl.formats._quote import counted
 
 if TYPE_CHECKING:
     from pptl.ir import Schedule
@@ -67,7 +68,7 @@ def export_file(path: str | Path, *, to: str, comms: bool = False, gzip_output: 
         import gzip
 
         raw = gzip.compress(raw, mtime=0)
-    notes.append(f"{timeline.meta.source} timeline, {len(timeline.events)} events; open it in https://ui.perfetto.dev")
+    notes.append(f"{timeline.meta.source} timeline, {counted(len(timeline.events), 'event')}; open it in https://ui.perfetto.dev")
     return Exported(raw, tuple(notes))
 
 
@@ -114,7 +115,7 @@ def export_torchtitan(path: str | Path, *, csv_path: str, microbatches: int | No
     # The source path quoted as a TOML string: a newline in a file name would end the comment and
     # start a line TOML cannot read.
     lines = [f"# pptl export {_toml_str(_utf8(str(path)))} --to torchtitan: {s.family}, pp={s.pp}, {per_rank} stage(s) per rank, "
-             f"{s.microbatches} micro-batches",
+             f"{counted(s.microbatches, 'micro-batch', 'micro-batches')}",
              "[parallelism]",
              f"pipeline_parallel_degree = {s.pp}",
              f"# the CSV runs in torch's _PipelineScheduleRuntime; this name only places the stages "
@@ -128,7 +129,7 @@ def export_torchtitan(path: str | Path, *, csv_path: str, microbatches: int | No
     lines += ["", "[training]",
               f"# micro-batches = local_batch_size / pipeline_parallel_microbatch_size = {s.microbatches}",
               f"local_batch_size = {s.microbatches}", ""]
-    notes.append(f"torchtitan runs {s.microbatches} micro-batches only with local_batch_size = {s.microbatches} x "
+    notes.append(f"torchtitan runs {counted(s.microbatches, 'micro-batch', 'micro-batches')} only with local_batch_size = {s.microbatches} x "
                  "pipeline_parallel_microbatch_size; scale both together")
     return TorchtitanFiles("\n".join(lines), text.encode("utf-8"), tuple(list(loaded.notes) + notes))
 
@@ -143,7 +144,7 @@ def _ranks_in_range(schedule: Schedule, path: str | Path) -> None:
     if bad.size:
         op = schedule.table.op(int(bad[0]))
         raise InvalidScheduleError(f"{path}: PP001: {op.id} is on rank {op.rank}, outside the plan's ranks "
-                                   f"0-{schedule.pp - 1} ({bad.size} ops in all); 'pptl check {path}' lists every "
+                                   f"0-{schedule.pp - 1} ({counted(bad.size, 'op')} in all); 'pptl check {path}' lists every "
                                    "violation")
 
 

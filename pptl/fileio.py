@@ -9,7 +9,7 @@ from pathlib import Path
 from pptl.errors import InputError
 
 __all__ = ["MAX_FILE_BYTES", "atomic_write", "check_json_name", "check_new", "check_writable", "read_bounded",
-           "read_error"]
+           "read_error", "utf8_text"]
 
 #: Inputs larger than this are refused before parsing (a plan of 400k ops is ~60 MB).
 MAX_FILE_BYTES = 512 * 2**20
@@ -23,6 +23,26 @@ def read_error(path: str | Path, e: OSError) -> InputError:
     if isinstance(e, IsADirectoryError):
         return InputError(f"{path}: is a folder, expected a file")
     return InputError(f"{path}: cannot read: {e.strerror or e}")
+
+
+def utf8_text(raw: bytes, path: str | Path) -> str:
+    """``raw`` (the bytes of ``path``) decoded as UTF-8.
+
+    Raises:
+        InputError: not UTF-8. Gzip data is named as such, with the name that reads it: a trace
+            gzipped by hand or by torch keeps its ``.json`` name often enough, and "not UTF-8 text"
+            sends the user looking for an encoding problem.
+    """
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    if raw[:2] == b"\x1f\x8b":  # gzip's magic number (RFC 1952)
+        name = Path(path).name
+        fix = (f"name it {name}.gz, as pptl reads .json.gz files gunzipped" if name.lower().endswith(".json")
+               else "gunzip it first (pptl reads gzip only in .json.gz files)")
+        raise InputError(f"{path}: gzip data, not text: {fix}")
+    raise InputError(f"{path}: not UTF-8 text")
 
 
 def check_writable(path: str | Path) -> Path:

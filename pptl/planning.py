@@ -24,6 +24,7 @@ from pptl.config import (
 )
 from pptl.errors import InputError, InvalidScheduleError
 from pptl.fileio import atomic_write, check_json_name, check_writable
+from pptl.formats._quote import counted
 from pptl.ir import Schedule
 from pptl.timeline import Timeline
 
@@ -375,7 +376,7 @@ class FileReport:
             where = f"{self.path}:{v.line}" if getattr(v, "line", None) else self.path
             lines.append(f"{where}: {v.code} {v.severity}: {v.message}")
         status = "ok" if self.valid else f"invalid ({errors} error{'s' if errors != 1 else ''})"
-        lines.append(f"{self.path}: {status}, {self.ops} ops checked")
+        lines.append(f"{self.path}: {status}, {counted(self.ops, 'op')} checked")
         return lines
 
     def github_lines(self) -> list[str]:
@@ -388,7 +389,7 @@ class FileReport:
             line = getattr(v, "line", None) or 1
             out.append(f"::{level} file={_gh_prop(self.path)},line={line},title={v.code}::{esc(v.message)}")
         if not out:
-            out.append(f"{self.path}: ok, {self.ops} ops checked")
+            out.append(f"{self.path}: ok, {counted(self.ops, 'op')} checked")
         return out
 
 
@@ -413,7 +414,8 @@ def check_file(path: str, *, microbatches: int | None = None, memory_limit: floa
         # is most often a folder of plans.
         raise InputError(f"{path}: is a folder; pptl check takes plan, config and schedule files "
                          f"(to check every plan in it, pass '{Path(path) / '*.json'}')") from None
-    if loaded.schedule is None and loaded.timeline is not None and loaded.timeline.meta.source == "measured":
+    measured = loaded.timeline_source() == "measured"  # validates a plan's timeline, builds no events
+    if loaded.schedule is None and measured:
         from pptl.checks.measured import measured_violations
 
         # A measured timeline has no schedule to check, but its times must be causal across ranks.
@@ -424,7 +426,7 @@ def check_file(path: str, *, microbatches: int | None = None, memory_limit: floa
     try:
         violations = list(getattr(loaded, "problems", ())) + run_checks(loaded.schedule, memory_limit=memory_limit,
                                                                          p2p=p2p)
-        if loaded.timeline is not None and loaded.timeline.meta.source == "measured":
+        if measured:
             from pptl.checks.measured import measured_violations
 
             # an imported trace is the schedule that ran and its measured times: compare and explain

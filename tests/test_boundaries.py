@@ -43,7 +43,7 @@ def _plan_dict(**schedule: Any) -> dict[str, Any]:
 def test_schedule_sizes_up_to_ten_million_are_sizes() -> None:
     # 10,000,000 micro-batches is a size the reader takes (then refused as too much work: 2 stages x
     # 10M > MAX_OPS); 10,000,001 is not a size at all.
-    with pytest.raises(InputError, match="2 stages x 10000000 micro-batches x 1 directions is more than"):
+    with pytest.raises(InputError, match="2 stages x 10000000 micro-batches x 1 direction is more than"):
         plan_from_dict(_plan_dict(microbatches=10_000_000))
     with pytest.raises(InputError, match=r"field 'schedule.microbatches': got 10000001, expected an integer >= 1"):
         plan_from_dict(_plan_dict(microbatches=10_000_001))

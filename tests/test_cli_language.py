@@ -144,7 +144,7 @@ def test_check_of_a_csv_with_a_blank_line_reads_what_render_draws(tmp_path: Path
     r = pptl("check", path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.splitlines()[-1] == f"{path}: ok, 48 ops checked"
-    assert f"{path}: note: placement: custom (1 stages on the busiest rank), 4 stages (inferred)" in r.stdout
+    assert f"{path}: note: placement: custom (1 stage on the busiest rank), 4 stages (inferred)" in r.stdout
 
 
 def test_run_of_a_csv_without_messages_is_an_invalid_schedule_named_by_its_file(tmp_path: Path) -> None:
@@ -259,4 +259,4 @@ def test_run_sizes_its_model_with_hidden_and_tokens(tmp_path: Path, plan_file: P
     assert r.returncode == 0, r.stderr
     workload = json.loads(out.read_text())["meta"]["extra"]["workload"]
     assert (workload["hidden"], workload["tokens"]) == (32, 8)
-    assert one_error(pptl("run", plan_file, "--hidden", "0")) == "error: --hidden: got 0, expected an integer >= 1"
+    assert one_error(pptl("run", plan_file, "--hidden", "0")) == "error: --hidden: got 0, expected an integer from 1 to 65536"

@@ -129,7 +129,7 @@ def test_hang3_ep_all_to_all_order() -> None:
         "group ep collective #1: rank 0 issues all_to_all 256x64 but rank 1 issues all_to_all 128x64 (the ranks "
         "issue the group's collectives in different orders)"]
     assert data["ranks"]["2"]["front"] is None
-    assert "rank 2: 1 ops, all completed" in text
+    assert "rank 2: 1 op, all completed" in text
 
 
 def test_no_hang_exits_0_and_figure_is_written(tmp_path: Path) -> None:

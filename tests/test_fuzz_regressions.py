@@ -33,8 +33,8 @@ def _refused(args: list[str], match: str, *, within: float = 5.0) -> None:
 
 
 @pytest.mark.parametrize("text,extra,match", [
-    ("0F0,99999999999F0\n0B0\n", [], r"100000000000 stages \(highest stage index 99999999999\) x 1 micro-batches"),
-    ("0F0,0B0\n", ["--microbatches", "1000000000"], r"1 stages \(highest stage index 0\) x 1000000000 micro-batches"),
+    ("0F0,99999999999F0\n0B0\n", [], r"100000000000 stages \(highest stage index 99999999999\) x 1 micro-batch"),
+    ("0F0,0B0\n", ["--microbatches", "1000000000"], r"1 stage \(highest stage index 0\) x 1000000000 micro-batches"),
 ], ids=["stage-index-1e11", "microbatches-1e9"])
 def test_csv_huge_schedule_refused(tmp_path: Path, text: str, extra: list[str], match: str) -> None:
     p = tmp_path / "s.csv"

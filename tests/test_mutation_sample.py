@@ -93,7 +93,7 @@ def test_layer_missing_three_sub_ops_lists_them_all() -> None:
                              if not (op.kind in ("MLP", "ATTN", "WGRAD") and op.flow == "B")]
     [v] = [v for v in run_checks(s.with_lanes(lanes)) if v.code == "PP044"]
     assert v.message == ("rank 0: the backward of stage 0 mb 0 lacks MLP of layer 0, ATTN of layer 0, WGRAD of "
-                         "layer 0 (each of its 1 layers needs every sub-op)")
+                         "layer 0 (its layer needs every sub-op)")
     assert v.ops == ("r0/comm/A2A_COMBINE_B EP-C s0 mb0 #0",)  # the first op left of that backward
 
 

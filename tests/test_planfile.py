@@ -189,14 +189,15 @@ def test_version_1_files_still_load() -> None:
 
 
 def test_check_does_not_read_the_timeline(tmp_path: Path) -> None:
-    """A broken stored timeline fails whoever draws it, not ``pptl check`` (which ignores it)."""
+    """A broken stored timeline fails whoever reads it, not the rules (which ignore it); ``pptl check``
+    validates it without building its events (tests/test_leftovers.py)."""
     data = _v2()
     data["timeline"] = {"meta": {}, "start": [0, 1], "end": [1]}
     path = tmp_path / "p.json"
     path.write_text(json.dumps(data))
     loaded = load_any(path)
     assert run_checks(loaded.schedule) == []
-    with pytest.raises(InputError, match=r"timeline.end: expected a list of 2 times"):
+    with pytest.raises(InputError, match=r"timeline.end: got \[1\], expected a list of 2 times"):
         loaded.timeline
 
 

@@ -63,7 +63,7 @@ def test_a_spec_combines_as_the_same_parts_in_repeated_flags(tmp_path):
     assert a["plans"][0]["makespan"]["p50"] == b["plans"][0]["makespan"]["p50"] == pytest.approx(13.0)
     assert a["spread"] == "rank 1 +1 on each op of mb 0; rank 1 +1 on each op of mb 1"
     c = r.invoke(app, ["whatif", str(plan), "--straggler", "rank=1,x1.5,x2", "-n", "1"])
-    assert c.stdout.splitlines()[0] == "1 samples, seed 0; spread: rank 1 x3"
+    assert c.stdout.splitlines()[0] == "1 sample, seed 0; spread: rank 1 x3"
 
 
 def test_a_hiccup_is_on_each_op_of_its_micro_batch(tmp_path):
@@ -75,7 +75,7 @@ def test_a_hiccup_is_on_each_op_of_its_micro_batch(tmp_path):
     res = r.invoke(app, ["whatif", str(plan), "--straggler", "rank=1,+2@mb1", "-n", "1"])
     assert res.exit_code == 0, res.output
     lines = res.stdout.splitlines()
-    assert lines[0] == "1 samples, seed 0; spread: rank 1 +2 on each op of mb 1"
+    assert lines[0] == "1 sample, seed 0; spread: rank 1 +2 on each op of mb 1"
     assert lines[2].split()[1:3] == ["9", "13"]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from pptl.checks.base import Context, Violation
+from pptl.formats._quote import counted
 from pptl.ir import Op
 from pptl.schedules._moe_meta import MoEMeta
 
@@ -148,7 +149,7 @@ def ep_a2a_order(ctx: Context) -> list[Violation]:
             elif len(seq) != len(ref):
                 longer, n = (rank, seq) if len(seq) > len(ref) else (ref_rank, ref)
                 extra = n[min(len(seq), len(ref))]
-                out.append(Violation("PP042", f"{name}: rank {rank} issues {len(seq)} all-to-alls and rank "
+                out.append(Violation("PP042", f"{name}: rank {rank} issues {counted(len(seq), 'all-to-all')} and rank "
                                      f"{ref_rank} {len(ref)}; rank {longer}'s {_describe(extra[0])} ({extra[1]}) "
                                      "has no partner and would wait forever", (extra[1],)))
     return out
@@ -224,5 +225,6 @@ def incomplete_layers(ctx: Context) -> list[Violation]:
             more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
             out.append(Violation("PP044", f"rank {rank}: the {pass_} of stage {st} mb {mb}"
                                  f"{f' (direction {d})' if d else ''} lacks {', '.join(missing[:3])}{more} "
-                                 f"(each of its {L} layers needs every sub-op)", (where[k],)))
+                                 f"({'its layer needs' if L == 1 else f'each of its {L} layers needs'} every sub-op)",
+                                 (where[k],)))
     return out

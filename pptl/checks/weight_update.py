@@ -14,6 +14,7 @@ from bisect import bisect_left
 from collections import Counter
 
 from pptl.checks.base import Context, Violation
+from pptl.formats._quote import counted
 from pptl.ir import Op
 from pptl.schedules._weight_update_meta import WeightUpdateMeta
 
@@ -260,7 +261,7 @@ def buffers_over_memory(ctx: Context) -> list[Violation]:
     usable = int(free * USABLE_FRACTION)
     if n * size <= usable:
         return []
-    return [Violation("PP056", f"{n} buffers of {_human_bytes(size)} need {_human_bytes(n * size)} of GPU memory, more "
+    return [Violation("PP056", f"{counted(n, 'buffer')} of {_human_bytes(size)} need {_human_bytes(n * size)} of GPU memory, more "
                       f"than the {_human_bytes(usable)} usable (90% of free_memory {_human_bytes(free)}); lower "
                       "options.bucket_size or use h2d_buffer: false")]
 

@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from pptl.commands._shared import OutputFmt, Whole, figure_format, print_json, print_lines, progress, say
+from pptl.formats._quote import counted
 
 __all__ = ["whatif"]
 
@@ -45,7 +46,7 @@ def whatif(
     spec = parse_jitter(jitter) if jitter is not None else None
     slow = [one for t in straggler or [] for one in parse_straggler(t)]
     alpha = parse_duty_exponent(duty_exponent or ("learn" if measured is not None else "0"))
-    with progress(f"sampling {len(plans)} plan(s) x {samples} steps", json_output=output == "json"):
+    with progress(f"sampling {len(plans)} plan(s) x {counted(samples, 'step')}", json_output=output == "json"):
         outcomes = study_plans(plans, measured=measured, samples=samples, seed=seed, jitter=spec, stragglers=slow,
                                duty_exponent=alpha)
     spread = outcomes[0].spread  # one outcome per plan named, and typer requires at least one

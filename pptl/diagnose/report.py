@@ -9,6 +9,7 @@ from pptl.diagnose.cause import evidence
 from pptl.diagnose.counts import counts_dict
 from pptl.diagnose.ops import NcclOp
 from pptl.diagnose.waits import Diagnosis
+from pptl.formats._quote import counted
 
 __all__ = ["to_text", "to_dict"]
 
@@ -25,9 +26,9 @@ def to_text(d: Diagnosis, *, per_rank: int = 6) -> str:
         f = d.front.get(r)
         done = sum(o.done for o in seq)
         if f is None:
-            lines.append(f"rank {r}: {len(seq)} ops, all completed")
+            lines.append(f"rank {r}: {counted(len(seq), 'op')}, all completed")
             continue
-        lines.append(f"rank {r}: {done} of {len(seq)} ops completed; first not completed: {f.label} ({f.state})")
+        lines.append(f"rank {r}: {done} of {counted(len(seq), 'op')} completed; first not completed: {f.label} ({f.state})")
         shown = [o for o in seq[f.index:] if not o.done][:per_rank]
         for o in shown:
             lines.append(f"  {o.index:>5}  {o.state:<9}  {o.label}")

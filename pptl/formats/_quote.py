@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-__all__ = ["QUOTE_LIMIT", "quoted", "int_ranges"]
+__all__ = ["QUOTE_LIMIT", "quoted", "int_ranges", "counted"]
 
 #: Characters of a value's repr an error line shows before cutting it with "...".
 QUOTE_LIMIT = 60
@@ -89,3 +89,14 @@ def int_ranges(values: Iterable[int], *, most: int = 8) -> str:
     shown = [f"{a}" if a == b else f"{a}-{b}" if b > a + 1 else f"{a}, {b}" for a, b in runs[:most]]
     more = len(runs) - most
     return ", ".join(shown) + (f" and {more:,} more run{'s' if more != 1 else ''}" if more > 0 else "")
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and ``noun``, in the plural unless ``n`` is 1 (``plural`` where adding "s" is wrong):
+    a count in a message can be 1 (one rank, one event), and "1 ranks" reads as a slip.
+
+    Example:
+        >>> counted(1, "rank"), counted(0, "rank"), counted(2, "entry", "entries")
+        ('1 rank', '0 ranks', '2 entries')
+    """
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"

@@ -33,11 +33,22 @@ class Loaded:
 
     @property
     def timeline(self) -> Timeline | None:
-        """The file's timeline. A plan's is read on first use: ``pptl check`` never needs it, and
-        turning 400k stored times into events costs more than checking them."""
+        """The file's timeline. A plan's is read on first use: ``pptl check`` needs only
+        :meth:`timeline_source`, and turning 400k stored times into events costs more than checking them."""
         if callable(self.stored_timeline):
             self.stored_timeline = self.stored_timeline()
         return self.stored_timeline
+
+    def timeline_source(self) -> str | None:
+        """Where the file's timeline came from ("planned", "measured"...), None without one. A
+        plan's timeline is validated whole (InputError when malformed) but its events are not
+        built: ``pptl check`` asks, to hold a measured timeline's times to PP090/PP091."""
+        from pptl.formats.plan import StoredColumns
+
+        if isinstance(self.stored_timeline, StoredColumns):
+            return self.stored_timeline.meta().source
+        tl = self.timeline
+        return tl.meta.source if tl is not None else None
 
 
 def load_data(data: Any, source: str, **options: Any) -> Loaded:

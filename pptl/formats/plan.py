@@ -25,7 +25,7 @@ from pptl.errors import InputError
 from pptl.events import op_events
 from pptl.fileio import MAX_FILE_BYTES, read_bounded
 from pptl.formats._legacy import BUCKET_KINDS, bucket_fields
-from pptl.formats._quote import quoted
+from pptl.formats._quote import counted, quoted
 from pptl.formats._text import check_names
 from pptl.formats.structured import read_structured
 from pptl.formats.timeline import timeline_from_dict
@@ -36,8 +36,8 @@ from pptl.schedules._pipeline_meta import PipelineMeta
 from pptl.schedules._weight_update_meta import WeightUpdateMeta
 from pptl.timeline import MAX_TIME, Timeline, TimelineMeta
 
-__all__ = ["PLAN_FORMAT", "PLAN_VERSION", "PlanTimes", "plan_to_dict", "plan_from_dict", "read_plan_dict", "load_plan",
-           "dumps"]
+__all__ = ["PLAN_FORMAT", "PLAN_VERSION", "PlanTimes", "StoredColumns", "plan_to_dict", "plan_from_dict",
+           "read_plan_dict", "load_plan", "dumps"]
 
 PLAN_FORMAT = "pptl-plan"
 PLAN_VERSION = 3
@@ -256,9 +256,10 @@ def plan_from_dict(data: Any, *, source: str = "<plan>") -> tuple[Schedule, Time
 
 def read_plan_dict(data: Any, *, source: str = "<plan>") -> tuple[Schedule, Callable[[], Timeline | None]]:
     """:func:`plan_from_dict`, with the timeline as a function that builds it on demand
-    (``pptl check`` never asks, and building 400k events costs more than the check).
+    (``pptl check`` only validates it, see :class:`StoredColumns`: building 400k events costs more
+    than the check).
 
-    Every error names the field; the timeline's are raised when it is built.
+    Every error names the field; the timeline's are raised when it is read.
     """
     if not isinstance(data, Mapping):
         raise InputError(f"{source}: expected a JSON object with 'format': '{PLAN_FORMAT}'")
@@ -285,8 +286,9 @@ def read_plan_dict(data: Any, *, source: str = "<plan>") -> tuple[Schedule, Call
         sizes[name] = v
     work = sizes["num_stages"] * sizes["microbatches"] * sizes["directions"]
     if work > MAX_OPS:
-        raise InputError(f"{source}: schedule of {sizes['num_stages']} stages x {sizes['microbatches']} micro-batches "
-                         f"x {sizes['directions']} directions is more than the {MAX_OPS:,} units of work pptl checks")
+        raise InputError(f"{source}: schedule of {counted(sizes['num_stages'], 'stage')} x "
+                         f"{counted(sizes['microbatches'], 'micro-batch', 'micro-batches')} "
+                         f"x {counted(sizes['directions'], 'direction')} is more than the {MAX_OPS:,} units of work pptl checks")
     meta = head.get("meta", {})
     if not isinstance(meta, Mapping):
         raise InputError(f"{source}: field 'schedule.meta': expected an object")
@@ -326,8 +328,28 @@ def _timeline_reader(data: Mapping[str, Any], schedule: Schedule, version: int,
     if raw_timeline is None:
         return lambda: None
     if isinstance(raw_timeline, Mapping) and "format" not in raw_timeline and version >= 2:
-        return lambda: _timeline_v2(raw_timeline, schedule, source)
+        return StoredColumns(raw_timeline, schedule, source)
     return lambda: timeline_from_dict(raw_timeline, source=f"{source}: timeline")
+
+
+@dataclass(frozen=True)
+class StoredColumns:
+    """A plan's timeline as version 2 stores it (``start`` and ``end`` columns, one per op), built
+    into events when called. :meth:`meta` reads and validates it without building them, for
+    ``pptl check``: it must refuse a malformed timeline (a file it passes should draw) and see a
+    measured one, yet 400k events cost several times the check (docs/format.md)."""
+
+    raw: Mapping[str, Any]
+    schedule: Schedule
+    source: str
+
+    def __call__(self) -> Timeline:
+        meta, start, end = _timeline_v2(self.raw, self.schedule, self.source)
+        return Timeline(op_events(self.schedule, start.tolist(), end.tolist()), meta)
+
+    def meta(self) -> TimelineMeta:
+        """The timeline's meta, once every field of it has been validated (InputError otherwise)."""
+        return _timeline_v2(self.raw, self.schedule, self.source)[0]
 
 
 def _from_table(raw: _RawColumns, raw_deps: list[Any], raw_order: Any, *, family: str, sizes: dict[str, int],
@@ -355,7 +377,7 @@ def _from_table(raw: _RawColumns, raw_deps: list[Any], raw_order: Any, *, family
         typed = isinstance(raw_order, list) and len(raw_order) == n and (not n or set(map(type, raw_order)) == {int})
         checked = (_checked_ints(raw_order, 0, _MAX_ORDER) if n else raw_order) if typed else None
         if checked is None:
-            raise InputError(f"{source}: field 'order': expected a list of {n} integers in 0..{_MAX_ORDER} (a "
+            raise InputError(f"{source}: field 'order': expected a list of {counted(n, 'integer')} in 0..{_MAX_ORDER} (a "
                              "topological position per op, in file order)")
         hint = np.asarray(checked, dtype=np.int64)
     return Schedule(family, sizes["pp"], sizes["num_stages"], sizes["microbatches"], lanes=raw.lanes,
@@ -460,7 +482,7 @@ def _raw_v2(data: Mapping[str, Any], source: str, version: int) -> _RawColumns:
             ints[name] = None
             continue
         if not isinstance(col, list) or len(col) != n:
-            raise InputError(f"{source}: ops.{name}: expected a list of {n} integers")
+            raise InputError(f"{source}: ops.{name}: expected a list of {counted(n, 'integer')}")
         typed = not n or set(map(type, col)) == {int}
         checked = (_checked_ints(col, -_MAX_INDEX, _MAX_INDEX) if n else col) if typed else None
         if checked is None:  # a value of another type, or out of range
@@ -473,7 +495,7 @@ def _raw_v2(data: Mapping[str, Any], source: str, version: int) -> _RawColumns:
     pairs: list[tuple[int, int, int] | None] | None = None
     if pair is not None:
         if not isinstance(pair, list) or len(pair) != n:
-            raise InputError(f"{source}: ops.pair: expected a list of {n} entries, each null or [stage, mb, direction]")
+            raise InputError(f"{source}: ops.pair: expected a list of {counted(n, 'entry', 'entries')}, each null or [stage, mb, direction]")
         pairs = []
         for p in pair:
             if p is None:
@@ -486,7 +508,7 @@ def _raw_v2(data: Mapping[str, Any], source: str, version: int) -> _RawColumns:
     payloads: list[float] | None = None
     if payload is not None:
         if not isinstance(payload, list) or len(payload) != n:
-            raise InputError(f"{source}: ops.payload: expected a list of {n} numbers")
+            raise InputError(f"{source}: ops.payload: expected a list of {counted(n, 'number')}")
         for v in payload:
             if type(v) not in (int, float) or not 0 <= v < math.inf:
                 raise InputError(f"{source}: ops.payload: got {quoted(v)}, expected a finite number >= 0")
@@ -564,7 +586,7 @@ def _str_column(col: Any, n: int, where: str) -> tuple[Any, list[str]] | None:
         raise InputError(f"{where}.values: expected a list of strings")
     check_names(table, f"{where}.values")  # kinds, labels... are printed in ids and drawn in legends
     if not isinstance(index, list) or len(index) != n:
-        raise InputError(f"{where}.index: expected a list of {n} positions into 'values'")
+        raise InputError(f"{where}.index: expected a list of {counted(n, 'position')} into 'values'")
     typed = not n or set(map(type, index)) == {int}
     checked = (_checked_ints(index, 0, len(table) - 1) if n else index) if typed else None
     if checked is None:  # a value of another type, or out of range
@@ -572,7 +594,9 @@ def _str_column(col: Any, n: int, where: str) -> tuple[Any, list[str]] | None:
     return checked, table
 
 
-def _timeline_v2(raw: Mapping[str, Any], schedule: Schedule, source: str) -> Timeline:
+def _timeline_v2(raw: Mapping[str, Any], schedule: Schedule, source: str) -> tuple[TimelineMeta, np.ndarray,
+                                                                                    np.ndarray]:
+    """The meta, starts and ends of a version 2 timeline, each validated (one InputError line)."""
     where = f"{source}: timeline"
     n = schedule.n_ops
     meta_raw = raw.get("meta", {})
@@ -585,7 +609,8 @@ def _timeline_v2(raw: Mapping[str, Any], schedule: Schedule, source: str) -> Tim
     for name in ("start", "end"):
         col = raw.get(name)
         if not isinstance(col, list) or len(col) != n:
-            raise InputError(f"{where}.{name}: expected a list of {n} times (one per op, in file order)")
+            raise InputError(f"{where}.{name}: got {quoted(col)}, expected a list of {counted(n, 'time')} (one per op, "
+                             "in file order)")
         if not set(map(type, col)) <= {int, float}:  # not bool, str, None, a list...
             v = next(v for v in col if type(v) not in (int, float))
             raise InputError(f"{where}.{name}: got {quoted(v)}, expected a finite number within +-{MAX_TIME:g}")
@@ -599,8 +624,7 @@ def _timeline_v2(raw: Mapping[str, Any], schedule: Schedule, source: str) -> Tim
     if backwards.any():
         i = int(np.argmax(backwards))
         raise InputError(f"{where}: op {i} ends at {cols[1][i]:g}, before it starts at {cols[0][i]:g}")
-    start, end = cols[0].tolist(), cols[1].tolist()
-    return Timeline(op_events(schedule, start, end), meta)
+    return meta, cols[0], cols[1]
 
 
 def _op_v1(raw: Any, rank: int, lane: str, where: str) -> Op:

@@ -31,7 +31,7 @@ from typing import Any, Mapping
 from pptl.config import MAX_OPS
 from pptl.errors import InputError
 from pptl.fileio import MAX_FILE_BYTES
-from pptl.formats._quote import int_ranges, quoted
+from pptl.formats._quote import counted, int_ranges, quoted
 from pptl.formats.kineto import parse_trace
 from pptl.formats.structured import parse_json
 from pptl.formats.torch_csv import Action, schedule_from_rows
@@ -178,7 +178,7 @@ def read_traces(files: list[Path], *, source: str, preread: dict[Path, Any] | No
                                                   launches=launches, gpu_windows=windows,
                                                   issue_order=kind == "profiler")
     notes = [f"{'torch profiler traces' if kind == 'profiler' else 'event lists'}: {len(per_rank)} "
-             f"file{'s' if len(per_rank) != 1 else ''}, {len(timeline.events)} events in {unit}"] + more + notes
+             f"file{'s' if len(per_rank) != 1 else ''}, {counted(len(timeline.events), 'event')} in {unit}"] + more + notes
     if kind == "profiler":
         if not multi:
             # Single-stage schedules post P2P in groups (nccl:coalesced): no one sequential issue
@@ -265,13 +265,9 @@ def _read(p: Path) -> Any:
 
 
 def _text(p: Path) -> str:
-    from pptl.fileio import read_bounded
+    from pptl.fileio import read_bounded, utf8_text
 
-    raw = read_bounded(p, _MAX_BYTES)
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:  # worded as read_structured words it, for every command
-        raise InputError(f"{p}: not UTF-8 text") from None
+    return utf8_text(read_bounded(p, _MAX_BYTES), p)  # worded as read_structured words it, for every command
 
 
 def _parse(p: Path, text: str) -> Any:

@@ -12,14 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from pptl.errors import InputError
-from pptl.fileio import MAX_FILE_BYTES, read_error
+from pptl.fileio import MAX_FILE_BYTES, read_bounded, read_error, utf8_text
 from pptl.formats._quote import quoted
 
 __all__ = ["read_structured", "parse_json"]
 
 
 def read_structured(path: str | Path) -> Any:
-    """Parse a YAML, TOML or JSON file by its suffix; raise InputError with the file and reason."""
+    """Parse a YAML, TOML or JSON (``.json`` or gzipped ``.json.gz``) file by its suffix; raise
+    InputError with the file and reason."""
     path = Path(path)
     try:
         size = path.stat().st_size
@@ -29,15 +30,15 @@ def read_structured(path: str | Path) -> Any:
         raise InputError(f"{path}: is a directory, expected a file")
     if size > MAX_FILE_BYTES:
         raise InputError(f"{path}: file is {size} bytes, larger than the {MAX_FILE_BYTES} accepted")
+    # .json.gz gunzipped (bounded), as every other pptl reader of JSON takes it: a gzip file named
+    # .json is told to take that name, which must then read here too
+    gz = path.name.lower().endswith(".json.gz")
     try:
-        raw = path.read_bytes()
+        raw = read_bounded(path, MAX_FILE_BYTES) if gz else path.read_bytes()
     except OSError as e:
         raise read_error(path, e) from None
-    suffix = path.suffix.lower()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not UTF-8 text") from None
+    suffix = ".json" if gz else path.suffix.lower()
+    text = utf8_text(raw, path)
     if suffix in (".toml", ".yaml", ".yml", ".json") and not text.strip():
         raise InputError(f"{path}: the file is empty")
     try:
@@ -67,7 +68,7 @@ def read_structured(path: str | Path) -> Any:
                              f"{problem}") from None
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InputError(f"{path}: not valid {suffix[1:].upper()}: {first}") from None
-    raise InputError(f"{path}: unknown file type '{suffix}', expected .yaml, .yml, .toml or .json")
+    raise InputError(f"{path}: unknown file type '{suffix}', expected .yaml, .yml, .toml, .json or .json.gz")
 
 
 def parse_json(text: str, path: str | Path) -> Any:

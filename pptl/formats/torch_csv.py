@@ -34,7 +34,7 @@ from pptl.config import DEFAULT_COSTS, MAX_OPS, Config, Costs
 from pptl.deps import facts_of_table
 from pptl.errors import InputError
 from pptl.formats import torch_csv_table as T
-from pptl.formats._quote import quoted
+from pptl.formats._quote import counted, quoted
 from pptl.formats.torch_csv_table import cells_of_rows, cells_of_text
 from pptl.ir import Facts, Op, Schedule
 from pptl.schedules._pipeline_meta import PipelineMeta
@@ -151,7 +151,7 @@ _Parsed = tuple[str, int, int, int, int]
 def _parsed(a: Action, rank: int) -> _Parsed:
     if a.kind == "OVERLAP_F_B":
         if sorted(x.kind for x in a.subs) != ["B", "F"]:  # parse_action makes none; a caller's Action may
-            raise InputError(f"rank {rank}: {a} overlaps {len(a.subs)} actions; expected one F and one B")
+            raise InputError(f"rank {rank}: {a} overlaps {counted(len(a.subs), 'action')}; expected one F and one B")
         f, bw = (a.subs if a.subs[0].kind == "F" else a.subs[::-1])
         return ("FB", f.stage, -1 if f.mb is None else f.mb, bw.stage, -1 if bw.mb is None else bw.mb)
     return (a.kind, a.stage, -1 if a.mb is None else a.mb, -1, -1)
@@ -171,18 +171,18 @@ def read_csv(path: str | Path, *, microbatches: int | None = None, placement: st
     Raises:
         InputError: unreadable file, or (without ``report_problems``) a bad cell.
     """
-    from pptl.fileio import MAX_FILE_BYTES, read_error
+    from pptl.fileio import MAX_FILE_BYTES, read_error, utf8_text
     from pptl.formats.loaded import Loaded
 
     p = Path(path)
     try:
         if p.stat().st_size > MAX_FILE_BYTES:
             raise InputError(f"{p}: file is larger than the {MAX_FILE_BYTES} bytes accepted")
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"{p}: not UTF-8 text") from None
+        raw = p.read_bytes()
     except OSError as e:
         raise read_error(p, e) from None
+    # newlines as read_text(), which this replaced to word a gzip file as one, turned them
+    text = utf8_text(raw, p).replace("\r\n", "\n").replace("\r", "\n")
     schedule, notes, problems, lines = load_csv_text(text, source=str(p), microbatches=microbatches,
                                                      placement=placement, report_problems=report_problems)
 
@@ -365,7 +365,8 @@ def _layout(observed: dict[int, int], forward_counts: list[int], top: int, pp: i
     # Checks and the simulator walk every (stage, micro-batch): bound that before building, so a
     # cell such as 99999999999F0 or --microbatches 1000000000 is refused at once, not after hours.
     if num_stages * m > MAX_OPS:
-        raise InputError(f"{source}: {num_stages} stages (highest stage index {max_stage}) x {m} micro-batches is "
+        raise InputError(f"{source}: {counted(num_stages, 'stage')} (highest stage index {max_stage}) x "
+                         f"{counted(m, 'micro-batch', 'micro-batches')} is "
                          f"more than the {MAX_OPS:,} units of work pptl checks")
     return _Layout(use, detected, placement, spr, num_stages, m, microbatches, inferred, top,
                    _rank_map(use, pp, observed), _chunk_map(use, pp, observed), tuple(problems))
@@ -452,7 +453,7 @@ def _chunk_map(use: str, pp: int, observed: dict[int, int]):
 def _placement_note(use: str, detected: str, asked: str | None, pp: int, n: int, spr: int) -> str:
     what = {"loop": f"loop (stage s on rank s % {pp}, {spr} per rank)",
             "v": f"V (rank r holds stages r and {2 * pp - 1}-r)",
-            "custom": f"custom ({spr} stages on the busiest rank)"}[use]
+            "custom": f"custom ({counted(spr, 'stage')} on the busiest rank)"}[use]
     how = "from --placement" if asked else "inferred"
     extra = f"; the file looks {detected}" if asked and detected != asked else ""
     return f"placement: {what}, {_n(n, 'stage')} ({how}{extra})"

@@ -24,7 +24,7 @@ from typing import Iterable
 
 from pptl.config import MAX_OPS
 from pptl.errors import InputError
-from pptl.formats._quote import quoted
+from pptl.formats._quote import counted, quoted
 from pptl.formats.kineto import PP_PREFIX, Kernel, RankTrace, Span, is_comm_name
 from pptl.formats.torch_csv import Action, parse_action
 
@@ -247,11 +247,11 @@ def _segmented(rt: RankTrace, where: str, rank: int, step: int | None) -> RankAc
             m = _timed(rt, Action(rank, kind, mb), seg[1], seg[2], False, None, 0, 1, step_end)
             sources[m.source] += 1
             rows.append(m)
-    notes = [f"{where}: no 'PP:' ranges (a single-stage schedule): {len(fwd)} forwards and {len(bwd)} backwards "
+    notes = [f"{where}: no 'PP:' ranges (a single-stage schedule): {counted(len(fwd), 'forward')} and {counted(len(bwd), 'backward')} "
              "rebuilt from forward ops and autograd nodes between the P2P calls, numbered in order"
              + ("" if with_flows else " (no fwdbwd flows in the trace: every run of forward ops counts)")]
     if len(fwd) != len(bwd):
-        notes.append(f"{where}: {len(fwd)} forwards but {len(bwd)} backwards; the step may be cut short")
+        notes.append(f"{where}: {counted(len(fwd), 'forward')} but {counted(len(bwd), 'backward')}; the step may be cut short")
     comm, why = _p2p(rt, rank, segments, work, len(fwd), step_end)
     rows.extend(comm)
     if why:
@@ -297,5 +297,5 @@ def _p2p(rt: RankTrace, rank: int, segments: list[list], work: list[list], m: in
                                kernels=ks))
             counts[kind] += 1
     if any(n != m for n in counts.values()):
-        return [], ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + f" for {m} micro-batches"
+        return [], ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + f" for {counted(m, 'micro-batch', 'micro-batches')}"
     return comm, ""

@@ -76,6 +76,25 @@ class Layout:
     def span(self) -> float:
         return self.t1 - self.t0
 
+    def legend(self, *, min_width: bool = True) -> list[Category]:
+        """The categories a legend lists: those whose blocks draw something, in legend order.
+
+        A zero-cost op (a torch CSV's REDUCE_GRAD, exported with ``--comms``) keeps its category, as
+        blocks index :attr:`categories`, but its block has no width: an entry for it would name
+        something the figure does not show. A category with no block at all stays listed, as a seed
+        style lists every kind of its family.
+
+        Args:
+            min_width: whether the renderer widens the blocks of a ``min_width`` category (the
+                figures do; the terminal draws no zero-width block).
+        """
+        b = self.blocks
+        used = set(b.cat.tolist())
+        drawn = set(b.cat[b.end > b.start].tolist())
+        if min_width:
+            drawn |= {k for k in used if self.categories[k].min_width}
+        return [c for k, c in enumerate(self.categories) if k in drawn or k not in used]
+
 
 def title_line(tl: Timeline) -> str:
     """The figure title of ``tl``, as its family's style words it (:meth:`Style.title`)."""

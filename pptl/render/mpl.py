@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pptl.errors import InputError
+from pptl.formats._quote import counted
 from pptl.render.layout import Grid, Layout, build_layout
 from pptl.render.options import COLUMN_IN, DEFAULT_FONT_PT, MIN_PRINT_PT
 from pptl.render.rc import PPTL_RC, pptl_figure, pptl_rc
@@ -111,12 +112,13 @@ def figure_from_layout(lay: Layout, options: FigureOptions = FigureOptions()):
     left = 0.15 + k * (0.075 * label_chars + (0.085 * group_chars + 0.15 if group_chars else 0.0))
     right = 0.95 * k if notes else 0.3
     where = lay.style.legend_at if opt.legend == "auto" else opt.legend
-    ncat = len(lay.categories) if where != "none" else 0
+    legend = lay.legend() if where != "none" else []
+    ncat = len(legend)
     if where == "right" and ncat:
-        right += k * (0.6 + 0.068 * max(len(c.label) for c in lay.categories))
+        right += k * (0.6 + 0.068 * max(len(c.label) for c in legend))
     least_w = left + right + _MIN_PLOT_IN
     if ncat and where in ("bottom", "top", "top right"):  # one legend column at least
-        least_w = max(least_w, 0.6 + k * max(0.6 + 0.068 * len(c.label) for c in lay.categories))
+        least_w = max(least_w, 0.6 + k * max(0.6 + 0.068 * len(c.label) for c in legend))
     least_w = _up(least_w)
     width = opt.size[0] if opt.size else opt.width_in
 
@@ -125,7 +127,7 @@ def figure_from_layout(lay: Layout, options: FigureOptions = FigureOptions()):
     at = max(width, least_w)
     lines = _wrap(title, at - 0.4, opt.font_size + 2) if title else []
     title_h = 0.55 * k + _line_in(opt.font_size + 2) * (len(lines) - 1) if lines else 0.15
-    legend_cols = _legend_columns(lay.categories, (at - 0.6) / k) if where in ("bottom", "top", "top right") else 1
+    legend_cols = _legend_columns(legend, (at - 0.6) / k) if where in ("bottom", "top", "top right") else 1
     legend_h = k * (0.3 * -(-ncat // legend_cols) + 0.05) if ncat else 0.0
     top_band = title_h + (legend_h if where in ("top right", "top") else 0.0)
     axis_band = (0.45 if lay.style.time_arrow else 0.55) * k
@@ -138,7 +140,7 @@ def figure_from_layout(lay: Layout, options: FigureOptions = FigureOptions()):
     least_h = _up(fixed + main_least)
     if opt.size and (width < least_w or opt.size[1] < least_h):
         # The least size nearest the one asked: the same width where that is wide enough.
-        raise InputError(f"--size {opt.size[0]:g},{opt.size[1]:g}: too small for this figure ({len(lay.rows)} rows"
+        raise InputError(f"--size {opt.size[0]:g},{opt.size[1]:g}: too small for this figure ({counted(len(lay.rows), 'row')}"
                          f"{', a title' if title else ''}{', a legend' if ncat else ''}); it needs at least "
                          f"--size {at:g},{least_h:g}")
     max_h = opt.size[1] if opt.size else opt.max_height_in
@@ -166,7 +168,7 @@ def figure_from_layout(lay: Layout, options: FigureOptions = FigureOptions()):
         fig.text(0.2 / width, 1 - top / height, "\n".join(lines), fontsize=opt.font_size + 2, fontweight="bold",
                  va="top", linespacing=_LINE_SPACING)
     if ncat:
-        _draw_legend(fig, lay.categories, where, legend_cols, width, height, bottom_band, opt.font_size, title_h)
+        _draw_legend(fig, legend, where, legend_cols, width, height, bottom_band, opt.font_size, title_h)
     if lay.grid is not None and grid_rows:
         ncells = max((len(cells) for _, cells in lay.grid.rows), default=1)
         # Cells are steps, not time: keep them square-ish like the seeds' grid, not stretched.

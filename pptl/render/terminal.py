@@ -67,8 +67,9 @@ class TimelineView:
                             style="dim")
             yield line
         yield _axis_line(lay, label_w, cells)
-        if self.options.legend and lay.categories:
-            yield from _legend(lay.categories, width, plain)
+        legend = lay.legend(min_width=False) if self.options.legend else []
+        if legend:
+            yield from _legend(legend, width, plain)
         if self.options.grid and lay.grid is not None:
             yield from _grid_lines(lay.grid, width, plain)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Hashable
 
+from pptl.formats._quote import counted
 from pptl.render.base import Category, Part, RowSpec, Style, title_head, title_number, title_units
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ class WeightUpdateStyle(Style):
     def title(self, tl: "Timeline") -> str:
         # Buckets, not micro-batches, and no pipeline: no bubble to report.
         buckets = len({e.bucket for e in tl.events if e.bucket >= 0})
-        return (f"{title_head(tl)}: {tl.meta.pp or len(tl.ranks())} devices, {buckets} buckets, "
+        return (f"{title_head(tl)}: {counted(tl.meta.pp or len(tl.ranks()), 'device')}, {counted(buckets, 'bucket')}, "
                 f"makespan={title_number(tl.makespan)}{title_units(tl)}")
 
     def rows(self, tl: "Timeline") -> list[RowSpec]:

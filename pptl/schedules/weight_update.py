@@ -53,6 +53,7 @@ from typing import Any, Mapping
 
 from pptl.config import MAX_OPS, Config
 from pptl.errors import InputError
+from pptl.formats._quote import counted
 from pptl.intervals import overlap_length
 from pptl.ir import Op, Schedule, ScheduleBuilder
 from pptl.schedules._common import Family, Runtime
@@ -223,7 +224,7 @@ def _owners(opts: Mapping[str, Any], pp: int, source: str) -> tuple[tuple[int, .
             raise _fail(source, "tensors", raw, "a non-empty list of sizes, or one list of sizes per rank")
         if all(isinstance(x, list) for x in raw):
             if len(raw) != pp:
-                raise InputError(f"{source}: field 'options.tensors': got {len(raw)} lists, expected one list of "
+                raise InputError(f"{source}: field 'options.tensors': got {counted(len(raw), 'list')}, expected one list of "
                                  f"tensor sizes per rank ({pp}) for schedule '{NAME}'")
             return tuple(tuple(_aligned(_size(x, f"tensors[{r}][{k}]", source)) for k, x in enumerate(row))
                          for r, row in enumerate(raw))
@@ -486,8 +487,8 @@ def update_metrics(schedule: Schedule, sim: Any) -> dict[str, Any]:
     unit = schedule.meta.get("units", "unit")
     mode = "H2D buffer" if meta.h2d_buffer else "no H2D buffer: H2D serialised per owner"
     report = [
-        f"weight update: {out['buckets']} buckets of at most {human_bytes(meta.bucket_size or 0)} "
-        f"({mode}, {meta.ipc_halves} IPC halves) · update time {sim.makespan:.4g} {unit}",
+        f"weight update: {counted(out['buckets'], 'bucket')} of at most {human_bytes(meta.bucket_size or 0)} "
+        f"({mode}, {counted(meta.ipc_halves, 'IPC half', 'IPC halves')}) · update time {sim.makespan:.4g} {unit}",
         "stage busy on the busiest rank: " + " · ".join(
             f"{name} {stages[lane]['max_rank']:.4g}" for name, lane in
             (("H2D", "h2d"), ("IPC copy", "ipc"), ("broadcast", "comm"), ("reload", "compute"))) + f" {unit}",

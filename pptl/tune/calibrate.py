@@ -35,6 +35,7 @@ from typing import Any, Sequence
 
 from pptl.config import Workload
 from pptl.errors import InputError
+from pptl.formats._quote import counted
 from pptl.tune.model import LayerCost, ModelDesc, TuneConfig, Work
 from pptl.tune.split import even_split
 
@@ -207,14 +208,14 @@ def _same_model(tc: TuneConfig, tl: Any, measured: Path, stages: int, run_split:
         mine = (tc.workload.hidden, tc.workload.tokens, tc.workload.dtype)
         theirs = (ran.get("hidden"), ran.get("tokens"), ran.get("dtype"))
         if all(x is not None for x in theirs) and theirs != mine:
-            raise InputError(f"{measured}: the run executed hidden {theirs[0]}, {theirs[1]} tokens, {theirs[2]}; "
-                             f"the config's workload is hidden {mine[0]}, {mine[1]} tokens, {mine[2]}: {how}")
+            raise InputError(f"{measured}: the run executed hidden {theirs[0]}, {counted(theirs[1], 'token')}, {theirs[2]}; "
+                             f"the config's workload is hidden {mine[0]}, {counted(mine[1], 'token')}, {mine[2]}: {how}")
     layers = ran.get("stage_layers")
     if tc.measured_split is None and isinstance(layers, list) and len(layers) == stages \
             and all(isinstance(x, int) for x in layers) and run_split is None:
         blocks = sum(tc.run_blocks)
-        raise InputError(f"{measured}: the run executed {sum(layers)} blocks a micro-batch ({layers}); the config's "
-                         f"model has {tc.model.layers + blocks} ({tc.model.layers} layers"
+        raise InputError(f"{measured}: the run executed {counted(sum(layers), 'block')} a micro-batch ({layers}); the config's "
+                         f"model has {tc.model.layers + blocks} ({counted(tc.model.layers, 'layer')}"
                          + (f" and {blocks} embedding and head blocks" if blocks else "") + f"): {how}, or give "
                          f"measured_split")
 
@@ -242,7 +243,7 @@ def calibrate_tune(tc: TuneConfig, measured: Path) -> tuple[TuneConfig, str, lis
     _same_model(tc, tl, measured, S, ran)
     split = tc.measured_split or ran or even_split(tc.model.layers, S)
     if len(split) != S:
-        raise InputError(f"{measured}: the run has {S} stages but measured_split has {len(split)} entries")
+        raise InputError(f"{measured}: the run has {counted(S, 'stage')} but measured_split has {counted(len(split), 'entry', 'entries')}")
     if min(split) < 1:
         raise InputError(f"{measured}: the run has {S} stages, more than model.layers={tc.model.layers}")
     m = tc.model
@@ -288,7 +289,7 @@ def calibrate_tune(tc: TuneConfig, measured: Path) -> tuple[TuneConfig, str, lis
     tc = replace(tc, model=model, comm_latency=comm if comm is not None else tc.comm_latency,
                  comm_bandwidth=float("inf") if comm is not None else tc.comm_bandwidth,
                  send_hold=_send_hold(tl, comm) if comm is not None else tc.send_hold)
-    notes.append(f"costs from {measured} ({tl.meta.family}, {S} stages, split {list(split)}): layer "
+    notes.append(f"costs from {measured} ({tl.meta.family}, {counted(S, 'stage')}, split {list(split)}): layer "
                  f"F={kinds['F'][0]:.4g} B={kinds['B'][0]:.4g}, embedding F={kinds['F'][1]:.4g}, head "
                  f"F={kinds['F'][2]:.4g}, message {tc.comm_latency:.4g} {tl.meta.units}"
                  + ("" if tc.send_hold is None else
@@ -483,7 +484,8 @@ def _fit_memory(tc: TuneConfig, meta: Any, split: Sequence[int], memory: dict) -
     if fit.kind == "full" and temp is not None:
         mm = replace(mm, split_working=max(0.0, mm.working - temp))
     other = "split" if fit.kind == "full" else "full"
-    note = (f"memory fitted to the {fit.ranks} ranks' peaks of the {fam} run: activation x{getattr(mm, fit.kind + '_scale'):.3f} "
+    whose = "1 rank's" if fit.ranks == 1 else f"{fit.ranks} ranks'"  # a pp-1 run has one
+    note = (f"memory fitted to the {whose} peaks of the {fam} run: activation x{getattr(mm, fit.kind + '_scale'):.3f} "
             f"for micro-batches with a {fit.kind} backward (least squares {fit.scale:.3f}), x"
             f"{getattr(mm, other + '_scale'):.3f} for {other} (not measured: never below the model), "
             f"working memory {mm.working:.4g} per rank (the worst rank, {fit.residual:.3g} above the fit, covered twice), "

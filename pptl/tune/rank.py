@@ -20,6 +20,7 @@ from typing import Any, Callable
 from pptl.checks import Context, check_context
 from pptl.config import MAX_OPS, Config, Costs
 from pptl.errors import InputError, InvalidScheduleError
+from pptl.formats._quote import counted
 from pptl.ir import Schedule
 from pptl.schedules import get_family
 from pptl.tune.candidates import Structure, structures
@@ -216,7 +217,7 @@ def _refuse_oversized(tc: TuneConfig, sts: list[Structure]) -> None:
     total = sum(estimated_ops(tc, st) for st in sts)
     if total > MAX_TUNE_OPS:
         big = max(tc.microbatches)
-        raise InputError(f"{tc.source}: {len(sts)} candidate plans of about {total:,} ops in all, more than the "
+        raise InputError(f"{tc.source}: {counted(len(sts), 'candidate plan')} of about {total:,} ops in all, more than the "
                          f"{MAX_TUNE_OPS:,} pptl tune times in one call (micro-batches up to {big:,} at pp {tc.pp}); "
                          f"sweep fewer or smaller micro-batch counts, or list fewer families")
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pptl.formats._quote import counted
 from pptl.tune.rank import Result, TuneResult
 
 __all__ = ["table_rows", "to_dict", "summary_lines"]
@@ -35,7 +36,7 @@ def summary_lines(res: TuneResult, units: str) -> list[str]:
     n_over = sum(r.step is not None and not r.fits for r in res.results)
     n_skip = sum(r.step is None and r.skipped is not None for r in res.results)
     n_rej = sum(r.step is None and r.skipped is None for r in res.results)
-    out = [f"{len(res.results)} candidates: {n_fit} fit, {n_over} over the memory limit, {n_rej} rejected"
+    out = [f"{counted(len(res.results), 'candidate')}: {n_fit} fit, {n_over} over the memory limit, {n_rej} rejected"
            + (f", {n_skip} skipped" if n_skip else "") + f" (times in {units})"]
     b = res.best
     if b is not None:

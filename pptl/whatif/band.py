@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from pptl.formats._quote import counted
 from pptl.ir import Schedule
 
 __all__ = ["StepBand", "plan_step_band", "step_band"]
@@ -24,7 +25,7 @@ class StepBand:
 
     def line(self) -> str:
         u = self.units
-        return (f"step time: measured median {self.measured_median:.4g} {u} over {self.steps} steps, at percentile "
+        return (f"step time: measured median {self.measured_median:.4g} {u} over {counted(self.steps, 'step')}, at percentile "
                 f"{100 * self.percentile:.0f} of the plan under this run's spread (p5 {self.p5:.4g}, "
                 f"p50 {self.p50:.4g}, p95 {self.p95:.4g} {u}; pptl whatif --from)")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 from typing import Any, Sequence
 
+from pptl.formats._quote import counted
 from pptl.render.rc import pptl_figure
 from pptl.whatif.study import PlanOutcome
 
@@ -49,7 +50,7 @@ def whatif_figure(outcomes: Sequence[PlanOutcome]) -> Any:
     ax.set_yticklabels([_short(o) for o in outcomes], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel(f"step time ({units}): p50 solid, p95 dashed, planned grey tick", fontsize=8)
-    ax.set_title(f"pptl whatif: {outcomes[0].samples.makespan.size if outcomes else 0} samples per plan",
+    ax.set_title(f"pptl whatif: {counted(outcomes[0].samples.makespan.size if outcomes else 0, 'sample')} per plan",
                  fontsize=10)
     cmap = colormaps["YlOrRd"]
     norm = Normalize(0.0, 1.0)

@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from pptl.config import Costs
 from pptl.errors import InputError, InvalidScheduleError
+from pptl.formats._quote import counted
 from pptl.ir import Schedule
 from pptl.whatif.spread import QUANTILE_POINTS, Spread, delay_in
 
@@ -278,7 +279,7 @@ class _Draw:
         n = base.size
         plan = f"the plan {name} ({schedule.family})" if name else f"the plan ({schedule.family})"
         if spread.measured and spread.pp and spread.pp != ops.pp:
-            raise InputError(f"{spread.source}: the run had {spread.pp} ranks, {plan} "
+            raise InputError(f"{spread.source}: the run had {counted(spread.pp, 'rank')}, {plan} "
                              f"{ops.pp}: measure a run with the plan's ranks")
         gid = np.full(n, -1, dtype=np.int64)
         tables: list[tuple[float, ...]] = []

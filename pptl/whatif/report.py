@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from pptl.formats._quote import counted
 from pptl.whatif.spread import Spread
 from pptl.whatif.study import PlanOutcome
 
@@ -30,7 +31,7 @@ def report_lines(outcomes: Sequence[PlanOutcome], spread: Spread, *, top: int = 
         return []
     n = outcomes[0].samples.makespan.size
     units = outcomes[0].units
-    lines = [f"{n} samples, seed {outcomes[0].samples.seed}; spread: {spread.describe()}"]
+    lines = [f"{counted(n, 'sample')}, seed {outcomes[0].samples.seed}; spread: {spread.describe()}"]
     if any(o.sends_on_compute for o in outcomes):
         hold = max(o.spread.send_hold for o in outcomes)
         held = f" for {hold:.3g} {units} (the rest of the message is its RECV's)" if hold > 0 else ""

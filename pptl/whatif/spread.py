@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 
 from pptl.errors import InputError
 from pptl.fields import MAX_NUMBER
+from pptl.formats._quote import counted
 from pptl.timeline import unit_scale
 from pptl.whatif.opening import Opening, fit_opening
 
@@ -467,7 +468,7 @@ def _step_record(raw: Any, source: str) -> tuple[list[str], dict[str, list[float
     for op, row in ms.items():
         vals = _floats(row)
         if not isinstance(op, str) or len(vals) != k:
-            raise InputError(f"{where}.ms[{str(op)[:60]!r}]': expected {k} durations >= 0 (one per step)")
+            raise InputError(f"{where}.ms[{str(op)[:60]!r}]': expected {counted(k, 'duration')} >= 0 (one per step)")
         out[op] = vals
     return list(out), out, spans
 
