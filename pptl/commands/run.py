@@ -7,11 +7,26 @@ from typing import Annotated, Optional
 import typer
 
 from pptl.commands._shared import Choice, Number, OutputFmt, Whole, print_json, progress, say
+from pptl.config import MAX_HIDDEN, MAX_TOKENS
+from pptl.formats._quote import counted
 
-__all__ = ["run"]
+__all__ = ["default_out", "run"]
 
 #: How much slower ``--slow-rank`` runs when ``--slow-factor`` is not given.
 _SLOW_FACTOR = 1.3
+
+
+#: What a plan or config file's name ends in, dropped to name its measured timeline.
+_PLAN_SUFFIXES = (".json.gz", ".json", ".yaml", ".yml", ".toml", ".csv")
+
+
+def default_out(plan_file: Path) -> Path:
+    """``PLAN.measured.json`` in this folder: the plan's name less its format's suffix only, so
+    ``a.1f1b.json`` and ``a.zbv.json`` measure into files of their own (cut at the first dot,
+    both were ``a.measured.json``, and a dot-file's name was empty)."""
+    name = plan_file.name
+    stem = next((name[:-len(x)] for x in _PLAN_SUFFIXES if name.lower().endswith(x) and len(name) > len(x)), name)
+    return Path(f"{stem}.measured.json")
 
 
 def run(
@@ -29,10 +44,10 @@ def run(
                                          "pipeline.")] = False,
     timeout: Annotated[float, typer.Option("--timeout", click_type=Number(above=0),
                                            help="Seconds without progress before every rank is stopped.")] = 300.0,
-    hidden: Annotated[Optional[int], typer.Option("--hidden", click_type=Whole(min=1),
+    hidden: Annotated[Optional[int], typer.Option("--hidden", click_type=Whole(min=1, max=MAX_HIDDEN),
                                                   help="Width of the synthetic model (default: the plan's workload, "
                                                   "256).")] = None,
-    tokens: Annotated[Optional[int], typer.Option("--tokens", click_type=Whole(min=1),
+    tokens: Annotated[Optional[int], typer.Option("--tokens", click_type=Whole(min=1, max=MAX_TOKENS),
                                                   help="Rows of one micro-batch (default: the plan's workload, "
                                                   "64).")] = None,
     out_file: Annotated[Optional[Path], typer.Option("-o", "--out", help="Measured timeline (default: "
@@ -54,22 +69,19 @@ def run(
     from pptl.errors import InputError, RunError
     from pptl.fileio import check_new
     from pptl.formats.loader import load_any
-    from pptl.run import run_plans, with_workload
+    from pptl.run import run_plans, runnable, with_workload
     from pptl.run.output import check_output
     from pptl.run.report import summary, summary_lines
 
     if slow_factor is not None and slow_rank is None:  # a factor alone would slow nothing, silently
         raise InputError(f"--slow-factor {slow_factor:g}: give --slow-rank too (the rank to slow down)")
     factor = 1.0 if slow_rank is None else _SLOW_FACTOR if slow_factor is None else slow_factor
-    loaded = load_any(plan_file)
-    if loaded.schedule is None:
-        raise InputError(f"{plan_file}: is a {loaded.kind}, not a plan; pptl run takes plans and configs")
-    schedule = with_workload(loaded.schedule, hidden=hidden, tokens=tokens)
-    target = out_file if out_file is not None else Path(f"{plan_file.name.split('.')[0]}.measured.json")
+    schedule = with_workload(runnable(load_any(plan_file), plan_file), hidden=hidden, tokens=tokens)
+    target = out_file if out_file is not None else default_out(plan_file)
     check_output(target)
     if out_file is None:  # a name pptl made up never replaces a file (-o names one to overwrite)
         check_new(target)
-    with progress(f"running {schedule.family} on {gpus or schedule.pp} processes", json_output=output == "json"):
+    with progress(f"running {schedule.family} on {counted(gpus or schedule.pp, 'process', 'processes')}", json_output=output == "json"):
         tl = run_plans([(schedule, target)], gpus=gpus or schedule.pp, device=device, steps=steps,
                        warmup=warmup, verify=verify, timeout=timeout, messages=messages, slow_rank=slow_rank,
                        slow_factor=factor, sources=[str(plan_file)])[0]

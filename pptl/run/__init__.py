@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["run_plans", "with_workload"]
+__all__ = ["run_plans", "runnable", "with_workload"]
 
 
 def with_workload(schedule: Any, *, hidden: int | None = None, tokens: int | None = None, source: str = "") -> Any:
@@ -42,6 +42,24 @@ def with_workload(schedule: Any, *, hidden: int | None = None, tokens: int | Non
     return schedule.copy_with(config=replace(cfg, workload=replace(cfg.workload, **sizes)))
 
 
+def runnable(loaded: Any, name: str | Path) -> Any:
+    """The schedule of a file ``pptl run`` takes (a plan, a config, another tool's schedule).
+
+    A measured timeline is refused whatever its reader: profiler traces come with a schedule
+    inferred from what ran, which would otherwise run as if it were a plan.
+
+    Raises:
+        InputError: the file holds no schedule, or holds a measured timeline.
+    """
+    from pptl.errors import InputError
+
+    measured = loaded.kind not in ("plan", "config") and loaded.timeline_source() == "measured"
+    if loaded.schedule is None or measured:
+        kind = "measured timeline" if measured and loaded.kind != "timeline" else loaded.kind
+        raise InputError(f"{name}: is a {kind}, not a plan; pptl run takes plans and configs")
+    return loaded.schedule
+
+
 def run_plans(plans: list[tuple[Any, str | Path | None]], *, gpus: int, device: str | None = None, steps: int = 3,
               warmup: int = 1, verify: bool = False, timeout: float | None = None,
               threads: int | None = None, messages: str | None = None, slow_rank: int | None = None,
@@ -59,6 +77,7 @@ def run_plans(plans: list[tuple[Any, str | Path | None]], *, gpus: int, device: 
     from pptl.errors import InputError, InvalidScheduleError
     from pptl.formats.loader import load_any
     from pptl.ir import Schedule
+    from pptl.run.hostmem import check_host_memory
     from pptl.run.launcher import check_device, launch
     from pptl.run.options import DEFAULT_MESSAGES, DEFAULT_TIMEOUT, Job, PlanJob
     from pptl.run.output import check_output
@@ -70,10 +89,7 @@ def run_plans(plans: list[tuple[Any, str | Path | None]], *, gpus: int, device: 
         if isinstance(plan, Schedule):
             schedule, label = plan, sources[k] if sources else plan.family
         else:
-            loaded = load_any(plan)
-            if loaded.schedule is None:
-                raise InputError(f"{plan}: is a {loaded.kind}, not a plan; pptl run takes plans and configs")
-            schedule, label = loaded.schedule, str(plan)
+            schedule, label = runnable(load_any(plan), plan), str(plan)
         # Refuse what cannot run before starting processes: a plan pptl check rejects is an invalid
         # schedule (exit 1) that would otherwise run with wrong gradients or die inside a rank.
         refuse_invalid(schedule, label, named=named)
@@ -86,6 +102,8 @@ def run_plans(plans: list[tuple[Any, str | Path | None]], *, gpus: int, device: 
         schedules.append(schedule)
         jobs.append(PlanJob(label, str(out) if out is not None else None, label))
     dev = check_device(device, gpus)
+    for schedule, pj in zip(schedules, jobs):  # before the OOM killer finds out, a minute in
+        check_host_memory(schedule, pj.label or pj.plan, dev)
     job = Job(plans=tuple(jobs), device=dev, steps=steps, warmup=warmup, verify=verify,
               timeout=timeout if timeout is not None else DEFAULT_TIMEOUT, threads=threads,
               messages=messages or DEFAULT_MESSAGES, slow_rank=slow_rank, slow_factor=slow_factor).validate()

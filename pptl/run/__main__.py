@@ -52,6 +52,12 @@ def main(argv: list[str] | None = None) -> int:
                 from pptl.run.output import check_output
 
                 check_output(a.out)
+            # A file that is no plan exits 2 here, before the rendezvous; found by each rank after
+            # it, the error was a rank's failure (exit 1), which torchrun reports with a traceback.
+            from pptl.formats.loader import load_any
+            from pptl.run import runnable
+
+            runnable(load_any(a.plan), a.plan)
     except PptlError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code

@@ -276,10 +276,12 @@ def _diagnose(verdict: dict[str, Any], rundir: str, world: int, posts: list[Any]
               schedules: list[Schedule]) -> tuple[str, int, int]:
     """(message, plan index, exit code) for the failure that came first."""
 
-    def op_name(plan: int, op: int) -> str:
-        if 0 <= plan < len(schedules) and 0 <= op < len(schedules[plan].ops):
-            return schedules[plan].ops[op].id
-        return "(setup, before any op)"
+    def at(p: Any) -> str:
+        """Where a rank's last post puts it: an op and its step, or set-up (no op, step -1: that
+        read "at op (setup, before any op) (step -1)")."""
+        if 0 <= p.plan < len(schedules) and 0 <= p.op < len(schedules[p.plan].ops):
+            return f"at op {schedules[p.plan].ops[p.op].id} (step {p.step})"
+        return "during set-up, before any op" if p.step < 0 else f"between ops (step {p.step})"
 
     if "signal" in verdict:
         name = signal.Signals(verdict["signal"]).name
@@ -290,8 +292,8 @@ def _diagnose(verdict: dict[str, Any], rundir: str, world: int, posts: list[Any]
     if verdict.get("hung"):
         r = _stuck_rank(posts, schedules, world)
         p = posts[r]
-        return (f"run stopped: no rank made progress for the --timeout; rank {r} is stuck at op "
-                f"{op_name(p.plan, p.op)} (step {p.step})", max(p.plan, 0), 1)
+        return (f"run stopped: no rank made progress for the --timeout; rank {r} is stuck {at(p)}",
+                max(p.plan, 0), 1)
     records = []
     for r in range(world):
         path = Path(rundir) / f"failure.rank{r}.json"
@@ -309,7 +311,7 @@ def _diagnose(verdict: dict[str, Any], rundir: str, world: int, posts: list[Any]
         p = posts[r]
         code = codes[r]
         how = f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
-        return f"rank {r} was lost ({how}) at op {op_name(p.plan, p.op)} (step {p.step})", max(p.plan, 0), 1
+        return f"rank {r} was lost ({how}) {at(p)}", max(p.plan, 0), 1
     if records:
         rec = min(records, key=lambda x: x["time"])
         return rec["message"], max(int(rec.get("plan", 0)), 0), int(rec.get("exit_code", 1))

@@ -18,8 +18,9 @@ __all__ = ["check_output", "write_output"]
 
 def _special(p: Path) -> bool:
     """An existing file that is not a regular one (/dev/stdout, a pipe): written as it is, and it
-    has no name to judge the format by."""
-    return p.exists() and not p.is_file()
+    has no name to judge the format by. A folder is not one: it cannot be written as a file, and
+    taken for one it passed here and failed only when the run was over."""
+    return p.exists() and not p.is_file() and not p.is_dir()
 
 
 def check_output(path: str | Path) -> Path:

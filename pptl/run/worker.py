@@ -135,14 +135,13 @@ def _run_plan(job: Job, k: int, pj: PlanJob, rank: int, world: int, device: torc
               channels: dict[Any, Any], board: Any, fault: Fault | None, state: dict[str, Any],
               margin: float, clock_group: Any = None) -> None:
     from pptl.formats.loader import load_any
+    from pptl.run import runnable
 
     plan_path, out = pj.plan, pj.out
     # What this rank holds before the plan sets anything up: what earlier plans of the launch left
     # (nothing, unless something leaks), NCCL's own buffers aside (not the caching allocator's).
     start = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
-    schedule = load_any(plan_path).schedule
-    if schedule is None:
-        raise InputError(f"{plan_path}: is a timeline, not a plan")
+    schedule = runnable(load_any(plan_path), plan_path)  # profiler traces too: a measured timeline
     if not job.rundir:  # under torchrun no launcher checked the plan before this rank started
         refuse_invalid(schedule, plan_path)
     program = build_program(schedule, source=plan_path)
