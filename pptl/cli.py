@@ -8,18 +8,22 @@ Each command is a function in ``pptl/commands/<name>.py`` that imports what it u
 usage error (``error: --pp: got 'x', expected an integer >= 1``; an unknown option or command adds
 ``(see 'pptl plan --help')``) exits 2, a
 :class:`pptl.errors.PptlError` (``error: ...``) its own code (2 bad input, 1 invalid schedule or
-failed run), Ctrl+C 130. No traceback reaches the user.
+failed run), Ctrl+C 130, a reader of stdout that left early (``| head``) 141, quietly. No traceback
+reaches the user.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import gc
 import importlib
 import inspect
 import os
+import select
 import sys
 import types
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import typer
 
@@ -28,7 +32,9 @@ from pptl.commands._shared import (
     Abort,
     BadParameter,
     ClickException,
+    Exit,
     MissingParameter,
+    PacifyFlushWrapper,
     UsageError,
     one_line,
     say,
@@ -66,6 +72,64 @@ def _usage_line(e: Any) -> str:
     return f"{e.format_message().rstrip('.')}{where}"
 
 
+#: The exit code when stdout's reader leaves before pptl is done (``pptl check a.json | head -1``): 128 + SIGPIPE,
+#: what a shell tool stopped by that signal reports. click's 1 would read as "invalid schedule" under pipefail.
+READER_GONE = 128 + 13
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it: poll() flags an error on such a write end."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), 0)  # 0: only the events always reported (error, hang-up)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll() (Windows), or no file behind stdout (a test's)
+        return False
+
+
+def _stdout_is_devnull() -> bool:
+    """Whether stdout is /dev/null: where rich points it when its reader has gone."""
+    try:
+        return os.path.samestat(os.fstat(sys.stdout.fileno()), os.stat(os.devnull))
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+@contextlib.contextmanager
+def _reader_may_leave() -> Iterator[None]:
+    """A closed stdout ends the command with :data:`READER_GONE` and no word: the reader chose to stop.
+
+    A broken pipe elsewhere (a rank's, a socket's) is a real failure and goes on as raised.
+    """
+    was_devnull = _stdout_is_devnull()
+    try:
+        yield
+    except OSError as e:  # a plain write (say, print_json)
+        if e.errno != errno.EPIPE or not _stdout_reader_gone():
+            raise
+        # what is still buffered cannot be written either: later flushes (the exit's) must not raise
+        sys.stdout = PacifyFlushWrapper(sys.stdout)
+        raise Exit(READER_GONE) from None
+    except SystemExit as e:
+        # rich's consoles (tables, drawings, help) meet a closed stdout by pointing it at /dev/null and
+        # exiting 1 (Console.on_broken_pipe); pptl raises no SystemExit of its own
+        if e.code != 1 or was_devnull or not _stdout_is_devnull():
+            raise
+        raise Exit(READER_GONE) from None
+
+
+def _ignore_unusable_columns() -> None:
+    """Forget a COLUMNS that is not a positive width.
+
+    rich takes ``COLUMNS=0`` (what ``tput cols`` gives some terminal-less CI shells) as a width of 0 and
+    prints every help page, table and drawing as nothing, with exit 0; without it rich measures the
+    terminal, or uses 80 columns.
+    """
+    columns = os.environ.get("COLUMNS")
+    if columns is not None and not (columns.strip().isdigit() and int(columns) > 0):
+        del os.environ["COLUMNS"]
+
+
 class _Boundary(typer.core.TyperGroup):
     """The app's click group, with pptl's error contract around every command line."""
 
@@ -78,6 +142,7 @@ class _Boundary(typer.core.TyperGroup):
              complete_var: Optional[str] = None, standalone_mode: bool = True, windows_expand_args: bool = True,
              **extra: Any) -> Any:
         argv = sys.argv[1:] if args is None else list(args)
+        _ignore_unusable_columns()
         if not argv or any(a in _CONTEXT["help_option_names"] for a in argv):
             _help_without_unused_imports()
         code = self._run(argv, prog_name, complete_var, **extra)
@@ -104,6 +169,10 @@ class _Boundary(typer.core.TyperGroup):
             say("interrupted", stderr=True)
             return 130
 
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        with _reader_may_leave():  # `pptl --help | head -1`: the help is printed while parsing
+            return super().make_context(*args, **kwargs)
+
     def list_commands(self, ctx: Any) -> list[str]:
         return list(COMMANDS)
 
@@ -124,7 +193,8 @@ class _Boundary(typer.core.TyperGroup):
         # Plans reach 400k ops; the default collector thresholds rescan that heap thousands of times.
         gc.set_threshold(200_000, 20, 100)
         try:
-            return super().invoke(ctx)
+            with _reader_may_leave():
+                return super().invoke(ctx)
         except KeyboardInterrupt:  # click makes it exit 130 with no word; say what happened
             say("interrupted", stderr=True)
             raise

@@ -20,19 +20,23 @@ from typing import TYPE_CHECKING, Annotated, Any, Iterator, Optional
 import typer
 
 try:  # typer 0.2x carries its own copy of click; older ones use the click package
-    from typer._click.exceptions import Abort, BadParameter, ClickException, MissingParameter, UsageError
+    from typer._click.exceptions import Abort, BadParameter, ClickException, Exit, MissingParameter, UsageError
     from typer._click.types import ParamType
+    from typer._click.utils import PacifyFlushWrapper
 except ImportError:  # pragma: no cover - typer < 0.2x
     from click import Abort, BadParameter, ClickException, MissingParameter, ParamType, UsageError  # type: ignore
+    from click.exceptions import Exit  # type: ignore
+    from click.utils import PacifyFlushWrapper  # type: ignore
 
 from pptl.errors import InputError
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["out", "err", "say", "Abort", "BadParameter", "ClickException", "MissingParameter", "UsageError", "Whole", "Number", "Choice", "OutputFmt", "OutFile", "MemoryLimit", "Microbatches",
-           "Placement", "PlotlyJs", "one_line", "print_json", "print_lines", "figure_format", "progress", "without_cycle_scans",
-           "wide", "IMAGES"]
+__all__ = ["out", "err", "say", "Abort", "BadParameter", "ClickException", "Exit", "MissingParameter",
+           "PacifyFlushWrapper", "UsageError", "Whole", "Number", "Choice", "OutputFmt", "OutFile", "MemoryLimit",
+           "Microbatches", "Placement", "PlotlyJs", "one_line", "print_json", "print_lines", "typed_options",
+           "figure_format", "progress", "without_cycle_scans", "wide", "IMAGES"]
 
 class _LazyConsole:
     """A rich ``Console`` made on first use: a command that prints only plain lines (``say``)
@@ -119,25 +123,34 @@ class Whole(ParamType):
 
 
 class Number(ParamType):
-    """A finite number, above ``above`` or at least ``min`` when given."""
+    """A finite number, above ``above`` or at least ``min``, and at most ``max``, when given."""
 
     name = "number"
 
-    def __init__(self, min: Optional[float] = None, above: Optional[float] = None) -> None:
-        self.min, self.above = min, above
+    def __init__(self, min: Optional[float] = None, above: Optional[float] = None,
+                 max: Optional[float] = None) -> None:
+        self.min, self.above, self.max = min, above, max
 
     def get_metavar(self, param: Any, ctx: Any = None) -> str:
         return "NUMBER"
 
+    def _expected(self) -> str:
+        if self.min is not None and self.max is not None:
+            return f"a number from {self.min:g} to {self.max:g}"
+        return ("a number" + (f" >= {self.min:g}" if self.min is not None else "")
+                + (f" > {self.above:g}" if self.above is not None else "")
+                + (f" <= {self.max:g}" if self.max is not None else ""))
+
     def convert(self, value: Any, param: Any, ctx: Any) -> float:
-        expected = ("a number" + (f" >= {self.min:g}" if self.min is not None else "")
-                    + (f" > {self.above:g}" if self.above is not None else ""))
+        expected = self._expected()
         try:
             number = float(value)
         except (TypeError, ValueError):
             self.fail(f"got {_shown(value)}, expected {expected}", param, ctx)
+        # `not x >= min` rather than `x < min`: NaN fails every comparison and must be refused too
         if (not math.isfinite(number) or (self.min is not None and not number >= self.min)
-                or (self.above is not None and not number > self.above)):
+                or (self.above is not None and not number > self.above)
+                or (self.max is not None and not number <= self.max)):
             self.fail(f"got {_shown(value)}, expected {expected}", param, ctx)
         return number
 
@@ -182,6 +195,19 @@ Placement = Annotated[Optional[str], typer.Option("--placement", click_type=Choi
 PlotlyJs = Annotated[str, typer.Option("--plotlyjs", click_type=Choice("inline", "directory"),
                                        help="HTML: inline (plotly.js in the page: one file that opens offline) or "
                                        "directory (plotly.min.js written once beside it, loaded by a relative path).")]
+
+
+def typed_options(ctx: Any, *names: str) -> list[str]:
+    """Which of the parameters ``names`` the command line gave, as their options read (``--dpi``).
+
+    For refusing options that would change nothing: a default can't tell ``--dpi 200`` from no ``--dpi``.
+    """
+    try:
+        from typer._click.core import ParameterSource
+    except ImportError:  # pragma: no cover - typer < 0.2x
+        from click.core import ParameterSource  # type: ignore[assignment]
+    return ["/".join(p.opts[:1] + p.secondary_opts) for p in ctx.command.params  # --notes/--no-notes: either
+            if p.name in names and ctx.get_parameter_source(p.name) == ParameterSource.COMMANDLINE]
 
 
 # ----------------------------------------------------------------------------------------------

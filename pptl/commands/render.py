@@ -6,22 +6,27 @@ from typing import Annotated, Optional
 
 import typer
 
-from pptl.commands._shared import Choice, Number, PlotlyJs, Whole, out, progress, say, wide
+from pptl.commands._shared import Choice, Number, PlotlyJs, Whole, out, progress, say, typed_options, wide
+from pptl.render.options import DPI_RANGE, FONT_SIZE_RANGE
 
 __all__ = ["render", "demo", "MAX_WIDTH"]
 
 #: Widest terminal drawing: past a few screens a row is unreadable, and the text grows as width x rows.
 MAX_WIDTH = 1000
 
-DpiOpt = Annotated[int, typer.Option("--dpi", click_type=Whole(),
-                                     help="PNG resolution (dots per inch).")]
+# The option types refuse every bad value, NaN included, in one wording ("expected an integer from 30 to 1200"),
+# with RenderOptions' own ranges.
+DpiOpt = Annotated[int, typer.Option("--dpi", click_type=Whole(min=DPI_RANGE[0], max=DPI_RANGE[1]),
+                                     help=f"PNG resolution (dots per inch, {DPI_RANGE[0]} to {DPI_RANGE[1]}).")]
 SizeOpt = Annotated[Optional[str], typer.Option("--size", help="Figure size W,H in inches (e.g. 7,4.5; default: "
                                                 "7 wide, a paper column, as tall as the content). A size smaller "
                                                 "than the title, legend and rows need is refused, naming the least "
                                                 "that fits.")]
-FontOpt = Annotated[Optional[float], typer.Option("--font-size", click_type=Number(),
-                                                  help="Font size in points (default: 7; no text under 6 pt, labels "
-                                                  "without room are left out).")]
+FontOpt = Annotated[Optional[float], typer.Option("--font-size", click_type=Number(min=FONT_SIZE_RANGE[0],
+                                                                                         max=FONT_SIZE_RANGE[1]),
+                                                  help=f"Font size in points, {FONT_SIZE_RANGE[0]} to {FONT_SIZE_RANGE[1]} "
+                                                  "(default: 7; no text under 6 "
+                                                  "pt, labels without room are left out).")]
 TitleOpt = Annotated[str, typer.Option("--title", help="TEXT, auto (config summary) or none; default: none for "
                                        "seed figures, auto otherwise.")]
 NotesOpt = Annotated[Optional[bool], typer.Option("--notes/--no-notes", help="Per-row notes (bubble %); "
@@ -35,7 +40,12 @@ DeviceOpt = Annotated[Optional[int], typer.Option("--device", click_type=Whole(m
 _LARGE = 20_000
 
 
+#: render's options that shape a figure file only; the terminal drawing takes --style, --time and --width.
+_FIGURE_ONLY = ("dpi", "size", "font_size", "title", "notes", "legend", "device", "split", "reverse_ids")
+
+
 def render(
+    ctx: typer.Context,
     file: Annotated[Path, typer.Argument(metavar="FILE", help="Plan, timeline, or config (planned on the fly).", show_default=False)],
     style: Annotated[str, typer.Option("--style", help="auto, default, dualpipe, moe or weight-update.")] = "auto",
     html: Annotated[bool, typer.Option("--html", help="Write interactive HTML (to FILE's name + .html unless "
@@ -85,6 +95,11 @@ def render(
                          "file")
     if width is not None and (out_file is not None or html):
         raise InputError("--width sizes the terminal drawing; a figure file takes --size")
+    unused = typed_options(ctx, *_FIGURE_ONLY) if out_file is None and not html else []
+    if unused:  # ignored in silence, a --dpi or --title reads as a figure that was drawn and looks wrong
+        raise InputError(f"{', '.join(unused)} shape{'s' if len(unused) == 1 else ''} a figure file but the drawing "
+                         f"goes to the terminal; add -o FILE.png (or .svg, .pdf, .html) or drop "
+                         f"{'it' if len(unused) == 1 else 'them'}")
     named = out_file is not None  # a file the user names is overwritten; one pptl names is not
     if html and out_file is None:
         out_file = Path(file.stem + ".html")

@@ -9,6 +9,7 @@ import typer
 from pptl.commands._shared import Choice, Number, OutputFmt, Whole, print_json, progress, say
 from pptl.config import MAX_HIDDEN, MAX_TOKENS
 from pptl.formats._quote import counted
+from pptl.run.options import SLOW_FACTOR_RANGE
 
 __all__ = ["default_out", "run"]
 
@@ -60,7 +61,8 @@ def run(
     slow_rank: Annotated[Optional[int], typer.Option("--slow-rank", click_type=Whole(min=0),
                                                      help="Make this rank a straggler: its compute lane held "
                                                      "--slow-factor times each op's time.")] = None,
-    slow_factor: Annotated[Optional[float], typer.Option("--slow-factor", click_type=Number(),
+    # 1 to 100 is RunOptions' range (pptl/run/options.py): a rank can only be slowed
+    slow_factor: Annotated[Optional[float], typer.Option("--slow-factor", click_type=Number(min=SLOW_FACTOR_RANGE[0], max=SLOW_FACTOR_RANGE[1]),
                                                          help="How much slower --slow-rank runs (1 to 100; "
                                                          "default 1.3).")] = None,
     output: OutputFmt = "text",

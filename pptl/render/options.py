@@ -5,6 +5,10 @@ from dataclasses import dataclass
 
 from pptl.errors import InputError
 
+#: Figure resolution (dots per inch) and font size (points) a figure takes; the CLI's option types use them too.
+DPI_RANGE = (30, 1200)
+FONT_SIZE_RANGE = (4, 30)
+
 __all__ = ["RenderOptions", "LEGEND_PLACES", "COLUMN_IN", "MIN_PRINT_PT", "DEFAULT_FONT_PT", "parse_size",
            "resolve_title"]
 
@@ -43,10 +47,10 @@ class RenderOptions:
     """DualPipe: number reverse-direction blocks too (the seed omits them)."""
 
     def __post_init__(self) -> None:
-        if self.dpi < 30 or self.dpi > 1200:
-            raise InputError(f"--dpi: got {self.dpi}, expected 30..1200")
-        if self.font_size is not None and not 4 <= self.font_size <= 30:
-            raise InputError(f"--font-size: got {self.font_size:g}, expected 4..30 points")
+        if not DPI_RANGE[0] <= self.dpi <= DPI_RANGE[1]:
+            raise InputError(f"--dpi: got {self.dpi}, expected {DPI_RANGE[0]}..{DPI_RANGE[1]}")
+        if self.font_size is not None and not FONT_SIZE_RANGE[0] <= self.font_size <= FONT_SIZE_RANGE[1]:
+            raise InputError(f"--font-size: got {self.font_size:g}, expected {FONT_SIZE_RANGE[0]:g}..{FONT_SIZE_RANGE[1]:g} points")
         if self.legend not in LEGEND_PLACES:
             raise InputError(f"--legend: got '{self.legend}', expected one of {', '.join(LEGEND_PLACES)}")
         if self.split not in ("side", "stack"):

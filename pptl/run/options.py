@@ -12,6 +12,9 @@ from typing import Any
 
 from pptl.errors import InputError
 
+#: How much slower ``--slow-rank`` may run (the CLI's option type uses it too).
+SLOW_FACTOR_RANGE = (1, 100)
+
 __all__ = ["PlanJob", "Job", "job_from_dict", "read_job", "DEFAULT_TIMEOUT", "MESSAGE_MODES",
            "DEFAULT_MESSAGES"]
 
@@ -78,8 +81,9 @@ class Job:
             raise InputError("give a plan to run")
         if self.slow_rank is not None and self.slow_rank < 0:
             raise InputError(f"--slow-rank: got {self.slow_rank}, expected a rank 0 or more")
-        if not (1.0 <= self.slow_factor <= 100.0):
-            raise InputError(f"--slow-factor: got {self.slow_factor}, expected 1 to 100 (a rank can only be slowed)")
+        if not (SLOW_FACTOR_RANGE[0] <= self.slow_factor <= SLOW_FACTOR_RANGE[1]):
+            raise InputError(f"--slow-factor: got {self.slow_factor}, expected {SLOW_FACTOR_RANGE[0]:g} to "
+                             f"{SLOW_FACTOR_RANGE[1]:g} (a rank can only be slowed)")
         return self
 
 
