@@ -31,7 +31,7 @@ from pptl.errors import InputError, PptlError
 from pptl.schedules._size import estimate_ops
 
 __all__ = ["Settings", "Request", "Download", "MAX_PARAMS", "MAX_VALUE_CHARS", "SERVE_MAX_OPS", "LIVE_MAX_BLOCKS",
-           "DOWNLOADS", "parse_request", "settings_from_config", "settings_params", "init_view", "plan_view",
+           "MAX_ROW_LABELS", "DOWNLOADS", "parse_request", "settings_from_config", "settings_params", "init_view", "plan_view",
            "download", "error_body", "error_field", "estimate_ops", "PlanCache"]
 
 #: Parameters one request may carry, and characters per value (a request is a form, not a file).
@@ -43,6 +43,9 @@ SERVE_MAX_OPS = 500_000
 #: Above this many blocks the page gets metrics but no live figure (a browser draws each block as
 #: an SVG path and would freeze); the PNG/SVG download still draws it.
 LIVE_MAX_BLOCKS = 20_000
+#: Rows labelled on the live figure's axis (every k-th past this many): plotly lays tick labels out in
+#: time that grows with their square.
+MAX_ROW_LABELS = 80
 
 _COST_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,31}")
 _STAGES_HINT = "expected STAGE:KIND=VALUE,...;STAGE:... such as 0:F=1.5,B=3;7:B=3"
@@ -245,11 +248,30 @@ def _bound(cfg: Config) -> None:
     """Refuse, before planning, a config whose plan would pass :data:`SERVE_MAX_OPS` ops."""
     from pptl.schedules import get_family
 
-    estimate = estimate_ops(cfg, get_family(cfg.schedule), limit=SERVE_MAX_OPS)
+    fam = get_family(cfg.schedule)
+    estimate = estimate_ops(cfg, fam, limit=SERVE_MAX_OPS)
     if estimate > SERVE_MAX_OPS:
-        raise InputError(f"field 'microbatches': {cfg.schedule} with pp={cfg.pp} x vpp={cfg.vpp} x "
+        raise InputError(f"field '{_bound_field(cfg, fam)}': {cfg.schedule} with pp={cfg.pp} x vpp={cfg.vpp} x "
                          f"microbatches={cfg.microbatches} would plan about {estimate:,} ops, more than the "
                          f"{SERVE_MAX_OPS:,} the explorer draws live; use 'pptl plan' for larger plans")
+
+
+def _bound_field(cfg: Config, fam: Any) -> str:
+    """The field a plan over the bound is shown by: micro-batches, unless the fewest micro-batches the
+    family takes at this pp and vpp are over it too (then fewer cannot help, and the page marks pp,
+    or vpp where it is the larger)."""
+    for m in sorted({1, cfg.pp, cfg.group_size or cfg.pp}):
+        if m >= cfg.microbatches:
+            break
+        fewest = replace(cfg, microbatches=m)
+        try:
+            fam.validate(fewest)
+        except InputError:
+            continue
+        if estimate_ops(fewest, fam, limit=SERVE_MAX_OPS) <= SERVE_MAX_OPS:
+            return "microbatches"
+        break
+    return "vpp" if cfg.vpp > cfg.pp else "pp"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -401,7 +423,20 @@ def _panel(result: Any) -> dict[str, Any]:
         "simulated_idle": max((r["idle"] for r in ranks), default=0.0), "valid": result.valid,
         "violations": [{"code": v.code, "severity": v.severity, "message": v.message} for v in result.violations],
         "units": result.schedule.meta.get("units", "unit"),
+        "unavailable": _unavailable(result),
     }
+
+
+def _unavailable(result: Any) -> dict[str, str]:
+    """The downloads this plan cannot take, with the reason: the page shows it in place of a link that
+    would only fail (a browser ends a refused download as "Failed", with no word of why)."""
+    from pptl.formats.torch_csv import to_rows
+
+    try:
+        to_rows(result.schedule, comms=False)  # what the CSV download writes (milliseconds; 0.3 s at the bound)
+    except PptlError as e:
+        return {"csv": " ".join(str(e).split())}
+    return {}
 
 
 def _figure(results: list[Any]) -> dict[str, Any]:
@@ -417,6 +452,7 @@ def _figure(results: list[Any]) -> dict[str, Any]:
     figs = [figure_dict(lay.timeline, layout=lay) for lay in lays]
     fig = figs[0] if len(figs) == 1 else _stack(figs, [lay.title for lay in lays], [lay.t1 for lay in lays])
     _drop_unreadable_labels(fig)
+    _thin_row_labels(fig["layout"])
     _room_for_legend(fig["layout"])
     return {"data": fig["data"], "layout": fig["layout"], "blocks": blocks}
 
@@ -450,6 +486,21 @@ def _drop_unreadable_labels(fig: dict) -> None:
         else:
             for k in ("text", "textposition", "insidetextanchor", "textangle", "constraintext", "textfont"):
                 t.pop(k, None)
+
+
+def _thin_row_labels(lay: dict) -> None:
+    """Label at most :data:`MAX_ROW_LABELS` rows per axis, every k-th one: plotly's cost of tick labels
+    grows with their square (400 ranks took 4 s to draw, 2,000 ranks two minutes with the page frozen).
+    Every row is still drawn and its blocks still tell their rank on hover."""
+    for name in ("yaxis", "yaxis3"):
+        axis = lay.get(name)
+        if not isinstance(axis, dict):
+            continue
+        vals, text = axis.get("tickvals"), axis.get("ticktext")
+        if not isinstance(vals, list) or not isinstance(text, list) or len(vals) <= MAX_ROW_LABELS:
+            continue
+        step = math.ceil(len(vals) / MAX_ROW_LABELS)
+        axis["tickvals"], axis["ticktext"] = vals[::step], text[::step]
 
 
 def _stack(figs: list[dict], titles: list[str], ends: list[float]) -> dict:

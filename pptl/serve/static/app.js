@@ -261,10 +261,17 @@
     }
     const q = query(Object.assign({ which }, lastParams));
     const dl = el("div", { class: "downloads" }, "download: ");
+    const refused = [];
+    const unavailable = p.unavailable || {};
     for (const [what, label] of [["plan", "plan JSON"], ["png", "PNG"], ["svg", "SVG"], ["csv", "torch CSV"]]) {
-      dl.append(el("a", { href: `/api/download/${what}?${q}`, download: "", "data-download": what }, label));
+      if (unavailable[what]) { // a link the server would refuse: say why instead of a silently failed download
+        dl.append(el("span", { class: "off", title: unavailable[what], "data-download": what }, label));
+        refused.push(el("p", { class: "hint refused", "data-refused": what }, `no ${label}: ${unavailable[what]}`));
+      } else {
+        dl.append(el("a", { href: `/api/download/${what}?${q}`, download: "", "data-download": what }, label));
+      }
     }
-    root.replaceChildren(el("h2", {}, p.title), kpis, formula, checks, table, dl);
+    root.replaceChildren(el("h2", {}, p.title), kpis, formula, checks, table, dl, ...refused);
   }
 
   function kpi(label, value) {
