@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
             if not a.plan:
                 print("error: give a plan (python -m pptl.run PLAN)", file=sys.stderr)
                 return 2
+            if _missing_env():  # how it was started comes before what it was given
+                return 2
             device = a.device
             if device is None:
                 import torch
@@ -61,9 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     except PptlError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
-    missing = [k for k in ("RANK", "WORLD_SIZE") if k not in os.environ]
-    if missing:
-        print(f"error: {' and '.join(missing)} not set: start this under torchrun, or use 'pptl run'", file=sys.stderr)
+    if _missing_env():
         return 2
     from pptl.run.worker import run_worker
 
@@ -73,6 +73,14 @@ def main(argv: list[str] | None = None) -> int:
     if code == 0 and rank == 0 and not a.job:
         print(f"pptl.run: {world} ranks done" + (f"; wrote {a.out}" if a.out else ""))
     return code
+
+
+def _missing_env() -> bool:
+    """Say so (one line) when torchrun's RANK or WORLD_SIZE is not set."""
+    missing = [k for k in ("RANK", "WORLD_SIZE") if k not in os.environ]
+    if missing:
+        print(f"error: {' and '.join(missing)} not set: start this under torchrun, or use 'pptl run'", file=sys.stderr)
+    return bool(missing)
 
 
 if __name__ == "__main__":

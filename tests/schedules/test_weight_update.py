@@ -278,7 +278,7 @@ BAD = {
     "zero-size": ({"bucket_size": "0B"}, "field 'options.bucket_size': got '0B', expected a size > 0"),
     "negative-tensor": ({"tensors": ["1GiB", -3]}, r"field 'options.tensors\[1\]': got -3, expected a size > 0"),
     "empty-tensors": ({"tensors": []}, "field 'options.tensors': got \\[\\], expected a non-empty list"),
-    "rows-per-rank": ({"tensors": [["1GiB"]]}, "field 'options.tensors': got 1 lists, expected one list of tensor "
+    "rows-per-rank": ({"tensors": [["1GiB"]]}, "field 'options.tensors': got 1 list, expected one list of tensor "
                       r"sizes per rank \(2\)"),
     "two-sizes": ({"model_size": "1GiB", "params": "7B"}, "fields 'options.model_size' and 'options.params' both"),
     "bad-params": ({"params": "lots"}, "field 'options.params': got 'lots', expected a parameter count"),
