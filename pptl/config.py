@@ -383,8 +383,8 @@ def apply_cost_flags(costs: Costs, flags: Mapping[str, float], comm_latency: flo
     if flags:
         costs = replace(costs, base=backward_from_split({**costs.base, **flags}, flags))
     if comm_latency is not None:
-        if not comm_latency >= 0:  # also NaN
-            raise InputError(f"--comm-latency: got {comm_latency}, expected a number >= 0")
+        if not 0 <= comm_latency <= MAX_VALUE:  # also NaN and inf: the config's comm.latency has the same bound
+            raise InputError(f"--comm-latency: got {comm_latency:g}, expected a number from 0 to {MAX_VALUE:g}")
         costs = replace(costs, comm_latency=comm_latency)
     return costs
 

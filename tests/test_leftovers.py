@@ -192,3 +192,20 @@ def test_check_builds_no_events_of_a_planned_timeline(tmp_path: Path, monkeypatc
     monkeypatch.setattr(StoredColumns, "__call__", built)
     report = check_file(str(plan))
     assert report.valid and report.ops == 160
+
+
+def test_comm_latency_flag_has_the_configs_bound():
+    # costs and the config's comm.latency stop at 1e15; the flag did not, and 1e308 overflowed the timing
+    # with no field named (serve showed it in the top box)
+    from typer.testing import CliRunner
+
+    from pptl.cli import app
+
+    runner = CliRunner()
+    for bad in ("1e308", "1e16", "-1"):
+        r = runner.invoke(app, ["plan", "--schedule", "1f1b", "--pp", "2", "--microbatches", "2", "--comm-latency", bad])
+        assert r.exit_code == 2, (bad, r.output)
+        # one wording whichever check meets it first (the option's type or the library)
+        assert "--comm-latency: got" in r.output and "1e+15" in r.output, r.output
+    ok = runner.invoke(app, ["plan", "--schedule", "1f1b", "--pp", "2", "--microbatches", "2", "--comm-latency", "1e15"])
+    assert ok.exit_code == 0, ok.output

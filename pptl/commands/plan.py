@@ -19,6 +19,7 @@ from pptl.commands._shared import (
     say,
     without_cycle_scans,
 )
+from pptl.config import MAX_VALUE
 
 __all__ = ["plan"]
 
@@ -37,7 +38,7 @@ def plan(
                                                            help="Split B into I and W.", show_default=False)] = None,
     cost: Annotated[Optional[list[str]], typer.Option("--cost", metavar="KIND=VALUE", help="Duration of an op kind "
                                                       "(F, B, I, W, FB), repeatable or comma-separated: F=1,B=2.")] = None,
-    comm_latency: Annotated[Optional[float], typer.Option("--comm-latency", click_type=Number(min=0),
+    comm_latency: Annotated[Optional[float], typer.Option("--comm-latency", click_type=Number(min=0, max=MAX_VALUE),
                                                           help="Latency of one P2P message.")] = None,
     memory_limit: MemoryLimit = None,
     costs_from: Annotated[Optional[Path], typer.Option("--costs-from", help="Measured timeline to calibrate costs "
