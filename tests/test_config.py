@@ -54,9 +54,10 @@ def test_cost_flags_set_b_from_the_split_and_the_latency() -> None:
     assert (costs.lookup("B"), costs.lookup("W"), costs.comm_latency) == (4.0, 3.0, 0.25)  # B = I + W = 1 + 3
     assert apply_cost_flags(Costs(), {"B": 5.0, "W": 3.0}).lookup("B") == 5.0
     assert apply_cost_flags(Costs(), {}) == Costs()
-    for bad in (-1.0, float("nan")):
-        with pytest.raises(InputError, match=r"--comm-latency: got .*, expected a number >= 0"):
+    for bad in (-1.0, float("nan"), float("inf"), 1.0000001e15):
+        with pytest.raises(InputError, match=r"--comm-latency: got .*, expected a number from 0 to 1e\+15"):
             apply_cost_flags(Costs(), {}, bad)
+    assert apply_cost_flags(Costs(), {}, 1e15).comm_latency == 1e15  # the bound itself is allowed
 
 
 def test_parse_cost_flags() -> None:
