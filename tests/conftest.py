@@ -52,3 +52,14 @@ def server() -> Iterator[tuple[object, list[str]]]:
     yield srv, logged
     srv.shutdown()
     srv.server_close()
+
+
+@pytest.fixture
+def no_launch(monkeypatch):
+    """Fail the test if a run gets as far as starting its processes."""
+    import pptl.run.launcher
+
+    def launch(*a, **k):
+        raise AssertionError("pptl run started processes")
+
+    monkeypatch.setattr(pptl.run.launcher, "launch", launch)

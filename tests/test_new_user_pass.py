@@ -36,16 +36,6 @@ def _plan(path: Path, **config) -> Path:
     return path
 
 
-@pytest.fixture
-def no_launch(monkeypatch):
-    import pptl.run.launcher
-
-    def launch(*a, **k):
-        raise AssertionError("pptl run started processes")
-
-    monkeypatch.setattr(pptl.run.launcher, "launch", launch)
-
-
 def _run(*args: str):
     r = CliRunner().invoke(app, ["run", *args, "--device", "cpu", "--steps", "1", "--warmup", "0"])
     return r, [line for line in r.stderr.splitlines() if line.strip()]

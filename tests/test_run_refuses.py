@@ -34,17 +34,6 @@ def _write(path: Path, schedule) -> Path:
     return path
 
 
-@pytest.fixture
-def no_launch(monkeypatch):
-    """Fail the test if a run gets as far as starting its processes."""
-    import pptl.run.launcher
-
-    def launch(*a, **k):
-        raise AssertionError("pptl run started processes")
-
-    monkeypatch.setattr(pptl.run.launcher, "launch", launch)
-
-
 def _run(*args: str):
     r = CliRunner().invoke(app, ["run", *args, "--device", "cpu", "--steps", "1", "--warmup", "0"])
     err = [line for line in r.stderr.splitlines() if line.strip()]
