@@ -381,7 +381,7 @@ def _finish(make: Callable[[Config, dict[str, Any]], Schedule], lay: _Layout, *,
     meta = PipelineMeta(source_format="torch-csv", csv_format=form, placement=lay.use,
                         program_order=program if has_comm else None).to_meta()
     schedule = make(cfg, meta)
-    notes = [f"torch CSV ({form}): {_n(pp, 'rank')}, {_n(n, 'action')}"]
+    notes = [f"torch CSV ({form}): {counted(pp, 'rank')}, {counted(n, 'action')}"]
     notes.append(_placement_note(lay.use, lay.detected, lay.asked, pp, lay.num_stages, lay.spr))
     notes.append(_microbatch_note(lay.microbatches, lay.asked_microbatches, lay.inferred, lay.top))
     return schedule, notes, list(lay.problems)
@@ -456,11 +456,7 @@ def _placement_note(use: str, detected: str, asked: str | None, pp: int, n: int,
             "custom": f"custom ({counted(spr, 'stage')} on the busiest rank)"}[use]
     how = "from --placement" if asked else "inferred"
     extra = f"; the file looks {detected}" if asked and detected != asked else ""
-    return f"placement: {what}, {_n(n, 'stage')} ({how}{extra})"
-
-
-def _n(k: int, word: str) -> str:
-    return f"{k} {word}{'' if k == 1 else 's'}"
+    return f"placement: {what}, {counted(n, 'stage')} ({how}{extra})"
 
 
 def _microbatch_note(m: int, asked: int | None, inferred: int, top: int) -> str:
