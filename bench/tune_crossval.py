@@ -132,10 +132,15 @@ EIGHTH_SHAPES = (Shape("h2432-t4096-l7-m16", 2432, 4096, 14, 1, 2, 16),)
 #: Two shapes chosen (2026-11-27 14:57 UTC) before their run, the model unchanged.
 NINTH_SHAPES = (Shape("h3712-t3072-l6-m12", 3712, 3072, 12, 1, 3, 12),
                 Shape("h6400-t1280-l7-m10", 6400, 1280, 14, 2, 3, 10))
+#: Three shapes drawn (2026-11-27 17:57 UTC, ``random.Random(202611271800)`` over the issue's ranges) and
+#: committed before their run, the model unchanged since the user shapes.
+TENTH_SHAPES = (Shape("h3200-t3840-l11-m32", 3200, 3840, 22, 2, 2, 32),
+                Shape("h3840-t5376-l4-m24", 3840, 5376, 8, 2, 4, 24),
+                Shape("h3328-t4352-l6-m26", 3328, 4352, 12, 2, 2, 26))
 #: The held-out groups ``--shapes`` names.
 GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "steady": STEADY_SHAPES,
           "balanced": BALANCED_SHAPES, "user": USER_SHAPES, "sixth": SIXTH_SHAPES, "seventh": SEVENTH_SHAPES,
-          "eighth": EIGHTH_SHAPES, "ninth": NINTH_SHAPES}
+          "eighth": EIGHTH_SHAPES, "ninth": NINTH_SHAPES, "tenth": TENTH_SHAPES}
 #: CPU smoke shapes (gloo, float32): the script end to end in seconds.
 TINY = (Shape("tiny-a", 64, 16, 8, 1, 3, 4), Shape("tiny-b", 32, 8, 4, 1, 2, 6))
 
