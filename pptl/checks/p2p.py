@@ -46,7 +46,12 @@ __all__ = [
 
 _COMM = ("SEND", "RECV")
 _COMM_SET = frozenset(_COMM)
-_ORDINAL = {1: "1st", 2: "2nd", 3: "3rd"}
+
+
+def _ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th ... 11th, 12th, 13th ... 21st, 22nd, 23rd: 11 to 13 take "th" whatever their last digit."""
+    suffix = "th" if 11 <= n % 100 <= 13 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -85,7 +90,7 @@ def fifo_order(ctx: Context) -> list[Violation]:
     out = []
     for i, j, a, b, k in zip(send[bad][new].tolist(), recv[bad][new].tolist(), src[new].tolist(), dst[new].tolist(),
                              nth[bad][new].tolist()):
-        ordinal = _ORDINAL.get(k + 1, f"{k + 1}th")
+        ordinal = _ordinal(k + 1)
         si, rj = t.op(i), t.op(j)
         out.append(Violation(
             "PP030", f"{ctx.p2p} matches P2P in order per pair of ranks: rank {a}'s {ordinal} send to "
