@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pptl.errors import InputError
 
-__all__ = ["MAX_FILE_BYTES", "atomic_write", "check_json_name", "check_new", "check_writable", "read_bounded",
+__all__ = ["MAX_FILE_BYTES", "atomic_write", "check_json_name", "check_new", "check_regular", "check_writable", "read_bounded",
            "read_error", "utf8_text"]
 
 #: Inputs larger than this are refused before parsing (a plan of 400k ops is ~60 MB).
@@ -141,6 +141,19 @@ def _link_new(tmp: str, p: Path) -> None:
     os.unlink(tmp)
 
 
+def check_regular(path: str | Path) -> None:
+    """Refuse a path that is not a regular file (a device, pipe or socket, or a link to one): its size,
+    which every reader checks before reading, says nothing of what reading it yields: ``/dev/zero``
+    never ends and a pipe blocks until someone writes to it.
+
+    Raises:
+        InputError: ``PATH: not a regular file (a device, pipe or socket); expected a file``.
+    """
+    p = Path(path)
+    if p.exists() and not p.is_dir() and not p.is_file():  # a missing path or a folder: the caller words it
+        raise InputError(f"{p}: not a regular file (a device, pipe or socket); expected a file")
+
+
 def read_bounded(path: str | Path, limit: int) -> bytes:
     """The bytes of ``path``, gunzipped when its name ends in ``.gz``; at most ``limit`` bytes either
     way, so a small file cannot expand into gigabytes (a gzip bomb).
@@ -154,9 +167,13 @@ def read_bounded(path: str | Path, limit: int) -> bytes:
     try:
         if p.stat().st_size > limit:
             raise InputError(f"{p}: file is larger than the {limit} bytes accepted")
-        raw = p.read_bytes()
+        check_regular(p)
+        with p.open("rb") as f:  # at most limit + 1 bytes: a file that grows while read stays bounded
+            raw = f.read(limit + 1)
     except OSError as e:
         raise read_error(p, e) from None
+    if len(raw) > limit:
+        raise InputError(f"{p}: file is larger than the {limit} bytes accepted")
     if not p.name.lower().endswith(".gz"):
         return raw
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)

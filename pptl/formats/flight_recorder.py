@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from pptl.errors import InputError
+from pptl.formats.structured import check_regular
 
 __all__ = ["MAX_DUMP_BYTES", "MAX_ENTRIES", "MAX_PICKLE_VALUES", "MAX_TUPLE_DEPTH", "MAX_RANK", "DEFAULT_PREFIX", "FrGroup", "FrEntry", "FrDump", "DumpInputs", "find_dumps",
            "load_dump", "loads_dump", "loads_plain", "rank_from_name", "P2P_KINDS"]
@@ -186,6 +187,7 @@ def find_dumps(paths: "list[Path] | tuple[Path, ...]", prefix: str = DEFAULT_PRE
                 raise InputError(f"{p}: the file name does not end with a rank (torch names dumps PREFIX<rank>)")
             add(rank, p)
         else:
+            check_regular(p)  # it exists: a device or a pipe, which "no such file" would misname
             raise InputError(f"{p}: no such file or folder")
     return DumpInputs(tuple(sorted(dumps.items())), tuple(timelines), tuple(skipped), prefix)
 

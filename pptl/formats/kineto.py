@@ -34,6 +34,8 @@ _LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 _CPU_CATS = frozenset({"user_annotation", "cpu_op"})
 _COMM_PREFIXES = ("nccl:", "gloo:", "c10d::send", "c10d::recv", "c10d::batch_isend_irecv", "record_param_comms")
 _COMM_KERNELS = ("nccl", "ncclDevKernel", "ncclKernel")
+#: gloo's range around one receive's work: from its post to the ``wait()`` that returned it.
+_GLOO_RECV = "gloo:recv"
 
 
 def is_comm_name(name: str) -> bool:
@@ -119,6 +121,31 @@ class RankTrace:
             self.__dict__["_pe"] = ends
         i = bisect.bisect_left(self._launch_times, t)
         return ends[i - 1] if i > 0 else None
+
+    def recv_posted(self, start: float, end: float) -> float | None:
+        """The end of the last gloo receive posted within [start, end] (None: none was): when the
+        ``wait()`` on it returned, so when the data was there at the latest."""
+        starts, ends, _ = self._gloo_recvs
+        i = bisect.bisect_right(starts, end)
+        return ends[i - 1] if i > 0 and starts[i - 1] >= start else None
+
+    def recv_waited(self, start: float, end: float) -> float | None:
+        """The latest end of a gloo receive within [start, end] (None: none ended there): where a range
+        that waited on it stopped waiting."""
+        _, _, ends = self._gloo_recvs
+        i = bisect.bisect_right(ends, end)
+        return ends[i - 1] if i > 0 and ends[i - 1] >= start else None
+
+    @property
+    def _gloo_recvs(self) -> tuple[list[float], list[float], list[float]]:
+        """``gloo:recv`` ranges (post to ``wait()``): starts, ends in the same order, ends sorted. On a
+        trace without GPU work they are the only record of when received data was there."""
+        cached = self.__dict__.get("_gr")
+        if cached is None:
+            spans = [sp for sp in self.cpu if sp.name == _GLOO_RECV]  # self.cpu is sorted by start
+            cached = ([sp.start for sp in spans], [sp.end for sp in spans], sorted(sp.end for sp in spans))
+            self.__dict__["_gr"] = cached
+        return cached
 
     def has_flow_source(self, tid: Any, start: float, end: float) -> bool:
         times = self.flow_sources.get(tid)

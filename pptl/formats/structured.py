@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from pptl.errors import InputError
-from pptl.fileio import MAX_FILE_BYTES, read_bounded, read_error, utf8_text
+from pptl.fileio import MAX_FILE_BYTES, check_regular, read_bounded, read_error, utf8_text
 from pptl.formats._quote import quoted
 
-__all__ = ["read_structured", "parse_json"]
+__all__ = ["read_structured", "parse_json", "check_regular"]
 
 
 def read_structured(path: str | Path) -> Any:
@@ -28,6 +28,7 @@ def read_structured(path: str | Path) -> Any:
         raise read_error(path, e) from None
     if path.is_dir():
         raise InputError(f"{path}: is a directory, expected a file")
+    check_regular(path)
     if size > MAX_FILE_BYTES:
         raise InputError(f"{path}: file is {size} bytes, larger than the {MAX_FILE_BYTES} accepted")
     # .json.gz gunzipped (bounded), as every other pptl reader of JSON takes it: a gzip file named

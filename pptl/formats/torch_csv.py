@@ -173,8 +173,10 @@ def read_csv(path: str | Path, *, microbatches: int | None = None, placement: st
     """
     from pptl.fileio import MAX_FILE_BYTES, read_error, utf8_text
     from pptl.formats.loaded import Loaded
+    from pptl.formats.structured import check_regular
 
     p = Path(path)
+    check_regular(p)
     try:
         if p.stat().st_size > MAX_FILE_BYTES:
             raise InputError(f"{p}: file is larger than the {MAX_FILE_BYTES} bytes accepted")

@@ -158,7 +158,15 @@ def _timed(rt: RankTrace, action: Action, s: float, e: float, comm: bool, gpu: l
             t = rt.stream_time_at(s)
         if t is not None:
             return Measured(action, t, t, None, "stream", s)
-    return Measured(action, s, e, None, "cpu", s)
+        return Measured(action, s, e, None, "cpu", s)
+    # A CPU (gloo) trace: a RECV's range only posts the receive, and the compute that needs the data
+    # blocks inside its own range until the wait on it returns; timed by their ranges, RECVs would end
+    # before their SENDs began. The gloo:recv range ends when that wait returned: the data was there.
+    if action.kind in ("RECV_F", "RECV_B"):
+        done = rt.recv_posted(s, e)
+        return Measured(action, s, e if done is None else max(e, done), None, "cpu", s)
+    waited = None if comm else rt.recv_waited(s, e)
+    return Measured(action, s if waited is None else waited, e, None, "cpu", s)
 
 
 def _pick(ks: list[Kernel], comm: bool) -> list[Kernel]:
