@@ -153,8 +153,8 @@ def title_of(schedule: Schedule, makespan: float, bubble: float) -> str:
             f"makespan={makespan:g} bubble={100 * bubble:.1f}%")
 
 
-def plan(cfg: Config, *, check: bool = True) -> PlanResult:
-    """Build, check (every rule), simulate and summarise.
+def plan(cfg: Config, *, check: bool = True, costs_from: Path | None = None) -> PlanResult:
+    """Build, check (every rule), simulate and summarise (``costs_from``: the run the costs came from).
 
     Raises:
         InputError: the family refuses the config.
@@ -170,15 +170,19 @@ def plan(cfg: Config, *, check: bool = True) -> PlanResult:
     header = {"textbook_bubble": textbook, "schedule": fam.name, "pp": cfg.pp, "vpp": cfg.vpp,
               "microbatches": cfg.microbatches}
     schedule = build_schedule(cfg)
-    _stage_costs_in_range(cfg, schedule.num_stages)
+    _stage_costs_in_range(cfg, schedule.num_stages, costs_from)
     return _plan_schedule(schedule, family=fam, header=header, check=check, what=f"{cfg.schedule} with this config")
 
 
-def _stage_costs_in_range(cfg: Config, num_stages: int) -> None:
+def _stage_costs_in_range(cfg: Config, num_stages: int, costs_from: Path | None = None) -> None:
     """A per-stage cost for a stage the plan has not would change nothing, silently: most often a
-    stage counted from 1, or a config written for a deeper pipeline."""
+    stage counted from 1, or a config written for a deeper pipeline. Costs calibrated from a run
+    (``costs_from``) name the run's stages: the run is named, not a config field nobody wrote."""
     for field_name, stages in (("stages", cfg.costs.stages), ("beside", cfg.costs.beside)):
         out = sorted(s for s in stages if s >= num_stages)
+        if out and costs_from is not None:
+            raise InputError(f"--costs-from {costs_from}: its costs are for stages 0-{max(out)}, this plan has stages "
+                             f"0-{num_stages - 1}: calibrate from a run of a plan with the same stages")
         if out:
             raise InputError(f"{cfg.source}: field 'costs.{field_name}': stage {out[0]} is not in this plan "
                              f"(stages 0-{num_stages - 1})")
@@ -200,7 +204,7 @@ def plan_config(path: Path | None, flags: Mapping[str, Any], cost_flags: list[st
         units = None
         if costs_from is not None:
             cfg, units = calibrate(cfg, costs_from)
-        result = plan(cfg)
+        result = plan(cfg, costs_from=costs_from)
     except InputError as e:
         raise _in_flag_words(e) from None
     if units is not None and units != "unit":  # calibrated durations are in the run's unit (ms)

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 __all__ = ["out", "err", "say", "Abort", "BadParameter", "ClickException", "Exit", "MissingParameter",
            "PacifyFlushWrapper", "UsageError", "Whole", "Number", "Choice", "OutputFmt", "OutFile", "MemoryLimit",
            "Microbatches", "Placement", "PlotlyJs", "one_line", "print_json", "print_lines", "typed_options",
-           "figure_format", "progress", "without_cycle_scans", "wide", "IMAGES"]
+           "figure_format", "progress", "without_cycle_scans", "wide", "IMAGES", "other_kind"]
 
 class _LazyConsole:
     """A rich ``Console`` made on first use: a command that prints only plain lines (``say``)
@@ -295,3 +295,45 @@ def figure_format(path: Optional[Path], allowed: tuple[str, ...] = IMAGES, *, na
         got = f"'.{fmt}'" if fmt else "a name with no suffix"
         raise InputError(f"{f'{name} ' if name else ''}{path}: cannot draw to {got}, expected {expected}")
     return fmt
+
+
+def other_kind(path: Path, error: InputError) -> tuple[str, Any] | None:
+    """When ``error`` says ``path`` has an unknown field or file type, what pptl reads it as instead.
+
+    A plan given to ``pptl tune``, a measured timeline or a torch CSV given to ``pptl plan``: the config
+    reader's "unknown field 'events'" names a field the user never wrote. Returns (words, loaded): e.g.
+    ("a measured timeline", Loaded), ("a pptl tune config", None); None when the file is none of
+    those (a config with a misspelt key keeps its own message). Runs on the error path only.
+    """
+    if not str(error).startswith(f"{path}: unknown f"):  # "unknown field 'x'", "unknown file type '.csv'"
+        return None
+    from pptl.errors import PptlError
+    from pptl.formats.loader import load_any
+
+    try:
+        loaded = load_any(path)
+    except PptlError:
+        from pptl.formats.structured import read_structured
+
+        try:
+            data = read_structured(path)
+        except PptlError:
+            return None
+        if isinstance(data, dict) and "model" in data and "schedule" not in data:
+            return "a pptl tune config (a model description)", None
+        if isinstance(data, dict) and "traceEvents" in data:  # a profiler's would have loaded: an export's
+            return "a Chrome trace for Perfetto (what pptl export writes)", None
+        return None
+    if loaded.kind == "plan":
+        return "a plan", loaded
+    if loaded.kind == "config":
+        return "a schedule config", loaded
+    if loaded.kind == "torch-csv":
+        return "a torch CSV schedule", loaded
+    if loaded.kind == "profiler":
+        return "a profiler trace (a measured timeline)", loaded
+    if loaded.timeline_source() == "measured":
+        return "a measured timeline", loaded
+    if loaded.kind == "timeline":
+        return "a timeline", loaded
+    return f"a {loaded.kind} file", loaded

@@ -67,7 +67,10 @@ def plan(
         else:
             flags = {"schedule": schedule, "pp": pp, "microbatches": microbatches, "vpp": vpp,
                      "group_size": group_size, "split_backward": split_backward, "memory_limit": memory_limit}
-            result = planning.plan_config(config, flags, cost, comm_latency, costs_from=costs_from)
+            try:
+                result = planning.plan_config(config, flags, cost, comm_latency, costs_from=costs_from)
+            except InputError as e:
+                raise _not_a_config(config, e) from None
         if out_file is not None:
             planning.write_plan(result, out_file)
     if output == "json":
@@ -78,6 +81,27 @@ def plan(
             say(f"wrote {out_file}", stderr=True)
     if not result.valid:
         raise typer.Exit(1)
+
+
+def _not_a_config(path: Optional[Path], error: Any) -> Any:
+    """``error``, or for a file that is not a config or plan (a measured timeline, a torch CSV, a tune
+    model file) one line that says what it is and which command or option takes it."""
+    from pptl.commands._shared import other_kind
+    from pptl.errors import InputError
+
+    found = other_kind(path, error) if path is not None else None
+    if found is None or found[0] in ("a plan", "a schedule config"):
+        return error
+    what = found[0]
+    if what.startswith("a pptl tune config"):
+        hint = f"rank schedules for it with 'pptl tune {path}'"
+    elif what.startswith("a Chrome trace"):
+        hint = "give pptl the plan or timeline it was exported from"
+    elif what == "a torch CSV schedule":
+        hint = f"plan it with 'pptl plan --from {path}'"
+    else:
+        hint = f"to take its durations, give it to --costs-from (pptl plan CONFIG --costs-from {path})"
+    return InputError(f"{path}: is {what}, not a config or plan; {hint}")
 
 
 #: Ranks a plan table lists in full; past that, the first and last _EDGE_RANKS and one summary row.

@@ -19,6 +19,7 @@ from pptl.commands._shared import (
 )
 
 if TYPE_CHECKING:
+    from pptl.errors import InputError
     from pptl.tune.model import TuneConfig
 
 __all__ = ["tune"]
@@ -53,7 +54,7 @@ def tune(
     from rich.markup import escape
     from rich.table import Table
 
-    from pptl.errors import InvalidScheduleError
+    from pptl.errors import InputError, InvalidScheduleError
     from pptl.fileio import atomic_write, check_writable
     from pptl.tune import load_tune_config
     from pptl.tune import tune as run_tune
@@ -71,7 +72,10 @@ def tune(
     for p in (out_file, csv):
         if p is not None:
             check_writable(p)
-    tc = load_tune_config(config)
+    try:
+        tc = load_tune_config(config)
+    except InputError as e:
+        raise _not_a_tune_config(config, e) from None
     if csv is not None and calibration_plan is None:
         refuse_csv_without_families(tc)
     units, notes = "unit", list[str]()
@@ -129,6 +133,18 @@ def tune(
         peak, limit = peak_and_limit(closest.max_peak, tc.memory_limit)  # type: ignore[arg-type]
         raise InvalidScheduleError(f"no candidate fits the memory limit {limit}; closest: {closest.label} with "
                                    f"peak {peak}")
+
+
+def _not_a_tune_config(path: Path, error: InputError) -> InputError:
+    """``error``, or for a plan, schedule config, timeline or trace one line that says what it is."""
+    from pptl.commands._shared import other_kind
+    from pptl.errors import InputError
+
+    found = other_kind(path, error)
+    if found is None or found[0].startswith("a pptl tune config"):
+        return error
+    return InputError(f"{path}: is {found[0]}, not a tune config; pptl tune takes a model description "
+                      f"(pp, microbatches, model: layers and their costs; docs/tune.md)")
 
 
 def _write_calibration_plan(tc: TuneConfig, path: Path, config: Path, output: str) -> None:
