@@ -154,6 +154,11 @@ MISSES = {
     # line; h3712 every line but the families, by the capped V-Half and V-Min alone (+3.3% each, their ranks
     # at 1800-1890 MHz), the rest -2.6..-0.1%.
     "h3712-t3072-l6-m12": ("families",),
+    # TENTH_SHAPES (drawn and committed before their run, 2026-11-27 17:57 UTC, the model unchanged; only the
+    # first ran in the time the GPUs were lent): every line but the families, by the two plans that hold all
+    # 24 micro-batches at once (peaks 66 GB against a limit of 11 GB), GPipe -2.8% and looped-BFS -3.2%;
+    # every plan that fits within 1.2%, the pick the fastest that fits.
+    "h3840-t5376-l4-m24": ("families",),
 }
 #: Largest error of any candidate today, per shape where it is above the 9.5% bound of the others.
 MAX_ERR: dict[str, float] = {"h2048-t1024-l16-m8-bal": 0.161, "h2048-t2048-l4-m32-bal": 0.137,
@@ -165,12 +170,12 @@ def evaluated() -> dict:
     return {p.stem: tune_crossval._evaluate(json.loads(p.read_text())) for p in SHAPES}
 
 
-def test_thirty_five_shapes_unlike_the_bench_were_measured() -> None:
+def test_thirty_six_shapes_unlike_the_bench_were_measured() -> None:
     shapes = [json.loads(p.read_text())["shape"] for p in SHAPES]
     # h2304 measured twice at the even split; fourteen shapes again at the balanced split (<name>-bal);
     # the user model at two micro-batch counts; the sixth group's two, the seventh's two, the eighth's
-    # one; h2048-t1024-l16 a third time with the clock record (<name>-clk); the ninth group's two
-    assert len(shapes) == 51 and len({s["name"] for s in shapes}) == 35
+    # one; h2048-t1024-l16 a third time with the clock record (<name>-clk); the ninth group's two, the tenth's one
+    assert len(shapes) == 52 and len({s["name"] for s in shapes}) == 36
     assert {s["hidden"] for s in shapes} >= {2048, 4096, 8192}
     assert {s["tokens"] for s in shapes} >= {1024, 8192}
     assert {s["layers"] // 2 for s in shapes} >= {4, 16}
