@@ -56,7 +56,8 @@ class Cause:
 
     kind: str
     """missing_dump, p2p_count, extra_collective, collective_kind, collective_size, collective_dtype, p2p_size, stopped,
-    cycle, p2p_behind, collective_missing, orphan, collective_state, pending, or none."""
+    cycle, p2p_behind, collective_missing, orphan, collective_state, pending, no_completion (dumps that record no
+    completion, as gloo's: no wait can be shown), or none."""
     ranks: tuple[int, ...]
     """The ranks the sentence names, the one at fault first where there is one."""
     text: str
@@ -65,7 +66,8 @@ class Cause:
 def find_cause(counts: Counts, ops: Mapping[int, tuple[NcclOp, ...]], *, cycle_ranks: Sequence[int] = (),
                order: Sequence[str] = (), plan_next: Mapping[int, PlanNext] | None = None,
                plan_pairs: Mapping[tuple[int, int], int] | None = None, off_plan: Sequence[int] = (),
-               counterpart: Mapping[str, str] | None = None, cycle: Sequence[tuple[str, str]] = ()) -> Cause:
+               counterpart: Mapping[str, str] | None = None, cycle: Sequence[tuple[str, str]] = (),
+               no_completion: bool = False) -> Cause:
     """The first fact in the order of the module docstring.
 
     Args:
@@ -76,6 +78,8 @@ def find_cause(counts: Counts, ops: Mapping[int, tuple[NcclOp, ...]], *, cycle_r
         counterpart: plan op id of a SEND or RECV -> the peer's op it meets (``--plan``).
         cycle: the wait-for cycle, (node, why the next node waits for it): named where no order
             sentence explains it (ranks stuck in collectives of different groups).
+        no_completion: no call of any rank is past "scheduled" (gloo's dumps): a pending call proves no
+            wait, so none is claimed; the facts that do not depend on state still lead.
     """
     cp = counterpart or {}
     for m in counts.missing:
@@ -110,6 +114,12 @@ def find_cause(counts: Counts, ops: Mapping[int, tuple[NcclOp, ...]], *, cycle_r
         return Cause("orphan", (counts.orphans[0].op.rank, counts.orphans[0].peer), _orphan_words(counts.orphans[0]))
     if counts.states:
         return _behind(counts.states[0])
+    if no_completion:
+        gone = [m.rank for m in counts.missing]
+        return Cause("no_completion", tuple(gone),
+                     "no hang shown: the dumps record no completion (every call is 'scheduled', as gloo's dumps are), "
+                     "so no rank can be shown waiting; the counts, kinds and sizes match"
+                     + (f" (no dump from rank{_s(len(gone))} {ranks_text(gone)})" if gone else ""))
     pending = [next(o for o in v if not o.done) for _, v in sorted(ops.items()) if any(not o.done for o in v)]
     if pending:
         return Cause("pending", tuple(o.rank for o in pending),

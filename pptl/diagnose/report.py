@@ -25,6 +25,9 @@ def to_text(d: Diagnosis, *, per_rank: int = 6) -> str:
         seq = d.ops[r]
         f = d.front.get(r)
         done = sum(o.done for o in seq)
+        if d.no_completion and not d.cycle:
+            lines.append(f"rank {r}: {counted(len(seq), 'op')}, none recorded as completed or waiting")
+            continue
         if f is None:
             lines.append(f"rank {r}: {counted(len(seq), 'op')}, all completed")
             continue
@@ -38,6 +41,8 @@ def to_text(d: Diagnosis, *, per_rank: int = 6) -> str:
     if d.cycle:
         text = " ".join(f"{n} -> ({w})" for n, w in d.cycle) + f" {d.cycle[0][0]}"
         lines.append(f"hang: wait-for cycle across ranks {', '.join(map(str, d.cycle_ranks))}: {text}")
+    elif d.no_completion:
+        pass  # the note says why neither a hang nor its absence is shown
     elif d.hung:
         lines.append("no wait-for cycle among the pending ops (a rank may have stopped issuing, or its dump is missing)")
     else:
@@ -59,6 +64,7 @@ def to_dict(d: Diagnosis) -> dict[str, Any]:
     return {
         "source": d.source,
         "hung": d.hung,
+        "completion_recorded": not d.no_completion,
         "ranks": {str(r): {"ops": len(v), "completed": sum(o.done for o in v),
                            "front": op(d.front[r]) if d.front.get(r) is not None else None,
                            "pending": [op(o) for o in v if not o.done]}

@@ -28,13 +28,13 @@ Vocabulary: *front* is a rank's first op that never completed; *pending* is any 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 import networkx as nx
 
 from pptl.diagnose.cause import Cause, PlanNext, evidence, find_cause
-from pptl.diagnose.counts import EMPTY, Counts, count_calls
+from pptl.diagnose.counts import EMPTY, Counts, MissingDump, count_calls
 from pptl.diagnose.ops import NcclOp
 from pptl.diagnose.ops import ranks_text as _ranks
 from pptl.diagnose.plan_names import name_by_plan, plan_counterparts, plan_next, plan_pairs
@@ -76,9 +76,15 @@ class Diagnosis:
     """The count, size and sequence-number facts (:mod:`pptl.diagnose.counts`)."""
     plan_next: Mapping[int, PlanNext] = field(default_factory=dict)
     """With a plan: per stopped rank, the op it should have issued next."""
+    no_completion: bool = False
+    """No call of any rank is past ``scheduled`` (gloo's dumps: torch's gloo backend never records a
+    start or an end): a call done and a call waiting look the same, so no rank is shown waiting from
+    state alone; only what does not depend on state (counts, kinds, sizes, a cycle of issue orders)."""
 
     @property
     def hung(self) -> bool:
+        if self.no_completion:
+            return bool(self.cycle)  # issue orders no run can complete, whatever completed
         return any(v is not None for v in self.front.values())
 
     @property
@@ -126,14 +132,28 @@ def diagnose_dumps(dumps: Sequence[FrDump], schedule: Schedule | None = None) ->
         notes.append(f"no dump for rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}: "
                      "their ops are unknown")
     counts = count_calls(frozen, groups, frozenset(wrapped_ranks))
+    # gloo's dumps leave every call "scheduled": nothing tells a call that waits from one that is done. NCCL's
+    # record completion, so an NCCL dump with every call "scheduled" is a hang at the first call, and says so.
+    no_completion = any(d.entries for d in dumps) and all(
+        e.state == "scheduled" and e.profiling_name.startswith("gloo:") for d in dumps for e in d.entries)
+    if no_completion:
+        counts = replace(counts, missing=tuple(MissingDump(m.rank, ()) for m in counts.missing))
+        notes.append(_NO_COMPLETION)
     nexts = plan_next(frozen, schedule, [st.rank for st in counts.stopped]) if schedule is not None else {}
     off_plan = [r for r, v in frozen.items() if schedule is not None and
                 any(o.is_p2p for o in v) and not any(o.name for o in v)]
     cause = find_cause(counts, frozen, cycle_ranks=ranks, order=collectives + order, plan_next=nexts,
                        plan_pairs=plan_pairs(schedule) if schedule is not None else None, off_plan=off_plan,
-                       counterpart=plan_counterparts(schedule) if schedule is not None else None, cycle=cycle)
+                       counterpart=plan_counterparts(schedule) if schedule is not None else None, cycle=cycle,
+                       no_completion=no_completion)
+    if cause.kind == "no_completion":
+        notes.remove(_NO_COMPLETION)  # the cause says it
     return Diagnosis("flight-recorder", frozen, front, cycle, ranks, names, tuple(order), tuple(collectives),
-                     tuple(_size_lines(counts)), tuple(notes), tuple(blocked), cause, counts, nexts)
+                     tuple(_size_lines(counts)), tuple(notes), tuple(blocked), cause, counts, nexts, no_completion)
+
+
+_NO_COMPLETION = ("the dumps record no completion (every call is 'scheduled', as gloo's dumps are): which calls "
+                  "completed is unknown, so no rank is shown waiting")
 
 
 def _size_lines(counts: Counts) -> list[str]:

@@ -93,6 +93,8 @@ def read_json(path: str | Path, **options: Any) -> Any:
 def read_dir(path: str | Path, **options: Any) -> Any:
     """Reader for a folder of per-rank traces or event lists."""
     p = Path(path)
+    if not p.exists():
+        raise InputError(f"{p}: no such file")  # as a missing plan or config is worded, not "no file suffix"
     if not p.is_dir():
         raise InputError(f"{p}: no file suffix; expected a folder of traces, or a .json, .yaml, .toml or .csv file")
     files = sorted(f for f in p.iterdir() if f.name.endswith((".json", ".json.gz")))

@@ -9,8 +9,31 @@ from pptl.render.rc import pptl_figure
 
 __all__ = ["pareto_figure", "pareto_front"]
 
-_MARKERS = {"gpipe": "s", "1f1b": "o", "interleaved": "D", "zb-h1": "^", "zb-h2": "v", "zbv": "<",
-            "dualpipe": "P", "dualpipev": "X", "synth": "*"}
+#: Each family's (colour, marker), fixed so a family looks the same in every figure; no two share a
+#: colour or a marker (tab10's ten colours, then three more: tab10 alone repeats after ten families).
+_STYLES = {"gpipe": ("#1f77b4", "s"), "1f1b": ("#ff7f0e", "o"), "interleaved-1f1b": ("#2ca02c", "D"),
+           "zb-h1": ("#d62728", "^"), "zb-h2": ("#9467bd", "v"), "zbv": ("#8c564b", "<"),
+           "dualpipe": ("#e377c2", "P"), "dualpipev": ("#7f7f7f", "X"), "looped-bfs": ("#bcbd22", ">"),
+           "interleaved-zb": ("#17becf", "d"), "v-half": ("#000000", "h"), "v-min": ("#393b79", "p"),
+           "synth": ("#b8860b", "*")}
+#: For a family not in :data:`_STYLES`: the first pair not already drawn in the figure.
+_SPARE_MARKERS = ("o", "s", "D", "^", "v", "<", ">", "P", "X", "h", "p", "d", "*", "H", "8")
+
+
+def _family_styles(fams: list[str]) -> dict[str, tuple[Any, str]]:
+    """A (colour, marker) per family, distinct within one figure however many families it draws."""
+    from matplotlib import colormaps
+    from matplotlib.colors import to_hex
+
+    out = {f: _STYLES[f] for f in fams if f in _STYLES}
+    used = set(out.values())
+    colours = [to_hex(colormaps["tab20"](i)) for i in range(20)]
+    spare = ((c, m) for m in _SPARE_MARKERS for c in colours)
+    for f in fams:
+        if f not in out:
+            out[f] = next(pair for pair in spare if pair not in used)
+            used.add(out[f])
+    return out
 
 
 def pareto_front(points: list[tuple[float, float]]) -> list[int]:
@@ -38,12 +61,13 @@ def pareto_figure(result: Any, *, units: str = "unit", title: str = "") -> Any:
 
     fig = Figure(figsize=(8.5, 4.8), dpi=150)
     ax = fig.add_subplot(111)
-    cmap = __import__("matplotlib").colormaps["tab10"]
     fams = list(dict.fromkeys(r.structure.family for r in timed))
-    for k, fam in enumerate(fams):
+    styles = _family_styles(fams)
+    for fam in fams:
         rs = [r for r in timed if r.structure.family == fam]
-        ax.scatter([r.max_peak for r in rs], [y(r) for r in rs], marker=_MARKERS.get(fam, "o"),
-                   s=28, color=cmap(k % 10), alpha=0.8, label=fam, edgecolors="none")
+        colour, marker = styles[fam]
+        ax.scatter([r.max_peak for r in rs], [y(r) for r in rs], marker=marker,
+                   s=28, color=colour, alpha=0.8, label=fam, edgecolors="none")
     pts = [(r.max_peak, y(r)) for r in timed]
     front = pareto_front(pts)
     if front:
