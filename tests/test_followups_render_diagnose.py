@@ -145,3 +145,23 @@ def test_scheduled_on_one_rank_and_completed_on_another_is_still_a_wait(tmp_path
     assert result.exit_code == 1, result.output
     assert "no completion" not in result.stdout
     assert "rank 1 all_reduce completed (state differs)" in result.stdout
+
+
+def test_the_figure_of_gloo_dumps_shows_no_call_as_never_completed(tmp_path: Path) -> None:
+    import matplotlib.colors as mc
+
+    from pptl.diagnose_inputs import diagnose_paths
+    from pptl.render.diagnose_figure import diagnose_figure
+
+    got = diagnose_paths([_gloo_dumps(tmp_path / "ok", {0: 3, 1: 3})])
+    fig = diagnose_figure(got.result)
+    ax = fig.axes[0]
+    assert ax.get_title(loc="left") == "no hang shown: the dumps record no completion"
+    red = mc.to_rgba("#d62728")
+    edges = [tuple(c) for coll in ax.collections for c in coll.get_edgecolors()]
+    assert edges and red not in edges  # six calls drawn, none in the red of "never completed"
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "completion not recorded (gloo)" in labels and "never completed" not in labels
+    # the same calls from NCCL, every one still scheduled: a hang, drawn red
+    nccl = diagnose_figure(diagnose_paths([_gloo_dumps(tmp_path / "nccl", {0: 1, 1: 1}, backend="nccl")]).result)
+    assert red in [tuple(c) for coll in nccl.axes[0].collections for c in coll.get_edgecolors()]

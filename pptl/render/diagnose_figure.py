@@ -40,7 +40,7 @@ def _places(d: Diagnosis, planned: Timeline | None
     for r, seq in d.ops.items():
         for o in seq:
             out[(r, o.label)] = (float(o.index), 0.9)
-    return out, [], "issue order (NCCL calls of each rank)"
+    return out, [], "issue order (collective and P2P calls of each rank)"
 
 
 _UNNAMED = re.compile(r"^r\d+ (\S+) #(\d+) \(group (.+)\)$")
@@ -87,6 +87,8 @@ def diagnose_figure(d: Diagnosis, planned: Timeline | None = None) -> Any:
             x, w = at
             if o.done:
                 style = {"facecolors": _DONE, "edgecolors": "none"}
+            elif d.no_completion and o.label not in in_cycle:  # gloo's dumps: not known to be waiting
+                style = {"facecolors": "none", "edgecolors": _DONE}
             elif o.label in in_cycle:
                 style = {"facecolors": _STUCK, "edgecolors": "black"}
             else:
@@ -123,10 +125,12 @@ def diagnose_figure(d: Diagnosis, planned: Timeline | None = None) -> Any:
     ax.set_ylim(len(ranks) - 0.4, -0.7)
     ax.set_xlabel(axis)
     title = (f"hang: wait-for cycle across ranks {', '.join(map(str, d.cycle_ranks))}" if d.cycle
-             else "no wait-for cycle found" if d.hung else "no hang")
+             else "no wait-for cycle found" if d.hung
+             else "no hang shown: the dumps record no completion" if d.no_completion else "no hang")
     ax.set_title(title, loc="left", fontsize=11, fontweight="bold")
-    ax.legend(handles=[Patch(facecolor=_DONE, label="NCCL call completed"),
-                       Patch(facecolor="none", edgecolor=_STUCK, label="never completed"),
+    second = (Patch(facecolor="none", edgecolor=_DONE, label="completion not recorded (gloo)") if d.no_completion
+              else Patch(facecolor="none", edgecolor=_STUCK, label="never completed"))
+    ax.legend(handles=[Patch(facecolor=_DONE, label="call completed"), second,
                        Patch(facecolor=_STUCK, edgecolor="black", label="in the wait-for cycle (arrow: holds up)")],
               loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=3, frameon=False)
     fig.tight_layout()
