@@ -41,6 +41,9 @@ _DUTY_PASSES = 6
 #: about a minute on 2 cores (7 us an op there: 2.9M ops took 21 s). Past it a sweep runs for many
 #: minutes with nothing to show, where ``pptl whatif`` and ``pptl plan`` refuse such sizes up front.
 MAX_TUNE_OPS = 10_000_000
+#: Families whose plans hold I and W ops: the split-backward ones, and DualPipe(V), whose whole
+#: backward is B but whose cool-down splits it into I and W (zero-bubble style) at every size.
+_NEEDS_IW = SPLIT_FAMILIES | {"dualpipe", "dualpipev"}
 
 
 @dataclass
@@ -167,10 +170,11 @@ def _base_costs(tc: TuneConfig) -> dict[str, float]:
 def tune(tc: TuneConfig, *, progress: Callable[[str], None] | None = None, workers: int = 1) -> TuneResult:
     """Search every structure and split (in ``workers`` processes); raise InputError when a needed
     cost is missing."""
-    need = {"F", "B"} | ({"I", "W"} if any(f in SPLIT_FAMILIES for f in tc.families) else set())
+    need = {"F", "B"} | ({"I", "W"} if any(f in _NEEDS_IW for f in tc.families) else set())
     missing = tc.model.missing(tuple(k for k in ("F", "B", "I", "W") if k in need))
     if missing:
-        split_fams = [f for f in tc.families if f in SPLIT_FAMILIES]
+        # the split-backward families first, then DualPipe(V) (whose whole backward is B)
+        split_fams = sorted((f for f in tc.families if f in _NEEDS_IW), key=lambda f: f not in SPLIT_FAMILIES)
         hint = (f" (needed by {', '.join(split_fams)}; or list families without them)"
                 if any(x.endswith((".I", ".W")) for x in missing) and split_fams else "")
         raise InputError(f"{tc.source}: field '{missing[0]}': no cost given{hint}; "
