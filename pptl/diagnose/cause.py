@@ -4,11 +4,13 @@ Facts come from :mod:`pptl.diagnose.counts` (counts, sizes, sequence numbers) an
 They are ranked by how directly they explain a hang, so that the first line names what went wrong and
 not what followed from it:
 
-1. a rank left no dump while others wait for it (it exited or crashed);
+1. a rank left no dump while others wait for it (it exited or crashed); then dumps that list different
+   members for a group some rank waits in (``new_group`` called with different ranks);
 2. a pair of ranks disagrees on how many transfers there are, and the side with fewer went on past
    them (it skipped transfers, rather than not having reached them);
 3. a collective issued on some ranks only (one rank's calls are another's with calls inserted);
-4. collectives of another kind, size or dtype at one sequence number;
+4. collectives of another kind, size (inputs, outputs; an all_to_all's totals, not its per-rank splits) or
+   dtype at one sequence number;
 5. a send and its receive of different sizes or dtypes;
 6. a rank that stopped issuing calls while a peer waits for its next one;
 7. a wait-for cycle (calls issued in orders NCCL cannot satisfy);
@@ -29,6 +31,7 @@ from pptl.diagnose.counts import (
     CollectiveGap,
     Counts,
     ExtraCollectives,
+    GroupMembers,
     MissingDump,
     Orphan,
     PairCount,
@@ -55,7 +58,7 @@ class Cause:
     """The root cause of a diagnosis."""
 
     kind: str
-    """missing_dump, p2p_count, extra_collective, collective_kind, collective_size, collective_dtype, p2p_size, stopped,
+    """missing_dump, group_members, p2p_count, extra_collective, collective_kind, collective_size, collective_dtype, p2p_size, stopped,
     cycle, p2p_behind, collective_missing, orphan, collective_state, pending, no_completion (dumps that record no
     completion, as gloo's: no wait can be shown), or none."""
     ranks: tuple[int, ...]
@@ -85,6 +88,9 @@ def find_cause(counts: Counts, ops: Mapping[int, tuple[NcclOp, ...]], *, cycle_r
     for m in counts.missing:
         if m.waiting:
             return _missing(m, cp)
+    for gm in counts.members:
+        if gm.waiting:
+            return _members(gm)
     skipped = [p for p in counts.pairs if p.moved_on]
     if skipped:
         return _pair(skipped[0], counts.pairs, plan_pairs or {})
@@ -136,6 +142,8 @@ def evidence(counts: Counts, plan_next: Mapping[int, PlanNext] | None = None) ->
     """One line per fact, in the order of the module docstring."""
     out = [f"missing: rank {m.rank} left no dump" + (f"; waiting for it: {_some(m.waiting)}" if m.waiting else "")
            for m in counts.missing]
+    for gm in counts.members:
+        out.append(f"groups: {_members_words(gm)}")
     for p in counts.pairs:
         out.append(f"counts: group {_gl(p.sends or p.recvs)}, rank {p.src} -> rank {p.dst}: {len(p.sends)} send"
                    f"{_s(len(p.sends))}, {len(p.recvs)} receive{_s(len(p.recvs))}; without a counterpart: "
@@ -147,9 +155,10 @@ def evidence(counts: Counts, plan_next: Mapping[int, PlanNext] | None = None) ->
                    + (f"; at the same sequence number NCCL paired {met}" if met else ""))
     for d in counts.diffs:
         out.append(f"collectives: group {_gl(d.ops)} #{d.seq}: "
-                   + ", ".join(f"rank {o.rank} {o.kind} {_numel(o)}{' ' + o.dtype if d.what == 'dtype' else ''} "
-                               f"({o.state})" for o in d.ops)
-                   + (" (the same calls in another order)" if d.reordered else f" ({d.what} differs)"))
+                   + _by_value([(o.rank, f"{o.kind} {_numel_io(o, d)}{' ' + o.dtype if d.what == 'dtype' else ''} "
+                                          f"({o.state})") for o in d.ops])[0]
+                   + (" (the same calls in another order)" if d.reordered else f" ({d.what} differs)")
+                   + _totals(d))
     for d in counts.states:
         out.append(f"collectives: group {_gl(d.ops)} #{d.seq}: "
                    + ", ".join(f"rank {o.rank} {o.kind} {o.state}" for o in d.ops) + " (state differs)")
@@ -219,6 +228,23 @@ def _missing(m: MissingDump, counterpart: Mapping[str, str]) -> Cause:
                  f"rank {m.rank} exited, crashed or was killed before the others timed out (its log says why)")
 
 
+def _members_words(gm: GroupMembers) -> str:
+    return f"the dumps disagree on the members of group {gm.label}: " + ", ".join(
+        f"rank{_s(len(rs))} {ranks_text(rs)} list{'' if len(rs) > 1 else 's'} "
+        f"{'ranks ' + ranks_text(m) if m else 'no rank'}" for m, rs in gm.views)
+
+
+def _members(gm: GroupMembers) -> Cause:
+    waiters = sorted({o.rank for o in gm.waiting})
+    odd = [r for _, rs in gm.views[1:] for r in rs]
+    rest = list(gm.views[0][1])
+    return Cause("group_members", tuple(dict.fromkeys([*odd, *rest, *waiters])),
+                 f"{_members_words(gm)} (new_group called with different ranks: the communicators differ, so the "
+                 f"group's calls cannot meet); rank{_s(len(waiters))} {ranks_text(waiters)} "
+                 f"wait{'' if len(waiters) > 1 else 's'} in {gm.waiting[0].label}"
+                 + (f" and {len(gm.waiting) - 1} more" if len(gm.waiting) > 1 else ""))
+
+
 def _pair_words(p: PairCount) -> str:
     ns, nr = len(p.sends), len(p.recvs)
     g = _gl(p.sends or p.recvs)
@@ -258,12 +284,49 @@ def _extra(e: ExtraCollectives) -> Cause:
 
 
 def _diff(d: CollectiveDiff) -> Cause:
-    parts = ", ".join(f"rank {o.rank} {o.kind} {_numel(o)}" + (f" {o.dtype}" if d.what == "dtype" else "")
-                      for o in d.ops)
+    parts, ranks = _by_value([(o.rank, f"{o.kind} {_numel_io(o, d)}" + (f" {o.dtype}" if d.what == "dtype" else ""))
+                              for o in d.ops])
     what = {"kind": "a collective of another kind", "size": "collectives of different sizes",
             "dtype": "collectives of different dtypes"}[d.what]
-    return Cause(f"collective_{d.what}", tuple(o.rank for o in d.ops),
-                 f"{what} at one sequence number: collective #{d.seq} of group {_gl(d.ops)} is {parts}")
+    return Cause(f"collective_{d.what}", ranks,
+                 f"{what} at one sequence number: collective #{d.seq} of group {_gl(d.ops)} is {parts}{_totals(d)}")
+
+
+def _numel_io(o: NcclOp, d: CollectiveDiff) -> str:
+    """``of N elements``, and what it writes where only the members' outputs differ, or an all_to_all's
+    totals do (``of 32 elements into 96``)."""
+    outs_differ = len({x.numels for x in d.ops}) == 1 and len({x.out_numels for x in d.ops if x.out_sizes}) > 1
+    if o.out_sizes and (d.totals is not None or outs_differ):
+        return f"{_numel(o)} into {sum(o.out_numels)}"
+    return _numel(o)
+
+
+def _totals(d: CollectiveDiff) -> str:
+    """An all_to_all whose splits do not add up (torchfrtrace: total input numel vs total output numel)."""
+    if d.totals is None:
+        return ""
+    return (f"; the members send {d.totals[0]} elements in all but receive {d.totals[1]} (an all_to_all's splits "
+            "may differ per rank, their totals may not)")
+
+
+def _by_value(items: Sequence[tuple[int, str]]) -> tuple[str, tuple[int, ...]]:
+    """``rank 0 X, rank 1 Y``; where several ranks share a value, ``ranks 0-9, 11 X, rank 10 Y: rank 10
+    differs from the other 11`` (torchfrtrace's culprit). Also the ranks, the odd ones first."""
+    by: dict[str, list[int]] = {}
+    for r, t in items:
+        by.setdefault(t, []).append(r)
+    if all(len(rs) == 1 for rs in by.values()):
+        return ", ".join(f"rank {r} {t}" for r, t in items), tuple(r for r, _ in items)
+    parts = sorted(by.items(), key=lambda kv: kv[1][0])
+    text = ", ".join(f"rank{_s(len(rs))} {ranks_text(rs)} {t}" for t, rs in parts)
+    sizes = sorted((len(rs) for rs in by.values()), reverse=True)
+    odd = sorted(r for rs in by.values() if len(rs) < sizes[0] for r in rs)
+    if sizes[0] > sizes[1]:
+        rest = sizes[0]
+        text += (f": rank{_s(len(odd))} {ranks_text(odd)} differ{'' if len(odd) > 1 else 's'} from the other "
+                 f"{rest}")
+    ranks = tuple(r for rs in sorted(by.values(), key=lambda rs: (len(rs), rs[0])) for r in rs)
+    return text, ranks
 
 
 def _size_words(z: SizeMismatch) -> str:

@@ -26,10 +26,10 @@ import difflib
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from pptl.diagnose.ops import NcclOp, dtypes_differ
+from pptl.diagnose.ops import NcclOp, a2a_unbalanced, dtypes_differ, sizes_differ, sizes_may_differ
 
 __all__ = ["PairCount", "SizeMismatch", "CollectiveGap", "CollectiveDiff", "ExtraCollectives", "Orphan",
-           "Stopped", "MissingDump", "Counts", "EMPTY", "count_calls", "counts_dict"]
+           "Stopped", "MissingDump", "GroupMembers", "Counts", "group_members", "EMPTY", "count_calls", "counts_dict"]
 
 _ALIGN_LIMIT = 4096
 
@@ -93,14 +93,18 @@ class CollectiveDiff:
     reordered: bool = False
     """Every member issued the same calls in the group, in another order: an order fault, not a kind
     or size fault (the wait-for cycle explains it)."""
+    totals: tuple[int, int] | None = None
+    """An all_to_all whose members send (first) and receive (second) different numbers of elements in all
+    (torchfrtrace's "Input/output mismatch"); its splits may differ per rank, its totals may not."""
 
     @property
     def what(self) -> str:
-        """"kind" when the kinds differ, "size" when the element counts do, "dtype" when the element types
-        do, else "state"."""
+        """"kind" when the kinds differ, "size" when the element counts do (inputs, outputs, an
+        all_to_all's totals), "dtype" when the element types do, else "state"."""
         if len({o.kind for o in self.ops}) > 1:
             return "kind"
-        if len({o.numels for o in self.ops}) > 1:
+        if sizes_differ(self.ops) or self.totals is not None or \
+                (self.reordered and len({(o.numels, o.out_numels) for o in self.ops}) > 1):
             return "size"
         return "dtype" if _dtypes_differ(self.ops) else "state"
 
@@ -148,6 +152,20 @@ class MissingDump:
 
 
 @dataclass(frozen=True)
+class GroupMembers:
+    """Dumps that list different members for one group (``pg_config``): the ranks called ``new_group``
+    with different rank lists, so their communicators differ and the group's calls cannot meet."""
+
+    group: str
+    label: str
+    """The group's description where it has one, else its name."""
+    views: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]
+    """(members a dump lists, the ranks whose dump lists them), the most common first."""
+    waiting: tuple[NcclOp, ...]
+    """Calls of the group that did not complete."""
+
+
+@dataclass(frozen=True)
 class Counts:
     """Every count-and-order fact of one set of dumps."""
 
@@ -164,11 +182,12 @@ class Counts:
     """One collective call (same kind and size on every member) in different states on its members
     (completed on one, started or only scheduled on another): torchfrtrace's state mismatch, which
     tells the rank that has not reached the call; a consequence of a hang more often than its cause."""
+    members: tuple[GroupMembers, ...] = ()
 
     @property
     def mismatched(self) -> bool:
         """A fact that is wrong even when every call completed."""
-        return bool(self.pairs or self.sizes or self.gaps or self.diffs or self.extra or self.orphans)
+        return bool(self.pairs or self.sizes or self.gaps or self.diffs or self.extra or self.orphans or self.members)
 
 
 #: No facts (a view without NCCL calls, such as pptl's own timeline).
@@ -256,7 +275,7 @@ def _collectives(ops: Mapping[int, tuple[NcclOp, ...]], coll: Mapping[str, Mappi
                 by_seq.setdefault(o.match_seq, {})[r] = o
         # a ring buffer that wrapped lost its oldest calls: only what a rank could still hold is missing
         first = {r: min((o.match_seq for o in coll[g].get(r, ())), default=(0, 0)) for r in members}
-        keys = {r: sorted((o.kind, o.numels, o.dtypes) for o in coll[g].get(r, ())) for r in members}
+        keys = {r: sorted((o.kind, o.numels, o.out_numels, o.dtypes) for o in coll[g].get(r, ())) for r in members}
         reordered = all(k == keys[members[0]] for k in keys.values())
         run: CollectiveGap | None = None
         for key in sorted(by_seq):
@@ -272,13 +291,23 @@ def _collectives(ops: Mapping[int, tuple[NcclOp, ...]], coll: Mapping[str, Mappi
                     run = CollectiveGap(g, s, s, tuple(here[r] for r in sorted(here)), missing)
                 orphans += [(o, missing[0]) for o in here.values() if o.done]
             calls = [here[r] for r in sorted(here)]
-            if len({(o.kind, o.numels) for o in calls}) > 1 or _dtypes_differ(calls):
-                diffs.append(CollectiveDiff(g, s, tuple(calls), reordered))
+            totals = a2a_unbalanced(calls) if not missing and len(calls) == len(members) else None
+            if len({o.kind for o in calls}) > 1 or sizes_differ(calls) or _dtypes_differ(calls) or \
+                    totals is not None or _reorder_of_splits(calls, reordered):
+                diffs.append(CollectiveDiff(g, s, tuple(calls), reordered, totals))
             elif len({o.state for o in calls}) > 1:
                 states.append(CollectiveDiff(g, s, tuple(calls)))
         if run is not None:
             gaps.append(run)
     return tuple(gaps), tuple(diffs), tuple(states), orphans
+
+
+def _reorder_of_splits(calls: list[NcclOp], reordered: bool) -> bool:
+    """Calls whose sizes may differ per rank (all_to_all splits) that differ here, not all completed, where
+    every member issued the same calls in another order: two different calls met (as torchfrtrace, an
+    all_to_all's splits are no fault by themselves)."""
+    return (reordered and sizes_may_differ(calls[0].kind)[0] and not all(o.done for o in calls)
+            and len({(o.numels, o.out_numels) for o in calls}) > 1)
 
 
 def _extra(group: str, per_rank: Mapping[int, list[NcclOp]]) -> ExtraCollectives | None:
@@ -389,6 +418,20 @@ def _stopped(ops: Mapping[int, tuple[NcclOp, ...]], pairs: tuple[PairCount, ...]
     return tuple(out)
 
 
+def group_members(views: Mapping[str, Mapping[tuple[int, ...], list[int]]], labels: Mapping[str, str],
+                  ops: Mapping[int, tuple[NcclOp, ...]]) -> tuple[GroupMembers, ...]:
+    """The groups whose dumps disagree on their members. ``views``: group -> members (sorted) -> the ranks
+    whose dump lists them."""
+    out = []
+    for g in sorted(views):
+        if len(views[g]) < 2:
+            continue
+        vs = tuple(sorted(((m, tuple(sorted(rs))) for m, rs in views[g].items()), key=lambda v: (-len(v[1]), v[1])))
+        waiting = tuple(o for r in sorted(ops) for o in ops[r] if o.group == g and not o.done)
+        out.append(GroupMembers(g, labels.get(g, g), vs, waiting))
+    return tuple(out)
+
+
 def counts_dict(c: Counts, plan_next: Mapping[int, Any], op: Callable[[NcclOp], dict[str, Any]]) -> dict[str, Any]:
     """The facts as JSON fields (``op`` renders one call); ``plan_next``: rank -> PlanNext."""
 
@@ -404,7 +447,9 @@ def counts_dict(c: Counts, plan_next: Mapping[int, Any], op: Callable[[NcclOp], 
         "collective_gaps": [{"group": g.group, "first": g.first, "last": g.last, "issued": ops_(g.ops),
                              "missing_ranks": list(g.missing)} for g in c.gaps],
         "collective_diffs": [{"group": d.group, "seq": d.seq, "differs": d.what, "reordered": d.reordered,
-                              "ops": ops_(d.ops)} for d in c.diffs + c.states],
+                              "ops": ops_(d.ops),
+                              **({"total_in": d.totals[0], "total_out": d.totals[1]} if d.totals else {})}
+                             for d in c.diffs + c.states],
         "extra_collectives": [{"group": e.group, "rank": e.rank, "other": e.other, "counts": list(e.counts),
                                "extra": ops_(e.extra), "met": [[op(x), op(y)] for x, y in e.met]} for e in c.extra],
         "orphans": [{"op": op(o.op), "peer": o.peer, "candidates": ops_(o.candidates)} for o in c.orphans],
@@ -412,4 +457,6 @@ def counts_dict(c: Counts, plan_next: Mapping[int, Any], op: Callable[[NcclOp], 
                      "plan_next": ({"op": plan_next[s.rank].op, "comm": plan_next[s.rank].comm}
                                    if s.rank in plan_next else None)} for s in c.stopped],
         "missing_dumps": [{"rank": m.rank, "waiting": ops_(m.waiting)} for m in c.missing],
+        "group_members": [{"group": m.group, "views": [{"members": list(v), "ranks": list(rs)} for v, rs in m.views],
+                           "waiting": ops_(m.waiting)} for m in c.members],
     }

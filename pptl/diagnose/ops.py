@@ -2,11 +2,47 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Sequence
 
-__all__ = ["NcclOp", "ranks_text", "dtypes_differ", "P2P"]
+__all__ = ["NcclOp", "ranks_text", "dtypes_differ", "P2P", "sizes_may_differ", "sizes_differ", "a2a_unbalanced"]
 
 P2P = ("send", "recv")
+
+
+def _is_a2a(kind: str) -> bool:
+    """all_to_all, all_to_all_single, all_to_all_v_single: each rank sends and receives its own split."""
+    return kind.startswith("all_to_all")
+
+
+def sizes_may_differ(kind: str) -> tuple[bool, bool]:
+    """(inputs, outputs): whether members of one collective of ``kind`` may legitimately record
+    different element counts there. As torchfrtrace matches them (``Op.match``): an all_to_all's splits
+    differ per rank (only the group's totals in and out must agree), a scatter's input is on its root
+    only, a gather's output too; the ``_v`` variants take one size per rank."""
+    if _is_a2a(kind):
+        return True, True
+    return kind in ("scatter", "all_gather_v"), kind in ("gather", "reduce_scatter_v")
+
+
+def sizes_differ(calls: "Sequence[NcclOp]") -> bool:
+    """Members' calls of one kind at one sequence number move different element counts where they
+    must agree (inputs, and outputs where every member records them; all_to_all: see
+    :func:`a2a_unbalanced`)."""
+    if not calls:
+        return False
+    ins, outs = sizes_may_differ(calls[0].kind)
+    if not ins and len({o.numels for o in calls}) > 1:
+        return True
+    return not outs and all(o.out_sizes for o in calls) and len({o.out_numels for o in calls}) > 1
+
+
+def a2a_unbalanced(calls: "Sequence[NcclOp]") -> tuple[int, int] | None:
+    """All members' all_to_all at one sequence number: (elements sent in all, received in all) where they
+    differ (torchfrtrace's "Input/output mismatch": total input numel vs total output numel), else None."""
+    if not calls or not _is_a2a(calls[0].kind) or not all(o.sizes and o.out_sizes for o in calls):
+        return None
+    total_in, total_out = sum(sum(o.numels) for o in calls), sum(sum(o.out_numels) for o in calls)
+    return (total_in, total_out) if total_in != total_out else None
 
 
 @dataclass(frozen=True)
@@ -41,6 +77,8 @@ class NcclOp:
     group destroyed and made again under the same name numbers its calls from #1 again). Counted back
     from the newest so that the numbering a hang is in is 0 on every rank, also where a ring buffer
     that wrapped lost the older numberings."""
+    out_sizes: tuple[tuple[int, ...], ...] = ()
+    """Collectives: the output tensors' shapes (empty where the dump records none)."""
 
     @property
     def done(self) -> bool:
@@ -88,6 +126,11 @@ class NcclOp:
         return tuple(out)
 
     @property
+    def out_numels(self) -> tuple[int, ...]:
+        """Element counts per output tensor (collectives)."""
+        return tuple(_prod(s) for s in self.out_sizes)
+
+    @property
     def shape(self) -> str:
         """``8192x4096``, ``[]`` for none."""
         return " ".join("x".join(map(str, s)) or "[]" for s in self.sizes) or "[]"
@@ -96,6 +139,13 @@ class NcclOp:
     def dtype(self) -> str:
         """``Float``, ``Float/Long`` for tensors of several types, "" where the dump records none."""
         return "/".join(dict.fromkeys(self.dtypes))
+
+
+def _prod(s: tuple[int, ...]) -> int:
+    n = 1
+    for x in s:
+        n *= x
+    return n
 
 
 def dtypes_differ(a: NcclOp, b: NcclOp) -> bool:

@@ -34,8 +34,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import networkx as nx
 
 from pptl.diagnose.cause import Cause, PlanNext, evidence, find_cause
-from pptl.diagnose.counts import EMPTY, Counts, MissingDump, count_calls
-from pptl.diagnose.ops import NcclOp
+from pptl.diagnose.counts import EMPTY, Counts, MissingDump, count_calls, group_members
+from pptl.diagnose.ops import NcclOp, sizes_may_differ
 from pptl.diagnose.ops import ranks_text as _ranks
 from pptl.diagnose.plan_names import name_by_plan, plan_counterparts, plan_next, plan_pairs
 from pptl.formats.flight_recorder import FrDump, FrEntry
@@ -105,6 +105,8 @@ def diagnose_dumps(dumps: Sequence[FrDump], schedule: Schedule | None = None) ->
     notes: list[str] = []
     ops: dict[int, list[NcclOp]] = {}
     groups: dict[str, tuple[int, ...]] = {}
+    views: dict[str, dict[tuple[int, ...], list[int]]] = {}
+    labels: dict[str, str] = {}
     wrapped_ranks: set[int] = set()
     for d in sorted(dumps, key=lambda d: d.rank):
         if d.rank in ops:
@@ -112,6 +114,8 @@ def diagnose_dumps(dumps: Sequence[FrDump], schedule: Schedule | None = None) ->
         ops[d.rank] = _rank_ops(d)
         for g in d.groups.values():
             groups.setdefault(g.name, g.ranks)
+            views.setdefault(g.name, {}).setdefault(tuple(sorted(g.ranks)), []).append(d.rank)
+            labels.setdefault(g.name, g.desc if g.desc not in ("", "undefined") else g.name)
         if d.entries and d.entries[0].record_id > 0:
             wrapped_ranks.add(d.rank)
             notes.append(f"rank {d.rank}: the ring buffer wrapped (first record {d.entries[0].record_id}); older "
@@ -132,6 +136,7 @@ def diagnose_dumps(dumps: Sequence[FrDump], schedule: Schedule | None = None) ->
         notes.append(f"no dump for rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}: "
                      "their ops are unknown")
     counts = count_calls(frozen, groups, frozenset(wrapped_ranks))
+    counts = replace(counts, members=group_members(views, labels, frozen))
     # gloo's dumps leave every call "scheduled": nothing tells a call that waits from one that is done. NCCL's
     # record completion, so an NCCL dump with every call "scheduled" is a hang at the first call, and says so.
     no_completion = any(d.entries for d in dumps) and all(
@@ -195,7 +200,8 @@ def _rank_ops(d: FrDump) -> list[NcclOp]:
         recv = e.kind == "recv"
         out.append(NcclOp(d.rank, len(out), e.group, e.kind, e.peer, _seq(e), nth,
                           e.output_sizes if recv else e.input_sizes, st, group_desc=e.group_desc,
-                          dtypes=e.output_dtypes if recv else e.input_dtypes, epoch=epoch))
+                          dtypes=e.output_dtypes if recv else e.input_dtypes, epoch=epoch,
+                          out_sizes=() if e.is_p2p or e.kind in ("send", "recv") else e.output_sizes))
     return out
 
 
@@ -293,7 +299,7 @@ def _collective_mismatches(ops: Mapping[int, tuple[NcclOp, ...]]) -> tuple[list[
             first = seen.setdefault((o.group, o.match_seq), o)
             if first is o or o.group in reported:
                 continue
-            if first.kind != o.kind or first.sizes != o.sizes:
+            if first.kind != o.kind or _differ(ops, first, o):
                 what = f"{first.kind} {_shape(first.sizes)}"
                 other = f"{o.kind} {_shape(o.sizes)}"
                 why = (" (the ranks issue the group's collectives in different orders)"
@@ -302,6 +308,15 @@ def _collective_mismatches(ops: Mapping[int, tuple[NcclOp, ...]]) -> tuple[list[
                            f"issues {other}{why}")
                 reported.add(o.group)  # later ones follow from the first
     return out, reported
+
+
+def _differ(ops: Mapping[int, tuple[NcclOp, ...]], a: NcclOp, b: NcclOp) -> bool:
+    """Two members' calls of one kind at one sequence number are different calls. Where inputs may differ
+    legitimately (an all_to_all's splits, a scatter's root: :func:`sizes_may_differ`), only the same calls
+    issued in another order tell them apart; elsewhere the shapes do."""
+    if not sizes_may_differ(a.kind)[0]:
+        return a.sizes != b.sizes
+    return a.sizes != b.sizes and _same_calls(ops, a.group, a.rank, b.rank)
 
 
 def _same_calls(ops: Mapping[int, tuple[NcclOp, ...]], group: str, a: int, b: int) -> bool:
