@@ -141,3 +141,17 @@ def test_a_config_own_stage_cost_out_of_range_still_names_the_config_field(files
     Path("st.yaml").write_text("schedule: 1f1b\npp: 2\nmicrobatches: 4\ncosts: {F: 1, B: 2, stages: {2: {F: 3}}}\n")
     assert _one_error(*_pptl("plan", "st.yaml")) == (
         "error: st.yaml: field 'costs.stages': stage 2 is not in this plan (stages 0-1)")
+
+
+def test_run_refuses_to_write_its_timeline_over_the_plan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = tmp_path / "p.json"
+    assert CliRunner().invoke(app, ["plan", "-s", "1f1b", "--pp", "2", "-m", "2", "-o", str(plan)]).exit_code == 0
+    before = plan.read_bytes()
+    monkeypatch.chdir(tmp_path)
+    for out in (str(plan), "./p.json", "../" + tmp_path.name + "/p.json"):
+        r = CliRunner().invoke(app, ["run", str(plan), "-o", out, "--device", "cpu", "--steps", "1"])
+        assert r.exit_code == 2, r.output
+        assert r.output.strip().endswith("is the plan being run; name another file for the measured timeline "
+                                         "(it would replace the plan)"), r.output
+        assert len(r.output.strip().splitlines()) == 1
+    assert plan.read_bytes() == before

@@ -81,6 +81,9 @@ def run(
     schedule = with_workload(runnable(load_any(plan_file), plan_file), hidden=hidden, tokens=tokens)
     target = out_file if out_file is not None else default_out(plan_file)
     check_output(target)
+    if target.exists() and plan_file.exists() and target.resolve() == plan_file.resolve():
+        raise InputError(f"-o {target}: is the plan being run; name another file for the measured timeline "
+                         "(it would replace the plan)")
     if out_file is None:  # a name pptl made up never replaces a file (-o names one to overwrite)
         check_new(target)
     with progress(f"running {schedule.family} on {counted(gpus or schedule.pp, 'process', 'processes')}", json_output=output == "json"):
