@@ -6,10 +6,19 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["FREE_CLOCK_SHARE", "unthrottled"]
+__all__ = ["FREE_CLOCK_SHARE", "rank_order", "unthrottled"]
 
 #: Share of a rank's samples a power or thermal limit held its clock, under which the rank ran free.
 FREE_CLOCK_SHARE = 0.2
+
+
+def rank_order(key: Any) -> tuple[int, int, str]:
+    """Sort key of a rank in the clock record (JSON keys are strings): rank numbers in number order, 2
+    before 10; a key that is no ASCII number after them, by its text."""
+    text = str(key)
+    if text.isascii() and text.isdecimal():
+        return (0, int(text), "")
+    return (1, 0, text)
 
 
 def unthrottled(gpu: Any, ranks: int) -> str | None:
@@ -19,7 +28,7 @@ def unthrottled(gpu: Any, ranks: int) -> str | None:
     if not isinstance(gpu, dict) or len(gpu) != ranks:
         return None
     parts = []
-    for r in sorted(gpu, key=lambda k: (len(str(k)), str(k))):  # rank numbers in number order: 2 before 10
+    for r in sorted(gpu, key=rank_order):
         g = gpu[r]
         share = g.get("slowed") if isinstance(g, dict) else None
         if not isinstance(share, (int, float)) or isinstance(share, bool) or not 0 <= share < FREE_CLOCK_SHARE:

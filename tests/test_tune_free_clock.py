@@ -96,3 +96,14 @@ def test_ranks_are_named_in_number_order():
     said = unthrottled(gpu, 12)
     assert said is not None
     assert [p.split(" at ")[0] for p in said.split("; ")] == [f"rank {r}" for r in range(12)]
+
+
+def test_one_rank_order_for_the_clock_record():
+    from pptl.power import rank_order
+    from pptl.run.report import _gpu_lines
+
+    keys = ["10", "2", "x", "0", "²", "11", "1"]  # "²" is a digit to str.isdigit, and no rank number
+    assert sorted(keys, key=rank_order) == ["0", "1", "2", "10", "11", "x", "²"]
+    g = {"sm_mhz": 1500.0, "sm_mhz_p10": 1400.0, "sm_mhz_p90": 1600.0, "power_w": 600.0}
+    lines = _gpu_lines({k: g for k in ("10", "2", "²")})
+    assert [ln.split(":")[0].strip() for ln in lines] == ["rank 2", "rank 10", "rank ²"]

@@ -67,7 +67,9 @@ def _gpu_lines(gpu: Any) -> list[str]:
     if not isinstance(gpu, dict):
         return []
     out = []
-    for rank in sorted(gpu, key=lambda r: int(r) if str(r).isdigit() else -1):
+    from pptl.power import rank_order
+
+    for rank in sorted(gpu, key=rank_order):
         g = gpu[rank]
         if not isinstance(g, dict):
             continue
