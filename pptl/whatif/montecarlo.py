@@ -60,8 +60,14 @@ class Samples:
 
     @property
     def idle(self) -> Any:
-        """(ranks, samples): the span minus each rank's compute time."""
-        return self.span[None, :] - self.busy
+        """(ranks, samples): the span minus each rank's compute time, never below 0. The span is summed
+        op by op along the path and the busy time in blocks, so a rank busy the whole span (a chain)
+        differs by rounding (-1.8e-15): that is 0, not a negative or a tiny idle."""
+        import numpy as np
+
+        idle = self.span[None, :] - self.busy
+        tiny = 1e-9 * np.maximum(np.abs(self.span), 1e-300)[None, :]
+        return np.where(idle > tiny, idle, 0.0)
 
     def quantiles(self, qs: Sequence[float] = (0.5, 0.95, 0.99)) -> tuple[float, ...]:
         import numpy as np
