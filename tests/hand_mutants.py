@@ -350,9 +350,13 @@ MUTANTS: tuple[Mutant, ...] = (
            "a send recorded without dtypes against its receive with them called a dtype mismatch"),
     # --- run report: each rank's clock, in rank order
     Mutant("report-gpu-rank-order-text", "pptl/run/report.py",
-           "for rank in sorted(gpu, key=lambda r: int(r) if str(r).isdigit() else -1):", "for rank in sorted(gpu, key=str):",
+           "for rank in sorted(gpu, key=rank_order):", "for rank in sorted(gpu, key=str):",
            (_G + "test_run_summary_prints_each_rank_clock_in_rank_order",),
            "the run summary prints rank 10's clock before rank 2's"),
+    Mutant("power-rank-order-as-text", "pptl/power.py",
+           'return (0, int(text), "")', "return (0, 0, text)",
+           (_F + "test_ranks_are_named_in_number_order", _F + "test_one_rank_order_for_the_clock_record"),
+           "the clock record's ranks in text order: rank 10 before rank 2"),
 )
 
 

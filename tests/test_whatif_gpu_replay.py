@@ -304,7 +304,8 @@ def test_only_call_6s_long_calibrating_step_opens_fast():
                                                                                   abs=5e-4)
     late = ("call6_h3584", "call9_h3328", "call10_h3840", "call11_h4352")
     others = [o for c in CALLS if c not in late for o in opening[c].values()]
-    assert len(others) == 20 and all(abs(o.early - 1) < 0.013 and abs(o.late - 1) < 0.013 for o in others)
+    # call 12 (68 ms), measured later: 0.993 then 1.008, 0.989 then 1.012, within the others' 1.3%
+    assert len(others) == 22 and all(abs(o.early - 1) < 0.013 and abs(o.late - 1) < 0.013 for o in others)
     slower_first = [c for c in CALLS if c not in ("call6_h3584", "call10_h3840", "call11_h4352") and all(o.early >= o.late for o in opening[c].values())]
     assert slower_first == ["call1", "call2", "call3", "call3_h2560", "call4_h2048"], slower_first
 
