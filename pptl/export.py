@@ -109,7 +109,9 @@ def export_torchtitan(path: str | Path, *, csv_path: str, microbatches: int | No
     text, notes = export_csv(s, comms=False)
     per_rank = s.num_stages // max(1, s.pp)
     fam = find_family(s.family)
-    own = fam.torch_schedule if fam is not None else ""  # "" for imported schedules too
+    # torch's get_schedule_class (what torchtitan calls on this name) knows "LoopedBFS", not the class
+    # name "ScheduleLoopedBFS" some families record.
+    own = fam.torch_schedule.removeprefix("Schedule") if fam is not None else ""  # "" for imported schedules too
     v_shaped = PipelineMeta.of(s).placement == "v"  # the V families (ZB-V, DualPipeV) say so in their meta
     name = own or ("ZBVZeroBubble" if v_shaped else "1F1B" if per_rank == 1 else "Interleaved1F1B")
     # The source path quoted as a TOML string: a newline in a file name would end the comment and
