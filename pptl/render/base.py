@@ -232,8 +232,14 @@ class Style:
 
     def rows(self, tl: "Timeline") -> list[RowSpec]:
         busy = tl.lane_busy()
+        lanes = tl.lanes()
+        # Sub-lanes in one order on every rank (a lane's first use anywhere): by each rank's own first
+        # use, rank 0 (which sends before it receives) would list send above recv, the others below.
+        first: dict[str, int] = {}
+        for _, lane in lanes:
+            first.setdefault(lane, len(first))
         out = []
-        for rank, lane in tl.lanes():
+        for rank, lane in sorted(lanes, key=lambda k: (k[0], k[1] != "compute", first[k[1]])):
             if lane != "compute" and busy.get((rank, lane), 0.0) <= 0.0:
                 continue  # zero-time lanes (RECV completes with its SEND) would only add empty rows
             if lane == "compute":

@@ -19,6 +19,10 @@ __all__ = ["overlay_figure", "overlay_bytes", "overlay_html"]
 _KIND_COLOUR = {"F": "forward", "B": "backward", "I": "backward.input", "W": "backward.weight", "FB": "backward",
                 "SEND": "comm", "RECV": "comm"}
 
+_KIND_LABEL = {"F": "Forward", "B": "Backward", "I": "Backward for input", "W": "Backward for weights",
+               "FB": "Overlapped F & B", "SEND": "Send / Recv", "RECV": "Send / Recv"}
+_ORDER = ("F", "B", "I", "W", "FB", "SEND", "RECV")
+
 
 def _colour(kind: str) -> str:
     from pptl.render.styles import colour
@@ -50,15 +54,21 @@ def overlay_figure(cmp: Comparison) -> Any:
     ax.set_xlim(left=0)  # both timelines are shifted to start at 0; no padding before it
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([f"rank {r} {lane}" for r, lane in rows])
-    ax.invert_yaxis()
+    ax.set_ylim(len(rows) - 0.5, -0.5)  # top row first, without the default headroom of empty rows
     ax.set_xlabel(f"time ({cmp.units})")
     err = cmp.makespan_error
     ax.set_title(f"{cmp.measured.meta.family}: measured (filled) over planned (outlined): makespan "
                  f"{cmp.makespan_measured:.4g} vs planned {cmp.makespan_planned:.4g} {cmp.units}"
-                 + (f" ({100 * err:+.1f}%)" if err is not None else ""), fontsize=10)
-    kinds = sorted({e.kind for e in cmp.measured.events})
-    ax.legend(handles=[Patch(color=_colour(k), label=k) for k in kinds], loc="upper right", fontsize=8,
-              ncol=len(kinds))
+                 + (f" ({100 * err:+.1f}%)" if err is not None else ""), fontsize=10, pad=20)
+    # One entry per colour drawn, named in words (SEND and RECV share a colour: one "Send / Recv"),
+    # for the kinds of either timeline (a plan's kind the run never reached is still outlined).
+    kinds = {e.kind for e in cmp.measured.events} | {e.kind for e in cmp.planned.events}
+    entries: dict[str, str] = {}
+    for k in sorted(kinds, key=lambda k: (_ORDER.index(k) if k in _ORDER else len(_ORDER), k)):
+        entries.setdefault(_colour(k), _KIND_LABEL.get(k, k))
+    # Above the plot, under the title: inside it, the legend covered rank 0's bars and outlines.
+    ax.legend(handles=[Patch(color=c, label=label) for c, label in entries.items()], loc="lower right",
+              bbox_to_anchor=(1.0, 1.0), borderaxespad=0.2, frameon=False, fontsize=8, ncol=len(entries))
     fig.tight_layout()
     return fig
 

@@ -449,10 +449,10 @@ def _figure(results: list[Any]) -> dict[str, Any]:
     if blocks > LIVE_MAX_BLOCKS:
         return {"note": f"{blocks:,} blocks: too many to draw live (above {LIVE_MAX_BLOCKS:,}); the metrics are "
                         "current, and the PNG and SVG downloads draw the figure", "blocks": blocks}
-    figs = [figure_dict(lay.timeline, layout=lay) for lay in lays]
+    # the live page redraws on every change: fewer row labels than a written page (MAX_ROW_LABELS)
+    figs = [figure_dict(lay.timeline, layout=lay, max_ticks=MAX_ROW_LABELS) for lay in lays]
     fig = figs[0] if len(figs) == 1 else _stack(figs, [lay.title for lay in lays], [lay.t1 for lay in lays])
     _drop_unreadable_labels(fig)
-    _thin_row_labels(fig["layout"])
     _room_for_legend(fig["layout"])
     return {"data": fig["data"], "layout": fig["layout"], "blocks": blocks}
 
@@ -486,21 +486,6 @@ def _drop_unreadable_labels(fig: dict) -> None:
         else:
             for k in ("text", "textposition", "insidetextanchor", "textangle", "constraintext", "textfont"):
                 t.pop(k, None)
-
-
-def _thin_row_labels(lay: dict) -> None:
-    """Label at most :data:`MAX_ROW_LABELS` rows per axis, every k-th one: plotly's cost of tick labels
-    grows with their square (400 ranks took 4 s to draw, 2,000 ranks two minutes with the page frozen).
-    Every row is still drawn and its blocks still tell their rank on hover."""
-    for name in ("yaxis", "yaxis3"):
-        axis = lay.get(name)
-        if not isinstance(axis, dict):
-            continue
-        vals, text = axis.get("tickvals"), axis.get("ticktext")
-        if not isinstance(vals, list) or not isinstance(text, list) or len(vals) <= MAX_ROW_LABELS:
-            continue
-        step = math.ceil(len(vals) / MAX_ROW_LABELS)
-        axis["tickvals"], axis["ticktext"] = vals[::step], text[::step]
 
 
 def _stack(figs: list[dict], titles: list[str], ends: list[float]) -> dict:
