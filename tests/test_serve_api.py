@@ -4,31 +4,15 @@ from __future__ import annotations
 import json
 
 import pytest
+from serve_calls import error as _error
+from serve_calls import plan as _plan
+from serve_calls import req as _req
 
 from pptl.config import load_config
-from pptl.errors import InputError, InvalidScheduleError
+from pptl.errors import InputError
 from pptl.formats.plan import plan_from_dict
 from pptl.formats.torch_csv import load_csv_text
 from pptl.serve import api
-
-
-def _req(**params: str) -> api.Request:
-    base = {"schedule": "1f1b", "pp": "4", "microbatches": "8"}
-    base.update(params)
-    return api.parse_request(base)
-
-
-def _plan(**params: str) -> dict:
-    return api.plan_view(_req(**params), cache=api.PlanCache())
-
-
-def _error(**params: str) -> dict:
-    req = _req(**params)
-    try:
-        api.plan_view(req, cache=api.PlanCache())
-    except (InputError, InvalidScheduleError) as e:
-        return api.error_body(e)
-    raise AssertionError("no error")
 
 
 def test_plan_view_has_metrics_formula_and_figure() -> None:

@@ -16,29 +16,13 @@ import threading
 from typing import Iterator
 
 import pytest
+from serve_calls import error as _error
+from serve_calls import plan as _plan
+from serve_calls import req as _req
 
 from pptl.errors import InputError
 from pptl.serve import api
 from pptl.serve.server import make_server
-
-
-def _req(**params: str) -> api.Request:
-    base = {"schedule": "1f1b", "pp": "4", "microbatches": "8"}
-    base.update(params)
-    return api.parse_request(base)
-
-
-def _plan(**params: str) -> dict:
-    return api.plan_view(_req(**params), cache=api.PlanCache())
-
-
-def _error(**params: str) -> dict:
-    try:
-        api.plan_view(_req(**params), cache=api.PlanCache())
-    except InputError as e:
-        return api.error_body(e)
-    raise AssertionError("no error")
-
 
 # -- many ranks: at most MAX_ROW_LABELS labelled rows ------------------------------------------------
 
