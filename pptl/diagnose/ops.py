@@ -1,6 +1,7 @@
 """One NCCL call as a rank issued it, the unit every part of ``pptl diagnose`` reasons about."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -117,13 +118,7 @@ class NcclOp:
     def numels(self) -> tuple[int, ...]:
         """Element counts per tensor: NCCL moves counts, not shapes (torch's pipelining sends a 0-d
         tensor that the peer receives as shape [1])."""
-        out = []
-        for s in self.sizes:
-            n = 1
-            for x in s:
-                n *= x
-            out.append(n)
-        return tuple(out)
+        return tuple(_prod(s) for s in self.sizes)
 
     @property
     def out_numels(self) -> tuple[int, ...]:
@@ -142,10 +137,8 @@ class NcclOp:
 
 
 def _prod(s: tuple[int, ...]) -> int:
-    n = 1
-    for x in s:
-        n *= x
-    return n
+    """Elements of one shape (1 for a 0-d tensor)."""
+    return math.prod(s)
 
 
 def dtypes_differ(a: NcclOp, b: NcclOp) -> bool:

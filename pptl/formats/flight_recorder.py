@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from pptl.errors import InputError
-from pptl.formats.structured import check_regular
+from pptl.fileio import check_regular
 
 __all__ = ["MAX_DUMP_BYTES", "MAX_ENTRIES", "MAX_PICKLE_VALUES", "MAX_TUPLE_DEPTH", "MAX_RANK", "DEFAULT_PREFIX", "FrGroup", "FrEntry", "FrDump", "DumpInputs", "find_dumps",
            "load_dump", "loads_dump", "loads_plain", "rank_from_name", "P2P_KINDS"]

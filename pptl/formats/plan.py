@@ -27,7 +27,7 @@ from pptl.fileio import MAX_FILE_BYTES, read_bounded
 from pptl.formats._legacy import BUCKET_KINDS, bucket_fields
 from pptl.formats._quote import counted, quoted
 from pptl.formats._text import check_names
-from pptl.formats.structured import check_regular, read_structured
+from pptl.formats.structured import read_structured
 from pptl.formats.timeline import timeline_from_dict
 from pptl.ir import Facts, Op, Schedule, ScheduleBuilder
 from pptl.optable import OpTable
@@ -237,7 +237,6 @@ def dumps(data: Mapping[str, Any]) -> str:
 def load_plan(path: str | Path) -> tuple[Schedule, Timeline | None]:
     name = str(path).lower()
     if name.endswith(".json.gz"):
-        check_regular(path)
         try:
             data = json.loads(read_bounded(path, MAX_FILE_BYTES))
         except (UnicodeDecodeError, ValueError) as e:

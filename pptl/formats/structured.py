@@ -15,7 +15,7 @@ from pptl.errors import InputError
 from pptl.fileio import MAX_FILE_BYTES, check_regular, read_bounded, read_error, utf8_text
 from pptl.formats._quote import quoted
 
-__all__ = ["read_structured", "parse_json", "check_regular"]
+__all__ = ["read_structured", "parse_json"]
 
 
 def read_structured(path: str | Path) -> Any:

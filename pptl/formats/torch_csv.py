@@ -171,9 +171,8 @@ def read_csv(path: str | Path, *, microbatches: int | None = None, placement: st
     Raises:
         InputError: unreadable file, or (without ``report_problems``) a bad cell.
     """
-    from pptl.fileio import MAX_FILE_BYTES, read_error, utf8_text
+    from pptl.fileio import MAX_FILE_BYTES, check_regular, read_error, utf8_text
     from pptl.formats.loaded import Loaded
-    from pptl.formats.structured import check_regular
 
     p = Path(path)
     check_regular(p)
