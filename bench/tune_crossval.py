@@ -204,9 +204,29 @@ def _rank(tc: Any, base: Path, *, workers: int) -> tuple[Any, Any, float, list[s
     return tc, tune(tc, workers=workers), limit, notes
 
 
-def _chosen(res: Any) -> list[Any]:
-    """The plans a shape's candidates' launch runs: the pick first (whatever its family, so the pick
-    is always measured), the ranking's top ``TOP``, then each family's fastest."""
+#: The share of a GPU's memory a candidate's predicted peak may take and still be run: a plan that
+#: cannot be allocated stops the whole launch (the peaks are predicted within 4%, the allocator and
+#: NCCL take the rest).
+DEVICE_SHARE = 0.9
+
+
+def _device_mib(cuda: bool) -> float | None:
+    """The smallest GPU's memory in MiB, from nvidia-smi (not torch: CUDA is left to the ranks)."""
+    if not cuda:
+        return None
+    try:
+        q = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                           capture_output=True, text=True, timeout=30).stdout.split()
+        return min(float(x) for x in q) if q else None
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+
+
+def _chosen(res: Any, device_mib: float | None = None) -> tuple[list[Any], list[str]]:
+    """(the plans a shape's candidates' launch runs, those left out): the pick first (whatever its
+    family, so the pick is always measured), the ranking's top ``TOP``, then each family's fastest;
+    left out, a plan whose predicted peak would not fit the GPU at all (a far-over-limit family that
+    holds every micro-batch): named, not run."""
     timed = [r for r in res.results if r.step is not None]
     out: dict[str, Any] = {}
     if res.best is not None:
@@ -216,7 +236,13 @@ def _chosen(res: Any) -> list[Any]:
     for fam in dict.fromkeys(r.structure.family for r in timed):  # each family's fastest, fitting first
         r = next(x for x in timed if x.structure.family == fam)
         out.setdefault(r.label, r)
-    return list(out.values())
+    if device_mib is None:
+        return list(out.values()), []
+    room = DEVICE_SHARE * device_mib
+    run = [r for r in out.values() if max(r.peak) <= room]
+    left = [f"{r.label}: predicted peak {max(r.peak):.0f} MiB over {room:.0f} MiB of the GPU's {device_mib:.0f}"
+            for r in out.values() if max(r.peak) > room]
+    return run, left
 
 
 def _peaks(tl: Any) -> list[float] | None:
@@ -303,6 +329,7 @@ def main() -> int:
     workers = os.cpu_count() or 1
     t0 = time.time()
     machine = _machine(cuda)
+    device_mib = _device_mib(cuda)
 
     # 1. The calibrating 1F1B run of every shape, in one launch.
     cfgs = {s.name: _config(s, cuda) for s in shapes}
@@ -323,13 +350,14 @@ def main() -> int:
         for s in group:
             tc0 = tune_config_from_mapping(cfgs[s.name], source=s.name)
             tc, res, limit, notes = _rank(tc0, work / f"{s.name}.base.measured.json", workers=workers)
-            chosen = _chosen(res)
+            chosen, left_out = _chosen(res, device_mib)
+            notes = [*notes, *(f"not run: {x}" for x in left_out)]
             ranked[s.name] = (tc, res, limit, chosen, notes)
             plans.append((work / f"{s.name}.base.json", work / f"{s.name}.again.measured.json"))
             for k, r in enumerate(chosen):
                 plans.append((best_schedule(tc, r), work / f"{s.name}.c{k}.measured.json"))
             print(f"[{time.time() - t0:.0f}s] {s.name}: limit {limit:.0f} MiB, {len(chosen)} candidates, pick "
-                  f"{res.best.label if res.best else None}", flush=True)
+                  f"{res.best.label if res.best else None}" + "".join(f"; not run: {x}" for x in left_out), flush=True)
         tls = run_plans(plans, gpus=PP, device=a.device, steps=a.steps, warmup=a.warmup)
         k = 0
         for s in group:

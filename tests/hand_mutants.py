@@ -16,6 +16,7 @@ stale (the source moved): fix the table, don't count it.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -391,8 +392,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default="", help="comma-separated names or 1-based numbers")
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--extra", type=Path, help="a Python file whose MUTANTS (of this Mutant) are run instead")
     args = ap.parse_args()
-    picked = list(enumerate(MUTANTS, 1))
+    table = MUTANTS
+    if args.extra is not None:
+        spec = importlib.util.spec_from_file_location("extra_mutants", args.extra)
+        assert spec is not None and spec.loader is not None
+        extra = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(extra)
+        table = tuple(extra.MUTANTS)
+    picked = list(enumerate(table, 1))
     if args.only:
         want = set(args.only.split(","))
         picked = [(k, m) for k, m in picked if m.name in want or str(k) in want]
