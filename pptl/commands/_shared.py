@@ -19,13 +19,17 @@ from typing import TYPE_CHECKING, Annotated, Any, Iterator, Optional
 
 import typer
 
+# typer names Abort and Exit itself in every version; 0.28 moved them out of its copy of click, so they are
+# not taken from there (a failed import here would fall back to the click package, whose errors typer's
+# parser neither raises nor catches: an unknown option became a traceback)
+from typer import Abort, Exit
+
 try:  # typer 0.2x carries its own copy of click; older ones use the click package
-    from typer._click.exceptions import Abort, BadParameter, ClickException, Exit, MissingParameter, UsageError
+    from typer._click.exceptions import BadParameter, ClickException, MissingParameter, UsageError
     from typer._click.types import ParamType
     from typer._click.utils import PacifyFlushWrapper
 except ImportError:  # pragma: no cover - typer < 0.2x
-    from click import Abort, BadParameter, ClickException, MissingParameter, ParamType, UsageError  # type: ignore
-    from click.exceptions import Exit  # type: ignore
+    from click import BadParameter, ClickException, MissingParameter, ParamType, UsageError  # type: ignore
     from click.utils import PacifyFlushWrapper  # type: ignore
 
 from pptl.errors import InputError
