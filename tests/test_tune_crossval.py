@@ -159,6 +159,14 @@ MISSES = {
     # 24 micro-batches at once (peaks 66 GB against a limit of 11 GB), GPipe -2.8% and looped-BFS -3.2%;
     # every plan that fits within 1.2%, the pick the fastest that fits.
     "h3840-t5376-l4-m24": ("families",),
+    # The tenth group's other two, and h3840 again, on 2 H100s (2026-11-27 20:15-20:39 UTC, the model
+    # unchanged): h3328 every line but the families, by the capped V-Half alone (+3.3%; every other plan
+    # -2.5..-1.1%); h3200-t3840-l11 every line but Spearman (0.79: eleven plans within 2.6% of each other,
+    # the launch's own order against itself 0.99), GPipe and looped-BFS not run (peaks of 96 GB predicted,
+    # over the card); h3840 as on the H200s, GPipe -3.1% and looped-BFS -3.7% holding all 24 micro-batches.
+    "h3328-t4352-l6-m26": ("families",),
+    "h3200-t3840-l11-m32": ("spearman",),
+    "h3840-t5376-l4-m24-h100": ("families",),
 }
 #: Largest error of any candidate today, per shape where it is above the 9.5% bound of the others.
 MAX_ERR: dict[str, float] = {"h2048-t1024-l16-m8-bal": 0.161, "h2048-t2048-l4-m32-bal": 0.137,
@@ -170,12 +178,13 @@ def evaluated() -> dict:
     return {p.stem: tune_crossval._evaluate(json.loads(p.read_text())) for p in SHAPES}
 
 
-def test_thirty_six_shapes_unlike_the_bench_were_measured() -> None:
+def test_thirty_eight_shapes_unlike_the_bench_were_measured() -> None:
     shapes = [json.loads(p.read_text())["shape"] for p in SHAPES]
     # h2304 measured twice at the even split; fourteen shapes again at the balanced split (<name>-bal);
     # the user model at two micro-batch counts; the sixth group's two, the seventh's two, the eighth's
-    # one; h2048-t1024-l16 a third time with the clock record (<name>-clk); the ninth group's two, the tenth's one
-    assert len(shapes) == 52 and len({s["name"] for s in shapes}) == 36
+    # one; h2048-t1024-l16 a third time with the clock record (<name>-clk); the ninth group's two, the tenth's
+    # three, the first of them again on H100s (<name>-h100)
+    assert len(shapes) == 55 and len({s["name"] for s in shapes}) == 38
     assert {s["hidden"] for s in shapes} >= {2048, 4096, 8192}
     assert {s["tokens"] for s in shapes} >= {1024, 8192}
     assert {s["layers"] // 2 for s in shapes} >= {4, 16}
