@@ -154,9 +154,10 @@ def check_regular(path: str | Path) -> None:
         raise InputError(f"{p}: not a regular file (a device, pipe or socket); expected a file")
 
 
-def read_bounded(path: str | Path, limit: int) -> bytes:
-    """The bytes of ``path``, gunzipped when its name ends in ``.gz``; at most ``limit`` bytes either
-    way, so a small file cannot expand into gigabytes (a gzip bomb).
+def read_bounded(path: str | Path, limit: int, *, gunzip: bool | None = None) -> bytes:
+    """The bytes of ``path``, gunzipped when ``gunzip`` says so (by default, when its name ends in
+    ``.gz``); at most ``limit`` bytes either way, so a small file cannot expand into gigabytes (a gzip
+    bomb).
 
     Raises:
         InputError: unreadable, too large, or not valid gzip.
@@ -174,7 +175,7 @@ def read_bounded(path: str | Path, limit: int) -> bytes:
         raise read_error(p, e) from None
     if len(raw) > limit:
         raise InputError(f"{p}: file is larger than the {limit} bytes accepted")
-    if not p.name.lower().endswith(".gz"):
+    if not (p.name.lower().endswith(".gz") if gunzip is None else gunzip):
         return raw
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
     try:

@@ -171,17 +171,11 @@ def read_csv(path: str | Path, *, microbatches: int | None = None, placement: st
     Raises:
         InputError: unreadable file, or (without ``report_problems``) a bad cell.
     """
-    from pptl.fileio import MAX_FILE_BYTES, check_regular, read_error, utf8_text
+    from pptl.fileio import MAX_FILE_BYTES, read_bounded, utf8_text
     from pptl.formats.loaded import Loaded
 
     p = Path(path)
-    check_regular(p)
-    try:
-        if p.stat().st_size > MAX_FILE_BYTES:
-            raise InputError(f"{p}: file is larger than the {MAX_FILE_BYTES} bytes accepted")
-        raw = p.read_bytes()
-    except OSError as e:
-        raise read_error(p, e) from None
+    raw = read_bounded(p, MAX_FILE_BYTES, gunzip=False)
     # newlines as read_text(), which this replaced to word a gzip file as one, turned them
     text = utf8_text(raw, p).replace("\r\n", "\n").replace("\r", "\n")
     schedule, notes, problems, lines = load_csv_text(text, source=str(p), microbatches=microbatches,
