@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pptl.errors import InputError
-from pptl.fileio import MAX_FILE_BYTES, check_regular, read_bounded, read_error, utf8_text
+from pptl.fileio import MAX_FILE_BYTES, read_bounded, read_error, utf8_text
 from pptl.formats._quote import quoted
 
 __all__ = ["read_structured", "parse_json"]
@@ -28,16 +28,12 @@ def read_structured(path: str | Path) -> Any:
         raise read_error(path, e) from None
     if path.is_dir():
         raise InputError(f"{path}: is a directory, expected a file")
-    check_regular(path)
     if size > MAX_FILE_BYTES:
         raise InputError(f"{path}: file is {size} bytes, larger than the {MAX_FILE_BYTES} accepted")
     # .json.gz gunzipped (bounded), as every other pptl reader of JSON takes it: a gzip file named
     # .json is told to take that name, which must then read here too
     gz = path.name.lower().endswith(".json.gz")
-    try:
-        raw = read_bounded(path, MAX_FILE_BYTES) if gz else path.read_bytes()
-    except OSError as e:
-        raise read_error(path, e) from None
+    raw = read_bounded(path, MAX_FILE_BYTES, gunzip=gz)
     suffix = ".json" if gz else path.suffix.lower()
     text = utf8_text(raw, path)
     if suffix in (".toml", ".yaml", ".yml", ".json") and not text.strip():
