@@ -283,7 +283,8 @@ def _collectives(ops: Mapping[int, tuple[NcclOp, ...]], coll: Mapping[str, Mappi
             s = key[1]
             missing = tuple(r for r in members if r not in here and key >= first[r])
             if missing:
-                if run is not None and run.missing == missing and (run.ops[0].epoch, run.last) == (key[0], s - 1):
+                # a run goes on within one numbering (match_seq[0] is -epoch) at the next number
+                if run is not None and run.missing == missing and (run.ops[0].match_seq[0], run.last) == (key[0], s - 1):
                     run = CollectiveGap(g, run.first, s, run.ops, missing)
                 else:
                     if run is not None:
