@@ -432,3 +432,19 @@ def test_a_json_file_named_in_capitals_is_a_timeline(tmp_path: Path) -> None:
     f.write_text("{}")
     found = find_dumps([f])
     assert (found.timelines, found.dumps) == ((f,), ())
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_two_or_more_pptl_timelines_are_refused_naming_the_second(tmp_path: Path, count: int) -> None:
+    """A pptl timeline holds every rank, so a second one can only be a mistake (another run, or the
+    same one twice); the second file is the one named, whether two or three are given."""
+    from pptl.diagnose_inputs import diagnose_paths
+
+    run = Path(__file__).parent / "data" / "whatif_gpu" / "call2" / "measured_calibrate.json"
+    paths = []
+    for k in range(count):
+        p = tmp_path / f"run{k}.json"
+        p.write_bytes(run.read_bytes())
+        paths.append(p)
+    with pytest.raises(InputError, match=r"run1\.json: give one pptl timeline \(it holds every rank\)"):
+        diagnose_paths(paths)
