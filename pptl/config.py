@@ -334,7 +334,7 @@ def _rank_scale(value: Any, source: str) -> dict[int, float]:
     out: dict[int, float] = {}
     for r, f in value.items():
         ok = (isinstance(r, int) and not isinstance(r, bool) and r >= 0) or (
-            isinstance(r, str) and r.strip().isdigit() and len(r) < 10)
+            isinstance(r, str) and r.strip().isascii() and r.strip().isdigit() and len(r) < 10)
         if not ok:
             raise InputError(f"{source}: field 'costs.rank_scale': rank {r!r} is not an integer >= 0")
         rank = int(r)
@@ -435,7 +435,7 @@ def _int(data: Mapping[str, Any], name: str, source: str, *, required: bool = Fa
         return default
     v = data[name]
     if isinstance(v, bool) or not isinstance(v, int):
-        if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+        if isinstance(v, str) and _PLAIN_INT.fullmatch(v.strip()):  # ASCII: "²" and "--4" pass isdigit(), not int()
             v = int(v)
         elif isinstance(v, float) and v.is_integer():
             v = int(v)
@@ -474,6 +474,7 @@ def _float(v: Any, name: str, source: str) -> float:
 MAX_VALUE = MAX_NUMBER
 
 
+_PLAIN_INT = re.compile(r"-?[0-9]+")
 _PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:inf|infinity|nan)",
                            re.IGNORECASE)
 

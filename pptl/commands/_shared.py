@@ -81,7 +81,7 @@ def say(line: str, *, stderr: bool = False) -> None:
     stream.write(line + "\n")
     stream.flush()  # as rich's console does: a line a watcher waits for (serve's address) is not held back
 
-_WHOLE = re.compile(r"[+-]?[\d_]+(\.0*)?")
+_WHOLE = re.compile(r"[+-]?\d+(?:_\d+)*(\.0*)?")  # underscores only where int() takes them: 1_000, not 1__2, _4 or 4_
 
 
 def _shown(value: Any) -> str:

@@ -33,7 +33,7 @@ def export(
 
     if csv is not None and to != "torchtitan":
         raise InputError("--csv applies to --to torchtitan only")
-    gz = out_file is not None and out_file.name.endswith(".gz")
+    gz = out_file is not None and out_file.name.lower().endswith(".gz")  # .GZ too, as plan -o reads it
     if gz and to != "chrome":
         raise InputError(f"-o {out_file}: .gz output is for --to chrome")
     if to == "torchtitan" and out_file is not None:
