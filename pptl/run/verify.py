@@ -7,6 +7,7 @@ copy per direction and reduces their gradients). Errors are relative Frobenius n
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -69,7 +70,8 @@ def compare_gradients(workload: Workload, loss: float, loss_ref: float, grads: l
     for s, (mine, ref) in enumerate(zip(grads or [], grads_ref)):
         for k, (a, b) in enumerate(zip(mine, ref)):
             err = float((a - b).norm() / b.norm().clamp_min(1e-30))
-            if err > worst_err or worst == "-":
+            # A NaN compares false with everything: it would pass unseen unless it is the worst.
+            if err > worst_err or worst == "-" or (math.isnan(err) and not math.isnan(worst_err)):
                 worst, worst_err = f"stage {s} layer {k // 4} {names[k % 4]}", err
     loss_err = abs(loss - loss_ref) / max(abs(loss_ref), 1e-30)
     ok = loss_err <= tol and worst_err <= tol
