@@ -402,7 +402,7 @@ def _ops_v1(data: Mapping[str, Any], source: str) -> tuple[list[Op], dict[tuple[
         if not isinstance(entry, Mapping):
             raise InputError(f"{where}: expected an object with rank, lane, ops")
         rank, lane, ops = entry.get("rank"), entry.get("lane"), entry.get("ops")
-        if not isinstance(rank, int) or isinstance(rank, bool):
+        if not isinstance(rank, int) or isinstance(rank, bool) or abs(rank) > _MAX_INDEX:  # as version 2's
             raise InputError(f"{where}.rank: got {quoted(rank)}, expected an integer")
         if not isinstance(lane, str) or not lane:
             raise InputError(f"{where}.lane: got {quoted(lane)}, expected a lane name")
@@ -654,7 +654,8 @@ def _op_v1(raw: Any, rank: int, lane: str, where: str) -> Op:
         kw["payload"] = float(v)
     if raw.get("pair") is not None:
         p = raw["pair"]
-        if not (isinstance(p, list) and len(p) == 3 and all(isinstance(x, int) and not isinstance(x, bool) for x in p)):
+        if not (isinstance(p, list) and len(p) == 3
+                and all(isinstance(x, int) and not isinstance(x, bool) and abs(x) <= _MAX_INDEX for x in p)):
             raise InputError(f"{where}.pair: got {quoted(p)}, expected [stage, mb, direction]")
         kw["pair"] = tuple(p)
     known = {name for name, _ in _V1_INTS} | {"flow", "label", "cost", "kind", "payload", "pair", "rank", "lane"}
