@@ -322,8 +322,9 @@ def title_head(tl: "Timeline") -> str:
 
 def title_number(v: float) -> str:
     """A time in a title: 4 significant digits (a measured makespan has more than anyone reads),
-    without an exponent below 1e9 (a trace in microseconds runs to millions)."""
-    return f"{v:.4g}" if abs(v) < 1e4 or abs(v) >= 1e9 else f"{v:.0f}"
+    without an exponent below 1e9 (a trace in microseconds runs to millions). From 9999.5 on, four
+    significant digits round to 10000, which ``.4g`` writes "1e+04": those take ``.0f`` too."""
+    return f"{v:.4g}" if abs(v) < 9999.5 or abs(v) >= 1e9 else f"{v:.0f}"
 
 
 def title_units(tl: "Timeline") -> str:
