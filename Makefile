@@ -64,7 +64,7 @@ mutate-sample: install-test
 	$(PIP) install -q mutmut==3.8.1
 	$(PY) tests/mutate_sample.py --seed $(SEED) --size $(SIZE) --jobs $(JOBS)
 
-hand-mutants:  # the hand-written boundary mutants of docs/testing.md, each against its tests (~11 min on 2 cores)
+hand-mutants:  # the hand-written boundary mutants of docs/testing.md, each against its tests (~20 min on 2 cores)
 	$(PY) tests/hand_mutants.py
 
 clean:
