@@ -2069,6 +2069,11 @@ MUTANTS: tuple[Mutant, ...] = (
            'title = "VPP + 1 warmup" if tl.meta.vpp >= 1 else',
            (_RE + 'test_moe_order_grid_caption_and_the_b_halfs_chunk',),
            'a plan without interleaving captioned VPP + 1 warmup'),
+    Mutant('program-tighten-send-order', 'pptl/run/program.py',
+           'key[b] = max(key[a], key[b])',
+           'key[b] = key[b]',
+           (_RU + 'test_sends_keep_their_lane_order_where_their_producers_ran_the_other_way',),
+           "a plan whose rank ran F mb1 before F mb0 issues SEND mb1 first: the receiver's mb0 gets mb1's data"),
 )
 
 

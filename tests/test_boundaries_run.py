@@ -510,3 +510,26 @@ def test_a_receive_does_not_take_the_last_steps_publication() -> None:
     with pytest.raises(_TimedOut):
         _gates(2).wait(4, 3, stream, timeout=0.0, on_timeout=_on_timeout)
     assert stream.waited == []
+
+
+def test_sends_keep_their_lane_order_where_their_producers_ran_the_other_way() -> None:
+    """GPipe, pp 2, 2 micro-batches, rank 0's compute lane edited to run F mb1 before F mb0 while its
+    send lane keeps SEND mb0 before SEND mb1 (a valid plan: `pptl check` passes it; rank 1 receives mb0
+    first). Moving each SEND up to its producer alone would issue SEND mb1 right after F mb1, before F
+    mb0 and SEND mb0: the channel's sends out of the order rank 1 receives them (mb1's tensor into mb0's
+    receive). Kept in lane order, both follow F mb0: F1, F0, S0, S1."""
+    from pptl.formats.plan import plan_from_dict, plan_to_dict
+    from pptl.run.program import build_program, tighten_messages
+
+    data = plan_to_dict(build_schedule(config_from_mapping({"schedule": "gpipe", "pp": 2, "microbatches": 2})))
+    for col in data["ops"].values():  # ops 0 and 1: rank 0's F mb0 and F mb1, first on its compute lane
+        values = col["index"] if isinstance(col, dict) else col
+        values[0], values[1] = values[1], values[0]
+    for key in ("order", "timeline", "metrics"):
+        data.pop(key, None)
+    s, _ = plan_from_dict(data)
+    ops = s.ops
+    tight = tighten_messages(build_program(s))
+    rank0 = next(rp for rp in tight.ranks if rp.rank == 0)
+    assert [ops[i].id for i in rank0.issue[:4]] == [
+        "r0/compute/F s0 mb1", "r0/compute/F s0 mb0", "r0/send/SEND_F s0 mb0 ->r1", "r0/send/SEND_F s0 mb1 ->r1"]
