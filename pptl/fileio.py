@@ -166,8 +166,9 @@ def read_bounded(path: str | Path, limit: int, *, gunzip: bool | None = None) ->
 
     p = Path(path)
     try:
-        if p.stat().st_size > limit:
-            raise InputError(f"{p}: file is larger than the {limit} bytes accepted")
+        size = p.stat().st_size
+        if size > limit:
+            raise InputError(f"{p}: file is {size} bytes, larger than the {limit} accepted")
         check_regular(p)
         with p.open("rb") as f:  # at most limit + 1 bytes: a file that grows while read stays bounded
             raw = f.read(limit + 1)

@@ -118,12 +118,12 @@ class NcclOp:
     def numels(self) -> tuple[int, ...]:
         """Element counts per tensor: NCCL moves counts, not shapes (torch's pipelining sends a 0-d
         tensor that the peer receives as shape [1])."""
-        return tuple(_prod(s) for s in self.sizes)
+        return tuple(math.prod(s) for s in self.sizes)
 
     @property
     def out_numels(self) -> tuple[int, ...]:
         """Element counts per output tensor (collectives)."""
-        return tuple(_prod(s) for s in self.out_sizes)
+        return tuple(math.prod(s) for s in self.out_sizes)
 
     @property
     def shape(self) -> str:
@@ -134,11 +134,6 @@ class NcclOp:
     def dtype(self) -> str:
         """``Float``, ``Float/Long`` for tensors of several types, "" where the dump records none."""
         return "/".join(dict.fromkeys(self.dtypes))
-
-
-def _prod(s: tuple[int, ...]) -> int:
-    """Elements of one shape (1 for a 0-d tensor)."""
-    return math.prod(s)
 
 
 def dtypes_differ(a: NcclOp, b: NcclOp) -> bool:

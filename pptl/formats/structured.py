@@ -22,14 +22,12 @@ def read_structured(path: str | Path) -> Any:
     """Parse a YAML, TOML or JSON (``.json`` or gzipped ``.json.gz``) file by its suffix; raise
     InputError with the file and reason."""
     path = Path(path)
-    try:
-        size = path.stat().st_size
+    try:  # before is_dir, which raises some errors (a name too long) rather than answer
+        path.stat()
     except OSError as e:
         raise read_error(path, e) from None
     if path.is_dir():
         raise InputError(f"{path}: is a directory, expected a file")
-    if size > MAX_FILE_BYTES:
-        raise InputError(f"{path}: file is {size} bytes, larger than the {MAX_FILE_BYTES} accepted")
     # .json.gz gunzipped (bounded), as every other pptl reader of JSON takes it: a gzip file named
     # .json is told to take that name, which must then read here too
     gz = path.name.lower().endswith(".json.gz")
