@@ -40,6 +40,7 @@ from pptl.commands._shared import (
     say,
 )
 from pptl.errors import PptlError
+from pptl.fileio import read_error
 
 __all__ = ["app", "main", "COMMANDS"]
 
@@ -165,6 +166,13 @@ class _Boundary(typer.core.TyperGroup):
         except PptlError as e:
             say(f"error: {one_line(str(e))}", stderr=True)
             return e.exit_code
+        except OSError as e:
+            # A path the system refuses before any reader can word it (a name too long for the file
+            # system, met by a glob's or a folder's test): one line about the path, not a traceback.
+            if e.filename is None:
+                raise
+            say(f"error: {one_line(str(read_error(e.filename, e)))}", stderr=True)
+            return 2
         except (KeyboardInterrupt, Abort):  # before a command started (a command's own is handled in invoke)
             say("interrupted", stderr=True)
             return 130

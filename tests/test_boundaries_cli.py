@@ -396,3 +396,15 @@ def test_a_download_query_of_which_and_64_parameters_is_read(server: Any) -> Non
     assert status == 200 and json.loads(body)["format"] == "pptl-plan"
     status, body = _download(srv, 66)
     assert status == 400 and json.loads(body)["error"] == "request: more than 64 parameters"
+
+
+@pytest.mark.parametrize("command", [["check"], ["diagnose"]])
+def test_a_file_name_too_long_for_the_file_system_is_one_line_exit_2(tmp_path: Path, command: list[str]) -> None:
+    """A 300-character name (Linux takes 255 a component): `pptl check` tests whether it exists and
+    `pptl diagnose` whether it is a folder, and the system refuses the name itself (ENAMETOOLONG) before
+    any reader can word it: that was a traceback, exit 1."""
+    path = str(tmp_path / ("a" * 300 + ".json"))
+    result = runner.invoke(app, [*command, path])
+    assert result.exit_code == 2, result.output
+    err = [line for line in result.output.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith(f"error: {path}: cannot read: File name too long"), err
