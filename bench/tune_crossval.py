@@ -137,10 +137,11 @@ NINTH_SHAPES = (Shape("h3712-t3072-l6-m12", 3712, 3072, 12, 1, 3, 12),
 TENTH_SHAPES = (Shape("h3200-t3840-l11-m32", 3200, 3840, 22, 2, 2, 32),
                 Shape("h3840-t5376-l4-m24", 3840, 5376, 8, 2, 4, 24),
                 Shape("h3328-t4352-l6-m26", 3328, 4352, 12, 2, 2, 26))
-#: Two shapes drawn (2026-11-27 23:30 UTC) by ``python bench/draw_shapes.py tune 202611280000 2`` and committed
-#: before their run, the model unchanged since the user shapes.
+#: Three shapes drawn (2026-11-27 22:50 UTC) by ``python bench/draw_shapes.py tune 202611280000 3`` and committed
+#: before their run (the third after the first had run), the model unchanged since the user shapes.
 ELEVENTH_SHAPES = (Shape("h2688-t1792-l12-m6", 2688, 1792, 24, 2, 3, 6),
-                   Shape("h3968-t1792-l16-m5", 3968, 1792, 32, 1, 3, 5))
+                   Shape("h3968-t1792-l16-m5", 3968, 1792, 32, 1, 3, 5),
+                   Shape("h2048-t6912-l7-m20", 2048, 6912, 14, 1, 4, 20))
 #: The held-out groups ``--shapes`` names.
 GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "steady": STEADY_SHAPES,
           "balanced": BALANCED_SHAPES, "user": USER_SHAPES, "sixth": SIXTH_SHAPES, "seventh": SEVENTH_SHAPES,
