@@ -167,6 +167,11 @@ MISSES = {
     "h3328-t4352-l6-m26": ("families",),
     "h3200-t3840-l11-m32": ("spearman",),
     "h3840-t5376-l4-m24-h100": ("families",),
+    # ELEVENTH_SHAPES (drawn by `bench/draw_shapes.py tune 202611280000 3` and committed before their run, 2 H200s,
+    # 2026-11-27 22:58-23:10 UTC, the model unchanged): h2688-t1792-l12-m6 and h3968-t1792-l16-m5 pass every line
+    # (h3968's pick, V-Half, 0.35% over V-Min, within the launch spread); h2048-t6912-l7-m20 every line but the
+    # families, by DualPipe alone (-3.07%; every other plan -2.2..+1.0%).
+    "h2048-t6912-l7-m20": ("families",),
 }
 #: Largest error of any candidate today, per shape where it is above the 9.5% bound of the others.
 MAX_ERR: dict[str, float] = {"h2048-t1024-l16-m8-bal": 0.161, "h2048-t2048-l4-m32-bal": 0.137,
@@ -183,8 +188,8 @@ def test_thirty_eight_shapes_unlike_the_bench_were_measured() -> None:
     # h2304 measured twice at the even split; fourteen shapes again at the balanced split (<name>-bal);
     # the issue's user model at two micro-batch counts; the sixth group's two, the seventh's two, the eighth's
     # one; h2048-t1024-l16 a third time with the clock record (<name>-clk); the ninth group's two, the tenth's
-    # three, the first of them again on H100s (<name>-h100)
-    assert len(shapes) == 55 and len({s["name"] for s in shapes}) == 38
+    # three, the first of them again on H100s (<name>-h100); the eleventh's three (bench/draw_shapes.py)
+    assert len(shapes) == 58 and len({s["name"] for s in shapes}) == 41
     assert {s["hidden"] for s in shapes} >= {2048, 4096, 8192}
     assert {s["tokens"] for s in shapes} >= {1024, 8192}
     assert {s["layers"] // 2 for s in shapes} >= {4, 16}
