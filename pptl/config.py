@@ -334,7 +334,7 @@ def _rank_scale(value: Any, source: str) -> dict[int, float]:
     out: dict[int, float] = {}
     for r, f in value.items():
         ok = (isinstance(r, int) and not isinstance(r, bool) and r >= 0) or (
-            isinstance(r, str) and r.strip().isascii() and r.strip().isdigit() and len(r) < 10)
+            isinstance(r, str) and _RANK_KEY.fullmatch(r.strip()) is not None)
         if not ok:
             raise InputError(f"{source}: field 'costs.rank_scale': rank {r!r} is not an integer >= 0")
         rank = int(r)
@@ -475,6 +475,8 @@ MAX_VALUE = MAX_NUMBER
 
 
 _PLAIN_INT = re.compile(r"-?[0-9]+")
+#: A rank written as a mapping key (YAML and JSON keys are strings): ASCII digits, fewer than ten.
+_RANK_KEY = re.compile(r"[0-9]{1,9}")
 _PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:inf|infinity|nan)",
                            re.IGNORECASE)
 

@@ -1256,7 +1256,7 @@ MUTANTS: tuple[Mutant, ...] = (
            (_CL + 'test_a_size_in_text_is_plain_ascii_digits_or_one_line',),
            '(the bug fixed) a config\'s pp: "--4" or "²" is a ValueError traceback, exit 1'),
     Mutant('cfg-rank-isdigit-traceback', 'pptl/config.py',
-           'r.strip().isascii() and r.strip().isdigit()',
+           '_RANK_KEY.fullmatch(r.strip()) is not None',
            'r.strip().isdigit()',
            (_CL + 'test_a_rank_in_text_is_plain_ascii_digits_or_one_line',),
            '(the bug fixed) costs.rank_scale: {"²": 1} is a ValueError traceback, exit 1'),

@@ -695,3 +695,16 @@ def test_a_coalesced_p2p_call_is_timed_by_the_kernels_its_group_launched(tmp_pat
         "r1/recv/RECV_F s1 mb0 <-r0": (5.0, 15.0), "r1/compute/F s1 mb0": (15.0, 25.0),
         "r1/compute/B s1 mb0": (25.0, 35.0), "r1/send/SEND_B s1 mb0 ->r0": (35.0, 40.0)}
     assert measured_violations(_timeline(loaded)) == []
+
+
+def test_a_structured_file_that_is_a_folder_or_a_name_too_long_is_one_line(tmp_path: Path) -> None:
+    """read_structured leaves every refusal of the path to read_bounded, the one wording of every reader:
+    a folder named like a config, and a name the system refuses (ENAMETOOLONG, 300 characters)."""
+    from pptl.errors import InputError
+    from pptl.formats.structured import read_structured
+
+    (tmp_path / "c.yaml").mkdir()
+    with pytest.raises(InputError, match=r"c\.yaml: is a folder, expected a file$"):
+        read_structured(tmp_path / "c.yaml")
+    with pytest.raises(InputError, match=r"\.yaml: cannot read: File name too long$"):
+        read_structured(tmp_path / ("a" * 300 + ".yaml"))

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pptl.errors import InputError
-from pptl.fileio import MAX_FILE_BYTES, read_bounded, read_error, utf8_text
+from pptl.fileio import MAX_FILE_BYTES, read_bounded, utf8_text
 from pptl.formats._quote import quoted
 
 __all__ = ["read_structured", "parse_json"]
@@ -22,12 +22,6 @@ def read_structured(path: str | Path) -> Any:
     """Parse a YAML, TOML or JSON (``.json`` or gzipped ``.json.gz``) file by its suffix; raise
     InputError with the file and reason."""
     path = Path(path)
-    try:  # before is_dir, which raises some errors (a name too long) rather than answer
-        path.stat()
-    except OSError as e:
-        raise read_error(path, e) from None
-    if path.is_dir():
-        raise InputError(f"{path}: is a directory, expected a file")
     # .json.gz gunzipped (bounded), as every other pptl reader of JSON takes it: a gzip file named
     # .json is told to take that name, which must then read here too
     gz = path.name.lower().endswith(".json.gz")
