@@ -142,11 +142,15 @@ TENTH_SHAPES = (Shape("h3200-t3840-l11-m32", 3200, 3840, 22, 2, 2, 32),
 ELEVENTH_SHAPES = (Shape("h2688-t1792-l12-m6", 2688, 1792, 24, 2, 3, 6),
                    Shape("h3968-t1792-l16-m5", 3968, 1792, 32, 1, 3, 5),
                    Shape("h2048-t6912-l7-m20", 2048, 6912, 14, 1, 4, 20))
+#: Two shapes drawn (2026-11-27 23:40 UTC) by ``python bench/draw_shapes.py tune 202611280100 2`` and committed
+#: before their run, the model unchanged since the user shapes.
+TWELFTH_SHAPES = (Shape("h6016-t2048-l4-m12", 6016, 2048, 8, 2, 2, 12),
+                  Shape("h2816-t4352-l15-m10", 2816, 4352, 30, 1, 4, 10))
 #: The held-out groups ``--shapes`` names.
 GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "steady": STEADY_SHAPES,
           "balanced": BALANCED_SHAPES, "user": USER_SHAPES, "sixth": SIXTH_SHAPES, "seventh": SEVENTH_SHAPES,
           "eighth": EIGHTH_SHAPES, "ninth": NINTH_SHAPES, "tenth": TENTH_SHAPES,
-          "eleventh": ELEVENTH_SHAPES}
+          "eleventh": ELEVENTH_SHAPES, "twelfth": TWELFTH_SHAPES}
 #: CPU smoke shapes (gloo, float32): the script end to end in seconds.
 TINY = (Shape("tiny-a", 64, 16, 8, 1, 3, 4), Shape("tiny-b", 32, 8, 4, 1, 2, 6))
 
