@@ -146,11 +146,15 @@ ELEVENTH_SHAPES = (Shape("h2688-t1792-l12-m6", 2688, 1792, 24, 2, 3, 6),
 #: before their run, the model unchanged since the user shapes.
 TWELFTH_SHAPES = (Shape("h6016-t2048-l4-m12", 6016, 2048, 8, 2, 2, 12),
                   Shape("h2816-t4352-l15-m10", 2816, 4352, 30, 1, 4, 10))
+#: One shape drawn (2026-11-27 23:30 UTC) by ``python bench/draw_shapes.py tune 202611280200 1`` and committed
+#: before its run, the model unchanged since the user shapes.
+THIRTEENTH_SHAPES = (Shape("h6912-t1024-l14-m8", 6912, 1024, 28, 2, 3, 8),)
 #: The held-out groups ``--shapes`` names.
 GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "steady": STEADY_SHAPES,
           "balanced": BALANCED_SHAPES, "user": USER_SHAPES, "sixth": SIXTH_SHAPES, "seventh": SEVENTH_SHAPES,
           "eighth": EIGHTH_SHAPES, "ninth": NINTH_SHAPES, "tenth": TENTH_SHAPES,
-          "eleventh": ELEVENTH_SHAPES, "twelfth": TWELFTH_SHAPES}
+          "eleventh": ELEVENTH_SHAPES, "twelfth": TWELFTH_SHAPES,
+          "thirteenth": THIRTEENTH_SHAPES}
 #: CPU smoke shapes (gloo, float32): the script end to end in seconds.
 TINY = (Shape("tiny-a", 64, 16, 8, 1, 3, 4), Shape("tiny-b", 32, 8, 4, 1, 2, 6))
 
