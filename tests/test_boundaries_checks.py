@@ -139,6 +139,7 @@ def test_fb_paired_with_itself_is_only_pp020() -> None:
     # is dropped); the FB's F half is the very op its B half needs: PP020 alone. PP006 compares the
     # place of that F (the FB itself) with the FB: equal, not "before".
     s = load_any(FIXTURES / "invalid" / "dualpipe_fb_self_dependency.json").schedule
+    assert s is not None
     found = run_checks(s)
     assert _errors(found) == ["PP020"]
     assert found[0].message.endswith("that backward needs it directly, so the pair can never start")
@@ -327,3 +328,250 @@ def test_buffers_exactly_at_the_usable_memory_fit(free: int, over: bool) -> None
     assert (wu["buffers"], wu["bucket_size"]) == (3, 1024)
     s = replace(s, meta={**s.meta, "weight_update": {**wu, "free_memory": free}})
     assert [v.code for v in run_checks(s) if v.code == "PP056"] == (["PP056"] if over else [])
+
+
+# ----------------------------------------------------------------------------------------------
+# Wave 3: a planted slip in a validity rule either rejects a valid plan or accepts an invalid one.
+# Each plan below is built by hand; the comment says which rule must fire on which op, and why.
+
+_LETTER = {"compute": "c", "send": "s", "recv": "r"}
+
+
+def _issued(pp: int, stages: int, directions: int, issue: dict[int, list[Op]]) -> Schedule:
+    """A one-micro-batch schedule whose ranks issue ``issue[rank]`` in that order (its lanes are
+    those ops in that order, its program order the lanes' letters), with the training facts."""
+    from pptl.deps import training_deps
+
+    b = ScheduleBuilder()
+    for r in sorted(issue):
+        b.extend(issue[r])
+    meta = {"program_order": ["".join(_LETTER[op.lane] for op in issue[r]) for r in range(pp)]}
+    return Schedule("hand", pp, stages, 1, b.ops, b.lanes, training_deps(b.ops, stages), directions, meta=meta)
+
+
+def _comp(kind: str, rank: int, stage: int, direction: int) -> Op:
+    return Op(kind, rank, "compute", stage, 0, direction=direction)
+
+
+def _p2p(kind: str, rank: int, stage: int, direction: int, flow: str, peer: int) -> Op:
+    return Op(kind, rank, "send" if kind == "SEND" else "recv", stage, 0, direction=direction, peer=peer, flow=flow)
+
+
+def _two_directions(receives_swapped: bool) -> Schedule:
+    # pp=2, two directions that both put stage 0 on rank 0 and stage 1 on rank 1, one micro-batch
+    # each. Rank 0 sends the activation of direction 0, then of direction 1; rank 1 receives them
+    # in that order, or (swapped) direction 1 first. Nothing of one direction needs the other's
+    # data, so nothing hangs; only NCCL's positional matching goes wrong.
+    r0 = [_comp("F", 0, 0, 0), _p2p("SEND", 0, 0, 0, "F", 1), _comp("F", 0, 0, 1), _p2p("SEND", 0, 0, 1, "F", 1),
+          _p2p("RECV", 0, 0, 0, "B", 1), _p2p("RECV", 0, 0, 1, "B", 1), _comp("B", 0, 0, 0), _comp("B", 0, 0, 1)]
+    receives = [_p2p("RECV", 1, 1, 0, "F", 0), _p2p("RECV", 1, 1, 1, "F", 0)]
+    if receives_swapped:
+        receives.reverse()
+    r1 = receives + [_comp("F", 1, 1, 0), _comp("F", 1, 1, 1), _comp("B", 1, 1, 0), _p2p("SEND", 1, 1, 0, "B", 0),
+                     _comp("B", 1, 1, 1), _p2p("SEND", 1, 1, 1, "B", 0)]
+    return _issued(2, 2, 2, {0: r0, 1: r1})
+
+
+@pytest.mark.parametrize("p2p", ["nonblocking", "nccl", "blocking"])
+def test_two_directions_received_in_send_order_are_valid(p2p: str) -> None:
+    assert run_checks(_two_directions(False), p2p=p2p) == []
+
+
+@pytest.mark.parametrize("p2p", ["nccl", "blocking"])
+def test_messages_differing_only_in_direction_are_a_fifo_mismatch(p2p: str) -> None:
+    # Rank 0's 1st send to rank 1 is direction 0's activation; rank 1's 1st receive from rank 0
+    # expects direction 1's: same flow, same sender stage (0), same mb (0), other direction. NCCL
+    # hands direction 0's tensor to direction 1's stage. The message names the direction (else the
+    # two sides read alike: "SEND_F stage 0 mb 0" against "RECV_F stage 1 mb 0").
+    found = run_checks(_two_directions(True), p2p=p2p)
+    assert [v.code for v in found] == ["PP030"]
+    assert found[0].ops == ("r0/send/SEND_F s0 mb0 ->r1", "r1/recv/RECV_F s1 mb0 d1 <-r0")
+    assert found[0].message == (
+        f"{p2p} matches P2P in order per pair of ranks: rank 0's 1st send to rank 1 is SEND_F stage 0 mb 0 but "
+        "rank 1's 1st receive from rank 0 is RECV_F stage 1 mb 0 (direction 1); the data would land in the wrong "
+        "place (reorder one side)")
+    # Under non-blocking P2P a receive matches its send by identity: the swap is harmless.
+    assert run_checks(_two_directions(True), p2p="nonblocking") == []
+
+
+# Stage 1 on rank 0, stages 0 and 2 on rank 1 (a custom placement torch accepts): the channel
+# rank 0 -> rank 1 carries both SEND_F s1 (to stage 2) and SEND_B s1 (to stage 0), whose sender
+# stage and micro-batch are equal; only the flow tells them apart.
+_MIDDLE_ON_RANK_0 = "1RECV_F0,1F0,1SEND_F0,1RECV_B0,1B0,1SEND_B0\n"
+
+
+def test_messages_differing_only_in_flow_are_a_fifo_mismatch() -> None:
+    valid = _MIDDLE_ON_RANK_0 + "0F0,0SEND_F0,2RECV_F0,2F0,2B0,2SEND_B0,0RECV_B0,0B0\n"
+    assert _check_csv(valid) == []
+    # Rank 1 posts its receive of stage 0's gradient before that of stage 2's input: its 1st
+    # receive from rank 0 is RECV_B (sender stage 1, mb 0) while rank 0's 1st send is SEND_F (sender
+    # stage 1, mb 0). PP030 names that pair; the order also hangs (PP007 on the recv lane, PP031).
+    swapped = _MIDDLE_ON_RANK_0 + "0F0,0SEND_F0,0RECV_B0,2RECV_F0,2F0,2B0,2SEND_B0,0B0\n"
+    found = _check_csv(swapped)
+    assert _errors(found) == ["PP007", "PP030", "PP031"]
+    assert _messages(found, "PP030") == [
+        "nccl matches P2P in order per pair of ranks: rank 0's 1st send to rank 1 is SEND_F stage 1 mb 0 but rank 1's "
+        "1st receive from rank 0 is RECV_B stage 0 mb 0; the data would land in the wrong place (reorder one side)"]
+
+
+@pytest.mark.parametrize("p2p", ["nonblocking", "nccl", "blocking"])
+def test_two_ranks_that_talk_only_to_a_third_do_not_hang(p2p: str) -> None:
+    # Stage 0 on rank 0, stage 1 on rank 2, stage 2 on rank 1: ranks 0 and 1 each talk to rank 2
+    # only. Their channels (0 <-> 2 and 1 <-> 2) are distinct: rank 1's first receive must not wait
+    # for rank 0's last (that would close F s2 -> B s2 -> B s1 -> B s0's receive -> F s2: a false hang).
+    text = ("0F0,0SEND_F0,0RECV_B0,0B0\n2RECV_F0,2F0,2B0,2SEND_B0\n"
+            "1RECV_F0,1F0,1SEND_F0,1RECV_B0,1B0,1SEND_B0\n")
+    assert _check_csv(text, p2p) == []
+
+
+@pytest.mark.parametrize("p2p", ["nonblocking", "nccl"])
+def test_a_receive_after_rank_zeros_very_first_op_is_reported(p2p: str) -> None:
+    # Stage 1 on rank 0 and stage 0 on rank 1: rank 0 issues F s1 mb0 at step 0, then the RECV_F it
+    # needs at step 1. The F sits at position 0 of the whole program (rank 0 first): PP033 still
+    # names it (a position of 0 is a position, not "none").
+    found = _check_csv("1F0,1RECV_F0,1B0,1SEND_B0\n0F0,0SEND_F0,0RECV_B0,0B0\n", p2p)
+    assert _errors(found) == ["PP031", "PP033"]
+    [v] = [v for v in found if v.code == "PP033"]
+    assert v.message == "rank 0 issues RECV_F stage 1 mb 0 at step 1, after r0/compute/F s1 mb0 (step 0) needed its data"
+    assert v.ops == ("r0/recv/RECV_F s1 mb0 <-r1", "r0/compute/F s1 mb0")
+
+
+# ----------------------------------------------------------------------------------------------
+# PP008: an op past the last stage (or before the first) is PP004's (PP001's), not a missing SEND
+
+
+def _with_compute(s: Schedule, rank: int, op: Op) -> Schedule:
+    lanes = _lanes(s)
+    lanes[(rank, "compute")] = [*lanes[(rank, "compute")], op]
+    return s.with_lanes(lanes)
+
+
+def test_an_f_past_the_last_stage_is_out_of_range_and_nothing_more() -> None:
+    # 1F1B pp=2 m=1 (stages 0..1) plus an F of stage 2 on rank 0. The last stage's F (s1, rank 1)
+    # sends nothing: there is no stage 2 to feed, the op there is out of range. One error only.
+    found = run_checks(_with_compute(_one_f_one_b(2, 1), 0, Op("F", 0, "compute", 2, 0)))
+    assert [(v.code, v.ops) for v in found] == [("PP004", ("r0/compute/F s2 mb0",))]
+
+
+def test_a_b_before_the_first_stage_is_malformed_and_nothing_more() -> None:
+    # The same with a B of stage -1 on rank 1: malformed (PP001) and out of range (PP004). Stage 0's
+    # B (rank 0) sends no gradient: there is no stage -1 to feed.
+    found = run_checks(_with_compute(_one_f_one_b(2, 1), 1, Op("B", 1, "compute", -1, 0)))
+    assert [(v.code, v.ops) for v in found] == [("PP001", ("r1/compute/B mb0",)), ("PP004", ("r1/compute/B mb0",))]
+
+
+def test_unmatched_receives_are_reported_in_op_order() -> None:
+    # 1F1B pp=2 m=1 without its two SENDs. Ops are listed rank 0 then rank 1, so rank 0's RECV_B
+    # comes before rank 1's RECV_F (though F sorts before B as a key); then the two crossings with
+    # no SEND, rank 0's F then rank 1's B.
+    s = _one_f_one_b(2, 1)
+    lanes = {k: v for k, v in _lanes(s).items() if k[1] != "send"}
+    assert _messages(run_checks(s.with_lanes(lanes)), "PP008") == [
+        "r0/recv/RECV_B s0 mb0 <-r1 has no matching SEND on rank 1",
+        "r1/recv/RECV_F s1 mb0 <-r0 has no matching SEND on rank 0",
+        "r0/compute/F s0 mb0 produces data for rank 1 but no SEND_F of stage 0 mb 0 carries it",
+        "r1/compute/B s1 mb0 produces data for rank 0 but no SEND_B of stage 1 mb 0 carries it",
+    ]
+
+
+# ----------------------------------------------------------------------------------------------
+# PP043: a pair depends on itself only within one direction; "directly" against "through the loss"
+
+
+def _paired_step(pair: tuple[int, int, int]) -> Schedule:
+    # One paired F marker (stage 0, mb 0, direction 0) in a two-direction, two-stage schedule.
+    b = ScheduleBuilder()
+    b.add(Op(kind="F", rank=0, lane="compute", stage=0, mb=0, pair=pair))
+    return Schedule("custom", 1, 2, 1, b.ops, b.lanes, directions=2)
+
+
+def test_a_pair_with_the_same_mb_of_the_other_direction_is_not_self_dependent() -> None:
+    # B of (stage 0, mb 0, direction 1) needs the forwards of mb 0 in direction 1 only: overlapping
+    # it with F of mb 0 in direction 0 (DualPipe's pairing) can run.
+    assert "PP043" not in [v.code for v in run_checks(_paired_step((0, 0, 1)))]
+    assert "PP043" in [v.code for v in run_checks(_paired_step((0, 0, 0)))]
+
+
+def test_a_pair_with_a_later_stage_depends_on_itself_through_the_loss() -> None:
+    # F of stage 0 mb 0 paired with B of stage 1 mb 0: that B needs the loss of mb 0, hence F s0.
+    [msg] = _messages(run_checks(_paired_step((1, 0, 0))), "PP043")
+    assert msg.startswith("rank 0: the paired step r0/compute/F s0 mb0 +B s1 mb0 overlaps F of stage 0 mb 0 with B of "
+                          "stage 1 mb 0, which needs that forward through the loss: the pair depends on itself; ")
+
+
+# ----------------------------------------------------------------------------------------------
+# PP041: ONLOADs in a plan that offloads nothing; PP042: the first all-to-all left without a partner
+
+
+def _moe(**options: Any) -> Schedule:
+    from pptl.config import Config
+
+    return build_schedule(Config(schedule="moe-1f1b-overlap", pp=1, microbatches=1, options=options))
+
+
+def test_an_onload_in_a_plan_with_no_offload_at_all_is_reported() -> None:
+    # pp=1 m=1 with two layers and offloading: layer 0 is offloaded (d2h) and loaded back (h2d);
+    # layer 1, used next, is not. Drop the d2h lane: the ONLOAD has nothing on the host to load.
+    s = _moe(offload=True, layers_per_chunk=2)
+    lanes = _lanes(s)
+    assert [op.kind for op in lanes[(0, "d2h")]] == ["OFFLOAD"]
+    del lanes[(0, "d2h")]
+    found = run_checks(s.with_lanes(lanes))
+    assert _errors(found) == ["PP041"]
+    assert found[0].ops == ("r0/h2d/ONLOAD_B Onload s0 mb0 #0",)
+    assert found[0].message == ("r0/h2d/ONLOAD_B Onload s0 mb0 #0 loads layer 0 of stage 0 mb 0 back, but rank 0 "
+                                "never offloads it (no OFFLOAD of that layer)")
+
+
+def test_an_ep_member_short_of_two_all_to_alls_names_the_first_left_alone() -> None:
+    # pp=1, ep=2, one layer: each member issues dispatch F, combine F, combine B, dispatch B. Rank 1
+    # loses its last two: rank 0's 3rd (combine B) is the first with no partner.
+    s = _moe(ep=2, layers_per_chunk=1)
+    lanes = _lanes(s)
+    del lanes[(1, "comm")][2:]
+    assert _messages(run_checks(s.with_lanes(lanes)), "PP042") == [
+        "EP group [0, 1]: rank 1 issues 2 all-to-alls and rank 0 4; rank 0's combine B s0 mb0 layer 0 "
+        "(r0/comm/A2A_COMBINE_B EP-C s0 mb0 #0) has no partner and would wait forever"]
+
+
+# ----------------------------------------------------------------------------------------------
+# The runner: errors before warnings; an empty selection runs no rule
+
+
+def test_errors_come_before_warnings() -> None:
+    # 1F1B pp=2 m=1, stage 1's F costs 3 (PP022 warns: the textbook bubble assumes one F cost), and
+    # a memory limit of 0.5 activation units: each rank holds 1 unit once its F starts (PP009 x2).
+    s = build_schedule(config_from_mapping({"schedule": "1f1b", "pp": 2, "microbatches": 1,
+                                            "costs": {"stages": {1: {"F": 3}}}}))
+    found = run_checks(s, memory_limit=0.5)
+    assert [(v.code, v.severity) for v in found] == [("PP009", "error"), ("PP009", "error"), ("PP022", "warning")]
+
+
+def test_an_empty_selection_runs_no_rule() -> None:
+    # 1F1B pp=2 m=1 without its SENDs: PP008 (four times) and nothing else is wrong.
+    s = _one_f_one_b(2, 1)
+    bad = s.with_lanes({k: v for k, v in _lanes(s).items() if k[1] != "send"})
+    assert run_checks(bad, select=set()) == []
+    assert [v.code for v in run_checks(bad, select={"PP008"})] == ["PP008"] * 4
+
+
+def test_a_negative_direction_is_out_of_range_and_leaves_its_slot_empty() -> None:
+    # 1F1B pp=2 m=1 with F s1 mb0 labelled direction -1: outside directions 0..0 (PP004), so the
+    # slot (direction 0, stage 1, mb 0) has no F (PP003). Read as an index, -1 would be the last
+    # direction, 0 here: the F would fill that slot and the plan would pass.
+    found = run_checks(_relabelled(_one_f_one_b(2, 1), "r1/compute/F s1 mb0", direction=-1))
+    assert [(v.code, v.message) for v in found] == [
+        ("PP003", "missing F for stage 1 mb 0"),
+        ("PP004", "r1/compute/F s1 mb0 d-1: stage 1, mb 0, direction -1 outside stages 0..1, micro-batches 0..0, "
+                  "directions 0..0")]
+
+
+def test_planning_a_torch_csv_checks_p2p_under_nccl_like_check() -> None:
+    # `pptl plan --from FILE` has no --p2p flag: it checks under nccl, `pptl check`'s default. Rank
+    # 1 of this fixture posts RECV_F of mb 1 first while rank 0 sends mb 0 first: PP030 under nccl
+    # (it passes under non-blocking P2P, where a receive matches its send by identity).
+    from pptl.planning import plan_from_file
+
+    path = FIXTURES / "invalid" / "p2p_nccl_reordered.csv"
+    assert [v.code for v in plan_from_file(path).violations] == ["PP030"]
+    assert [v.code for v in _check_csv(path.read_text(), "nonblocking")] == []

@@ -124,6 +124,14 @@ def test_offload_bytes_up_to_a_layers_whole_share_is_accepted() -> None:
 # moe_overlap: the family's rules at their limits
 
 
+def test_host_lag_0_is_the_unbounded_issue_window() -> None:
+    """options.host_lag counts compute sub-ops the host may issue ahead, 0 meaning no bound: 0 is a
+    valid value and the plan records it."""
+    cfg = _moe(host_lag=0)
+    assert parse_options(cfg).host_lag == 0
+    assert build_schedule(cfg).meta["host_lag"] == 0
+
+
 def test_pp_2_without_interleaving_is_refused() -> None:
     """pp > 1 needs vpp >= 2; pp = 2 is the smallest pipeline it applies to."""
     with pytest.raises(InputError, match="field 'vpp': got 1, expected at least 2 when pp > 1"):
@@ -303,6 +311,9 @@ def test_read_list_takes_exactly_its_limit_and_read_int_only_integral_floats() -
     with pytest.raises(InputError, match="at most 3 items"):
         read_list([1, 2, 3, 4], "f", "", 3)
     assert read_int(8.0e9, "f", "") == 8_000_000_000
+    assert read_int(5, "f", "", 0, 5) == 5 and read_int(0, "f", "", 0, 5) == 0
+    with pytest.raises(InputError, match="expected an integer in 0..5"):
+        read_int(6, "f", "", 0, 5)
     with pytest.raises(InputError, match="field 'meta.f': got 2.5, expected an integer"):
         read_int(2.5, "f", "")
 
