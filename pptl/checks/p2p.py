@@ -385,7 +385,7 @@ def _issue_positions_of(ctx: Context) -> dict[str, list[Violation]]:
 
 
 def _short(op) -> str:
-    if op.kind in _COMM:
-        return f"{op.kind}_{op.flow} stage {op.stage} mb {op.mb}"
+    if op.kind in _COMM:  # the direction, where not 0: two messages may differ in nothing else
+        return f"{op.kind}_{op.flow} stage {op.stage} mb {op.mb}" + (f" (direction {op.direction})" if op.direction else "")
     return op.id
 
