@@ -326,7 +326,11 @@ def test_view_cache_keeps_its_size_newest_entries() -> None:
     reads: list[str] = []
 
     def get(v: tuple[str]) -> str:
-        return cache.get(v, lambda: reads.append(v[0]) or v[0])  # type: ignore[func-returns-value]
+        def read() -> str:
+            reads.append(v[0])
+            return v[0]
+
+        return cache.get(v, read)
 
     for v in (a, b, c):
         get(v)
