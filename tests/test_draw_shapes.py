@@ -1,0 +1,57 @@
+"""bench/draw_shapes.py: the held-out shapes and whatif calls the benchmarks report are the ones their
+seeds draw (anyone can draw them again), and every draw lies in the issue's ranges."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+import draw_shapes  # noqa: E402
+import tune_crossval  # noqa: E402
+
+
+def _as_rows(shapes: tuple[tune_crossval.Shape, ...]) -> list[tuple[str, int, int, int, int, int, int]]:
+    return [(s.name, s.hidden, s.tokens, s.layers, s.embedding, s.head, s.microbatches) for s in shapes]
+
+
+def test_the_script_drawn_crossval_groups_are_their_seeds_draws() -> None:
+    assert _as_rows(tune_crossval.ELEVENTH_SHAPES) == draw_shapes.draw_tune(202611280000, 3)
+    assert _as_rows(tune_crossval.TWELFTH_SHAPES) == draw_shapes.draw_tune(202611280100, 2)
+    assert _as_rows(tune_crossval.THIRTEENTH_SHAPES) == draw_shapes.draw_tune(202611280200, 1)
+
+
+def test_the_whatif_calls_15_to_18_are_their_seeds_draws() -> None:
+    # the options each call ran with, as its stored machine.txt records them
+    data = ROOT / "tests" / "data" / "whatif_gpu"
+    for seed, call in ((202611280001, "call15_h3200"), (202611280002, "call16_h2432"),
+                       (202611280003, "call17_h3968"), (202611280004, "call18_h2816")):
+        ran = (data / call / "machine.txt").read_text()
+        assert f"bench/whatif_gpu.sh OUT {draw_shapes.draw_whatif(seed)}," in ran, call
+
+
+def test_tune_draws_lie_in_the_issue_ranges_and_the_step_budget() -> None:
+    for seed in range(40):
+        (name, h, t, layers, emb, head, m), = draw_shapes.draw_tune(seed, 1)
+        assert 2048 <= h <= 8192 and h % 128 == 0
+        assert 1024 <= t <= 8192 and t % 256 == 0
+        assert layers % 2 == 0 and 4 <= layers // 2 <= 16
+        assert 1 <= emb <= 2 <= head <= 4 and 4 <= m <= 32
+        assert name == f"h{h}-t{t}-l{layers // 2}-m{m}"
+        assert draw_shapes.step_ms(h, t, layers + emb + head, m) <= draw_shapes.MAX_STEP_MS
+
+
+def test_step_estimate_by_hand() -> None:
+    # hidden 4096, 2048 tokens, 10 blocks, 8 micro-batches on 2 GPUs: 48 * 2048 * 4096^2 * 10 * 8 / 2 FLOPs
+    # = 6.597e13 per GPU, at 5e14 FLOP/s: 131.9 ms
+    assert abs(draw_shapes.step_ms(4096, 2048, 10, 8) - 131.94) < 0.01
+
+
+def test_whatif_draws_lie_in_their_ranges() -> None:
+    for seed in range(40):
+        words = draw_shapes.draw_whatif(seed).split()
+        opts = dict(zip(words[::2], words[1::2]))
+        assert 2048 <= int(opts["--hidden"]) <= 4096 and 1024 <= int(opts["--tokens"]) <= 4096
+        assert 2 <= int(opts["--layers"]) <= 6 and opts["--slow-rank"] in ("0", "1")
+        assert 1.1 <= float(opts["--slow-factor"]) <= 1.3
