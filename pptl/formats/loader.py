@@ -31,7 +31,8 @@ def load_any(path: str | Path, **options: Any) -> Loaded:
     """Read a plan, config, timeline or registered format. Options go to the format's reader
     (``microbatches``, ``placement``...) and override what a config file says."""
     path = Path(path)
-    suffix = "".join(path.suffixes[-2:]).lower() if path.name.endswith(".json.gz") else path.suffix.lower()
+    # the name compared without case, as read_structured and read_bounded compare it: TRACE.JSON.GZ is a trace
+    suffix = ".json.gz" if path.name.lower().endswith(".json.gz") else path.suffix.lower()
     if suffix in READERS and not (suffix == ".json" and _is_pptl_file(path)):
         module, name = READERS[suffix]
         reader: Callable[..., Loaded] = getattr(import_module(module), name)

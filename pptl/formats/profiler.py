@@ -97,7 +97,7 @@ def read_dir(path: str | Path, **options: Any) -> Any:
         raise InputError(f"{p}: no such file")  # as a missing plan or config is worded, not "no file suffix"
     if not p.is_dir():
         raise InputError(f"{p}: no file suffix; expected a folder of traces, or a .json, .yaml, .toml or .csv file")
-    files = sorted(f for f in p.iterdir() if f.name.endswith((".json", ".json.gz")))
+    files = sorted(f for f in p.iterdir() if f.name.lower().endswith((".json", ".json.gz")))  # as load_any names them
     if not files:
         raise InputError(f"{p}: the folder holds no .json or .json.gz traces")
     return read_traces(files, source=str(p), skip_others=True, **options)
