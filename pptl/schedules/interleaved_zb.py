@@ -114,7 +114,8 @@ def assumptions(cfg: Config) -> list[str]:
     out = uniform_cost_assumptions(cfg, ("F", "I", "W"))
     c = cfg.costs
     f, i, w = c.lookup("F"), c.lookup("I"), c.lookup("W")
-    if f is not None and i is not None and w is not None and cfg.pp > 1 and w > min(f, i):
+    if f is not None and i is not None and w is not None and cfg.pp > 1 and cfg.microbatches >= cfg.pp \
+            and w > min(f, i):
         # Measured (m >= p, V 2-4, p 2-5): a W longer than the F or I whose slot it fills no longer
         # fits it, and every rank idles (p-1)max(F, I), (p-1)(W-min(F, I)) more than (p-1)(F+I-W).
         out.append(f"W={w:g} > min(F, I)={min(f, i):g}: each rank idles (p-1)max(F,I) = "
