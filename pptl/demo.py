@@ -106,7 +106,8 @@ def run_demo(out: Path, *, fixtures: Path | None = None, style: str = "auto",
                 plain = plain_counterpart(path)
                 for suffix in (".png", ".pdf"):
                     target = out / f"{path.stem}_compare_warmup{suffix}"
-                    warnings += write_file(tl, target, options=opts, compare=plain)
+                    # in the family's style too: the comparison is that style's figure, whatever draws the rest
+                    warnings += write_file(tl, target, options=replace(opts, style="auto"), compare=plain)
                     written.append(str(target))
             items.append(DemoItem(path.name, tl.meta.family, resolve_style(style, tl).name, len(tl.events),
                                   tl.makespan, tl.bubble_fraction(), tuple(written), tuple(warnings)))
