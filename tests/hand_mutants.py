@@ -2794,7 +2794,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant('demo-compare-drawing-style', 'pptl/demo.py',
            'options=replace(opts, style="auto"), compare=plain)',
            'options=opts, compare=plain)',
-           (_CD + 'test_demo_in_another_style_still_draws_the_comparison_in_its_familys',),
+           (_CD + 'test_demo_comparison_figure_is_written_as_png_and_pdf',),
            "(the bug fixed) run_demo(style='default') fails every moe-1f1b-overlap example: '--compare-warmup: draws moe-1f1b-overlap plans only'"),
 )
 

@@ -54,30 +54,18 @@ def test_an_example_with_an_upper_case_suffix_is_an_example(tmp_path: Path) -> N
     assert [p.name for p in example_files(tmp_path)] == ["A.YAML", "b.Toml", "c.json"]
 
 
-def test_demo_comparison_figure_is_written_as_png_and_pdf(tmp_path: Path) -> None:
+@pytest.mark.parametrize("style", ["auto", "default"])
+def test_demo_comparison_figure_is_written_as_png_and_pdf(tmp_path: Path, style: str) -> None:
     # A moe-1f1b-overlap config pairs F and B: besides its own PNG, PDF and HTML it gets
-    # <name>_compare_warmup in the two paper formats, PNG and PDF: five files in all.
+    # <name>_compare_warmup in the two paper formats, PNG and PDF: five files in all. In pptl's default
+    # style too: the comparison, a figure of the MoE style alone, is drawn in the family's style (it
+    # failed the example with "--compare-warmup: draws moe-1f1b-overlap plans only (use --style moe)").
     fx = tmp_path / "fx"
     fx.mkdir()
     (fx / "m.yaml").write_text("schedule: moe-1f1b-overlap\npp: 2\nvpp: 2\nmicrobatches: 4\n")
-    out = tmp_path / "out"
-    (item,) = run_demo(out, fixtures=fx)
+    (item,) = run_demo(tmp_path / "out", fixtures=fx, style=style)
     assert item.ok, item.error
-    assert [Path(f).name for f in item.files] == ["m.png", "m.pdf", "m.html", "m_compare_warmup.png",
-                                                  "m_compare_warmup.pdf"]
-    assert all(Path(f).is_file() for f in item.files)
-
-
-def test_demo_in_another_style_still_draws_the_comparison_in_its_familys(tmp_path: Path) -> None:
-    # run_demo(style="default") draws every figure in pptl's default style; the warm-up comparison, a figure
-    # of the MoE style alone, is drawn in the family's style (it failed the example with "--compare-warmup:
-    # draws moe-1f1b-overlap plans only (use --style moe)"): the same five files as in the family's style.
-    fx = tmp_path / "fx"
-    fx.mkdir()
-    (fx / "m.yaml").write_text("schedule: moe-1f1b-overlap\npp: 2\nvpp: 2\nmicrobatches: 4\n")
-    (item,) = run_demo(tmp_path / "out", fixtures=fx, style="default")
-    assert item.ok, item.error
-    assert item.style == "default"
+    assert item.style == ("moe" if style == "auto" else "default")
     assert [Path(f).name for f in item.files] == ["m.png", "m.pdf", "m.html", "m_compare_warmup.png",
                                                   "m_compare_warmup.pdf"]
     assert all(Path(f).is_file() for f in item.files)
