@@ -54,12 +54,14 @@ class Shape:
     hidden: int
     tokens: int
     layers: int
-    """Decoder layers in all (``layers / PP`` a stage on the even split)."""
+    """Decoder layers in all (``layers / pp`` a stage on the even split)."""
     embedding: int
     """MLP blocks the embedding runs as (the first stage)."""
     head: int
     """MLP blocks the head runs as (the last stage)."""
     microbatches: int
+    pp: int = PP
+    """Pipeline stages, one GPU each (a launch runs shapes of one pp on that many GPUs)."""
 
 
 SHAPES = (
@@ -149,14 +151,21 @@ TWELFTH_SHAPES = (Shape("h6016-t2048-l4-m12", 6016, 2048, 8, 2, 2, 12),
 #: One shape drawn (2026-11-27 23:30 UTC) by ``python bench/draw_shapes.py tune 202611280200 1`` and committed
 #: before its run, the model unchanged since the user shapes.
 THIRTEENTH_SHAPES = (Shape("h6912-t1024-l14-m8", 6912, 1024, 28, 2, 3, 8),)
+#: Three shapes at pp 4 (on 4 GPUs, the first 4-GPU kind lent), drawn (2026-11-28 02:10 UTC) by
+#: ``python bench/draw_shapes.py tune 202611280300 3 --pp 4`` and committed before their run, the model
+#: unchanged since the user shapes.
+FOURTEENTH_SHAPES = (Shape("h3584-t5888-l9-m5-p4", 3584, 5888, 36, 1, 2, 5, pp=4),
+                     Shape("h2176-t1792-l11-m15-p4", 2176, 1792, 44, 1, 4, 15, pp=4),
+                     Shape("h3456-t2560-l7-m19-p4", 3456, 2560, 28, 1, 3, 19, pp=4))
 #: The held-out groups ``--shapes`` names.
 GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "steady": STEADY_SHAPES,
           "balanced": BALANCED_SHAPES, "user": USER_SHAPES, "sixth": SIXTH_SHAPES, "seventh": SEVENTH_SHAPES,
           "eighth": EIGHTH_SHAPES, "ninth": NINTH_SHAPES, "tenth": TENTH_SHAPES,
           "eleventh": ELEVENTH_SHAPES, "twelfth": TWELFTH_SHAPES,
-          "thirteenth": THIRTEENTH_SHAPES}
+          "thirteenth": THIRTEENTH_SHAPES, "fourteenth": FOURTEENTH_SHAPES}
 #: CPU smoke shapes (gloo, float32): the script end to end in seconds.
-TINY = (Shape("tiny-a", 64, 16, 8, 1, 3, 4), Shape("tiny-b", 32, 8, 4, 1, 2, 6))
+TINY = (Shape("tiny-a", 64, 16, 8, 1, 3, 4), Shape("tiny-b", 32, 8, 4, 1, 2, 6),
+        Shape("tiny-p4", 32, 8, 8, 1, 2, 8, pp=4))
 
 
 def shapes_named(names: list[str]) -> tuple[Shape, ...]:
@@ -167,7 +176,7 @@ def shapes_named(names: list[str]) -> tuple[Shape, ...]:
 
 def _config(shape: Shape, cuda: bool) -> dict[str, Any]:
     dtype = "bfloat16" if cuda else "float32"
-    return tune_config(PP, [shape.microbatches], shape.hidden, shape.tokens, dtype, layers=shape.layers,
+    return tune_config(shape.pp, [shape.microbatches], shape.hidden, shape.tokens, dtype, layers=shape.layers,
                        embedding=shape.embedding, head=shape.head)
 
 
@@ -180,9 +189,9 @@ def _base_plan(shape: Shape, cfg: dict[str, Any], split: str = "even") -> dict[s
     from pptl.tune.write import calibration_config
 
     tc = tune_config_from_mapping(cfg, source=shape.name)
-    at = None if split == "balanced" else Split("even", even_split(shape.layers, PP))
+    at = None if split == "balanced" else Split("even", even_split(shape.layers, shape.pp))
     layers = list(calibration_config(tc, at).workload.stage_layers or ())
-    return {"schedule": "1f1b", "pp": PP, "microbatches": shape.microbatches,
+    return {"schedule": "1f1b", "pp": shape.pp, "microbatches": shape.microbatches,
             "workload": {**cfg["workload"], "stage_layers": layers}}
 
 
@@ -259,9 +268,9 @@ def _chosen(res: Any, device_mib: float | None = None) -> tuple[list[Any], list[
     return run, left
 
 
-def _peaks(tl: Any) -> list[float] | None:
+def _peaks(tl: Any, pp: int) -> list[float] | None:
     mem = tl.meta.extra.get("memory") or {}
-    return [mem[str(k)]["peak_mib"] for k in range(PP)] if mem else None
+    return [mem[str(k)]["peak_mib"] for k in range(pp)] if mem else None
 
 
 #: Columns of a row's ``ops``: every measured op of the candidate's timed step, compactly.
@@ -276,12 +285,12 @@ def _ops(tl: Any) -> list[list[Any]]:
             for e in sorted(tl.events, key=lambda e: (e.rank, e.start))]
 
 
-def _row(r: Any, tl: Any) -> dict[str, Any]:
+def _row(r: Any, tl: Any, pp: int) -> dict[str, Any]:
     row = {"label": r.label, "family": r.structure.family, "microbatches": r.structure.microbatches,
            "stage_layers": list(r.split.layers), "predicted_ms": r.step,
            "spread": None if r.spread is None else [r.spread.p05, r.spread.p95],
            "predicted_peak": list(r.peak), "fits": r.fits, "measured_ms": tl.makespan,
-           "step_ms": tl.meta.extra.get("step_ms"), "measured_peak": _peaks(tl),
+           "step_ms": tl.meta.extra.get("step_ms"), "measured_peak": _peaks(tl, pp),
            "ops": _ops(tl), "gpu": tl.meta.extra.get("gpu")}
     if r.structure.family == "synth":  # the order that ran: the offline re-timing uses it
         row["executed"] = (tl.meta.extra.get("executed") or {})
@@ -332,11 +341,14 @@ def main() -> int:
     from pptl.tune.rank import best_schedule
 
     cuda = a.device == "cuda"
-    shapes = SHAPES if cuda else TINY
+    shapes = SHAPES if cuda else tuple(s for s in TINY if s.pp == PP)
     if a.shapes in GROUPS:
         shapes = GROUPS[a.shapes]
     elif a.shapes:
         shapes = shapes_named(a.shapes.split(","))
+    if len({s.pp for s in shapes}) != 1:
+        ap.error("--shapes: one pp a call (a launch runs on pp GPUs)")
+    pp = shapes[0].pp
     out = Path(a.out)
     (out / "shapes").mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="pptl_crossval_"))
@@ -353,7 +365,7 @@ def main() -> int:
         p.write_text(json.dumps(_base_plan(s, cfgs[s.name], a.calibrate)))
         base_plans.append((p, work / f"{s.name}.base.measured.json"))
     print(f"[{time.time() - t0:.0f}s] calibrating {len(shapes)} shapes in one launch", flush=True)
-    run_plans(base_plans, gpus=PP, device=a.device, steps=a.steps, warmup=a.warmup)
+    run_plans(base_plans, gpus=pp, device=a.device, steps=a.steps, warmup=a.warmup)
 
     # 2. Rank each shape from its run; 3. its candidates (and its calibrating plan again), a launch per group.
     summary: dict[str, Any] = {"machine": machine, "steps": a.steps, "warmup": a.warmup, "shapes": {}}
@@ -372,13 +384,13 @@ def main() -> int:
                 plans.append((best_schedule(tc, r), work / f"{s.name}.c{k}.measured.json"))
             print(f"[{time.time() - t0:.0f}s] {s.name}: limit {limit:.0f} MiB, {len(chosen)} candidates, pick "
                   f"{res.best.label if res.best else None}" + "".join(f"; not run: {x}" for x in left_out), flush=True)
-        tls = run_plans(plans, gpus=PP, device=a.device, steps=a.steps, warmup=a.warmup)
+        tls = run_plans(plans, gpus=pp, device=a.device, steps=a.steps, warmup=a.warmup)
         k = 0
         for s in group:
             tc, res, limit, chosen, notes = ranked[s.name]
             again = tls[k]
             k += 1
-            rows = [_row(r, tl) for r, tl in zip(chosen, tls[k:k + len(chosen)])]
+            rows = [_row(r, tl, pp) for r, tl in zip(chosen, tls[k:k + len(chosen)])]
             k += len(chosen)
             base = _trim_base(work / f"{s.name}.base.measured.json")
             # The families searched: a re-ranking later must not pick a family added since, which never ran.

@@ -20,6 +20,8 @@ def test_the_script_drawn_crossval_groups_are_their_seeds_draws() -> None:
     assert _as_rows(tune_crossval.ELEVENTH_SHAPES) == draw_shapes.draw_tune(202611280000, 3)
     assert _as_rows(tune_crossval.TWELFTH_SHAPES) == draw_shapes.draw_tune(202611280100, 2)
     assert _as_rows(tune_crossval.THIRTEENTH_SHAPES) == draw_shapes.draw_tune(202611280200, 1)
+    assert _as_rows(tune_crossval.FOURTEENTH_SHAPES) == draw_shapes.draw_tune(202611280300, 3, pp=4)
+    assert {s.pp for s in tune_crossval.FOURTEENTH_SHAPES} == {4}
 
 
 def test_the_whatif_calls_15_to_18_are_their_seeds_draws() -> None:
@@ -42,10 +44,44 @@ def test_tune_draws_lie_in_the_issue_ranges_and_the_step_budget() -> None:
         assert draw_shapes.step_ms(h, t, layers + emb + head, m) <= draw_shapes.MAX_STEP_MS
 
 
+def test_pp4_draws_spread_their_layers_over_four_stages_and_keep_the_step_budget() -> None:
+    for seed in range(40):
+        (name, h, t, layers, emb, head, m), = draw_shapes.draw_tune(seed, 1, pp=4)
+        assert layers % 4 == 0 and 4 <= layers // 4 <= 16
+        assert name == f"h{h}-t{t}-l{layers // 4}-m{m}-p4"
+        assert draw_shapes.step_ms(h, t, layers + emb + head, m, 4) <= draw_shapes.MAX_STEP_MS
+
+
+def test_pp2_draws_are_unchanged_by_the_pp_option() -> None:
+    # seed 202611280000's first draw, as ELEVENTH_SHAPES stored it before pp was an option
+    assert draw_shapes.draw_tune(202611280000, 1) == draw_shapes.draw_tune(202611280000, 1, pp=2) \
+        == [("h2688-t1792-l12-m6", 2688, 1792, 24, 2, 3, 6)]
+
+
+def test_the_cli_refuses_a_pp_it_cannot_run_and_a_count_for_whatif() -> None:
+    assert draw_shapes.main(["tune", "7", "2", "--pp", "3"]) == 2
+    assert draw_shapes.main(["whatif", "7", "8"]) == 2
+    assert draw_shapes.main(["tune", "7", "two"]) == 2
+
+
 def test_step_estimate_by_hand() -> None:
     # hidden 4096, 2048 tokens, 10 blocks, 8 micro-batches on 2 GPUs: 48 * 2048 * 4096^2 * 10 * 8 / 2 FLOPs
     # = 6.597e13 per GPU, at 5e14 FLOP/s: 131.9 ms
     assert abs(draw_shapes.step_ms(4096, 2048, 10, 8) - 131.94) < 0.01
+    # the same work over 4 GPUs: half
+    assert abs(draw_shapes.step_ms(4096, 2048, 10, 8, 4) - 65.97) < 0.01
+
+
+def test_pp4_whatif_draws_slow_any_of_the_four_ranks_and_name_the_gpus() -> None:
+    ranks = set()
+    for seed in range(60):
+        words = draw_shapes.draw_whatif(seed, 4).split()
+        opts = dict(zip(words[::2], words[1::2]))
+        assert opts["--gpus"] == "4"
+        ranks.add(int(opts["--slow-rank"]))
+        # the other options are the pp-2 draw's: the rank is the one draw that depends on pp
+        assert draw_shapes.draw_whatif(seed, 4).split()[:6] == draw_shapes.draw_whatif(seed).split()[:6]
+    assert ranks == {0, 1, 2, 3}
 
 
 def test_whatif_draws_lie_in_their_ranges() -> None:
