@@ -158,16 +158,21 @@ FOURTEENTH_SHAPES = (Shape("h3584-t5888-l9-m5-p4", 3584, 5888, 36, 1, 2, 5, pp=4
                      Shape("h2176-t1792-l11-m15-p4", 2176, 1792, 44, 1, 4, 15, pp=4),
                      Shape("h3456-t2560-l7-m19-p4", 3456, 2560, 28, 1, 3, 19, pp=4))
 #: Two more at pp 4, drawn (2026-11-28 02:00 UTC) by ``python bench/draw_shapes.py tune 202611280400 2 --pp 4``
-#: and committed before their run, the model unchanged.
+#: and committed before their run, the model unchanged. Not run: the 4-GPU kinds were no longer lent when
+#: their call was made.
 FIFTEENTH_SHAPES = (Shape("h4224-t3072-l7-m4-p4", 4224, 3072, 28, 1, 2, 4, pp=4),
                     Shape("h2304-t4352-l9-m22-p4", 2304, 4352, 36, 2, 2, 22, pp=4))
+#: Two shapes at pp 2 drawn (2026-11-28 02:08 UTC) by ``python bench/draw_shapes.py tune 202611280500 2`` and
+#: committed before their run, the model unchanged.
+SIXTEENTH_SHAPES = (Shape("h3584-t2048-l5-m14", 3584, 2048, 10, 2, 3, 14),
+                    Shape("h2816-t2304-l10-m5", 2816, 2304, 20, 1, 2, 5))
 #: The held-out groups ``--shapes`` names.
 GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "steady": STEADY_SHAPES,
           "balanced": BALANCED_SHAPES, "user": USER_SHAPES, "sixth": SIXTH_SHAPES, "seventh": SEVENTH_SHAPES,
           "eighth": EIGHTH_SHAPES, "ninth": NINTH_SHAPES, "tenth": TENTH_SHAPES,
           "eleventh": ELEVENTH_SHAPES, "twelfth": TWELFTH_SHAPES,
           "thirteenth": THIRTEENTH_SHAPES, "fourteenth": FOURTEENTH_SHAPES,
-          "fifteenth": FIFTEENTH_SHAPES}
+          "fifteenth": FIFTEENTH_SHAPES, "sixteenth": SIXTEENTH_SHAPES}
 #: CPU smoke shapes (gloo, float32): the script end to end in seconds.
 TINY = (Shape("tiny-a", 64, 16, 8, 1, 3, 4), Shape("tiny-b", 32, 8, 4, 1, 2, 6),
         Shape("tiny-p4", 32, 8, 8, 1, 2, 8, pp=4))
