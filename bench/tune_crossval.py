@@ -151,7 +151,7 @@ TWELFTH_SHAPES = (Shape("h6016-t2048-l4-m12", 6016, 2048, 8, 2, 2, 12),
 #: One shape drawn (2026-11-27 23:30 UTC) by ``python bench/draw_shapes.py tune 202611280200 1`` and committed
 #: before its run, the model unchanged since the user shapes.
 THIRTEENTH_SHAPES = (Shape("h6912-t1024-l14-m8", 6912, 1024, 28, 2, 3, 8),)
-#: Three shapes at pp 4 (on 4 GPUs, the first 4-GPU kind lent), drawn (2026-11-28 02:10 UTC) by
+#: Three shapes at pp 4 (on 4 GPUs, the first 4-GPU kind lent since the cross-validation began), drawn (2026-11-28 02:10 UTC) by
 #: ``python bench/draw_shapes.py tune 202611280300 3 --pp 4`` and committed before their run, the model
 #: unchanged since the user shapes.
 FOURTEENTH_SHAPES = (Shape("h3584-t5888-l9-m5-p4", 3584, 5888, 36, 1, 2, 5, pp=4),

@@ -303,3 +303,27 @@ def test_a_timeline_with_another_plan_is_one_line(tmp_path: Path) -> None:
         r = runner.invoke(app, ["diagnose", str(measured), "--plan", str(other)])
         assert r.exit_code == 2, r.output
         assert r.stderr.strip().splitlines() == [f"error: {other}: not the plan that ran measured.json: {says}"]
+
+
+# ----------------------------------------------------------------------------------------------
+# A real pptl run hang on 2 H200s (tests/data/hangs_pptl_run): interleaved 1F1B, m = G = 13
+
+PPTL_HANG = ROOT / "tests" / "data" / "hangs_pptl_run"
+
+
+def test_a_pptl_run_hang_is_matched_on_the_runs_own_communicators() -> None:
+    """pptl run split this plan's messages into four communicators (per direction and flow: the pair's two
+    orders disagree when F and B are pooled). Matched as one FIFO per pair, diagnose paired rank 0's SEND_F
+    s2 mb10 with rank 1's RECV_B s1 mb5 and reported a wait-for cycle that the run could not have; matched
+    per communicator, in the order the run issued (sync-send), there is none, and the fronts say what held
+    the run: rank 1's compute in SEND_F s1 mb12, whose receive rank 0 issues 57 ops later, behind
+    RECV_B s2 mb0, which waits for rank 1's SEND_B s3 mb0, 6 ops past rank 1's front."""
+    data, text = _diagnose([str(PPTL_HANG / "interleaved_g13.partial.json"), "--plan",
+                            str(PPTL_HANG / "interleaved_g13_plan.json")])
+    assert data["cycle"] == [] and data["cycle_ranks"] == []
+    assert data["ranks"]["1"]["front"]["op"] == "r1/send/SEND_F s1 mb12 ->r0"
+    assert data["ranks"]["0"]["front"]["op"] == "r0/recv/RECV_B s2 mb0 <-r1"
+    assert "pptl run ran these messages on 4 communicators, more than one a sender and receiver" in text
+    assert ("rank 1 sends to rank 0 (r1/send/SEND_F s1 mb12 ->r0) while rank 0 waits to receive from rank 1 "
+            "(r0/recv/RECV_B s2 mb0 <-r1); rank 0 issues the matching receive 57 op(s) later "
+            "(r0/recv/RECV_F s2 mb12 <-r1)") in text

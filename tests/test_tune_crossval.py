@@ -23,14 +23,19 @@ HELD_OUT = (tune_crossval.NEW_SHAPES + tune_crossval.FRESH_SHAPES + tune_crossva
             + tune_crossval.STEADY_SHAPES + tune_crossval.BALANCED_SHAPES)
 
 
-def test_crossval_script_runs_end_to_end_on_cpu(tmp_path: Path) -> None:
+def _cpu_launch(out: Path, shape: str) -> dict:
+    """bench/tune_crossval.py on CPU (gloo) for one tiny shape, one timed step: its saved launch."""
     pytest.importorskip("torch")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "tune_crossval.py"), str(tmp_path), "--device", "cpu",
-                        "--shapes", "tiny-b", "--steps", "1", "--warmup", "0"],
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "tune_crossval.py"), str(out), "--device", "cpu",
+                        "--shapes", shape, "--steps", "1", "--warmup", "0"],
                        capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    saved = json.loads((tmp_path / "shapes" / "tiny-b.json").read_text())
+    return json.loads((out / "shapes" / f"{shape}.json").read_text())
+
+
+def test_crossval_script_runs_end_to_end_on_cpu(tmp_path: Path) -> None:
+    saved = _cpu_launch(tmp_path, "tiny-b")
     rows = saved["rows"]
     fams = {x["family"] for x in rows}
     # Every family's fastest candidate ran (DualPipe needs an even count: 6 is).
@@ -53,13 +58,7 @@ def test_crossval_script_runs_end_to_end_on_cpu(tmp_path: Path) -> None:
 
 def test_crossval_script_runs_a_pp4_shape_on_four_ranks(tmp_path: Path) -> None:
     """A shape of pp 4 is calibrated, ranked and run on four ranks (gloo), and its saved launch re-ranks."""
-    pytest.importorskip("torch")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "tune_crossval.py"), str(tmp_path), "--device", "cpu",
-                        "--shapes", "tiny-p4", "--steps", "1", "--warmup", "0"],
-                       capture_output=True, text=True, env=env, timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    saved = json.loads((tmp_path / "shapes" / "tiny-p4.json").read_text())
+    saved = _cpu_launch(tmp_path, "tiny-p4")
     assert saved["config"]["pp"] == 4 and saved["shape"]["pp"] == 4
     assert {e["rank"] for e in saved["base"]["events"]} == {0, 1, 2, 3}
     for row in saved["rows"]:
@@ -198,10 +197,19 @@ MISSES = {
     "h2048-t6912-l7-m20": ("families",),
     # TWELFTH_SHAPES (drawn the same way, seed 202611280100, 2 H200s, 23:18-23:25 UTC) and THIRTEENTH_SHAPES
     # (seed 202611280200, 23:32 UTC): all three pass every line.
+    # FOURTEENTH_SHAPES, the first at pp 4 (4 H200s, 2026-11-28; drawn by `draw_shapes.py tune 202611280300 3 --pp 4`
+    # and committed before their run, the model unchanged): all three pick within 1.3% of the fastest that fits,
+    # Spearman 0.989-0.996, nothing over the limit; h3456 passes every line. h3584-t5888 (m = 5: its calibrating
+    # run's ranks 0.60-0.65 busy) predicts every busy plan 3-6% slow (V-Half +5.6%, V-Min +5.0%): the device's
+    # exponent 0.25 between 0.63 and 0.9 busy is more than these ranks slowed. h2176-t1792 (0.25 ms layers, under
+    # the 0.3 ms the host keeps pace with) measured the synthesised order 10.8% and V-Min 7.0% slower than ranked.
+    "h3584-t5888-l9-m5-p4": ("families",),
+    "h2176-t1792-l11-m15-p4": ("families",),
+    # SIXTEENTH_SHAPES and SEVENTEENTH_SHAPES' second (2 H200s, drawn and committed before their run): every line.
 }
 #: Largest error of any candidate today, per shape where it is above the 9.5% bound of the others.
 MAX_ERR: dict[str, float] = {"h2048-t1024-l16-m8-bal": 0.161, "h2048-t2048-l4-m32-bal": 0.137,
-                             "h2048-t1024-l16-m8-clk": 0.219}
+                             "h2048-t1024-l16-m8-clk": 0.219, "h2176-t1792-l11-m15-p4": 0.11}
 
 
 @pytest.fixture(scope="module")
@@ -215,8 +223,11 @@ def test_thirty_eight_shapes_unlike_the_bench_were_measured() -> None:
     # the issue's user model at two micro-batch counts; the sixth group's two, the seventh's two, the eighth's
     # one; h2048-t1024-l16 a third time with the clock record (<name>-clk); the ninth group's two, the tenth's
     # three, the first of them again on H100s (<name>-h100); the eleventh's three, the twelfth's two and the
-    # thirteenth's one (bench/draw_shapes.py)
-    assert len(shapes) == 61 and len({s["name"] for s in shapes}) == 44
+    # thirteenth's one (bench/draw_shapes.py); the fourteenth's three at pp 4 on 4 GPUs, the sixteenth's two and the
+    # seventeenth's second (its first hung the run: tests/test_run_held_sends.py)
+    assert len(shapes) == 67 and len({s["name"] for s in shapes}) == 50
+    assert sorted(s["name"] for s in shapes if s.get("pp", 2) == 4) == [
+        "h2176-t1792-l11-m15-p4", "h3456-t2560-l7-m19-p4", "h3584-t5888-l9-m5-p4"]
     assert {s["hidden"] for s in shapes} >= {2048, 4096, 8192}
     assert {s["tokens"] for s in shapes} >= {1024, 8192}
     assert {s["layers"] // 2 for s in shapes} >= {4, 16}
@@ -420,10 +431,16 @@ def test_calibrating_runs_busier_rank_opens_fast(name: str) -> None:
     once its power reaches the cap). The exception is h2048-t1024-l16-m8, whose 74 ms step is nearly all
     opening (-0.1%). At the balanced split (eighteen runs) rank 0, which starts the step, opens 1.0-15.0% fast
     whichever rank is the busier (h3456: rank 1 at 0.93 busy against 0.87, +0.8%); the opening's size is
-    no constant of a shape: h2048-t6144 and h2688 open by 2.3-3.7 and 1.0 at the balanced split."""
+    no constant of a shape: h2048-t6144 and h2688 open by 2.3-3.7 and 1.0 at the balanced split. At pp 4, 5
+    micro-batches (h3584-t5888-l9-m5-p4), rank 0 is the exception: 7.9% slower early, its other three ranks 8.5-9.6%
+    faster; the other two pp-4 runs open fast on every rank (2.2-12.1%)."""
     saved = json.loads((DATA / f"{name}.json").read_text())
     early = tune_crossval.early_speedup(saved["base"]["events"], tune_crossval.EARLY_MS)
-    if name == "h2048-t1024-l16-m8":
+    if name == "h3584-t5888-l9-m5-p4":
+        assert early[0] > 0.07 and all(-0.1 < early[r] < -0.08 for r in (1, 2, 3)), early
+    elif name.endswith("-p4"):
+        assert all(-0.13 < v < -0.02 for v in early.values()) and len(early) == 4, early
+    elif name == "h2048-t1024-l16-m8":
         assert abs(early[1]) < 0.01
     elif name == "h2048-t1024-l16-m8-clk":
         # its step (64.4 ms) ends 4.4 ms after the window: no (stage, kind) has an op on both sides of it

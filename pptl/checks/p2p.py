@@ -172,9 +172,15 @@ def p2p_deadlock(ctx: Context) -> list[Violation]:
     return [Violation("PP031", f"hangs under {model} across ranks {', '.join(map(str, ranks))}: {text}", ids)]
 
 
-def wait_edges(schedule: Schedule, prog: dict[int, list[int]], mode: str = "nccl"
+def wait_edges(schedule: Schedule, prog: dict[int, list[int]], mode: str = "nccl", *, channel: Any = None
                ) -> tuple[list[tuple[int, int, str]], dict[int, int]]:
     """The wait-for graph PP031 searches, for other views of the same model (``pptl diagnose``).
+
+    ``channel``: per op, the id of the communicator its SEND or RECV runs on (both ends of a message
+    share it; other ops any value), where a runtime opens more than one per pair of ranks (``pptl run``
+    splits a pair's messages by flow when their two orders disagree): messages then match, and a rank's
+    P2P ops wait for each other, per channel. None: one channel per pair of ranks and direction for the
+    matching, and per pair of ranks for the waiting (one communicator, as torch's pipelining runs).
 
     Returns:
         (edges, merged): edges (u, v, why) mean v waits for u; a RECV that meets its SEND is merged
@@ -184,8 +190,9 @@ def wait_edges(schedule: Schedule, prog: dict[int, list[int]], mode: str = "nccl
 
     cols = schedule.table.columns
     seqs = np.fromiter((i for seq in prog.values() for i in seq), dtype=np.int64)
-    matched = _matched_pairs(cols, lane_arrays(schedule))[:2] if mode != "nonblocking" else None
-    return _labelled(schedule, cols, mode, seqs, [len(v) for v in prog.values()], np.asarray(list(prog)), matched)
+    matched = _matched_pairs(cols, lane_arrays(schedule), channel)[:2] if mode != "nonblocking" else None
+    return _labelled(schedule, cols, mode, seqs, [len(v) for v in prog.values()], np.asarray(list(prog)), matched,
+                     channel)
 
 
 def node_name(s: Schedule, u: int, merged: dict[int, int]) -> str:
@@ -197,11 +204,11 @@ def node_name(s: Schedule, u: int, merged: dict[int, int]) -> str:
 
 
 def _labelled(s: Schedule, cols: Columns, mode: str, seqs: Any, lengths: list[int], ranks: Any,
-              matched: tuple[Any, Any] | None) -> tuple[list[tuple[int, int, str]], dict[int, int]]:
+              matched: tuple[Any, Any] | None, channel: Any = None) -> tuple[list[tuple[int, int, str]], dict[int, int]]:
     """The wait-for edges with why each exists, RECVs merged into the SENDs they meet, in the
     order a reader walks them (the facts, then each rank's issue order), and the merge (RECV ->
     SEND)."""
-    u, v, why, key = _wait_arrays(s, cols, mode, seqs, lengths, matched)
+    u, v, why, key = _wait_arrays(s, cols, mode, seqs, lengths, matched, channel)
     node = np.arange(cols.n, dtype=np.int64)
     if matched is not None:
         node[matched[1]] = matched[0]
@@ -232,7 +239,7 @@ _WHY = {_NEEDED: "needed by", _POSTED: "posted after"}
 
 
 def _wait_arrays(s: Schedule, cols: Columns, mode: str, seqs: Any, lengths: list[int],
-                 matched: tuple[Any, Any] | None) -> tuple[Any, Any, Any, Any]:
+                 matched: tuple[Any, Any] | None, channel: Any = None) -> tuple[Any, Any, Any, Any]:
     """The wait-for edges of ``mode`` (before merging RECVs into their SENDs) as arrays (u, v, why,
     key): v waits for u; ``why`` a code of :data:`_WHY`; ``key`` the order a reader walks them in.
 
@@ -241,7 +248,7 @@ def _wait_arrays(s: Schedule, cols: Columns, mode: str, seqs: Any, lengths: list
     - blocking: each op of a rank waits for the one before it in the issue order;
     - otherwise each op waits for the compute op posted before it on its rank ("next on rank",
       or "posted after" for a P2P op), and under nccl each P2P op for the one before it towards
-      the same peer.
+      the same peer (on the same ``channel`` where one is given).
 
     ``seqs``/``lengths``: every rank's issue order, one after the other (:func:`_program_arrays`);
     ``matched``: (SENDs, RECVs) that meet (:func:`_matched`), None under nonblocking."""
@@ -277,8 +284,8 @@ def _wait_arrays(s: Schedule, cols: Columns, mode: str, seqs: Any, lengths: list
         if mode == "nccl":
             p2p = np.flatnonzero(~comp)
             rank_of = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)[p2p]
-            peer = cols.peer[seqs[p2p]]
-            o = np.lexsort((p2p, peer, rank_of))  # per (rank, peer), in issue order
+            peer = cols.peer[seqs[p2p]] if channel is None else np.asarray(channel)[seqs[p2p]]
+            o = np.lexsort((p2p, peer, rank_of))  # per (rank, peer or channel), in issue order
             p2p, rank_of, peer = p2p[o], rank_of[o], peer[o]
             same = (rank_of[1:] == rank_of[:-1]) & (peer[1:] == peer[:-1])
             add(p2p[1:][same], p2p[:-1][same], _NEXT_P2P)
@@ -315,9 +322,9 @@ def _matched_of(ctx: Context) -> tuple[Any, Any, Any]:
     return _matched_pairs(ctx.table.columns, ctx.lane_arrays)
 
 
-def _matched_pairs(col: Columns, la: Any) -> tuple[Any, Any, Any]:
-    """:func:`_matched` of a schedule's columns and lane arrays: per pair of ranks, SENDs in the
-    sender's lane order, RECVs in the receiver's."""
+def _matched_pairs(col: Columns, la: Any, channel: Any = None) -> tuple[Any, Any, Any]:
+    """:func:`_matched` of a schedule's columns and lane arrays: per pair of ranks (or per ``channel``,
+    as :func:`wait_edges` takes it), SENDs in the sender's lane order, RECVs in the receiver's."""
     kind = col.kind[la.op]
     se = np.flatnonzero(kind == KIND_CODE["SEND"])
     re = np.flatnonzero(kind == KIND_CODE["RECV"])
@@ -325,8 +332,12 @@ def _matched_pairs(col: Columns, la: Any) -> tuple[Any, Any, Any]:
         none = np.zeros(0, dtype=np.int64)
         return none, none, none
     # Channel ids sort like (src, dst): group_ids keeps the order of its columns.
-    chan, size = group_ids(*[np.concatenate([la.rank[se], col.peer[la.op[re]]]),
-                            np.concatenate([col.peer[la.op[se]], la.rank[re]])])
+    if channel is None:
+        chan, size = group_ids(*[np.concatenate([la.rank[se], col.peer[la.op[re]]]),
+                                np.concatenate([col.peer[la.op[se]], la.rank[re]])])
+    else:
+        ch = np.asarray(channel)
+        chan, size = group_ids(np.concatenate([ch[la.op[se]], ch[la.op[re]]]))
     sides = []
     for entries, ch in ((se, chan[:se.size]), (re, chan[se.size:])):
         o = np.argsort(ch * la.op.size + entries)  # unique keys: by channel, then lane order

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 import networkx as nx
+import numpy as np
 
 from pptl.diagnose.cause import Cause, PlanNext, evidence, find_cause
 from pptl.diagnose.counts import EMPTY, Counts, MissingDump, count_calls, group_members
@@ -469,6 +470,31 @@ def _doing(o: NcclOp) -> str:
 # pptl's own partial timeline
 
 
+def _as_run(timeline: Timeline, schedule: Schedule) -> tuple[dict[int, list[int]], Any] | None:
+    """(issue order per rank, channel id per op) as ``pptl run`` executed ``schedule``, when ``timeline``
+    is its record (it names its message mode), else None. The run issues its SENDs (and, ``inline``,
+    its RECVs) next to the ops they serve, and opens a communicator per channel
+    (:mod:`pptl.run.program`): which messages meet, and which P2P ops wait for each other, follow those,
+    not the plan's order and one communicator per pair of ranks."""
+    from pptl.errors import PptlError
+    from pptl.run.options import MESSAGE_MODES
+    from pptl.run.program import build_program, issued_for
+
+    mode = timeline.meta.extra.get("messages")
+    if mode not in MESSAGE_MODES:
+        return None
+    try:
+        prog = issued_for(build_program(schedule), str(mode))
+    except PptlError:
+        return None
+    ids: dict[Any, int] = {}
+    channel = np.full(len(schedule.ops), -1, dtype=np.int64)
+    for rp in prog.ranks:
+        for i, ch in sorted(rp.channels.items()):
+            channel[i] = ids.setdefault(ch, len(ids))
+    return {rp.rank: list(rp.issue) for rp in prog.ranks}, channel
+
+
 def diagnose_timeline(timeline: Timeline, schedule: Schedule) -> Diagnosis:
     """Diagnose from the partial timeline a stopped ``pptl run`` wrote, with the plan that ran.
 
@@ -479,8 +505,9 @@ def diagnose_timeline(timeline: Timeline, schedule: Schedule) -> Diagnosis:
     from pptl.issue_order import program
 
     done = {e.op for e in timeline.events}
-    prog = program(schedule)
-    edges, rep = wait_edges(schedule, prog, "nccl")
+    ran = _as_run(timeline, schedule)
+    prog, channel = ran if ran is not None else (program(schedule), None)
+    edges, rep = wait_edges(schedule, prog, "nccl", channel=channel)
     # A receive that completed got its data, so its send completed too (on gloo a send's end is only
     # noticed when the rank next polls it, which a stopped rank may never do).
     done |= {schedule.ops[j].id for i, j in rep.items() if schedule.ops[i].id in done}
@@ -491,6 +518,13 @@ def diagnose_timeline(timeline: Timeline, schedule: Schedule) -> Diagnosis:
     failed = timeline.meta.extra.get("failed")
     if failed:
         notes.append(f"the run said: {failed}")
+    if channel is not None:
+        pairs = {(op.rank, op.peer) for op in schedule.ops if op.kind == "SEND"}
+        used = len(set(channel[channel >= 0].tolist()))
+        if used > len(pairs):
+            notes.append(f"pptl run ran these messages on {used} communicators, more than one a sender and "
+                         "receiver (it splits a pair's messages where their two orders disagree): each is "
+                         "matched, and waits, on its own")
     ops: dict[int, tuple[NcclOp, ...]] = {}
     by_id: dict[str, NcclOp] = {}
     for r, seq in prog.items():

@@ -181,7 +181,8 @@ class Executor:
             self.compute = self.streams["compute"]
             self.stream_of = {i: self.streams[self.rp.channels.get(i, self.ops[i].lane)] for i in self.rp.issue}
             on_compute = {"sync-send": ("SEND",), "inline": ("RECV",)}.get(self.messages, ())
-            self.stream_of.update({i: self.compute for i in self.rp.channels if self.ops[i].kind in on_compute})
+            self.stream_of.update({i: self.compute for i in self.rp.channels
+                                   if self.ops[i].kind in on_compute and i not in program.unheld})
             self.start_ev = {i: torch.cuda.Event(enable_timing=True) for i in self.rp.issue}
             self.end_ev = {i: torch.cuda.Event(enable_timing=True) for i in self.rp.issue}
             self.sync_ev = {i: torch.cuda.Event() for i in self.rp.waited}

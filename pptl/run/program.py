@@ -76,6 +76,9 @@ class Program:
     """(direction, stage) -> rank that runs it."""
     channels: tuple["Channel", ...]
     """Every channel of the plan, sorted: all ranks open them in this order."""
+    unheld: frozenset[int] = frozenset()
+    """SENDs that ``sync-send`` runs on their channel's stream, not the compute stream
+    (:func:`held_sends`): holding compute there could deadlock the run."""
 
     @property
     def world(self) -> int:
@@ -170,7 +173,7 @@ def build_program(schedule: Schedule, *, source: str = "plan") -> Program:
     waits: dict[int, dict[int, tuple[int, ...]]] = {r: {} for r in range(schedule.pp)}
     local: dict[int, list[int]] = {}
 
-    def stream(i: int) -> tuple:
+    def stream(i: int) -> tuple[str, object]:
         return ("channel", channel[i]) if i in channel else ("lane", ops[i].lane)
 
     for u, v in schedule.deps:
@@ -329,8 +332,92 @@ def tighten_messages(program: Program, *, receives: bool = True) -> Program:
 
 def issued_for(program: Program, messages: str) -> Program:
     """``program`` in the issue order a message mode runs (:mod:`pptl.run.executor`): ``overlap`` as
-    planned, ``sync-send`` with its SENDs moved to their producers, ``inline`` with its RECVs moved
-    to their consumers too (:func:`tighten_messages`)."""
+    planned, ``sync-send`` with its SENDs moved to their producers (those that may not hold the
+    compute stream named in ``unheld``, :func:`held_sends`), ``inline`` with its RECVs moved to their
+    consumers too (:func:`tighten_messages`)."""
     if messages == "overlap":
         return program
-    return tighten_messages(program, receives=messages == "inline")
+    issued = tighten_messages(program, receives=messages == "inline")
+    if messages != "sync-send":
+        return issued
+    sends = {i for rp in issued.ranks for i in rp.issue if issued.schedule.ops[i].kind == "SEND"}
+    return replace(issued, unheld=frozenset(sends - held_sends(issued)))
+
+
+#: Compute ops a host may issue past a SEND that holds its GPU before its launches block (a stage of
+#: 16 blocks launches about 150 kernels and events a backward): 4 keeps well under CUDA's ~1,024.
+#: The rank that hung had queued 15 ops of 8 blocks past its SEND and stopped. 1F1B, GPipe, ZB-H1/H2
+#: and interleaved 1F1B in groups of pp need none; ZB-V, V-Half and DualPipeV at pp 4 run one or two
+#: SENDs of a step beside compute.
+RUN_AHEAD = 4
+
+
+def held_sends(program: Program) -> frozenset[int]:
+    """The SENDs of ``program`` (in its issue order) that may hold their rank's compute stream until
+    their receive is posted, as ``sync-send`` runs them, without a deadlock.
+
+    A held SEND stops its rank's GPU until the receiver's host has posted the RECV, and a host runs
+    only so far ahead of its GPU (CUDA blocks a launch once about a thousand wait queued). The
+    receiver's host, for its part, posts a RECV only once the sender's host has issued the matching
+    SEND (gates, :mod:`pptl.run.gates`), and issues in order. So a SEND may hold only if its RECV can
+    be posted while the sending host is at most :data:`RUN_AHEAD` compute ops past the SEND: no RECV
+    issued before it on any host may wait for an op the sender issues later than that. (1F1B needs
+    the run-ahead: each rank's SEND is received after the receiver's own SEND, one op later.) Interleaved 1F1B with every
+    micro-batch in one group (pp 2, m 13 on 2 H200s) sent its last forward from stage 1 first and
+    received it on rank 0 after nine backwards it needed from rank 1's later ops: rank 1's GPU sat in
+    the SEND, its host filled its launch queue and stopped, and rank 0's host waited for it (a hang).
+
+    Computed with a vector clock over the hosts' issue orders and the RECV-after-SEND waits: for
+    every op, the furthest position on each rank that must be issued before it can be (acyclic:
+    the issue orders come from one linear extension of the plan). O(ops x ranks).
+    """
+    ops = program.schedule.ops
+    world = len(program.ranks)
+    pos: dict[int, tuple[int, int]] = {}
+    for rp in program.ranks:
+        for k, i in enumerate(rp.issue):
+            pos[i] = (rp.rank, k)
+    send_of: dict[int, int] = {}
+    by_key = {(ops[i].rank, message_key(ops[i])): i for i in pos if ops[i].kind == "SEND"}
+    for i in pos:
+        if ops[i].kind == "RECV":
+            j = by_key.get((ops[i].peer, message_key(ops[i])))
+            if j is not None and j in pos:
+                send_of[i] = j
+    need: dict[int, list[int]] = {}
+    at = [0] * world
+    seqs = [rp.issue for rp in program.ranks]
+    left = sum(len(q) for q in seqs)
+    while left:
+        moved = False
+        for r, seq in enumerate(seqs):
+            while at[r] < len(seq):
+                i = seq[at[r]]
+                j = send_of.get(i)
+                if j is not None and j not in need:
+                    break
+                clock = list(need[seq[at[r] - 1]]) if at[r] else [-1] * world
+                if j is not None:
+                    clock = [max(x, y) for x, y in zip(clock, need[j])]
+                clock[r] = at[r]
+                need[i] = clock
+                at[r] += 1
+                left -= 1
+                moved = True
+        if not moved:  # the hosts' orders wait on each other: nothing holds safely
+            return frozenset()
+    # Per rank, how many compute ops its issue order holds up to each position: what a host queues
+    # past a held SEND is its compute (a message is one launch).
+    upto = []
+    for seq in seqs:
+        c, row = 0, []
+        for i in seq:
+            c += program.schedule.ops[i].kind in COMPUTE
+            row.append(c)
+        upto.append(row)
+    held = set()
+    for i, j in send_of.items():
+        a, k = pos[j]
+        if need[i][a] <= k or upto[a][need[i][a]] - upto[a][k] <= RUN_AHEAD:
+            held.add(j)
+    return frozenset(held)

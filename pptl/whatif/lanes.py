@@ -17,15 +17,17 @@ __all__ = ["sends_on_compute"]
 def sends_on_compute(schedule: Schedule) -> Schedule:
     """A copy of ``schedule`` whose SENDs run on their rank's compute lane, each right after the
     last compute op of its rank it depends on (in plan order among SENDs after the same op).
-    A SEND with no such producer keeps its own lane.
+    A SEND with no such producer keeps its own lane, and so does one ``sync-send`` runs beside
+    compute (:func:`pptl.run.program.held_sends`: holding compute there could deadlock the run).
 
     Notes:
-        O(ops + deps).
+        O(ops + deps), and O(ops x ranks) to tell the SENDs sync-send holds.
     """
     ops = schedule.ops
+    beside = _beside_compute(schedule)
     producer: dict[int, list[int]] = {}
     for u, v in schedule.deps:
-        if ops[v].kind == "SEND" and ops[u].rank == ops[v].rank and ops[u].lane == "compute":
+        if ops[v].kind == "SEND" and ops[u].rank == ops[v].rank and ops[u].lane == "compute" and v not in beside:
             producer.setdefault(v, []).append(u)
     if not producer:
         return schedule
@@ -48,3 +50,15 @@ def sends_on_compute(schedule: Schedule) -> Schedule:
             out.extend(moved.get(i, ()))
         lanes[key] = out
     return schedule.copy_with(lanes={k: v for k, v in lanes.items() if v})
+
+
+def _beside_compute(schedule: Schedule) -> frozenset[int]:
+    """The SENDs ``pptl run --messages sync-send`` keeps off the compute stream (none for a plan it
+    cannot run: a profiler trace's, another runtime's)."""
+    from pptl.errors import PptlError
+    from pptl.run.program import build_program, issued_for
+
+    try:
+        return issued_for(build_program(schedule), "sync-send").unheld
+    except PptlError:
+        return frozenset()
