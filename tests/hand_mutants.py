@@ -65,6 +65,8 @@ _OT = "tests/test_boundaries_optable.py::"
 _RP = "tests/test_boundaries_runpath.py::"
 _CD = "tests/test_boundaries_clidemo.py::"
 _EX = "tests/test_boundaries_executor.py::"
+_HS = "tests/test_run_held_sends.py::"
+_DG = "tests/test_diagnose.py::"
 MUTANTS: tuple[Mutant, ...] = (
     # --- the plan reader
     Mutant("plan-size-limit", "pptl/formats/plan.py",
@@ -2857,6 +2859,41 @@ MUTANTS: tuple[Mutant, ...] = (
            'if i > 0 and i != self.current:',
            (_EX + 'test_polling_a_step_stuck_in_its_first_op_posts_that_op',),
            'a CUDA rank hung in its first op is reported stuck at the previous op (or the step start)'),
+    Mutant('held-run-ahead-strict', 'pptl/run/program.py',
+           'upto[a][need[i][a]] - upto[a][k] <= RUN_AHEAD',
+           'upto[a][need[i][a]] - upto[a][k] < RUN_AHEAD',
+           (_HS + 'test_run_ahead_boundary_is_k_plus_8_compute_ops',),
+           'a SEND whose receive needs its host exactly RUN_AHEAD compute ops on is run beside compute, one op early'),
+    Mutant('held-counts-messages', 'pptl/run/program.py',
+           'c += program.schedule.ops[i].kind in COMPUTE',
+           'c += 1',
+           (_HS + 'test_run_ahead_boundary_is_k_plus_8_compute_ops',),
+           'the run-ahead counts SENDs and RECVs as ops, so sends that cannot hang are taken off the compute stream'),
+    Mutant('held-inline-too', 'pptl/run/program.py',
+           'if messages != "sync-send":\n        return issued',
+           'if messages == "overlap":\n        return issued',
+           (_HS + 'test_only_sync_send_names_unheld_sends',),
+           'inline, which runs no SEND on the compute stream by holding it, names unheld sends it never holds'),
+    Mutant('held-lanes-ignore-beside', 'pptl/whatif/lanes.py',
+           ' and v not in beside:',
+           ':',
+           (_HS + 'test_whatif_keeps_the_sends_sync_send_runs_beside_compute_off_the_compute_lane',),
+           "whatif samples a sync-send run's plan with every SEND on the compute lane, also those the run kept beside it"),
+    Mutant('diag-timeline-plan-order', 'pptl/diagnose/waits.py',
+           '    ran = _as_run(timeline, schedule)\n',
+           '    ran = None\n',
+           (_DG + 'test_a_pptl_run_hang_is_matched_on_the_runs_own_communicators',),
+           "a pptl run's partial timeline is matched as one FIFO a pair of ranks: a cycle the run could not have"),
+    Mutant('p2p-match-per-pair-only', 'pptl/checks/p2p.py',
+           '    if channel is None:\n        chan, size = group_ids(',
+           '    if True:\n        chan, size = group_ids(',
+           (_DG + 'test_a_pptl_run_hang_is_matched_on_the_runs_own_communicators',),
+           "messages of a run's separate communicators are matched across them, pairing a forward with a backward"),
+    Mutant('p2p-serial-per-peer-only', 'pptl/checks/p2p.py',
+           'peer = cols.peer[seqs[p2p]] if channel is None else np.asarray(channel)[seqs[p2p]]',
+           'peer = cols.peer[seqs[p2p]]',
+           (_DG + 'test_a_pptl_run_hang_is_matched_on_the_runs_own_communicators',),
+           "a rank's P2P ops on different communicators are taken to wait for each other: a false cycle"),
 )
 
 
