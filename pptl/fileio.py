@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pptl.errors import InputError
 
-__all__ = ["MAX_FILE_BYTES", "atomic_write", "check_json_name", "check_new", "check_regular", "check_writable", "read_bounded",
+__all__ = ["MAX_FILE_BYTES", "atomic_write", "check_json_name", "is_gz", "check_new", "check_regular", "check_writable", "read_bounded",
            "read_error", "utf8_text"]
 
 #: Inputs larger than this are refused before parsing (a plan of 400k ops is ~60 MB).
@@ -56,6 +56,11 @@ def check_writable(path: str | Path) -> Path:
     if not parent.is_dir():
         raise InputError(f"{p}: {parent} is not a folder")
     return p
+
+
+def is_gz(path: str | Path) -> bool:
+    """Whether ``path`` names a gzip file: ``.gz`` in any case, as every reader and writer here takes it."""
+    return Path(path).name.lower().endswith(".gz")
 
 
 def check_json_name(path: str | Path, what: str) -> Path:
@@ -176,7 +181,7 @@ def read_bounded(path: str | Path, limit: int, *, gunzip: bool | None = None) ->
         raise read_error(p, e) from None
     if len(raw) > limit:
         raise InputError(f"{p}: file is larger than the {limit} bytes accepted")
-    if not (p.name.lower().endswith(".gz") if gunzip is None else gunzip):
+    if not (is_gz(p) if gunzip is None else gunzip):
         return raw
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
     try:

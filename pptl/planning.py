@@ -23,7 +23,7 @@ from pptl.config import (
     parse_cost_flags,
 )
 from pptl.errors import InputError, InvalidScheduleError
-from pptl.fileio import atomic_write, check_json_name, check_writable
+from pptl.fileio import atomic_write, check_json_name, check_writable, is_gz
 from pptl.formats._quote import counted
 from pptl.ir import Schedule
 from pptl.timeline import Timeline
@@ -349,7 +349,7 @@ def write_plan(result: PlanResult, path: Path) -> None:
     sim = result.simulation
     times = PlanTimes(sim.start, sim.end, sim.timeline_meta()) if sim is not None else None
     text = dumps(plan_to_dict(result.schedule, times=times, metrics=result.metrics, topo=result.order))
-    if str(path).lower().endswith(".gz"):
+    if is_gz(path):
         import gzip
 
         atomic_write(path, gzip.compress(text.encode("utf-8"), compresslevel=6, mtime=0))

@@ -85,10 +85,18 @@ def test_measured_timeline_converts_its_units() -> None:
     assert _by_ph(trace, "X")[0]["dur"] == 1.5
 
 
-def test_write_gz_when_asked(tmp_path: Path, planned) -> None:
+@pytest.mark.parametrize("name", ["t.json.gz", "T.JSON.GZ", "t.Gz"])
+def test_write_gz_when_asked(tmp_path: Path, planned, name: str) -> None:
+    # any case: the readers take T.JSON.GZ as gzip (pptl.fileio.is_gz), so the writer must write it so
     _, sim, trace = planned
-    out = write_chrome(sim.timeline(), tmp_path / "t.json.gz")
+    out = write_chrome(sim.timeline(), tmp_path / name)
     assert json.loads(gzip.decompress(out.read_bytes())) == json.loads(json.dumps(trace))
+
+
+def test_write_plain_json_elsewhere(tmp_path: Path, planned) -> None:
+    _, sim, trace = planned
+    out = write_chrome(sim.timeline(), tmp_path / "t.json.gzip")
+    assert json.loads(out.read_text()) == json.loads(json.dumps(trace))
 
 
 def test_cli_export_chrome_from_config_and_csv(tmp_path: Path) -> None:

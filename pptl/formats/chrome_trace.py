@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping, NamedTuple
 
 from pptl.events import memory_events
-from pptl.fileio import atomic_write, check_writable
+from pptl.fileio import atomic_write, check_writable, is_gz
 from pptl.timeline import Event, Timeline
 
 __all__ = ["US_PER_UNIT", "to_chrome", "dumps_chrome", "write_chrome"]
@@ -73,7 +73,7 @@ def write_chrome(timeline: Timeline, path: str | Path, **kw: Any) -> Path:
     """Write the trace; gzip it when ``path`` ends in ``.gz`` (Perfetto opens both)."""
     p = check_writable(path)
     text = dumps_chrome(timeline, **kw).encode("utf-8")
-    if p.name.endswith(".gz"):
+    if is_gz(p):
         text = gzip.compress(text, mtime=0)
     return atomic_write(p, text)
 

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from pptl.errors import InputError
-from pptl.fileio import atomic_write, check_json_name, check_writable
+from pptl.fileio import atomic_write, check_json_name, check_writable, is_gz
 
 __all__ = ["check_output", "write_output"]
 
@@ -58,7 +58,7 @@ def write_output(path: str | Path, raw: bytes) -> Path:
         InputError: the file cannot be written.
     """
     p = Path(path)
-    if p.name.lower().endswith(".gz"):
+    if is_gz(p):
         import gzip
 
         raw = gzip.compress(raw, compresslevel=6, mtime=0)  # mtime 0: the same run writes the same bytes
