@@ -2894,6 +2894,16 @@ MUTANTS: tuple[Mutant, ...] = (
            'peer = cols.peer[seqs[p2p]]',
            (_DG + 'test_a_pptl_run_hang_is_matched_on_the_runs_own_communicators',),
            "a rank's P2P ops on different communicators are taken to wait for each other: a false cycle"),
+    Mutant('diag-held-send-later-ignored', 'pptl/diagnose/waits.py',
+           'at[j][0] == a and at[j][1] > at[first][1]:',
+           'at[j][0] == a and at[j][1] < at[first][1]:',
+           (_DG + 'test_a_pptl_run_hang_is_matched_on_the_runs_own_communicators',),
+           "a held send whose receive waits behind the sender's later ops is not named: the hang reads as unexplained"),
+    Mutant('diag-held-send-any-mode', 'pptl/diagnose/waits.py',
+           'timeline.meta.extra.get("messages") == "sync-send" and ran',
+           'ran',
+           (_DG + 'test_held_send_is_named_only_for_a_sync_send_run',),
+           'an overlap or inline run, whose SENDs never hold compute, is told it hung in a held send'),
 )
 
 

@@ -321,9 +321,26 @@ def test_a_pptl_run_hang_is_matched_on_the_runs_own_communicators() -> None:
     data, text = _diagnose([str(PPTL_HANG / "interleaved_g13.partial.json"), "--plan",
                             str(PPTL_HANG / "interleaved_g13_plan.json")])
     assert data["cycle"] == [] and data["cycle_ranks"] == []
+    # the cause: the held send and the receive rank 0 cannot post while rank 1's host stands there
+    assert data["cause"]["kind"] == "held_send" and data["cause"]["ranks"] == [1, 0]
+    assert text.splitlines()[0].startswith(
+        "rank 1's compute stream is held in r1/send/SEND_F s1 mb12 ->r0 (sync-send) until rank 0 posts "
+        "r0/recv/RECV_F s2 mb12 <-r1, which rank 0 issues 57 op(s) after r0/recv/RECV_B s2 mb0 <-r1; that receive "
+        "waits for rank 1's host to issue r1/send/SEND_B s3 mb0 ->r0, 6 op(s) past the held send")
     assert data["ranks"]["1"]["front"]["op"] == "r1/send/SEND_F s1 mb12 ->r0"
     assert data["ranks"]["0"]["front"]["op"] == "r0/recv/RECV_B s2 mb0 <-r1"
     assert "pptl run ran these messages on 4 communicators, more than one a sender and receiver" in text
     assert ("rank 1 sends to rank 0 (r1/send/SEND_F s1 mb12 ->r0) while rank 0 waits to receive from rank 1 "
             "(r0/recv/RECV_B s2 mb0 <-r1); rank 0 issues the matching receive 57 op(s) later "
             "(r0/recv/RECV_F s2 mb12 <-r1)") in text
+
+
+def test_held_send_is_named_only_for_a_sync_send_run(tmp_path: Path) -> None:
+    # the same partial timeline recorded as an overlap run: its SENDs ran beside compute and held nothing,
+    # so the held-send cause is not given (overlap issues the plan's own order: the fronts differ too)
+    data = json.loads((PPTL_HANG / "interleaved_g13.partial.json").read_text())
+    data["meta"]["extra"]["messages"] = "overlap"
+    path = tmp_path / "overlap.partial.json"
+    path.write_text(json.dumps(data))
+    got, _ = _diagnose([str(path), "--plan", str(PPTL_HANG / "interleaved_g13_plan.json")])
+    assert got["cause"]["kind"] != "held_send"

@@ -564,5 +564,36 @@ def diagnose_timeline(timeline: Timeline, schedule: Schedule) -> Diagnosis:
     p2p_front = {r: next((o for o in v if not o.done and o.kind in ("send", "recv")), None) for r, v in ops.items()}
     order, blocked = _order_mismatches(ops, p2p_front, nodes)
     cause = find_cause(EMPTY, ops, cycle_ranks=ranks, order=order, cycle=cycle)
+    if not cycle and timeline.meta.extra.get("messages") == "sync-send" and ran is not None:
+        cause = _held_send(schedule, prog, rep, done) or cause
     return Diagnosis("timeline", ops, front, cycle, ranks, names, tuple(order), (), (), tuple(notes), tuple(blocked),
                      cause)
+
+
+def _held_send(schedule: Schedule, prog: Mapping[int, Sequence[int]], rep: Mapping[int, int],
+               done: set[str]) -> Cause | None:
+    """Under ``sync-send`` a rank's first pending op may be a SEND holding its compute stream until the peer
+    posts the receive. Where the peer issues that receive after one of its RECVs whose SEND the first rank issues
+    later still, neither host can get there: the receiver waits (its gate) for the sender's host, which stops once
+    its launch queue fills behind the held SEND. No NCCL op is out of order, so no wait-for cycle shows it."""
+    ops = schedule.ops
+    send_of = {i: j for i, j in rep.items()}  # RECV -> SEND
+    recv_of = {j: i for i, j in rep.items()}
+    at = {i: (r, k) for r, seq in prog.items() for k, i in enumerate(seq)}
+    for a, seq in prog.items():
+        first = next((i for i in seq if ops[i].id not in done), None)
+        if first is None or ops[first].kind != "SEND" or first not in recv_of:
+            continue
+        r = recv_of[first]
+        b, kr = at[r]
+        kb = next(k for k, i in enumerate(prog[b]) if ops[i].id not in done)
+        for i in prog[b][kb:kr]:
+            j = send_of.get(i)
+            if ops[i].kind == "RECV" and j is not None and at[j][0] == a and at[j][1] > at[first][1]:
+                return Cause("held_send", (a, b), (
+                    f"rank {a}'s compute stream is held in {ops[first].id} (sync-send) until rank {b} posts "
+                    f"{ops[r].id}, which rank {b} issues {kr - at[i][1]} op(s) after {ops[i].id}; that receive "
+                    f"waits for rank {a}'s host to issue {ops[j].id}, {at[j][1] - at[first][1]} op(s) past the held "
+                    f"send, and rank {a}'s host stops once its launch queue fills: the hosts wait on each other "
+                    "(pptl run now runs such a send beside compute: pptl.run.program.held_sends)"))
+    return None
