@@ -67,6 +67,7 @@ _CD = "tests/test_boundaries_clidemo.py::"
 _EX = "tests/test_boundaries_executor.py::"
 _HS = "tests/test_run_held_sends.py::"
 _DG = "tests/test_diagnose.py::"
+_CH = "tests/test_chrome.py::"
 MUTANTS: tuple[Mutant, ...] = (
     # --- the plan reader
     Mutant("plan-size-limit", "pptl/formats/plan.py",
@@ -207,8 +208,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "a copy's tensors freed where compute waited on an all-to-all, not on the copy"),
     # --- run: message modes and the bias gradient
     Mutant("sync-send-tightens-receives", "pptl/run/program.py",
-           'return tighten_messages(program, receives=messages == "inline")',
-           'return tighten_messages(program, receives=messages != "overlap")',
+           'issued = tighten_messages(program, receives=messages == "inline")',
+           'issued = tighten_messages(program, receives=messages != "overlap")',
            ("tests/test_run.py::test_sync_send_posts_a_receive_where_its_data_arrives_not_before_its_consumer",),
            "sync-send posts a RECV right before its consumer (looped-bfs's sender held 40-56 ms)"),
     Mutant("bias-grad-overwrites", "pptl/run/model.py",
@@ -1216,7 +1217,7 @@ MUTANTS: tuple[Mutant, ...] = (
            (_CL + 'test_an_integer_of_exactly_the_largest_number_is_a_number',),
            'a YAML integer 1000000000000000 (exactly the bound) refused, though 1e15 is taken'),
     Mutant('plan-gz-case', 'pptl/planning.py',
-           'if str(path).lower().endswith(".gz"):',
+           'if is_gz(path):',
            'if str(path).endswith(".gz"):',
            (_CL + 'test_plan_to_an_upper_case_json_gz_name_is_gzipped',),
            'pptl plan -o PLAN.JSON.GZ writes plain JSON under a gzip name'),
@@ -1548,7 +1549,7 @@ MUTANTS: tuple[Mutant, ...] = (
            (_RU + 'test_the_slow_ranks_hold_follows_the_median_op_time',),
            "the slow rank's hold follows the last op time (a hiccup), not the median"),
     Mutant('output-gz-case', 'pptl/run/output.py',
-           'if p.name.lower().endswith(".gz"):',
+           'if is_gz(p):',
            'if p.name.endswith(".gz"):',
            (_RU + 'test_a_timeline_named_in_capitals_dot_gz_is_gzip',),
            '-o M.JSON.GZ written as plain JSON under a .gz name'),
@@ -2904,6 +2905,16 @@ MUTANTS: tuple[Mutant, ...] = (
            'ran',
            (_DG + 'test_held_send_is_named_only_for_a_sync_send_run',),
            'an overlap or inline run, whose SENDs never hold compute, is told it hung in a held send'),
+    Mutant('chrome-gz-case', 'pptl/formats/chrome_trace.py',
+           '    if is_gz(p):\n        text = gzip.compress',
+           '    if p.name.endswith(".gz"):\n        text = gzip.compress',
+           (_CH + 'test_write_gz_when_asked',),
+           'write_chrome to T.JSON.GZ writes plain JSON, which every reader then takes for gzip and refuses'),
+    Mutant('is-gz-case', 'pptl/fileio.py',
+           'return Path(path).name.lower().endswith(".gz")',
+           'return Path(path).name.endswith(".gz")',
+           (_CH + 'test_write_gz_when_asked',),
+           'every reader and writer takes a .GZ name for plain JSON'),
 )
 
 
