@@ -88,3 +88,110 @@ def test_whatif_keeps_the_sends_sync_send_runs_beside_compute_off_the_compute_la
                   if s.ops[i].kind == "SEND"}
     sends = {i for i, op in enumerate(s.ops) if op.kind == "SEND"}
     assert len(unheld) == 18 and on_compute == sends - unheld
+
+
+# ------------------------------------------------------------------------------------------------
+# A model of the hosts and streams the hang ran through, to check the fix against the mechanism
+
+
+def _hosts_replay(prog: program.Program, queue: int) -> list[str]:
+    """Replay ``prog`` (issued for sync-send) with hosts that issue in order and GPUs that run what was issued.
+
+    A host issues a compute op only while fewer than ``queue`` of its compute ops wait on its GPU (the launch
+    queue), a RECV only once the sender's host has issued its SEND (the gate), a SEND at once. The compute stream
+    runs compute ops and held SENDs in issue order: a compute op once the data it receives has arrived, a held SEND
+    once the receiver has posted its RECV and every earlier RECV of that channel is done. An unheld SEND runs the
+    same way on its own stream, after its producer. Returns the ops never done (empty: no hang)."""
+    s = prog.schedule
+    ops = s.ops
+    recv_of: dict[int, int] = {}
+    chan_recvs: dict[object, list[int]] = {}
+    for rp in prog.ranks:
+        for i in rp.issue:
+            if ops[i].kind == "RECV":
+                chan_recvs.setdefault(rp.channels[i], []).append(i)
+    chan_sends: dict[object, list[int]] = {}
+    for rp in prog.ranks:
+        for i in rp.issue:
+            if ops[i].kind == "SEND":
+                chan_sends.setdefault(rp.channels[i], []).append(i)
+    for ch, sends in chan_sends.items():
+        for k, j in enumerate(sends):
+            recv_of[j] = chan_recvs[ch][k]
+    send_of = {r: j for j, r in recv_of.items()}
+    data = {v: [u for u, v2 in s.deps if v2 == v and ops[u].kind == "RECV"] for v in range(len(ops))}
+    producer = {v: [u for u, v2 in s.deps if v2 == v and ops[u].kind in program.COMPUTE] for v in range(len(ops))}
+    issued: set[int] = set()
+    done: set[int] = set()
+    pos = {rp.rank: 0 for rp in prog.ranks}
+    stream: dict[int, list[int]] = {rp.rank: [] for rp in prog.ranks}  # compute stream: compute ops and held SENDs, in issue order
+    side: dict[int, list[int]] = {rp.rank: [] for rp in prog.ranks}  # unheld SENDs
+    moved = True
+
+    def send_can_finish(j: int) -> bool:
+        r = recv_of[j]
+        ch_r = chan_recvs[next(rp.channels[r] for rp in prog.ranks if r in rp.channels)]
+        first = next(x for x in ch_r if x not in done)
+        return r in issued and first == r and all(u in done for u in producer[j])
+
+    while moved:
+        moved = False
+        for rp in prog.ranks:  # hosts
+            r = rp.rank
+            while pos[r] < len(rp.issue):
+                i = rp.issue[pos[r]]
+                kind = ops[i].kind
+                if kind in program.COMPUTE and sum(1 for x in stream[r] if ops[x].kind in program.COMPUTE) >= queue:
+                    break
+                if kind == "RECV" and send_of[i] not in issued:
+                    break
+                issued.add(i)
+                if kind in program.COMPUTE or (kind == "SEND" and i not in prog.unheld):
+                    stream[r].append(i)
+                elif kind == "SEND":
+                    side[r].append(i)
+                pos[r] += 1
+                moved = True
+            while stream[r]:  # the compute stream
+                i = stream[r][0]
+                if ops[i].kind == "SEND":
+                    if not send_can_finish(i):
+                        break
+                    done.update((i, recv_of[i]))
+                elif all(u in done for u in data[i]):
+                    done.add(i)
+                else:
+                    break
+                stream[r].pop(0)
+                moved = True
+            while side[r] and send_can_finish(side[r][0]):
+                j = side[r].pop(0)
+                done.update((j, recv_of[j]))
+                moved = True
+    return [op.id for i, op in enumerate(ops) if i not in done]
+
+
+def test_the_model_hangs_the_plan_as_it_hung_and_runs_it_with_the_fix() -> None:
+    """Every SEND held (before the fix): the plan hangs while a host can queue fewer than 20 compute ops past a
+    held SEND, mb 12's k + 8 (above); on the H200s rank 1's host stopped 15 past it. With the fix's held set it
+    runs at any queue of RUN_AHEAD or more."""
+    from dataclasses import replace
+
+    s = _plan("interleaved-1f1b", 2, 13, vpp=2, group_size=13)
+    fixed = issued_for(build_program(s), "sync-send")
+    before = replace(fixed, unheld=frozenset())
+    for queue in (15, 19):
+        assert "r1/send/SEND_F s1 mb12 ->r0" in _hosts_replay(before, queue), queue
+    assert _hosts_replay(before, 20) == []
+    for queue in (program.RUN_AHEAD, 5, 15, 100):
+        assert _hosts_replay(fixed, queue) == [], queue
+
+
+@pytest.mark.parametrize("family,pp,m,extra", [("1f1b", 2, 8, {}), ("1f1b", 4, 8, {}), ("gpipe", 4, 8, {}),
+                                               ("zb-h1", 4, 8, {}), ("zbv", 4, 8, {}), ("v-half", 4, 16, {}),
+                                               ("dualpipev", 4, 8, {}), ("interleaved-1f1b", 4, 16, {"vpp": 2}),
+                                               ("interleaved-1f1b", 2, 10, {"vpp": 2, "group_size": 10})])
+def test_every_family_runs_in_the_model_with_the_held_set_at_the_run_ahead(family: str, pp: int, m: int,
+                                                                          extra: dict[str, int]) -> None:
+    s = _plan(family, pp, m, **extra)
+    assert _hosts_replay(issued_for(build_program(s), "sync-send"), program.RUN_AHEAD) == []
