@@ -2915,6 +2915,16 @@ MUTANTS: tuple[Mutant, ...] = (
            'return Path(path).name.endswith(".gz")',
            (_CH + 'test_write_gz_when_asked',),
            'every reader and writer takes a .GZ name for plain JSON'),
+    Mutant('held-no-replay', 'pptl/run/program.py',
+           '    for _ in range(len(held) + 1):\n        stuck = _stuck_held(',
+           '    for _ in range(0):\n        stuck = _stuck_held(',
+           (_HS + 'test_sends_that_hold_alone_but_not_together_are_let_go',),
+           'sends that may hold one by one but not together stay on compute: interleaved-zb at pp 4 can hang a run'),
+    Mutant('held-replay-queue-off-by-one', 'pptl/run/program.py',
+           '(kind in COMPUTE and queued[q] >= queue)',
+           '(kind in COMPUTE and queued[q] > queue)',
+           (_HS + 'test_sends_that_hold_alone_but_not_together_are_let_go',),
+           'the replay lets a host queue one compute op more than the run-ahead: sends that can hang stay held'),
 )
 
 

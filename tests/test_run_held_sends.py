@@ -188,10 +188,28 @@ def test_the_model_hangs_the_plan_as_it_hung_and_runs_it_with_the_fix() -> None:
 
 
 @pytest.mark.parametrize("family,pp,m,extra", [("1f1b", 2, 8, {}), ("1f1b", 4, 8, {}), ("gpipe", 4, 8, {}),
-                                               ("zb-h1", 4, 8, {}), ("zbv", 4, 8, {}), ("v-half", 4, 16, {}),
+                                               ("zb-h1", 4, 8, {}), ("zb-h2", 3, 9, {}), ("zbv", 4, 8, {}),
+                                               ("v-half", 4, 16, {}), ("v-min", 3, 12, {}), ("dualpipe", 4, 8, {}),
                                                ("dualpipev", 4, 8, {}), ("interleaved-1f1b", 4, 16, {"vpp": 2}),
-                                               ("interleaved-1f1b", 2, 10, {"vpp": 2, "group_size": 10})])
+                                               ("interleaved-1f1b", 2, 10, {"vpp": 2, "group_size": 10}),
+                                               ("looped-bfs", 4, 8, {"vpp": 2}), ("interleaved-zb", 3, 9, {"vpp": 2}),
+                                               ("interleaved-zb", 4, 16, {"vpp": 2})])
 def test_every_family_runs_in_the_model_with_the_held_set_at_the_run_ahead(family: str, pp: int, m: int,
                                                                           extra: dict[str, int]) -> None:
     s = _plan(family, pp, m, **extra)
     assert _hosts_replay(issued_for(build_program(s), "sync-send"), program.RUN_AHEAD) == []
+
+
+def test_sends_that_hold_alone_but_not_together_are_let_go() -> None:
+    """interleaved-zb, pp 4, 8 micro-batches: every SEND passes the one-send test (its receive needs its host
+    at most 4 compute ops on), yet held all together the hosts wait on each other through a third rank until
+    a host may queue 5; held_sends replays the hosts and lets go of the SENDs a stuck stream waits in (4 here),
+    after which the replay, and this test's own model, run with a queue of 4."""
+    from dataclasses import replace
+
+    s = _plan("interleaved-zb", 4, 8, vpp=2)
+    fixed = issued_for(build_program(s), "sync-send")
+    assert len(fixed.unheld) == 4
+    every = replace(fixed, unheld=frozenset())
+    assert _hosts_replay(every, program.RUN_AHEAD) and _hosts_replay(every, 5) == []
+    assert _hosts_replay(fixed, program.RUN_AHEAD) == []

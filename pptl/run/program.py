@@ -348,7 +348,7 @@ def issued_for(program: Program, messages: str) -> Program:
 #: 16 blocks launches about 150 kernels and events a backward): 4 keeps well under CUDA's ~1,024.
 #: The rank that hung had queued 15 ops of 8 blocks past its SEND and stopped. 1F1B, GPipe, ZB-H1/H2
 #: and interleaved 1F1B in groups of pp need none; ZB-V, V-Half and DualPipeV at pp 4 run one or two
-#: SENDs of a step beside compute.
+#: SENDs of a step beside compute, interleaved-zb at pp 4 four to twelve.
 RUN_AHEAD = 4
 
 
@@ -369,7 +369,9 @@ def held_sends(program: Program) -> frozenset[int]:
 
     Computed with a vector clock over the hosts' issue orders and the RECV-after-SEND waits: for
     every op, the furthest position on each rank that must be issued before it can be (acyclic:
-    the issue orders come from one linear extension of the plan). O(ops x ranks).
+    the issue orders come from one linear extension of the plan). O(ops x ranks). Then the hosts are
+    replayed with a queue of :data:`RUN_AHEAD` (:func:`_stuck_held`), and a held SEND a stuck compute
+    stream waits in is let go, until the replay runs every op.
     """
     ops = program.schedule.ops
     world = len(program.ranks)
@@ -420,4 +422,98 @@ def held_sends(program: Program) -> frozenset[int]:
         a, k = pos[j]
         if need[i][a] <= k or upto[a][need[i][a]] - upto[a][k] <= RUN_AHEAD:
             held.add(j)
+    # Each SEND alone may hold; together, through a third rank, they can still wait on each other (interleaved-zb
+    # at pp 4 needs a queue of 5 with every SEND held). Replay the hosts and let go of the held SENDs a stuck
+    # compute stream waits in, until the replay runs through.
+    sends = frozenset(j for j in pos if ops[j].kind == "SEND")
+    for _ in range(len(held) + 1):
+        stuck = _stuck_held(program, sends - held, RUN_AHEAD)
+        if not stuck:
+            break
+        held -= stuck
     return frozenset(held)
+
+
+def _stuck_held(program: Program, unheld: frozenset[int], queue: int) -> set[int]:
+    """Replay ``program``'s hosts and GPUs (:func:`held_sends`' model): each host issues in order, a compute op
+    only while fewer than ``queue`` of its compute ops wait on its GPU, a RECV only once its SEND is issued; the
+    compute stream runs compute ops (once the data they receive has come) and held SENDs (once their RECV is
+    posted and first in its channel) in order; an unheld SEND runs beside it, after its producers. Returns the
+    held SENDs at the head of a compute stream when nothing more can run (empty: every op ran)."""
+    ops = program.schedule.ops
+    recv_of: dict[int, int] = {}
+    by_channel: dict[Channel, tuple[list[int], list[int]]] = {}
+    for rp in program.ranks:
+        for i in rp.issue:
+            if i in rp.channels:
+                by_channel.setdefault(rp.channels[i], ([], []))[ops[i].kind == "RECV"].append(i)
+    first_recv: dict[int, int] = {}  # RECV -> its position in its channel
+    for sends, recvs in by_channel.values():
+        for k, (j, r) in enumerate(zip(sends, recvs)):
+            recv_of[j] = r
+        first_recv.update({r: k for k, r in enumerate(recvs)})
+    send_of = {r: j for j, r in recv_of.items()}
+    channel_of = {r: program.ranks[ops[r].rank].channels[r] for r in send_of}
+    head = {ch: 0 for ch in by_channel}
+    data: dict[int, list[int]] = {}
+    made: dict[int, list[int]] = {}
+    for u, v in program.schedule.deps:
+        if ops[u].kind == "RECV" and ops[v].kind in COMPUTE:
+            data.setdefault(v, []).append(u)
+        elif ops[u].kind in COMPUTE and ops[v].kind == "SEND":
+            made.setdefault(v, []).append(u)
+    issued: set[int] = set()
+    done: set[int] = set()
+    at = [0] * len(program.ranks)
+    queued = [0] * len(program.ranks)
+    stream: list[list[int]] = [[] for _ in program.ranks]
+    side: list[list[int]] = [[] for _ in program.ranks]
+
+    def sent(j: int) -> bool:  # the SEND j and its RECV run now, if they can
+        r = recv_of.get(j)
+        if r is None or r not in issued or head[channel_of[r]] != first_recv[r] \
+                or not all(u in done for u in made.get(j, ())):
+            return False
+        done.update((j, r))
+        head[channel_of[r]] += 1
+        return True
+
+    moved = True
+    while moved:
+        moved = False
+        for rp in program.ranks:
+            q, seq = rp.rank, rp.issue
+            while at[q] < len(seq):
+                i = seq[at[q]]
+                kind = ops[i].kind
+                if (kind in COMPUTE and queued[q] >= queue) or (kind == "RECV" and send_of.get(i) not in issued):
+                    break
+                issued.add(i)
+                if kind in COMPUTE:
+                    queued[q] += 1
+                    stream[q].append(i)
+                elif kind == "SEND":
+                    (side if i in unheld else stream)[q].append(i)
+                at[q] += 1
+                moved = True
+            k = 0
+            while k < len(stream[q]):
+                i = stream[q][k]
+                if ops[i].kind == "SEND":
+                    if not sent(i):
+                        break
+                elif all(u in done for u in data.get(i, ())):
+                    done.add(i)
+                    queued[q] -= 1
+                else:
+                    break
+                k += 1
+            if k:
+                del stream[q][:k]
+                moved = True
+            while side[q] and sent(side[q][0]):
+                side[q].pop(0)
+                moved = True
+    if all(at[rp.rank] == len(rp.issue) for rp in program.ranks) and not any(stream) and not any(side):
+        return set()
+    return {s[0] for s in stream if s and ops[s[0]].kind == "SEND"}
