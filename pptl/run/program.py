@@ -362,10 +362,11 @@ def held_sends(program: Program) -> frozenset[int]:
     SEND (gates, :mod:`pptl.run.gates`), and issues in order. So a SEND may hold only if its RECV can
     be posted while the sending host is at most :data:`RUN_AHEAD` compute ops past the SEND: no RECV
     issued before it on any host may wait for an op the sender issues later than that. (1F1B needs
-    the run-ahead: each rank's SEND is received after the receiver's own SEND, one op later.) Interleaved 1F1B with every
-    micro-batch in one group (pp 2, m 13 on 2 H200s) sent its last forward from stage 1 first and
-    received it on rank 0 after nine backwards it needed from rank 1's later ops: rank 1's GPU sat in
-    the SEND, its host filled its launch queue and stopped, and rank 0's host waited for it (a hang).
+    the run-ahead: each rank's SEND is received after the receiver's own SEND, one op later.)
+    Interleaved 1F1B with every micro-batch in one group (pp 2, m 13 on 2 H200s) sent its last
+    forward from stage 1 first and received it on rank 0 after nine backwards it needed from rank 1's
+    later ops: rank 1's GPU sat in the SEND, its host filled its launch queue and stopped, and rank
+    0's host waited for it (a hang).
 
     Computed with a vector clock over the hosts' issue orders and the RECV-after-SEND waits: for
     every op, the furthest position on each rank that must be issued before it can be (acyclic:
@@ -379,13 +380,7 @@ def held_sends(program: Program) -> frozenset[int]:
     for rp in program.ranks:
         for k, i in enumerate(rp.issue):
             pos[i] = (rp.rank, k)
-    send_of: dict[int, int] = {}
-    by_key = {(ops[i].rank, message_key(ops[i])): i for i in pos if ops[i].kind == "SEND"}
-    for i in pos:
-        if ops[i].kind == "RECV":
-            j = by_key.get((ops[i].peer, message_key(ops[i])))
-            if j is not None and j in pos:
-                send_of[i] = j
+    send_of = {r: j for j, r in _channel_pairs(program)[0].items()}
     need: dict[int, list[int]] = {}
     at = [0] * world
     seqs = [rp.issue for rp in program.ranks]
@@ -434,6 +429,23 @@ def held_sends(program: Program) -> frozenset[int]:
     return frozenset(held)
 
 
+def _channel_pairs(program: Program) -> tuple[dict[int, int], dict[int, int]]:
+    """(SEND -> the RECV it meets, RECV -> its place among its channel's RECVs): the k-th SEND of a channel
+    in its sender's issue order meets the k-th RECV in its receiver's, as NCCL matches them."""
+    ops = program.schedule.ops
+    by_channel: dict[Channel, tuple[list[int], list[int]]] = {}
+    for rp in program.ranks:
+        for i in rp.issue:
+            if i in rp.channels:
+                by_channel.setdefault(rp.channels[i], ([], []))[ops[i].kind == "RECV"].append(i)
+    recv_of: dict[int, int] = {}
+    place: dict[int, int] = {}
+    for sends, recvs in by_channel.values():
+        recv_of.update(zip(sends, recvs))
+        place.update({r: k for k, r in enumerate(recvs)})
+    return recv_of, place
+
+
 def _stuck_held(program: Program, unheld: frozenset[int], queue: int) -> set[int]:
     """Replay ``program``'s hosts and GPUs (:func:`held_sends`' model): each host issues in order, a compute op
     only while fewer than ``queue`` of its compute ops wait on its GPU, a RECV only once its SEND is issued; the
@@ -441,20 +453,10 @@ def _stuck_held(program: Program, unheld: frozenset[int], queue: int) -> set[int
     posted and first in its channel) in order; an unheld SEND runs beside it, after its producers. Returns the
     held SENDs at the head of a compute stream when nothing more can run (empty: every op ran)."""
     ops = program.schedule.ops
-    recv_of: dict[int, int] = {}
-    by_channel: dict[Channel, tuple[list[int], list[int]]] = {}
-    for rp in program.ranks:
-        for i in rp.issue:
-            if i in rp.channels:
-                by_channel.setdefault(rp.channels[i], ([], []))[ops[i].kind == "RECV"].append(i)
-    first_recv: dict[int, int] = {}  # RECV -> its position in its channel
-    for sends, recvs in by_channel.values():
-        for k, (j, r) in enumerate(zip(sends, recvs)):
-            recv_of[j] = r
-        first_recv.update({r: k for k, r in enumerate(recvs)})
+    recv_of, first_recv = _channel_pairs(program)
     send_of = {r: j for j, r in recv_of.items()}
     channel_of = {r: program.ranks[ops[r].rank].channels[r] for r in send_of}
-    head = {ch: 0 for ch in by_channel}
+    head = dict.fromkeys(channel_of.values(), 0)
     data: dict[int, list[int]] = {}
     made: dict[int, list[int]] = {}
     for u, v in program.schedule.deps:
