@@ -2925,6 +2925,16 @@ MUTANTS: tuple[Mutant, ...] = (
            '(kind in COMPUTE and queued[q] > queue)',
            (_HS + 'test_sends_that_hold_alone_but_not_together_are_let_go',),
            'the replay lets a host queue one compute op more than the run-ahead: sends that can hang stay held'),
+    Mutant('names-plan-order-only', 'pptl/diagnose/plan_names.py',
+           '    if not all(_aligns(ops[r], schedule, prog.get(r, [])) for r in ops):',
+           '    if False:',
+           (_DG + 'test_dumps_of_a_sync_send_pptl_run_are_named_with_the_plan_that_ran',),
+           'flight-recorder dumps of a pptl run (sync-send) with its plan are named by peer only on every rank'),
+    Mutant('names-empty-rank-blocks', 'pptl/diagnose/plan_names.py',
+           '    return not got or _align(got, want) is not None',
+           '    return _align(got, want) is not None',
+           (_DG + 'test_a_rank_with_no_send_or_receive_in_its_dump_does_not_stop_the_others_being_named',),
+           "a rank with no send or receive in its dump keeps the run's order from naming every other rank"),
 )
 
 

@@ -344,3 +344,51 @@ def test_held_send_is_named_only_for_a_sync_send_run(tmp_path: Path) -> None:
     path.write_text(json.dumps(data))
     got, _ = _diagnose([str(path), "--plan", str(PPTL_HANG / "interleaved_g13_plan.json")])
     assert got["cause"]["kind"] != "held_send"
+
+
+def test_dumps_of_a_sync_send_pptl_run_are_named_with_the_plan_that_ran() -> None:
+    """A pptl run issues a 1F1B plan's SENDs right after their producers (sync-send, its default), so its
+    dumps' send/receive order is not the plan's own on any of the 4 ranks: named against the plan's order
+    every rank fell back to peers only. Two steps of calls in the run's order are now named op for op."""
+    from pptl.config import config_from_mapping
+    from pptl.diagnose.ops import NcclOp
+    from pptl.diagnose.plan_names import name_by_plan
+    from pptl.run.program import build_program, issued_for
+    from pptl.schedules import build_schedule
+
+    s = build_schedule(config_from_mapping({"schedule": "1f1b", "pp": 4, "microbatches": 8}))
+    issued = issued_for(build_program(s), "sync-send")
+    ops = {}
+    for rp in issued.ranks:
+        p2p = [i for i in rp.issue if s.ops[i].kind in ("SEND", "RECV")] * 2
+        ops[rp.rank] = [NcclOp(rp.rank, k, "0", "send" if s.ops[i].kind == "SEND" else "recv", s.ops[i].peer, k, 0,
+                               ((1024, 1024),), "completed") for k, i in enumerate(p2p)]
+    notes: list[str] = []
+    named = name_by_plan(ops, s, notes)
+    assert notes == ["the dumps' send/receive order is the one pptl run issues this plan in with --messages "
+                     "sync-send: named in that order"]
+    for rp in issued.ranks:
+        want = [s.ops[i].id for i in rp.issue if s.ops[i].kind in ("SEND", "RECV")] * 2
+        assert [o.name for o in named[rp.rank]] == want
+        assert [o.step for o in named[rp.rank]] == [0] * (len(want) // 2) + [1] * (len(want) // 2)
+
+
+def test_a_rank_with_no_send_or_receive_in_its_dump_does_not_stop_the_others_being_named() -> None:
+    # the same run with rank 3's dump holding no send or receive (its ring buffer kept only collectives):
+    # it says nothing about the order, and ranks 0-2 are named in the run's order all the same
+    from pptl.config import config_from_mapping
+    from pptl.diagnose.ops import NcclOp
+    from pptl.diagnose.plan_names import name_by_plan
+    from pptl.run.program import build_program, issued_for
+    from pptl.schedules import build_schedule
+
+    s = build_schedule(config_from_mapping({"schedule": "1f1b", "pp": 4, "microbatches": 8}))
+    issued = issued_for(build_program(s), "sync-send")
+    ops = {rp.rank: [NcclOp(rp.rank, k, "0", "send" if s.ops[i].kind == "SEND" else "recv", s.ops[i].peer, k, 0,
+                            ((1024, 1024),), "completed")
+                     for k, i in enumerate(i for i in rp.issue if s.ops[i].kind in ("SEND", "RECV"))]
+           for rp in issued.ranks if rp.rank < 3}
+    ops[3] = [NcclOp(3, 0, "0", "allreduce", -1, 0, 0, ((8,),), "scheduled")]
+    named = name_by_plan(ops, s, [])
+    for rp in issued.ranks[:3]:
+        assert [o.name for o in named[rp.rank]] == [s.ops[i].id for i in rp.issue if s.ops[i].kind in ("SEND", "RECV")]

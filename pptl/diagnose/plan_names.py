@@ -6,7 +6,7 @@ Pure: no torch, no files.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 from pptl.diagnose.cause import PlanNext
 from pptl.diagnose.ops import NcclOp
@@ -17,10 +17,19 @@ __all__ = ["name_by_plan", "plan_next", "plan_counterparts", "plan_pairs"]
 
 def name_by_plan(ops: dict[int, list[NcclOp]], schedule: Schedule, notes: list[str]) -> dict[int, list[NcclOp]]:
     """Name each rank's send/recv by the plan's op, aligning the rank's P2P order with the plan's
-    (repeated once per step, after whatever set-up messages came first)."""
+    (repeated once per step, after whatever set-up messages came first). Where the plan's order does not
+    align on some rank and the order ``pptl run`` issues the plan in under one of its message modes
+    aligns on every rank (``sync-send`` moves each SEND to right after its producer), that order names them."""
     from pptl.issue_order import program
 
     prog = program(schedule)
+    if not all(_aligns(ops[r], schedule, prog.get(r, [])) for r in ops):
+        for mode, order in _run_orders(schedule):
+            if all(_aligns(ops[r], schedule, order.get(r, [])) for r in ops):
+                notes.append(f"the dumps' send/receive order is the one pptl run issues this plan in with "
+                             f"--messages {mode}: named in that order")
+                prog = order
+                break
     out: dict[int, list[NcclOp]] = {}
     for r, seq in ops.items():
         plan = [i for i in prog.get(r, []) if schedule.ops[i].kind in ("SEND", "RECV")]
@@ -44,6 +53,27 @@ def name_by_plan(ops: dict[int, list[NcclOp]], schedule: Schedule, notes: list[s
         out[r] = [replace(o, name=names[id(o)][0].id, step=names[id(o)][1], flow=names[id(o)][0].flow)
                   if id(o) in names else o for o in seq]
     return out
+
+
+def _aligns(seq: Sequence[NcclOp], schedule: Schedule, order: Sequence[int]) -> bool:
+    """Whether a rank's send/recv calls follow ``order`` (the plan's op indices, repeated once a step)."""
+    want = [("send" if schedule.ops[i].kind == "SEND" else "recv", schedule.ops[i].peer) for i in order
+            if schedule.ops[i].kind in ("SEND", "RECV")]
+    got = [(o.kind, o.peer) for o in seq if o.kind in ("send", "recv")]
+    return not got or _align(got, want) is not None
+
+
+def _run_orders(schedule: Schedule) -> list[tuple[str, dict[int, list[int]]]]:
+    """Per message mode, the issue order ``pptl run`` runs ``schedule`` in (none for a plan it cannot run)."""
+    from pptl.errors import PptlError
+    from pptl.run.options import MESSAGE_MODES
+    from pptl.run.program import build_program, issued_for
+
+    try:
+        base = build_program(schedule)
+    except PptlError:
+        return []
+    return [(mode, {rp.rank: list(rp.issue) for rp in issued_for(base, mode).ranks}) for mode in MESSAGE_MODES]
 
 
 def _align(got: list[tuple[str, int]], want: list[tuple[str, int]]) -> int | None:
