@@ -2935,6 +2935,11 @@ MUTANTS: tuple[Mutant, ...] = (
            '    return _align(got, want) is not None',
            (_DG + 'test_a_rank_with_no_send_or_receive_in_its_dump_does_not_stop_the_others_being_named',),
            "a rank with no send or receive in its dump keeps the run's order from naming every other rank"),
+    Mutant('diag-held-ignores-beside', 'pptl/diagnose/waits.py',
+           ' or first not in recv_of or ops[first].id in beside:',
+           ' or first not in recv_of:',
+           (_DG + 'test_a_send_the_run_kept_beside_compute_is_not_named_as_held',),
+           'a hang is put on a SEND the run kept beside compute, which held nothing'),
 )
 
 

@@ -392,3 +392,14 @@ def test_a_rank_with_no_send_or_receive_in_its_dump_does_not_stop_the_others_bei
     named = name_by_plan(ops, s, [])
     for rp in issued.ranks[:3]:
         assert [o.name for o in named[rp.rank]] == [s.ops[i].id for i in rp.issue if s.ops[i].kind in ("SEND", "RECV")]
+
+
+def test_a_send_the_run_kept_beside_compute_is_not_named_as_held(tmp_path: Path) -> None:
+    # a run made with held_sends records the SENDs it ran beside compute; SEND_F s1 mb12 among them held nothing,
+    # so the hang is not put on it (the timeline above, written before the record existed, held every SEND)
+    data = json.loads((PPTL_HANG / "interleaved_g13.partial.json").read_text())
+    data["meta"]["extra"]["sends_beside_compute"] = ["r1/send/SEND_F s1 mb12 ->r0"]
+    path = tmp_path / "beside.partial.json"
+    path.write_text(json.dumps(data))
+    got, _ = _diagnose([str(path), "--plan", str(PPTL_HANG / "interleaved_g13_plan.json")])
+    assert got["cause"]["kind"] != "held_send"

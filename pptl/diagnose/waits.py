@@ -565,24 +565,27 @@ def diagnose_timeline(timeline: Timeline, schedule: Schedule) -> Diagnosis:
     order, blocked = _order_mismatches(ops, p2p_front, nodes)
     cause = find_cause(EMPTY, ops, cycle_ranks=ranks, order=order, cycle=cycle)
     if not cycle and timeline.meta.extra.get("messages") == "sync-send" and ran is not None:
-        cause = _held_send(schedule, prog, rep, done) or cause
+        # a run that records which SENDs it kept off the compute stream held only the others (older runs: all)
+        beside = set(timeline.meta.extra.get("sends_beside_compute") or ())
+        cause = _held_send(schedule, prog, rep, done, beside) or cause
     return Diagnosis("timeline", ops, front, cycle, ranks, names, tuple(order), (), (), tuple(notes), tuple(blocked),
                      cause)
 
 
 def _held_send(schedule: Schedule, prog: Mapping[int, Sequence[int]], rep: Mapping[int, int],
-               done: set[str]) -> Cause | None:
+               done: set[str], beside: set[str]) -> Cause | None:
     """Under ``sync-send`` a rank's first pending op may be a SEND holding its compute stream until the peer
     posts the receive. Where the peer issues that receive after one of its RECVs whose SEND the first rank issues
     later still, neither host can get there: the receiver waits (its gate) for the sender's host, which stops once
-    its launch queue fills behind the held SEND. No NCCL op is out of order, so no wait-for cycle shows it."""
+    its launch queue fills behind the held SEND. No NCCL op is out of order, so no wait-for cycle shows it.
+    ``beside``: ids of the SENDs the run kept off the compute stream (they hold nothing)."""
     ops = schedule.ops
-    send_of = {i: j for i, j in rep.items()}  # RECV -> SEND
+    send_of = dict(rep)  # RECV -> SEND
     recv_of = {j: i for i, j in rep.items()}
     at = {i: (r, k) for r, seq in prog.items() for k, i in enumerate(seq)}
     for a, seq in prog.items():
         first = next((i for i in seq if ops[i].id not in done), None)
-        if first is None or ops[first].kind != "SEND" or first not in recv_of:
+        if first is None or ops[first].kind != "SEND" or first not in recv_of or ops[first].id in beside:
             continue
         r = recv_of[first]
         b, kr = at[r]
