@@ -213,3 +213,22 @@ def test_sends_that_hold_alone_but_not_together_are_let_go() -> None:
     every = replace(fixed, unheld=frozenset())
     assert _hosts_replay(every, program.RUN_AHEAD) and _hosts_replay(every, 5) == []
     assert _hosts_replay(fixed, program.RUN_AHEAD) == []
+
+
+@pytest.mark.parametrize("beside,line", [
+    (["r1/send/SEND_F s1 mb12 ->r0"], "sync-send: 1 SEND ran beside compute instead of holding it (each one's receive "
+                                      "comes too late: pptl.run.program.held_sends), e.g. r1/send/SEND_F s1 mb12 ->r0"),
+    (["a", "b"], "sync-send: 2 SENDs ran beside compute instead of holding it (each one's receive comes too late: "
+                 "pptl.run.program.held_sends), e.g. a"),
+    ([], None), (None, None)])
+def test_pptl_run_says_how_many_sends_ran_beside_compute(beside: list[str] | None, line: str | None) -> None:
+    from pptl.events import Event
+    from pptl.run.report import summary, summary_lines
+    from pptl.timeline import Timeline, TimelineMeta
+
+    ev = [Event(op="F0", rank=0, lane="compute", start=0.0, end=1.0, kind="F", stage=0, mb=0)]
+    extra = {} if beside is None else {"sends_beside_compute": beside}
+    tl = Timeline(ev, TimelineMeta(source="measured", units="ms", family="1f1b", pp=1, extra=extra))
+    got = [x for x in summary_lines(tl) if x.startswith("sync-send:")]
+    assert got == ([] if line is None else [line])
+    assert summary(tl)["sends_beside_compute"] == beside

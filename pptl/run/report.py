@@ -20,6 +20,7 @@ def summary(tl: Timeline, out: str | None = None) -> dict[str, Any]:
         "loss": x.get("loss"), "verify": x.get("verify"), "failed": x.get("failed"), "out": out,
         "clock": _clock(x.get("clock")),
         "gpu": x.get("gpu"),
+        "sends_beside_compute": x.get("sends_beside_compute"),
     }
 
 
@@ -49,6 +50,10 @@ def summary_lines(tl: Timeline) -> list[str]:
         lines.append(f"  rank {r['rank']}: busy {r['busy_ms']:.3f} ms, idle {r['idle_ms']:.3f} ms "
                      f"({100 * r['bubble_fraction']:.1f}%)")
     lines.extend(_gpu_lines(s["gpu"]))
+    beside = s["sends_beside_compute"]
+    if isinstance(beside, list) and beside:
+        lines.append(f"sync-send: {len(beside)} SEND{'s' if len(beside) != 1 else ''} ran beside compute instead of "
+                     f"holding it (each one's receive comes too late: pptl.run.program.held_sends), e.g. {beside[0]}")
     c = s["clock"]
     if c and c["violations"]:  # the rule on measured timelines failed: say so before anyone reads the numbers
         lines.append(f"measurement error: {c['violations']} event pair{'s' if c['violations'] != 1 else ''} out of "
