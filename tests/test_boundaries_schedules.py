@@ -98,35 +98,29 @@ def test_dualpipev_two_ranks_by_hand_with_vpp_two_given() -> None:
                               "I2.3c1", "I1.3c0", "W2.3c1", "W1.3c0"]
 
 
-def test_dualpipe_warning_gives_the_overestimate_capped_at_one_forward() -> None:
-    """pp=8 (H=4), I=2 > F=1, W=1 (B=3, F&B=F+B=4), 24 micro-batches: the formula (H-1)(F&B+B-3W) =
-    3*(4+3-3) = 12 over-estimates by min((H-1)(I-F), F) = min(3*1, 1) = 1, so every rank idles 11; the
-    warning gives 1, not the uncapped 3."""
-    s = build_schedule(_cfg("dualpipe", 8, 24, I=2))
-    assert _idle(s) == [11.0] * 8
-    assert _messages(run_checks(s), "PP022") == [
-        "dualpipe: the textbook bubble (p/2-1)(F&B+B-3W) = 12 does not apply: I=2 > F=1: the formula over-estimates "
-        "by min((H-1)(I-F), F) = 1 (exact only when I = F); simulated idle per rank 11"]
-
-
-def test_dualpipe_warning_for_i_below_f_adds_the_longer_w() -> None:
-    """pp=8 (H-1 = 3), F=1, I=0.5, W=2 (B=2.5, F&B=3.5): the formula 3*(3.5+2.5-3*2) = 0; each rank
-    idles (H-1)((F-I)+max(0, W-I)) = 3*(0.5+1.5) = 6 more, and simulates 6."""
-    s = build_schedule(_cfg("dualpipe", 8, 24, I=0.5, W=2))
-    assert _idle(s) == [6.0] * 8
-    assert _messages(run_checks(s), "PP022") == [
-        "dualpipe: the textbook bubble (p/2-1)(F&B+B-3W) = 0 does not apply: I=0.5 < F=1: each rank idles "
-        "(H-1)((F-I)+max(0,W-I)) = 6 more than the formula; simulated idle per rank 6"]
-
-
-def test_dualpipe_warning_for_w_above_i_counts_every_hop() -> None:
-    """pp=8, F=I=1, W=2 (B=3, F&B=4): the formula 3*(4+3-6) = 3; W longer than I by 1 costs each of
-    the H-1 = 3 hops 1, so every rank idles 3 + 3 = 6."""
-    s = build_schedule(_cfg("dualpipe", 8, 24, W=2))
-    assert _idle(s) == [6.0] * 8
-    assert _messages(run_checks(s), "PP022") == [
-        "dualpipe: the textbook bubble (p/2-1)(F&B+B-3W) = 3 does not apply: W=2 > I=1: each rank idles "
-        "(H-1)(W-I) = 3 more than the formula; simulated idle per rank 6"]
+@pytest.mark.parametrize("costs,idle,message", [
+    # pp=8 (H=4), I=2 > F=1, W=1 (B=3, F&B=F+B=4), 24 micro-batches: the formula (H-1)(F&B+B-3W) =
+    # 3*(4+3-3) = 12 over-estimates by min((H-1)(I-F), F) = min(3*1, 1) = 1, so every rank idles 11; the
+    # warning gives 1, not the uncapped 3.
+    ({"I": 2}, 11.0,
+     "dualpipe: the textbook bubble (p/2-1)(F&B+B-3W) = 12 does not apply: I=2 > F=1: the formula over-estimates "
+     "by min((H-1)(I-F), F) = 1 (exact only when I = F); simulated idle per rank 11"),
+    # pp=8 (H-1 = 3), F=1, I=0.5, W=2 (B=2.5, F&B=3.5): the formula 3*(3.5+2.5-3*2) = 0; each rank
+    # idles (H-1)((F-I)+max(0, W-I)) = 3*(0.5+1.5) = 6 more, and simulates 6.
+    ({"I": 0.5, "W": 2}, 6.0,
+     "dualpipe: the textbook bubble (p/2-1)(F&B+B-3W) = 0 does not apply: I=0.5 < F=1: each rank idles "
+     "(H-1)((F-I)+max(0,W-I)) = 6 more than the formula; simulated idle per rank 6"),
+    # pp=8, F=I=1, W=2 (B=3, F&B=4): the formula 3*(4+3-6) = 3; W longer than I by 1 costs each of
+    # the H-1 = 3 hops 1, so every rank idles 3 + 3 = 6.
+    ({"W": 2}, 6.0,
+     "dualpipe: the textbook bubble (p/2-1)(F&B+B-3W) = 3 does not apply: W=2 > I=1: each rank idles "
+     "(H-1)(W-I) = 3 more than the formula; simulated idle per rank 6"),
+], ids=["i-above-f-capped-at-one-forward", "i-below-f-adds-the-longer-w", "w-above-i-counts-every-hop"])
+def test_dualpipe_warning_says_how_far_the_textbook_bubble_is_off(costs: dict[str, float], idle: float,
+                                                                  message: str) -> None:
+    s = build_schedule(_cfg("dualpipe", 8, 24, **costs))
+    assert _idle(s) == [idle] * 8
+    assert _messages(run_checks(s), "PP022") == [message]
 
 
 # --------------------------------------------------------------------------------------------

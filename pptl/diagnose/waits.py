@@ -476,23 +476,17 @@ def _as_run(timeline: Timeline, schedule: Schedule) -> tuple[dict[int, list[int]
     its RECVs) next to the ops they serve, and opens a communicator per channel
     (:mod:`pptl.run.program`): which messages meet, and which P2P ops wait for each other, follow those,
     not the plan's order and one communicator per pair of ranks."""
-    from pptl.errors import PptlError
-    from pptl.run.options import MESSAGE_MODES
-    from pptl.run.program import build_program, issued_for
+    from pptl.run.program import as_run, orders
 
-    mode = timeline.meta.extra.get("messages")
-    if mode not in MESSAGE_MODES:
-        return None
-    try:
-        prog = issued_for(build_program(schedule), str(mode))
-    except PptlError:
+    prog = as_run(schedule, str(timeline.meta.extra.get("messages")))
+    if prog is None:
         return None
     ids: dict[Any, int] = {}
     channel = np.full(len(schedule.ops), -1, dtype=np.int64)
     for rp in prog.ranks:
         for i, ch in sorted(rp.channels.items()):
             channel[i] = ids.setdefault(ch, len(ids))
-    return {rp.rank: list(rp.issue) for rp in prog.ranks}, channel
+    return orders(prog), channel
 
 
 def diagnose_timeline(timeline: Timeline, schedule: Schedule) -> Diagnosis:

@@ -27,14 +27,14 @@ from dataclasses import dataclass, replace
 from typing import Mapping
 
 from pptl.config import Workload
-from pptl.errors import InputError, InvalidScheduleError
+from pptl.errors import InputError, InvalidScheduleError, PptlError
 from pptl.ir import Op, Schedule
 from pptl.issue_order import issue_key
 from pptl.messages import message_key
 from pptl.schedules import find_family, names
 
 __all__ = ["RUN_KINDS", "COMPUTE", "Channel", "RankProgram", "Program", "build_program", "refuse_invalid", "channel_of",
-           "workload_of", "tighten_messages", "issued_for"]
+           "workload_of", "tighten_messages", "issued_for", "as_run", "orders", "held_sends"]
 
 #: The op kinds ``pptl run`` executes.
 COMPUTE = frozenset({"F", "B", "I", "W", "FB"})
@@ -352,6 +352,24 @@ def issued_for(program: Program, messages: str) -> Program:
 RUN_AHEAD = 4
 
 
+def as_run(schedule: Schedule, messages: str) -> Program | None:
+    """``schedule`` as ``pptl run`` issues it under ``messages`` (:func:`issued_for`), or None for a plan it cannot
+    run (a profiler trace's, another runtime's kinds) or a mode it does not know: what the analyses of a run read."""
+    from pptl.run.options import MESSAGE_MODES
+
+    if messages not in MESSAGE_MODES:
+        return None
+    try:
+        return issued_for(build_program(schedule), messages)
+    except PptlError:
+        return None
+
+
+def orders(program: Program) -> dict[int, list[int]]:
+    """Rank -> its op indices in issue order."""
+    return {rp.rank: list(rp.issue) for rp in program.ranks}
+
+
 def held_sends(program: Program) -> frozenset[int]:
     """The SENDs of ``program`` (in its issue order) that may hold their rank's compute stream until
     their receive is posted, as ``sync-send`` runs them, without a deadlock.
@@ -409,7 +427,7 @@ def held_sends(program: Program) -> frozenset[int]:
     for seq in seqs:
         c, row = 0, []
         for i in seq:
-            c += program.schedule.ops[i].kind in COMPUTE
+            c += ops[i].kind in COMPUTE
             row.append(c)
         upto.append(row)
     held = set()

@@ -55,10 +55,7 @@ def sends_on_compute(schedule: Schedule) -> Schedule:
 def _beside_compute(schedule: Schedule) -> frozenset[int]:
     """The SENDs ``pptl run --messages sync-send`` keeps off the compute stream (none for a plan it
     cannot run: a profiler trace's, another runtime's)."""
-    from pptl.errors import PptlError
-    from pptl.run.program import build_program, issued_for
+    from pptl.run.program import as_run
 
-    try:
-        return issued_for(build_program(schedule), "sync-send").unheld
-    except PptlError:
-        return frozenset()
+    run = as_run(schedule, "sync-send")
+    return frozenset() if run is None else run.unheld
