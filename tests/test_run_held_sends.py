@@ -69,6 +69,26 @@ def test_only_sync_send_names_unheld_sends() -> None:
     assert issued_for(prog, "sync-send").unheld
 
 
+@pytest.mark.parametrize("messages", ["overlap", "sync-send", "inline"])
+def test_the_executor_streams_follow_the_held_set(messages: str) -> None:
+    # the CUDA executor runs each op on stream_keys' stream: on rank 1 of the plan that hung, under sync-send
+    # the forward SENDs of stage 1 mb 0-2 hold compute and mb 3-12 run on their channel (s1 -> s2's forwards)
+    s = _plan("interleaved-1f1b", 2, 13, vpp=2, group_size=13)
+    prog = issued_for(build_program(s), messages)
+    keys = program.stream_keys(prog, 1, messages)
+    assert set(keys) == set(prog.ranks[1].issue)
+    forward_channel = (1, 0, "F", 0, -1)  # rank 1 to rank 0, forwards, direction 0 (one channel for both stages)
+    sends = {s.ops[i].mb: keys[i] for i in keys if s.ops[i].kind == "SEND" and s.ops[i].flow == "F"}
+    assert len(sends) == 13
+    if messages == "sync-send":
+        assert sends == {mb: "compute" if mb < 3 else forward_channel for mb in range(13)}
+    else:
+        assert set(sends.values()) == {forward_channel}
+    recvs = {keys[i] for i in keys if s.ops[i].kind == "RECV"}
+    assert recvs == ({"compute"} if messages == "inline" else {(0, 1, "F", 0, -1), (0, 1, "B", 0, -1)})
+    assert {keys[i] for i in keys if s.ops[i].kind in ("F", "B")} == {"compute"}
+
+
 def test_a_send_received_first_thing_is_held_with_no_run_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
     # GPipe pp 2: rank 1 posts RECV_F s1 mb k right after its compute of mb k-1, which needs only rank 0's
     # SEND of mb k-1: no op of rank 0 past SEND mb k is needed, so every SEND holds even at RUN_AHEAD 0

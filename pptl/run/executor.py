@@ -39,7 +39,7 @@ from pptl.run.model import (
     make_target,
 )
 from pptl.run.options import MESSAGE_MODES
-from pptl.run.program import Program, issued_for, workload_of
+from pptl.run.program import Program, issued_for, stream_keys, workload_of
 
 __all__ = ["OpFailure", "Executor", "Fault"]
 
@@ -175,14 +175,12 @@ class Executor:
         self._setup_storages = {t.untyped_storage().data_ptr() for t in self._setup_tensors()}
         self.actions = {i: self._action(i) for i in self.rp.issue}
         if self.cuda:
+            keys = stream_keys(program, rank, self.messages)
             lanes = {self.ops[i].lane for i in self.rp.issue if i not in self.rp.channels} | {"compute"}
             self.streams: dict[Any, torch.cuda.Stream] = {lane: torch.cuda.Stream(device) for lane in sorted(lanes)}
             self.streams.update({ch: torch.cuda.Stream(device) for ch in sorted(set(self.rp.channels.values()))})
             self.compute = self.streams["compute"]
-            self.stream_of = {i: self.streams[self.rp.channels.get(i, self.ops[i].lane)] for i in self.rp.issue}
-            on_compute = {"sync-send": ("SEND",), "inline": ("RECV",)}.get(self.messages, ())
-            self.stream_of.update({i: self.compute for i in self.rp.channels
-                                   if self.ops[i].kind in on_compute and i not in program.unheld})
+            self.stream_of = {i: self.streams[keys[i]] for i in self.rp.issue}
             self.start_ev = {i: torch.cuda.Event(enable_timing=True) for i in self.rp.issue}
             self.end_ev = {i: torch.cuda.Event(enable_timing=True) for i in self.rp.issue}
             self.sync_ev = {i: torch.cuda.Event() for i in self.rp.waited}

@@ -24,7 +24,7 @@ op blocks its host until its data has arrived, the ranks can never wait on each 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Mapping
+from typing import Any, Mapping
 
 from pptl.config import Workload
 from pptl.errors import InputError, InvalidScheduleError, PptlError
@@ -34,7 +34,7 @@ from pptl.messages import message_key
 from pptl.schedules import find_family, names
 
 __all__ = ["RUN_KINDS", "COMPUTE", "Channel", "RankProgram", "Program", "build_program", "refuse_invalid", "channel_of",
-           "workload_of", "tighten_messages", "issued_for", "as_run", "orders", "held_sends"]
+           "workload_of", "tighten_messages", "issued_for", "as_run", "orders", "held_sends", "stream_keys"]
 
 #: The op kinds ``pptl run`` executes.
 COMPUTE = frozenset({"F", "B", "I", "W", "FB"})
@@ -342,6 +342,25 @@ def issued_for(program: Program, messages: str) -> Program:
         return issued
     sends = {i for rp in issued.ranks for i in rp.issue if issued.schedule.ops[i].kind == "SEND"}
     return replace(issued, unheld=frozenset(sends - held_sends(issued)))
+
+
+def stream_keys(program: Program, rank: int, messages: str) -> dict[int, Any]:
+    """Op index -> the stream ``rank`` runs it on under ``messages``, named as the executor names its CUDA
+    streams: a SEND or RECV its channel's, other ops their lane's, except what the mode puts on
+    ``"compute"``: ``sync-send``'s SENDs but those in ``program.unheld`` (a held one would deadlock the
+    run), and ``inline``'s RECVs. ``program`` as :func:`issued_for` gave it for ``messages``."""
+    rp = program.ranks[rank]
+    ops = program.schedule.ops
+    on_compute = {"sync-send": "SEND", "inline": "RECV"}.get(messages)
+    keys: dict[int, Any] = {}
+    for i in rp.issue:
+        if i not in rp.channels:
+            keys[i] = ops[i].lane
+        elif ops[i].kind == on_compute and i not in program.unheld:
+            keys[i] = "compute"
+        else:
+            keys[i] = rp.channels[i]
+    return keys
 
 
 #: Compute ops a host may issue past a SEND that holds its GPU before its launches block (a stage of
