@@ -170,6 +170,10 @@ SIXTEENTH_SHAPES = (Shape("h3584-t2048-l5-m14", 3584, 2048, 10, 2, 3, 14),
 #: committed before their run, the model unchanged.
 SEVENTEENTH_SHAPES = (Shape("h2816-t5632-l6-m13", 2816, 5632, 12, 1, 3, 13),
                       Shape("h2048-t3840-l5-m18", 2048, 3840, 10, 2, 3, 18))
+#: Two more at pp 2 drawn (2026-11-28 04:30 UTC) by ``python bench/draw_shapes.py tune 202611280700 2`` and
+#: committed before their run, the model unchanged.
+EIGHTEENTH_SHAPES = (Shape("h3456-t1792-l16-m18", 3456, 1792, 32, 1, 4, 18),
+                     Shape("h2816-t3584-l10-m18", 2816, 3584, 20, 2, 2, 18))
 #: The held-out groups ``--shapes`` names.
 GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "steady": STEADY_SHAPES,
           "balanced": BALANCED_SHAPES, "user": USER_SHAPES, "sixth": SIXTH_SHAPES, "seventh": SEVENTH_SHAPES,
@@ -177,7 +181,7 @@ GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "stea
           "eleventh": ELEVENTH_SHAPES, "twelfth": TWELFTH_SHAPES,
           "thirteenth": THIRTEENTH_SHAPES, "fourteenth": FOURTEENTH_SHAPES,
           "fifteenth": FIFTEENTH_SHAPES, "sixteenth": SIXTEENTH_SHAPES,
-          "seventeenth": SEVENTEENTH_SHAPES}
+          "seventeenth": SEVENTEENTH_SHAPES, "eighteenth": EIGHTEENTH_SHAPES}
 #: CPU smoke shapes (gloo, float32): the script end to end in seconds.
 TINY = (Shape("tiny-a", 64, 16, 8, 1, 3, 4), Shape("tiny-b", 32, 8, 4, 1, 2, 6),
         Shape("tiny-p4", 32, 8, 8, 1, 2, 8, pp=4))
