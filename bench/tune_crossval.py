@@ -170,7 +170,7 @@ SIXTEENTH_SHAPES = (Shape("h3584-t2048-l5-m14", 3584, 2048, 10, 2, 3, 14),
 #: committed before their run, the model unchanged.
 SEVENTEENTH_SHAPES = (Shape("h2816-t5632-l6-m13", 2816, 5632, 12, 1, 3, 13),
                       Shape("h2048-t3840-l5-m18", 2048, 3840, 10, 2, 3, 18))
-#: Two more at pp 2 drawn (2026-11-28 04:30 UTC) by ``python bench/draw_shapes.py tune 202611280700 2`` and
+#: Two more at pp 2 drawn (2026-11-28 04:06 UTC) by ``python bench/draw_shapes.py tune 202611280700 2`` and
 #: committed before their run, the model unchanged.
 EIGHTEENTH_SHAPES = (Shape("h3456-t1792-l16-m18", 3456, 1792, 32, 1, 4, 18),
                      Shape("h2816-t3584-l10-m18", 2816, 3584, 20, 2, 2, 18))
