@@ -136,6 +136,9 @@ class Executor:
     #: worker's activation-measuring step applies (:mod:`pptl.run.memory`): true for the training
     #: model and steps of this class; a family with a model or steps of its own declares false.
     measures_activations: bool = True
+    #: Whether :meth:`prime` runs this rank's stages once before the first step: true for the training
+    #: model of this class; a family with a model of its own declares false.
+    primes: bool = True
 
     def __init__(self, program: Program, rank: int, device: torch.device, channels: dict[Any, Any], *,
                  timeout: float, post: Callable[[int, int], None] | None = None, fault: Fault | None = None,
@@ -205,6 +208,32 @@ class Executor:
         # Every forward with a backward keeps its Linears: I and W need them, and B runs as I then W
         # (pptl.run.model: each weight gradient accumulated by its GEMM).
         self.keep_linears = not self.forward_only
+
+    def prime(self) -> None:
+        """Run each of this rank's stages once, forward and backward, on the first micro-batch's data and
+        with no message, then drop what it made (gradients included).
+
+        The first use of a kernel, a cuBLAS handle or the autograd engine's GPU thread can wait for the
+        whole GPU (CUDA loads modules lazily; libraries set up on first call). Inside a step, a SEND or
+        RECV spinning there for its peer then never ends, and the host that waits for the GPU never
+        issues what the peer waits for: interleaved 1F1B, pp 2, G = 13, bf16 h2816 hung on 2 H200s at
+        its last stage's first F (its loss kernels loaded there; under CUDA_MODULE_LOADING=EAGER, at its
+        first B instead), in every message mode. Done here, every such first use happens on an idle GPU."""
+        if not self.primes:
+            return
+        with torch.cuda.stream(self.compute) if self.cuda else _nullcontext():
+            for d, s in self.rp.stages:
+                last = s == self.last
+                x = self.inputs[(d, 0)] if s == 0 else make_input(self.workload, d, 0, self.device)
+                with torch.no_grad() if self.forward_only else _nullcontext():
+                    act = forward(self.chunks[(d, s)], x, needs_input_grad=s > 0 and not self.forward_only,
+                                  keep_linears=self.keep_linears,
+                                  target=self.targets[(d, 0)] if last else None, scale=self.scale)
+                if not self.forward_only:
+                    backward_full(self.chunks[(d, s)], act, None if last else torch.ones_like(act.y))
+        self._zero_grads()
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
 
     def _setup_tensors(self) -> list[torch.Tensor]:
         """What :meth:`_setup_model` made and every step reads (weights, inputs, targets)."""

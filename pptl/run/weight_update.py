@@ -108,6 +108,7 @@ class WeightUpdateExecutor(Executor):
     message_modes = ("overlap",)  # its messages have their own ordering
     full_backward = None  # copies and broadcasts, no B
     measures_activations = False  # its own model and steps: buffers and state outside() does not name
+    primes = False  # its own model: Executor.prime runs the training model's stages
 
     def __init__(self, program: Program, rank: int, device: torch.device, channels: dict[Any, Any],
                  **kw: Any) -> None:
