@@ -121,7 +121,7 @@ def _hosts_replay(prog: program.Program, queue: int) -> list[str]:
     queue), a RECV only once the sender's host has issued its SEND (the gate), a SEND at once. The compute stream
     runs compute ops and held SENDs in issue order: a compute op once the data it receives has arrived, a held SEND
     once the receiver has posted its RECV and every earlier RECV of that channel is done. An unheld SEND runs the
-    same way on its own stream, after its producer. Returns the ops never done (empty: no hang)."""
+    same way on its channel's stream, after its producer. Returns the ops never done (empty: no hang)."""
     s = prog.schedule
     ops = s.ops
     recv_of: dict[int, int] = {}
@@ -145,7 +145,7 @@ def _hosts_replay(prog: program.Program, queue: int) -> list[str]:
     done: set[int] = set()
     pos = {rp.rank: 0 for rp in prog.ranks}
     stream: dict[int, list[int]] = {rp.rank: [] for rp in prog.ranks}  # compute stream: compute ops and held SENDs, in issue order
-    side: dict[int, list[int]] = {rp.rank: [] for rp in prog.ranks}  # unheld SENDs
+    side: dict[object, list[int]] = {}  # unheld SENDs, a stream a channel as pptl run has
     moved = True
 
     def send_can_finish(j: int) -> bool:
@@ -169,7 +169,7 @@ def _hosts_replay(prog: program.Program, queue: int) -> list[str]:
                 if kind in program.COMPUTE or (kind == "SEND" and i not in prog.unheld):
                     stream[r].append(i)
                 elif kind == "SEND":
-                    side[r].append(i)
+                    side.setdefault(rp.channels[i], []).append(i)
                 pos[r] += 1
                 moved = True
             while stream[r]:  # the compute stream
@@ -184,8 +184,9 @@ def _hosts_replay(prog: program.Program, queue: int) -> list[str]:
                     break
                 stream[r].pop(0)
                 moved = True
-            while side[r] and send_can_finish(side[r][0]):
-                j = side[r].pop(0)
+        for queued in side.values():
+            while queued and send_can_finish(queued[0]):
+                j = queued.pop(0)
                 done.update((j, recv_of[j]))
                 moved = True
     return [op.id for i, op in enumerate(ops) if i not in done]

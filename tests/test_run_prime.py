@@ -1,7 +1,7 @@
-"""Executor.prime: each of a rank's stages runs once, forward and backward, before the first step, so no
-first use of a kernel or library (which can wait for the whole GPU) falls inside a step where a message
+"""Executor.prime: one step of the rank's ops with its messages left out, before the first step, so no
+first use of a kernel and no allocation the caching allocator lacks falls inside a step where a message
 spins for its peer. Run on CPU without ranks: the executor is built with no process groups (no message
-is sent), and the model's forward and backward are watched."""
+is sent; the step's barrier is a no-op here), and the model's forward and backward are watched."""
 from __future__ import annotations
 
 from typing import Any
@@ -11,15 +11,16 @@ import torch
 
 import pptl.run.executor as executor_mod
 from pptl.config import config_from_mapping
-from pptl.run.executor import Executor
+from pptl.run.executor import Executor, Fault
 from pptl.run.program import build_program
 from pptl.schedules import build_schedule
 
 
-def _executor(cfg: dict[str, Any], rank: int) -> Executor:
+def _executor(cfg: dict[str, Any], rank: int, monkeypatch: pytest.MonkeyPatch, **kw: Any) -> Executor:
+    monkeypatch.setattr(executor_mod.dist, "barrier", lambda *a, **k: None)
     s = build_schedule(config_from_mapping({"workload": {"hidden": 16, "tokens": 4}, **cfg}))
     program = build_program(s)
-    return Executor(program, rank, torch.device("cpu"), {ch: None for ch in program.channels}, timeout=5.0)
+    return Executor(program, rank, torch.device("cpu"), {ch: None for ch in program.channels}, timeout=5.0, **kw)
 
 
 def _watch(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, Any]]:
@@ -27,7 +28,7 @@ def _watch(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, Any]]:
     real_forward, real_backward = executor_mod.forward, executor_mod.backward_full
 
     def forward(chunk: Any, x: torch.Tensor, **kw: Any) -> Any:
-        calls.append(("F", chunk.stage, (kw["needs_input_grad"], kw["target"] is not None)))
+        calls.append(("F", chunk.stage, kw["target"] is not None))
         return real_forward(chunk, x, **kw)
 
     def backward_full(chunk: Any, act: Any, dy: Any, *a: Any) -> Any:
@@ -39,37 +40,44 @@ def _watch(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, Any]]:
     return calls
 
 
-def test_interleaved_rank_primes_both_its_stages_and_keeps_no_gradient(monkeypatch: pytest.MonkeyPatch) -> None:
-    # pp 2, vpp 2: rank 1 holds stages 1 and 3; stage 3 is the last (its forward takes the target and
-    # its backward starts from the loss), stage 1's forward needs its input's gradient
-    ex = _executor({"schedule": "interleaved-1f1b", "pp": 2, "vpp": 2, "microbatches": 4}, 1)
+def test_interleaved_rank_runs_its_step_without_messages_and_keeps_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # pp 2, vpp 2, m 4: rank 1 holds stages 1 and 3 (the last: its forward takes the target, its backward
+    # starts from the loss), four micro-batches each, every input received: 8 forwards, 8 backwards
+    ex = _executor({"schedule": "interleaved-1f1b", "pp": 2, "vpp": 2, "microbatches": 4}, 1, monkeypatch)
+    actions, posts = ex.actions, []
+    ex.post = lambda step, op: posts.append((step, op))
     calls = _watch(monkeypatch)
     ex.prime()
-    assert calls == [("F", 1, (True, False)), ("B", 1, False), ("F", 3, (True, True)), ("B", 3, True)]
+    assert sorted(calls) == sorted([("F", 1, False)] * 4 + [("F", 3, True)] * 4
+                                   + [("B", 1, False)] * 4 + [("B", 3, True)] * 4)
+    first_b = next(k for k, c in enumerate(calls) if c[0] == "B")
+    assert calls[first_b] == ("B", 3, True)  # in the rank's issue order: F s1 x4, F s3 mb0 then B s3 mb0
     assert all(p.grad is None for c in ex.chunks.values() for p in c.params)
+    assert ex.actions is actions and posts == []  # the real messages back; nothing posted to the launcher
 
 
-def test_first_rank_primes_stage_zero_without_an_input_gradient(monkeypatch: pytest.MonkeyPatch) -> None:
-    ex = _executor({"schedule": "1f1b", "pp": 4, "microbatches": 4}, 0)
+def test_first_rank_of_1f1b_runs_each_forward_and_backward_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    ex = _executor({"schedule": "1f1b", "pp": 4, "microbatches": 6}, 0, monkeypatch)
     calls = _watch(monkeypatch)
     ex.prime()
-    assert calls == [("F", 0, (False, False)), ("B", 0, False)]
-
-
-def test_dualpipe_rank_primes_a_stage_of_each_direction(monkeypatch: pytest.MonkeyPatch) -> None:
-    # DualPipe pp 4: rank 0 holds stage 0 of direction 0 and stage 3 (the last) of direction 1
-    ex = _executor({"schedule": "dualpipe", "pp": 4, "microbatches": 8}, 0)
-    calls = _watch(monkeypatch)
-    ex.prime()
-    assert sorted(calls) == sorted([("F", 0, (False, False)), ("B", 0, False), ("F", 3, (True, True)),
-                                    ("B", 3, True)])
+    assert sorted(calls) == sorted([("F", 0, False)] * 6 + [("B", 0, False)] * 6)
 
 
 def test_an_inference_plan_primes_forwards_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    ex = _executor({"schedule": "inference", "pp": 2, "microbatches": 3}, 1)
+    ex = _executor({"schedule": "inference", "pp": 2, "microbatches": 3}, 1, monkeypatch)
     calls = _watch(monkeypatch)
     ex.prime()
-    assert calls == [("F", 1, (False, True))]
+    assert calls == [("F", 1, True)] * 3
+
+
+def test_a_fault_waits_for_the_real_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    fired: list[str] = []
+    monkeypatch.setattr(Fault, "fire", lambda self: fired.append(self.op))
+    ex = _executor({"schedule": "1f1b", "pp": 2, "microbatches": 2}, 0, monkeypatch,
+                   fault=Fault("raise", 0, "r0/compute/F s0 mb1"))
+    index = ex._fault_index
+    ex.prime()
+    assert fired == [] and ex._fault_index == index is not None
 
 
 def test_a_family_with_its_own_model_is_not_primed() -> None:

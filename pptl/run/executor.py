@@ -210,30 +210,45 @@ class Executor:
         self.keep_linears = not self.forward_only
 
     def prime(self) -> None:
-        """Run each of this rank's stages once, forward and backward, on the first micro-batch's data and
-        with no message, then drop what it made (gradients included).
+        """Run one step of this rank's ops with its messages left out (a SEND keeps its tensor, a RECV
+        makes a zero buffer on its stream), then drop what it made, gradients included.
 
-        The first use of a kernel, a cuBLAS handle or the autograd engine's GPU thread can wait for the
-        whole GPU (CUDA loads modules lazily; libraries set up on first call). Inside a step, a SEND or
-        RECV spinning there for its peer then never ends, and the host that waits for the GPU never
+        The first use of a kernel, and an allocation the caching allocator has no cached memory for,
+        can wait for the whole GPU (CUDA loads modules lazily; cudaMalloc). Inside a step, a SEND or
+        RECV spinning there for its peer then never ends, and the host that waits for its GPU never
         issues what the peer waits for: interleaved 1F1B, pp 2, G = 13, bf16 h2816 hung on 2 H200s at
-        its last stage's first F (its loss kernels loaded there; under CUDA_MODULE_LOADING=EAGER, at its
-        first B instead), in every message mode. Done here, every such first use happens on an idle GPU."""
+        its last stage's first F (a kernel loaded there), and, with kernels loaded first, at its first
+        W (``w.grad = du.t() @ x``, a new allocation). This step makes the same allocations on the same
+        streams in the same order, on a GPU with nothing waiting on a peer, so the allocator holds what
+        a step needs and every kernel is loaded. Its collectives (the step's barriers) run on every rank."""
         if not self.primes:
             return
-        with torch.cuda.stream(self.compute) if self.cuda else _nullcontext():
-            for d, s in self.rp.stages:
-                last = s == self.last
-                x = self.inputs[(d, 0)] if s == 0 else make_input(self.workload, d, 0, self.device)
-                with torch.no_grad() if self.forward_only else _nullcontext():
-                    act = forward(self.chunks[(d, s)], x, needs_input_grad=s > 0 and not self.forward_only,
-                                  keep_linears=self.keep_linears,
-                                  target=self.targets[(d, 0)] if last else None, scale=self.scale)
-                if not self.forward_only:
-                    backward_full(self.chunks[(d, s)], act, None if last else torch.ones_like(act.y))
+        saved = (self.actions, self.gates, self._fault_index, self.post)
+        self.actions = {i: self._local_message(i) if self.ops[i].kind in ("SEND", "RECV") else a
+                        for i, a in self.actions.items()}
+        # no fault fires and no op is posted: to the launcher this is still set-up
+        self.gates, self._fault_index, self.post = None, None, lambda step, op: None
+        try:
+            self.step(-1, timed=False)
+        finally:
+            self.actions, self.gates, self._fault_index, self.post = saved
         self._zero_grads()
         if self.cuda:
             torch.cuda.synchronize(self.device)
+
+    def _local_message(self, i: int) -> Callable[[_Step], None]:
+        """Op ``i`` (a SEND or RECV) as :meth:`prime` runs it: what it takes and leaves in the step's
+        state, with no peer."""
+        op = self.ops[i]
+        if op.kind == "SEND":
+            return lambda st: st.keep.append(self._send_payload(st, op))
+        key = (op.flow, op.direction, op.stage, op.mb)
+
+        def recv(st: _Step) -> None:
+            buf = torch.zeros(self.shape, dtype=self.dtype, device=self.device)  # on the channel's stream
+            st.keep.append(buf)
+            st.recvd[key] = buf
+        return recv
 
     def _setup_tensors(self) -> list[torch.Tensor]:
         """What :meth:`_setup_model` made and every step reads (weights, inputs, targets)."""
@@ -572,16 +587,11 @@ class Executor:
 
     def _send_action(self, i: int) -> Callable[[_Step], None]:
         op = self.ops[i]
-        key = (op.direction, op.stage, op.mb)
         group = self.channels[self.rp.channels[i]]
         peer = op.peer
 
         def send(st: _Step) -> None:
-            if op.flow == "F":
-                t = (st.acts.pop(key) if self.forward_only else st.acts[key]).y.detach()
-            else:
-                t = st.grads.pop(key)
-            t = t.contiguous()
+            t = self._send_payload(st, op)
             st.keep.append(t)
             if self.gates is not None:
                 self.gates.open(i, self._step_index, torch.cuda.current_stream())
@@ -595,6 +605,16 @@ class Executor:
             else:
                 st.works[i] = works
         return send
+
+    def _send_payload(self, st: _Step, op: Any) -> torch.Tensor:
+        """What a SEND sends, taken from the step's state: a forward's output (kept for its backward
+        unless the plan has none) or an input gradient."""
+        key = (op.direction, op.stage, op.mb)
+        if op.flow == "F":
+            t = (st.acts.pop(key) if self.forward_only else st.acts[key]).y.detach()
+        else:
+            t = st.grads.pop(key)
+        return t.contiguous()
 
     def _recv_action(self, i: int) -> Callable[[_Step], None]:
         op = self.ops[i]
