@@ -346,6 +346,57 @@ def test_held_send_is_named_only_for_a_sync_send_run(tmp_path: Path) -> None:
     assert got["cause"]["kind"] != "held_send"
 
 
+ALONE_PLAN = PPTL_HANG / "interleaved_g13_alone_plan.json"
+
+
+@pytest.mark.parametrize("name,stuck", [("first_f", "r1/compute/F s3 mb0"), ("first_w", "r1/compute/B s3 mb0")])
+def test_a_host_that_stopped_for_its_gpu_is_named(name: str, stuck: str) -> None:
+    """The same plan as the only one of a fresh pptl run, on 2 H200s: rank 1's host stopped at the last stage's
+    first F (a kernel's first load; with kernels loaded, at its first B, a new allocation) with every earlier
+    compute op done. Its SEND_F s1 mb5 (beside compute, as held_sends says) spun for rank 0's RECV_F s2 mb5,
+    rank 0's op 50, while rank 0 stood at op 35, RECV_B s2 mb0, whose SEND is rank 1's op 43 (SEND_B s3 mb0),
+    past the host's op 40 or 42: 50 - 35 = 15 ops. No wait-for cycle: the run's own message names the op."""
+    data, text = _diagnose([str(PPTL_HANG / f"interleaved_g13_alone_{name}.partial.json"), "--plan",
+                            str(ALONE_PLAN)])
+    assert data["cycle"] == [] and data["cause"]["kind"] == "host_stopped" and data["cause"]["ranks"] == [1, 0]
+    assert text.splitlines()[0] == (
+        f"rank 1's host stopped at {stuck} with its GPU done with every compute op before it, while "
+        "r1/send/SEND_F s1 mb5 ->r0 waited on that GPU for rank 0 to post r0/recv/RECV_F s2 mb5 <-r1, 15 op(s) "
+        "past rank 0's front r0/recv/RECV_B s2 mb0 <-r1, which waits for rank 1's host to issue "
+        "r1/send/SEND_B s3 mb0 ->r0: a host that waits for its whole GPU (a kernel's first load, an allocation "
+        "the caching allocator has no memory for) waits for that message too (pptl run now runs each rank's ops "
+        "once before its first step: Executor.prime)")
+
+
+def test_a_host_stopped_behind_its_gpu_is_not_a_first_use() -> None:
+    # --messages overlap stopped in its second step with rank 1's compute behind (F s3 mb8 still waiting for
+    # its data): a full launch queue stops a host without any first use, so that cause is not given
+    data, _ = _diagnose([str(PPTL_HANG / "interleaved_g13_alone_overlap.partial.json"), "--plan", str(ALONE_PLAN)])
+    assert data["cause"]["kind"] != "host_stopped"
+
+
+@pytest.mark.parametrize("change", ["gpu_behind", "input_missing", "send_op", "no_message", "garbled", "huge"])
+def test_host_stopped_needs_the_run_to_say_so_and_an_idle_gpu(tmp_path: Path, change: str) -> None:
+    data = json.loads((PPTL_HANG / "interleaved_g13_alone_first_f.partial.json").read_text())
+    extra = data["meta"]["extra"]
+    if change == "gpu_behind":  # F s1 mb12, the compute op before the stuck one, not done
+        data["events"] = [e for e in data["events"] if e["op"] != "r1/compute/F s1 mb12"]
+    elif change == "input_missing":  # the stuck F's own input not arrived: it waits for data, not for its GPU
+        data["events"] = [e for e in data["events"] if e["op"] != "r1/recv/RECV_F s3 mb0 <-r0"]
+    elif change == "send_op":
+        extra["failed"] = extra["failed"].replace("r1/compute/F s3 mb0", "r1/send/SEND_F s1 mb5 ->r0")
+    elif change == "no_message":
+        del extra["failed"]
+    elif change == "garbled":
+        extra["failed"] = "rank 1 is stuck at op r1/compute/F s3 mb0"  # no step: not pptl run's sentence
+    else:
+        extra["failed"] = "x" * 100_000 + extra["failed"]  # only the first 2,000 characters are read
+    path = tmp_path / "partial.json"
+    path.write_text(json.dumps(data))
+    got, _ = _diagnose([str(path), "--plan", str(ALONE_PLAN)])
+    assert got["cause"]["kind"] != "host_stopped"
+
+
 def test_dumps_of_a_sync_send_pptl_run_are_named_with_the_plan_that_ran() -> None:
     """A pptl run issues a 1F1B plan's SENDs right after their producers (sync-send, its default), so its
     dumps' send/receive order is not the plan's own on any of the 4 ranks: named against the plan's order

@@ -28,6 +28,7 @@ Vocabulary: *front* is a rank's first op that never completed; *pending* is any 
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -562,6 +563,8 @@ def diagnose_timeline(timeline: Timeline, schedule: Schedule) -> Diagnosis:
         # a run that records which SENDs it kept off the compute stream held only the others (older runs: all)
         beside = set(timeline.meta.extra.get("sends_beside_compute") or ())
         cause = _held_send(schedule, prog, rep, done, beside) or cause
+    if not cycle and ran is not None:
+        cause = _host_stopped(schedule, prog, rep, done, timeline.meta.extra.get("failed")) or cause
     return Diagnosis("timeline", ops, front, cycle, ranks, names, tuple(order), (), (), tuple(notes), tuple(blocked),
                      cause)
 
@@ -593,4 +596,57 @@ def _held_send(schedule: Schedule, prog: Mapping[int, Sequence[int]], rep: Mappi
                     f"waits for rank {a}'s host to issue {ops[j].id}, {at[j][1] - at[first][1]} op(s) past the held "
                     f"send, and rank {a}'s host stops once its launch queue fills: the hosts wait on each other "
                     "(pptl run now runs such a send beside compute: pptl.run.program.held_sends)"))
+    return None
+
+
+#: What ``pptl run`` says of a hang (pptl.run.launcher): the rank and the op its host last posted.
+_STUCK = re.compile(r"rank (\d{1,6}) is stuck at op (.{1,300}?) \(step -?\d{1,9}\)")
+_COMPUTE = frozenset({"F", "B", "I", "W", "FB"})
+
+
+def _host_stopped(schedule: Schedule, prog: Mapping[int, Sequence[int]], rep: Mapping[int, int],
+                  done: set[str], failed: Any) -> Cause | None:
+    """A rank's host stopped issuing at a compute op while its GPU had run every compute op issued before it (the
+    run names the op: ``failed``), and a message of that rank stood pending for a peer whose front waits for
+    this host. The host waited for its whole GPU (a kernel's first load, an allocation the caching allocator
+    had no memory for), so also for the message spinning there: no NCCL op is out of order."""
+    if not isinstance(failed, str):
+        return None
+    m = _STUCK.search(failed[:2000])
+    if m is None:
+        return None
+    a, name = int(m.group(1)), m.group(2)
+    ops = schedule.ops
+    seq = prog.get(a, ())
+    k_x = next((k for k, i in enumerate(seq) if ops[i].id == name), None)
+    if k_x is None or ops[seq[k_x]].kind not in _COMPUTE:
+        return None
+    x = seq[k_x]
+    if any(ops[i].kind in _COMPUTE and ops[i].id not in done for i in seq[:k_x]):
+        return None  # its GPU was still behind: a full launch queue stops a host without any first use
+    if any(ops[u].id not in done for u, v in schedule.deps if v == x and ops[u].kind == "RECV"):
+        return None
+    send_of = dict(rep)
+    recv_of = {j: i for i, j in rep.items()}
+    at = {i: (r, k) for r, s in prog.items() for k, i in enumerate(s)}
+    for i in seq[:k_x]:
+        if ops[i].id in done or ops[i].kind not in ("SEND", "RECV"):
+            continue
+        other = recv_of.get(i) if ops[i].kind == "SEND" else send_of.get(i)
+        if other is None:
+            continue
+        b, kp = at[other]
+        front = next((k for k, j in enumerate(prog[b]) if ops[j].id not in done), None)
+        if front is None or kp <= front:
+            continue
+        f = prog[b][front]
+        j = send_of.get(f) if ops[f].kind == "RECV" else None
+        if j is None or at[j][0] != a or at[j][1] < k_x:
+            continue
+        return Cause("host_stopped", (a, b), (
+            f"rank {a}'s host stopped at {ops[x].id} with its GPU done with every compute op before it, while "
+            f"{ops[i].id} waited on that GPU for rank {b} to post {ops[other].id}, {kp - front} op(s) past rank {b}'s "
+            f"front {ops[f].id}, which waits for rank {a}'s host to issue {ops[j].id}: a host that waits for its "
+            "whole GPU (a kernel's first load, an allocation the caching allocator has no memory for) waits for "
+            "that message too (pptl run now runs each rank's ops once before its first step: Executor.prime)"))
     return None
