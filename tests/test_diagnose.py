@@ -397,6 +397,25 @@ def test_host_stopped_needs_the_run_to_say_so_and_an_idle_gpu(tmp_path: Path, ch
     assert got["cause"]["kind"] != "host_stopped"
 
 
+def test_a_peer_waiting_for_a_send_this_host_already_issued_is_not_its_wait(tmp_path: Path) -> None:
+    # the first-F hang moved on by hand: F s3 mb0 and B s3 mb0 (ops 40, 42) and F s3 mb1's input done, the
+    # host stuck at F s3 mb1 (op 45). Rank 0's front, RECV_B s2 mb0, waits for SEND_B s3 mb0, op 43: issued
+    # before the stuck op, so the peer waits on rank 1's GPU, not on its host: no host_stopped
+    data = json.loads((PPTL_HANG / "interleaved_g13_alone_first_f.partial.json").read_text())
+    end = max(e["end"] for e in data["events"])
+    for k, (op, kind, lane, mb) in enumerate([("r1/compute/F s3 mb0", "F", "compute", 0),
+                                               ("r1/recv/RECV_F s3 mb1 <-r0", "RECV", "recv", 1),
+                                               ("r1/compute/B s3 mb0", "B", "compute", 0)]):
+        data["events"].append({"op": op, "rank": 1, "lane": lane, "start": end + 5 * k, "end": end + 5 * k + 4,
+                               "kind": kind, "stage": 3, "mb": mb})
+    data["meta"]["extra"]["failed"] = ("run stopped: no rank made progress for the --timeout; rank 1 is stuck at "
+                                       "op r1/compute/F s3 mb1 (step 0)")
+    path = tmp_path / "partial.json"
+    path.write_text(json.dumps(data))
+    got, _ = _diagnose([str(path), "--plan", str(ALONE_PLAN)])
+    assert got["cause"]["kind"] != "host_stopped"
+
+
 def test_dumps_of_a_sync_send_pptl_run_are_named_with_the_plan_that_ran() -> None:
     """A pptl run issues a 1F1B plan's SENDs right after their producers (sync-send, its default), so its
     dumps' send/receive order is not the plan's own on any of the 4 ranks: named against the plan's order

@@ -80,6 +80,16 @@ def test_a_fault_waits_for_the_real_step(monkeypatch: pytest.MonkeyPatch) -> Non
     assert fired == [] and ex._fault_index == index is not None
 
 
+def test_a_primed_receive_keeps_its_buffer_to_the_steps_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    # as a real RECV does (st.keep): the same blocks held as long, so the allocator sees the same pattern
+    ex = _executor({"schedule": "1f1b", "pp": 2, "microbatches": 2}, 1, monkeypatch)
+    i = next(i for i in ex.rp.issue if ex.ops[i].kind == "RECV")
+    st = executor_mod._Step(timed=False)
+    ex._local_message(i)(st)
+    (buf,) = st.recvd.values()
+    assert st.keep == [buf] and buf.shape == (4, 16) and not buf.any()
+
+
 def test_a_family_with_its_own_model_is_not_primed() -> None:
     from pptl.run.moe import MoEExecutor
     from pptl.run.weight_update import WeightUpdateExecutor
