@@ -211,6 +211,10 @@ MISSES = {
     # power cap), the capped V-Half and V-Min +3.2% and +3.1% (1815-1920 MHz): the device's 0.25 between the
     # calibrating run's 0.86-0.93 busy and the V orders' is less than the clocks moved.
     "h2816-t5632-l6-m13": ("families",),
+    # EIGHTEENTH_SHAPES (drawn by `draw_shapes.py tune 202611280700 2` and committed before their run, 2 H200s,
+    # 04:09-04:16 UTC): h2816-t3584 passes every line; h3456-t1792 every line but the families, ZB-H2 -3.38% and
+    # ZB-H1 -3.30% (the rest -2.5..+1.8%).
+    "h3456-t1792-l16-m18": ("families",),
 }
 #: Largest error of any candidate today, per shape where it is above the 9.5% bound of the others.
 MAX_ERR: dict[str, float] = {"h2048-t1024-l16-m8-bal": 0.161, "h2048-t2048-l4-m32-bal": 0.137,
@@ -229,8 +233,8 @@ def test_thirty_eight_shapes_unlike_the_bench_were_measured() -> None:
     # one; h2048-t1024-l16 a third time with the clock record (<name>-clk); the ninth group's two, the tenth's
     # three, the first of them again on H100s (<name>-h100); the eleventh's three, the twelfth's two and the
     # thirteenth's one (bench/draw_shapes.py); the fourteenth's three at pp 4 on 4 GPUs, the sixteenth's two and the
-    # seventeenth's two (its first hung the run until tests/test_run_held_sends.py's fix)
-    assert len(shapes) == 68 and len({s["name"] for s in shapes}) == 51
+    # seventeenth's two (its first hung the run until tests/test_run_held_sends.py's fix), the eighteenth's two
+    assert len(shapes) == 70 and len({s["name"] for s in shapes}) == 53
     assert sorted(s["name"] for s in shapes if s.get("pp", 2) == 4) == [
         "h2176-t1792-l11-m15-p4", "h3456-t2560-l7-m19-p4", "h3584-t5888-l9-m5-p4"]
     assert {s["hidden"] for s in shapes} >= {2048, 4096, 8192}
