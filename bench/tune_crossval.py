@@ -4,6 +4,7 @@ the rank correlation and every family's error are checked against what ran.
 
     python3 bench/tune_crossval.py OUTDIR [--device cuda|cpu] [--shapes a,b] [--steps 2] [--warmup 1]
     python3 bench/tune_crossval.py --offline DIR       (re-rank saved shapes without a GPU)
+    python3 bench/tune_crossval.py --offline DIR --duty-exponent 0.3   (the same, the exponent fixed)
     python3 bench/tune_crossval.py --attribute DIR     (where each prediction's error comes from)
     python3 bench/tune_crossval.py --duty DIR          (each rank's error: the rank's level against its duty)
 
@@ -341,6 +342,7 @@ def main() -> int:
     ap.add_argument("--calibrate", choices=("balanced", "even"), default="balanced",
                     help="the calibrating 1F1B run's split (even: as every launch before BALANCED_SHAPES)")
     ap.add_argument("--offline", type=Path, help="re-rank the saved shapes in this folder; no run")
+    ap.add_argument("--duty-exponent", type=float, help="with --offline: re-rank with device.duty_exponent fixed")
     ap.add_argument("--attribute", type=Path, help="per saved shape with measured ops: each candidate's error "
                                                     "split by rank and op kind; no run")
     ap.add_argument("--duty", type=Path, help="per saved shape with measured ops: each rank's error split into "
@@ -348,7 +350,7 @@ def main() -> int:
                                                "duty, and the calibrating run's first ops against its later ones; no run")
     a = ap.parse_args()
     if a.offline is not None:
-        return _offline(a.offline)
+        return _offline(a.offline, a.duty_exponent)
     if a.attribute is not None:
         return _attribute_all(a.attribute)
     if a.duty is not None:
@@ -494,17 +496,22 @@ def _ran(row: dict[str, Any]) -> tuple[tuple[tuple[str, int], ...], ...] | None:
     return None if not orders else tuple(tuple(orders[r]) for r in sorted(orders))
 
 
-def _offline(folder: Path) -> int:
+def _offline(folder: Path, exponent: float | None = None) -> int:
     res = {}
     for p in sorted(folder.glob("*.json")):
         saved = json.loads(p.read_text())
+        if exponent is not None:  # what the launch would give with the duty exponent fixed (device.duty_exponent)
+            saved["config"] = {**saved["config"], "device": {"duty_exponent": exponent}}
         ev = _evaluate(saved)
         res[p.stem] = ev
         c = ev["checks"]
         print(f"{p.stem}: pick {ev['pick']} ({'+' if (c['pick_gap'] or 0) >= 0 else ''}"
               f"{100 * (c['pick_gap'] or 0):.1f}% vs fastest fitting {c[next(k for k in c if k.endswith('fastest_fitting'))]}), "
               f"spearman {c['spearman']:.2f}, max err {100 * c['max_abs_err']:.1f}%, over limit: "
-              f"{c['fitting_over_limit'] or 'none'}")
+              f"{c['fitting_over_limit'] or 'none'}, families {'ok' if c['families_ok'] else 'missed'}")
+    print(f"{len(res)} launches: pick {sum(bool(e['checks']['pick_ok']) for e in res.values())}, spearman >= 0.9 "
+          f"{sum(e['checks']['spearman'] >= 0.9 for e in res.values())}, families "
+          f"{sum(bool(e['checks']['families_ok']) for e in res.values())}")
     return 0
 
 
