@@ -565,6 +565,13 @@ def diagnose_timeline(timeline: Timeline, schedule: Schedule) -> Diagnosis:
         cause = _held_send(schedule, prog, rep, done, beside) or cause
     if not cycle and ran is not None:
         cause = _host_stopped(schedule, prog, rep, done, timeline.meta.extra.get("failed")) or cause
+    if cause.kind == "pending":  # a timeline, not dumps: say so, and where the run last saw the stuck host
+        text = cause.text.replace("the dumps show no", "the timeline shows no").replace(
+            " (a rank outside the dumps, or a host blocked outside NCCL?)", " (a host blocked outside NCCL?)")
+        m = _STUCK.search(str(timeline.meta.extra.get("failed") or "")[:2000])
+        if m is not None:
+            text += f"; pptl run last saw rank {m.group(1)}'s host at {m.group(2)}"
+        cause = replace(cause, text=text)
     return Diagnosis("timeline", ops, front, cycle, ranks, names, tuple(order), (), (), tuple(notes), tuple(blocked),
                      cause)
 
