@@ -420,6 +420,46 @@ def test_a_peer_waiting_for_a_send_this_host_already_issued_is_not_its_wait(tmp_
     assert got["cause"]["kind"] != "host_stopped"
 
 
+def test_a_partial_timeline_keeps_where_each_host_was() -> None:
+    # the progress board's last post of each rank, for the plan that failed: ranks still in set-up (op -1 or
+    # step -1) and ranks on another plan of the launch are left out; a rank of two digits keeps its number
+    from pptl.formats.loader import load_any
+    from pptl.run.launcher import hosts_at
+    from pptl.run.progress import Post
+
+    sched = load_any(str(ALONE_PLAN)).schedule
+    posts = [Post(0, 1, 67, 0.0)] + [Post(0, -1, -1, 0.0)] * 9 + [Post(0, 0, 0, 0.0), Post(1, 1, 5, 0.0),
+                                                                 Post(0, 0, -1, 0.0), Post(0, 3, 260, 0.0)]
+    got = hosts_at(sched, 0, posts)  # the plan has 260 ops: 260 is none of them
+    assert got == {"0": {"op": sched.ops[67].id, "step": 1}, "10": {"op": sched.ops[0].id, "step": 0}}
+    assert len(sched.ops) == 260
+
+
+def test_every_hosts_place_is_tried_not_only_the_one_the_failure_names(tmp_path: Path) -> None:
+    # the overlap hang with both hosts' places kept, as runs now keep them: rank 1's (named by the failure,
+    # B s1 mb8) had its GPU behind; rank 0's host at RECV_F s2 mb8 (op 67; a RECV allocates its buffer) with
+    # every compute op before it done, its SEND_B s2 mb3 (op 56) spinning for rank 1's RECV_B s1 mb3, rank 1's op
+    # 89, 56 past its front (op 33, SEND_F s1 mb10), which waits for rank 0 to post RECV_F s2 mb10 (its op 79)
+    data = json.loads((PPTL_HANG / "interleaved_g13_alone_overlap.partial.json").read_text())
+    data["meta"]["extra"]["hosts"] = {"1": {"op": "r1/compute/B s1 mb8", "step": 1},
+                                      "0": {"op": "r0/recv/RECV_F s2 mb8 <-r1", "step": 1}}
+    path = tmp_path / "partial.json"
+    path.write_text(json.dumps(data))
+    got, text = _diagnose([str(path), "--plan", str(ALONE_PLAN)])
+    assert got["cause"]["kind"] == "host_stopped" and got["cause"]["ranks"] == [0, 1]
+    assert text.splitlines()[0].startswith(
+        "rank 0's host stopped at r0/recv/RECV_F s2 mb8 <-r1 with its GPU done with every compute op before it, "
+        "while r0/send/SEND_B s2 mb3 ->r1 waited on that GPU for rank 1 to post r1/recv/RECV_B s1 mb3 <-r0, 56 "
+        "op(s) past rank 1's front r1/send/SEND_F s1 mb10 ->r0, which waits for rank 0's host to issue "
+        "r0/recv/RECV_F s2 mb10 <-r1: ")
+    # hostile places are skipped, not trusted: a key not a rank number, an op not text, too long a name
+    data["meta"]["extra"]["hosts"] = {"0 ": {"op": "r0/recv/RECV_F s2 mb8 <-r1"}, "x": {"op": 1},
+                                      "0": {"op": "r0/recv/RECV_F s2 mb8 <-r1" + " " * 300}}
+    path.write_text(json.dumps(data))
+    got, _ = _diagnose([str(path), "--plan", str(ALONE_PLAN)])
+    assert got["cause"]["kind"] == "pending"
+
+
 def test_dumps_of_a_sync_send_pptl_run_are_named_with_the_plan_that_ran() -> None:
     """A pptl run issues a 1F1B plan's SENDs right after their producers (sync-send, its default), so its
     dumps' send/receive order is not the plan's own on any of the 4 ranks: named against the plan's order

@@ -176,6 +176,9 @@ def test_fault_stops_every_rank_and_keeps_measurements(tmp_path, monkeypatch, fa
     assert data["meta"]["extra"]["partial"] is True
     assert re.search(message, data["meta"]["extra"]["failed"])
     assert data["events"], "the ops that finished before the fault are kept"
+    if fault.startswith("hang"):  # the stuck host's last post, kept for pptl diagnose (meta.extra.hosts)
+        _, rank, op = fault.split(":", 2)
+        assert data["meta"]["extra"]["hosts"][rank] == {"op": op, "step": 0}
     drawn = runner.invoke(app, ["render", str(out), "--width", "100"])
     assert drawn.exit_code == 0, drawn.output
     assert "r0" in drawn.stdout or "rank 0" in drawn.stdout.lower(), drawn.stdout

@@ -564,7 +564,11 @@ def diagnose_timeline(timeline: Timeline, schedule: Schedule) -> Diagnosis:
         beside = set(timeline.meta.extra.get("sends_beside_compute") or ())
         cause = _held_send(schedule, prog, rep, done, beside) or cause
     if not cycle and ran is not None:
-        cause = _host_stopped(schedule, prog, rep, done, timeline.meta.extra.get("failed")) or cause
+        for a, name in _stuck_hosts(timeline.meta.extra):
+            found = _host_stopped(schedule, prog, rep, done, a, name)
+            if found is not None:
+                cause = found
+                break
     if cause.kind == "pending":  # a timeline, not dumps: say so, and where the run last saw the stuck host
         text = cause.text.replace("the dumps show no", "the timeline shows no").replace(
             " (a rank outside the dumps, or a host blocked outside NCCL?)", " (a host blocked outside NCCL?)")
@@ -608,25 +612,36 @@ def _held_send(schedule: Schedule, prog: Mapping[int, Sequence[int]], rep: Mappi
 
 #: What ``pptl run`` says of a hang (pptl.run.launcher): the rank and the op its host last posted.
 _STUCK = re.compile(r"rank (\d{1,6}) is stuck at op (.{1,300}?) \(step -?\d{1,9}\)")
-_COMPUTE = frozenset({"F", "B", "I", "W", "FB"})
+_COMPUTE: frozenset[str] = frozenset({"F", "B", "I", "W", "FB"})
+
+
+def _stuck_hosts(extra: Mapping[str, Any]) -> list[tuple[int, str]]:
+    """(rank, op) where pptl run last saw each host: the one its failure names first (``failed``), then every
+    rank's of ``hosts`` (runs that keep them), by rank. Both come from a file: bounded, and skipped when malformed."""
+    out: list[tuple[int, str]] = []
+    failed = extra.get("failed")
+    m = _STUCK.search(failed[:2000]) if isinstance(failed, str) else None
+    if m is not None:
+        out.append((int(m.group(1)), m.group(2)))
+    hosts = extra.get("hosts")
+    if isinstance(hosts, Mapping) and len(hosts) <= 4096:
+        for r, at in hosts.items():
+            if (isinstance(r, str) and r.isascii() and r.isdecimal() and len(r) <= 6 and isinstance(at, Mapping)
+                    and isinstance(at.get("op"), str) and len(at["op"]) <= 300 and (int(r), at["op"]) not in out):
+                out.append((int(r), at["op"]))
+    return out[:1] + sorted(out[1:]) if m is not None else sorted(out)
 
 
 def _host_stopped(schedule: Schedule, prog: Mapping[int, Sequence[int]], rep: Mapping[int, int],
-                  done: set[str], failed: Any) -> Cause | None:
-    """A rank's host stopped issuing at a compute op while its GPU had run every compute op issued before it (the
-    run names the op: ``failed``), and a message of that rank stood pending for a peer whose front waits for
-    this host. The host waited for its whole GPU (a kernel's first load, an allocation the caching allocator
-    had no memory for), so also for the message spinning there: no NCCL op is out of order."""
-    if not isinstance(failed, str):
-        return None
-    m = _STUCK.search(failed[:2000])
-    if m is None:
-        return None
-    a, name = int(m.group(1)), m.group(2)
+                  done: set[str], a: int, name: str) -> Cause | None:
+    """Rank ``a``'s host stopped issuing at op ``name`` (compute, or a RECV: it allocates its buffer) while its GPU
+    had run every compute op issued before it, and a message of that rank stood pending for a peer whose front waits for this host. The host
+    waited for its whole GPU (a kernel's first load, an allocation the caching allocator had no memory for), so
+    also for the message spinning there: no NCCL op is out of order."""
     ops = schedule.ops
     seq = prog.get(a, ())
     k_x = next((k for k, i in enumerate(seq) if ops[i].id == name), None)
-    if k_x is None or ops[seq[k_x]].kind not in _COMPUTE:
+    if k_x is None or ops[seq[k_x]].kind not in _COMPUTE | {"RECV"}:  # a RECV allocates its buffer
         return None
     x = seq[k_x]
     if any(ops[i].kind in _COMPUTE and ops[i].id not in done for i in seq[:k_x]):
@@ -647,7 +662,7 @@ def _host_stopped(schedule: Schedule, prog: Mapping[int, Sequence[int]], rep: Ma
         if front is None or kp <= front:
             continue
         f = prog[b][front]
-        j = send_of.get(f) if ops[f].kind == "RECV" else None
+        j = send_of.get(f) if ops[f].kind == "RECV" else recv_of.get(f)  # the peer's front needs op j of this host
         if j is None or at[j][0] != a or at[j][1] < k_x:
             continue
         return Cause("host_stopped", (a, b), (

@@ -129,7 +129,7 @@ def launch(job: Job, schedules: list[Schedule], world: int) -> list[Timeline]:
             shutil.rmtree(rundir, ignore_errors=True)
         return timelines
     message, plan_index, code = _diagnose(verdict, rundir, world, board_posts, schedules)
-    written = _write_partial(schedules, plans, plan_index, rundir, world, message)
+    written = _write_partial(schedules, plans, plan_index, rundir, world, message, board_posts)
     where = ""
     if written:
         target = targets[plan_index]
@@ -378,8 +378,18 @@ def _deliver(raw: bytes, target: str, kept: str) -> str:
     return target
 
 
+def hosts_at(schedule: Schedule, k: int, posts: list[Any]) -> dict[str, dict[str, Any]]:
+    """Rank -> the op of plan ``k`` its host last posted (the one it was issuing or waiting at) and its
+    step: what a partial timeline keeps as ``meta.extra.hosts``. Ranks set up or on another plan are left out."""
+    out: dict[str, dict[str, Any]] = {}
+    for r, p in enumerate(posts):
+        if p is not None and p.plan == k and 0 <= p.op < len(schedule.ops) and p.step >= 0:
+            out[str(r)] = {"op": schedule.ops[p.op].id, "step": p.step}
+    return out
+
+
 def _write_partial(schedules: list[Schedule], plans: tuple[PlanJob, ...], k: int, rundir: str, world: int,
-                   message: str) -> str | None:
+                   message: str, posts: list[Any] | None = None) -> str | None:
     from pptl.fileio import atomic_write
     from pptl.run.results import build_timeline
 
@@ -393,6 +403,10 @@ def _write_partial(schedules: list[Schedule], plans: tuple[PlanJob, ...], k: int
                 payloads.append(json.loads(path.read_text()))
             except ValueError:
                 pass
-    timeline = build_timeline(schedules[k], payloads, extra={"failed": message, "plan": plans[k].label})
+    extra: dict[str, Any] = {"failed": message, "plan": plans[k].label}
+    hosts = hosts_at(schedules[k], k, posts or [])
+    if hosts:
+        extra["hosts"] = hosts
+    timeline = build_timeline(schedules[k], payloads, extra=extra)
     atomic_write(plans[k].out, json.dumps(timeline.to_dict(), separators=(",", ":"), allow_nan=False))
     return plans[k].out
