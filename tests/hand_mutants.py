@@ -3031,6 +3031,11 @@ MUTANTS: tuple[Mutant, ...] = (
            'j = send_of.get(f) if ops[f].kind == "RECV" else None',
            (_DG + 'test_every_hosts_place_is_tried_not_only_the_one_the_failure_names',),
            "a peer whose front is a SEND waiting for this host's receive not counted as waiting for it"),
+    Mutant('run-prime-last', 'pptl/run/executor.py',
+           '        self._last = None\n        self._zero_grads()\n',
+           '        self._zero_grads()\n',
+           (_PR + 'test_nothing_the_priming_step_made_outlives_it',),
+           "the priming step's state kept as the last step's: its buffers counted in base_mib, which pptl tune fits the inputs' memory from"),
 )
 
 

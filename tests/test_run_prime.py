@@ -54,6 +54,37 @@ def test_interleaved_rank_runs_its_step_without_messages_and_keeps_nothing(monke
     assert calls[first_b] == ("B", 3, True)  # in the rank's issue order: F s1 x4, F s3 mb0 then B s3 mb0
     assert all(p.grad is None for c in ex.chunks.values() for p in c.params)
     assert ex.actions is actions and posts == []  # the real messages back; nothing posted to the launcher
+    assert ex._last is None  # its step's buffers and activations let go: the rank's memory as before
+
+
+def test_nothing_the_priming_step_made_outlives_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    # what a rank holds before its first step is its base memory (pptl tune fits inputs and targets from it):
+    # every output of the priming step, the ones its SENDs kept and the last stage's loss included, is freed
+    import gc
+    import weakref
+
+    ex = _executor({"schedule": "interleaved-1f1b", "pp": 2, "vpp": 2, "microbatches": 4}, 1, monkeypatch)
+    made: list[weakref.ref[torch.Tensor]] = []
+    real_forward = executor_mod.forward
+
+    def forward(chunk: Any, x: torch.Tensor, **kw: Any) -> Any:
+        act = real_forward(chunk, x, **kw)
+        made.append(weakref.ref(act.y))
+        return act
+
+    real_payload = ex._send_payload
+
+    def payload(st: Any, op: Any) -> torch.Tensor:
+        t = real_payload(st, op)
+        made.append(weakref.ref(t))
+        return t
+
+    monkeypatch.setattr(executor_mod, "forward", forward)
+    monkeypatch.setattr(ex, "_send_payload", payload)
+    ex.prime()
+    gc.collect()
+    # 8 forwards and rank 1's 12 SENDs (4 forwards of stage 1, 4 + 4 backwards of stages 3 and 1)
+    assert len(made) == 20 and all(r() is None for r in made)
 
 
 def test_first_rank_of_1f1b_runs_each_forward_and_backward_once(monkeypatch: pytest.MonkeyPatch) -> None:

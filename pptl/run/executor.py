@@ -232,6 +232,9 @@ class Executor:
             self.step(-1, timed=False)
         finally:
             self.actions, self.gates, self._fault_index, self.post = saved
+        # nothing of it is kept: what the rank holds before its first step (memory's base_mib, from which
+        # pptl tune fits the inputs' and targets' memory) is what it held before this step
+        self._last = None
         self._zero_grads()
         if self.cuda:
             torch.cuda.synchronize(self.device)
