@@ -42,6 +42,7 @@ from pptl.diagnose.ops import ranks_text as _ranks
 from pptl.diagnose.plan_names import name_by_plan, plan_counterparts, plan_next, plan_pairs
 from pptl.formats.flight_recorder import FrDump, FrEntry
 from pptl.ir import Schedule
+from pptl.op import COMPUTE_KINDS
 from pptl.timeline import Timeline
 
 __all__ = ["Diagnosis", "diagnose_dumps", "diagnose_timeline"]
@@ -612,7 +613,7 @@ def _held_send(schedule: Schedule, prog: Mapping[int, Sequence[int]], rep: Mappi
 
 #: What ``pptl run`` says of a hang (pptl.run.launcher): the rank and the op its host last posted.
 _STUCK = re.compile(r"rank (\d{1,6}) is stuck at op (.{1,300}?) \(step -?\d{1,9}\)")
-_COMPUTE: frozenset[str] = frozenset({"F", "B", "I", "W", "FB"})
+_STOPS_AT = COMPUTE_KINDS | {"RECV"}  # a RECV allocates its buffer
 
 
 def _stuck_hosts(extra: Mapping[str, Any]) -> list[tuple[int, str]]:
@@ -634,17 +635,18 @@ def _stuck_hosts(extra: Mapping[str, Any]) -> list[tuple[int, str]]:
 
 def _host_stopped(schedule: Schedule, prog: Mapping[int, Sequence[int]], rep: Mapping[int, int],
                   done: set[str], a: int, name: str) -> Cause | None:
-    """Rank ``a``'s host stopped issuing at op ``name`` (compute, or a RECV: it allocates its buffer) while its GPU
-    had run every compute op issued before it, and a message of that rank stood pending for a peer whose front waits for this host. The host
-    waited for its whole GPU (a kernel's first load, an allocation the caching allocator had no memory for), so
-    also for the message spinning there: no NCCL op is out of order."""
+    """Rank ``a``'s host stopped issuing at op ``name`` (compute, or a RECV: it allocates its buffer) while
+    its GPU had run every compute op issued before it, and a message of that rank stood pending for a peer
+    whose front waits for this host. The host waited for its whole GPU (a kernel's first load, an allocation
+    the caching allocator had no memory for), so also for the message spinning there: no NCCL op is out of
+    order."""
     ops = schedule.ops
     seq = prog.get(a, ())
     k_x = next((k for k, i in enumerate(seq) if ops[i].id == name), None)
-    if k_x is None or ops[seq[k_x]].kind not in _COMPUTE | {"RECV"}:  # a RECV allocates its buffer
+    if k_x is None or ops[seq[k_x]].kind not in _STOPS_AT:
         return None
     x = seq[k_x]
-    if any(ops[i].kind in _COMPUTE and ops[i].id not in done for i in seq[:k_x]):
+    if any(ops[i].kind in COMPUTE_KINDS and ops[i].id not in done for i in seq[:k_x]):
         return None  # its GPU was still behind: a full launch queue stops a host without any first use
     if any(ops[u].id not in done for u, v in schedule.deps if v == x and ops[u].kind == "RECV"):
         return None

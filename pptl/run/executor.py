@@ -136,8 +136,8 @@ class Executor:
     #: worker's activation-measuring step applies (:mod:`pptl.run.memory`): true for the training
     #: model and steps of this class; a family with a model or steps of its own declares false.
     measures_activations: bool = True
-    #: Whether :meth:`prime` runs this rank's stages once before the first step: true for the training
-    #: model of this class; a family with a model of its own declares false.
+    #: Whether :meth:`prime` runs one step of this rank's ops, its messages left out, before the first
+    #: step: true for the training model of this class; a family with a model of its own declares false.
     primes: bool = True
 
     def __init__(self, program: Program, rank: int, device: torch.device, channels: dict[Any, Any], *,

@@ -163,7 +163,7 @@ def _run_plan(job: Job, k: int, pj: PlanJob, rank: int, world: int, device: torc
     ex = ex_cls(program, rank, device, channels, timeout=job.timeout + margin, post=post, fault=fault,
                 gates=gates, messages=messages)
     program = ex.program  # the executor may refine the issue order and the waits
-    ex.prime()  # every first use of a kernel or library on an idle GPU, not inside a step
+    ex.prime()  # every first kernel load and allocation on an idle GPU, not inside a step
     if job.slow_rank == rank and job.slow_factor != 1.0:
         from pptl.run.slow import Stretch
 
