@@ -379,7 +379,8 @@ def test_a_host_stopped_behind_its_gpu_is_not_a_first_use() -> None:
         "that explains it (a host blocked outside NCCL?); pptl run last saw rank 1's host at r1/compute/B s1 mb8")
 
 
-@pytest.mark.parametrize("change", ["gpu_behind", "input_missing", "send_op", "no_message", "garbled", "huge"])
+@pytest.mark.parametrize("change", ["gpu_behind", "input_missing", "send_op", "no_message", "garbled", "huge",
+                                    "gloo", "no_backend"])
 def test_host_stopped_needs_the_run_to_say_so_and_an_idle_gpu(tmp_path: Path, change: str) -> None:
     data = json.loads((PPTL_HANG / "interleaved_g13_alone_first_f.partial.json").read_text())
     extra = data["meta"]["extra"]
@@ -391,6 +392,10 @@ def test_host_stopped_needs_the_run_to_say_so_and_an_idle_gpu(tmp_path: Path, ch
         extra["failed"] = extra["failed"].replace("r1/compute/F s3 mb0", "r1/send/SEND_F s1 mb5 ->r0")
     elif change == "no_message":
         del extra["failed"]
+    elif change in ("gloo", "no_backend"):  # no GPU to wait for (a CPU run's host is its device), or not said
+        extra["backend"] = "gloo"
+        if change == "no_backend":
+            del extra["backend"]
     elif change == "garbled":
         extra["failed"] = "rank 1 is stuck at op r1/compute/F s3 mb0"  # no step: not pptl run's sentence
     else:

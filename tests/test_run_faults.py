@@ -179,6 +179,10 @@ def test_fault_stops_every_rank_and_keeps_measurements(tmp_path, monkeypatch, fa
     if fault.startswith("hang"):  # the stuck host's last post, kept for pptl diagnose (meta.extra.hosts)
         _, rank, op = fault.split(":", 2)
         assert data["meta"]["extra"]["hosts"][rank] == {"op": op, "step": 0}
+        # and where its Python stood when the launcher stopped it: in the fault's sleep, inside the step
+        log = (rundir / f"rank{rank}.log").read_text()
+        assert f"rank {rank}: stopped by the launcher; every thread's stack:" in log
+        assert re.search(r"executor\.py\", line \d+ in fire\n.*executor\.py\", line \d+ in _step_cpu", log), log[-2000:]
     drawn = runner.invoke(app, ["render", str(out), "--width", "100"])
     assert drawn.exit_code == 0, drawn.output
     assert "r0" in drawn.stdout or "rank 0" in drawn.stdout.lower(), drawn.stdout

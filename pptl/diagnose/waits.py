@@ -564,7 +564,7 @@ def diagnose_timeline(timeline: Timeline, schedule: Schedule) -> Diagnosis:
         # a run that records which SENDs it kept off the compute stream held only the others (older runs: all)
         beside = set(timeline.meta.extra.get("sends_beside_compute") or ())
         cause = _held_send(schedule, prog, rep, done, beside) or cause
-    if not cycle and ran is not None:
+    if not cycle and ran is not None and timeline.meta.extra.get("backend") == "nccl":  # a GPU to wait for
         for a, name in _stuck_hosts(timeline.meta.extra):
             found = _host_stopped(schedule, prog, rep, done, a, name)
             if found is not None:

@@ -334,8 +334,11 @@ def _dump_on_sigterm(job: Job, rank: int, state: dict[str, Any]) -> None:
 
     The main thread may sit inside a blocking gloo or CUDA call, where a Python signal handler
     would never run; the signal's wakeup byte reaches a helper thread instead, which writes the
-    records (it gets the GIL, since the blocked call released it) and ends the process.
+    records (it gets the GIL, since the blocked call released it) and ends the process. First it
+    writes every thread's Python stack to the rank's log: where the host stood when the run stopped
+    (a host that waits for its whole GPU, in an allocation, shows there and nowhere else).
     """
+    import faulthandler
     import signal
     import threading
 
@@ -348,6 +351,8 @@ def _dump_on_sigterm(job: Job, rank: int, state: dict[str, Any]) -> None:
 
     def watch() -> None:
         os.read(r, 1)
+        print(f"rank {rank}: stopped by the launcher; every thread's stack:", file=sys.stderr, flush=True)
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
         _fail(job, rank, _Stopped(f"rank {rank}: stopped by the launcher"), state, quiet=True)
         os._exit(143)
 
