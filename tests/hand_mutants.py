@@ -69,6 +69,7 @@ _HS = "tests/test_run_held_sends.py::"
 _DG = "tests/test_diagnose.py::"
 _CH = "tests/test_chrome.py::"
 _PR = "tests/test_run_prime.py::"
+_RF = "tests/test_run_faults.py::"
 MUTANTS: tuple[Mutant, ...] = (
     # --- the plan reader
     Mutant("plan-size-limit", "pptl/formats/plan.py",
@@ -3036,6 +3037,16 @@ MUTANTS: tuple[Mutant, ...] = (
            '        self._zero_grads()\n',
            (_PR + 'test_nothing_the_priming_step_made_outlives_it',),
            "the priming step's state kept as the last step's: its buffers counted in base_mib, which pptl tune fits the inputs' memory from"),
+    Mutant('diag-host-backend', 'pptl/diagnose/waits.py',
+           'if not cycle and ran is not None and timeline.meta.extra.get("backend") == "nccl":',
+           'if not cycle and ran is not None:',
+           (_DG + 'test_host_stopped_needs_the_run_to_say_so_and_an_idle_gpu',),
+           "a CPU run's stopped host (no GPU to wait for) explained by a GPU wait"),
+    Mutant('run-stop-stacks', 'pptl/run/worker.py',
+           '        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)\n',
+           '',
+           (_RF + 'test_fault_stops_every_rank_and_keeps_measurements',),
+           'a rank stopped by the launcher leaves no stack: where its host stood is lost'),
 )
 
 
