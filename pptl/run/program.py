@@ -506,7 +506,7 @@ def _stuck_held(program: Program, unheld: frozenset[int], queue: int) -> set[int
     at = [0] * len(program.ranks)
     queued = [0] * len(program.ranks)
     stream: list[list[int]] = [[] for _ in program.ranks]
-    side: list[list[int]] = [[] for _ in program.ranks]
+    side: dict[Channel, list[int]] = {}  # unheld SENDs: a stream a channel, as the executor runs them
 
     def sent(j: int) -> bool:  # the SEND j and its RECV run now, if they can
         r = recv_of.get(j)
@@ -531,8 +531,10 @@ def _stuck_held(program: Program, unheld: frozenset[int], queue: int) -> set[int
                 if kind in COMPUTE:
                     queued[q] += 1
                     stream[q].append(i)
+                elif kind == "SEND" and i in unheld:
+                    side.setdefault(rp.channels[i], []).append(i)
                 elif kind == "SEND":
-                    (side if i in unheld else stream)[q].append(i)
+                    stream[q].append(i)
                 at[q] += 1
                 moved = True
             k = 0
@@ -550,9 +552,11 @@ def _stuck_held(program: Program, unheld: frozenset[int], queue: int) -> set[int
             if k:
                 del stream[q][:k]
                 moved = True
-            while side[q] and sent(side[q][0]):
-                side[q].pop(0)
+        for waiting in side.values():
+            while waiting and sent(waiting[0]):
+                waiting.pop(0)
                 moved = True
-    if all(at[rp.rank] == len(rp.issue) for rp in program.ranks) and not any(stream) and not any(side):
+    if all(at[rp.rank] == len(rp.issue) for rp in program.ranks) and not any(stream) \
+            and not any(side.values()):
         return set()
     return {s[0] for s in stream if s and ops[s[0]].kind == "SEND"}
