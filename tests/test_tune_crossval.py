@@ -563,3 +563,21 @@ def test_offline_rerank_with_the_exponent_fixed(tmp_path: Path, capsys: pytest.C
     assert capsys.readouterr().out.splitlines()[-1] == "1 launches: pick 1, spearman >= 0.9 1, families 0"
     assert tune_crossval._offline(tmp_path, 0.3) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "1 launches: pick 1, spearman >= 0.9 1, families 1"
+
+
+def test_offline_rerank_with_the_exponent_from_the_runs_clocks(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    # h2048-t6912-l7-m20's calibrating run: ranks busy 0.96 and 0.82 (ratio 1.17) at 1515 and 1665 MHz, so the
+    # clock went as duty^-0.59 and the rule gives alpha = 0.55 x 0.59 = 0.32: DualPipe's -3.07% comes within 3%.
+    # h2816-t5632-l6-m13's ranks differ by 1.085, under the rule's 1.1: re-ranked as it stands.
+    saved = json.loads((DATA / "h2048-t6912-l7-m20.json").read_text())
+    ratio, a = tune_crossval.clock_exponent(saved)
+    assert abs(ratio - 1.174) < 0.001 and abs(a - 0.589) < 0.001
+    assert tune_crossval.clock_exponent(json.loads((DATA / "h2048-t1024-l16-m8.json").read_text())) is None
+    (tmp_path / "h2048-t6912-l7-m20.json").write_text(json.dumps(saved))
+    assert tune_crossval._offline(tmp_path, clock_beta=0.55) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "1 launches: pick 1, spearman >= 0.9 1, families 1"
+    (tmp_path / "h2048-t6912-l7-m20.json").unlink()
+    (tmp_path / "h2816-t5632-l6-m13.json").write_text((DATA / "h2816-t5632-l6-m13.json").read_text())
+    assert tune_crossval._offline(tmp_path, clock_beta=0.55) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "1 launches: pick 1, spearman >= 0.9 1, families 0"
