@@ -73,7 +73,7 @@ def find_cause(counts: Counts, ops: Mapping[int, tuple[NcclOp, ...]], *, cycle_r
                order: Sequence[str] = (), plan_next: Mapping[int, PlanNext] | None = None,
                plan_pairs: Mapping[tuple[int, int], int] | None = None, off_plan: Sequence[int] = (),
                counterpart: Mapping[str, str] | None = None, cycle: Sequence[tuple[str, str]] = (),
-               no_completion: bool = False) -> Cause:
+               no_completion: bool = False, timeline: bool = False) -> Cause:
     """The first fact in the order of the module docstring.
 
     Args:
@@ -86,6 +86,7 @@ def find_cause(counts: Counts, ops: Mapping[int, tuple[NcclOp, ...]], *, cycle_r
             sentence explains it (ranks stuck in collectives of different groups).
         no_completion: no call of any rank is past "scheduled" (gloo's dumps): a pending call proves no
             wait, so none is claimed; the facts that do not depend on state still lead.
+        timeline: the ops come from a run's own timeline, not from dumps (how a cause not found is said).
     """
     cp = counterpart or {}
     for m in counts.missing:
@@ -134,8 +135,9 @@ def find_cause(counts: Counts, ops: Mapping[int, tuple[NcclOp, ...]], *, cycle_r
         return Cause("pending", tuple(o.rank for o in pending),
                      f"rank{'s' if len(pending) > 1 else ''} {ranks_text(o.rank for o in pending)} "
                      f"wait{'' if len(pending) > 1 else 's'} in {pending[0].label}"
-                     f"{' and more' if len(pending) > 1 else ''}; the dumps show no count, size, order or cycle "
-                     "that explains it (a rank outside the dumps, or a host blocked outside NCCL?)")
+                     f"{' and more' if len(pending) > 1 else ''}; the {'timeline shows' if timeline else 'dumps show'} "
+                     "no count, size, order or cycle that explains it ("
+                     + ("" if timeline else "a rank outside the dumps, or ") + "a host blocked outside NCCL?)")
     for m in counts.missing:
         return Cause("missing_dump", (m.rank,), f"every call in the dumps completed, but rank {m.rank} left no dump")
     return Cause("none", (), "no hang: every call completed and the counts, sizes and kinds match")

@@ -65,11 +65,15 @@ def _aligns(seq: Sequence[NcclOp], schedule: Schedule, order: Sequence[int]) -> 
 
 def _run_orders(schedule: Schedule) -> list[tuple[str, dict[int, list[int]]]]:
     """Per message mode, the issue order ``pptl run`` runs ``schedule`` in (none for a plan it cannot run)."""
+    from pptl.errors import PptlError
     from pptl.run.options import MESSAGE_MODES
-    from pptl.run.program import as_run, orders
+    from pptl.run.program import build_program, issued_for, orders
 
-    runs = ((mode, as_run(schedule, mode)) for mode in MESSAGE_MODES)
-    return [(mode, orders(run)) for mode, run in runs if run is not None]
+    try:
+        built = build_program(schedule)  # once: each mode only reorders it
+    except PptlError:
+        return []
+    return [(mode, orders(issued_for(built, mode))) for mode in MESSAGE_MODES]
 
 
 def _align(got: list[tuple[str, int]], want: list[tuple[str, int]]) -> int | None:

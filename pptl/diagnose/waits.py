@@ -559,24 +559,20 @@ def diagnose_timeline(timeline: Timeline, schedule: Schedule) -> Diagnosis:
             nodes.setdefault((o.rank, o.index), ((o.rank, o.index),))
     p2p_front = {r: next((o for o in v if not o.done and o.kind in ("send", "recv")), None) for r, v in ops.items()}
     order, blocked = _order_mismatches(ops, p2p_front, nodes)
-    cause = find_cause(EMPTY, ops, cycle_ranks=ranks, order=order, cycle=cycle)
+    cause = find_cause(EMPTY, ops, cycle_ranks=ranks, order=order, cycle=cycle, timeline=True)
+    named, stuck = _named_host(timeline.meta.extra), _stuck_hosts(timeline.meta.extra)
     if not cycle and timeline.meta.extra.get("messages") == "sync-send" and ran is not None:
         # a run that records which SENDs it kept off the compute stream held only the others (older runs: all)
         beside = set(timeline.meta.extra.get("sends_beside_compute") or ())
         cause = _held_send(schedule, prog, rep, done, beside) or cause
     if not cycle and ran is not None and timeline.meta.extra.get("backend") == "nccl":  # a GPU to wait for
-        for a, name in _stuck_hosts(timeline.meta.extra):
+        for a, name in stuck:
             found = _host_stopped(schedule, prog, rep, done, a, name)
             if found is not None:
                 cause = found
                 break
-    if cause.kind == "pending":  # a timeline, not dumps: say so, and where the run last saw the stuck host
-        text = cause.text.replace("the dumps show no", "the timeline shows no").replace(
-            " (a rank outside the dumps, or a host blocked outside NCCL?)", " (a host blocked outside NCCL?)")
-        m = _STUCK.search(str(timeline.meta.extra.get("failed") or "")[:2000])
-        if m is not None:
-            text += f"; pptl run last saw rank {m.group(1)}'s host at {m.group(2)}"
-        cause = replace(cause, text=text)
+    if cause.kind == "pending" and named is not None:  # where the run last saw the host its failure names
+        cause = replace(cause, text=f"{cause.text}; pptl run last saw rank {named[0]}'s host at {named[1]}")
     return Diagnosis("timeline", ops, front, cycle, ranks, names, tuple(order), (), (), tuple(notes), tuple(blocked),
                      cause)
 
@@ -589,16 +585,15 @@ def _held_send(schedule: Schedule, prog: Mapping[int, Sequence[int]], rep: Mappi
     its launch queue fills behind the held SEND. No NCCL op is out of order, so no wait-for cycle shows it.
     ``beside``: ids of the SENDs the run kept off the compute stream (they hold nothing)."""
     ops = schedule.ops
-    send_of = dict(rep)  # RECV -> SEND
-    recv_of = {j: i for i, j in rep.items()}
-    at = {i: (r, k) for r, seq in prog.items() for k, i in enumerate(seq)}
+    send_of, recv_of, at = _places(prog, rep)
     for a, seq in prog.items():
-        first = next((i for i in seq if ops[i].id not in done), None)
+        k_first = _front(schedule, seq, done)
+        first = None if k_first is None else seq[k_first]
         if first is None or ops[first].kind != "SEND" or first not in recv_of or ops[first].id in beside:
             continue
         r = recv_of[first]
         b, kr = at[r]
-        kb = next(k for k, i in enumerate(prog[b]) if ops[i].id not in done)
+        kb = _front(schedule, prog[b], done)
         for i in prog[b][kb:kr]:
             j = send_of.get(i)
             if ops[i].kind == "RECV" and j is not None and at[j][0] == a and at[j][1] > at[first][1]:
@@ -611,26 +606,41 @@ def _held_send(schedule: Schedule, prog: Mapping[int, Sequence[int]], rep: Mappi
     return None
 
 
+def _places(prog: Mapping[int, Sequence[int]], rep: Mapping[int, int]
+            ) -> tuple[Mapping[int, int], dict[int, int], dict[int, tuple[int, int]]]:
+    """(RECV -> the SEND it meets, SEND -> its RECV, op -> (rank, place in that rank's issue order))."""
+    return rep, {j: i for i, j in rep.items()}, {i: (r, k) for r, seq in prog.items() for k, i in enumerate(seq)}
+
+
+def _front(schedule: Schedule, seq: Sequence[int], done: set[str]) -> int | None:
+    """Where in ``seq`` (a rank's issue order) its first op not done stands (None: every op done)."""
+    return next((k for k, i in enumerate(seq) if schedule.ops[i].id not in done), None)
+
+
 #: What ``pptl run`` says of a hang (pptl.run.launcher): the rank and the op its host last posted.
 _STUCK = re.compile(r"rank (\d{1,6}) is stuck at op (.{1,300}?) \(step -?\d{1,9}\)")
 _STOPS_AT = COMPUTE_KINDS | {"RECV"}  # a RECV allocates its buffer
 
 
+def _named_host(extra: Mapping[str, Any]) -> tuple[int, str] | None:
+    """(rank, op) of the host a run's failure names stuck (``failed``, read bounded), or None."""
+    failed = extra.get("failed")
+    m = _STUCK.search(failed[:2000]) if isinstance(failed, str) else None
+    return None if m is None else (int(m.group(1)), m.group(2))
+
+
 def _stuck_hosts(extra: Mapping[str, Any]) -> list[tuple[int, str]]:
     """(rank, op) where pptl run last saw each host: the one its failure names first (``failed``), then every
     rank's of ``hosts`` (runs that keep them), by rank. Both come from a file: bounded, and skipped when malformed."""
-    out: list[tuple[int, str]] = []
-    failed = extra.get("failed")
-    m = _STUCK.search(failed[:2000]) if isinstance(failed, str) else None
-    if m is not None:
-        out.append((int(m.group(1)), m.group(2)))
+    named = _named_host(extra)
+    out: list[tuple[int, str]] = [] if named is None else [named]
     hosts = extra.get("hosts")
     if isinstance(hosts, Mapping) and len(hosts) <= 4096:
         for r, at in hosts.items():
             if (isinstance(r, str) and r.isascii() and r.isdecimal() and len(r) <= 6 and isinstance(at, Mapping)
                     and isinstance(at.get("op"), str) and len(at["op"]) <= 300 and (int(r), at["op"]) not in out):
                 out.append((int(r), at["op"]))
-    return out[:1] + sorted(out[1:]) if m is not None else sorted(out)
+    return out[:1] + sorted(out[1:]) if named is not None else sorted(out)
 
 
 def _host_stopped(schedule: Schedule, prog: Mapping[int, Sequence[int]], rep: Mapping[int, int],
@@ -650,9 +660,7 @@ def _host_stopped(schedule: Schedule, prog: Mapping[int, Sequence[int]], rep: Ma
         return None  # its GPU was still behind: a full launch queue stops a host without any first use
     if any(ops[u].id not in done for u, v in schedule.deps if v == x and ops[u].kind == "RECV"):
         return None
-    send_of = dict(rep)
-    recv_of = {j: i for i, j in rep.items()}
-    at = {i: (r, k) for r, s in prog.items() for k, i in enumerate(s)}
+    send_of, recv_of, at = _places(prog, rep)
     for i in seq[:k_x]:
         if ops[i].id in done or ops[i].kind not in ("SEND", "RECV"):
             continue
@@ -660,7 +668,7 @@ def _host_stopped(schedule: Schedule, prog: Mapping[int, Sequence[int]], rep: Ma
         if other is None:
             continue
         b, kp = at[other]
-        front = next((k for k, j in enumerate(prog[b]) if ops[j].id not in done), None)
+        front = _front(schedule, prog[b], done)
         if front is None or kp <= front:
             continue
         f = prog[b][front]

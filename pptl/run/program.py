@@ -417,7 +417,8 @@ def held_sends(program: Program) -> frozenset[int]:
     for rp in program.ranks:
         for k, i in enumerate(rp.issue):
             pos[i] = (rp.rank, k)
-    send_of = {r: j for j, r in _channel_pairs(program)[0].items()}
+    wiring = _wiring(program)
+    send_of = wiring.send_of
     need: dict[int, list[int]] = {}
     at = [0] * world
     seqs = [rp.issue for rp in program.ranks]
@@ -459,7 +460,7 @@ def held_sends(program: Program) -> frozenset[int]:
     # compute stream waits in, until the replay runs through.
     sends = frozenset(j for j in pos if ops[j].kind == "SEND")
     for _ in range(len(held) + 1):
-        stuck = _stuck_held(program, sends - held, RUN_AHEAD)
+        stuck = _stuck_held(program, wiring, sends - held, RUN_AHEAD)
         if not stuck:
             break
         held -= stuck
@@ -483,17 +484,29 @@ def _channel_pairs(program: Program) -> tuple[dict[int, int], dict[int, int]]:
     return recv_of, place
 
 
-def _stuck_held(program: Program, unheld: frozenset[int], queue: int) -> set[int]:
-    """Replay ``program``'s hosts and GPUs (:func:`held_sends`' model): each host issues in order, a compute op
-    only while fewer than ``queue`` of its compute ops wait on its GPU, a RECV only once its SEND is issued; the
-    compute stream runs compute ops (once the data they receive has come) and held SENDs (once their RECV is
-    posted and first in its channel) in order; an unheld SEND runs beside it, after its producers. Returns the
-    held SENDs at the head of a compute stream when nothing more can run (empty: every op ran)."""
+@dataclass(frozen=True)
+class _Wiring:
+    """What the replay of a program's hosts reads, made once (:func:`_wiring`)."""
+
+    recv_of: dict[int, int]
+    """SEND -> the RECV it meets."""
+    send_of: dict[int, int]
+    """RECV -> the SEND it meets."""
+    first_recv: dict[int, int]
+    """RECV -> its place among its channel's RECVs."""
+    channel_of: dict[int, Channel]
+    """RECV -> its channel."""
+    data: dict[int, list[int]]
+    """Compute op -> the RECVs it reads."""
+    made: dict[int, list[int]]
+    """SEND -> the compute ops that make what it sends."""
+
+
+def _wiring(program: Program) -> _Wiring:
     ops = program.schedule.ops
     recv_of, first_recv = _channel_pairs(program)
     send_of = {r: j for j, r in recv_of.items()}
     channel_of = {r: program.ranks[ops[r].rank].channels[r] for r in send_of}
-    head = dict.fromkeys(channel_of.values(), 0)
     data: dict[int, list[int]] = {}
     made: dict[int, list[int]] = {}
     for u, v in program.schedule.deps:
@@ -501,6 +514,19 @@ def _stuck_held(program: Program, unheld: frozenset[int], queue: int) -> set[int
             data.setdefault(v, []).append(u)
         elif ops[u].kind in COMPUTE and ops[v].kind == "SEND":
             made.setdefault(v, []).append(u)
+    return _Wiring(recv_of, send_of, first_recv, channel_of, data, made)
+
+
+def _stuck_held(program: Program, wiring: _Wiring, unheld: frozenset[int], queue: int) -> set[int]:
+    """Replay ``program``'s hosts and GPUs (:func:`held_sends`' model): each host issues in order, a compute op
+    only while fewer than ``queue`` of its compute ops wait on its GPU, a RECV only once its SEND is issued; the
+    compute stream runs compute ops (once the data they receive has come) and held SENDs (once their RECV is
+    posted and first in its channel) in order; an unheld SEND runs beside it, after its producers. Returns the
+    held SENDs at the head of a compute stream when nothing more can run (empty: every op ran)."""
+    ops = program.schedule.ops
+    recv_of, send_of, first_recv, channel_of = wiring.recv_of, wiring.send_of, wiring.first_recv, wiring.channel_of
+    data, made = wiring.data, wiring.made
+    head = dict.fromkeys(channel_of.values(), 0)
     issued: set[int] = set()
     done: set[int] = set()
     at = [0] * len(program.ranks)
