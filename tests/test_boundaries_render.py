@@ -12,6 +12,7 @@ the module docstrings state, not read off the code's output.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -566,3 +567,21 @@ def test_moe_order_grid_caption_and_the_b_halfs_chunk() -> None:
     grid = order_grid(_tl([_ev(0, "compute", "FB", 0, 1, stage=0, mb=4, chunk=0, pair=(2, 1, 0))], "moe", 2, vpp=2))
     assert grid is not None
     assert grid.rows == [("r0", [GridCell(("moe.forward", "moe.backward.c1"), ("5", "2"))])]
+
+
+@pytest.mark.parametrize("name,title", [
+    ("interleaved_g13.partial.json",
+     "no wait-for cycle: rank 1's compute held in a send rank 0 receives too late (sync-send)"),
+    ("interleaved_g13_alone_first_f.partial.json",
+     "no wait-for cycle: rank 1's host waited for its GPU, where a message waited for rank 0")])
+def test_diagnose_figure_names_what_held_a_hang_without_a_cycle(name: str, title: str) -> None:
+    # the two real pptl run hangs with no wait-for cycle (tests/data/hangs_pptl_run): the picture alone says
+    # which rank held the run and on whom, as the text's first line does
+    from pptl.diagnose import diagnose_timeline
+    from pptl.formats.loader import load_any
+
+    data = Path(__file__).resolve().parent / "data" / "hangs_pptl_run"
+    plan = "interleaved_g13_plan.json" if name == "interleaved_g13.partial.json" else "interleaved_g13_alone_plan.json"
+    diag = diagnose_timeline(load_any(str(data / name)).timeline, load_any(str(data / plan)).schedule)
+    assert diag.cause.ranks == (1, 0)
+    assert diagnose_figure(diag).axes[0].get_title(loc="left") == title
