@@ -25,8 +25,10 @@ for mode in $MODES; do
   if [ -f "$W/$mode/measured.json" ] && grep -q '"partial"' "$W/$mode/measured.json"; then
     python3 -m pptl diagnose "$W/$mode/measured.json" --plan "$W/plan.json" > "$W/$mode/diagnose.txt" 2>&1
   fi
-  echo "== $mode"; grep -v '^\s*$' "$W/$mode/run.txt" | grep -i "error\|^step \|sync-send:\|exit" | cut -c1-300
+  echo "== $mode"; grep -v '^\s*$' "$W/$mode/run.txt" | grep -i "error\|^step \|sync-send:\|allocator:\|exit" | cut -c1-300
   head -1 "$W/$mode/diagnose.txt" 2>/dev/null | cut -c1-600
+  [ -f "$W/$mode/measured.json" ] && python3 -c 'import json, sys; x = json.load(open(sys.argv[1]))["meta"]["extra"]
+print("  reserved MiB", x.get("reserved_mib"), "steps mapping", x.get("steps_mapping"))' "$W/$mode/measured.json"
   for f in "$W/$mode"/rank*.log; do  # the main thread's innermost pptl frames, as the rank stopped
     [ -f "$f" ] && awk '/^(Current thread|Thread) /{b=""} {b=b $0 "\n"} /in run_worker/{printf "%s", b; exit}' "$f" \
         | grep -m3 'pptl/' | sed "s|^|  $(basename "$f"): |"

@@ -21,6 +21,7 @@ def summary(tl: Timeline, out: str | None = None) -> dict[str, Any]:
         "clock": _clock(x.get("clock")),
         "gpu": x.get("gpu"),
         "sends_beside_compute": x.get("sends_beside_compute"),
+        "steps_mapping": x.get("steps_mapping"),
     }
 
 
@@ -54,6 +55,11 @@ def summary_lines(tl: Timeline) -> list[str]:
     if isinstance(beside, list) and beside:
         lines.append(f"sync-send: {len(beside)} SEND{'s' if len(beside) != 1 else ''} ran beside compute instead of "
                      f"holding it (each one's receive comes too late: pptl.run.program.held_sends), e.g. {beside[0]}")
+    mapping = s["steps_mapping"]
+    if isinstance(mapping, dict) and mapping:
+        lines.append("allocator: " + ", ".join(f"rank {r} mapped new GPU memory in {n} step{'s' if n != 1 else ''}"
+                                               for r, n in sorted(mapping.items(), key=lambda kv: int(kv[0])))
+                     + " (a cudaMalloc waits for the GPU's work, a message spinning for its peer too: a hang risk)")
     c = s["clock"]
     if c and c["violations"]:  # the rule on measured timelines failed: say so before anyone reads the numbers
         lines.append(f"measurement error: {c['violations']} event pair{'s' if c['violations'] != 1 else ''} out of "

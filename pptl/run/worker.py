@@ -171,6 +171,8 @@ def _run_plan(job: Job, k: int, pj: PlanJob, rank: int, world: int, device: torc
     info = _info(device, world)
     info["gated_receives"] = gates is not None
     info["messages"] = ex.messages
+    if device.type == "cuda":
+        info["reserved_mib"] = ex.reserved_mib
     if device.type == "cuda" and ex.messages == "sync-send":  # what `pptl diagnose` needs to tell a held SEND
         info["sends_beside_compute"] = sorted(program.op_id(i) for i in program.unheld)
     payload: dict[str, Any] = {"rank": rank, "steps": [], "info": info}
