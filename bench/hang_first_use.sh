@@ -28,7 +28,7 @@ for mode in $MODES; do
   echo "== $mode"; grep -v '^\s*$' "$W/$mode/run.txt" | grep -i "error\|^step \|sync-send:\|allocator:\|exit" | cut -c1-300
   head -1 "$W/$mode/diagnose.txt" 2>/dev/null | cut -c1-600
   [ -f "$W/$mode/measured.json" ] && python3 -c 'import json, sys; x = json.load(open(sys.argv[1]))["meta"]["extra"]
-print("  reserved MiB", x.get("reserved_mib"), "steps mapping", x.get("steps_mapping"))' "$W/$mode/measured.json"
+print("  cuda connections", x.get("cuda_connections"), "steps mapping", x.get("steps_mapping"))' "$W/$mode/measured.json"
   for f in "$W/$mode"/rank*.log; do  # the main thread's innermost pptl frames, as the rank stopped
     [ -f "$f" ] && awk '/^(Current thread|Thread) /{b=""} {b=b $0 "\n"} /in run_worker/{printf "%s", b; exit}' "$f" \
         | grep -m3 'pptl/' | sed "s|^|  $(basename "$f"): |"

@@ -536,40 +536,18 @@ def test_sends_keep_their_lane_order_where_their_producers_ran_the_other_way() -
 
 
 # ----------------------------------------------------------------------------------------------
-# executor.reserve_sizes and the allocator's record: what a CUDA rank leaves cached before its steps
+# the allocator's record: steps in which a CUDA rank mapped new memory
 
 
-def test_reserve_sizes_takes_all_of_it_up_to_exactly_half_the_free_memory() -> None:
-    """Step's allocations 100 B on compute, receive buffers 40 B on ch0 and 20 B on ch1: 160 B.
-    Free 320 B: 2 x 160 = 320 is at the limit, all of it; free 319 B: nothing."""
-    from pptl.run.executor import reserve_sizes
-
-    want = {"ch0": 40, "ch1": 20, "compute": 100}
-    assert reserve_sizes(100, "compute", {"ch0": 40, "ch1": 20}, 320) == want
-    assert reserve_sizes(100, "compute", {"ch0": 40, "ch1": 20}, 319) == {}
-
-
-def test_reserve_sizes_adds_receives_made_on_the_compute_stream_and_drops_empty_pools() -> None:
-    """Inline receives allocate on the compute stream: 100 + 30 = 130 B there. A step that allocated
-    nothing over its start (or less: -5) and a channel with no receive leave nothing."""
-    from pptl.run.executor import reserve_sizes
-
-    assert reserve_sizes(100, "compute", {"compute": 30}, 10**6) == {"compute": 130}
-    assert reserve_sizes(-5, "compute", {"ch0": 0, "ch1": 8}, 10**6) == {"ch1": 8}
-    assert reserve_sizes(0, "compute", {}, 0) == {}
-
-
-def test_the_timeline_keeps_each_ranks_reserve_and_the_steps_that_mapped_memory() -> None:
-    """Rank 0 reserved 512 MiB and mapped nothing; rank 1 reserved 0.5 MiB and mapped new memory in
-    two of its three steps (3 and 1 cudaMallocs; one step with none): steps_mapping {"1": 2}."""
+def test_the_timeline_keeps_the_steps_that_mapped_memory() -> None:
+    """Rank 0 mapped nothing; rank 1 mapped new memory in two of its three steps (3 and 1 cudaMallocs; one
+    step with none): steps_mapping {"1": 2}."""
     from pptl.run.report import summary_lines
     from pptl.run.results import build_timeline
 
     p0 = _payload(0, [{**_step(k, 2.0, [[F0, 0.0, 1.0]]), "device_allocs": 0} for k in range(3)])
     p1 = _payload(1, [{**_step(k, 2.0, [[F1, 1.0, 2.0]]), "device_allocs": n} for k, n in enumerate((3, 0, 1))])
-    p0["info"]["reserved_mib"], p1["info"]["reserved_mib"] = 512.0, 0.5
     tl = build_timeline(_plan(), [p0, p1])
-    assert tl.meta.extra["reserved_mib"] == {"0": 512.0, "1": 0.5}
     assert tl.meta.extra["steps_mapping"] == {"1": 2}
     assert [x for x in summary_lines(tl) if x.startswith("allocator:")] == [
         "allocator: rank 1 mapped new GPU memory in 2 steps (a cudaMalloc waits for the GPU's work, a message "
@@ -580,3 +558,31 @@ def test_the_timeline_keeps_each_ranks_reserve_and_the_steps_that_mapped_memory(
     quiet = build_timeline(_plan(), [p0, p1])
     assert "steps_mapping" not in quiet.meta.extra
     assert not [x for x in summary_lines(quiet) if x.startswith("allocator:")]
+
+
+@pytest.mark.parametrize("preset,want", [(None, "32"), ("1", "1"), ("8", "8")])
+def test_a_rank_sets_cuda_connections_only_where_unset(monkeypatch: pytest.MonkeyPatch, preset: str | None,
+                                                       want: str) -> None:
+    """Set before anything makes a CUDA context (a rank exits 2 here, given no plan); the user's value stays."""
+    from pptl.run.__main__ import main
+
+    if preset is None:
+        monkeypatch.delenv("CUDA_DEVICE_MAX_CONNECTIONS", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", preset)
+    assert main([]) == 2
+    import os
+
+    assert os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] == want
+
+
+@pytest.mark.parametrize("raw,want", [(None, 8), ("32", 32), (" 4 ", 4), ("x", None), ("-1", None), ("", None)])
+def test_the_run_records_the_connections_cuda_read(monkeypatch: pytest.MonkeyPatch, raw: str | None,
+                                                   want: int | None) -> None:
+    from pptl.run.worker import _connections
+
+    if raw is None:
+        monkeypatch.delenv("CUDA_DEVICE_MAX_CONNECTIONS", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", raw)
+    assert _connections() == want

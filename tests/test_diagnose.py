@@ -522,3 +522,59 @@ def test_a_send_the_run_kept_beside_compute_is_not_named_as_held(tmp_path: Path)
     path.write_text(json.dumps(data))
     got, _ = _diagnose([str(path), "--plan", str(PPTL_HANG / "interleaved_g13_plan.json")])
     assert got["cause"]["kind"] != "held_send"
+
+
+OVERLAP_HOSTS = PPTL_HANG / "interleaved_g13_alone_overlap_hosts.partial.json"
+
+
+def test_gpus_stopped_among_queued_work_name_the_shared_hardware_queues() -> None:
+    """The same plan alone under --messages overlap (2 H200s, CUDA_DEVICE_MAX_CONNECTIONS unset): both hosts
+    at their op 126 of 130. Rank 0's first pending message is its op 62, SEND_B s2 mb4, matched by rank 1's op 90;
+    rank 1's is its op 36, SEND_F s1 mb11, matched by rank 0's op 85: all four before the hosts, none done. A rank
+    runs compute + 4 channel streams + NCCL's 4 = 9 streams over CUDA's default 8 queues. (Two launches like it
+    ran with 32.)"""
+    data, text = _diagnose([str(OVERLAP_HOSTS), "--plan", str(ALONE_PLAN)])
+    assert data["cycle"] == [] and data["cause"]["kind"] == "queues_shared" and data["cause"]["ranks"] == [1, 0]
+    assert text.splitlines()[0] == (
+        "each of ranks 0, 1 had posted its first pending message and its peer the match (e.g. r0/send/SEND_B s2 "
+        "mb4 ->r1 and r1/recv/RECV_B s1 mb4 <-r0), yet none completed, and no wait-for cycle explains it: the GPUs "
+        "stopped among work already queued. Rank 1 ran 9 CUDA streams (one per lane and per channel, and NCCL's "
+        "per communicator) over CUDA_DEVICE_MAX_CONNECTIONS=8 (not recorded: CUDA's default) hardware queues: "
+        "streams past them share a queue, where a message spinning for its peer holds what another stream queued "
+        "behind it (pptl run now sets 32 where it is unset: pptl.run.options.CUDA_CONNECTIONS)")
+
+
+@pytest.mark.parametrize("change,kind", [
+    ("queues_8", "queues_shared"), ("queues_9", "pending"), ("queues_32", "pending"), ("queues_bool", "queues_shared"),
+    ("host0_at_match", "pending"), ("host0_past_match", "queues_shared"), ("no_hosts", "pending"),
+    ("gloo", "pending")])
+def test_shared_queues_need_more_streams_than_queues_and_every_front_posted(tmp_path: Path, change: str,
+                                                                            kind: str) -> None:
+    # 9 streams a rank: 8 recorded queues share, 9 do not; a bool is no count (CUDA's 8). Rank 1's first pending
+    # message is matched by rank 0's op 85 (RECV_F s2 mb11): rank 0's host at it may wait at its gate (not
+    # posted); at op 86 it has posted it
+    from pptl.formats.loader import load_any
+
+    data = json.loads(OVERLAP_HOSTS.read_text())
+    extra = data["meta"]["extra"]
+    sched = load_any(str(ALONE_PLAN)).schedule
+    rank0 = [op.id for op in sched.ops if op.rank == 0]
+    from pptl.run.program import build_program, issued_for
+
+    order0 = [sched.ops[i].id for i in issued_for(build_program(sched), "overlap").ranks[0].issue]
+    assert order0[85] == "r0/recv/RECV_F s2 mb11 <-r1" and len(rank0) == 130
+    if change.startswith("queues_"):
+        extra["cuda_connections"] = True if change == "queues_bool" else int(change.split("_")[1])
+    elif change.startswith("host0_"):
+        extra["hosts"]["0"]["op"] = order0[85 if change == "host0_at_match" else 86]
+        extra["failed"] = extra["failed"].replace("rank 1 is stuck", "rank 7 is stuck")  # only hosts tell
+    elif change == "no_hosts":
+        del extra["hosts"]
+    else:
+        extra["backend"] = "gloo"
+    path = tmp_path / "partial.json"
+    path.write_text(json.dumps(data))
+    got, text = _diagnose([str(path), "--plan", str(ALONE_PLAN)])
+    assert got["cause"]["kind"] == kind
+    if change == "queues_8":
+        assert "over CUDA_DEVICE_MAX_CONNECTIONS=8 hardware queues" in text.splitlines()[0]

@@ -61,7 +61,8 @@ class Cause:
     """missing_dump, group_members, p2p_count, extra_collective, collective_kind, collective_size, collective_dtype, p2p_size, stopped,
     cycle, held_send (a pptl run timeline: a sync-send SEND whose receive neither host can reach), host_stopped
     (a pptl run timeline: a host that waited for its whole GPU while a message spun there for a peer waiting on
-    that host), p2p_behind,
+    that host), queues_shared (a pptl run timeline: every first pending message posted on both sides, none done,
+    more CUDA streams than hardware queues), p2p_behind,
     collective_missing, orphan, collective_state, pending, no_completion (dumps that record no completion, as
     gloo's: no wait can be shown), or none."""
     ranks: tuple[int, ...]

@@ -472,15 +472,18 @@ def _doing(o: NcclOp) -> str:
 # pptl's own partial timeline
 
 
-def _as_run(timeline: Timeline, schedule: Schedule) -> tuple[dict[int, list[int]], Any] | None:
-    """(issue order per rank, channel id per op) as ``pptl run`` executed ``schedule``, when ``timeline``
+def _as_run(timeline: Timeline, schedule: Schedule) -> tuple[dict[int, list[int]], Any, dict[int, int]] | None:
+    """(issue order per rank, channel id per op, CUDA streams per rank) as ``pptl run`` executed ``schedule``,
+    when ``timeline``
     is its record (it names its message mode), else None. The run issues its SENDs (and, ``inline``,
     its RECVs) next to the ops they serve, and opens a communicator per channel
     (:mod:`pptl.run.program`): which messages meet, and which P2P ops wait for each other, follow those,
-    not the plan's order and one communicator per pair of ranks."""
-    from pptl.run.program import as_run, orders
+    not the plan's order and one communicator per pair of ranks. A rank's streams: one per lane and per
+    channel (:func:`pptl.run.program.stream_keys`), and NCCL's own for each of its communicators."""
+    from pptl.run.program import as_run, orders, stream_keys
 
-    prog = as_run(schedule, str(timeline.meta.extra.get("messages")))
+    messages = str(timeline.meta.extra.get("messages"))
+    prog = as_run(schedule, messages)
     if prog is None:
         return None
     ids: dict[Any, int] = {}
@@ -488,7 +491,9 @@ def _as_run(timeline: Timeline, schedule: Schedule) -> tuple[dict[int, list[int]
     for rp in prog.ranks:
         for i, ch in sorted(rp.channels.items()):
             channel[i] = ids.setdefault(ch, len(ids))
-    return orders(prog), channel
+    streams = {rp.rank: len(set(stream_keys(prog, rp.rank, messages).values()) | {"compute"})
+               + len(set(rp.channels.values())) for rp in prog.ranks}
+    return orders(prog), channel, streams
 
 
 def diagnose_timeline(timeline: Timeline, schedule: Schedule) -> Diagnosis:
@@ -502,7 +507,7 @@ def diagnose_timeline(timeline: Timeline, schedule: Schedule) -> Diagnosis:
 
     done = {e.op for e in timeline.events}
     ran = _as_run(timeline, schedule)
-    prog, channel = ran if ran is not None else (program(schedule), None)
+    prog, channel, streams = ran if ran is not None else (program(schedule), None, {})
     edges, rep = wait_edges(schedule, prog, "nccl", channel=channel)
     # A receive that completed got its data, so its send completed too (on gloo a send's end is only
     # noticed when the rank next polls it, which a stopped rank may never do).
@@ -571,6 +576,9 @@ def diagnose_timeline(timeline: Timeline, schedule: Schedule) -> Diagnosis:
             if found is not None:
                 cause = found
                 break
+        else:
+            if cause.kind == "pending":
+                cause = _queues_shared(schedule, prog, rep, done, stuck, streams, timeline.meta.extra) or cause
     if cause.kind == "pending" and named is not None:  # where the run last saw the host its failure names
         cause = replace(cause, text=f"{cause.text}; pptl run last saw rank {named[0]}'s host at {named[1]}")
     return Diagnosis("timeline", ops, front, cycle, ranks, names, tuple(order), (), (), tuple(notes), tuple(blocked),
@@ -615,6 +623,50 @@ def _places(prog: Mapping[int, Sequence[int]], rep: Mapping[int, int]
 def _front(schedule: Schedule, seq: Sequence[int], done: set[str]) -> int | None:
     """Where in ``seq`` (a rank's issue order) its first op not done stands (None: every op done)."""
     return next((k for k, i in enumerate(seq) if schedule.ops[i].id not in done), None)
+
+
+def _queues_shared(schedule: Schedule, prog: Mapping[int, Sequence[int]], rep: Mapping[int, int], done: set[str],
+                   hosts: Sequence[tuple[int, str]], streams: Mapping[int, int], extra: Mapping[str, Any]
+                   ) -> Cause | None:
+    """Every rank's first pending message was posted by both hosts (each host stood past it and its match),
+    none completed, and no wait-for cycle explains it: the GPUs stopped among work already queued. A rank
+    with more streams than CUDA_DEVICE_MAX_CONNECTIONS (recorded by the run; 8, CUDA's default, where not) spreads
+    them over shared hardware queues, where a message spinning for its peer holds what another stream queued
+    behind it."""
+    ops = schedule.ops
+    raw = extra.get("cuda_connections")
+    said = isinstance(raw, int) and not isinstance(raw, bool) and 0 < raw <= 1024
+    queues = raw if said else 8
+    over = sorted((n, r) for r, n in streams.items() if n > queues)
+    if not over:
+        return None
+    send_of, recv_of, at = _places(prog, rep)
+    seen = {a: next((k for k, i in enumerate(prog.get(a, ())) if ops[i].id == name), None) for a, name in hosts}
+    fronts = []
+    for a, seq in prog.items():
+        k = next((k for k, i in enumerate(seq) if ops[i].kind in ("SEND", "RECV") and ops[i].id not in done), None)
+        if k is None:
+            continue
+        i = seq[k]
+        other = recv_of.get(i) if ops[i].kind == "SEND" else send_of.get(i)
+        if other is None or seen.get(a) is None or k >= seen[a]:
+            return None
+        b, kb = at[other]
+        if seen.get(b) is None or kb >= seen[b]:  # a host at a RECV may wait there, at its gate: not posted
+            return None
+        fronts.append((a, i, other))
+    if not fronts:
+        return None
+    n, r = over[-1]
+    a, i, other = fronts[0]
+    where = "" if said else " (not recorded: CUDA's default)"
+    return Cause("queues_shared", (r,) + tuple(sorted({f[0] for f in fronts} - {r})), (
+        f"each of ranks {', '.join(str(f[0]) for f in sorted(fronts))} had posted its first pending message and "
+        f"its peer the match (e.g. {ops[i].id} and {ops[other].id}), yet none completed, and no wait-for cycle "
+        f"explains it: the GPUs stopped among work already queued. Rank {r} ran {n} CUDA streams (one per lane "
+        f"and per channel, and NCCL's per communicator) over CUDA_DEVICE_MAX_CONNECTIONS={queues}{where} "
+        "hardware queues: streams past them share a queue, where a message spinning for its peer holds what "
+        "another stream queued behind it (pptl run now sets 32 where it is unset: pptl.run.options.CUDA_CONNECTIONS)"))
 
 
 #: What ``pptl run`` says of a hang (pptl.run.launcher): the rank and the op its host last posted.

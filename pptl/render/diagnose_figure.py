@@ -19,10 +19,11 @@ __all__ = ["diagnose_figure"]
 # A status view, not a kind view: the kind colours of render/styles.py would compete with the one
 # thing this picture says (what never completed), so it uses greys and one red.
 _DONE, _STUCK, _PLAN = "#bdbdbd", "#d62728", "#f0f0f0"
-#: The title of a hang with no wait-for cycle whose cause names two ranks (the one at fault first):
-#: what held the run, for a reader of the picture alone (the cause's sentence is in the text output).
+#: The title of a hang with no wait-for cycle whose cause names ranks (the one at fault first): what held
+#: the run, for a reader of the picture alone (the cause's sentence is in the text output).
 _NO_CYCLE = {"held_send": "rank {0}'s compute held in a send rank {1} receives too late (sync-send)",
-             "host_stopped": "rank {0}'s host waited for its GPU, where a message waited for rank {1}"}
+             "host_stopped": "rank {0}'s host waited for its GPU, where a message waited for rank {1}",
+             "queues_shared": "rank {0}'s GPU stopped among queued work: more CUDA streams than hardware queues"}
 
 
 def _places(d: Diagnosis, planned: Timeline | None
@@ -128,7 +129,8 @@ def diagnose_figure(d: Diagnosis, planned: Timeline | None = None) -> Any:
     ax.set_yticklabels([f"rank {r}" for r in ranks])
     ax.set_ylim(len(ranks) - 0.4, -0.7)
     ax.set_xlabel(axis)
-    why = None if d.cycle or len(d.cause.ranks) != 2 else _NO_CYCLE.get(d.cause.kind)
+    why = None if d.cycle or len(d.cause.ranks) < 1 + ("{1}" in _NO_CYCLE.get(d.cause.kind, "")) \
+        else _NO_CYCLE.get(d.cause.kind)
     title = (f"hang: wait-for cycle across ranks {', '.join(map(str, d.cycle_ranks))}" if d.cycle
              else "no wait-for cycle: " + why.format(*d.cause.ranks) if why is not None
              else "no wait-for cycle found" if d.hung

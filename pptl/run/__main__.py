@@ -13,7 +13,7 @@ import os
 import sys
 
 from pptl.errors import PptlError
-from pptl.run.options import DEFAULT_MESSAGES, DEFAULT_TIMEOUT, MESSAGE_MODES, Job, PlanJob, read_job
+from pptl.run.options import CUDA_CONNECTIONS, DEFAULT_MESSAGES, DEFAULT_TIMEOUT, MESSAGE_MODES, Job, PlanJob, read_job
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -33,6 +33,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # read when this process makes its CUDA context (pptl.run.options.CUDA_CONNECTIONS says why)
+    os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", str(CUDA_CONNECTIONS))
     a = _parse(sys.argv[1:] if argv is None else argv)
     try:
         if a.job:

@@ -139,7 +139,6 @@ class Executor:
     #: Whether :meth:`prime` runs one step of this rank's ops, its messages left out, before the first
     #: step: true for the training model of this class; a family with a model of its own declares false.
     primes: bool = True
-    reserved_mib = 0.0  # what prime() left cached for the steps (pptl.run.executor.reserve_sizes)
 
     def __init__(self, program: Program, rank: int, device: torch.device, channels: dict[Any, Any], *,
                  timeout: float, post: Callable[[int, int], None] | None = None, fault: Fault | None = None,
@@ -184,7 +183,6 @@ class Executor:
             self.streams: dict[Any, torch.cuda.Stream] = {lane: torch.cuda.Stream(device) for lane in sorted(lanes)}
             self.streams.update({ch: torch.cuda.Stream(device) for ch in sorted(set(self.rp.channels.values()))})
             self.compute = self.streams["compute"]
-            self.stream_key = {i: keys[i] for i in self.rp.issue}
             self.stream_of = {i: self.streams[keys[i]] for i in self.rp.issue}
             self.start_ev = {i: torch.cuda.Event(enable_timing=True) for i in self.rp.issue}
             self.end_ev = {i: torch.cuda.Event(enable_timing=True) for i in self.rp.issue}
@@ -225,10 +223,6 @@ class Executor:
         a step needs and every kernel is loaded. Its collectives (the step's barriers) run on every rank."""
         if not self.primes:
             return
-        if self.cuda:
-            torch.cuda.synchronize(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
-            before = torch.cuda.memory_allocated(self.device)
         saved = (self.actions, self.gates, self._fault_index, self.post)
         self.actions = {i: self._local_message(i) if self.ops[i].kind in ("SEND", "RECV") else a
                         for i, a in self.actions.items()}
@@ -240,33 +234,10 @@ class Executor:
             self.actions, self.gates, self._fault_index, self.post = saved
         # nothing of it is kept: what the rank holds before its first step (memory's base_mib, from which
         # pptl tune fits the inputs' and targets' memory) is what it held before this step
-        peak = torch.cuda.max_memory_allocated(self.device) if self.cuda else 0
         self._last = None
         self._zero_grads()
         if self.cuda:
             torch.cuda.synchronize(self.device)
-            self.reserved_mib = self._reserve(peak - before) / 2**20
-
-    def _reserve(self, step_bytes: int) -> int:
-        """Leave free blocks in the caching allocator, in every stream's pool, for what a step may
-        hold beyond what the primed step held; returns the bytes set aside (0: not enough free memory).
-
-        Why: a real step holds more than the primed one, at moments the host does not choose. NCCL
-        keeps a message's tensor until its watchdog sees the transfer done, so a SEND's activation
-        can outlive the host's last reference. An allocation the pools cannot serve then maps new
-        memory (cudaMalloc), which waits for the GPU's work, a SEND spinning for its peer included:
-        interleaved 1F1B, pp 2, G = 13, with ``--messages overlap`` ran its primed step and its first
-        step, and stopped in its second with rank 1's host at ``w.grad = du.t() @ x`` while its SEND
-        waited for rank 0, whose host waited at the gate for a SEND rank 1 had not issued. A
-        block freed at once stays cached in the pool of the stream it was allocated on."""
-        size = torch.Size(self.shape).numel() * torch.empty((), dtype=self.dtype).element_size()
-        recv = [self.stream_key[i] for i in self.rp.issue if self.ops[i].kind == "RECV"]
-        need = reserve_sizes(step_bytes, "compute", {k: size * recv.count(k) for k in set(recv)},
-                             torch.cuda.mem_get_info(self.device)[0])
-        for key, n in need.items():
-            with torch.cuda.stream(self.streams[key]):
-                torch.empty(n, dtype=torch.uint8, device=self.device)  # freed at once: cached, not returned
-        return sum(need.values())
 
     def _local_message(self, i: int) -> Callable[[_Step], None]:
         """Op ``i`` (a SEND or RECV) as :meth:`prime` runs it: what it takes and leaves in the step's
@@ -685,17 +656,6 @@ _BACKWARD_KINDS = frozenset({"B", "I", "W", "FB"})
 def _device_allocs(device: torch.device) -> int:
     """How many times the caching allocator has mapped new memory on ``device`` (cudaMalloc)."""
     return int(torch.cuda.memory_stats(device).get("num_device_alloc", 0))
-
-
-def reserve_sizes(step_bytes: int, compute: Any, recv_bytes: dict[Any, int], free_bytes: int) -> dict[Any, int]:
-    """What :meth:`Executor._reserve` sets aside per stream key: on the ``compute`` stream a step's
-    allocations over its start (``step_bytes``), on every stream the receive buffers a step allocates
-    there (``recv_bytes``); all of it if it takes at most half of the free memory, else nothing (an
-    allocation that fails empties the allocator's cache, the primed blocks with it)."""
-    need = dict(recv_bytes)
-    need[compute] = need.get(compute, 0) + max(step_bytes, 0)
-    need = {k: b for k, b in need.items() if b > 0}
-    return need if 2 * sum(need.values()) <= free_bytes else {}
 
 
 def _first_line(e: BaseException) -> str:

@@ -26,6 +26,13 @@ DEFAULT_MESSAGES = "sync-send"
 #: Seconds a rank may wait without progress before the run is stopped (minutes, not hours).
 DEFAULT_TIMEOUT = 300.0
 
+#: CUDA_DEVICE_MAX_CONNECTIONS for the ranks when the user has not set it: the hardware queues CUDA spreads a
+#: process's streams over (its default, 8). A rank runs a stream per lane and per channel, and NCCL one more per
+#: communicator: past the queues, streams share one, where a receive or send spinning for its peer holds whatever
+#: another stream queued behind it. Interleaved 1F1B, pp 2, G = 13 with ``--messages overlap`` (9 streams a rank)
+#: stopped in its second step in both launches at 8, and ran at 32 (2 H200s, torch 2.11). 32 is CUDA's largest.
+CUDA_CONNECTIONS = 32
+
 
 @dataclass(frozen=True)
 class PlanJob:

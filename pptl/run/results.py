@@ -156,20 +156,13 @@ def build_timeline(schedule: Schedule, payloads: list[Mapping[str, Any]], *,
 
 
 def _allocator(payloads: list[Mapping[str, Any]]) -> dict[str, Any]:
-    """Per rank (CUDA runs): the MiB its executor left cached for the steps (``reserved_mib``), and,
-    only where it happened, in how many recorded steps the allocator mapped new GPU memory
-    (``steps_mapping``: a cudaMalloc inside a step waits for the GPU, a message spinning there too)."""
-    reserved = {str(p["rank"]): float(p["info"]["reserved_mib"]) for p in payloads
-                if isinstance(p.get("info"), Mapping) and isinstance(p["info"].get("reserved_mib"), (int, float))}
+    """Only where it happened (CUDA runs): per rank, in how many recorded steps the allocator mapped new
+    GPU memory (``steps_mapping``: a cudaMalloc inside a step waits for the GPU, a message spinning
+    there too)."""
     mapping = {str(p["rank"]): n for p in payloads
                if (n := sum(1 for st in p.get("steps", []) if isinstance(st.get("device_allocs"), int)
                             and st["device_allocs"] > 0))}
-    out: dict[str, Any] = {}
-    if reserved:
-        out["reserved_mib"] = reserved
-    if mapping:
-        out["steps_mapping"] = mapping
-    return out
+    return {"steps_mapping": mapping} if mapping else {}
 
 
 def _delivered(schedule: Schedule, rows: list[list[Any]]) -> list[list[Any]]:

@@ -171,8 +171,8 @@ def _run_plan(job: Job, k: int, pj: PlanJob, rank: int, world: int, device: torc
     info = _info(device, world)
     info["gated_receives"] = gates is not None
     info["messages"] = ex.messages
-    if device.type == "cuda":
-        info["reserved_mib"] = ex.reserved_mib
+    if device.type == "cuda":  # what `pptl diagnose` weighs against the streams a rank used
+        info["cuda_connections"] = _connections()
     if device.type == "cuda" and ex.messages == "sync-send":  # what `pptl diagnose` needs to tell a held SEND
         info["sends_beside_compute"] = sorted(program.op_id(i) for i in program.unheld)
     payload: dict[str, Any] = {"rank": rank, "steps": [], "info": info}
@@ -420,6 +420,12 @@ def _fail(job: Job, rank: int, e: BaseException, state: dict[str, Any], *, quiet
 
 def _write_json(path: Path, data: Any) -> None:
     atomic_write(path, json.dumps(data, separators=(",", ":")))
+
+
+def _connections() -> int | None:
+    """CUDA_DEVICE_MAX_CONNECTIONS as this rank's CUDA read it (8 where unset; None where unreadable)."""
+    raw = os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "8").strip()
+    return int(raw) if raw.isdecimal() else None
 
 
 def _info(device: torch.device, world: int) -> dict[str, Any]:
