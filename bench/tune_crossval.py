@@ -176,6 +176,10 @@ SEVENTEENTH_SHAPES = (Shape("h2816-t5632-l6-m13", 2816, 5632, 12, 1, 3, 13),
 #: committed before their run, the model unchanged.
 EIGHTEENTH_SHAPES = (Shape("h3456-t1792-l16-m18", 3456, 1792, 32, 1, 4, 18),
                      Shape("h2816-t3584-l10-m18", 2816, 3584, 20, 2, 2, 18))
+#: Two more at pp 2 drawn (2026-11-28 07:37 UTC) by ``python bench/draw_shapes.py tune 202611280800 2`` and
+#: committed before their run, the model unchanged.
+NINETEENTH_SHAPES = (Shape("h2048-t2560-l15-m5", 2048, 2560, 30, 1, 4, 5),
+                     Shape("h3712-t2048-l11-m12", 3712, 2048, 22, 2, 3, 12))
 #: The held-out groups ``--shapes`` names.
 GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "steady": STEADY_SHAPES,
           "balanced": BALANCED_SHAPES, "user": USER_SHAPES, "sixth": SIXTH_SHAPES, "seventh": SEVENTH_SHAPES,
@@ -183,7 +187,7 @@ GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "stea
           "eleventh": ELEVENTH_SHAPES, "twelfth": TWELFTH_SHAPES,
           "thirteenth": THIRTEENTH_SHAPES, "fourteenth": FOURTEENTH_SHAPES,
           "fifteenth": FIFTEENTH_SHAPES, "sixteenth": SIXTEENTH_SHAPES,
-          "seventeenth": SEVENTEENTH_SHAPES, "eighteenth": EIGHTEENTH_SHAPES}
+          "seventeenth": SEVENTEENTH_SHAPES, "eighteenth": EIGHTEENTH_SHAPES, "nineteenth": NINETEENTH_SHAPES}
 #: CPU smoke shapes (gloo, float32): the script end to end in seconds.
 TINY = (Shape("tiny-a", 64, 16, 8, 1, 3, 4), Shape("tiny-b", 32, 8, 4, 1, 2, 6),
         Shape("tiny-p4", 32, 8, 8, 1, 2, 8, pp=4))
