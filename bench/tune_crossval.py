@@ -5,7 +5,7 @@ the rank correlation and every family's error are checked against what ran.
     python3 bench/tune_crossval.py OUTDIR [--device cuda|cpu] [--shapes a,b] [--steps 2] [--warmup 1]
     python3 bench/tune_crossval.py --offline DIR       (re-rank saved shapes without a GPU)
     python3 bench/tune_crossval.py --offline DIR --duty-exponent 0.3   (the same, the exponent fixed)
-    python3 bench/tune_crossval.py --offline DIR --clock-beta 0.55     (the same, the exponent from the run's clocks)
+    python3 bench/tune_crossval.py --offline DIR --clock-beta 0.6      (the same, the clock rule at another beta)
     python3 bench/tune_crossval.py --attribute DIR     (where each prediction's error comes from)
     python3 bench/tune_crossval.py --duty DIR          (each rank's error: the rank's level against its duty)
 
@@ -349,7 +349,8 @@ def main() -> int:
     ap.add_argument("--offline", type=Path, help="re-rank the saved shapes in this folder; no run")
     ap.add_argument("--duty-exponent", type=float, help="with --offline: re-rank with device.duty_exponent fixed")
     ap.add_argument("--clock-beta", type=float, help="with --offline: where the calibrating run's ranks' busy shares "
-                    "differ by 10%% or more, re-rank with alpha = BETA x their clock exponent (0.15-0.35)")
+                    "differ by 10%% or more, re-rank with alpha = BETA x their clock exponent (0.15-0.35; pptl tune's "
+                    "own rule takes 0.55: pptl.tune.calibrate.CLOCK_BETA)")
     ap.add_argument("--attribute", type=Path, help="per saved shape with measured ops: each candidate's error "
                                                     "split by rank and op kind; no run")
     ap.add_argument("--duty", type=Path, help="per saved shape with measured ops: each rank's error split into "
@@ -504,42 +505,26 @@ def _ran(row: dict[str, Any]) -> tuple[tuple[tuple[str, int], ...], ...] | None:
 
 
 def clock_exponent(saved: dict[str, Any]) -> tuple[float, float] | None:
-    """(max/min busy share of the calibrating run's ranks, how their SM clocks went with it: the a of
-    clock ~ duty^-a by least squares in logs), from its clock record; None without one."""
-    import math
-
+    """(max/min busy share of the calibrating run's ranks, the a of clock ~ duty^-a): what ``pptl tune``'s clock
+    rule reads (pptl.power.clock_exponent), from the launch's calibrating run; None without a clock record."""
     from pptl.formats.timeline import timeline_from_dict
+    from pptl.power import clock_exponent as from_clocks
     from pptl.tune.calibrate import rank_duty
 
-    gpu = saved["base"].get("meta", {}).get("extra", {}).get("gpu")
-    if not isinstance(gpu, dict):
-        return None
-    duty, _ = rank_duty(timeline_from_dict(saved["base"]))
-    pts = [(duty[int(r)], float(g["sm_mhz"])) for r, g in gpu.items() if int(r) in duty and g.get("sm_mhz")]
-    if len(pts) < 2:
-        return None
-    xs, ys = [math.log(u) for u, _ in pts], [math.log(f) for _, f in pts]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    if sxx == 0:
-        return None
-    ratio = max(u for u, _ in pts) / min(u for u, _ in pts)
-    return ratio, -sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
-
-
-#: The clock rule docs/benchmarks.md tried offline: where the calibrating run's ranks' busy shares differ by
-#: this much, alpha = beta x their clock exponent, clamped to this range.
-CLOCK_RATIO, CLOCK_CLAMP = 1.1, (0.15, 0.35)
+    base = timeline_from_dict(saved["base"])
+    return from_clocks(base.meta.extra.get("gpu"), rank_duty(base)[0])
 
 
 def _offline(folder: Path, exponent: float | None = None, clock_beta: float | None = None) -> int:
+    from pptl.tune.calibrate import CLOCK_CLAMP, CLOCK_RATIO
+
     res = {}
     for p in sorted(folder.glob("*.json")):
         saved = json.loads(p.read_text())
         if exponent is not None:  # what the launch would give with the duty exponent fixed (device.duty_exponent)
             saved["config"] = {**saved["config"], "device": {"duty_exponent": exponent}}
         clock = clock_exponent(saved) if clock_beta is not None else None
-        if clock_beta is not None and clock is not None and clock[0] >= CLOCK_RATIO:
+        if clock_beta is not None and clock is not None and clock[0] >= CLOCK_RATIO:  # the rule at another beta
             alpha = min(CLOCK_CLAMP[1], max(CLOCK_CLAMP[0], clock_beta * clock[1]))
             saved["config"] = {**saved["config"], "device": {"duty_exponent": alpha}}
         ev = _evaluate(saved)

@@ -4,9 +4,10 @@ about its GPUs' power limit: whether the duty law (busy GPUs clock lower under a
 Both readers of a calibrating run ask it: ``pptl tune --costs-from`` and ``pptl whatif --from``."""
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Mapping
 
-__all__ = ["FREE_CLOCK_SHARE", "rank_order", "unthrottled"]
+__all__ = ["FREE_CLOCK_SHARE", "clock_exponent", "rank_order", "unthrottled"]
 
 #: Share of a rank's samples a power or thermal limit held its clock, under which the rank ran free.
 FREE_CLOCK_SHARE = 0.2
@@ -19,6 +20,31 @@ def rank_order(key: Any) -> tuple[int, int, str]:
     if text.isascii() and text.isdecimal():
         return (0, int(text), "")
     return (1, 0, text)
+
+
+def clock_exponent(gpu: Any, duty: Mapping[int, float]) -> tuple[float, float] | None:
+    """(largest over smallest busy share of the ranks with a clock, a): how the ranks' median SM clocks went
+    with how busy each was, clock ~ duty ** -a by least squares in logs. None where fewer than two ranks have
+    both a clock (MHz, positive) and a busy share (0..1], or all are equally busy. ``gpu``: a measured
+    timeline's ``meta.extra.gpu``, read as hostile (bounded, every value checked)."""
+    if not isinstance(gpu, dict) or len(gpu) > 4096:
+        return None
+    pts = []
+    for r, g in gpu.items():
+        if not (isinstance(r, str) and r.isascii() and r.isdecimal() and len(r) <= 6 and isinstance(g, dict)):
+            continue
+        mhz, u = g.get("sm_mhz"), duty.get(int(r))
+        if (isinstance(mhz, (int, float)) and not isinstance(mhz, bool) and 0 < mhz < 1e5
+                and isinstance(u, (int, float)) and 0 < u <= 1):
+            pts.append((math.log(u), math.log(mhz), u))
+    if len(pts) < 2:
+        return None
+    mx, my = sum(p[0] for p in pts) / len(pts), sum(p[1] for p in pts) / len(pts)
+    sxx = sum((p[0] - mx) ** 2 for p in pts)
+    if sxx <= 0:
+        return None
+    a = -sum((p[0] - mx) * (p[1] - my) for p in pts) / sxx
+    return max(p[2] for p in pts) / min(p[2] for p in pts), a
 
 
 def unthrottled(gpu: Any, ranks: int) -> str | None:

@@ -193,8 +193,8 @@ MISSES = {
     # ELEVENTH_SHAPES (drawn by `bench/draw_shapes.py tune 202611280000 3` and committed before their run, 2 H200s,
     # 2026-11-27 22:58-23:10 UTC, the model unchanged): h2688-t1792-l12-m6 and h3968-t1792-l16-m5 pass every line
     # (h3968's pick, V-Half, 0.35% over V-Min, within the launch spread); h2048-t6912-l7-m20 every line but the
-    # families, by DualPipe alone (-3.07%; every other plan -2.2..+1.0%).
-    "h2048-t6912-l7-m20": ("families",),
+    # families, by DualPipe alone (-3.07%; every other plan -2.2..+1.0%), until the clock rule (its ranks busy
+    # 0.96 and 0.82 at 1515 and 1665 MHz: alpha 0.32) brought it within 3%.
     # TWELFTH_SHAPES (drawn the same way, seed 202611280100, 2 H200s, 23:18-23:25 UTC) and THIRTEENTH_SHAPES
     # (seed 202611280200, 23:32 UTC): all three pass every line.
     # FOURTEENTH_SHAPES, the first at pp 4 (4 H200s, 2026-11-28; drawn by `draw_shapes.py tune 202611280300 3 --pp 4`
@@ -213,12 +213,19 @@ MISSES = {
     "h2816-t5632-l6-m13": ("families",),
     # EIGHTEENTH_SHAPES (drawn by `draw_shapes.py tune 202611280700 2` and committed before their run, 2 H200s,
     # 04:09-04:16 UTC): h2816-t3584 passes every line; h3456-t1792 every line but the families, ZB-H2 -3.38% and
-    # ZB-H1 -3.30% (the rest -2.5..+1.8%).
-    "h3456-t1792-l16-m18": ("families",),
+    # ZB-H1 -3.30% (the rest -2.5..+1.8%), until the clock rule: every line.
+    # NINETEENTH_SHAPES (drawn by `draw_shapes.py tune 202611280800 2` and committed before their run, 2 H200s,
+    # 07:40-07:47 UTC, the ranks at CUDA_DEVICE_MAX_CONNECTIONS=32): h2048-t2560 passes every line (V-Half +2.8%
+    # its worst family); h3712-t2048 every line but the families, V-Half +4.6% and V-Min +3.6% (the rest
+    # -2.0..+0.7%): the V orders again, measured slower than ranked. The clock rule, fixed before this group was
+    # drawn and adopted after its run, brings them within 3%: V-Half +1.5%, V-Min +0.6%, the synthesised order
+    # -3.2% (its bound 5%), the rest -0.9..+1.1%.
 }
-#: Largest error of any candidate today, per shape where it is above the 9.5% bound of the others.
+#: Largest error of any candidate today, per shape where it is above the 9.5% bound of the others. The clock rule
+#: moved h2176-t1792-l11-m15-p4's synthesised order from -10.8% to -13.8% (its ranks busy 1.15 apart, clocks as
+#: duty^-0.56: alpha 0.31 where the device's 0.25 stood).
 MAX_ERR: dict[str, float] = {"h2048-t1024-l16-m8-bal": 0.161, "h2048-t2048-l4-m32-bal": 0.137,
-                             "h2048-t1024-l16-m8-clk": 0.219, "h2176-t1792-l11-m15-p4": 0.11}
+                             "h2048-t1024-l16-m8-clk": 0.219, "h2176-t1792-l11-m15-p4": 0.14}
 
 
 @pytest.fixture(scope="module")
@@ -233,8 +240,9 @@ def test_every_shape_unlike_the_bench_that_was_measured_is_kept() -> None:
     # one; h2048-t1024-l16 a third time with the clock record (<name>-clk); the ninth group's two, the tenth's
     # three, the first of them again on H100s (<name>-h100); the eleventh's three, the twelfth's two and the
     # thirteenth's one (bench/draw_shapes.py); the fourteenth's three at pp 4 on 4 GPUs, the sixteenth's two and the
-    # seventeenth's two (its first hung the run until tests/test_run_held_sends.py's fix), the eighteenth's two
-    assert len(shapes) == 70 and len({s["name"] for s in shapes}) == 53
+    # seventeenth's two (its first hung the run until tests/test_run_held_sends.py's fix), the eighteenth's two,
+    # the nineteenth's two
+    assert len(shapes) == 72 and len({s["name"] for s in shapes}) == 55
     assert sorted(s["name"] for s in shapes if s.get("pp", 2) == 4) == [
         "h2176-t1792-l11-m15-p4", "h3456-t2560-l7-m19-p4", "h3584-t5888-l9-m5-p4"]
     assert {s["hidden"] for s in shapes} >= {2048, 4096, 8192}
@@ -569,15 +577,56 @@ def test_offline_rerank_with_the_exponent_from_the_runs_clocks(tmp_path: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     # h2048-t6912-l7-m20's calibrating run: ranks busy 0.96 and 0.82 (ratio 1.17) at 1515 and 1665 MHz, so the
     # clock went as duty^-0.59 and the rule gives alpha = 0.55 x 0.59 = 0.32: DualPipe's -3.07% comes within 3%.
-    # h2816-t5632-l6-m13's ranks differ by 1.085, under the rule's 1.1: re-ranked as it stands.
+    # h2816-t5632-l6-m13's ranks differ by 1.085, under the rule's 1.1: re-ranked as it stands. pptl tune's own rule
+    # (beta 0.55) gives the same; at beta 0.2, alpha = max(0.15, 0.12) = 0.15 under-slows the busy ranks: missed.
     saved = json.loads((DATA / "h2048-t6912-l7-m20.json").read_text())
     ratio, a = tune_crossval.clock_exponent(saved)
     assert abs(ratio - 1.174) < 0.001 and abs(a - 0.589) < 0.001
     assert tune_crossval.clock_exponent(json.loads((DATA / "h2048-t1024-l16-m8.json").read_text())) is None
     (tmp_path / "h2048-t6912-l7-m20.json").write_text(json.dumps(saved))
-    assert tune_crossval._offline(tmp_path, clock_beta=0.55) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == "1 launches: pick 1, spearman >= 0.9 1, families 1"
+    for beta, families in ((0.55, 1), (None, 1), (0.2, 0)):
+        assert tune_crossval._offline(tmp_path, clock_beta=beta) == 0
+        assert capsys.readouterr().out.splitlines()[-1] == f"1 launches: pick 1, spearman >= 0.9 1, families {families}"
     (tmp_path / "h2048-t6912-l7-m20.json").unlink()
     (tmp_path / "h2816-t5632-l6-m13.json").write_text((DATA / "h2816-t5632-l6-m13.json").read_text())
     assert tune_crossval._offline(tmp_path, clock_beta=0.55) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "1 launches: pick 1, spearman >= 0.9 1, families 0"
+
+
+def test_clock_exponent_reads_how_the_clocks_went_with_duty() -> None:
+    """Ranks busy 0.5 and 1.0 at 2000 and 1000 MHz: clock ~ duty^-1 (ln 2 / ln 2), busy ratio 2. A third rank
+    busy 0.25 at 4000 MHz keeps a = 1 (every point on the line) and makes the ratio 4."""
+    from pptl.power import clock_exponent
+
+    two = {"0": {"sm_mhz": 2000.0}, "1": {"sm_mhz": 1000.0}}
+    ratio, a = clock_exponent(two, {0: 0.5, 1: 1.0})
+    assert ratio == pytest.approx(2.0) and a == pytest.approx(1.0)
+    ratio, a = clock_exponent({**two, "2": {"sm_mhz": 4000}}, {0: 0.5, 1: 1.0, 2: 0.25})
+    assert ratio == pytest.approx(4.0) and a == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("gpu,duty", [
+    ({"0": {"sm_mhz": 2000.0}, "1": {"sm_mhz": 1000.0}}, {0: 0.7, 1: 0.7}),      # equally busy: no slope
+    ({"0": {"sm_mhz": 2000.0}}, {0: 0.5, 1: 1.0}),                                 # one rank with a clock
+    ({"0": {"sm_mhz": True}, "1": {"sm_mhz": 1000.0}}, {0: 0.5, 1: 1.0}),          # a bool is no clock
+    ({"0": {"sm_mhz": -5.0}, "1": {"sm_mhz": 1000.0}}, {0: 0.5, 1: 1.0}),
+    ({"0": {"sm_mhz": 2000.0}, "1": {"sm_mhz": 1000.0}}, {0: 0.0, 1: 1.0}),      # busy 0: no log
+    ({"x": {"sm_mhz": 2000.0}, "1": {"sm_mhz": 1000.0}}, {0: 0.5, 1: 1.0}),        # not a rank
+    ([1, 2], {0: 0.5, 1: 1.0}), (None, {0: 0.5, 1: 1.0})])
+def test_clock_exponent_needs_two_ranks_with_clocks_and_different_duty(gpu: object, duty: dict) -> None:
+    from pptl.power import clock_exponent
+
+    assert clock_exponent(gpu, duty) is None
+
+
+@pytest.mark.parametrize("clock,alpha", [
+    ((1.1, 0.5), 0.275),        # busy ratio exactly at the rule's 1.1: 0.55 x 0.5
+    ((1.0999, 0.5), None),      # just under it: the rule does not apply
+    ((1.5, 0.1), 0.15),         # 0.055 clamped up to 0.15
+    ((1.5, 2.0), 0.35),         # 1.1 clamped down to 0.35
+    (None, None)])
+def test_the_clock_rule_takes_beta_of_the_exponent_within_its_clamp(clock: tuple | None, alpha: float | None) -> None:
+    from pptl.tune.calibrate import clock_alpha
+
+    got = clock_alpha(clock)
+    assert got == (None if alpha is None else pytest.approx(alpha))

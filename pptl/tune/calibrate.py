@@ -58,12 +58,27 @@ MAX_DUTY_EXPONENT = 0.5
 #: H200s at their 700 W cap showed (0.25, 0.25, 0.29; docs/tune.md "Duty cycle"), a property of
 #: the device, not of a model. ``device.duty_exponent`` sets another GPU's.
 DEVICE_DUTY_EXPONENT = 0.25
+#: The clock rule: where the calibrating run's ranks differ in busy share by CLOCK_RATIO or more and its clock
+#: record says how their SM clocks went with it (clock ~ duty ** -a, :func:`pptl.power.clock_exponent`), alpha is
+#: CLOCK_BETA x a, clamped to CLOCK_CLAMP. An op's time follows the clock only in part (memory-bound kernels
+#: do not slow with it): over the 70 stored launches, alpha = 0.55 a passed the families line in 45 where the
+#: fit-or-device rule passed 43, changing no pick or Spearman line; then two shapes drawn after it was fixed
+#: (NINETEENTH_SHAPES) passed 2 of 2 where the old rule passed 1 (docs/tune.md "The clock rule").
+CLOCK_BETA, CLOCK_RATIO, CLOCK_CLAMP = 0.55, 1.1, (0.15, 0.35)
 #: A layer's full-duty forward (ms, CUDA) under which ``pptl tune`` warns that the runtime's host, which
 #: the model does not time, may bound the step. On 2 H200s (pptl run's MLP blocks, 2026-11-27) the shapes
 #: of 0.12 and 0.25 ms layers ran their plans with two chunks a rank 5-16% slower than ranked, each
 #: consumer starting 35-190 us after its data where the others start 3 us after it; from 0.37 ms up
 #: (h2048-t3072, h2560-t2048, h2304, h4096-t1024) every family stayed within 3%. 0.3 lies between.
 SHORT_LAYER_MS = 0.3
+
+
+def clock_alpha(clock: tuple[float, float] | None) -> float | None:
+    """The clock rule's alpha from (busy ratio, clock exponent a) of :func:`pptl.power.clock_exponent`:
+    CLOCK_BETA x a clamped to CLOCK_CLAMP where the ratio is CLOCK_RATIO or more, else None."""
+    if clock is None or not clock[0] >= CLOCK_RATIO:
+        return None
+    return min(CLOCK_CLAMP[1], max(CLOCK_CLAMP[0], CLOCK_BETA * clock[1]))
 
 
 def split_shares(model: ModelDesc, f: float, b: float) -> tuple[float, float] | None:
@@ -385,13 +400,18 @@ def _normalise_duty(tc: TuneConfig, tl: Any, split: Sequence[int], stages: dict[
     u = [duty[rank_of[s]] for s in range(S)]
     shown = ", ".join(f"{duty[r]:.2f}" for r in sorted(duty))
     alpha = tc.duty_exponent
-    from pptl.power import unthrottled
+    from pptl.power import clock_exponent, unthrottled
 
     free = unthrottled(tl.meta.extra.get("gpu"), len(duty)) if alpha is None else None
     if free is not None:
         alpha = 0.0
         notes.append(f"duty exponent 0: the run's GPUs were not held by a power or thermal limit ({free}), so an "
                      "op's speed does not depend on how busy its rank is (set device.duty_exponent to override)")
+    clock = clock_exponent(tl.meta.extra.get("gpu"), duty) if alpha is None else None
+    if clock is not None and (alpha := clock_alpha(clock)) is not None:
+        notes.append(f"duty exponent {alpha:.3f} from the run's clocks: ranks busy {shown} of the step, their SM "
+                     f"clocks going as duty^-{clock[1]:.3f}; {CLOCK_BETA:g} of it, clamped to "
+                     f"{CLOCK_CLAMP[0]:g}..{CLOCK_CLAMP[1]:g} (set device.duty_exponent to fix it)")
     if alpha is None:
         m = tc.model
         ran = {e.kind for e in tl.events}  # a run of full backwards reports I and W as halves of B: not data
