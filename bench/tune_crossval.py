@@ -180,6 +180,10 @@ EIGHTEENTH_SHAPES = (Shape("h3456-t1792-l16-m18", 3456, 1792, 32, 1, 4, 18),
 #: committed before their run, the model unchanged.
 NINETEENTH_SHAPES = (Shape("h2048-t2560-l15-m5", 2048, 2560, 30, 1, 4, 5),
                      Shape("h3712-t2048-l11-m12", 3712, 2048, 22, 2, 3, 12))
+#: Two more at pp 2 drawn (2026-11-28 07:59 UTC) by ``python bench/draw_shapes.py tune 202611280900 2`` and
+#: committed before their run, with the clock rule adopted (pptl.tune.calibrate.CLOCK_BETA) and nothing else changed.
+TWENTIETH_SHAPES = (Shape("h2304-t6656-l16-m10", 2304, 6656, 32, 2, 4, 10),
+                    Shape("h2688-t6656-l5-m20", 2688, 6656, 10, 1, 2, 20))
 #: The held-out groups ``--shapes`` names.
 GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "steady": STEADY_SHAPES,
           "balanced": BALANCED_SHAPES, "user": USER_SHAPES, "sixth": SIXTH_SHAPES, "seventh": SEVENTH_SHAPES,
@@ -187,7 +191,8 @@ GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "stea
           "eleventh": ELEVENTH_SHAPES, "twelfth": TWELFTH_SHAPES,
           "thirteenth": THIRTEENTH_SHAPES, "fourteenth": FOURTEENTH_SHAPES,
           "fifteenth": FIFTEENTH_SHAPES, "sixteenth": SIXTEENTH_SHAPES,
-          "seventeenth": SEVENTEENTH_SHAPES, "eighteenth": EIGHTEENTH_SHAPES, "nineteenth": NINETEENTH_SHAPES}
+          "seventeenth": SEVENTEENTH_SHAPES, "eighteenth": EIGHTEENTH_SHAPES, "nineteenth": NINETEENTH_SHAPES,
+          "twentieth": TWENTIETH_SHAPES}
 #: CPU smoke shapes (gloo, float32): the script end to end in seconds.
 TINY = (Shape("tiny-a", 64, 16, 8, 1, 3, 4), Shape("tiny-b", 32, 8, 4, 1, 2, 6),
         Shape("tiny-p4", 32, 8, 8, 1, 2, 8, pp=4))
