@@ -220,6 +220,13 @@ MISSES = {
     # -2.0..+0.7%): the V orders again, measured slower than ranked. The clock rule, fixed before this group was
     # drawn and adopted after its run, brings them within 3%: V-Half +1.5%, V-Min +0.6%, the synthesised order
     # -3.2% (its bound 5%), the rest -0.9..+1.1%.
+    # TWENTIETH_SHAPES (seed 202611280900, committed before their run with the clock rule adopted, 2 H200s,
+    # 08:00-08:08 UTC): h2304-t6656 passes every line; h2688-t6656 every line but the limit: V-Half and V-Min,
+    # ranked at 7,820 MiB on rank 0 under the 8,075 MiB limit, measured 8,127. Its run (and this group's and
+    # the nineteenth's) measured base_mib after Executor.prime had dropped the zeroed gradient buffers, so the
+    # fit read an input as 4.3 MiB (34.1 MiB); rank 0 of a V order holds 40 of them
+    # (test_the_v_orders_fit_with_the_base_a_fixed_run_records).
+    "h2688-t6656-l5-m20": ("limit", "peaks"),
 }
 #: Largest error of any candidate today, per shape where it is above the 9.5% bound of the others. The clock rule
 #: moved h2176-t1792-l11-m15-p4's synthesised order from -10.8% to -13.8% (its ranks busy 1.15 apart, clocks as
@@ -241,8 +248,8 @@ def test_every_shape_unlike_the_bench_that_was_measured_is_kept() -> None:
     # three, the first of them again on H100s (<name>-h100); the eleventh's three, the twelfth's two and the
     # thirteenth's one (bench/draw_shapes.py); the fourteenth's three at pp 4 on 4 GPUs, the sixteenth's two and the
     # seventeenth's two (its first hung the run until tests/test_run_held_sends.py's fix), the eighteenth's two,
-    # the nineteenth's two
-    assert len(shapes) == 72 and len({s["name"] for s in shapes}) == 55
+    # the nineteenth's two, the twentieth's two
+    assert len(shapes) == 74 and len({s["name"] for s in shapes}) == 57
     assert sorted(s["name"] for s in shapes if s.get("pp", 2) == 4) == [
         "h2176-t1792-l11-m15-p4", "h3456-t2560-l7-m19-p4", "h3584-t5888-l9-m5-p4"]
     assert {s["hidden"] for s in shapes} >= {2048, 4096, 8192}
@@ -268,7 +275,7 @@ def test_gpu_shape_re_ranked_offline(evaluated: dict, name: str) -> None:
     misses = MISSES.get(name, ())
     # Every shape: no candidate reported as fitting went over the limit, and predicted peaks stay upper
     # bounds (1% of noise).
-    assert not c["fitting_over_limit"], c["fitting_over_limit"]
+    assert (not c["fitting_over_limit"]) is ("limit" not in misses), c["fitting_over_limit"]
     assert (c["peak_err_min"] >= -0.01) is ("peaks" not in misses), c["peak_err_min"]
     # The pick ran and measured within 2% (or the launch-to-launch spread) of the fastest candidate that fit.
     assert c["pick_ok"] is ("pick" not in misses), (ev["pick"], c["pick_gap"], c["launch_spread"])
@@ -630,3 +637,24 @@ def test_the_clock_rule_takes_beta_of_the_exponent_within_its_clamp(clock: tuple
 
     got = clock_alpha(clock)
     assert got == (None if alpha is None else pytest.approx(alpha))
+
+
+def test_the_v_orders_fit_with_the_base_a_fixed_run_records() -> None:
+    """h2688-t6656-l5-m20's calibrating 1F1B ran [7, 6] blocks; a block's weights are 8 h^2 + 5 h bf16
+    elements, (8 x 2688^2 + 5 x 2688) x 2 B = 110.28 MiB, and make_chunk's zeroed gradient buffers as much
+    again. Its base_mib (1,519.4 and 1,409.2) lacked the buffers: with them added (771.9 and 661.7 MiB,
+    what a run now records), the fit reads an input as 37.4 MiB (34.1 MiB each, plus 65 MiB of workspaces
+    over 20) and no candidate ranked as fitting goes over the limit; the pick, Spearman and families unchanged."""
+    saved = json.loads((DATA / "h2688-t6656-l5-m20.json").read_text())
+    block = (8 * 2688**2 + 5 * 2688) * 2 / 2**20
+    assert abs(block - 110.276) < 1e-3
+    before = tune_crossval._evaluate(saved)
+    mem = saved["base"]["meta"]["extra"]["memory"]
+    for rank, blocks in (("0", 7), ("1", 6)):
+        mem[rank]["base_mib"] += blocks * block
+    mm = tune_crossval._calibrated(saved).memory
+    assert 37.3 < mm.data < 37.5
+    after = tune_crossval._evaluate(saved)
+    assert before["checks"]["fitting_over_limit"] == ["v-half vpp=2 m=20 split=even", "v-min vpp=2 m=20 split=even"]
+    assert after["checks"]["fitting_over_limit"] == [] and after["checks"]["peak_err_min"] > 0
+    assert after["pick"] == before["pick"] and after["checks"]["families_ok"] and after["checks"]["spearman"] > 0.97

@@ -233,9 +233,15 @@ class Executor:
         finally:
             self.actions, self.gates, self._fault_index, self.post = saved
         # nothing of it is kept: what the rank holds before its first step (memory's base_mib, from which
-        # pptl tune fits the inputs' and targets' memory) is what it held before this step
+        # pptl tune fits the inputs' and targets' memory) is what it held before this step, the zeroed
+        # gradient buffers make_chunk made included (dropped alone, they left base_mib short of the
+        # weights pptl tune counts, and its fit read the inputs as 4.3 MiB where they are 34.1: a V order
+        # whose rank 0 holds 40 of them then went over the limit it was ranked under)
         self._last = None
         self._zero_grads()
+        for c in self.chunks.values():
+            for p in c.params:
+                p.grad = torch.zeros_like(p)
         if self.cuda:
             torch.cuda.synchronize(self.device)
 
