@@ -658,3 +658,32 @@ def test_the_v_orders_fit_with_the_base_a_fixed_run_records() -> None:
     assert before["checks"]["fitting_over_limit"] == ["v-half vpp=2 m=20 split=even", "v-min vpp=2 m=20 split=even"]
     assert after["checks"]["fitting_over_limit"] == [] and after["checks"]["peak_err_min"] > 0
     assert after["pick"] == before["pick"] and after["checks"]["families_ok"] and after["checks"]["spearman"] > 0.97
+
+
+def test_a_base_below_the_weights_it_holds_is_said() -> None:
+    """The same run: rank 0 ran 6 layers and the embedding, 7 x 220.55 = 1,543.9 MiB of weights and gradients
+    by the model, but held 1,519.4 before its first step: the note warns that the input size read from it is
+    not to be trusted. With the gradient buffers in the base (a fixed run) there is no warning."""
+    import tempfile
+
+    from pptl.tune.calibrate import calibrate_tune
+    from pptl.tune.model import tune_config_from_mapping
+
+    saved = json.loads((DATA / "h2688-t6656-l5-m20.json").read_text())
+
+    def warnings(base: dict) -> list[str]:
+        tc = tune_config_from_mapping(saved["config"], source="h2688")
+        with tempfile.TemporaryDirectory() as d:
+            path = Path(d) / "base.measured.json"
+            path.write_text(json.dumps(base))
+            _, _, notes = calibrate_tune(tc, path)
+        return [n[n.index("warning:"):] for n in notes if "warning:" in n]
+
+    assert warnings(saved["base"]) == [
+        "warning: rank 0 held 1519.4 before its first step, less than the 1543.9 of weights (and their gradients) "
+        "the model counts for its stages, so the size of an input or target read from it is not to be trusted (was "
+        "the run's base measured without its gradient buffers?)"]
+    block = (8 * 2688**2 + 5 * 2688) * 2 / 2**20
+    for rank, blocks in (("0", 7), ("1", 6)):
+        saved["base"]["meta"]["extra"]["memory"][rank]["base_mib"] += blocks * block
+    assert warnings(saved["base"]) == []

@@ -493,6 +493,7 @@ def _fit_memory(tc: TuneConfig, meta: Any, split: Sequence[int], memory: dict) -
     count = data_count(sched)
     per = [(bases[r] - held.get(r, 0.0)) / count[r] for r in bases if count.get(r)]
     data = max(0.0, max(per)) if per else 0.0
+    short = sorted(r for r in bases if bases[r] < held.get(r, 0.0) - 1e-6)
     # pptl run keeps every message buffer until the step ends (memory in MiB, as the run measures it).
     message = tc.model.message_bytes / 2**20
     fit = fit_memory(sched, start, end, act, weight, peaks, pp=run_pp, w_activation=tc.model.w_activation,
@@ -513,6 +514,11 @@ def _fit_memory(tc: TuneConfig, meta: Any, split: Sequence[int], memory: dict) -
             + ("" if mm.split_working is None else
                f"; a rank of split backwards only: working memory {mm.split_working:.4g} (less the {temp:.4g} of "
                f"one Linear's weight gradient, which B writes to a fresh tensor and W adds in place)"))
+    if short:  # a base that cannot hold the weights counted: the inputs' and targets' size read from it is not theirs
+        r = short[0]
+        note += (f"; warning: rank {r} held {bases[r]:.5g} before its first step, less than the {held[r]:.5g} of "
+                 "weights (and their gradients) the model counts for its stages, so the size of an input or target "
+                 "read from it is not to be trusted (was the run's base measured without its gradient buffers?)")
     return replace(tc, memory=mm), note
 
 
