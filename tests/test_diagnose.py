@@ -578,3 +578,5 @@ def test_shared_queues_need_more_streams_than_queues_and_every_front_posted(tmp_
     assert got["cause"]["kind"] == kind
     if change == "queues_8":
         assert "over CUDA_DEVICE_MAX_CONNECTIONS=8 hardware queues" in text.splitlines()[0]
+    if change == "queues_bool":
+        assert "over CUDA_DEVICE_MAX_CONNECTIONS=8 (not recorded: CUDA's default) hardware queues" in text.splitlines()[0]

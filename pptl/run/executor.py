@@ -238,7 +238,6 @@ class Executor:
         # weights pptl tune counts, and its fit read the inputs as 4.3 MiB where they are 34.1: a V order
         # whose rank 0 holds 40 of them then went over the limit it was ranked under)
         self._last = None
-        self._zero_grads()
         for c in self.chunks.values():
             for p in c.params:
                 p.grad = torch.zeros_like(p)
