@@ -474,9 +474,8 @@ def _doing(o: NcclOp) -> str:
 
 def _as_run(timeline: Timeline, schedule: Schedule) -> tuple[dict[int, list[int]], Any, dict[int, int]] | None:
     """(issue order per rank, channel id per op, CUDA streams per rank) as ``pptl run`` executed ``schedule``,
-    when ``timeline``
-    is its record (it names its message mode), else None. The run issues its SENDs (and, ``inline``,
-    its RECVs) next to the ops they serve, and opens a communicator per channel
+    when ``timeline`` is its record (it names its message mode), else None. The run issues its SENDs (and,
+    ``inline``, its RECVs) next to the ops they serve, and opens a communicator per channel
     (:mod:`pptl.run.program`): which messages meet, and which P2P ops wait for each other, follow those,
     not the plan's order and one communicator per pair of ranks. A rank's streams: one per lane and per
     channel (:func:`pptl.run.program.stream_keys`), and NCCL's own for each of its communicators."""

@@ -62,8 +62,8 @@ DEVICE_DUTY_EXPONENT = 0.25
 #: record says how their SM clocks went with it (clock ~ duty ** -a, :func:`pptl.power.clock_exponent`), alpha is
 #: CLOCK_BETA x a, clamped to CLOCK_CLAMP. An op's time follows the clock only in part (memory-bound kernels
 #: do not slow with it): over the 70 stored launches, alpha = 0.55 a passed the families line in 45 where the
-#: fit-or-device rule passed 43, changing no pick or Spearman line; then two shapes drawn after it was fixed
-#: (NINETEENTH_SHAPES) passed 2 of 2 where the old rule passed 1 (docs/tune.md "The clock rule").
+#: fit-or-device rule passed 43, changing no pick or Spearman line; then the four shapes drawn after it was fixed
+#: (NINETEENTH_SHAPES, TWENTIETH_SHAPES) passed 4 of 4 where the old rule passed 2 (docs/tune.md "The clock rule").
 CLOCK_BETA, CLOCK_RATIO, CLOCK_CLAMP = 0.55, 1.1, (0.15, 0.35)
 #: A layer's full-duty forward (ms, CUDA) under which ``pptl tune`` warns that the runtime's host, which
 #: the model does not time, may bound the step. On 2 H200s (pptl run's MLP blocks, 2026-11-27) the shapes
