@@ -17,6 +17,7 @@ from typing import Any
 
 from pptl.errors import InputError
 from pptl.formats._quote import counted
+from pptl.op import COMPUTE_KINDS
 from pptl.timeline import Event, Timeline, unit_scale
 
 __all__ = ["KindRow", "OpRow", "Comparison", "compare_timelines", "compare_files", "display_units", "header_difference",
@@ -212,7 +213,6 @@ def _contexts(pairs: list[tuple[Event, Event]], scale: float) -> list[Any]:
     return rows
 
 
-_WORK = frozenset({"F", "B", "I", "W", "FB"})
 
 
 def header_difference(family: str | None, pp: int | None, microbatches: int | None, measured: Timeline,
@@ -231,7 +231,7 @@ def header_difference(family: str | None, pp: int | None, microbatches: int | No
         b = getattr(mm, name)
         if a and b and a != b:
             return f"the plan has {name} {a}, the run {b}"
-    extra = [e.op for e in measured.events if e.kind in _WORK and e.op not in plan_ids]
+    extra = [e.op for e in measured.events if e.kind in COMPUTE_KINDS and e.op not in plan_ids]
     if extra:
         return f"the run has {len(extra)} compute op(s) the plan lacks, such as {extra[0]}"
     return ""
@@ -260,7 +260,7 @@ def schedule_difference(planned: Timeline, measured: Timeline) -> str:
 def _compute_orders(tl: Timeline) -> dict[int, list[str]]:
     lanes: dict[int, list[str]] = {}
     for e in sorted(tl.events, key=lambda e: (e.start, e.end)):
-        if e.kind in _WORK and e.lane == "compute":
+        if e.kind in COMPUTE_KINDS and e.lane == "compute":
             lanes.setdefault(e.rank, []).append(e.op)
     return lanes
 

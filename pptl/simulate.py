@@ -16,6 +16,7 @@ from pptl.dag import Successors, kahn_order, successors
 from pptl.errors import InputError, InvalidScheduleError
 from pptl.events import memory_events, op_events
 from pptl.ir import Schedule
+from pptl.op import COMPUTE_KINDS
 from pptl.optable import KIND_CODE, LANE_CODE, Columns, OpTable, first_of, group_ids
 from pptl.schedules._moe_meta import MoEMeta
 from pptl.timeline import RankStats, Timeline, TimelineMeta, bubble_fraction
@@ -291,7 +292,6 @@ def _retime_in_context(schedule: Schedule, costs: Costs, order: list[int], succ:
     return dur, start, end
 
 
-_TRAINING_KINDS = frozenset({"F", "B", "I", "W", "FB"})
 
 
 @dataclass(frozen=True)
@@ -335,7 +335,7 @@ def memory_events_of(schedule: Schedule, start: Any, end: Any, activation: float
     if MoEMeta.of(schedule).held_saved is True:
         # The held spans carry the saved activations layer by layer: the training-role markers
         # hold nothing, or the activations would count twice.
-        dropped |= table.where("kind", _TRAINING_KINDS)
+        dropped |= table.where("kind", COMPUTE_KINDS)
     alloc[dropped] = 0.0
     free[dropped] = 0.0
     start, end = np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64)

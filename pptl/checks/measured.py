@@ -26,6 +26,7 @@ from typing import Sequence
 
 from pptl.checks.base import Violation
 from pptl.messages import message_key
+from pptl.op import COMPUTE_KINDS
 from pptl.timeline import Event, Timeline, unit_scale
 
 __all__ = ["DEFAULT_TOLERANCE_MS", "RECV_BEFORE_SEND", "CONSUMER_BEFORE_PRODUCER", "tolerance",
@@ -36,8 +37,8 @@ CONSUMER_BEFORE_PRODUCER = "PP091"
 #: Tolerance of a measured timeline that states none (ms).
 DEFAULT_TOLERANCE_MS = 0.01
 #: Kinds whose end is when their data exists (producers), and kinds that consume data.
-_PRODUCERS = frozenset({"F", "B", "I", "W", "FB"})
-_CONSUMERS = frozenset({"F", "B", "I", "W", "FB", "SEND"})
+_PRODUCERS = COMPUTE_KINDS
+_CONSUMERS = COMPUTE_KINDS | {"SEND"}
 
 
 def tolerance(tl: Timeline) -> float:

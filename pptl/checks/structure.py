@@ -20,7 +20,6 @@ __all__ = ["malformed_ops", "duplicate_ops", "missing_work", "index_out_of_range
 
 _ROLE_NAMES = {"F": "F", "G": "B (or I)", "W": "B (or W)"}
 #: Kinds whose ops do units of work (an FB without its pair does none).
-_WORK_KINDS = frozenset({"F", "B", "I", "W", "FB"})
 
 
 def malformed_ops(ctx: Context) -> list[Violation]:
@@ -72,7 +71,7 @@ def duplicate_ops(ctx: Context) -> list[Violation]:
     t, w = ctx.table, ctx.work_arrays
     # Whole ops are compared where no unit of work tells them apart (ops of other kinds, FB
     # without its pair); work is indexed by :mod:`pptl.checks.work_arrays`.
-    whole = ~t.where("kind", _WORK_KINDS) | (t.where("kind", frozenset({"FB"})) & ~t.has_pair)
+    whole = ~t.where("kind", COMPUTE_KINDS) | (t.where("kind", frozenset({"FB"})) & ~t.has_pair)
     comm = t.where("kind", COMM_KINDS)
     if comm.any():
         # SENDs and RECVs whose (kind, message key) are all distinct cannot be equal (hashing

@@ -53,6 +53,7 @@ from typing import Sequence
 
 from pptl.config import Workload
 from pptl.ir import Schedule
+from pptl.op import COMPUTE_KINDS
 
 __all__ = ["Footprint", "chunk_footprint", "planned_peaks", "ELEMENT_BYTES"]
 
@@ -114,7 +115,7 @@ def planned_peaks(schedule: Schedule, start: Sequence[float], end: Sequence[floa
     fps = {st: chunk_footprint(workload, st, last=st == last) for st in range(schedule.num_stages)}
     events: dict[int, list[tuple[float, int, int]]] = {r: [] for r in range(schedule.pp)}
     for i, op in enumerate(schedule.ops):
-        if op.kind not in ("F", "B", "I", "W", "FB"):
+        if op.kind not in COMPUTE_KINDS:
             continue
         fp, ev = fps[op.stage], events[op.rank]
         if op.kind in ("F", "FB"):

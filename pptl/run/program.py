@@ -31,13 +31,14 @@ from pptl.errors import InputError, InvalidScheduleError, PptlError
 from pptl.ir import Op, Schedule
 from pptl.issue_order import issue_key
 from pptl.messages import message_key
+from pptl.op import COMPUTE_KINDS
 from pptl.schedules import find_family, names
 
 __all__ = ["RUN_KINDS", "COMPUTE", "Channel", "RankProgram", "Program", "build_program", "refuse_invalid", "channel_of",
            "workload_of", "tighten_messages", "issued_for", "as_run", "orders", "held_sends", "stream_keys"]
 
 #: The op kinds ``pptl run`` executes.
-COMPUTE = frozenset({"F", "B", "I", "W", "FB"})
+COMPUTE = COMPUTE_KINDS
 RUN_KINDS = COMPUTE | {"SEND", "RECV"}
 # Families with an executor of their own declare more kinds in their record (``Family.runtime``).
 

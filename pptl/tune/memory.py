@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from pptl.ir import Schedule
+from pptl.op import COMPUTE_KINDS
 
 __all__ = ["MemoryModel", "MemoryFit", "rank_events", "rank_peaks", "fit_memory", "data_count"]
 
@@ -97,7 +98,7 @@ def rank_events(schedule: Schedule, start: Sequence[float], end: Sequence[float]
         if k in ("SEND", "RECV"):
             out.append((start[i], 1, 0.0, 0.0, 1.0))
             continue
-        if op.lane != "compute" or k not in ("F", "B", "I", "W", "FB"):
+        if op.lane != "compute" or k not in COMPUTE_KINDS:
             continue
         a = act[op.stage]
         is_split = (op.direction, op.stage, op.mb) in split

@@ -19,6 +19,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from pptl.op import COMPUTE_KINDS
+
 __all__ = ["Jitter", "Spread", "fit_jitter", "step_spread", "SAMPLES"]
 
 #: Samples per candidate (the 5th and 95th percentiles of 64 are within a few tenths of a percent
@@ -51,7 +53,7 @@ def fit_jitter(events: Sequence[Any], step_ms: Sequence[float] | None) -> Jitter
     step's from ``step_ms``. None when no (stage, kind) has two ops."""
     groups: dict[tuple[str, int], list[float]] = {}
     for e in events:
-        if e.lane == "compute" and e.kind in ("F", "B", "I", "W", "FB") and e.end > e.start:
+        if e.lane == "compute" and e.kind in COMPUTE_KINDS and e.end > e.start:
             groups.setdefault((e.kind, e.stage), []).append(e.end - e.start)
     sq: dict[str, list[float]] = {}
     for (kind, _), xs in groups.items():
