@@ -521,16 +521,15 @@ def clock_exponent(saved: dict[str, Any]) -> tuple[float, float] | None:
 
 
 def _offline(folder: Path, exponent: float | None = None, clock_beta: float | None = None) -> int:
-    from pptl.tune.calibrate import CLOCK_CLAMP, CLOCK_RATIO
+    from pptl.tune.calibrate import clock_alpha
 
     res = {}
     for p in sorted(folder.glob("*.json")):
         saved = json.loads(p.read_text())
         if exponent is not None:  # what the launch would give with the duty exponent fixed (device.duty_exponent)
             saved["config"] = {**saved["config"], "device": {"duty_exponent": exponent}}
-        clock = clock_exponent(saved) if clock_beta is not None else None
-        if clock_beta is not None and clock is not None and clock[0] >= CLOCK_RATIO:  # the rule at another beta
-            alpha = min(CLOCK_CLAMP[1], max(CLOCK_CLAMP[0], clock_beta * clock[1]))
+        alpha = clock_alpha(clock_exponent(saved), clock_beta) if clock_beta is not None else None
+        if alpha is not None:  # the rule at another beta
             saved["config"] = {**saved["config"], "device": {"duty_exponent": alpha}}
         ev = _evaluate(saved)
         res[p.stem] = ev

@@ -565,26 +565,22 @@ def diagnose_timeline(timeline: Timeline, schedule: Schedule) -> Diagnosis:
     order, blocked = _order_mismatches(ops, p2p_front, nodes)
     cause = find_cause(EMPTY, ops, cycle_ranks=ranks, order=order, cycle=cycle, timeline=True)
     named, stuck = _named_host(timeline.meta.extra), _stuck_hosts(timeline.meta.extra)
+    places = _places(schedule, prog, rep)
     if not cycle and timeline.meta.extra.get("messages") == "sync-send" and ran is not None:
         # a run that records which SENDs it kept off the compute stream held only the others (older runs: all)
         beside = set(timeline.meta.extra.get("sends_beside_compute") or ())
-        cause = _held_send(schedule, prog, rep, done, beside) or cause
+        cause = _held_send(schedule, prog, places, done, beside) or cause
     if not cycle and ran is not None and timeline.meta.extra.get("backend") == "nccl":  # a GPU to wait for
-        for a, name in stuck:
-            found = _host_stopped(schedule, prog, rep, done, a, name)
-            if found is not None:
-                cause = found
-                break
-        else:
-            if cause.kind == "pending":
-                cause = _queues_shared(schedule, prog, rep, done, stuck, streams, timeline.meta.extra) or cause
+        cause = next((c for a, name in stuck if (c := _host_stopped(schedule, prog, places, done, a, name))), cause)
+        if cause.kind == "pending":
+            cause = _queues_shared(schedule, places, p2p_front, stuck, streams, timeline.meta.extra) or cause
     if cause.kind == "pending" and named is not None:  # where the run last saw the host its failure names
         cause = replace(cause, text=f"{cause.text}; pptl run last saw rank {named[0]}'s host at {named[1]}")
     return Diagnosis("timeline", ops, front, cycle, ranks, names, tuple(order), (), (), tuple(notes), tuple(blocked),
                      cause)
 
 
-def _held_send(schedule: Schedule, prog: Mapping[int, Sequence[int]], rep: Mapping[int, int],
+def _held_send(schedule: Schedule, prog: Mapping[int, Sequence[int]], places: _Places,
                done: set[str], beside: set[str]) -> Cause | None:
     """Under ``sync-send`` a rank's first pending op may be a SEND holding its compute stream until the peer
     posts the receive. Where the peer issues that receive after one of its RECVs whose SEND the first rank issues
@@ -592,7 +588,7 @@ def _held_send(schedule: Schedule, prog: Mapping[int, Sequence[int]], rep: Mappi
     its launch queue fills behind the held SEND. No NCCL op is out of order, so no wait-for cycle shows it.
     ``beside``: ids of the SENDs the run kept off the compute stream (they hold nothing)."""
     ops = schedule.ops
-    send_of, recv_of, at = _places(prog, rep)
+    send_of, recv_of, at = places.send_of, places.recv_of, places.at
     for a, seq in prog.items():
         k_first = _front(schedule, seq, done)
         first = None if k_first is None else seq[k_first]
@@ -613,10 +609,32 @@ def _held_send(schedule: Schedule, prog: Mapping[int, Sequence[int]], rep: Mappi
     return None
 
 
-def _places(prog: Mapping[int, Sequence[int]], rep: Mapping[int, int]
-            ) -> tuple[Mapping[int, int], dict[int, int], dict[int, tuple[int, int]]]:
-    """(RECV -> the SEND it meets, SEND -> its RECV, op -> (rank, place in that rank's issue order))."""
-    return rep, {j: i for i, j in rep.items()}, {i: (r, k) for r, seq in prog.items() for k, i in enumerate(seq)}
+@dataclass(frozen=True)
+class _Places:
+    """Where a run's ops stand and which messages meet, made once a diagnosis (:func:`_places`)."""
+
+    send_of: Mapping[int, int]
+    """RECV -> the SEND it meets."""
+    recv_of: dict[int, int]
+    """SEND -> its RECV."""
+    at: dict[int, tuple[int, int]]
+    """Op -> (rank, place in that rank's issue order)."""
+    by_id: dict[str, int]
+    """Op id -> op (what a run names a host's op by)."""
+
+    def match(self, i: int, kind: str) -> int | None:
+        """The other end of message op ``i`` (a SEND's RECV, a RECV's SEND)."""
+        return self.recv_of.get(i) if kind == "SEND" else self.send_of.get(i)
+
+    def host_at(self, rank: int, name: str) -> int | None:
+        """Where in ``rank``'s issue order its op named ``name`` stands (None: not one of its ops)."""
+        i = self.by_id.get(name)
+        return self.at[i][1] if i is not None and i in self.at and self.at[i][0] == rank else None
+
+
+def _places(schedule: Schedule, prog: Mapping[int, Sequence[int]], rep: Mapping[int, int]) -> _Places:
+    return _Places(rep, {j: i for i, j in rep.items()}, {i: (r, k) for r, seq in prog.items() for k, i in enumerate(seq)},
+                   {op.id: i for i, op in enumerate(schedule.ops)})
 
 
 def _front(schedule: Schedule, seq: Sequence[int], done: set[str]) -> int | None:
@@ -624,33 +642,33 @@ def _front(schedule: Schedule, seq: Sequence[int], done: set[str]) -> int | None
     return next((k for k, i in enumerate(seq) if schedule.ops[i].id not in done), None)
 
 
-def _queues_shared(schedule: Schedule, prog: Mapping[int, Sequence[int]], rep: Mapping[int, int], done: set[str],
+def _queues_shared(schedule: Schedule, places: _Places, p2p_front: Mapping[int, NcclOp | None],
                    hosts: Sequence[tuple[int, str]], streams: Mapping[int, int], extra: Mapping[str, Any]
                    ) -> Cause | None:
-    """Every rank's first pending message was posted by both hosts (each host stood past it and its match),
-    none completed, and no wait-for cycle explains it: the GPUs stopped among work already queued. A rank
-    with more streams than CUDA_DEVICE_MAX_CONNECTIONS (recorded by the run; 8, CUDA's default, where not) spreads
-    them over shared hardware queues, where a message spinning for its peer holds what another stream queued
-    behind it."""
+    """Every rank's first pending message (``p2p_front``) was posted by both hosts (each host stood past it and
+    its match), none completed, and no wait-for cycle explains it: the GPUs stopped among work already queued. A
+    rank with more streams than CUDA_DEVICE_MAX_CONNECTIONS (recorded by the run; CUDA's default where not)
+    spreads them over shared hardware queues, where a message spinning for its peer holds what another stream
+    queued behind it."""
+    from pptl.run.options import CUDA_DEFAULT_CONNECTIONS
+
     ops = schedule.ops
     raw = extra.get("cuda_connections")
     said = isinstance(raw, int) and not isinstance(raw, bool) and 0 < raw <= 1024
-    queues = raw if said else 8
+    queues = raw if said else CUDA_DEFAULT_CONNECTIONS
     over = sorted((n, r) for r, n in streams.items() if n > queues)
     if not over:
         return None
-    send_of, recv_of, at = _places(prog, rep)
-    seen = {a: next((k for k, i in enumerate(prog.get(a, ())) if ops[i].id == name), None) for a, name in hosts}
+    seen = {a: places.host_at(a, name) for a, name in hosts}
     fronts = []
-    for a, seq in prog.items():
-        k = next((k for k, i in enumerate(seq) if ops[i].kind in ("SEND", "RECV") and ops[i].id not in done), None)
-        if k is None:
+    for a, o in p2p_front.items():
+        if o is None:
             continue
-        i = seq[k]
-        other = recv_of.get(i) if ops[i].kind == "SEND" else send_of.get(i)
-        if other is None or seen.get(a) is None or k >= seen[a]:
+        i = places.by_id[o.name]
+        other = places.match(i, ops[i].kind)
+        if other is None or seen.get(a) is None or o.index >= seen[a]:
             return None
-        b, kb = at[other]
+        b, kb = places.at[other]
         if seen.get(b) is None or kb >= seen[b]:  # a host at a RECV may wait there, at its gate: not posted
             return None
         fronts.append((a, i, other))
@@ -694,7 +712,7 @@ def _stuck_hosts(extra: Mapping[str, Any]) -> list[tuple[int, str]]:
     return out[:1] + sorted(out[1:]) if named is not None else sorted(out)
 
 
-def _host_stopped(schedule: Schedule, prog: Mapping[int, Sequence[int]], rep: Mapping[int, int],
+def _host_stopped(schedule: Schedule, prog: Mapping[int, Sequence[int]], places: _Places,
                   done: set[str], a: int, name: str) -> Cause | None:
     """Rank ``a``'s host stopped issuing at op ``name`` (compute, or a RECV: it allocates its buffer) while
     its GPU had run every compute op issued before it, and a message of that rank stood pending for a peer
@@ -703,7 +721,7 @@ def _host_stopped(schedule: Schedule, prog: Mapping[int, Sequence[int]], rep: Ma
     order."""
     ops = schedule.ops
     seq = prog.get(a, ())
-    k_x = next((k for k, i in enumerate(seq) if ops[i].id == name), None)
+    k_x = places.host_at(a, name)
     if k_x is None or ops[seq[k_x]].kind not in _STOPS_AT:
         return None
     x = seq[k_x]
@@ -711,11 +729,11 @@ def _host_stopped(schedule: Schedule, prog: Mapping[int, Sequence[int]], rep: Ma
         return None  # its GPU was still behind: a full launch queue stops a host without any first use
     if any(ops[u].id not in done for u, v in schedule.deps if v == x and ops[u].kind == "RECV"):
         return None
-    send_of, recv_of, at = _places(prog, rep)
+    at = places.at
     for i in seq[:k_x]:
         if ops[i].id in done or ops[i].kind not in ("SEND", "RECV"):
             continue
-        other = recv_of.get(i) if ops[i].kind == "SEND" else send_of.get(i)
+        other = places.match(i, ops[i].kind)
         if other is None:
             continue
         b, kp = at[other]
@@ -723,7 +741,7 @@ def _host_stopped(schedule: Schedule, prog: Mapping[int, Sequence[int]], rep: Ma
         if front is None or kp <= front:
             continue
         f = prog[b][front]
-        j = send_of.get(f) if ops[f].kind == "RECV" else recv_of.get(f)  # the peer's front needs op j of this host
+        j = places.match(f, ops[f].kind)  # the peer's front needs op j of this host
         if j is None or at[j][0] != a or at[j][1] < k_x:
             continue
         return Cause("host_stopped", (a, b), (

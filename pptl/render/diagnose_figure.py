@@ -129,8 +129,9 @@ def diagnose_figure(d: Diagnosis, planned: Timeline | None = None) -> Any:
     ax.set_yticklabels([f"rank {r}" for r in ranks])
     ax.set_ylim(len(ranks) - 0.4, -0.7)
     ax.set_xlabel(axis)
-    why = None if d.cycle or len(d.cause.ranks) < 1 + ("{1}" in _NO_CYCLE.get(d.cause.kind, "")) \
-        else _NO_CYCLE.get(d.cause.kind)
+    why = None if d.cycle else _NO_CYCLE.get(d.cause.kind)
+    if why is not None and len(d.cause.ranks) < why.count("{"):  # fewer ranks than the title names
+        why = None
     title = (f"hang: wait-for cycle across ranks {', '.join(map(str, d.cycle_ranks))}" if d.cycle
              else "no wait-for cycle: " + why.format(*d.cause.ranks) if why is not None
              else "no wait-for cycle found" if d.hung

@@ -37,6 +37,7 @@ from pptl.run.model import (
     make_chunk,
     make_input,
     make_target,
+    zero_grad_buffers,
 )
 from pptl.run.options import MESSAGE_MODES
 from pptl.run.program import Program, issued_for, stream_keys, workload_of
@@ -239,8 +240,7 @@ class Executor:
         # whose rank 0 holds 40 of them then went over the limit it was ranked under)
         self._last = None
         for c in self.chunks.values():
-            for p in c.params:
-                p.grad = torch.zeros_like(p)
+            zero_grad_buffers(c)
         if self.cuda:
             torch.cuda.synchronize(self.device)
 

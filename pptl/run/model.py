@@ -40,7 +40,7 @@ import torch.nn.functional as F
 
 from pptl.config import Workload
 
-__all__ = ["DTYPES", "Chunk", "Activation", "make_chunk", "make_input", "make_target", "loss_of",
+__all__ = ["DTYPES", "Chunk", "Activation", "make_chunk", "zero_grad_buffers", "make_input", "make_target", "loss_of",
            "forward", "apply_chunk", "backward_full", "backward_input", "backward_weight", "add_bias_grad"]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -101,8 +101,16 @@ def make_chunk(workload: Workload, stage: int, device: torch.device) -> Chunk:
             params += [w.to(dtype), b.to(dtype)]
     for p in params:
         p.requires_grad_(True)
+    chunk = Chunk(stage, params)
+    zero_grad_buffers(chunk)
+    return chunk
+
+
+def zero_grad_buffers(chunk: Chunk) -> None:
+    """Give every parameter a zeroed gradient buffer: what a run's memory counts as its base (``base_mib``),
+    from which pptl tune subtracts the weights and their gradients."""
+    for p in chunk.params:
         p.grad = torch.zeros_like(p)
-    return Chunk(stage, params)
 
 
 def make_input(workload: Workload, direction: int, mb: int, device: torch.device) -> torch.Tensor:

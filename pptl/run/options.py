@@ -32,6 +32,8 @@ DEFAULT_TIMEOUT = 300.0
 #: another stream queued behind it. Interleaved 1F1B, pp 2, G = 13 with ``--messages overlap`` (9 streams a rank)
 #: stopped in its second step in both launches at 8, and ran at 32 (2 H200s, torch 2.11). 32 is CUDA's largest.
 CUDA_CONNECTIONS = 32
+#: What CUDA takes where CUDA_DEVICE_MAX_CONNECTIONS is unset.
+CUDA_DEFAULT_CONNECTIONS = 8
 
 
 @dataclass(frozen=True)

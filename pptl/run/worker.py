@@ -23,7 +23,7 @@ import torch.distributed as dist
 from pptl.errors import InputError, PptlError
 from pptl.fileio import atomic_write
 from pptl.run.executor import Fault, OpFailure
-from pptl.run.options import Job, PlanJob
+from pptl.run.options import CUDA_DEFAULT_CONNECTIONS, Job, PlanJob
 from pptl.run.program import Program, build_program, refuse_invalid, workload_of
 from pptl.run.results import build_timeline
 
@@ -423,8 +423,8 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 def _connections() -> int | None:
-    """CUDA_DEVICE_MAX_CONNECTIONS as this rank's CUDA read it (8 where unset; None where unreadable)."""
-    raw = os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "8").strip()
+    """CUDA_DEVICE_MAX_CONNECTIONS as this rank's CUDA read it (CUDA's default where unset; None where unreadable)."""
+    raw = os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", str(CUDA_DEFAULT_CONNECTIONS)).strip()
     return int(raw) if raw.isdecimal() else None
 
 

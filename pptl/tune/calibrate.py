@@ -73,12 +73,12 @@ CLOCK_BETA, CLOCK_RATIO, CLOCK_CLAMP = 0.55, 1.1, (0.15, 0.35)
 SHORT_LAYER_MS = 0.3
 
 
-def clock_alpha(clock: tuple[float, float] | None) -> float | None:
+def clock_alpha(clock: tuple[float, float] | None, beta: float = CLOCK_BETA) -> float | None:
     """The clock rule's alpha from (busy ratio, clock exponent a) of :func:`pptl.power.clock_exponent`:
-    CLOCK_BETA x a clamped to CLOCK_CLAMP where the ratio is CLOCK_RATIO or more, else None."""
+    ``beta`` x a clamped to CLOCK_CLAMP where the ratio is CLOCK_RATIO or more, else None."""
     if clock is None or not clock[0] >= CLOCK_RATIO:
         return None
-    return min(CLOCK_CLAMP[1], max(CLOCK_CLAMP[0], CLOCK_BETA * clock[1]))
+    return min(CLOCK_CLAMP[1], max(CLOCK_CLAMP[0], beta * clock[1]))
 
 
 def split_shares(model: ModelDesc, f: float, b: float) -> tuple[float, float] | None:
