@@ -639,6 +639,18 @@ def test_the_clock_rule_takes_beta_of_the_exponent_within_its_clamp(clock: tuple
     assert got == (None if alpha is None else pytest.approx(alpha))
 
 
+#: h2688-t6656-l5-m20: a block's weights, 8 h^2 + 5 h bf16 elements, (8 x 2688^2 + 5 x 2688) x 2 B in MiB; as much
+#: again for its zeroed gradient buffer.
+H2688_BLOCK_MIB = (8 * 2688**2 + 5 * 2688) * 2 / 2**20
+
+
+def _with_grad_buffers(saved: dict) -> None:
+    """h2688-t6656-l5-m20's saved launch with the base a fixed run records: its calibrating 1F1B's [7, 6] blocks'
+    gradient buffers added to each rank's base_mib."""
+    for rank, blocks in (("0", 7), ("1", 6)):
+        saved["base"]["meta"]["extra"]["memory"][rank]["base_mib"] += blocks * H2688_BLOCK_MIB
+
+
 def test_the_v_orders_fit_with_the_base_a_fixed_run_records() -> None:
     """h2688-t6656-l5-m20's calibrating 1F1B ran [7, 6] blocks; a block's weights are 8 h^2 + 5 h bf16
     elements, (8 x 2688^2 + 5 x 2688) x 2 B = 110.28 MiB, and make_chunk's zeroed gradient buffers as much
@@ -646,12 +658,9 @@ def test_the_v_orders_fit_with_the_base_a_fixed_run_records() -> None:
     what a run now records), the fit reads an input as 37.4 MiB (34.1 MiB each, plus 65 MiB of workspaces
     over 20) and no candidate ranked as fitting goes over the limit; the pick, Spearman and families unchanged."""
     saved = json.loads((DATA / "h2688-t6656-l5-m20.json").read_text())
-    block = (8 * 2688**2 + 5 * 2688) * 2 / 2**20
-    assert abs(block - 110.276) < 1e-3
+    assert abs(H2688_BLOCK_MIB - 110.276) < 1e-3
     before = tune_crossval._evaluate(saved)
-    mem = saved["base"]["meta"]["extra"]["memory"]
-    for rank, blocks in (("0", 7), ("1", 6)):
-        mem[rank]["base_mib"] += blocks * block
+    _with_grad_buffers(saved)
     mm = tune_crossval._calibrated(saved).memory
     assert 37.3 < mm.data < 37.5
     after = tune_crossval._evaluate(saved)
@@ -683,7 +692,5 @@ def test_a_base_below_the_weights_it_holds_is_said() -> None:
         "warning: rank 0 held 1519.4 before its first step, less than the 1543.9 of weights (and their gradients) "
         "the model counts for its stages, so the size of an input or target read from it is not to be trusted (was "
         "the run's base measured without its gradient buffers?)"]
-    block = (8 * 2688**2 + 5 * 2688) * 2 / 2**20
-    for rank, blocks in (("0", 7), ("1", 6)):
-        saved["base"]["meta"]["extra"]["memory"][rank]["base_mib"] += blocks * block
+    _with_grad_buffers(saved)
     assert warnings(saved["base"]) == []
