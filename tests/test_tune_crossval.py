@@ -227,6 +227,16 @@ MISSES = {
     # fit read an input as 4.3 MiB (34.1 MiB); rank 0 of a V order holds 40 of them
     # (test_the_v_orders_fit_with_the_base_a_fixed_run_records).
     "h2688-t6656-l5-m20": ("limit", "peaks"),
+    # Run again (2026-11-28 09:45 UTC) once prime kept the gradient buffers: nothing fitting over the limit (8,014
+    # MiB), pick and Spearman 0.98 pass; the capped V orders (one micro-batch in flight, [3, 3, 3, 1]) ran 4.0% and
+    # 4.7% faster than ranked, where the first launch had them within 3%: its clocks went as duty^-0.59 (alpha
+    # 0.33), this one's as duty^-0.43 (alpha 0.24). The rest within 2.9%.
+    "h2688-t6656-l5-m20-fixed": ("families",),
+    # TWENTYFIRST_SHAPES' first (drawn and committed before its run): a layer's forward 0.31 ms, at the edge of
+    # the host-bound layers (docs/tune.md "Short layers"); the candidate launch ran 1.7% slower than the calibrating
+    # one and every candidate 1-5% over the model (interleaved -5.2%, its rank 1's F +14%); twelve candidates
+    # within 10% where the launch's own retest gives 0.78: Spearman 0.88.
+    "h2688-t1536-l6-m25": ("spearman", "families"),
 }
 #: Largest error of any candidate today, per shape where it is above the 9.5% bound of the others. The clock rule
 #: moved h2176-t1792-l11-m15-p4's synthesised order from -10.8% to -13.8% (its ranks busy 1.15 apart, clocks as
@@ -248,8 +258,8 @@ def test_every_shape_unlike_the_bench_that_was_measured_is_kept() -> None:
     # three, the first of them again on H100s (<name>-h100); the eleventh's three, the twelfth's two and the
     # thirteenth's one (bench/draw_shapes.py); the fourteenth's three at pp 4 on 4 GPUs, the sixteenth's two and the
     # seventeenth's two (its first hung the run until tests/test_run_held_sends.py's fix), the eighteenth's two,
-    # the nineteenth's two, the twentieth's two
-    assert len(shapes) == 74 and len({s["name"] for s in shapes}) == 57
+    # the nineteenth's two, the twentieth's two; the twentieth's second again (<name>-fixed), the twenty-first's first
+    assert len(shapes) == 76 and len({s["name"] for s in shapes}) == 58
     assert sorted(s["name"] for s in shapes if s.get("pp", 2) == 4) == [
         "h2176-t1792-l11-m15-p4", "h3456-t2560-l7-m19-p4", "h3584-t5888-l9-m5-p4"]
     assert {s["hidden"] for s in shapes} >= {2048, 4096, 8192}
