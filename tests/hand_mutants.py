@@ -247,7 +247,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("tune-short-layer-edge", "pptl/tune/calibrate.py",
            "not layer_f_ms < SHORT_LAYER_MS", "not layer_f_ms <= SHORT_LAYER_MS",
            ("tests/test_tune.py::test_short_layer_note_at_its_bound",),
-           "a layer of exactly 0.3 ms is warned of as short"),
+           "a layer of exactly 0.35 ms is warned of as short"),
     Mutant("tune-other-model-total", "pptl/tune/calibrate.py",
            "return tuple(split) if min(split) >= 1 and sum(split) == tc.model.layers else None",
            "return tuple(split) if min(split) >= 0 and sum(split) == tc.model.layers else None",

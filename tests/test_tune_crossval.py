@@ -704,3 +704,22 @@ def test_a_base_below_the_weights_it_holds_is_said() -> None:
         "the run's base measured without its gradient buffers?)"]
     _with_grad_buffers(saved)
     assert warnings(saved["base"]) == []
+
+
+def test_the_short_layer_note_on_the_stored_runs_either_side_of_its_bound(tmp_path: Path) -> None:
+    """h2688-t1536-l6-m25's calibrating run (a layer's forward 0.307 ms; its two-chunk plans ran 3-5% over the
+    model, interleaved's rank 1 F 14%) is warned of; h2688-t1792-l12-m6's (0.362 ms, every family within 3%)
+    is not."""
+    from pptl.tune.calibrate import calibrate_tune
+    from pptl.tune.model import tune_config_from_mapping
+
+    seen = {}
+    for name in ("h2688-t1536-l6-m25", "h2688-t1792-l12-m6"):
+        saved = json.loads((DATA / f"{name}.json").read_text())
+        base = tmp_path / f"{name}.measured.json"
+        base.write_text(json.dumps(saved["base"]))
+        tc, _, notes = calibrate_tune(tune_config_from_mapping(saved["config"], source=name), base)
+        seen[name] = (round(tc.model.layer.F, 3), [n for n in notes if n.startswith("a layer's forward takes")])
+    assert seen["h2688-t1536-l6-m25"][0] == 0.307
+    assert seen["h2688-t1536-l6-m25"][1] and "0.307 ms, under 0.35" in seen["h2688-t1536-l6-m25"][1][0]
+    assert seen["h2688-t1792-l12-m6"] == (0.362, [])

@@ -66,11 +66,12 @@ DEVICE_DUTY_EXPONENT = 0.25
 #: (NINETEENTH_SHAPES, TWENTIETH_SHAPES) passed 4 of 4 where the old rule passed 2 (docs/tune.md "The clock rule").
 CLOCK_BETA, CLOCK_RATIO, CLOCK_CLAMP = 0.55, 1.1, (0.15, 0.35)
 #: A layer's full-duty forward (ms, CUDA) under which ``pptl tune`` warns that the runtime's host, which
-#: the model does not time, may bound the step. On 2 H200s (pptl run's MLP blocks, 2026-11-27) the shapes
-#: of 0.12 and 0.25 ms layers ran their plans with two chunks a rank 5-16% slower than ranked, each
-#: consumer starting 35-190 us after its data where the others start 3 us after it; from 0.37 ms up
-#: (h2048-t3072, h2560-t2048, h2304, h4096-t1024) every family stayed within 3%. 0.3 lies between.
-SHORT_LAYER_MS = 0.3
+#: the model does not time, may bound the step. On 2 H200s (pptl run's MLP blocks) the shapes of 0.12, 0.25
+#: and 0.31 ms layers ran plans 3-16% slower than ranked (at 0.12 and 0.25 ms each consumer of a two-chunk plan
+#: started 35-190 us after its data where the others start 3 us after it; at 0.31 ms, h2688-t1536-l6-m25,
+#: interleaved 1F1B's rank 1 ran its F 14% over the model); from 0.36 ms up (h2688-t1792, h2048-t3072,
+#: h2560-t2048, h2304, h4096-t1024) every family stayed within 3%. 0.35 lies between.
+SHORT_LAYER_MS = 0.35
 
 
 def clock_alpha(clock: tuple[float, float] | None, beta: float = CLOCK_BETA) -> float | None:
