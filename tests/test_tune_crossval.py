@@ -723,3 +723,23 @@ def test_the_short_layer_note_on_the_stored_runs_either_side_of_its_bound(tmp_pa
     assert seen["h2688-t1536-l6-m25"][0] == 0.307
     assert seen["h2688-t1536-l6-m25"][1] and "0.307 ms, under 0.35" in seen["h2688-t1536-l6-m25"][1][0]
     assert seen["h2688-t1792-l12-m6"] == (0.362, [])
+
+
+def test_the_duty_exponent_is_named_once_with_where_it_came_from(tmp_path: Path) -> None:
+    """h2688-t1536-l6-m25's calibrating run: ranks busy 0.97 and 0.81, clocks as duty^-0.480, so the clock rule
+    gives 0.55 x 0.480 = 0.264, said once (a second note once called it device.duty_exponent, which the config
+    did not set). Given in the config, the exponent is named as the config's, once."""
+    from pptl.tune.calibrate import calibrate_tune
+    from pptl.tune.model import tune_config_from_mapping
+
+    saved = json.loads((DATA / "h2688-t1536-l6-m25.json").read_text())
+    base = tmp_path / "base.measured.json"
+    base.write_text(json.dumps(saved["base"]))
+    for device, want in ((None, "duty exponent 0.264 from the run's clocks: ranks busy 0.97, 0.81 of the step, "
+                                "their SM clocks going as duty^-0.480"),
+                         (0.3, "duty exponent 0.300 (device.duty_exponent): ranks busy 0.97, 0.81 of the step")):
+        config = dict(saved["config"], **({"device": {"duty_exponent": device}} if device is not None else {}))
+        tc, _, notes = calibrate_tune(tune_config_from_mapping(config, source="t"), base)
+        said = [n for n in notes if n.startswith("duty exponent")]
+        assert len(said) == 1 and said[0].startswith(want), said
+        assert tc.alpha == pytest.approx(0.264 if device is None else 0.3, abs=5e-4)

@@ -439,7 +439,7 @@ def _normalise_duty(tc: TuneConfig, tl: Any, split: Sequence[int], stages: dict[
                          f"{[round(w, 2) for w in work]} layers (the model's embedding and head relative to a layer); "
                          f"compute takes duty^{alpha:.3f} of its full-duty time (set device.duty_exponent to fix it, "
                          f"0 to turn it off)")
-    elif alpha > 0:
+    elif alpha > 0 and tc.duty_exponent is not None:
         notes.append(f"duty exponent {alpha:.3f} (device.duty_exponent): ranks busy {shown} of the step")
     if alpha <= 0:
         return replace(tc, duty_exponent=0.0), stages
