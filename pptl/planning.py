@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PlanResult", "FileReport", "make_config", "load_config_or_plan", "plan", "plan_config", "plan_from_file",
            "timeline_of", "load_timeline", "plain_counterpart", "write_plan", "check_file", "expand_paths",
-           "calibrate_config", "calibrate", "costs_from_timeline", "rank_scale_of", "title_of", "github_input_error",
+           "calibrate_config", "calibrate", "costs_from_timeline", "b_parts", "rank_scale_of", "title_of", "github_input_error",
            "expand_paths_reporting"]
 
 
@@ -510,11 +510,19 @@ def costs_from_timeline(timeline: Timeline) -> dict[str, Any]:
             key = e.kind
             sums.setdefault((e.stage, key), []).append(e.duration)
             base.setdefault(key, []).append(e.duration)
-    costs: dict[str, Any] = _fill_split({k: sum(v) / len(v) for k, v in base.items()})
+    means = {k: sum(v) / len(v) for k, v in base.items()}
     stages: dict[int, dict[str, float]] = {}
     for (stage, key), vals in sums.items():
         if stage >= 0:
             stages.setdefault(stage, {})[key] = sum(vals) / len(vals)
+    parts = _b_part_sums(timeline)
+    if parts is not None and "I" not in means and "W" not in means:
+        # B ran as I then W and marked where I ended: its parts, not halves of B (_fill_split's default).
+        n = sum(a[2] for a in parts.values())
+        means["I"], means["W"] = sum(a[0] for a in parts.values()) / n, sum(a[1] for a in parts.values()) / n
+        for s, a in parts.items():
+            stages[s] = {**stages.get(s, {}), "I": a[0] / a[2], "W": a[1] / a[2]}
+    costs: dict[str, Any] = _fill_split(means)
     # Families whose ops name cost keys other than their kinds (MoE sub-ops, weight-update copies):
     # `pptl run` stores the measured mean per cost key with the timeline.
     keyed = timeline.meta.extra.get("cost_means")
@@ -541,6 +549,35 @@ def costs_from_timeline(timeline: Timeline) -> dict[str, Any]:
     if latency is not None:
         costs["comm"] = {"latency": latency}
     return costs
+
+
+def b_parts(tl: Timeline) -> dict[int, dict[str, float]] | None:
+    """Per stage, the mean time of its B's I part and W part (``{"I": ms, "W": ms}``), from a run
+    whose B ran as I then W and reported where its I part ended (``meta.extra.b_input_ms``: B's op
+    id -> ms from its start); None unless every B of the run has a part inside its own duration.
+    The two parts of a stage sum to its mean B; :func:`costs_from_timeline` takes them for I and W."""
+    sums = _b_part_sums(tl)
+    return None if sums is None else {s: {"I": a[0] / a[2], "W": a[1] / a[2]} for s, a in sums.items()}
+
+
+def _b_part_sums(tl: Timeline) -> dict[int, list[float]] | None:
+    """Per stage: [sum of its B's I parts, sum of their W parts, Bs] (:func:`b_parts`); the record is
+    input from a file, each value checked to lie inside its own B."""
+    raw = tl.meta.extra.get("b_input_ms") if isinstance(tl.meta.extra, dict) else None
+    if not isinstance(raw, dict) or tl.meta.extra.get("full_backward") != "i-then-w":
+        return None
+    sums: dict[int, list[float]] = {}
+    for e in tl.events:
+        if e.lane != "compute" or e.kind != "B" or e.stage < 0:
+            continue
+        v = raw.get(e.op)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= e.duration:
+            return None
+        acc = sums.setdefault(e.stage, [0.0, 0.0, 0.0])
+        acc[0] += v
+        acc[1] += e.duration - v
+        acc[2] += 1
+    return sums or None
 
 
 def rank_scale_of(timeline: Timeline) -> dict[int, float]:

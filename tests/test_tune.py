@@ -776,3 +776,37 @@ def test_tune_of_fewer_layers_than_a_families_stages_rejects_it(tmp_path: Path) 
     rejected = {x["label"] for x in rows if "4 stages need at least that many layers" in (x.get("rejected") or "")}
     assert {"zbv vpp=2 m=4", "dualpipev vpp=2 m=4", "looped-bfs vpp=2 m=4"} <= rejected
     assert any(x["label"] == "1f1b m=4 split=balanced" and x["step"] for x in rows)
+
+
+def test_costs_from_a_run_whose_b_marked_its_i_part_give_i_and_w_those_parts(tmp_path):
+    """``pptl plan --costs-from`` and ``pptl whatif --from`` read the same costs as ``pptl tune``: the I part
+    of every B took 0.4 of it (B 30, 24, 24, 30 ms on stages 0-3), so I is 12, 9.6, 9.6, 12 and W 18, 14.4,
+    14.4, 18, B unchanged; over the run (16 Bs, mean 27) I 10.8 and W 16.2. A run whose marks cannot be parts
+    of their B, or whose B ran through autograd, keeps the halves of B."""
+    from pptl.formats.loader import load_any
+    from pptl.planning import costs_from_timeline
+
+    c = costs_from_timeline(load_any(_b_split_run(tmp_path, None)).timeline)
+    assert (c["B"], c["I"], c["W"]) == (pytest.approx(27.0), pytest.approx(10.8), pytest.approx(16.2))
+    for s, (b, i, w) in enumerate(((30.0, 12.0, 18.0), (24.0, 9.6, 14.4), (24.0, 9.6, 14.4), (30.0, 12.0, 18.0))):
+        got = c["stages"][s]
+        assert (got["B"], got["I"], got["W"]) == (pytest.approx(b), pytest.approx(i), pytest.approx(w)), s
+    for bad in ({"r3/compute/B s3 mb3": 30.01}, None):
+        path = _b_split_run(tmp_path, bad, **({} if bad else {"full_backward": None}))
+        c = costs_from_timeline(load_any(path).timeline)
+        assert (c["I"], c["W"]) == (pytest.approx(13.5), pytest.approx(13.5))
+        assert (c["stages"][0]["I"], c["stages"][0]["W"]) == (pytest.approx(15.0), pytest.approx(15.0))
+
+
+def test_whatif_spread_lends_b_s_variation_to_i_and_w_only_where_the_run_marked_b_s_parts() -> None:
+    """A plan's I and W, never run as ops in a run of full backwards, vary as the run's B on that stage
+    (else on that rank) when the run marked its B's I part; otherwise the run has nothing for them (None)."""
+    from pptl.whatif.spread import Quantiles, Spread
+
+    qb, qr = Quantiles.of([0.9, 1.0, 1.1]), Quantiles.of([0.8, 1.0, 1.2])
+    marked = Spread(stages={(0, "B"): qb, (0, "F"): qb}, ranks={(1, "B"): qr}, source="run.json", b_parts=True)
+    assert marked.factor_for(0, 0, "I") is qb and marked.factor_for(0, 0, "W") is qb
+    assert marked.factor_for(5, 1, "W") is qr
+    assert marked.factor_for(5, 2, "W") is None and marked.factor_for(0, 0, "FB") is None
+    plain = Spread(stages={(0, "B"): qb}, ranks={(1, "B"): qr}, source="run.json")
+    assert plain.factor_for(0, 0, "I") is None and plain.factor_for(0, 0, "B") is qb

@@ -743,3 +743,35 @@ def test_the_duty_exponent_is_named_once_with_where_it_came_from(tmp_path: Path)
         said = [n for n in notes if n.startswith("duty exponent")]
         assert len(said) == 1 and said[0].startswith(want), said
         assert tc.alpha == pytest.approx(0.264 if device is None else 0.3, abs=5e-4)
+
+
+def test_whatif_of_the_plan_tune_wrote_from_the_run_that_calibrated_it(tmp_path: Path) -> None:
+    """The flow a user runs: ``pptl tune --costs-from run -o best.json`` picks ZB-H1 on h2688-t1536-l6-m25
+    (185.2 ms; measured 186.99 on 2 H200s), then ``pptl whatif best.json --from run``. The run is 1F1B (its B as
+    I then W, each marked): whatif takes I and W from those marks and their variation from the B they were
+    parts of, where it stopped with "the run has no I on stage 0" before. With the marks removed the run has
+    nothing for I and W, and says so in one line (exit 2)."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from pptl.cli import app
+
+    saved = json.loads((DATA / "h2688-t1536-l6-m25.json").read_text())
+    run, cfg, best = tmp_path / "run.measured.json", tmp_path / "t.yaml", tmp_path / "best.json"
+    run.write_text(json.dumps(saved["base"]))
+    cfg.write_text(yaml.safe_dump({**saved["config"], "memory_limit": saved["limit_mib"]}))
+    res = CliRunner().invoke(app, ["tune", str(cfg), "--costs-from", str(run), "-o", str(best)])
+    assert res.exit_code == 0, res.output
+    assert "best: zb-h1 m=25 split=balanced: step 185.2" in res.stdout
+    res = CliRunner().invoke(app, ["whatif", str(best), "--from", str(run), "-n", "400", "--seed", "0",
+                                   "--output", "json"])
+    assert res.exit_code == 0, res.output
+    p50 = json.loads(res.stdout)["plans"][0]["makespan"]["p50"]
+    assert abs(p50 / 186.99 - 1) < 0.03, p50
+    bare = dict(saved["base"], meta={**saved["base"]["meta"],
+                                     "extra": {k: v for k, v in saved["base"]["meta"]["extra"].items()
+                                               if k != "b_input_ms"}})
+    run.write_text(json.dumps(bare))
+    res = CliRunner().invoke(app, ["whatif", str(best), "--from", str(run), "-n", "50"])
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1
+    assert "the run has no I on stage 0 or rank 0" in res.output

@@ -36,6 +36,7 @@ from typing import Any, Sequence
 from pptl.config import Workload
 from pptl.errors import InputError
 from pptl.formats._quote import counted
+from pptl.planning import b_parts
 from pptl.tune.model import LayerCost, ModelDesc, TuneConfig, Work
 from pptl.tune.split import even_split
 
@@ -342,30 +343,6 @@ def short_layer_note(layer_f_ms: float, cuda: bool) -> str | None:
             f"op, which this model does not time, can fall behind the GPU after every wait for another rank; "
             f"on H200s plans with two chunks a rank (more such waits) then ran 5-16% slower than ranked, so "
             f"measure the top candidates before trusting their order (docs/tune.md \"Short layers\")")
-
-
-def b_parts(tl: Any) -> dict[int, dict[str, float]] | None:
-    """Per stage, the mean time of its B's I part and W part (``{"I": ms, "W": ms}``), from a run
-    whose B ran as I then W and reported where its I part ended (``meta.extra.b_input_ms``: B's op
-    id -> ms from its start); None unless every B of the run has a part inside its own duration.
-    The two parts of a stage sum to its mean B: what ``costs_from_timeline`` takes for B."""
-    raw = tl.meta.extra.get("b_input_ms")
-    if not isinstance(raw, dict) or tl.meta.extra.get("full_backward") != "i-then-w":
-        return None
-    sums: dict[int, list[float]] = {}
-    for e in tl.events:
-        if e.lane != "compute" or e.kind != "B" or e.stage < 0:
-            continue
-        v = raw.get(e.op)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= e.duration:
-            return None
-        acc = sums.setdefault(e.stage, [0.0, 0.0, 0.0])
-        acc[0] += v
-        acc[1] += e.duration - v
-        acc[2] += 1
-    if not sums:
-        return None
-    return {s: {"I": a[0] / a[2], "W": a[1] / a[2]} for s, a in sums.items()}
 
 
 def _send_hold(tl: Any, message: float | None = None) -> float | None:

@@ -146,14 +146,23 @@ class Spread:
     run (:mod:`pptl.whatif.opening`): a plan's compute op on that rank is scaled by the factor of
     the work the rank has done when it starts."""
 
+    b_parts: bool = False
+    """The run's B ran as I then W and marked where its I part ended (:func:`pptl.planning.b_parts`):
+    its costs give I and W their measured parts, and a plan's I and W, which the run never ran as ops,
+    vary as the B they were parts of."""
+
     @property
     def measured(self) -> bool:
         return bool(self.source)
 
     def factor_for(self, stage: int, rank: int, kind: str) -> Quantiles | None:
-        """The measured factor of a compute op: its (stage, kind), else its (rank, kind), else None."""
+        """The measured factor of a compute op: its (stage, kind), else its (rank, kind), else None; an
+        I or W the run only ran inside its B (:attr:`b_parts`), that B's."""
         q = self.stages.get((stage, kind))
-        return q if q is not None else self.ranks.get((rank, kind))
+        q = q if q is not None else self.ranks.get((rank, kind))
+        if q is None and self.b_parts and kind in ("I", "W"):
+            return self.factor_for(stage, rank, "B")
+        return q
 
     def describe(self) -> str:
         """One line: where the spread comes from."""
@@ -388,9 +397,11 @@ def spread_from_timeline(tl: Any, source: str) -> Spread:
         o = fit_opening([(t, m, lead) for _, t, m, lead in sorted(ops, key=lambda x: x[0])])
         if o is not None:
             opening[r] = o
+    from pptl.planning import b_parts
+
     return Spread(stages=stages, ranks=ranks, step=step, offset=offset, units=tl.meta.units, source=source,
                   pp=int(tl.meta.pp or (max(e.rank for e in tl.events) + 1)), duty=_duty(tl), first=lead_extra,
-                  opening=opening)
+                  opening=opening, b_parts=b_parts(tl) is not None)
 
 
 def first_ops(tl: Any) -> set[str]:
