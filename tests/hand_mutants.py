@@ -71,6 +71,7 @@ _CH = "tests/test_chrome.py::"
 _PR = "tests/test_run_prime.py::"
 _RF = "tests/test_run_faults.py::"
 _TX = "tests/test_tune_crossval.py::"
+_TN = "tests/test_tune.py::"
 MUTANTS: tuple[Mutant, ...] = (
     # --- the plan reader
     Mutant("plan-size-limit", "pptl/formats/plan.py",
@@ -178,11 +179,11 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_fields.py::test_numbers_from_zero_to_the_largest_finite_value",),
            "a cost of exactly the largest finite value refused"),
     # --- tune: I and W measured inside a B
-    Mutant("tune-b-part-at-b-start", "pptl/tune/calibrate.py",
+    Mutant("tune-b-part-at-b-start", "pptl/planning.py",
            "not 0 <= v <= e.duration", "not 0 < v <= e.duration",
            ("tests/test_tune.py::test_a_b_part_at_either_end_of_its_b_is_a_part",),
            "a B whose I part ended at its start (a mark of 0 ms) makes the run's I and W derived, not measured"),
-    Mutant("tune-b-part-at-b-end", "pptl/tune/calibrate.py",
+    Mutant("tune-b-part-at-b-end", "pptl/planning.py",
            "not 0 <= v <= e.duration", "not 0 <= v < e.duration",
            ("tests/test_tune.py::test_a_b_part_at_either_end_of_its_b_is_a_part",),
            "a B whose I part took all of it is called no part of it"),
@@ -3113,6 +3114,36 @@ MUTANTS: tuple[Mutant, ...] = (
            '        self._last = None\n        self._zero_grads()\n',
            (_PR + 'test_interleaved_rank_runs_its_step_without_messages_and_keeps_nothing',),
            "base_mib without the zeroed gradient buffers: pptl tune reads an input's size wrong and ranks a V order under its peak"),
+    Mutant('tune-duty-note-given-only', 'pptl/tune/calibrate.py',
+           'elif alpha > 0 and tc.duty_exponent is not None:',
+           'elif alpha > 0:',
+           (_TX + 'test_the_duty_exponent_is_named_once_with_where_it_came_from',),
+           'the exponent the clock rule gave is named a second time as device.duty_exponent, which the config never set'),
+    Mutant('whatif-b-parts-flag', 'pptl/whatif/spread.py',
+           'opening=opening, b_parts=b_parts(tl) is not None)',
+           'opening=opening, b_parts=False)',
+           (_TX + 'test_whatif_of_the_plan_tune_wrote_from_the_run_that_calibrated_it',),
+           'pptl whatif refuses the ZB-H1 plan pptl tune wrote from the 1F1B run whose B marked its I part'),
+    Mutant('tune-short-layer-bound', 'pptl/tune/calibrate.py',
+           'SHORT_LAYER_MS = 0.35',
+           'SHORT_LAYER_MS = 0.3',
+           (_TX + 'test_the_short_layer_note_on_the_stored_runs_either_side_of_its_bound',),
+           'a drawn shape whose 0.307 ms layers ran every candidate 1-5% over the model gets no warning'),
+    Mutant('costs-b-parts-swapped', 'pptl/planning.py',
+           'stages[s] = {**stages.get(s, {}), "I": a[0] / a[2], "W": a[1] / a[2]}',
+           'stages[s] = {**stages.get(s, {}), "I": a[1] / a[2], "W": a[0] / a[2]}',
+           (_TN + 'test_costs_from_a_run_whose_b_marked_its_i_part_give_i_and_w_those_parts',),
+           "pptl plan --costs-from gives each stage's I the W part of its B and the reverse"),
+    Mutant('costs-b-parts-ignored', 'pptl/planning.py',
+           'if parts is not None and "I" not in means and "W" not in means:',
+           'if parts is not None and "I" in means and "W" not in means:',
+           (_TN + 'test_costs_from_a_run_whose_b_marked_its_i_part_give_i_and_w_those_parts',),
+           'a run whose B marked its I part still gives I and W as halves of B (pptl tune reads the parts)'),
+    Mutant('whatif-iw-borrow-w', 'pptl/whatif/spread.py',
+           'if q is None and self.b_parts and kind in ("I", "W"):',
+           'if q is None and self.b_parts and kind in ("I",):',
+           (_TN + 'test_whatif_spread_lends_b_s_variation_to_i_and_w_only_where_the_run_marked_b_s_parts',),
+           "a plan's W never varies as the B it was part of: the run has nothing for it"),
 )
 
 
