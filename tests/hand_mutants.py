@@ -72,6 +72,7 @@ _PR = "tests/test_run_prime.py::"
 _RF = "tests/test_run_faults.py::"
 _TX = "tests/test_tune_crossval.py::"
 _TN = "tests/test_tune.py::"
+_MS = "tests/test_mutation_sample.py::"
 MUTANTS: tuple[Mutant, ...] = (
     # --- the plan reader
     Mutant("plan-size-limit", "pptl/formats/plan.py",
@@ -3144,6 +3145,16 @@ MUTANTS: tuple[Mutant, ...] = (
            'if q is None and self.b_parts and kind in ("I",):',
            (_TN + 'test_whatif_spread_lends_b_s_variation_to_i_and_w_only_where_the_run_marked_b_s_parts',),
            "a plan's W never varies as the B it was part of: the run has nothing for it"),
+    Mutant('common-b-iw-relative', 'pptl/schedules/_common.py',
+           'abs(b - (i + w)) > B_IW_TOLERANCE * max(abs(b), abs(i + w))',
+           'abs(b - (i + w)) > 1e-9',
+           (_MS + 'test_b_counts_as_i_plus_w_within_a_thousandth',),
+           "pptl check of the plan pptl tune wrote says 'B=0.626858 is not I+W=0.626855'"),
+    Mutant('common-b-iw-at-b', 'pptl/schedules/_common.py',
+           'abs(b - (i + w)) > B_IW_TOLERANCE * max(abs(b), abs(i + w))',
+           'abs(b - (i + w)) > B_IW_TOLERANCE * min(abs(b), abs(i + w)) * 3',
+           (_MS + 'test_b_counts_as_i_plus_w_within_a_thousandth',),
+           'a B 0.2% off its I + W passes for it: the textbook bubble is stated without its caveat'),
 )
 
 

@@ -1117,3 +1117,17 @@ def test_exposure_of_a_timeline_is_the_exposure_of_its_times() -> None:
     got = exposure_of_timeline(s, sim.timeline())
     assert got == exposure(s, sim.start, sim.end)
     assert got
+
+
+@pytest.mark.parametrize(("iw", "noted"), [(0.9990234375, False), (0.998046875, True), (1.0009765625, False),
+                                           (1.001953125, True), (0.999997, False)])
+def test_b_counts_as_i_plus_w_within_a_thousandth(iw: float, noted: bool) -> None:
+    """B = 1 against I + W 1 -/+ 2**-10 (0.098% off, exact in binary) is taken as I + W; 1 -/+ 2**-9 (0.195%) is
+    not. The costs pptl tune writes from a run whose B marked its I part differ by 3e-6 of B (B 0.626858, I + W
+    0.626855), which `pptl check` called "B=0.626858 is not I+W=0.626855"."""
+    from pptl.schedules.dualpipe import assumptions
+
+    cfg = Config(schedule="dualpipe", pp=4, microbatches=8)
+    base = {"F": 1.0, "B": 1.0, "I": iw / 2, "W": iw / 2}
+    cfg = dataclasses.replace(cfg, costs=dataclasses.replace(cfg.costs, base=base))
+    assert (f"B=1 is not I+W={iw:g}" in assumptions(cfg)) is noted
