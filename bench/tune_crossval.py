@@ -188,6 +188,10 @@ TWENTIETH_SHAPES = (Shape("h2304-t6656-l16-m10", 2304, 6656, 32, 2, 4, 10),
 #: committed before their run, the model unchanged.
 TWENTYFIRST_SHAPES = (Shape("h2688-t1536-l6-m25", 2688, 1536, 12, 1, 2, 25),
                       Shape("h3072-t1536-l7-m30", 3072, 1536, 14, 2, 2, 30))
+#: Two more at pp 2 drawn (2026-11-28 10:40 UTC) by ``python bench/draw_shapes.py tune 202611281100 2`` and
+#: committed before their run, the model unchanged.
+TWENTYSECOND_SHAPES = (Shape("h3712-t2304-l10-m5", 3712, 2304, 20, 2, 3, 5),
+                       Shape("h3456-t5120-l5-m10", 3456, 5120, 10, 2, 3, 10))
 #: The held-out groups ``--shapes`` names.
 GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "steady": STEADY_SHAPES,
           "balanced": BALANCED_SHAPES, "user": USER_SHAPES, "sixth": SIXTH_SHAPES, "seventh": SEVENTH_SHAPES,
@@ -196,7 +200,8 @@ GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "stea
           "thirteenth": THIRTEENTH_SHAPES, "fourteenth": FOURTEENTH_SHAPES,
           "fifteenth": FIFTEENTH_SHAPES, "sixteenth": SIXTEENTH_SHAPES,
           "seventeenth": SEVENTEENTH_SHAPES, "eighteenth": EIGHTEENTH_SHAPES, "nineteenth": NINETEENTH_SHAPES,
-          "twentieth": TWENTIETH_SHAPES, "twentyfirst": TWENTYFIRST_SHAPES}
+          "twentieth": TWENTIETH_SHAPES, "twentyfirst": TWENTYFIRST_SHAPES,
+          "twentysecond": TWENTYSECOND_SHAPES}
 #: CPU smoke shapes (gloo, float32): the script end to end in seconds.
 TINY = (Shape("tiny-a", 64, 16, 8, 1, 3, 4), Shape("tiny-b", 32, 8, 4, 1, 2, 6),
         Shape("tiny-p4", 32, 8, 8, 1, 2, 8, pp=4))
