@@ -237,6 +237,15 @@ MISSES = {
     # one and every candidate 1-5% over the model (interleaved -5.2%, its rank 1's F +14%); twelve candidates
     # within 10% where the launch's own retest gives 0.78: Spearman 0.88.
     "h2688-t1536-l6-m25": ("spearman", "families"),
+    # TWENTYFIRST_SHAPES' second: every family within 2.2% and the pick the fastest, but fourteen candidates
+    # measured within 3% of each other (331.6-341.1 ms), where the launch's own retest gives 0.81: Spearman 0.80.
+    "h3072-t1536-l7-m30": ("spearman",),
+    # TWENTYSECOND_SHAPES (drawn and committed before their run, 2026-11-28 10:38 UTC): the capped V-Half +3.6%
+    # (the calibrating run's ranks busy 1.09 apart, under the clock rule's 1.1: the device's 0.25); and DualPipe -3.6% with Spearman
+    # 0.885 (retest 0.896), its prediction (357.9 ms) under its own p05 (359.5): the dense plan's many
+    # near-critical paths lengthen the step under the run's per-op jitter (measured 371.1).
+    "h3712-t2304-l10-m5": ("families",),
+    "h3456-t5120-l5-m10": ("spearman", "families"),
 }
 #: Largest error of any candidate today, per shape where it is above the 9.5% bound of the others. The clock rule
 #: moved h2176-t1792-l11-m15-p4's synthesised order from -10.8% to -13.8% (its ranks busy 1.15 apart, clocks as
@@ -258,8 +267,9 @@ def test_every_shape_unlike_the_bench_that_was_measured_is_kept() -> None:
     # three, the first of them again on H100s (<name>-h100); the eleventh's three, the twelfth's two and the
     # thirteenth's one (bench/draw_shapes.py); the fourteenth's three at pp 4 on 4 GPUs, the sixteenth's two and the
     # seventeenth's two (its first hung the run until tests/test_run_held_sends.py's fix), the eighteenth's two,
-    # the nineteenth's two, the twentieth's two; the twentieth's second again (<name>-fixed), the twenty-first's first
-    assert len(shapes) == 76 and len({s["name"] for s in shapes}) == 58
+    # the nineteenth's two, the twentieth's two; the twentieth's second again (<name>-fixed), the twenty-first's
+    # two, the twenty-second's two
+    assert len(shapes) == 79 and len({s["name"] for s in shapes}) == 61
     assert sorted(s["name"] for s in shapes if s.get("pp", 2) == 4) == [
         "h2176-t1792-l11-m15-p4", "h3456-t2560-l7-m19-p4", "h3584-t5888-l9-m5-p4"]
     assert {s["hidden"] for s in shapes} >= {2048, 4096, 8192}
