@@ -192,6 +192,9 @@ TWENTYFIRST_SHAPES = (Shape("h2688-t1536-l6-m25", 2688, 1536, 12, 1, 2, 25),
 #: committed before their run, the model unchanged.
 TWENTYSECOND_SHAPES = (Shape("h3712-t2304-l10-m5", 3712, 2304, 20, 2, 3, 5),
                        Shape("h3456-t5120-l5-m10", 3456, 5120, 10, 2, 3, 10))
+#: One more at pp 2 drawn (2026-11-28 10:46 UTC) by ``python bench/draw_shapes.py tune 202611281200 1`` and
+#: committed before its run, the model unchanged.
+TWENTYTHIRD_SHAPES = (Shape("h7424-t3584-l4-m4", 7424, 3584, 8, 1, 2, 4),)
 #: The held-out groups ``--shapes`` names.
 GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "steady": STEADY_SHAPES,
           "balanced": BALANCED_SHAPES, "user": USER_SHAPES, "sixth": SIXTH_SHAPES, "seventh": SEVENTH_SHAPES,
@@ -201,7 +204,7 @@ GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "stea
           "fifteenth": FIFTEENTH_SHAPES, "sixteenth": SIXTEENTH_SHAPES,
           "seventeenth": SEVENTEENTH_SHAPES, "eighteenth": EIGHTEENTH_SHAPES, "nineteenth": NINETEENTH_SHAPES,
           "twentieth": TWENTIETH_SHAPES, "twentyfirst": TWENTYFIRST_SHAPES,
-          "twentysecond": TWENTYSECOND_SHAPES}
+          "twentysecond": TWENTYSECOND_SHAPES, "twentythird": TWENTYTHIRD_SHAPES}
 #: CPU smoke shapes (gloo, float32): the script end to end in seconds.
 TINY = (Shape("tiny-a", 64, 16, 8, 1, 3, 4), Shape("tiny-b", 32, 8, 4, 1, 2, 6),
         Shape("tiny-p4", 32, 8, 8, 1, 2, 8, pp=4))
