@@ -195,6 +195,9 @@ TWENTYSECOND_SHAPES = (Shape("h3712-t2304-l10-m5", 3712, 2304, 20, 2, 3, 5),
 #: One more at pp 2 drawn (2026-11-28 10:46 UTC) by ``python bench/draw_shapes.py tune 202611281200 1`` and
 #: committed before its run, the model unchanged.
 TWENTYTHIRD_SHAPES = (Shape("h7424-t3584-l4-m4", 7424, 3584, 8, 1, 2, 4),)
+#: One more at pp 2 drawn (2026-11-28 11:07 UTC) by ``python bench/draw_shapes.py tune 202611281300 1`` and
+#: committed before its run, the model unchanged.
+TWENTYFOURTH_SHAPES = (Shape("h5632-t2304-l15-m5", 5632, 2304, 30, 2, 4, 5),)
 #: The held-out groups ``--shapes`` names.
 GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "steady": STEADY_SHAPES,
           "balanced": BALANCED_SHAPES, "user": USER_SHAPES, "sixth": SIXTH_SHAPES, "seventh": SEVENTH_SHAPES,
@@ -204,7 +207,8 @@ GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "stea
           "fifteenth": FIFTEENTH_SHAPES, "sixteenth": SIXTEENTH_SHAPES,
           "seventeenth": SEVENTEENTH_SHAPES, "eighteenth": EIGHTEENTH_SHAPES, "nineteenth": NINETEENTH_SHAPES,
           "twentieth": TWENTIETH_SHAPES, "twentyfirst": TWENTYFIRST_SHAPES,
-          "twentysecond": TWENTYSECOND_SHAPES, "twentythird": TWENTYTHIRD_SHAPES}
+          "twentysecond": TWENTYSECOND_SHAPES, "twentythird": TWENTYTHIRD_SHAPES,
+          "twentyfourth": TWENTYFOURTH_SHAPES}
 #: CPU smoke shapes (gloo, float32): the script end to end in seconds.
 TINY = (Shape("tiny-a", 64, 16, 8, 1, 3, 4), Shape("tiny-b", 32, 8, 4, 1, 2, 6),
         Shape("tiny-p4", 32, 8, 8, 1, 2, 8, pp=4))

@@ -31,6 +31,7 @@ def test_the_script_drawn_crossval_groups_are_their_seeds_draws() -> None:
     assert _as_rows(tune_crossval.TWENTYFIRST_SHAPES) == draw_shapes.draw_tune(202611281000, 2)
     assert _as_rows(tune_crossval.TWENTYSECOND_SHAPES) == draw_shapes.draw_tune(202611281100, 2)
     assert _as_rows(tune_crossval.TWENTYTHIRD_SHAPES) == draw_shapes.draw_tune(202611281200, 1)
+    assert _as_rows(tune_crossval.TWENTYFOURTH_SHAPES) == draw_shapes.draw_tune(202611281300, 1)
 
 
 def test_the_whatif_calls_15_to_18_are_their_seeds_draws() -> None:
