@@ -13,6 +13,7 @@ import pytest
 import pptl.run.program as program
 from pptl.config import config_from_mapping
 from pptl.ir import Schedule
+from pptl.op import COMPUTE_KINDS
 from pptl.run.program import build_program, held_sends, issued_for, tighten_messages
 from pptl.schedules import build_schedule
 
@@ -140,7 +141,7 @@ def _hosts_replay(prog: program.Program, queue: int) -> list[str]:
             recv_of[j] = chan_recvs[ch][k]
     send_of = {r: j for j, r in recv_of.items()}
     data = {v: [u for u, v2 in s.deps if v2 == v and ops[u].kind == "RECV"] for v in range(len(ops))}
-    producer = {v: [u for u, v2 in s.deps if v2 == v and ops[u].kind in program.COMPUTE] for v in range(len(ops))}
+    producer = {v: [u for u, v2 in s.deps if v2 == v and ops[u].kind in COMPUTE_KINDS] for v in range(len(ops))}
     issued: set[int] = set()
     done: set[int] = set()
     pos = {rp.rank: 0 for rp in prog.ranks}
@@ -161,12 +162,12 @@ def _hosts_replay(prog: program.Program, queue: int) -> list[str]:
             while pos[r] < len(rp.issue):
                 i = rp.issue[pos[r]]
                 kind = ops[i].kind
-                if kind in program.COMPUTE and sum(1 for x in stream[r] if ops[x].kind in program.COMPUTE) >= queue:
+                if kind in COMPUTE_KINDS and sum(1 for x in stream[r] if ops[x].kind in COMPUTE_KINDS) >= queue:
                     break
                 if kind == "RECV" and send_of[i] not in issued:
                     break
                 issued.add(i)
-                if kind in program.COMPUTE or (kind == "SEND" and i not in prog.unheld):
+                if kind in COMPUTE_KINDS or (kind == "SEND" and i not in prog.unheld):
                     stream[r].append(i)
                 elif kind == "SEND":
                     side.setdefault(rp.channels[i], []).append(i)

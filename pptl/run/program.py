@@ -34,12 +34,11 @@ from pptl.messages import message_key
 from pptl.op import COMPUTE_KINDS
 from pptl.schedules import find_family, names
 
-__all__ = ["RUN_KINDS", "COMPUTE", "Channel", "RankProgram", "Program", "build_program", "refuse_invalid", "channel_of",
+__all__ = ["RUN_KINDS", "Channel", "RankProgram", "Program", "build_program", "refuse_invalid", "channel_of",
            "workload_of", "tighten_messages", "issued_for", "as_run", "orders", "held_sends", "stream_keys"]
 
 #: The op kinds ``pptl run`` executes.
-COMPUTE = COMPUTE_KINDS
-RUN_KINDS = COMPUTE | {"SEND", "RECV"}
+RUN_KINDS = COMPUTE_KINDS | {"SEND", "RECV"}
 # Families with an executor of their own declare more kinds in their record (``Family.runtime``).
 
 #: (sender, receiver, flow, direction, sender's stage), with "*"/-1 where a channel carries every
@@ -448,7 +447,7 @@ def held_sends(program: Program) -> frozenset[int]:
     for seq in seqs:
         c, row = 0, []
         for i in seq:
-            c += ops[i].kind in COMPUTE
+            c += ops[i].kind in COMPUTE_KINDS
             row.append(c)
         upto.append(row)
     held = set()
@@ -511,9 +510,9 @@ def _wiring(program: Program) -> _Wiring:
     data: dict[int, list[int]] = {}
     made: dict[int, list[int]] = {}
     for u, v in program.schedule.deps:
-        if ops[u].kind == "RECV" and ops[v].kind in COMPUTE:
+        if ops[u].kind == "RECV" and ops[v].kind in COMPUTE_KINDS:
             data.setdefault(v, []).append(u)
-        elif ops[u].kind in COMPUTE and ops[v].kind == "SEND":
+        elif ops[u].kind in COMPUTE_KINDS and ops[v].kind == "SEND":
             made.setdefault(v, []).append(u)
     return _Wiring(recv_of, send_of, first_recv, channel_of, data, made)
 
@@ -552,10 +551,10 @@ def _stuck_held(program: Program, wiring: _Wiring, unheld: frozenset[int], queue
             while at[q] < len(seq):
                 i = seq[at[q]]
                 kind = ops[i].kind
-                if (kind in COMPUTE and queued[q] >= queue) or (kind == "RECV" and send_of.get(i) not in issued):
+                if (kind in COMPUTE_KINDS and queued[q] >= queue) or (kind == "RECV" and send_of.get(i) not in issued):
                     break
                 issued.add(i)
-                if kind in COMPUTE:
+                if kind in COMPUTE_KINDS:
                     queued[q] += 1
                     stream[q].append(i)
                 elif kind == "SEND" and i in unheld:

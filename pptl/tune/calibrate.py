@@ -265,12 +265,11 @@ def calibrate_tune(tc: TuneConfig, measured: Path) -> tuple[TuneConfig, str, lis
         raise InputError(f"{measured}: the run has {S} stages, more than model.layers={tc.model.layers}")
     m = tc.model
     notes: list[str] = []
+    # the run's B reported its I part on every stage: I and W are measured (costs_from_timeline put the
+    # parts in ``stages``), not derived
     parts = b_parts(tl)
     if parts is not None and any(s not in parts for s in range(S)):
         parts = None
-    if parts is not None:  # the run's B reported its I part: I and W are measured, not derived
-        for s in range(S):
-            stages[s] = {**stages[s], **parts[s]}
     tc, stages = _normalise_duty(tc, tl, split, stages, notes)
     kinds: dict[str, tuple[float, float, float]] = {}
     for k in ("F", "B", "I", "W"):
