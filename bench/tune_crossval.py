@@ -164,39 +164,24 @@ FOURTEENTH_SHAPES = (Shape("h3584-t5888-l9-m5-p4", 3584, 5888, 36, 1, 2, 5, pp=4
 #: their call was made.
 FIFTEENTH_SHAPES = (Shape("h4224-t3072-l7-m4-p4", 4224, 3072, 28, 1, 2, 4, pp=4),
                     Shape("h2304-t4352-l9-m22-p4", 2304, 4352, 36, 2, 2, 22, pp=4))
-#: Two shapes at pp 2 drawn (2026-11-28 02:08 UTC) by ``python bench/draw_shapes.py tune 202611280500 2`` and
-#: committed before their run, the model unchanged.
+#: The groups below, at pp 2, were each drawn by ``python bench/draw_shapes.py tune SEED N`` (DRAWN_SEEDS) and
+#: committed before their run, the model unchanged, but for TWENTIETH_SHAPES, drawn with the clock rule just adopted
+#: (pptl.tune.calibrate.CLOCK_BETA); docs/benchmarks.md gives each one's date and results.
 SIXTEENTH_SHAPES = (Shape("h3584-t2048-l5-m14", 3584, 2048, 10, 2, 3, 14),
                     Shape("h2816-t2304-l10-m5", 2816, 2304, 20, 1, 2, 5))
-#: Two more at pp 2 drawn (2026-11-28 02:15 UTC) by ``python bench/draw_shapes.py tune 202611280600 2`` and
-#: committed before their run, the model unchanged.
 SEVENTEENTH_SHAPES = (Shape("h2816-t5632-l6-m13", 2816, 5632, 12, 1, 3, 13),
                       Shape("h2048-t3840-l5-m18", 2048, 3840, 10, 2, 3, 18))
-#: Two more at pp 2 drawn (2026-11-28 04:06 UTC) by ``python bench/draw_shapes.py tune 202611280700 2`` and
-#: committed before their run, the model unchanged.
 EIGHTEENTH_SHAPES = (Shape("h3456-t1792-l16-m18", 3456, 1792, 32, 1, 4, 18),
                      Shape("h2816-t3584-l10-m18", 2816, 3584, 20, 2, 2, 18))
-#: Two more at pp 2 drawn (2026-11-28 07:37 UTC) by ``python bench/draw_shapes.py tune 202611280800 2`` and
-#: committed before their run, the model unchanged.
 NINETEENTH_SHAPES = (Shape("h2048-t2560-l15-m5", 2048, 2560, 30, 1, 4, 5),
                      Shape("h3712-t2048-l11-m12", 3712, 2048, 22, 2, 3, 12))
-#: Two more at pp 2 drawn (2026-11-28 07:59 UTC) by ``python bench/draw_shapes.py tune 202611280900 2`` and
-#: committed before their run, with the clock rule adopted (pptl.tune.calibrate.CLOCK_BETA) and nothing else changed.
 TWENTIETH_SHAPES = (Shape("h2304-t6656-l16-m10", 2304, 6656, 32, 2, 4, 10),
                     Shape("h2688-t6656-l5-m20", 2688, 6656, 10, 1, 2, 20))
-#: Two more at pp 2 drawn (2026-11-28 09:45 UTC) by ``python bench/draw_shapes.py tune 202611281000 2`` and
-#: committed before their run, the model unchanged.
 TWENTYFIRST_SHAPES = (Shape("h2688-t1536-l6-m25", 2688, 1536, 12, 1, 2, 25),
                       Shape("h3072-t1536-l7-m30", 3072, 1536, 14, 2, 2, 30))
-#: Two more at pp 2 drawn (2026-11-28 10:40 UTC) by ``python bench/draw_shapes.py tune 202611281100 2`` and
-#: committed before their run, the model unchanged.
 TWENTYSECOND_SHAPES = (Shape("h3712-t2304-l10-m5", 3712, 2304, 20, 2, 3, 5),
                        Shape("h3456-t5120-l5-m10", 3456, 5120, 10, 2, 3, 10))
-#: One more at pp 2 drawn (2026-11-28 10:46 UTC) by ``python bench/draw_shapes.py tune 202611281200 1`` and
-#: committed before its run, the model unchanged.
 TWENTYTHIRD_SHAPES = (Shape("h7424-t3584-l4-m4", 7424, 3584, 8, 1, 2, 4),)
-#: One more at pp 2 drawn (2026-11-28 11:07 UTC) by ``python bench/draw_shapes.py tune 202611281300 1`` and
-#: committed before its run, the model unchanged.
 TWENTYFOURTH_SHAPES = (Shape("h5632-t2304-l15-m5", 5632, 2304, 30, 2, 4, 5),)
 #: The held-out groups ``--shapes`` names.
 GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "steady": STEADY_SHAPES,
@@ -209,6 +194,13 @@ GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "stea
           "twentieth": TWENTIETH_SHAPES, "twentyfirst": TWENTYFIRST_SHAPES,
           "twentysecond": TWENTYSECOND_SHAPES, "twentythird": TWENTYTHIRD_SHAPES,
           "twentyfourth": TWENTYFOURTH_SHAPES}
+#: The seed ``bench/draw_shapes.py tune`` drew each script-drawn group from (its size and pp are the group's):
+#: tests/test_draw_shapes.py draws each again.
+DRAWN_SEEDS = {"eleventh": 202611280000, "twelfth": 202611280100, "thirteenth": 202611280200,
+               "fourteenth": 202611280300, "fifteenth": 202611280400, "sixteenth": 202611280500,
+               "seventeenth": 202611280600, "eighteenth": 202611280700, "nineteenth": 202611280800,
+               "twentieth": 202611280900, "twentyfirst": 202611281000, "twentysecond": 202611281100,
+               "twentythird": 202611281200, "twentyfourth": 202611281300}
 #: CPU smoke shapes (gloo, float32): the script end to end in seconds.
 TINY = (Shape("tiny-a", 64, 16, 8, 1, 3, 4), Shape("tiny-b", 32, 8, 4, 1, 2, 6),
         Shape("tiny-p4", 32, 8, 8, 1, 2, 8, pp=4))

@@ -17,21 +17,11 @@ def _as_rows(shapes: tuple[tune_crossval.Shape, ...]) -> list[tuple[str, int, in
 
 
 def test_the_script_drawn_crossval_groups_are_their_seeds_draws() -> None:
-    assert _as_rows(tune_crossval.ELEVENTH_SHAPES) == draw_shapes.draw_tune(202611280000, 3)
-    assert _as_rows(tune_crossval.TWELFTH_SHAPES) == draw_shapes.draw_tune(202611280100, 2)
-    assert _as_rows(tune_crossval.THIRTEENTH_SHAPES) == draw_shapes.draw_tune(202611280200, 1)
-    assert _as_rows(tune_crossval.FOURTEENTH_SHAPES) == draw_shapes.draw_tune(202611280300, 3, pp=4)
-    assert _as_rows(tune_crossval.FIFTEENTH_SHAPES) == draw_shapes.draw_tune(202611280400, 2, pp=4)
+    assert len(tune_crossval.DRAWN_SEEDS) == 14
+    for name, seed in tune_crossval.DRAWN_SEEDS.items():
+        shapes = tune_crossval.GROUPS[name]
+        assert _as_rows(shapes) == draw_shapes.draw_tune(seed, len(shapes), pp=shapes[0].pp), name
     assert {s.pp for s in tune_crossval.FOURTEENTH_SHAPES + tune_crossval.FIFTEENTH_SHAPES} == {4}
-    assert _as_rows(tune_crossval.SIXTEENTH_SHAPES) == draw_shapes.draw_tune(202611280500, 2)
-    assert _as_rows(tune_crossval.SEVENTEENTH_SHAPES) == draw_shapes.draw_tune(202611280600, 2)
-    assert _as_rows(tune_crossval.EIGHTEENTH_SHAPES) == draw_shapes.draw_tune(202611280700, 2)
-    assert _as_rows(tune_crossval.NINETEENTH_SHAPES) == draw_shapes.draw_tune(202611280800, 2)
-    assert _as_rows(tune_crossval.TWENTIETH_SHAPES) == draw_shapes.draw_tune(202611280900, 2)
-    assert _as_rows(tune_crossval.TWENTYFIRST_SHAPES) == draw_shapes.draw_tune(202611281000, 2)
-    assert _as_rows(tune_crossval.TWENTYSECOND_SHAPES) == draw_shapes.draw_tune(202611281100, 2)
-    assert _as_rows(tune_crossval.TWENTYTHIRD_SHAPES) == draw_shapes.draw_tune(202611281200, 1)
-    assert _as_rows(tune_crossval.TWENTYFOURTH_SHAPES) == draw_shapes.draw_tune(202611281300, 1)
 
 
 def test_the_whatif_calls_15_to_18_are_their_seeds_draws() -> None:
