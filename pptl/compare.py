@@ -213,8 +213,6 @@ def _contexts(pairs: list[tuple[Event, Event]], scale: float) -> list[Any]:
     return rows
 
 
-
-
 def header_difference(family: str | None, pp: int | None, microbatches: int | None, measured: Timeline,
                       plan_ids: set[str], vpp: int | None = None) -> str:
     """What tells from its header and op names alone that ``measured`` ran another plan than the one of

@@ -292,8 +292,6 @@ def _retime_in_context(schedule: Schedule, costs: Costs, order: list[int], succ:
     return dur, start, end
 
 
-
-
 @dataclass(frozen=True)
 class MemoryEvents:
     """Every memory event of a timed schedule, one row each, sorted by rank, then time, frees

@@ -19,7 +19,6 @@ from pptl.optable import OpTable
 __all__ = ["malformed_ops", "duplicate_ops", "missing_work", "index_out_of_range", "stage_on_two_ranks"]
 
 _ROLE_NAMES = {"F": "F", "G": "B (or I)", "W": "B (or W)"}
-#: Kinds whose ops do units of work (an FB without its pair does none).
 
 
 def malformed_ops(ctx: Context) -> list[Violation]:
