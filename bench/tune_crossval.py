@@ -5,7 +5,6 @@ the rank correlation and every family's error are checked against what ran.
     python3 bench/tune_crossval.py OUTDIR [--device cuda|cpu] [--shapes a,b] [--steps 2] [--warmup 1]
     python3 bench/tune_crossval.py --offline DIR       (re-rank saved shapes without a GPU)
     python3 bench/tune_crossval.py --offline DIR --duty-exponent 0.3   (the same, the exponent fixed)
-    python3 bench/tune_crossval.py --offline DIR --clock-beta 0.6      (the same, the clock rule at another beta)
     python3 bench/tune_crossval.py --attribute DIR     (where each prediction's error comes from)
     python3 bench/tune_crossval.py --duty DIR          (each rank's error: the rank's level against its duty)
 
@@ -165,8 +164,9 @@ FOURTEENTH_SHAPES = (Shape("h3584-t5888-l9-m5-p4", 3584, 5888, 36, 1, 2, 5, pp=4
 FIFTEENTH_SHAPES = (Shape("h4224-t3072-l7-m4-p4", 4224, 3072, 28, 1, 2, 4, pp=4),
                     Shape("h2304-t4352-l9-m22-p4", 2304, 4352, 36, 2, 2, 22, pp=4))
 #: The groups below, at pp 2, were each drawn by ``python bench/draw_shapes.py tune SEED N`` (DRAWN_SEEDS) and
-#: committed before their run, the model unchanged, but for TWENTIETH_SHAPES, drawn with the clock rule just adopted
-#: (pptl.tune.calibrate.CLOCK_BETA); docs/benchmarks.md gives each one's date and results.
+#: committed before their run, the model unchanged, but for TWENTIETH_SHAPES, drawn with the clock rule (alpha from the
+#: calibrating ranks' clocks) just adopted, and TWENTYFIFTH_SHAPES, drawn with the clock law (pptl.tune.calibrate.
+#: DEVICE_DUTY_EXPONENT, TuneConfig.duty_floor) just adopted; docs/benchmarks.md gives each one's date and results.
 SIXTEENTH_SHAPES = (Shape("h3584-t2048-l5-m14", 3584, 2048, 10, 2, 3, 14),
                     Shape("h2816-t2304-l10-m5", 2816, 2304, 20, 1, 2, 5))
 SEVENTEENTH_SHAPES = (Shape("h2816-t5632-l6-m13", 2816, 5632, 12, 1, 3, 13),
@@ -183,6 +183,8 @@ TWENTYSECOND_SHAPES = (Shape("h3712-t2304-l10-m5", 3712, 2304, 20, 2, 3, 5),
                        Shape("h3456-t5120-l5-m10", 3456, 5120, 10, 2, 3, 10))
 TWENTYTHIRD_SHAPES = (Shape("h7424-t3584-l4-m4", 7424, 3584, 8, 1, 2, 4),)
 TWENTYFOURTH_SHAPES = (Shape("h5632-t2304-l15-m5", 5632, 2304, 30, 2, 4, 5),)
+TWENTYFIFTH_SHAPES = (Shape("h3328-t1792-l5-m13", 3328, 1792, 10, 2, 3, 13),
+                      Shape("h4736-t3328-l15-m5", 4736, 3328, 30, 1, 3, 5))
 #: The held-out groups ``--shapes`` names.
 GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "steady": STEADY_SHAPES,
           "balanced": BALANCED_SHAPES, "user": USER_SHAPES, "sixth": SIXTH_SHAPES, "seventh": SEVENTH_SHAPES,
@@ -193,14 +195,14 @@ GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "stea
           "seventeenth": SEVENTEENTH_SHAPES, "eighteenth": EIGHTEENTH_SHAPES, "nineteenth": NINETEENTH_SHAPES,
           "twentieth": TWENTIETH_SHAPES, "twentyfirst": TWENTYFIRST_SHAPES,
           "twentysecond": TWENTYSECOND_SHAPES, "twentythird": TWENTYTHIRD_SHAPES,
-          "twentyfourth": TWENTYFOURTH_SHAPES}
+          "twentyfourth": TWENTYFOURTH_SHAPES, "twentyfifth": TWENTYFIFTH_SHAPES}
 #: The seed ``bench/draw_shapes.py tune`` drew each script-drawn group from (its size and pp are the group's):
 #: tests/test_draw_shapes.py draws each again.
 DRAWN_SEEDS = {"eleventh": 202611280000, "twelfth": 202611280100, "thirteenth": 202611280200,
                "fourteenth": 202611280300, "fifteenth": 202611280400, "sixteenth": 202611280500,
                "seventeenth": 202611280600, "eighteenth": 202611280700, "nineteenth": 202611280800,
                "twentieth": 202611280900, "twentyfirst": 202611281000, "twentysecond": 202611281100,
-               "twentythird": 202611281200, "twentyfourth": 202611281300}
+               "twentythird": 202611281200, "twentyfourth": 202611281300, "twentyfifth": 202611281400}
 #: CPU smoke shapes (gloo, float32): the script end to end in seconds.
 TINY = (Shape("tiny-a", 64, 16, 8, 1, 3, 4), Shape("tiny-b", 32, 8, 4, 1, 2, 6),
         Shape("tiny-p4", 32, 8, 8, 1, 2, 8, pp=4))
@@ -361,9 +363,6 @@ def main() -> int:
                     help="the calibrating 1F1B run's split (even: as every launch before BALANCED_SHAPES)")
     ap.add_argument("--offline", type=Path, help="re-rank the saved shapes in this folder; no run")
     ap.add_argument("--duty-exponent", type=float, help="with --offline: re-rank with device.duty_exponent fixed")
-    ap.add_argument("--clock-beta", type=float, help="with --offline: where the calibrating run's ranks' busy shares "
-                    "differ by 10%% or more, re-rank with alpha = BETA x their clock exponent (0.15-0.35; pptl tune's "
-                    "own rule takes 0.55: pptl.tune.calibrate.CLOCK_BETA)")
     ap.add_argument("--attribute", type=Path, help="per saved shape with measured ops: each candidate's error "
                                                     "split by rank and op kind; no run")
     ap.add_argument("--duty", type=Path, help="per saved shape with measured ops: each rank's error split into "
@@ -371,7 +370,7 @@ def main() -> int:
                                                "duty, and the calibrating run's first ops against its later ones; no run")
     a = ap.parse_args()
     if a.offline is not None:
-        return _offline(a.offline, a.duty_exponent, a.clock_beta)
+        return _offline(a.offline, a.duty_exponent)
     if a.attribute is not None:
         return _attribute_all(a.attribute)
     if a.duty is not None:
@@ -518,8 +517,8 @@ def _ran(row: dict[str, Any]) -> tuple[tuple[tuple[str, int], ...], ...] | None:
 
 
 def clock_exponent(saved: dict[str, Any]) -> tuple[float, float] | None:
-    """(max/min busy share of the calibrating run's ranks, the a of clock ~ duty^-a): what ``pptl tune``'s clock
-    rule reads (pptl.power.clock_exponent), from the launch's calibrating run; None without a clock record."""
+    """(max/min busy share of the calibrating run's ranks, the a of clock ~ duty^-a) of the launch's calibrating run
+    (pptl.power.clock_exponent); None without a clock record."""
     from pptl.formats.timeline import timeline_from_dict
     from pptl.power import clock_exponent as from_clocks
     from pptl.tune.calibrate import rank_duty
@@ -528,17 +527,12 @@ def clock_exponent(saved: dict[str, Any]) -> tuple[float, float] | None:
     return from_clocks(base.meta.extra.get("gpu"), rank_duty(base)[0])
 
 
-def _offline(folder: Path, exponent: float | None = None, clock_beta: float | None = None) -> int:
-    from pptl.tune.calibrate import clock_alpha
-
+def _offline(folder: Path, exponent: float | None = None) -> int:
     res = {}
     for p in sorted(folder.glob("*.json")):
         saved = json.loads(p.read_text())
         if exponent is not None:  # what the launch would give with the duty exponent fixed (device.duty_exponent)
             saved["config"] = {**saved["config"], "device": {"duty_exponent": exponent}}
-        alpha = clock_alpha(clock_exponent(saved), clock_beta) if clock_beta is not None else None
-        if alpha is not None:  # the rule at another beta
-            saved["config"] = {**saved["config"], "device": {"duty_exponent": alpha}}
         ev = _evaluate(saved)
         res[p.stem] = ev
         c = ev["checks"]

@@ -1,16 +1,22 @@
 """What a measured run's clock record (``meta.extra.gpu``, written by :mod:`pptl.run.gpuclock`) says
-about its GPUs' power limit: whether the duty law (busy GPUs clock lower under a power cap) was in play.
+about its GPUs' power limit: whether the duty law (busy GPUs clock lower under a power cap) was in play, and
+how far below its top clock each GPU ran.
 
 Both readers of a calibrating run ask it: ``pptl tune --costs-from`` and ``pptl whatif --from``."""
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
-__all__ = ["FREE_CLOCK_SHARE", "clock_exponent", "rank_order", "unthrottled"]
+__all__ = ["CLOCK_DUTY_EXPONENT", "FREE_CLOCK_SHARE", "clock_exponent", "clock_share", "rank_order", "unthrottled"]
 
 #: Share of a rank's samples a power or thermal limit held its clock, under which the rank ran free.
 FREE_CLOCK_SHARE = 0.2
+#: The clock law under a power cap: a GPU busy a share u of the time clocks as u ** -CLOCK_DUTY_EXPONENT, up to
+#: its top clock. Measured apart from any schedule (bench/gpu_duty.py, 2 H200s at their 700 W cap, bursts of
+#: bf16 GEMMs at a chosen share): 1500 MHz at full duty, 1650-1665 at 0.83 (exponent 0.53), 1935-1950 at 0.63
+#: (0.55), the top 1980 at 0.49 (docs/benchmarks.md "The duty law on its own").
+CLOCK_DUTY_EXPONENT = 0.55
 
 
 def rank_order(key: Any) -> tuple[int, int, str]:
@@ -45,6 +51,24 @@ def clock_exponent(gpu: Any, duty: Mapping[int, float]) -> tuple[float, float] |
         return None
     a = -sum((p[0] - mx) * (p[1] - my) for p in pts) / sxx
     return max(p[2] for p in pts) / min(p[2] for p in pts), a
+
+
+def clock_share(gpu: Any, ranks: Iterable[int]) -> dict[int, tuple[float, float]] | None:
+    """Per rank of ``ranks``: (its median SM clock, its GPU's top SM clock) in MHz, the first at most the
+    second. None unless the record has both for every one of ``ranks`` (positive numbers under 1e5).
+    ``gpu``: a measured timeline's ``meta.extra.gpu``, read as hostile (bounded, every value checked)."""
+    if not isinstance(gpu, dict) or len(gpu) > 4096:
+        return None
+    out: dict[int, tuple[float, float]] = {}
+    for r in ranks:
+        g = gpu.get(str(r))
+        if not isinstance(g, dict):
+            return None
+        mhz, top = g.get("sm_mhz"), g.get("max_sm_mhz")
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x < 1e5 for x in (mhz, top)):
+            return None
+        out[r] = (min(float(mhz), float(top)), float(top))
+    return out or None
 
 
 def unthrottled(gpu: Any, ranks: int) -> str | None:

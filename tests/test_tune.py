@@ -569,24 +569,25 @@ def _crossval_calibrated(name: str, full_backward: str | None = None):
 
 
 def test_two_h200_ranks_alike_in_duty_take_the_devices_exponent():
-    """2 H200s, two stages of equal work (5 layers + 2 blocks each): ranks busy 0.79 and 0.86 (a
-    ratio of 1.09) gave alpha 0.70 when fitted; now the device's 0.25."""
+    """2 H200s, two stages of equal work (5 layers + 2 blocks each), no clock record: ranks busy 0.79 and
+    0.86 (a ratio of 1.09) gave alpha 0.70 when fitted; now the device's, the clock law's 0.55 x 0.55."""
     from pptl.tune.calibrate import DEVICE_DUTY_EXPONENT
 
     tc, _, notes = _crossval_calibrated("h3072-t4096-l5-m6")
-    assert tc.duty_exponent == DEVICE_DUTY_EXPONENT == 0.25
-    assert notes[0].startswith("duty exponent 0.25: the run's ranks (busy 0.79, 0.86 of the step) do not show")
+    assert tc.duty_exponent == DEVICE_DUTY_EXPONENT == pytest.approx(0.3025)
+    assert notes[0].startswith("duty exponent 0.3025: the run's ranks (busy 0.79, 0.86 of the step) do not show")
 
 
 def test_ranks_that_differ_in_duty_fit_the_exponent_from_f_and_b_only():
     """Busy 0.64 and 0.95 (ratio 1.48): fitted from the run's F and B (its I and W are halves of B,
     not measurements), 0.294, clamped to at most 0.5. Busy 0.63 and 0.84 (1.33, under 1.4): the device's
-    0.25, where the fit would say 0.23."""
+    0.3025, where the fit would say 0.23."""
     tc, _, notes = _crossval_calibrated("h6144-t2048-l6-m12")
     assert tc.duty_exponent == pytest.approx(0.294, abs=0.001)
     assert "fitted" in notes[0] and "clamped to 0..0.5" in notes[0]
     tc, _, notes = _crossval_calibrated("h8192-t1024-l4-m4")
-    assert tc.duty_exponent == 0.25 and notes[0].startswith("duty exponent 0.25: the run's ranks (busy 0.63, 0.84")
+    assert tc.duty_exponent == pytest.approx(0.3025)
+    assert notes[0].startswith("duty exponent 0.3025: the run's ranks (busy 0.63, 0.84")
 
 
 def test_a_run_whose_b_ran_as_i_then_w_gives_shares_that_sum_to_b_and_no_fresh_gradient():

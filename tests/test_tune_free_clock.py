@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from pptl.power import FREE_CLOCK_SHARE, unthrottled
 from pptl.tune.calibrate import calibrate_tune
 from pptl.tune.model import tune_config_from_mapping
@@ -53,18 +55,20 @@ def _calibrate(tmp_path: Path, gpu: dict | None) -> tuple[float | None, list[str
     return tc.duty_exponent, notes
 
 
-def test_a_capped_run_keeps_the_device_exponent_and_a_free_one_has_none(tmp_path: Path):
-    # The run as measured (2 H200s, both ranks held by the 700 W cap in every sample, busy 0.90 and
-    # 0.90: too alike to fit from) takes the device's 0.25; the same run with its record saying the
-    # GPUs ran free takes 0; without a record, as before the record existed, 0.25.
+def test_a_capped_run_takes_the_clock_law_and_a_free_one_has_none(tmp_path: Path):
+    # The run as measured (2 H200s, both ranks held by the 700 W cap in every sample, busy 0.90 and 0.90,
+    # at 1470 and 1485 MHz of 1980) takes the clock law's 0.55 x 0.55 = 0.3025; the same run with its record
+    # saying the GPUs ran free takes 0; without a record (too alike to fit from) the device's, the same 0.3025.
     alpha, notes = _calibrate(tmp_path, json.loads((DATA / "h4864-t2304-l8-m10.json").read_text())["base"]["meta"]
                               ["extra"]["gpu"])
-    assert alpha == 0.25
+    assert alpha == pytest.approx(0.3025)
+    assert any(n.startswith("duty exponent 0.303 from the clock law") for n in notes), notes
     alpha, notes = _calibrate(tmp_path, _gpu(0.0, 0.05))
     assert alpha == 0.0
     assert any(n.startswith("duty exponent 0: the run's GPUs were not held") for n in notes), notes
-    alpha, _ = _calibrate(tmp_path, None)
-    assert alpha == 0.25
+    alpha, notes = _calibrate(tmp_path, None)
+    assert alpha == pytest.approx(0.3025)
+    assert any(n.startswith("duty exponent 0.3025: the run's ranks (busy 0.90, 0.90") for n in notes), notes
 
 
 def test_whatif_learns_no_duty_exponent_from_a_run_that_ran_free(tmp_path: Path):

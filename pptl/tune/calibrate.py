@@ -15,11 +15,14 @@ see), or without it splits B in the model's I:W ratio (half each if the model gi
 Under a power cap a busy GPU clocks lower (``device.duty_exponent``, alpha: compute takes
 ``u ** alpha`` of its full-duty time on a rank busy a share ``u`` of the step). The run's ranks
 differ in duty (1F1B's first and last ranks are the busiest), so each stage's time is first
-divided by its rank's ``u ** alpha``; the costs are then full-duty costs. alpha is the config's,
-or fitted (:func:`fit_duty_exponent`): with the model's embedding and head given relative to a
-layer, every stage's work is known up to the layer's cost, and the stages' times against their
-ranks' duty give alpha by least squares (clamped to 0..0.5). Where the ranks' duty differs by less
-than :data:`MIN_DUTY_SPREAD` alpha is the device's (:data:`DEVICE_DUTY_EXPONENT` on a CUDA run, 0 on CPU).
+divided by its rank's ``u ** alpha``; the costs are then full-duty costs. alpha is the config's; else 0
+where the run's clock record shows no rank held by a power or thermal limit; else, where the record
+gives each rank's clock, the clock law's (:data:`DEVICE_DUTY_EXPONENT`), each rank then no faster than
+its clock's distance to the GPU's top clock allows (``TuneConfig.duty_floor``); else fitted
+(:func:`fit_duty_exponent`): with the model's embedding and head given relative to a layer, every
+stage's work is known up to the layer's cost, and the stages' times against their ranks' duty give
+alpha by least squares (clamped to 0..0.5). Where the ranks' duty differs by less than
+:data:`MIN_DUTY_SPREAD` alpha is the device's (:data:`DEVICE_DUTY_EXPONENT` on a CUDA run, 0 on CPU).
 
 When the run recorded peak memory per rank (``pptl run`` on CUDA), the memory model's coefficients
 are fitted to it (:func:`pptl.tune.memory.fit_memory`): the activation scale of the run's backward
@@ -37,6 +40,7 @@ from pptl.config import Workload
 from pptl.errors import InputError
 from pptl.formats._quote import counted
 from pptl.planning import b_parts
+from pptl.power import CLOCK_DUTY_EXPONENT, clock_exponent, clock_share, unthrottled
 from pptl.tune.model import LayerCost, ModelDesc, TuneConfig, Work
 from pptl.tune.split import even_split
 
@@ -55,17 +59,16 @@ MIN_DUTY_SPREAD = 1.4
 #: Largest alpha: under a power cap P ~ f**k with k >= 2, so a rank's clock, and its op time, move at
 #: most as duty ** (1/2).
 MAX_DUTY_EXPONENT = 0.5
-#: alpha of a CUDA run whose ranks cannot show it (about equally busy): what 4-rank 1F1B runs on
-#: H200s at their 700 W cap showed (0.25, 0.25, 0.29; docs/tune.md "Duty cycle"), a property of
-#: the device, not of a model. ``device.duty_exponent`` sets another GPU's.
-DEVICE_DUTY_EXPONENT = 0.25
-#: The clock rule: where the calibrating run's ranks differ in busy share by CLOCK_RATIO or more and its clock
-#: record says how their SM clocks went with it (clock ~ duty ** -a, :func:`pptl.power.clock_exponent`), alpha is
-#: CLOCK_BETA x a, clamped to CLOCK_CLAMP. An op's time follows the clock only in part (memory-bound kernels
-#: do not slow with it): over the 70 stored launches, alpha = 0.55 a passed the families line in 45 where the
-#: fit-or-device rule passed 43, changing no pick or Spearman line; then the four shapes drawn after it was fixed
-#: (NINETEENTH_SHAPES, TWENTIETH_SHAPES) passed 4 of 4 where the old rule passed 2 (docs/tune.md "The clock rule").
-CLOCK_BETA, CLOCK_RATIO, CLOCK_CLAMP = 0.55, 1.1, (0.15, 0.35)
+#: An op's time goes with its GPU's SM clock as clock ** -CLOCK_BETA, not as 1 / clock: memory-bound kernels
+#: (norms, activations between the GEMMs) do not slow with the clock. Median of 114 groups of one stage's
+#: forward across candidates whose clocks differ by 8% or more, on 2 H200s (most 0.3-0.8; docs/tune.md).
+CLOCK_BETA = 0.55
+#: alpha under a power cap, the clock law (:data:`pptl.power.CLOCK_DUTY_EXPONENT`) times CLOCK_BETA: the clock
+#: goes as duty ** -0.55 and an op's time as clock ** -0.55. It is what a run that recorded capped clocks
+#: uses, each rank then no faster than at its top clock (``TuneConfig.duty_floor``), and what a CUDA run whose
+#: ranks cannot show it (about equally busy, no clock record) uses; ``device.duty_exponent`` sets another GPU's.
+#: Both factors were measured before it was adopted (docs/tune.md "The clock law").
+DEVICE_DUTY_EXPONENT = CLOCK_DUTY_EXPONENT * CLOCK_BETA
 #: A layer's full-duty forward (ms, CUDA) under which ``pptl tune`` warns that the runtime's host, which
 #: the model does not time, may bound the step. On 2 H200s (pptl run's MLP blocks) the shapes of 0.12, 0.25
 #: and 0.31 ms layers ran plans 3-16% slower than ranked (at 0.12 and 0.25 ms each consumer of a two-chunk plan
@@ -73,14 +76,6 @@ CLOCK_BETA, CLOCK_RATIO, CLOCK_CLAMP = 0.55, 1.1, (0.15, 0.35)
 #: interleaved 1F1B's rank 1 ran its F 14% over the model); from 0.36 ms up (h2688-t1792, h2048-t3072,
 #: h2560-t2048, h2304, h4096-t1024) every family stayed within 3%. 0.35 lies between.
 SHORT_LAYER_MS = 0.35
-
-
-def clock_alpha(clock: tuple[float, float] | None, beta: float = CLOCK_BETA) -> float | None:
-    """The clock rule's alpha from (busy ratio, clock exponent a) of :func:`pptl.power.clock_exponent`:
-    ``beta`` x a clamped to CLOCK_CLAMP where the ratio is CLOCK_RATIO or more, else None."""
-    if clock is None or not clock[0] >= CLOCK_RATIO:
-        return None
-    return min(CLOCK_CLAMP[1], max(CLOCK_CLAMP[0], beta * clock[1]))
 
 
 def split_shares(model: ModelDesc, f: float, b: float) -> tuple[float, float] | None:
@@ -377,18 +372,21 @@ def _normalise_duty(tc: TuneConfig, tl: Any, split: Sequence[int], stages: dict[
     u = [duty[rank_of[s]] for s in range(S)]
     shown = ", ".join(f"{duty[r]:.2f}" for r in sorted(duty))
     alpha = tc.duty_exponent
-    from pptl.power import clock_exponent, unthrottled
-
-    free = unthrottled(tl.meta.extra.get("gpu"), len(duty)) if alpha is None else None
+    gpu = tl.meta.extra.get("gpu")
+    free = unthrottled(gpu, len(duty)) if alpha is None else None
     if free is not None:
         alpha = 0.0
         notes.append(f"duty exponent 0: the run's GPUs were not held by a power or thermal limit ({free}), so an "
                      "op's speed does not depend on how busy its rank is (set device.duty_exponent to override)")
-    clock = clock_exponent(tl.meta.extra.get("gpu"), duty) if alpha is None else None
-    if clock is not None and (alpha := clock_alpha(clock)) is not None:
-        notes.append(f"duty exponent {alpha:.3f} from the run's clocks: ranks busy {shown} of the step, their SM "
-                     f"clocks going as duty^-{clock[1]:.3f}; {CLOCK_BETA:g} of it, clamped to "
-                     f"{CLOCK_CLAMP[0]:g}..{CLOCK_CLAMP[1]:g} (set device.duty_exponent to fix it)")
+    clocks = clock_share(gpu, sorted(duty)) if free is None else None
+    if clocks is not None and alpha is None:
+        alpha = DEVICE_DUTY_EXPONENT
+        slope = clock_exponent(gpu, duty)
+        notes.append(f"duty exponent {alpha:.3f} from the clock law: under its power cap a GPU clocks as "
+                     f"duty^-{CLOCK_DUTY_EXPONENT:g} and an op takes clock^-{CLOCK_BETA:g}"
+                     + (f" (this run's ranks, busy {shown} of the step, clocked as duty^-{slope[1]:.2f})"
+                        if slope is not None and slope[0] >= 1.05 else "")
+                     + " (set device.duty_exponent to fix it)")
     if alpha is None:
         m = tc.model
         ran = {e.kind for e in tl.events}  # a run of full backwards reports I and W as halves of B: not data
@@ -406,7 +404,7 @@ def _normalise_duty(tc: TuneConfig, tl: Any, split: Sequence[int], stages: dict[
             alpha = DEVICE_DUTY_EXPONENT if cuda else 0.0
             notes.append(f"duty exponent {alpha:g}: the run's ranks (busy {shown} of the step) do not show how speed "
                          f"depends on duty (too alike, or their times scatter more than duty explains); "
-                         + ("that of H200s at their power cap (set device.duty_exponent for another GPU)" if cuda
+                         + ("the clock law's, H200s at their power cap (set device.duty_exponent for another GPU)" if cuda
                             else "not a GPU run"))
         else:
             alpha = min(MAX_DUTY_EXPONENT, max(0.0, fitted))
@@ -420,7 +418,15 @@ def _normalise_duty(tc: TuneConfig, tl: Any, split: Sequence[int], stages: dict[
     if alpha <= 0:
         return replace(tc, duty_exponent=0.0), stages
     full = {s: {k: v / u[s] ** alpha for k, v in stages[s].items()} for s in range(S)}
-    return replace(tc, duty_exponent=alpha), full
+    if clocks is None:
+        return replace(tc, duty_exponent=alpha), full
+    # The run timed each rank at its clock; at its top clock the rank's ops take (clock / top) ** CLOCK_BETA
+    # of that, which no duty under the run's gives them: relative to full duty, that times u ** alpha.
+    floor = {r: (mhz / top) ** CLOCK_BETA * duty[r] ** alpha for r, (mhz, top) in clocks.items()}
+    notes.append("each rank no faster than at its top clock: " + ", ".join(
+        f"rank {r} ran at {mhz:.0f} of {top:.0f} MHz (its ops at least x{floor[r]:.3f} of their full-duty time)"
+        for r, (mhz, top) in sorted(clocks.items())))
+    return replace(tc, duty_exponent=alpha, duty_floor=floor), full
 
 
 def _fit_memory(tc: TuneConfig, meta: Any, split: Sequence[int], memory: dict) -> tuple[TuneConfig, str | None]:

@@ -192,6 +192,9 @@ class TuneConfig:
     duty_exponent: float | None = None
     """alpha of ``device.duty_exponent``: a rank busy a share u of the step runs its compute at
     u ** alpha of the full-duty cost (None: fitted by ``--costs-from`` where the run allows, else 0)."""
+    duty_floor: Mapping[int, float] = field(default_factory=dict)
+    """Per rank, the least factor its compute takes relative to full duty: its time at its GPU's top clock,
+    however idle the rank (``--costs-from`` a run that recorded its clocks). A rank not named has none."""
     jitter: Jitter | None = None
     """Per-op and per-step variation (``device.jitter``, or measured by ``--costs-from``): each
     candidate's step gets a spread from it (:mod:`pptl.tune.spread`); None: no spread."""

@@ -461,7 +461,7 @@ def _timing(tc: TuneConfig, st: Structure, schedule: Schedule, ctx: Context, sp:
     duty: tuple[float, ...] = ()
     dur: list[float] = []
     # Under a power cap a busy GPU clocks lower: compute runs at duty ** alpha of its full-duty
-    # time. The duty depends on the timing, so iterate to a fixed point (a few passes converge:
+    # time, and no faster than at the GPU's top clock. The duty depends on the timing, so iterate to a fixed point (a few passes converge:
     # each rescale moves the makespan by a fraction of alpha times the change in duty).
     for k in range(_DUTY_PASSES if alpha > 0 else 1):
         dur = durations(schedule, used)
@@ -483,7 +483,8 @@ def _timing(tc: TuneConfig, st: Structure, schedule: Schedule, ctx: Context, sp:
         duty = new
         if done or k == _DUTY_PASSES - 1:
             break  # start/end stay those of ``used``
-        used = replace(costs, rank_scale={r: max(d, 1e-3) ** alpha for r, d in enumerate(duty)})
+        used = replace(costs, rank_scale={r: max(tc.duty_floor.get(r, 0.0), max(d, 1e-3) ** alpha)
+                                          for r, d in enumerate(duty)})
     return Timing(start, end, dur, duty, used)
 
 
