@@ -165,7 +165,7 @@ FIFTEENTH_SHAPES = (Shape("h4224-t3072-l7-m4-p4", 4224, 3072, 28, 1, 2, 4, pp=4)
                     Shape("h2304-t4352-l9-m22-p4", 2304, 4352, 36, 2, 2, 22, pp=4))
 #: The groups below, at pp 2, were each drawn by ``python bench/draw_shapes.py tune SEED N`` (DRAWN_SEEDS) and
 #: committed before their run, the model unchanged, but for TWENTIETH_SHAPES, drawn with the clock rule (alpha from the
-#: calibrating ranks' clocks) just adopted, and TWENTYFIFTH_SHAPES, drawn with the clock law (pptl.tune.calibrate.
+#: calibrating ranks' clocks) just adopted, and TWENTYFIFTH_SHAPES and after, drawn with the clock law (pptl.tune.calibrate.
 #: DEVICE_DUTY_EXPONENT, TuneConfig.duty_floor) just adopted; docs/benchmarks.md gives each one's date and results.
 SIXTEENTH_SHAPES = (Shape("h3584-t2048-l5-m14", 3584, 2048, 10, 2, 3, 14),
                     Shape("h2816-t2304-l10-m5", 2816, 2304, 20, 1, 2, 5))
@@ -185,6 +185,8 @@ TWENTYTHIRD_SHAPES = (Shape("h7424-t3584-l4-m4", 7424, 3584, 8, 1, 2, 4),)
 TWENTYFOURTH_SHAPES = (Shape("h5632-t2304-l15-m5", 5632, 2304, 30, 2, 4, 5),)
 TWENTYFIFTH_SHAPES = (Shape("h3328-t1792-l5-m13", 3328, 1792, 10, 2, 3, 13),
                       Shape("h4736-t3328-l15-m5", 4736, 3328, 30, 1, 3, 5))
+TWENTYSIXTH_SHAPES = (Shape("h2048-t3584-l10-m8", 2048, 3584, 20, 2, 3, 8),
+                      Shape("h3840-t4608-l5-m12", 3840, 4608, 10, 1, 4, 12))
 #: The held-out groups ``--shapes`` names.
 GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "steady": STEADY_SHAPES,
           "balanced": BALANCED_SHAPES, "user": USER_SHAPES, "sixth": SIXTH_SHAPES, "seventh": SEVENTH_SHAPES,
@@ -195,14 +197,16 @@ GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "stea
           "seventeenth": SEVENTEENTH_SHAPES, "eighteenth": EIGHTEENTH_SHAPES, "nineteenth": NINETEENTH_SHAPES,
           "twentieth": TWENTIETH_SHAPES, "twentyfirst": TWENTYFIRST_SHAPES,
           "twentysecond": TWENTYSECOND_SHAPES, "twentythird": TWENTYTHIRD_SHAPES,
-          "twentyfourth": TWENTYFOURTH_SHAPES, "twentyfifth": TWENTYFIFTH_SHAPES}
+          "twentyfourth": TWENTYFOURTH_SHAPES, "twentyfifth": TWENTYFIFTH_SHAPES,
+          "twentysixth": TWENTYSIXTH_SHAPES}
 #: The seed ``bench/draw_shapes.py tune`` drew each script-drawn group from (its size and pp are the group's):
 #: tests/test_draw_shapes.py draws each again.
 DRAWN_SEEDS = {"eleventh": 202611280000, "twelfth": 202611280100, "thirteenth": 202611280200,
                "fourteenth": 202611280300, "fifteenth": 202611280400, "sixteenth": 202611280500,
                "seventeenth": 202611280600, "eighteenth": 202611280700, "nineteenth": 202611280800,
                "twentieth": 202611280900, "twentyfirst": 202611281000, "twentysecond": 202611281100,
-               "twentythird": 202611281200, "twentyfourth": 202611281300, "twentyfifth": 202611281400}
+               "twentythird": 202611281200, "twentyfourth": 202611281300, "twentyfifth": 202611281400,
+               "twentysixth": 202611281500}
 #: CPU smoke shapes (gloo, float32): the script end to end in seconds.
 TINY = (Shape("tiny-a", 64, 16, 8, 1, 3, 4), Shape("tiny-b", 32, 8, 4, 1, 2, 6),
         Shape("tiny-p4", 32, 8, 8, 1, 2, 8, pp=4))
