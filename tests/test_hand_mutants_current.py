@@ -1,8 +1,8 @@
 """The hand-written mutants (tests/hand_mutants.py) still point at code that exists.
 
 Running them takes minutes and is not part of ``make test``; this checks, in a second, that each
-edit's text is in its file exactly once and that each named test file exists, so a mutant does not
-go stale unseen when the code it mutates moves."""
+edit's text is in its file exactly once and that each named test exists, so a mutant does not go stale
+unseen when the code it mutates, or the test that kills it, moves."""
 from __future__ import annotations
 
 import importlib.util
@@ -25,7 +25,9 @@ def test_each_mutant_edits_one_place_that_exists(m):
     assert text.count(m.old) == 1, f"{m.name}: {m.old!r} found {text.count(m.old)} times in {m.path}"
     assert m.old != m.new
     for t in m.tests:
-        assert (ROOT / t.split("::")[0]).is_file(), t
+        path, _, name = t.partition("::")
+        assert (ROOT / path).is_file(), t
+        assert not name or f"def {name.split('[')[0]}(" in (ROOT / path).read_text(), t
 
 
 def test_mutant_names_are_unique():

@@ -258,6 +258,16 @@ MISSES = {
     "h2048-t2560-l15-m5": ("families",),
     "h3456-t3072-l7-m12": ("spearman",),
     "h4096-t1024-l8-m8": ("families",),
+    # TWENTYFIFTH to TWENTYSEVENTH_SHAPES (drawn by `draw_shapes.py tune 202611281400/1500/1600 2` and committed before
+    # their run with the clock law adopted, 2 H200s, 2026-11-28 12:29-12:42 UTC): h4736-t3328 and h2560-t5376 pass
+    # every line; h3328-t1792 every line but Spearman (0.88, every candidate within 2.7%, the launch's retest 0.97);
+    # h2048-t3584 every line but the families, the capped V-Half +3.6% (at the balanced split +3.0%); h3840-t4608 by
+    # looped-BFS alone (-4.1%, all twelve micro-batches in flight, far over the limit); h2176-t2048 (0.295 ms layers,
+    # warned of) interleaved 1F1B -4.6%, looped-BFS -3.9%, DualPipe -3.6%.
+    "h3328-t1792-l5-m13": ("spearman",),
+    "h2048-t3584-l10-m8": ("families",),
+    "h3840-t4608-l5-m12": ("families",),
+    "h2176-t2048-l5-m24": ("families",),
 }
 #: Largest error of any candidate today, per shape where it is above the 9.5% bound of the others: the short
 #: layers the host paces. The clock law took h2176-t1792-l11-m15-p4's synthesised order from -13.8% to within 3.4%.
@@ -279,8 +289,9 @@ def test_every_shape_unlike_the_bench_that_was_measured_is_kept() -> None:
     # thirteenth's one (bench/draw_shapes.py); the fourteenth's three at pp 4 on 4 GPUs, the sixteenth's two and the
     # seventeenth's two (its first hung the run until tests/test_run_held_sends.py's fix), the eighteenth's two,
     # the nineteenth's two, the twentieth's two; the twentieth's second again (<name>-fixed), the twenty-first's
-    # two, the twenty-second's two, the twenty-third's one and the twenty-fourth's one
-    assert len(shapes) == 81 and len({s["name"] for s in shapes}) == 63
+    # two, the twenty-second's two, the twenty-third's one, the twenty-fourth's one, and the twenty-fifth to
+    # twenty-seventh's two each
+    assert len(shapes) == 87 and len({s["name"] for s in shapes}) == 69
     assert sorted(s["name"] for s in shapes if s.get("pp", 2) == 4) == [
         "h2176-t1792-l11-m15-p4", "h3456-t2560-l7-m19-p4", "h3584-t5888-l9-m5-p4"]
     assert {s["hidden"] for s in shapes} >= {2048, 4096, 8192}
@@ -317,15 +328,15 @@ def test_gpu_shape_re_ranked_offline(evaluated: dict, name: str) -> None:
 
 def test_split_backward_w_runs_over_the_model_and_i_under() -> None:
     """The I:W split derived from a run of full backwards (FLOPs and bytes at one GEMM rate) gives W
-    too little of B: on h5120-t1024-l10-m6 every rank of every plan with I and W ran its W further over
-    the model than its I (W +1.0..+9.5%, I -12.1..-0.6%; +1.9..+10.6% and -11.3..+0.2% at the exponent
-    fitted before the busy-share ratio to fit it from was 1.4)."""
+    too little of B: on h5120-t1024-l10-m6 every rank of every plan with I and W ran its W over the model
+    and further over it than its I, by 5.8 points or more (W +0.2..+9.4%, I -12.8..+0.7% under the clock
+    law; +1.0..+9.5% and -12.1..-0.6% at the device's old 0.25)."""
     saved = json.loads((DATA / "h5120-t1024-l10-m6.json").read_text())
     rows = [a for a in tune_crossval.attribute(saved) if any(k == "W" for _, k in a.kinds)]
     assert len(rows) >= 9
     for a in rows:
         for r in (0, 1):
-            assert a.kinds[(r, "W")] > 0.009 and a.kinds[(r, "W")] > a.kinds[(r, "I")], (a.label, a.kinds)
+            assert a.kinds[(r, "W")] > 0.001 and a.kinds[(r, "W")] > a.kinds[(r, "I")] + 0.055, (a.label, a.kinds)
 
 
 FRESH = [s.name for s in tune_crossval.FRESH_SHAPES + tune_crossval.LATER_SHAPES]
@@ -435,12 +446,12 @@ def duty_splits() -> dict[str, list]:
 
 def test_two_chunk_rank0_error_is_the_shapes_level_not_the_family(duty_splits: dict[str, list]) -> None:
     """Rank 0 of the families holding two stages a rank measured faster than the model; per shape, its mean
-    error (busy time, in logs) against the one-chunk families' rank 0 on the same shape: on nine of the
+    error (busy time, in logs) against the one-chunk families' rank 0 on the same shape: on eight of the
     twelve shapes with ops within 1.5 points (the error is the shape's, as the calibrating run set the
-    rank's level); on h2048-t3072, h2304 and h3328 (14-24 micro-batches, hidden 2048-3328) 2.0, 2.9 and 2.5
-    points, of which 34-40% (0.8, 1.1 and 0.8) is the duty part: the model ranks rank 0 busier than it
-    measured, because rank 1, which bounds these steps, ran over its level. (At the exponent fitted from
-    busy-share ratios down to 1.15: 2.1, 2.8 and 2.4 points, 40-60% of it duty.)"""
+    rank's level); on h2048-t3072, h2304, h3328 and h5120 (6-24 micro-batches, hidden 2048-5120) 2.1, 2.9,
+    2.4 and 2.0 points under the clock law, of which 23-46% (1.0, 1.2, 1.0 and 0.45) is the duty part: the
+    model ranks rank 0 busier than it measured, because rank 1, which bounds these steps, ran over its level.
+    (At the device's old 0.25 the first three were 2.0, 2.9 and 2.5 points, 34-40% duty, and h5120 within 1.5.)"""
     gaps = {}
     for name, rows in duty_splits.items():
         one = [d.ranks[0] for d in rows if d.chunks == 1]
@@ -452,11 +463,11 @@ def test_two_chunk_rank0_error_is_the_shapes_level_not_the_family(duty_splits: d
 
         gaps[name] = (mean([p.total for p in one]) - mean([p.total for p in two]),
                       mean([p.duty for p in one]) - mean([p.duty for p in two]))
-    long = {"h2048-t3072-l12-m24", "h2304-t2560-l14-m20", "h3328-t3584-l9-m14"}
+    long = {"h2048-t3072-l12-m24", "h2304-t2560-l14-m20", "h3328-t3584-l9-m14", "h5120-t1024-l10-m6"}
     assert len(gaps) == 12
     for name, (gap, duty) in gaps.items():
         if name in long:
-            assert 0.019 < gap < 0.03 and 0.3 * gap < duty < 0.45 * gap, (name, gap, duty)
+            assert 0.019 < gap < 0.03 and 0.2 * gap < duty < 0.5 * gap, (name, gap, duty)
         else:
             assert abs(gap) < 0.015, (name, gap)
 
@@ -490,15 +501,16 @@ def test_calibrating_runs_busier_rank_opens_fast(name: str) -> None:
     micro-batches (h3584-t5888-l9-m5-p4), rank 0 is the exception: 7.9% slower early, its other three ranks 8.5-9.6%
     faster; the other two pp-4 runs open fast on every rank (2.2-12.1%). At the balanced split with 5
     micro-batches of a 630 ms step (h5632-t2304-l15-m5, drawn later) it is rank 1 that opens fast (11.5%),
-    rank 0 1.0% slower early: which rank opens fast is no constant of the split either."""
+    rank 0 1.0% slower early, and so again on h4736-t3328-l15-m5 (5 micro-batches, drawn later still: 11.1%,
+    rank 0 0.4% slower): which rank opens fast is no constant of the split either."""
     saved = json.loads((DATA / f"{name}.json").read_text())
     early = tune_crossval.early_speedup(saved["base"]["events"], tune_crossval.EARLY_MS)
     if name == "h3584-t5888-l9-m5-p4":
         assert early[0] > 0.07 and all(-0.1 < early[r] < -0.08 for r in (1, 2, 3)), early
     elif name.endswith("-p4"):
         assert all(-0.13 < v < -0.02 for v in early.values()) and len(early) == 4, early
-    elif name == "h5632-t2304-l15-m5":
-        assert 0.009 < early[0] < 0.011 and -0.116 < early[1] < -0.114, early
+    elif name in ("h5632-t2304-l15-m5", "h4736-t3328-l15-m5"):
+        assert 0.003 < early[0] < 0.011 and -0.116 < early[1] < -0.110, early
     elif name == "h2048-t1024-l16-m8":
         assert abs(early[1]) < 0.01
     elif name == "h2048-t1024-l16-m8-clk":
@@ -760,9 +772,9 @@ def test_a_base_below_the_weights_it_holds_is_said() -> None:
 
 
 def test_the_short_layer_note_on_the_stored_runs_either_side_of_its_bound(tmp_path: Path) -> None:
-    """h2688-t1536-l6-m25's calibrating run (a layer's forward 0.307 ms; its two-chunk plans ran 3-5% over the
-    model, interleaved's rank 1 F 14%) is warned of; h2688-t1792-l12-m6's (0.362 ms, every family within 3%)
-    is not."""
+    """h2688-t1536-l6-m25's calibrating run (a layer's forward at full duty 0.308 ms under the clock law, 0.307 at
+    the old 0.25; its two-chunk plans ran 3-5% over the model, interleaved's rank 1 F 14%) is warned of;
+    h2688-t1792-l12-m6's (0.365 ms, 0.362 at 0.25; every family within 3%) is not."""
     from pptl.tune.calibrate import calibrate_tune
     from pptl.tune.model import tune_config_from_mapping
 
@@ -773,9 +785,9 @@ def test_the_short_layer_note_on_the_stored_runs_either_side_of_its_bound(tmp_pa
         base.write_text(json.dumps(saved["base"]))
         tc, _, notes = calibrate_tune(tune_config_from_mapping(saved["config"], source=name), base)
         seen[name] = (round(tc.model.layer.F, 3), [n for n in notes if n.startswith("a layer's forward takes")])
-    assert seen["h2688-t1536-l6-m25"][0] == 0.307
-    assert seen["h2688-t1536-l6-m25"][1] and "0.307 ms, under 0.35" in seen["h2688-t1536-l6-m25"][1][0]
-    assert seen["h2688-t1792-l12-m6"] == (0.362, [])
+    assert seen["h2688-t1536-l6-m25"][0] == 0.308
+    assert seen["h2688-t1536-l6-m25"][1] and "0.308 ms, under 0.35" in seen["h2688-t1536-l6-m25"][1][0]
+    assert seen["h2688-t1792-l12-m6"] == (0.365, [])
 
 
 def test_the_duty_exponent_is_named_once_with_where_it_came_from(tmp_path: Path) -> None:
@@ -801,7 +813,7 @@ def test_the_duty_exponent_is_named_once_with_where_it_came_from(tmp_path: Path)
 
 def test_whatif_of_the_plan_tune_wrote_from_the_run_that_calibrated_it(tmp_path: Path) -> None:
     """The flow a user runs: ``pptl tune --costs-from run -o best.json`` picks ZB-H1 on h2688-t1536-l6-m25
-    (185.2 ms; measured 186.99 on 2 H200s), then ``pptl whatif best.json --from run``. The run is 1F1B (its B as
+    (185.9 ms; measured 186.99 on 2 H200s), then ``pptl whatif best.json --from run``. The run is 1F1B (its B as
     I then W, each marked): whatif takes I and W from those marks and their variation from the B they were
     parts of, where it stopped with "the run has no I on stage 0" before. With the marks removed the run has
     nothing for I and W, and says so in one line (exit 2)."""
@@ -816,7 +828,7 @@ def test_whatif_of_the_plan_tune_wrote_from_the_run_that_calibrated_it(tmp_path:
     cfg.write_text(yaml.safe_dump({**saved["config"], "memory_limit": saved["limit_mib"]}))
     res = CliRunner().invoke(app, ["tune", str(cfg), "--costs-from", str(run), "-o", str(best)])
     assert res.exit_code == 0, res.output
-    assert "best: zb-h1 m=25 split=balanced: step 185.2" in res.stdout
+    assert "best: zb-h1 m=25 split=balanced: step 185.9" in res.stdout
     res = CliRunner().invoke(app, ["whatif", str(best), "--from", str(run), "-n", "400", "--seed", "0",
                                    "--output", "json"])
     assert res.exit_code == 0, res.output

@@ -34,7 +34,8 @@ the time per FLOP and per byte, which then give I and W (:mod:`pptl.tune.calibra
 cap, a rank busy a share ``u`` of the step runs its compute at ``u ** alpha`` of its full-duty
 duration (an idle-ish GPU keeps higher clocks). The costs above are then full-duty durations and
 the timing iterates simulate -> per-rank duty -> rescale (:mod:`pptl.tune.rank`). Not given, it
-is 0 (no effect), or fitted by ``--costs-from`` from the run's ranks when their duty differs.
+is 0 (no effect), or ``--costs-from`` sets it from the run (:mod:`pptl.tune.calibrate`: the clock law
+where the run recorded its clocks, each rank then no faster than at its top clock).
 
 ``device.jitter`` gives each kind's relative deviation of one op and the step's (``--costs-from``
 measures them): every candidate's step then carries a p05-p95 spread (:mod:`pptl.tune.spread`).
