@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping
 
-__all__ = ["CLOCK_DUTY_EXPONENT", "FREE_CLOCK_SHARE", "clock_exponent", "clock_share", "rank_order", "unthrottled"]
+__all__ = ["CLOCK_DUTY_EXPONENT", "FREE_CLOCK_SHARE", "clock_exponent", "rank_clocks", "rank_order", "unthrottled"]
 
 #: Share of a rank's samples a power or thermal limit held its clock, under which the rank ran free.
 FREE_CLOCK_SHARE = 0.2
@@ -53,7 +53,7 @@ def clock_exponent(gpu: Any, duty: Mapping[int, float]) -> tuple[float, float] |
     return max(p[2] for p in pts) / min(p[2] for p in pts), a
 
 
-def clock_share(gpu: Any, ranks: Iterable[int]) -> dict[int, tuple[float, float]] | None:
+def rank_clocks(gpu: Any, ranks: Iterable[int]) -> dict[int, tuple[float, float]] | None:
     """Per rank of ``ranks``: (its median SM clock, its GPU's top SM clock) in MHz, the first at most the
     second. None unless the record has both for every one of ``ranks`` (positive numbers under 1e5).
     ``gpu``: a measured timeline's ``meta.extra.gpu``, read as hostile (bounded, every value checked)."""

@@ -708,10 +708,10 @@ def test_clock_exponent_needs_two_ranks_with_clocks_and_different_duty(gpu: obje
     ({"0": {"sm_mhz": 1485.0, "max_sm_mhz": 1e5}, "1": {"sm_mhz": 1500.0, "max_sm_mhz": 1980}}, None),
     ({"0": [1485.0], "1": {"sm_mhz": 1500.0, "max_sm_mhz": 1980}}, None),
     ([1, 2], None), (None, None)])
-def test_clock_share_needs_every_ranks_clock_and_top(gpu: object, want: dict | None) -> None:
-    from pptl.power import clock_share
+def test_rank_clocks_needs_every_ranks_clock_and_top(gpu: object, want: dict | None) -> None:
+    from pptl.power import rank_clocks
 
-    assert clock_share(gpu, [0, 1]) == want
+    assert rank_clocks(gpu, [0, 1]) == want
 
 
 #: h2688-t6656-l5-m20: a block's weights, 8 h^2 + 5 h bf16 elements, (8 x 2688^2 + 5 x 2688) x 2 B in MiB; as much
@@ -801,8 +801,8 @@ def test_the_duty_exponent_is_named_once_with_where_it_came_from(tmp_path: Path)
     base = tmp_path / "base.measured.json"
     base.write_text(json.dumps(saved["base"]))
     for device, want in ((None, "duty exponent 0.303 from the clock law: under its power cap a GPU clocks as "
-                                "duty^-0.55 and an op takes clock^-0.55 (this run's ranks, busy 0.97, 0.81 of the "
-                                "step, clocked as duty^-0.48)"),
+                                "duty^-0.55 and an op takes clock^-0.55; this run's ranks, busy 0.97, 0.81 of the "
+                                "step, clocked as duty^-0.48 (set device.duty_exponent to fix it)"),
                          (0.3, "duty exponent 0.300 (device.duty_exponent): ranks busy 0.97, 0.81 of the step")):
         config = dict(saved["config"], **({"device": {"duty_exponent": device}} if device is not None else {}))
         tc, _, notes = calibrate_tune(tune_config_from_mapping(config, source="t"), base)

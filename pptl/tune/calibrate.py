@@ -40,7 +40,7 @@ from pptl.config import Workload
 from pptl.errors import InputError
 from pptl.formats._quote import counted
 from pptl.planning import b_parts
-from pptl.power import CLOCK_DUTY_EXPONENT, clock_exponent, clock_share, unthrottled
+from pptl.power import CLOCK_DUTY_EXPONENT, clock_exponent, rank_clocks, unthrottled
 from pptl.tune.model import LayerCost, ModelDesc, TuneConfig, Work
 from pptl.tune.split import even_split
 
@@ -378,13 +378,13 @@ def _normalise_duty(tc: TuneConfig, tl: Any, split: Sequence[int], stages: dict[
         alpha = 0.0
         notes.append(f"duty exponent 0: the run's GPUs were not held by a power or thermal limit ({free}), so an "
                      "op's speed does not depend on how busy its rank is (set device.duty_exponent to override)")
-    clocks = clock_share(gpu, sorted(duty)) if free is None else None
+    clocks = rank_clocks(gpu, sorted(duty)) if free is None else None
     if clocks is not None and alpha is None:
         alpha = DEVICE_DUTY_EXPONENT
         slope = clock_exponent(gpu, duty)
         notes.append(f"duty exponent {alpha:.3f} from the clock law: under its power cap a GPU clocks as "
                      f"duty^-{CLOCK_DUTY_EXPONENT:g} and an op takes clock^-{CLOCK_BETA:g}"
-                     + (f" (this run's ranks, busy {shown} of the step, clocked as duty^-{slope[1]:.2f})"
+                     + (f"; this run's ranks, busy {shown} of the step, clocked as duty^-{slope[1]:.2f}"
                         if slope is not None and slope[0] >= 1.05 else "")
                      + " (set device.duty_exponent to fix it)")
     if alpha is None:
