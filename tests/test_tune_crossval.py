@@ -268,6 +268,10 @@ MISSES = {
     "h2048-t3584-l10-m8": ("families",),
     "h3840-t4608-l5-m12": ("families",),
     "h2176-t2048-l5-m24": ("families",),
+    # TWENTYEIGHTH and TWENTYNINTH_SHAPES (seeds 202611281700 and 1800, committed before their run, 2 H200s,
+    # 13:04-13:12 UTC): three pass every line; h2816-t2816 every line but the families, GPipe -3.1% (twelve
+    # candidates -3.6..-0.4%, the launch spread 1.4%).
+    "h2816-t2816-l9-m7": ("families",),
 }
 #: Largest error of any candidate today, per shape where it is above the 9.5% bound of the others: the short
 #: layers the host paces. The clock law took h2176-t1792-l11-m15-p4's synthesised order from -13.8% to within 3.4%.
@@ -290,8 +294,8 @@ def test_every_shape_unlike_the_bench_that_was_measured_is_kept() -> None:
     # seventeenth's two (its first hung the run until tests/test_run_held_sends.py's fix), the eighteenth's two,
     # the nineteenth's two, the twentieth's two; the twentieth's second again (<name>-fixed), the twenty-first's
     # two, the twenty-second's two, the twenty-third's one, the twenty-fourth's one, and the twenty-fifth to
-    # twenty-seventh's two each
-    assert len(shapes) == 87 and len({s["name"] for s in shapes}) == 69
+    # twenty-ninth's two each
+    assert len(shapes) == 91 and len({s["name"] for s in shapes}) == 73
     assert sorted(s["name"] for s in shapes if s.get("pp", 2) == 4) == [
         "h2176-t1792-l11-m15-p4", "h3456-t2560-l7-m19-p4", "h3584-t5888-l9-m5-p4"]
     assert {s["hidden"] for s in shapes} >= {2048, 4096, 8192}
@@ -501,23 +505,24 @@ def test_calibrating_runs_busier_rank_opens_fast(name: str) -> None:
     micro-batches (h3584-t5888-l9-m5-p4), rank 0 is the exception: 7.9% slower early, its other three ranks 8.5-9.6%
     faster; the other two pp-4 runs open fast on every rank (2.2-12.1%). At the balanced split with 5
     micro-batches of a 630 ms step (h5632-t2304-l15-m5, drawn later) it is rank 1 that opens fast (11.5%),
-    rank 0 1.0% slower early, and so again on h4736-t3328-l15-m5 (5 micro-batches, drawn later still: 11.1%,
-    rank 0 0.4% slower): which rank opens fast is no constant of the split either."""
+    rank 0 1.0% slower early, and so again on two drawn later still (h4736-t3328-l15-m5, 5 micro-batches: 11.1%,
+    rank 0 0.4% slower; h2944-t6400-l7-m11, 11: 11.8%, rank 0 0.4% slower): which rank opens fast is no constant
+    of the split either, but one of them does, by 1-15%, on every balanced run."""
     saved = json.loads((DATA / f"{name}.json").read_text())
     early = tune_crossval.early_speedup(saved["base"]["events"], tune_crossval.EARLY_MS)
     if name == "h3584-t5888-l9-m5-p4":
         assert early[0] > 0.07 and all(-0.1 < early[r] < -0.08 for r in (1, 2, 3)), early
     elif name.endswith("-p4"):
         assert all(-0.13 < v < -0.02 for v in early.values()) and len(early) == 4, early
-    elif name in ("h5632-t2304-l15-m5", "h4736-t3328-l15-m5"):
-        assert 0.003 < early[0] < 0.011 and -0.116 < early[1] < -0.110, early
     elif name == "h2048-t1024-l16-m8":
         assert abs(early[1]) < 0.01
     elif name == "h2048-t1024-l16-m8-clk":
         # its step (64.4 ms) ends 4.4 ms after the window: no (stage, kind) has an op on both sides of it
         assert early == {}
     elif saved.get("calibrate") == "balanced":
-        assert -0.151 < early[0] < -0.009, early
+        assert -0.151 < min(early.values()) < -0.009, early
+        rank1_opens = ("h5632-t2304-l15-m5", "h4736-t3328-l15-m5", "h2944-t6400-l7-m11")
+        assert (early[0] < -0.009) is (name not in rank1_opens), early
     else:
         assert -0.13 < early[1] < -0.025, early
 
