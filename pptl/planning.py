@@ -515,13 +515,13 @@ def costs_from_timeline(timeline: Timeline) -> dict[str, Any]:
     for (stage, key), vals in sums.items():
         if stage >= 0:
             stages.setdefault(stage, {})[key] = sum(vals) / len(vals)
-    parts = _b_part_sums(timeline)
-    if parts is not None and "I" not in means and "W" not in means:
+    sums = _b_part_sums(timeline)
+    if sums is not None and "I" not in means and "W" not in means:
         # B ran as I then W and marked where I ended: its parts, not halves of B (_fill_split's default).
-        n = sum(a[2] for a in parts.values())
-        means["I"], means["W"] = sum(a[0] for a in parts.values()) / n, sum(a[1] for a in parts.values()) / n
-        for s, a in parts.items():
-            stages[s] = {**stages.get(s, {}), "I": a[0] / a[2], "W": a[1] / a[2]}
+        n = sum(a[2] for a in sums.values())
+        means["I"], means["W"] = sum(a[0] for a in sums.values()) / n, sum(a[1] for a in sums.values()) / n
+        for s, part in _part_means(sums).items():
+            stages[s] = {**stages.get(s, {}), **part}
     costs: dict[str, Any] = _fill_split(means)
     # Families whose ops name cost keys other than their kinds (MoE sub-ops, weight-update copies):
     # `pptl run` stores the measured mean per cost key with the timeline.
@@ -557,7 +557,12 @@ def b_parts(tl: Timeline) -> dict[int, dict[str, float]] | None:
     id -> ms from its start); None unless every B of the run has a part inside its own duration.
     The two parts of a stage sum to its mean B; :func:`costs_from_timeline` takes them for I and W."""
     sums = _b_part_sums(tl)
-    return None if sums is None else {s: {"I": a[0] / a[2], "W": a[1] / a[2]} for s, a in sums.items()}
+    return None if sums is None else _part_means(sums)
+
+
+def _part_means(sums: dict[int, list[float]]) -> dict[int, dict[str, float]]:
+    """Per stage, its I and W means from :func:`_b_part_sums`' sums and count."""
+    return {s: {"I": a[0] / a[2], "W": a[1] / a[2]} for s, a in sums.items()}
 
 
 def _b_part_sums(tl: Timeline) -> dict[int, list[float]] | None:

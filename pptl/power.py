@@ -28,6 +28,13 @@ def rank_order(key: Any) -> tuple[int, int, str]:
     return (1, 0, text)
 
 
+def _mhz(value: Any) -> float | None:
+    """A clock from the record (hostile input): a number of MHz, positive and under 1e5; else None."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1e5:
+        return float(value)
+    return None
+
+
 def clock_exponent(gpu: Any, duty: Mapping[int, float]) -> tuple[float, float] | None:
     """(largest over smallest busy share of the ranks with a clock, a): how the ranks' median SM clocks went
     with how busy each was, clock ~ duty ** -a by least squares in logs. None where fewer than two ranks have
@@ -39,9 +46,8 @@ def clock_exponent(gpu: Any, duty: Mapping[int, float]) -> tuple[float, float] |
     for r, g in gpu.items():
         if not (isinstance(r, str) and r.isascii() and r.isdecimal() and len(r) <= 6 and isinstance(g, dict)):
             continue
-        mhz, u = g.get("sm_mhz"), duty.get(int(r))
-        if (isinstance(mhz, (int, float)) and not isinstance(mhz, bool) and 0 < mhz < 1e5
-                and isinstance(u, (int, float)) and 0 < u <= 1):
+        mhz, u = _mhz(g.get("sm_mhz")), duty.get(int(r))
+        if mhz is not None and isinstance(u, (int, float)) and 0 < u <= 1:
             pts.append((math.log(u), math.log(mhz), u))
     if len(pts) < 2:
         return None
@@ -64,10 +70,10 @@ def rank_clocks(gpu: Any, ranks: Iterable[int]) -> dict[int, tuple[float, float]
         g = gpu.get(str(r))
         if not isinstance(g, dict):
             return None
-        mhz, top = g.get("sm_mhz"), g.get("max_sm_mhz")
-        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x < 1e5 for x in (mhz, top)):
+        mhz, top = _mhz(g.get("sm_mhz")), _mhz(g.get("max_sm_mhz"))
+        if mhz is None or top is None:
             return None
-        out[r] = (min(float(mhz), float(top)), float(top))
+        out[r] = (min(mhz, top), top)
     return out or None
 
 

@@ -683,7 +683,8 @@ def _b_split_run(tmp_path: Path, parts: dict[str, object] | None, full_backward:
 def test_a_run_that_marked_each_bs_i_part_calibrates_i_and_w_from_it(tmp_path):
     """The I part of every B took 0.4 of it: a layer's I is 1.2 and W 1.8 (not the model's 1:1,
     nor a share derived from work), the embedding's and head's 2.4 and 3.6."""
-    from pptl.tune.calibrate import b_parts, calibrate_tune
+    from pptl.planning import b_parts
+    from pptl.tune.calibrate import calibrate_tune
 
     path = _b_split_run(tmp_path, None)
     tc, _, notes = calibrate_tune(replace(_cfg(memory_limit=None), duty_exponent=0.0), path)
@@ -709,7 +710,8 @@ def test_b_parts_that_cannot_be_a_part_of_their_b_are_not_used(tmp_path, bad):
     """Input from a file: one value that is not a time inside its B and the run's I:W is derived
     as for a run that never marked it (a share of B from the model's work or ratio: here 1:1)."""
     from pptl.formats.loader import load_any
-    from pptl.tune.calibrate import b_parts, calibrate_tune
+    from pptl.planning import b_parts
+    from pptl.tune.calibrate import calibrate_tune
 
     path = _b_split_run(tmp_path, bad)
     assert b_parts(load_any(path).timeline) is None
@@ -721,7 +723,7 @@ def test_b_parts_that_cannot_be_a_part_of_their_b_are_not_used(tmp_path, bad):
 def test_b_parts_need_a_b_that_ran_as_i_then_w(tmp_path):
     """A B that ran through autograd (no ``full_backward: i-then-w``) has no I part to mark."""
     from pptl.formats.loader import load_any
-    from pptl.tune.calibrate import b_parts
+    from pptl.planning import b_parts
 
     assert b_parts(load_any(_b_split_run(tmp_path, None, full_backward=None)).timeline) is None
 
@@ -731,7 +733,7 @@ def test_a_b_part_at_either_end_of_its_b_is_a_part(tmp_path, at):
     """A mark at B's start (I took none of it) or at its end (all of it, 30 ms here) lies inside B:
     the run's parts are used, that B's stage averaging it with its other three (12 ms each)."""
     from pptl.formats.loader import load_any
-    from pptl.tune.calibrate import b_parts
+    from pptl.planning import b_parts
 
     parts = b_parts(load_any(_b_split_run(tmp_path, {"r3/compute/B s3 mb3": at})).timeline)
     assert parts is not None

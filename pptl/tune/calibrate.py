@@ -6,7 +6,7 @@ on the last, each stage's time is ``n_s * t + [s = 0] e + [s = last] h``. The mi
 the layer's ``t`` (their mean of time / layers); the first and last stage then give ``e`` and ``h``.
 With two stages or fewer there is no middle stage, and ``e`` and ``h`` keep their ratio to ``t``
 from the model description. A run of full backwards that ran each B as I then W and marked where
-its I part ended (``pptl run``: ``meta.extra.b_input_ms``, :func:`b_parts`) measures I and W per
+its I part ended (``pptl run``: ``meta.extra.b_input_ms``, :func:`pptl.planning.b_parts`) measures I and W per
 stage like any other kind. An older run with only full backwards gives I and W from the model's
 ``work`` (:func:`split_shares`: the run's F and B fix a time per GEMM FLOP and per memory-bound
 byte; W's GEMMs, which reduce over the tokens, may run at another rate than F's, which this cannot
@@ -44,7 +44,7 @@ from pptl.power import CLOCK_DUTY_EXPONENT, clock_exponent, rank_clocks, unthrot
 from pptl.tune.model import LayerCost, ModelDesc, TuneConfig, Work
 from pptl.tune.split import even_split
 
-__all__ = ["b_parts", "calibrate_tune", "fit_layer_costs", "fit_duty_exponent", "rank_duty", "short_layer_note",
+__all__ = ["calibrate_tune", "fit_layer_costs", "fit_duty_exponent", "rank_duty", "short_layer_note",
            "split_shares"]
 
 #: Least spread of the run's ranks' duty (max / min) for which alpha is fitted. alpha is the stages'

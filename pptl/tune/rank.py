@@ -461,8 +461,9 @@ def _timing(tc: TuneConfig, st: Structure, schedule: Schedule, ctx: Context, sp:
     duty: tuple[float, ...] = ()
     dur: list[float] = []
     # Under a power cap a busy GPU clocks lower: compute runs at duty ** alpha of its full-duty
-    # time, and no faster than at the GPU's top clock. The duty depends on the timing, so iterate to a fixed point (a few passes converge:
-    # each rescale moves the makespan by a fraction of alpha times the change in duty).
+    # time, and no faster than at the GPU's top clock. The duty depends on the timing, so iterate
+    # to a fixed point (a few passes converge: each rescale moves the makespan by a fraction of
+    # alpha times the change in duty).
     for k in range(_DUTY_PASSES if alpha > 0 else 1):
         dur = durations(schedule, used)
         for v in order:  # type: ignore[union-attr]
