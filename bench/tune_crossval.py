@@ -197,6 +197,8 @@ THIRTIETH_SHAPES = (Shape("h2944-t1792-l10-m21", 2944, 1792, 20, 2, 2, 21),
                     Shape("h5248-t2048-l12-m7", 5248, 2048, 24, 2, 3, 7))
 THIRTYFIRST_SHAPES = (Shape("h4608-t2816-l5-m15", 4608, 2816, 10, 2, 4, 15),
                       Shape("h2432-t7168-l4-m9", 2432, 7168, 8, 2, 4, 9))
+THIRTYSECOND_SHAPES = (Shape("h4992-t3840-l15-m4", 4992, 3840, 30, 2, 3, 4),
+                       Shape("h3456-t1536-l15-m5", 3456, 1536, 30, 1, 2, 5))
 #: The held-out groups ``--shapes`` names.
 GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "steady": STEADY_SHAPES,
           "balanced": BALANCED_SHAPES, "user": USER_SHAPES, "sixth": SIXTH_SHAPES, "seventh": SEVENTH_SHAPES,
@@ -210,7 +212,8 @@ GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "stea
           "twentyfourth": TWENTYFOURTH_SHAPES, "twentyfifth": TWENTYFIFTH_SHAPES,
           "twentysixth": TWENTYSIXTH_SHAPES, "twentyseventh": TWENTYSEVENTH_SHAPES,
           "twentyeighth": TWENTYEIGHTH_SHAPES, "twentyninth": TWENTYNINTH_SHAPES,
-          "thirtieth": THIRTIETH_SHAPES, "thirtyfirst": THIRTYFIRST_SHAPES}
+          "thirtieth": THIRTIETH_SHAPES, "thirtyfirst": THIRTYFIRST_SHAPES,
+          "thirtysecond": THIRTYSECOND_SHAPES}
 #: The seed ``bench/draw_shapes.py tune`` drew each script-drawn group from (its size and pp are the group's):
 #: tests/test_draw_shapes.py draws each again.
 DRAWN_SEEDS = {"eleventh": 202611280000, "twelfth": 202611280100, "thirteenth": 202611280200,
@@ -220,7 +223,8 @@ DRAWN_SEEDS = {"eleventh": 202611280000, "twelfth": 202611280100, "thirteenth": 
                "twentythird": 202611281200, "twentyfourth": 202611281300, "twentyfifth": 202611281400,
                "twentysixth": 202611281500, "twentyseventh": 202611281600,
                "twentyeighth": 202611281700, "twentyninth": 202611281800,
-               "thirtieth": 202611281900, "thirtyfirst": 202611282000}
+               "thirtieth": 202611281900, "thirtyfirst": 202611282000,
+               "thirtysecond": 202611282100}
 #: CPU smoke shapes (gloo, float32): the script end to end in seconds.
 TINY = (Shape("tiny-a", 64, 16, 8, 1, 3, 4), Shape("tiny-b", 32, 8, 4, 1, 2, 6),
         Shape("tiny-p4", 32, 8, 8, 1, 2, 8, pp=4))
