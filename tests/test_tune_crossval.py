@@ -299,8 +299,8 @@ def test_every_shape_unlike_the_bench_that_was_measured_is_kept() -> None:
     # seventeenth's two (its first hung the run until tests/test_run_held_sends.py's fix), the eighteenth's two,
     # the nineteenth's two, the twentieth's two; the twentieth's second again (<name>-fixed), the twenty-first's
     # two, the twenty-second's two, the twenty-third's one, the twenty-fourth's one, and the twenty-fifth to
-    # thirty-first's two each
-    assert len(shapes) == 95 and len({s["name"] for s in shapes}) == 77
+    # thirty-second's two each
+    assert len(shapes) == 97 and len({s["name"] for s in shapes}) == 79
     assert sorted(s["name"] for s in shapes if s.get("pp", 2) == 4) == [
         "h2176-t1792-l11-m15-p4", "h3456-t2560-l7-m19-p4", "h3584-t5888-l9-m5-p4"]
     assert {s["hidden"] for s in shapes} >= {2048, 4096, 8192}
@@ -511,8 +511,9 @@ def test_calibrating_runs_busier_rank_opens_fast(name: str) -> None:
     faster; the other two pp-4 runs open fast on every rank (2.2-12.1%). At the balanced split with 5
     micro-batches of a 630 ms step (h5632-t2304-l15-m5, drawn later) it is rank 1 that opens fast (11.5%),
     rank 0 1.0% slower early, and so again on two drawn later still (h4736-t3328-l15-m5, 5 micro-batches: 11.1%,
-    rank 0 0.4% slower; h2944-t6400-l7-m11, 11: 11.8%, rank 0 0.4% slower): which rank opens fast is no constant
-    of the split either, but one of them does, by 1-15%, on every balanced run."""
+    rank 0 0.4% slower; h2944-t6400-l7-m11, 11: 11.8%, rank 0 0.4% slower; h4992-t3840-l15-m4, 4: 10.9%, rank 0
+    0.9% faster): which rank opens fast is no constant of the split either, but one of them does, by 1-15%, on
+    every balanced run."""
     saved = json.loads((DATA / f"{name}.json").read_text())
     early = tune_crossval.early_speedup(saved["base"]["events"], tune_crossval.EARLY_MS)
     if name == "h3584-t5888-l9-m5-p4":
@@ -524,6 +525,9 @@ def test_calibrating_runs_busier_rank_opens_fast(name: str) -> None:
     elif name == "h2048-t1024-l16-m8-clk":
         # its step (64.4 ms) ends 4.4 ms after the window: no (stage, kind) has an op on both sides of it
         assert early == {}
+    elif name == "h4992-t3840-l15-m4":
+        # rank 1 opens 10.9% fast, rank 0 0.90% (on the 0.9% line the others are held to, to the fifth digit)
+        assert -0.115 < early[1] < -0.10 and -0.0095 < early[0] < -0.0085, early
     elif saved.get("calibrate") == "balanced":
         assert -0.151 < min(early.values()) < -0.009, early
         rank1_opens = ("h5632-t2304-l15-m5", "h4736-t3328-l15-m5", "h2944-t6400-l7-m11")
