@@ -3592,6 +3592,12 @@ MUTANTS: tuple[Mutant, ...] = (
            'late += t - prev',
            (_S2 + 'test_a_launch_stamped_after_its_kernel_started_counts_up_to_the_start',),
            'a launch stamped after its kernel started counts past the host gap in the kernel-launch note'),
+    Mutant('diagnose-figure-input-error', 'pptl/commands/diagnose.py',
+           'except (InvalidScheduleError, InputError):',
+           'except InvalidScheduleError:',
+           (_SW + 'test_diagnose_draws_in_issue_order_when_the_simulator_refuses_the_plan_as_bad_input',),
+           'pptl diagnose -o with a plan the simulator refuses as bad input ends in an error line: no figure, '
+           'no verdict of the dumps'),
 )
 
 

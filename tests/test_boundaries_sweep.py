@@ -127,3 +127,31 @@ def test_the_loss_gradient_is_held_until_the_last_layers_b_attn_ends() -> None:
     spans = [(ops[a].sub, ea, ops[b].sub, eb, n) for a, ea, b, eb, n in s.meta["held"]
              if (ops[a].kind, ops[a].flow, ops[b].kind, ops[b].flow) == ("A2A_COMBINE", "F", "ATTN", "B")]
     assert spans == [(1, 1, 1, 1, 1)]
+
+
+# ------------------------------------------------------------------------------------------------
+# pptl/commands/diagnose.py: a plan the simulator refuses as bad input is drawn in issue order
+
+
+def test_diagnose_draws_in_issue_order_when_the_simulator_refuses_the_plan_as_bad_input(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``pptl diagnose DUMPS --plan P -o fig.svg``: the plan's simulated times only place the pending
+    ops; a plan the simulator refuses (as an invalid schedule or as bad input, e.g. a cost it cannot
+    read) still gets its figure, in issue order, and the verdict of the dumps (the real NCCL order
+    hang: exit 1), not a one-line input error in place of both."""
+    from typer.testing import CliRunner
+
+    import pptl.simulate
+    from pptl.cli import app
+
+    def refuse(*_a: object, **_k: object) -> None:
+        raise InputError("plan.json: field 'costs.F': cannot be timed")
+
+    monkeypatch.setattr(pptl.simulate, "simulate", refuse)
+    fig = tmp_path / "hang.svg"
+    r = CliRunner().invoke(app, ["diagnose", str(FIX / "flight_recorder" / "real_csv_nccl_order"), "--plan",
+                                 str(FIX / "csv" / "invalid" / "hang_nccl_order.csv"), "-o", str(fig)])
+    assert r.exit_code == 1, r.output
+    assert "cannot be timed" not in r.output
+    svg = fig.read_text()
+    assert "SEND_F mb3" in svg and "RECV_B mb0" in svg and "SEND_B mb0" in svg
