@@ -11,27 +11,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hand_graphs import hand_graph as _graph
+from hand_graphs import hand_op as _op
 
 from pptl.config import Config, Costs
 from pptl.errors import InputError, InvalidScheduleError
-from pptl.ir import Op, Schedule
+from pptl.ir import Schedule
 from pptl.schedules import build_schedule
 from pptl.timeline import Event, Timeline, TimelineMeta
 from pptl.tune.model import tune_config_from_mapping
 from pptl.whatif import Jitter, Spread, monte_carlo
 from pptl.whatif.spread import Quantiles
-
-
-def _graph(ops: list[Op], deps: list[tuple[int, int]], pp: int = 1) -> Schedule:
-    lanes: dict[tuple[int, str], list[int]] = {}
-    for i, op in enumerate(ops):
-        lanes.setdefault((op.rank, op.lane), []).append(i)
-    return Schedule(family="hand", pp=pp, num_stages=pp, microbatches=1, ops=ops, lanes=lanes, deps=deps)
-
-
-def _op(name: str, rank: int = 0, mb: int = 0) -> Op:
-    return Op("F", rank, "compute", stage=rank, mb=mb, cost=name)
-
 
 # --- the Monte Carlo sampler ----------------------------------------------------------------------
 
