@@ -515,12 +515,13 @@ def costs_from_timeline(timeline: Timeline) -> dict[str, Any]:
     for (stage, key), vals in sums.items():
         if stage >= 0:
             stages.setdefault(stage, {})[key] = sum(vals) / len(vals)
-    sums = _b_part_sums(timeline)
-    if sums is not None and "I" not in means and "W" not in means:
+    part_sums = _b_part_sums(timeline)
+    if part_sums is not None and "I" not in means and "W" not in means:
         # B ran as I then W and marked where I ended: its parts, not halves of B (_fill_split's default).
-        n = sum(a[2] for a in sums.values())
-        means["I"], means["W"] = sum(a[0] for a in sums.values()) / n, sum(a[1] for a in sums.values()) / n
-        for s, part in _part_means(sums).items():
+        n = sum(a[2] for a in part_sums.values())
+        means["I"] = sum(a[0] for a in part_sums.values()) / n
+        means["W"] = sum(a[1] for a in part_sums.values()) / n
+        for s, part in _part_means(part_sums).items():
             stages[s] = {**stages.get(s, {}), **part}
     costs: dict[str, Any] = _fill_split(means)
     # Families whose ops name cost keys other than their kinds (MoE sub-ops, weight-update copies):
