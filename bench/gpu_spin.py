@@ -41,7 +41,10 @@ def _worker(rank: int, args: Any, shapes: list[tuple[int, int]], out: Any) -> No
     os.environ.setdefault("MASTER_PORT", str(args.port))
     dev = torch.device("cuda", rank)
     torch.cuda.set_device(dev)
-    dist.init_process_group("nccl", rank=rank, world_size=2, device_id=dev)
+    # No device_id: an eagerly initialised group serialises its point-to-point ops with its collectives, so
+    # the barrier below would wait behind the waiting message. Lazily, the pair's messages get a communicator
+    # of their own.
+    dist.init_process_group("nccl", rank=rank, world_size=2)
     side = torch.cuda.Stream(dev)
     big = torch.empty(BIG // 2, dtype=torch.bfloat16, device=dev)
     warm = torch.empty(1024, device=dev)
