@@ -604,10 +604,6 @@ class Executor:
             st.keep.append(t)
             if self.gates is not None:
                 self.gates.open(i, self._step_index, torch.cuda.current_stream())
-                if self.stream_of[i] is not self.compute:
-                    # Beside compute: a send kernel waiting for its receive would spin there, taking SMs
-                    # from the compute (pptl.run.gates); its stream waits for the receive instead.
-                    self.gates.wait_posted(i, self._step_index, torch.cuda.current_stream())
             # inline: NCCL's stream follows compute (no extra hop); the channel's stream waits for the transfer
             inline = self.cuda and self.messages == "inline"
             with torch.cuda.stream(self.compute) if inline else _nullcontext():

@@ -12,16 +12,6 @@ The matching RECV's host waits until that step is published (so the event it wai
 step's, never a stale one), then makes its channel stream wait on the event, then posts the
 receive. Hosts wait only on ops earlier in the plan's linear extension (see
 :mod:`pptl.run.program`), so they can never wait on each other in a cycle.
-
-The other way round: a SEND that runs beside compute (one ``sync-send`` may not hold, or any under
-``overlap``) whose receive is posted late spins just the same, on the sender's GPU (a beside SEND of
-interleaved 1F1B with every micro-batch in one group waited 10 ms while the compute beside it ran 1.5x
-its time, h2688-t1536 on 2 H200s). So every RECV's channel stream also stores, just before the
-receive, the step in a counter of its SEND (:class:`pptl.run.streamflags.StreamFlags`), and a beside
-SEND's stream waits on the GPU for that counter before the send. No host waits for it, so the hosts'
-order is untouched; on the GPUs the SEND waits for what its transfer needs anyway (a send completes
-only with its receive, which :func:`pptl.run.program.held_sends` assumes of every SEND).
-``PPTL_RUN_GATE_SENDS=0`` turns the send side off.
 """
 from __future__ import annotations
 
@@ -37,7 +27,6 @@ import torch.distributed as dist
 
 from pptl.messages import message_key
 from pptl.run.program import Program
-from pptl.run.streamflags import StreamFlags
 
 __all__ = ["Gates", "gates_path"]
 
@@ -54,9 +43,6 @@ def gates_path(rundir: str | None, plan: int) -> Path:
 class Gates:
     """The SEND events of one plan, opened by the ranks that receive them."""
 
-    posted: StreamFlags | None = None
-    """The receives' counters a beside SEND waits for (None: sends not gated)."""
-
     def __init__(self, program: Program, rank: int, device: torch.device, path: Path) -> None:
         """Every rank of the plan builds its Gates together (collectives inside). Failures are
         agreed on: if any rank cannot set them up, none uses them (``self.error`` says why)."""
@@ -69,16 +55,9 @@ class Gates:
                         if op.kind == "RECV" and i in mine}
         self.error: str | None = None
         self._path, self._fd, self._map = path, -1, None
-        self._posted_path = path.with_name(path.name + ".posted")
         n = max(1, len(sends))
-        posted_error = "PPTL_RUN_GATE_SENDS=0" if os.environ.get("PPTL_RUN_GATE_SENDS", "1") == "0" else None
         if rank == 0:
             self._try(lambda: path.write_bytes(_SLOT.pack(-1) * n))
-            if posted_error is None:
-                try:
-                    StreamFlags.create(self._posted_path, n)
-                except OSError as e:
-                    posted_error = f"{type(e).__name__}: {e}"
         dist.barrier()
         self.local: dict[int, torch.cuda.Event] = {}
         handles: dict[int, bytes] = {}
@@ -100,19 +79,9 @@ class Gates:
         if self.error is None:
             self._try(lambda: self.remote.update(
                 {i: torch.cuda.Event.from_ipc_handle(device, merged[s]) for i, s in self.send_of.items()}))
-        if self.error is None and posted_error is None:
-            try:
-                self.posted = StreamFlags(self._posted_path, n)
-            except (OSError, ValueError) as e:
-                posted_error = f"{type(e).__name__}: {e}"
         flags: list = [None] * dist.get_world_size()
-        dist.all_gather_object(flags, (self.error, posted_error))
-        self.error = next((f[0] for f in flags if f[0]), None)
-        # Both ends of a message must agree: a SEND waiting for a counter its receiver never writes hangs.
-        self.posted_error = next((f[1] for f in flags if f[1]), None)
-        if self.posted is not None and (self.error or self.posted_error):
-            self.posted.close()
-            self.posted = None
+        dist.all_gather_object(flags, self.error)
+        self.error = next((f for f in flags if f), None)
 
     @property
     def enabled(self) -> bool:
@@ -142,24 +111,8 @@ class Gates:
                 on_timeout()
             time.sleep(0.00002)
         stream.wait_event(self.remote[recv])
-        if self.posted is not None:  # this receive is next on its stream: its SEND may start
-            self.posted.write(self.slot[self.send_of[recv]], step + 1, stream.cuda_stream)
-
-    def wait_posted(self, send: int, step: int, stream: torch.cuda.Stream) -> None:
-        """Sender of a SEND beside compute: ``stream`` holds, on the GPU, until its receive is next on the
-        receiver's stream in this step (a no-op without :attr:`posted`)."""
-        if self.posted is not None:
-            self.posted.wait(self.slot[send], step + 1, stream.cuda_stream)
 
     def close(self, rank: int) -> None:
-        if self.posted is not None:
-            self.posted.close()
-            self.posted = None
-        if rank == 0 and str(self._posted_path).startswith("/dev/shm/"):
-            try:
-                self._posted_path.unlink()
-            except OSError:
-                pass
         if self._map is not None:
             self._map.close()
         if self._fd >= 0:
