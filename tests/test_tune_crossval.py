@@ -277,6 +277,11 @@ MISSES = {
     # V-Half +6.3%, V-Min +4.3%); h5248-t2048 GPipe -3.1% (all seven micro-batches in flight, far over the limit).
     "h2944-t1792-l10-m21": ("spearman", "families"),
     "h5248-t2048-l12-m7": ("families",),
+    # THIRTY-FOURTH to THIRTY-SIXTH_SHAPES (seeds 202611282300-2500, committed before their run, 2 H200s,
+    # 17:11-17:47 UTC): five pass every line; h4096-t1536-l7-m26 every line but Spearman (0.84, the launch's own
+    # order against itself 0.93): twelve of its fourteen candidates measured within 4.0% of each other (554.4-576.5
+    # ms), every family within 2.1%.
+    "h4096-t1536-l7-m26": ("spearman",),
 }
 #: Largest error of any candidate today, per shape where it is above the 9.5% bound of the others: the short
 #: layers the host paces. The clock law took h2176-t1792-l11-m15-p4's synthesised order from -13.8% to within 3.4%.
@@ -299,8 +304,8 @@ def test_every_shape_unlike_the_bench_that_was_measured_is_kept() -> None:
     # seventeenth's two (its first hung the run until tests/test_run_held_sends.py's fix), the eighteenth's two,
     # the nineteenth's two, the twentieth's two; the twentieth's second again (<name>-fixed), the twenty-first's
     # two, the twenty-second's two, the twenty-third's one, the twenty-fourth's one, and the twenty-fifth to
-    # thirty-fifth's two each
-    assert len(shapes) == 103 and len({s["name"] for s in shapes}) == 85
+    # thirty-sixth's two each
+    assert len(shapes) == 105 and len({s["name"] for s in shapes}) == 87
     assert sorted(s["name"] for s in shapes if s.get("pp", 2) == 4) == [
         "h2176-t1792-l11-m15-p4", "h3456-t2560-l7-m19-p4", "h3584-t5888-l9-m5-p4"]
     assert {s["hidden"] for s in shapes} >= {2048, 4096, 8192}
