@@ -3,9 +3,10 @@
 Why: an NCCL receive posted early spins on the GPU until its data comes, holding SMs the whole
 time, and Hopper's persistent GEMMs then wait for those SMs: on 4 H200s, F and B ran ~15% slower
 on ranks with two waiting receives than on an idle GPU, and on 2 H200s an MLP block beside one
-waiting receive of 512 MB took 1.3-1.6x its time (``bench/gpu_spin.py``; a waiting send the same). torch.distributed.pipelining avoids it by
-waiting for each receive on the compute stream (no overlap); pptl keeps the overlap and instead
-delays the receive kernel until the sending rank has reached its send.
+waiting receive of 512 MB took 1.3-1.6x its time (``bench/gpu_spin.py``; a waiting send the same).
+torch.distributed.pipelining avoids it by waiting for each receive on the compute stream (no
+overlap); pptl keeps the overlap and instead delays the receive kernel until the sending rank has
+reached its send.
 
 How: each SEND records an interprocess CUDA event on its channel stream (producer done, channel
 free) and then publishes, in a small file mapped by every local rank, the step it recorded for.
