@@ -348,3 +348,49 @@ def test_costs_from_a_run_of_another_model_is_one_line(edit: dict, says: str, tm
                 str(_stored_run("h3072-t4096-l12-m12", tmp_path, **edit))])
     assert r.exit_code == 2, r.output
     assert r.output.count("\n") == 1 and says in r.output, r.output
+
+
+def _interleaved(m: int, group: int):
+    from pptl.config import config_from_mapping
+    from pptl.schedules import build_schedule
+
+    return build_schedule(config_from_mapping({"schedule": "interleaved-1f1b", "pp": 2, "microbatches": m, "vpp": 2,
+                                               "group_size": group}))
+
+
+def test_a_plan_pptl_run_holds_every_send_of_gets_no_note() -> None:
+    """1F1B and interleaved 1F1B in groups of pp hold each SEND on its producer's stream (pptl.run.program:
+    "1F1B, GPipe, ZB-H1/H2 and interleaved 1F1B in groups of pp need none")."""
+    from pptl.config import config_from_mapping
+    from pptl.schedules import build_schedule
+    from pptl.tune.write import beside_sends_note
+
+    assert beside_sends_note(build_schedule(config_from_mapping({"schedule": "1f1b", "pp": 2, "microbatches": 8})),
+                             "sync-send") is None
+    assert beside_sends_note(_interleaved(8, 2), "sync-send") is None
+
+
+def test_every_micro_batch_in_one_group_sends_beside_compute_from_six_on() -> None:
+    """Interleaved 1F1B at pp 2, V = 2, one group of m: rank 1 sends stage 1's forwards as it runs them, ahead
+    of where rank 0's issue order receives them, and a host queues at most pptl.run.program.RUN_AHEAD = 4
+    compute ops past a SEND that holds its stream: at m = 5 every SEND still holds, from m = 6 some cannot
+    (held_sends). Its messages: stages 0-1-2-3 cross a rank three times each way, 6 a micro-batch, 36 at
+    m = 6. Under --messages overlap every SEND runs beside compute by choice: no note."""
+    from pptl.tune.write import beside_sends_note
+
+    assert beside_sends_note(_interleaved(5, 5), "sync-send") is None
+    note = beside_sends_note(_interleaved(6, 6), "sync-send")
+    assert note is not None and "of the plan's 36 messages beside compute" in note and "docs/tune.md" in note
+    assert beside_sends_note(_interleaved(6, 6), "overlap") is None
+
+
+@pytest.mark.parametrize("says", [None, "pptl run sends 3 of the plan's 36 messages beside compute"])
+def test_cli_notes_what_the_written_plan_sends_beside_compute(says, monkeypatch, tmp_path: Path) -> None:
+    import pptl.tune.write as write
+
+    seen = []
+    monkeypatch.setattr(write, "beside_sends_note", lambda s, messages: seen.append(messages) or says)
+    r = invoke(["tune", str(FIX / "uneven.yaml"), "-o", str(tmp_path / "best.json")])
+    assert r.exit_code == 0, r.output
+    assert seen == ["sync-send"]
+    assert ("note: pptl run sends 3 of the plan's 36" in r.output) is (says is not None)

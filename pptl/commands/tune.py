@@ -59,7 +59,7 @@ def tune(
     from pptl.tune import load_tune_config
     from pptl.tune import tune as run_tune
     from pptl.tune.report import COLUMNS, summary_lines, table_rows, to_dict
-    from pptl.tune.write import refuse_csv_without_families, write_best
+    from pptl.tune.write import beside_sends_note, refuse_csv_without_families, write_best
 
     if calibration_plan is not None:
         ranked = [name for name, given in (("-o", out_file), ("--csv", csv), ("--figure", figure)) if given is not None]
@@ -101,9 +101,12 @@ def tune(
         if best is not None and (out_file is not None or csv is not None):
             status.update("writing the best plan")
             before = len(result.notes)
-            write_best(tc, best, out=out_file, csv=csv, units=units, notes=result.notes)
+            written = write_best(tc, best, out=out_file, csv=csv, units=units, notes=result.notes)
             if len(result.notes) > before:  # the CSV was not written, and a note says why
                 csv = None
+            beside = beside_sends_note(written, tc.messages)
+            if beside is not None:
+                result.notes.append(beside)
     if figure is not None:
         from pptl.render.mpl import image_bytes
         from pptl.render.pareto import pareto_figure

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from pptl.tune.rank import Result
     from pptl.tune.split import Split
 
-__all__ = ["calibration_config", "plan_result", "write_best", "NO_CSV_FAMILIES", "refuse_csv_without_families"]
+__all__ = ["calibration_config", "plan_result", "write_best", "NO_CSV_FAMILIES", "refuse_csv_without_families",
+           "beside_sends_note"]
 
 #: Tune families whose plans torch's CSV cannot hold: DualPipe runs micro-batches in two
 #: directions, and the CSV has one (DualPipeV holds the same pairs on one direction).
@@ -41,6 +42,29 @@ def refuse_csv_without_families(tc: TuneConfig) -> None:
         raise InputError(f"--csv: {tc.source} lists only {', '.join(tc.families)}, which runs micro-batches in two "
                          f"directions; torch's CSV has one: drop --csv, or add a family it holds (dualpipev pairs "
                          f"F and B as dualpipe does)")
+
+
+def beside_sends_note(schedule: Schedule, messages: str) -> str | None:
+    """A note for a written plan some of whose SENDs ``pptl run`` will send beside compute, or None.
+
+    Under ``sync-send`` a SEND runs on its producer's compute stream, except those that could deadlock the run
+    there (:func:`pptl.run.program.held_sends`); those run beside the compute, and one that waits there for its
+    receive keeps its NCCL kernel on the GPU, which slows the compute beside it 1.3-1.6x on H200s
+    (``bench/gpu_spin.py``). The ranking does not time that wait, so the plan's step may be short: interleaved
+    1F1B with every micro-batch in one group measured 4.5-5.5% over its rank on two shapes (docs/tune.md).
+    """
+    if messages != "sync-send":
+        return None
+    from pptl.run.program import as_run  # the run's issue order; no torch
+
+    run = as_run(schedule, messages)
+    if run is None or not run.unheld:
+        return None
+    sends = sum(1 for op in schedule.ops if op.kind == "SEND")
+    return (f"pptl run sends {len(run.unheld)} of the plan's {sends} messages beside compute (sync-send cannot hold "
+            f"them on the compute stream without a deadlock); one that waits there for its receive slows the "
+            f"compute beside it (1.3-1.6x on H200s), which the ranking does not time: the step may be short "
+            f"(docs/tune.md)")
 
 
 def plan_result(tc: TuneConfig, result: Result, *, units: str = "unit") -> PlanResult:
