@@ -111,6 +111,31 @@ def test_whatif_keeps_the_sends_sync_send_runs_beside_compute_off_the_compute_la
     assert len(unheld) == 18 and on_compute == sends - unheld
 
 
+@pytest.mark.parametrize("m,beside", [(5, 0), (13, 18)])
+def test_whatif_notes_the_sends_it_samples_beside_compute(m: int, beside: int, tmp_path) -> None:
+    # the same plan sampled from a sync-send run of 2 H200s (call 30's calibrating 1F1B, same workload): the
+    # 18 SENDs of m = 13 that run beside compute are named, with what the samples leave out; m = 5 has none
+    import json
+    from pathlib import Path
+
+    from pptl.formats.plan import plan_to_dict
+    from pptl.whatif.report import report_lines
+    from pptl.whatif.study import study_plans
+
+    data = Path(__file__).parent / "data" / "whatif_gpu" / "call30_h2560"
+    cfg = json.loads((data / "plan_interleaved.json").read_text())["config"]
+    plan = tmp_path / "p.json"
+    plan.write_text(json.dumps(plan_to_dict(build_schedule(config_from_mapping(
+        {**cfg, "microbatches": m, "group_size": m})))))
+    out = study_plans([plan], measured=data / "measured_calibrate.json", samples=20, seed=0)
+    assert out[0].beside_sends == beside
+    notes = [line for line in report_lines(out, out[0].spread) if "beside compute" in line]
+    assert notes == ([] if not beside else [
+        f"note: {plan}: pptl run sends 18 of its SENDs beside compute (sync-send cannot hold them); one that "
+        f"waits there for its receive slows the compute beside it (1.3-1.6x on H200s), which the samples do not "
+        f"draw: its steps may be short (docs/tune.md)"])
+
+
 # ------------------------------------------------------------------------------------------------
 # A model of the hosts and streams the hang ran through, to check the fix against the mechanism
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pptl.ir import Schedule
 
-__all__ = ["sends_on_compute"]
+__all__ = ["sends_on_compute", "beside_compute"]
 
 
 def sends_on_compute(schedule: Schedule) -> Schedule:
@@ -24,7 +24,7 @@ def sends_on_compute(schedule: Schedule) -> Schedule:
         O(ops + deps), and O(ops x ranks) to tell the SENDs sync-send holds.
     """
     ops = schedule.ops
-    beside = _beside_compute(schedule)
+    beside = beside_compute(schedule)
     producer: dict[int, list[int]] = {}
     for u, v in schedule.deps:
         if ops[v].kind == "SEND" and ops[u].rank == ops[v].rank and ops[u].lane == "compute" and v not in beside:
@@ -52,7 +52,7 @@ def sends_on_compute(schedule: Schedule) -> Schedule:
     return schedule.copy_with(lanes={k: v for k, v in lanes.items() if v})
 
 
-def _beside_compute(schedule: Schedule) -> frozenset[int]:
+def beside_compute(schedule: Schedule) -> frozenset[int]:
     """The SENDs ``pptl run --messages sync-send`` keeps off the compute stream (none for a plan it
     cannot run: a profiler trace's, another runtime's)."""
     from pptl.run.program import as_run

@@ -37,6 +37,12 @@ def report_lines(outcomes: Sequence[PlanOutcome], spread: Spread, *, top: int = 
         held = f" for {hold:.3g} {units} (the rest of the message is its RECV's)" if hold > 0 else ""
         lines.append(f"note: the run sent on the compute stream (sync-send): each SEND holds its rank's compute "
                      f"lane{held}, as it ran")
+    for o in outcomes:
+        if o.beside_sends:
+            lines.append(f"note: {o.name}: pptl run sends {o.beside_sends} of its SENDs beside compute (sync-send "
+                         f"cannot hold them); one that waits there for its receive slows the compute beside it "
+                         f"(1.3-1.6x on H200s), which the samples do not draw: its steps may be short "
+                         f"(docs/tune.md)")
     width = max(12, *(len(o.name) for o in outcomes))
     lines.append(f"{'plan':<{width}}{'planned':>10}{'mean':>10}{'p50':>10}{'p95':>10}{'p99':>10}{'p95/p50':>9}"
                  f"   (makespan, {units})")
@@ -71,6 +77,7 @@ def report_dict(outcomes: Sequence[PlanOutcome], spread: Spread, *, top: int = 5
             "plan": o.name, "family": o.schedule.family, "pp": o.schedule.pp, "microbatches": o.schedule.microbatches,
             "ops": o.schedule.n_ops, "units": o.units, "planned": o.samples.planned,
             "sends_on_compute": o.sends_on_compute,
+            "beside_sends": o.beside_sends,
             "makespan": {"mean": float(o.samples.makespan.mean()), "std": float(o.samples.makespan.std()),
                          "p50": p50, "p95": p95, "p99": p99,
                          "p25": float(np.quantile(o.samples.makespan, 0.25)),
