@@ -370,6 +370,11 @@ def stream_keys(program: Program, rank: int, messages: str) -> dict[int, Any]:
 #: SENDs of a step beside compute, interleaved-zb at pp 4 four to twelve.
 RUN_AHEAD = 4
 
+#: What a SEND beside compute costs while it waits for its receive, for the notes of tune and whatif (neither
+#: times it): its NCCL kernel stays on the GPU, and an MLP block beside one took 1.3-1.6x its time on 2 H200s
+#: (``bench/gpu_spin.py``, docs/benchmarks.md "A message kernel waiting beside compute").
+BESIDE_WAIT = "one that waits there for its receive slows the compute beside it (1.3-1.6x on H200s)"
+
 
 def as_run(schedule: Schedule, messages: str) -> Program | None:
     """``schedule`` as ``pptl run`` issues it under ``messages`` (:func:`issued_for`), or None for a plan it cannot

@@ -55,16 +55,15 @@ def beside_sends_note(schedule: Schedule, messages: str) -> str | None:
     """
     if messages != "sync-send":
         return None
-    from pptl.run.program import as_run  # the run's issue order; no torch
+    from pptl.run.program import BESIDE_WAIT, as_run  # the run's issue order; no torch
 
     run = as_run(schedule, messages)
     if run is None or not run.unheld:
         return None
     sends = sum(1 for op in schedule.ops if op.kind == "SEND")
     return (f"pptl run sends {len(run.unheld)} of the plan's {sends} messages beside compute (sync-send cannot hold "
-            f"them on the compute stream without a deadlock); one that waits there for its receive slows the "
-            f"compute beside it (1.3-1.6x on H200s), which the ranking does not time: the step may be short "
-            f"(docs/tune.md)")
+            f"them on the compute stream without a deadlock); {BESIDE_WAIT}, which the ranking does not time: "
+            f"the step may be short (docs/tune.md)")
 
 
 def plan_result(tc: TuneConfig, result: Result, *, units: str = "unit") -> PlanResult:

@@ -39,9 +39,10 @@ def report_lines(outcomes: Sequence[PlanOutcome], spread: Spread, *, top: int = 
                      f"lane{held}, as it ran")
     for o in outcomes:
         if o.beside_sends:
+            from pptl.run.program import BESIDE_WAIT
+
             lines.append(f"note: {o.name}: pptl run sends {o.beside_sends} of its SENDs beside compute (sync-send "
-                         f"cannot hold them); one that waits there for its receive slows the compute beside it "
-                         f"(1.3-1.6x on H200s), which the samples do not draw: its steps may be short "
+                         f"cannot hold them); {BESIDE_WAIT}, which the samples do not draw: its steps may be short "
                          f"(docs/tune.md)")
     width = max(12, *(len(o.name) for o in outcomes))
     lines.append(f"{'plan':<{width}}{'planned':>10}{'mean':>10}{'p50':>10}{'p95':>10}{'p99':>10}{'p95/p50':>9}"
