@@ -119,3 +119,32 @@ def test_cli_export_chrome_of_a_deadlock_is_exit_1(tmp_path: Path) -> None:
                             "-o", str(tmp_path / "t.json")])
     assert r.exit_code == 1
     assert r.stderr.startswith("error: the schedule deadlocks")
+
+
+def _pair(send_op: str, recv_op: str, *, flow: str, send_stage: int, recv_stage: int) -> list[Event]:
+    """Rank 0 sends micro-batch 3 to rank 1 (0-1 ms), which receives it (0.5-1.5 ms)."""
+    return [Event(send_op, 0, "send", 0.0, 1.0, "SEND", stage=send_stage, mb=3, peer=1, flow=flow),
+            Event(recv_op, 1, "recv", 0.5, 1.5, "RECV", stage=recv_stage, mb=3, peer=0, flow=flow)]
+
+
+@pytest.mark.parametrize("send_op,recv_op,flow,send_stage,recv_stage", [
+    # a reader that set the pass, with op ids that do not name it (an imported trace's)
+    ("r0/send/nccl:send 0->1", "r1/recv/nccl:recv 0->1", "F", 0, 1),
+    ("r0/send/nccl:send 0->1", "r1/recv/nccl:recv 0->1", "B", 2, 1),
+    # neither tells the pass: a forward's data (stage 0 to 1) and a gradient (stage 2 to 1) both pair
+    ("r0/send/send s0 mb3", "r1/recv/recv s1 mb3", "", 0, 1),
+    ("r0/send/send s2 mb3", "r1/recv/recv s1 mb3", "", 2, 1),
+])
+def test_a_transfer_whose_pass_the_op_id_does_not_name_still_gets_its_arrow(send_op, recv_op, flow, send_stage,
+                                                                             recv_stage) -> None:
+    trace = to_chrome(Timeline(_pair(send_op, recv_op, flow=flow, send_stage=send_stage, recv_stage=recv_stage),
+                               TimelineMeta(source="measured", units="ms")))
+    arrows = [e for e in trace["traceEvents"] if e.get("cat") == "p2p"]
+    assert [(a["ph"], a["pid"], a["ts"]) for a in arrows] == [("s", 0, 0.0), ("f", 1, 500.0)]
+
+
+def test_a_forward_receive_does_not_take_a_gradient_send() -> None:
+    """A RECV the op id calls F, at stage 1 from rank 0: only stage 0's SEND is its source, not stage 2's."""
+    ev = _pair("r0/send/SEND_B s2 mb3 ->r1", "r1/recv/RECV_F s1 mb3 <-r0", flow="", send_stage=2, recv_stage=1)
+    trace = to_chrome(Timeline(ev, TimelineMeta(source="measured", units="ms")))
+    assert [e for e in trace["traceEvents"] if e.get("cat") == "p2p"] == []

@@ -101,7 +101,10 @@ def _args(e: Event) -> dict[str, Any]:
 
 
 def _flow_of(e: Event) -> str:
-    """F or B for a SEND/RECV event (from its op id, ``r0/send/SEND_F s0 mb1 ->r1``)."""
+    """F or B for a SEND/RECV event: its ``flow`` where a reader set it, else from its op id
+    (``r0/send/SEND_F s0 mb1 ->r1``); "" when neither tells."""
+    if e.flow in ("F", "B"):
+        return e.flow
     head = e.op.split("/", 2)[-1].split(" ", 1)[0]
     return head.rsplit("_", 1)[-1] if "_" in head else ""
 
@@ -111,8 +114,11 @@ def _flows(timeline: Timeline, tid: dict[tuple[int, str], int], us) -> list[dict
     for e in timeline.events:
         if e.kind == "RECV":
             flow = _flow_of(e)
-            src_stage = e.stage - 1 if flow == "F" else e.stage + 1
-            recvs.setdefault((e.peer, e.rank, flow, e.direction, src_stage, e.mb), e)
+            # A receive of no known pass came from the stage before (a forward's data) or after (a gradient):
+            # its SEND names which.
+            sources = (e.stage - 1,) if flow == "F" else (e.stage + 1,) if flow == "B" else (e.stage - 1, e.stage + 1)
+            for src_stage in sources:
+                recvs.setdefault((e.peer, e.rank, flow, e.direction, src_stage, e.mb), e)
     out: list[dict[str, Any]] = []
     n = 0
     for e in timeline.events:
