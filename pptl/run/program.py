@@ -35,7 +35,8 @@ from pptl.op import COMPUTE_KINDS
 from pptl.schedules import find_family, names
 
 __all__ = ["RUN_KINDS", "Channel", "RankProgram", "Program", "build_program", "refuse_invalid", "channel_of",
-           "workload_of", "tighten_messages", "issued_for", "as_run", "orders", "held_sends", "stream_keys"]
+           "workload_of", "tighten_messages", "issued_for", "as_run", "orders", "held_sends", "stream_keys",
+           "beside_compute", "BESIDE_WAIT"]
 
 #: The op kinds ``pptl run`` executes.
 RUN_KINDS = COMPUTE_KINDS | {"SEND", "RECV"}
@@ -387,6 +388,13 @@ def as_run(schedule: Schedule, messages: str) -> Program | None:
         return issued_for(build_program(schedule), messages)
     except PptlError:
         return None
+
+
+def beside_compute(schedule: Schedule) -> frozenset[int]:
+    """The SENDs ``pptl run --messages sync-send`` keeps off the compute stream (:func:`held_sends`; none for a
+    plan it cannot run: a profiler trace's, another runtime's)."""
+    run = as_run(schedule, "sync-send")
+    return frozenset() if run is None else run.unheld
 
 
 def orders(program: Program) -> dict[int, list[int]]:

@@ -55,13 +55,13 @@ def beside_sends_note(schedule: Schedule, messages: str) -> str | None:
     """
     if messages != "sync-send":
         return None
-    from pptl.run.program import BESIDE_WAIT, as_run  # the run's issue order; no torch
+    from pptl.run.program import BESIDE_WAIT, beside_compute  # the run's issue order; no torch
 
-    run = as_run(schedule, messages)
-    if run is None or not run.unheld:
+    beside = beside_compute(schedule)
+    if not beside:
         return None
     sends = sum(1 for op in schedule.ops if op.kind == "SEND")
-    return (f"pptl run sends {len(run.unheld)} of the plan's {sends} messages beside compute (sync-send cannot hold "
+    return (f"pptl run sends {len(beside)} of the plan's {sends} messages beside compute (sync-send cannot hold "
             f"them on the compute stream without a deadlock); {BESIDE_WAIT}, which the ranking does not time: "
             f"the step may be short (docs/tune.md)")
 

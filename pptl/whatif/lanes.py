@@ -11,20 +11,24 @@ from __future__ import annotations
 
 from pptl.ir import Schedule
 
-__all__ = ["sends_on_compute", "beside_compute"]
+__all__ = ["sends_on_compute"]
 
 
-def sends_on_compute(schedule: Schedule) -> Schedule:
+def sends_on_compute(schedule: Schedule, beside: frozenset[int] | None = None) -> Schedule:
     """A copy of ``schedule`` whose SENDs run on their rank's compute lane, each right after the
     last compute op of its rank it depends on (in plan order among SENDs after the same op).
     A SEND with no such producer keeps its own lane, and so does one ``sync-send`` runs beside
-    compute (:func:`pptl.run.program.held_sends`: holding compute there could deadlock the run).
+    compute (:func:`pptl.run.program.held_sends`: holding compute there could deadlock the run);
+    ``beside``, those SENDs where the caller has them (:func:`pptl.run.program.beside_compute`).
 
     Notes:
         O(ops + deps), and O(ops x ranks) to tell the SENDs sync-send holds.
     """
+    from pptl.run.program import beside_compute
+
     ops = schedule.ops
-    beside = beside_compute(schedule)
+    if beside is None:
+        beside = beside_compute(schedule)
     producer: dict[int, list[int]] = {}
     for u, v in schedule.deps:
         if ops[v].kind == "SEND" and ops[u].rank == ops[v].rank and ops[u].lane == "compute" and v not in beside:
@@ -51,11 +55,3 @@ def sends_on_compute(schedule: Schedule) -> Schedule:
         lanes[key] = out
     return schedule.copy_with(lanes={k: v for k, v in lanes.items() if v})
 
-
-def beside_compute(schedule: Schedule) -> frozenset[int]:
-    """The SENDs ``pptl run --messages sync-send`` keeps off the compute stream (none for a plan it
-    cannot run: a profiler trace's, another runtime's)."""
-    from pptl.run.program import as_run
-
-    run = as_run(schedule, "sync-send")
-    return frozenset() if run is None else run.unheld

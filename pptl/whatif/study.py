@@ -56,7 +56,7 @@ class PlanOutcome:
     sends_on_compute: bool = False
     """Sampled with its SENDs on the compute lane (:func:`pptl.whatif.lanes.sends_on_compute`)."""
     beside_sends: int = 0
-    """Of those, the SENDs ``pptl run`` keeps beside compute (:func:`pptl.whatif.lanes.beside_compute`): a wait
+    """Of those, the SENDs ``pptl run`` keeps beside compute (:func:`pptl.run.program.beside_compute`): a wait
     of theirs for the receive slows the compute beside it, which the samples do not draw."""
 
     def top_critical(self, k: int) -> list[tuple[str, float]]:
@@ -172,10 +172,12 @@ def study_plans(paths: Sequence[Path], *, measured: Path | None = None, samples:
         schedule = plan
         beside = 0
         if m is not None and m.sends_on_compute:
-            from pptl.whatif.lanes import beside_compute, sends_on_compute
+            from pptl.run.program import beside_compute
+            from pptl.whatif.lanes import sends_on_compute
 
-            beside = len(beside_compute(plan))
-            schedule = sends_on_compute(schedule)
+            held_off = beside_compute(plan)
+            beside = len(held_off)
+            schedule = sends_on_compute(schedule, held_off)
         costs, spread_p = (None, spread) if m is None else _by_role(schedule, m, spread)
         if m is not None and schedule is not plan:
             spread_p = replace(spread_p, send_hold=m.send_hold)
