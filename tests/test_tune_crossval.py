@@ -282,6 +282,10 @@ MISSES = {
     # order against itself 0.93): twelve of its fourteen candidates measured within 4.0% of each other (554.4-576.5
     # ms), every family within 2.1%.
     "h4096-t1536-l7-m26": ("spearman",),
+    # THIRTY-SEVENTH_SHAPES (seed 202611282600, committed before its run, 2 H200s, 20:39 UTC): h2176-t1536-l7-m8
+    # passes every line; h2816-t1280-l13-m6 every line but families: its 0.30 ms layers measured under the model
+    # on every family (0.0..3.3%), interleaved ZB the furthest (+3.3%, 89.12 predicted against 86.32).
+    "h2816-t1280-l13-m6": ("families",),
 }
 #: Largest error of any candidate today, per shape where it is above the 9.5% bound of the others: the short
 #: layers the host paces. The clock law took h2176-t1792-l11-m15-p4's synthesised order from -13.8% to within 3.4%.
@@ -304,8 +308,8 @@ def test_every_shape_unlike_the_bench_that_was_measured_is_kept() -> None:
     # seventeenth's two (its first hung the run until tests/test_run_held_sends.py's fix), the eighteenth's two,
     # the nineteenth's two, the twentieth's two; the twentieth's second again (<name>-fixed), the twenty-first's
     # two, the twenty-second's two, the twenty-third's one, the twenty-fourth's one, and the twenty-fifth to
-    # thirty-sixth's two each
-    assert len(shapes) == 105 and len({s["name"] for s in shapes}) == 87
+    # thirty-seventh's two each
+    assert len(shapes) == 107 and len({s["name"] for s in shapes}) == 89
     assert sorted(s["name"] for s in shapes if s.get("pp", 2) == 4) == [
         "h2176-t1792-l11-m15-p4", "h3456-t2560-l7-m19-p4", "h3584-t5888-l9-m5-p4"]
     assert {s["hidden"] for s in shapes} >= {2048, 4096, 8192}
@@ -527,9 +531,10 @@ def test_calibrating_runs_busier_rank_opens_fast(name: str) -> None:
         assert all(-0.13 < v < -0.02 for v in early.values()) and len(early) == 4, early
     elif name == "h2048-t1024-l16-m8":
         assert abs(early[1]) < 0.01
-    elif name in ("h2048-t1024-l16-m8-clk", "h2176-t2048-l15-m4"):
+    elif name in ("h2048-t1024-l16-m8-clk", "h2176-t2048-l15-m4", "h2176-t1536-l7-m8"):
         # their steps (64.4 and 69.0 ms) end 4.4 and 9.0 ms after the window, and each (stage, kind)'s last op
-        # starts inside it (h2176's at 59.8 ms): no (stage, kind) has an op on both sides of it
+        # starts inside it (h2176-t2048's at 59.8 ms): no (stage, kind) has an op on both sides of it;
+        # h2176-t1536's 58.1 ms step ends inside it
         assert early == {}
     elif name == "h4992-t3840-l15-m4":
         # rank 1 opens 10.9% fast, rank 0 0.90% (on the 0.9% line the others are held to, to the fifth digit)
