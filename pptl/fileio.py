@@ -26,7 +26,7 @@ def read_error(path: str | Path, e: OSError) -> InputError:
 
 
 def utf8_text(raw: bytes, path: str | Path) -> str:
-    """``raw`` (the bytes of ``path``) decoded as UTF-8.
+    """``raw`` (the bytes of ``path``) decoded as UTF-8, without a leading byte-order mark.
 
     Raises:
         InputError: not UTF-8. Gzip data is named as such, with the name that reads it: a trace
@@ -34,9 +34,11 @@ def utf8_text(raw: bytes, path: str | Path) -> str:
             sends the user looking for an encoding problem.
     """
     try:
-        return raw.decode("utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         pass
+    else:  # a byte-order mark (what Windows editors put first) is no part of the text: JSON and TOML refuse it
+        return text[1:] if text.startswith("\ufeff") else text
     if raw[:2] == b"\x1f\x8b":  # gzip's magic number (RFC 1952)
         name = Path(path).name
         fix = (f"name it {name}.gz, as pptl reads .json.gz files gunzipped" if name.lower().endswith(".json")
@@ -183,6 +185,11 @@ def read_bounded(path: str | Path, limit: int, *, gunzip: bool | None = None) ->
         raise InputError(f"{p}: file is larger than the {limit} bytes accepted")
     if not (is_gz(p) if gunzip is None else gunzip):
         return raw
+    if not raw:
+        raise InputError(f"{p}: the file is empty")
+    if raw[:2] != b"\x1f\x8b":  # gzip's magic number: zlib's "incorrect header check" says less
+        raise InputError(f"{p}: not gzip data (named .gz, but it does not start as gzip does); gzip it, or name it "
+                         f"without .gz")
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
     try:
         out = d.decompress(raw, limit + 1)

@@ -273,6 +273,8 @@ def _text(p: Path) -> str:
 
 
 def _parse(p: Path, text: str) -> Any:
+    if not text.strip():  # worded as read_structured words an empty .json
+        raise InputError(f"{p}: the file is empty")
     try:
         return json.loads(text)
     except RecursionError:

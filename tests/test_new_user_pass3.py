@@ -1,0 +1,104 @@
+"""A third new user's pass over every command with the wrong file, the wrong name and the wrong value,
+each defect it found pinned here (exit code, one line on stderr, the words that say what to fix):
+
+- a JSON, TOML or torch CSV file that starts with a byte-order mark (what Windows editors write) was
+  refused: "not valid JSON: Unexpected UTF-8 BOM (decode using utf-8-sig)", "not valid TOML: Invalid
+  statement", and a CSV's first action read as "'\\ufeff0F0' is not an action"; YAML took it;
+- a ``.json.gz`` that is not gzip read "not valid gzip: Error -3 while decompressing data: incorrect
+  header check" (zlib's words);
+- an empty ``.json`` given to check, render, export, compare, explain, whatif or run read "not valid
+  JSON: Expecting value: line 1 column 1 (char 0)", where plan and tune said "the file is empty".
+"""
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pptl.cli import app
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+RUN = ROOT / "tests" / "data" / "whatif_gpu" / "call2" / "measured_calibrate.json"  # pptl run: 1f1b, 2 ranks
+
+
+def _pptl(*args: str):
+    r = CliRunner().invoke(app, [str(a) for a in args])
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    return r
+
+
+def _one_error(r, code: int = 2) -> str:
+    lines = r.stderr.splitlines()
+    assert r.exit_code == code, (r.exit_code, r.output)
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    assert "Traceback" not in r.output and "PosixPath(" not in lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def plan_file(tmp_path: Path) -> Path:
+    p = tmp_path / "plan.json"
+    r = _pptl("plan", FIXTURES / "1f1b.yaml", "-o", p)
+    assert r.exit_code == 0, r.output
+    return p
+
+
+# 1. a byte-order mark ---------------------------------------------------------------------------------------------
+
+
+def test_a_json_plan_with_a_byte_order_mark_is_read(tmp_path: Path, plan_file: Path) -> None:
+    bom = tmp_path / "bom.json"
+    bom.write_text(plan_file.read_text(), encoding="utf-8-sig")
+    for args in (["plan", bom], ["check", bom], ["render", bom], ["export", bom, "--to", "chrome"]):
+        r = _pptl(*args)
+        assert r.exit_code == 0, (args, r.output)
+
+
+def test_a_toml_config_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    bom = tmp_path / "bom.toml"
+    bom.write_text((FIXTURES / "1f1b_few_microbatches.toml").read_text(), encoding="utf-8-sig")
+    r = _pptl("plan", bom)
+    assert r.exit_code == 0, r.output
+
+
+def test_a_torch_csv_with_a_byte_order_mark_checks_as_without(tmp_path: Path) -> None:
+    bom = tmp_path / "bom.csv"
+    bom.write_text((FIXTURES / "csv" / "gpipe_pp4_m6.csv").read_text(), encoding="utf-8-sig")
+    r = _pptl("check", bom)
+    assert r.exit_code == 0, r.output
+    assert "\\ufeff" not in r.output
+
+
+# 2. a .gz that is no gzip ------------------------------------------------------------------------------------------
+
+
+def test_a_gz_name_on_plain_text_says_it_is_not_gzip(tmp_path: Path, plan_file: Path) -> None:
+    fake = tmp_path / "plan.json.gz"
+    fake.write_bytes(plan_file.read_bytes())
+    for command in ("plan", "check", "render"):
+        line = _one_error(_pptl(command, fake))
+        assert line == (f"error: {fake}: not gzip data (named .gz, but it does not start as gzip does); gzip it, "
+                        "or name it without .gz"), line
+    empty = tmp_path / "empty.json.gz"
+    empty.write_bytes(b"")
+    assert _one_error(_pptl("plan", empty)) == f"error: {empty}: the file is empty"
+    real = tmp_path / "real.json.gz"
+    real.write_bytes(gzip.compress(plan_file.read_bytes()))
+    assert _pptl("check", real).exit_code == 0
+
+
+# 3. an empty .json, whichever command reads it ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [
+    ["check", "E"], ["render", "E"], ["export", "E", "--to", "chrome"], ["compare", "PLAN", "E"], ["explain", "E"],
+    ["whatif", "E"], ["run", "E", "--device", "cpu"], ["explain", str(RUN), "--plan", "E"],
+])
+def test_an_empty_json_is_the_file_is_empty_for_every_command(tmp_path: Path, plan_file: Path, args: list[str]) -> None:
+    empty = tmp_path / "empty.json"
+    empty.write_text("  \n")
+    line = _one_error(_pptl(*[empty if a == "E" else plan_file if a == "PLAN" else a for a in args]))
+    assert line == f"error: {empty}: the file is empty", line
