@@ -7,7 +7,10 @@ each defect it found pinned here (exit code, one line on stderr, the words that 
 - a ``.json.gz`` that is not gzip read "not valid gzip: Error -3 while decompressing data: incorrect
   header check" (zlib's words);
 - an empty ``.json`` given to check, render, export, compare, explain, whatif or run read "not valid
-  JSON: Expecting value: line 1 column 1 (char 0)", where plan and tune said "the file is empty".
+  JSON: Expecting value: line 1 column 1 (char 0)", where plan and tune said "the file is empty";
+- ``pptl render PLAN -o out/`` (a folder) read "cannot draw to 'no suffix'", and ``-o noext`` quoted
+  "'no suffix'" as if it were one (compare, explain and tune say "a name with no suffix");
+- ``pptl render PLAN --time 0:inf`` drew a window of no visible op, exit 0, its axis labelled "inf".
 """
 from __future__ import annotations
 
@@ -102,3 +105,21 @@ def test_an_empty_json_is_the_file_is_empty_for_every_command(tmp_path: Path, pl
     empty.write_text("  \n")
     line = _one_error(_pptl(*[empty if a == "E" else plan_file if a == "PLAN" else a for a in args]))
     assert line == f"error: {empty}: the file is empty", line
+
+
+# 4. render's -o and --time ------------------------------------------------------------------------------------------
+
+
+def test_render_to_a_folder_says_it_is_one(tmp_path: Path, plan_file: Path) -> None:
+    for args in (["-o", tmp_path], ["--html", "-o", tmp_path]):
+        assert _one_error(_pptl("render", plan_file, *args)) == f"error: {tmp_path}: is a directory, expected a file name"
+    noext = tmp_path / "noext"
+    line = _one_error(_pptl("render", plan_file, "-o", noext))
+    assert line == f"error: {noext}: cannot draw to a name with no suffix, expected one of .png, .svg, .pdf, .html"
+    assert not noext.exists()
+
+
+@pytest.mark.parametrize("window", ["0:inf", "-inf:5", "-inf:inf"])
+def test_render_refuses_an_endless_time_window(plan_file: Path, window: str) -> None:
+    line = _one_error(_pptl("render", plan_file, "--time", window))
+    assert line == f"error: --time: got '{window}', expected a finite START and END (e.g. --time 80:110)"

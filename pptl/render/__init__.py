@@ -9,6 +9,7 @@ The renderers return objects; :func:`write_file` is the one place that encodes a
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,13 +27,15 @@ OUTPUT_SUFFIXES = (".png", ".svg", ".pdf", ".html")
 
 
 def output_format(path: str | Path) -> str:
-    """"png", "svg", "pdf" or "html" from the file name; InputError for anything else."""
+    """"png", "svg", "pdf" or "html" from the file name; InputError for anything else (a folder too)."""
+    if Path(path).is_dir():  # -o out/: its suffix, or its lack of one, is not what is wrong
+        raise InputError(f"{path}: is a directory, expected a file name")
     suffix = Path(path).suffix.lower()
     if suffix == ".htm":
         return "html"
     if suffix not in OUTPUT_SUFFIXES:
-        raise InputError(f"{path}: cannot draw to '{suffix or 'no suffix'}', expected one of "
-                         f"{', '.join(OUTPUT_SUFFIXES)}")
+        got = f"'{suffix}'" if suffix else "a name with no suffix"  # as figure_format words it
+        raise InputError(f"{path}: cannot draw to {got}, expected one of {', '.join(OUTPUT_SUFFIXES)}")
     return suffix[1:]
 
 
@@ -49,6 +52,8 @@ def parse_window(text: str | None) -> tuple[float, float] | None:
         lo = hi = float("nan")
     if not lo < hi:  # also false for NaN
         raise InputError(f"--time: got '{text}', expected START:END with START < END (e.g. --time 80:110)")
+    if not (math.isfinite(lo) and math.isfinite(hi)):  # an endless window draws every op too thin to see
+        raise InputError(f"--time: got '{text}', expected a finite START and END (e.g. --time 80:110)")
     return lo, hi
 
 
