@@ -10,7 +10,12 @@ each defect it found pinned here (exit code, one line on stderr, the words that 
   JSON: Expecting value: line 1 column 1 (char 0)", where plan and tune said "the file is empty";
 - ``pptl render PLAN -o out/`` (a folder) read "cannot draw to 'no suffix'", and ``-o noext`` quoted
   "'no suffix'" as if it were one (compare, explain and tune say "a name with no suffix");
-- ``pptl render PLAN --time 0:inf`` drew a window of no visible op, exit 0, its axis labelled "inf".
+- ``pptl render PLAN --time 0:inf`` drew a window of no visible op, exit 0, its axis labelled "inf";
+- ``pptl export PLAN --to torch-csv -o x.png`` wrote a CSV under a figure's name (and ``--to chrome -o
+  x.csv`` JSON under a CSV's), exit 0, where ``--to torchtitan`` refuses a name other than .toml and
+  ``pptl plan -o x.png`` one other than .json;
+- ``pptl tune CONFIG -o best.json --csv best.json`` wrote the plan, then the CSV over it: exit 0, "wrote
+  best.json" twice, and no plan; ``--csv best.png`` a CSV under a figure's name.
 """
 from __future__ import annotations
 
@@ -123,3 +128,40 @@ def test_render_to_a_folder_says_it_is_one(tmp_path: Path, plan_file: Path) -> N
 def test_render_refuses_an_endless_time_window(plan_file: Path, window: str) -> None:
     line = _one_error(_pptl("render", plan_file, "--time", window))
     assert line == f"error: --time: got '{window}', expected a finite START and END (e.g. --time 80:110)"
+
+
+# 5. an output named as another format ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("to, name, expected", [
+    ("torch-csv", "x.png", "--to torch-csv writes a CSV, expected a .csv name"),
+    ("torch-csv", "x.json", "--to torch-csv writes a CSV, expected a .csv name"),
+    ("chrome", "x.csv", "--to chrome writes JSON, expected a .json or .json.gz name"),
+    ("chrome", "x.gz", "--to chrome writes JSON, expected a .json or .json.gz name"),
+])
+def test_export_refuses_an_output_named_as_another_format(tmp_path: Path, plan_file: Path, to: str, name: str,
+                                                          expected: str) -> None:
+    out = tmp_path / name
+    assert _one_error(_pptl("export", plan_file, "--to", to, "-o", out)) == f"error: -o {out}: {expected}"
+    assert not out.exists()
+
+
+def test_export_names_that_say_the_format_still_write(tmp_path: Path, plan_file: Path) -> None:
+    for to, name in (("torch-csv", "s.CSV"), ("chrome", "t.JSON"), ("chrome", "t.json.gz")):
+        r = _pptl("export", plan_file, "--to", to, "-o", tmp_path / name)
+        assert r.exit_code == 0 and (tmp_path / name).stat().st_size > 100, r.output
+
+
+def test_export_torchtitan_refuses_a_schedule_csv_named_as_another_format(tmp_path: Path, plan_file: Path) -> None:
+    toml, csv = tmp_path / "pp.toml", tmp_path / "pp.png"
+    line = _one_error(_pptl("export", plan_file, "--to", "torchtitan", "-o", toml, "--csv", csv))
+    assert line == f"error: --csv {csv}: torchtitan's schedule is written as a CSV, expected a .csv name"
+    assert not toml.exists() and not csv.exists()
+
+
+@pytest.mark.parametrize("name", ["best.json", "best.png"])
+def test_tune_csv_must_be_named_csv_and_never_replaces_the_plan(tmp_path: Path, name: str) -> None:
+    plan, csv = tmp_path / "best.json", tmp_path / name
+    line = _one_error(_pptl("tune", FIXTURES / "tune" / "skewed.yaml", "-o", plan, "--csv", csv))
+    assert line == f"error: --csv {csv}: writes the best plan as a torch CSV, expected a .csv name"
+    assert not plan.exists() and not csv.exists()

@@ -45,6 +45,7 @@ def export(
         return
     if out_file is not None:
         check_writable(out_file)
+        _check_name(out_file, to, f"-o {out_file}: --to {to} writes")
     result = export_file(source, to=to, comms=comms, gzip_output=gz, microbatches=microbatches, placement=placement)
     for note in result.notes:
         say(f"note: {note}", stderr=True)
@@ -62,6 +63,7 @@ def _export_torchtitan(source: Path, toml_path: Path, csv_path: Optional[Path], 
     from pptl.fileio import atomic_write, check_writable
 
     csv_path = csv_path if csv_path is not None else toml_path.with_suffix(".csv")
+    _check_name(csv_path, "torch-csv", f"--csv {csv_path}: torchtitan's schedule is written as")
     if csv_path.resolve() == toml_path.resolve():
         raise InputError(f"--csv {csv_path}: is the -o file; name another")
     check_writable(toml_path)
@@ -72,3 +74,18 @@ def _export_torchtitan(source: Path, toml_path: Path, csv_path: Optional[Path], 
     atomic_write(csv_path, files.csv)
     atomic_write(toml_path, files.toml)
     say(f"wrote {toml_path} and {csv_path}", stderr=True)
+
+
+#: What each --to writes to -o, and the names that say so (torchtitan's .toml is checked on its own).
+_WRITES = {"torch-csv": ("a CSV", (".csv",)), "chrome": ("JSON", (".json", ".json.gz"))}
+
+
+def _check_name(path: Path, to: str, writes: str) -> None:
+    """Refuse a name that says another format (``-o x.png`` got a CSV); an existing non-regular file
+    (/dev/stdout, a pipe) has no name to judge and is taken as it is."""
+    from pptl.errors import InputError
+
+    what, suffixes = _WRITES[to]
+    if any(path.name.lower().endswith(s) for s in suffixes) or (path.exists() and not path.is_file()):
+        return
+    raise InputError(f"{writes} {what}, expected a {' or '.join(suffixes)} name")

@@ -72,6 +72,9 @@ def tune(
     for p in (out_file, csv):
         if p is not None:
             check_writable(p)
+    if csv is not None and not csv.name.lower().endswith(".csv") and not (csv.exists() and not csv.is_file()):
+        # -o best.json --csv best.json wrote the CSV over the plan; --csv best.png a CSV under a figure's name
+        raise InputError(f"--csv {csv}: writes the best plan as a torch CSV, expected a .csv name")
     try:
         tc = load_tune_config(config)
     except InputError as e:
