@@ -15,7 +15,11 @@ each defect it found pinned here (exit code, one line on stderr, the words that 
   x.csv`` JSON under a CSV's), exit 0, where ``--to torchtitan`` refuses a name other than .toml and
   ``pptl plan -o x.png`` one other than .json;
 - ``pptl tune CONFIG -o best.json --csv best.json`` wrote the plan, then the CSV over it: exit 0, "wrote
-  best.json" twice, and no plan; ``--csv best.png`` a CSV under a figure's name.
+  best.json" twice, and no plan; ``--csv best.png`` a CSV under a figure's name;
+- ``pptl serve --host ""`` listened on every address of the machine (the socket's reading of ""), with
+  "warning: listening on : other machines on the network can open this page";
+- ``pptl serve measured.json`` (or a torch CSV, a tune model file, a Chrome export) read the config
+  reader's "unknown field 'events'; known fields: ...", a field the user never wrote.
 """
 from __future__ import annotations
 
@@ -165,3 +169,30 @@ def test_tune_csv_must_be_named_csv_and_never_replaces_the_plan(tmp_path: Path, 
     line = _one_error(_pptl("tune", FIXTURES / "tune" / "skewed.yaml", "-o", plan, "--csv", csv))
     assert line == f"error: --csv {csv}: writes the best plan as a torch CSV, expected a .csv name"
     assert not plan.exists() and not csv.exists()
+
+
+# 6. serve's arguments ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("host", ["", "  "])
+def test_serve_refuses_an_empty_host_rather_than_listen_everywhere(host: str) -> None:
+    line = _one_error(_pptl("serve", "--host", host, "--port", "0"))
+    assert line == (f"error: --host: got {host!r}, expected an address to listen on (127.0.0.1, the default, or "
+                    "0.0.0.0 to let other machines in)")
+
+
+@pytest.mark.parametrize("given, what", [
+    (RUN, "a measured timeline"),
+    (FIXTURES / "csv" / "gpipe_pp4_m6.csv", "a torch CSV schedule"),
+    (FIXTURES / "tune" / "skewed.yaml", "a pptl tune config (a model description)"),
+])
+def test_serve_says_what_a_file_that_is_not_a_config_is(given: Path, what: str) -> None:
+    line = _one_error(_pptl("serve", given, "--port", "0"))
+    assert line == (f"error: {given}: is {what}, not a config or plan; pptl serve starts from a schedule config or a "
+                    "plan (pptl plan -o)")
+
+
+def test_serve_keeps_the_config_readers_word_for_a_misspelt_field(tmp_path: Path) -> None:
+    c = tmp_path / "c.yaml"
+    c.write_text("schedule: 1f1b\npp: 4\nmicrobatch: 8\n")
+    assert _one_error(_pptl("serve", c, "--port", "0")).startswith(f"error: {c}: unknown field 'microbatch'; known")

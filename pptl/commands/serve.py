@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from pptl.commands._shared import Whole, say
+
+if TYPE_CHECKING:
+    from pptl.errors import InputError
 
 __all__ = ["serve"]
 
@@ -30,9 +33,13 @@ def serve(
 
     cfg = None
     if config is not None:
+        from pptl.errors import InputError
         from pptl.planning import load_config_or_plan
 
-        cfg = load_config_or_plan(config)
+        try:
+            cfg = load_config_or_plan(config)
+        except InputError as e:
+            raise _not_a_config(config, e) from None
     server = make_server(host, port, config=cfg, log=lambda line: say(line, stderr=True))
     if host not in ("127.0.0.1", "localhost", "::1"):
         say(f"warning: listening on {host}: other machines on the network can open this page", stderr=True)
@@ -42,3 +49,17 @@ def serve(
         server.serve_forever(poll_interval=0.2)
     finally:
         server.server_close()
+
+
+def _not_a_config(path: Path, error: InputError) -> InputError:
+    """``error``, or for a file that is not a config or plan (a measured timeline, a torch CSV, a tune
+    model file) one line that says what it is: the config reader's "unknown field 'events'" names a
+    field the user never wrote."""
+    from pptl.commands._shared import other_kind
+    from pptl.errors import InputError
+
+    found = other_kind(path, error)
+    if found is None or found[0] in ("a plan", "a schedule config"):
+        return error
+    return InputError(f"{path}: is {found[0]}, not a config or plan; pptl serve starts from a schedule config or a "
+                      "plan (pptl plan -o)")

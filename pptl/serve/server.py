@@ -136,8 +136,11 @@ def make_server(host: str = "127.0.0.1", port: int = 8000, *, config: Config | N
     """Bind the explorer (``port=0`` picks a free port; see :attr:`ExplorerServer.url`).
 
     Raises:
-        InputError: the address cannot be bound (in use, not this machine's, no permission).
+        InputError: the address is empty or cannot be bound (in use, not this machine's, no permission).
     """
+    if not host.strip():  # the socket reads "" as every address: an empty --host would open the page to the network
+        raise InputError(f"--host: got {host!r}, expected an address to listen on (127.0.0.1, the default, or "
+                         "0.0.0.0 to let other machines in)")
     try:
         return ExplorerServer((host, port), config=config, log=log, request_timeout=request_timeout)
     except OSError as e:
