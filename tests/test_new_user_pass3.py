@@ -19,7 +19,11 @@ each defect it found pinned here (exit code, one line on stderr, the words that 
 - ``pptl serve --host ""`` listened on every address of the machine (the socket's reading of ""), with
   "warning: listening on : other machines on the network can open this page";
 - ``pptl serve measured.json`` (or a torch CSV, a tune model file, a Chrome export) read the config
-  reader's "unknown field 'events'; known fields: ...", a field the user never wrote.
+  reader's "unknown field 'events'; known fields: ...", a field the user never wrote;
+- ``pptl explain run.json run2.json`` (two measured timelines, or a plan beside one) read "run.json: not
+  a torch profiler trace or an event list", though it is pptl's own timeline;
+- ``pptl diagnose`` of a gzipped dump, or of JSON under a dump's name, read "refused: opcode b'\\x1f' at
+  byte 0, which builds no plain data" (a bytes repr, and no word of gzip or JSON).
 """
 from __future__ import annotations
 
@@ -196,3 +200,27 @@ def test_serve_keeps_the_config_readers_word_for_a_misspelt_field(tmp_path: Path
     c = tmp_path / "c.yaml"
     c.write_text("schedule: 1f1b\npp: 4\nmicrobatch: 8\n")
     assert _one_error(_pptl("serve", c, "--port", "0")).startswith(f"error: {c}: unknown field 'microbatch'; known")
+
+
+# 7. explain of several pptl files; diagnose of what a dump is mistaken for -------------------------------------------
+
+
+def test_explain_of_two_pptl_files_says_one_is_read_alone(plan_file: Path) -> None:
+    for first, what in ((RUN, "timeline"), (plan_file, "plan")):
+        line = _one_error(_pptl("explain", first, RUN))
+        assert line == (f"error: {first}: a pptl {what}, which is read alone, not as one rank's trace among 2 files; "
+                        "give it as the only file, or one torch profiler trace per rank"), line
+
+
+def test_diagnose_names_a_gzipped_dump_and_json_under_a_dumps_name(tmp_path: Path, plan_file: Path) -> None:
+    hang = FIXTURES / "flight_recorder" / "hang1_torch_csv"
+    gz, js = tmp_path / "gz", tmp_path / "js"
+    gz.mkdir()
+    js.mkdir()
+    (gz / "nccl_trace_rank_0").write_bytes(gzip.compress((hang / "nccl_trace_rank_0").read_bytes()))
+    (gz / "nccl_trace_rank_1").write_bytes((hang / "nccl_trace_rank_1").read_bytes())
+    (js / "nccl_trace_rank_0").write_bytes(plan_file.read_bytes())
+    line = _one_error(_pptl("diagnose", gz))
+    assert line == f"error: {gz / 'nccl_trace_rank_0'}: gzip data, not a flight-recorder dump (a pickle); gunzip it first"
+    line = _one_error(_pptl("diagnose", js))
+    assert line == f"error: {js / 'nccl_trace_rank_0'}: JSON text, not a flight-recorder dump (a pickle, as torch writes it)"

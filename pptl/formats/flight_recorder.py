@@ -447,6 +447,11 @@ def loads_plain(data: bytes, *, source: str, max_bytes: int = MAX_DUMP_BYTES) ->
         raise InputError(f"{source}: empty file, expected a flight-recorder dump (a pickle)")
     if len(data) > max_bytes:
         raise InputError(f"{source}: {len(data)} bytes, over the {max_bytes}-byte limit for a flight-recorder dump")
+    # what a dump is often mistaken for, named before the opcode scan words it as "opcode b'{'"
+    if data[:2] == b"\x1f\x8b":
+        raise InputError(f"{source}: gzip data, not a flight-recorder dump (a pickle); gunzip it first")
+    if data.lstrip()[:1] in (b"{", b"["):  # no pickle opcode: JSON text
+        raise InputError(f"{source}: JSON text, not a flight-recorder dump (a pickle, as torch writes it)")
     try:
         _scan_opcodes(data)
         raw = _PlainUnpickler(io.BytesIO(data)).load()

@@ -132,6 +132,10 @@ def read_traces(files: list[Path], *, source: str, preread: dict[Path, Any] | No
         if kind is None and skip_others:
             skipped.append(f.name)  # a folder of traces often holds the run's other files (configs, step times)
             continue
+        if kind is None and isinstance(data, Mapping) and str(data.get("format", "")).startswith("pptl-"):
+            what = "plan" if data["format"] == "pptl-plan" else "timeline"  # `pptl explain run.json run2.json`
+            raise InputError(f"{f}: a pptl {what}, which is read alone, not as one rank's trace among {len(files)} "
+                             "files; give it as the only file, or one torch profiler trace per rank")
         if kind is None:
             raise InputError(f"{f}: not a torch profiler trace or an event list "
                              "(expected 'traceEvents', or a list of {type, start_time, end_time, minibatch})")
