@@ -286,6 +286,12 @@ MISSES = {
     # passes every line; h2816-t1280-l13-m6 every line but families: its 0.30 ms layers measured under the model
     # on every family (0.0..3.3%), interleaved ZB the furthest (+3.3%, 89.12 predicted against 86.32).
     "h2816-t1280-l13-m6": ("families",),
+    # THIRTY-EIGHTH_SHAPES (seed 202611282700, committed before its run, 20:50-20:53 UTC): h3968-t1536-l7-m9 passes
+    # every line; h2304-t3584-l5-m22 misses Spearman (0.46; the launch's own order against itself 0.57) and
+    # families (DualPipe -4.6%, ZB-H2 -4.5%, 1F1B -3.4%): its candidates' 255 ms steps alternated, the 1st, 3rd,
+    # 5th and 7th timed steps 2-6% slower than the others (1F1B 263-271 against 252-254 ms, where the calibrating
+    # run of the same plan ran 251-259 without alternating), on 690 W of a 700 W cap.
+    "h2304-t3584-l5-m22": ("spearman", "families"),
 }
 #: Largest error of any candidate today, per shape where it is above the 9.5% bound of the others: the short
 #: layers the host paces. The clock law took h2176-t1792-l11-m15-p4's synthesised order from -13.8% to within 3.4%.
@@ -308,8 +314,8 @@ def test_every_shape_unlike_the_bench_that_was_measured_is_kept() -> None:
     # seventeenth's two (its first hung the run until tests/test_run_held_sends.py's fix), the eighteenth's two,
     # the nineteenth's two, the twentieth's two; the twentieth's second again (<name>-fixed), the twenty-first's
     # two, the twenty-second's two, the twenty-third's one, the twenty-fourth's one, and the twenty-fifth to
-    # thirty-seventh's two each
-    assert len(shapes) == 107 and len({s["name"] for s in shapes}) == 89
+    # thirty-eighth's two each
+    assert len(shapes) == 109 and len({s["name"] for s in shapes}) == 91
     assert sorted(s["name"] for s in shapes if s.get("pp", 2) == 4) == [
         "h2176-t1792-l11-m15-p4", "h3456-t2560-l7-m19-p4", "h3584-t5888-l9-m5-p4"]
     assert {s["hidden"] for s in shapes} >= {2048, 4096, 8192}
