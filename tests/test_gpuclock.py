@@ -104,3 +104,26 @@ def test_run_summary_prints_each_rank_clock_in_rank_order():
                      "in 95% of 40 samples",
                      "  rank 10: SM clock 1820 MHz (p10 1800, p90 1900), power 641 W of 700 W, held by the power cap "
                      "in 10% of 40 samples"]
+
+
+def test_memory_clock_and_temperature_are_medians_of_the_samples_that_have_them():
+    # 2619, 1593 and one unknown inside the window: median of the two known (2106); 100 outside it
+    samples = [Sample(1.0, 1500, 600.0, 0, mem_mhz=2619, temp_c=40), Sample(2.0, 1500, 600.0, 0, mem_mhz=1593, temp_c=44),
+               Sample(3.0, 1500, 600.0, 0, mem_mhz=None, temp_c=51), Sample(9.0, 1500, 600.0, 0, mem_mhz=100, temp_c=99)]
+    g = summarize(samples, [(0.0, 3.0)])
+    assert g is not None and g.mem_mhz == 2106.0 and g.temp_c == 44.0
+    # a driver that says neither: the record says None, not 0
+    g = summarize([_s(1.0, 1500)], [(0.0, 2.0)])
+    assert g is not None and g.mem_mhz is None and g.temp_c is None
+
+
+def test_run_summary_adds_the_memory_clock_and_temperature_where_recorded():
+    ev = [Event(op="F0", rank=0, lane="compute", start=0.0, end=1.0, kind="F", stage=0, mb=0)]
+    gpu = {"0": {"samples": 40, "sm_mhz": 1965.0, "sm_mhz_p10": 1950.0, "sm_mhz_p90": 1980.0, "power_w": 381.4,
+                 "power_limit_w": 700.0, "power_capped": 0.0, "mem_mhz": 3201.0, "temp_c": 38.0},
+           "1": {"samples": 40, "sm_mhz": 1950.0, "sm_mhz_p10": 1950.0, "sm_mhz_p90": 1980.0, "power_w": 419.3,
+                 "power_limit_w": 700.0, "power_capped": 0.0, "mem_mhz": None}}
+    tl = Timeline(ev, TimelineMeta(source="measured", units="ms", family="1f1b", pp=1, extra={"gpu": gpu}))
+    lines = [x for x in summary_lines(tl) if "SM clock" in x]
+    assert lines[0].endswith("held by the power cap in 0% of 40 samples, memory clock 3201 MHz, GPU at 38 C")
+    assert lines[1].endswith("held by the power cap in 0% of 40 samples")

@@ -1,9 +1,12 @@
-"""Each rank's SM clock and board power while its timed steps run, read from NVML.
+"""Each rank's SM clock, memory clock, temperature and board power while its timed steps run, read from NVML.
 
 Why a run records them: under a power cap a GPU's clock follows how busy it is (a rank busy 0.9 of
 the step ran at 1440-1635 MHz on H200s at their 700 W cap, one busy 0.6 at 1800-1965 MHz), and
 ``pptl tune`` carries op times from the calibrating run to plans whose ranks are busier or idler.
 Whether the run's ranks sat on the cap, and at what clock, is what tells it whether that law applies.
+The memory clock and the temperature are kept beside them: two launches of one plan at the same SM clock
+can differ by several percent (a calibrating run slower than a later one), and those are what else a
+launch's GPU can change under the same SM clock.
 
 NVML is reached through ctypes (``libnvidia-ml.so.1``, shipped with the driver), so no Python package
 is needed; where it cannot be loaded nothing is recorded and the run goes on. A daemon thread reads
@@ -23,6 +26,8 @@ from typing import Any, Sequence
 __all__ = ["Sample", "GpuClock", "Sampler", "summarize", "open_sampler"]
 
 _NVML_CLOCK_SM = 1
+_NVML_CLOCK_MEM = 2
+_NVML_TEMPERATURE_GPU = 0
 #: nvmlClocksEventReasons: the software power cap (the board's power limit) holds the clock down.
 _REASON_SW_POWER_CAP = 0x4
 #: Every reason that slows the clock for heat or power (SW power cap, HW slowdown, SW and HW thermal,
@@ -38,6 +43,9 @@ class Sample:
     power_w: float
     reasons: int
     """nvmlClocksEventReasons bits; -1 where the driver would not say."""
+    mem_mhz: int | None = None
+    temp_c: int | None = None
+    """None where the driver would not say."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +65,10 @@ class GpuClock:
     """Share of those samples the software power cap held the clock (None: reasons unknown)."""
     slowed: float | None
     """Share of those samples any power or thermal reason held the clock."""
+    mem_mhz: float | None = None
+    """Median memory clock of those samples that have one (None: none has)."""
+    temp_c: float | None = None
+    """Median GPU temperature of those samples that have one, in degrees Celsius."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -85,10 +97,15 @@ def summarize(samples: Sequence[Sample], windows: Sequence[tuple[float, float]],
     def share(mask: int) -> float | None:
         return sum(1 for r in known if r & mask) / len(known) if known else None
 
+    def median_known(xs: list[int | None]) -> float | None:
+        have = [float(x) for x in xs if x is not None]
+        return statistics.median(have) if have else None
+
     return GpuClock(samples=len(inside), sm_mhz=statistics.median(mhz), sm_mhz_p10=_quantile(mhz, 0.1),
                     sm_mhz_p90=_quantile(mhz, 0.9), power_w=statistics.median(s.power_w for s in inside),
                     power_limit_w=power_limit_w, max_sm_mhz=max_sm_mhz,
-                    power_capped=share(_REASON_SW_POWER_CAP), slowed=share(_REASON_SLOWING))
+                    power_capped=share(_REASON_SW_POWER_CAP), slowed=share(_REASON_SLOWING),
+                    mem_mhz=median_known([s.mem_mhz for s in inside]), temp_c=median_known([s.temp_c for s in inside]))
 
 
 class _Nvml:
@@ -132,7 +149,9 @@ class _Nvml:
             v = ctypes.c_ulonglong()
             if self._reasons(self.handle, ctypes.byref(v)) == 0:
                 reasons = int(v.value)
-        return Sample(ms=time.perf_counter() * 1e3, sm_mhz=mhz, power_w=mw / 1e3, reasons=reasons)
+        return Sample(ms=time.perf_counter() * 1e3, sm_mhz=mhz, power_w=mw / 1e3, reasons=reasons,
+                      mem_mhz=self._uint(self.lib.nvmlDeviceGetClockInfo, _NVML_CLOCK_MEM),
+                      temp_c=self._uint(self.lib.nvmlDeviceGetTemperature, _NVML_TEMPERATURE_GPU))
 
 
 class Sampler:

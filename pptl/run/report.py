@@ -73,6 +73,10 @@ def summary_lines(tl: Timeline) -> list[str]:
     return lines
 
 
+#: What a rank's record may add to its clock line (runs before the memory clock was recorded lack them).
+_MORE = (("mem_mhz", "memory clock", " MHz"), ("temp_c", "GPU at", " C"))
+
+
 def _gpu_lines(gpu: Any) -> list[str]:
     """Per rank, the SM clock and power over the timed steps, and how often the power cap held it."""
     if not isinstance(gpu, dict):
@@ -90,5 +94,7 @@ def _gpu_lines(gpu: Any) -> list[str]:
                    f"p90 {g.get('sm_mhz_p90', 0):.0f}), power {g.get('power_w', 0):.0f} W"
                    + (f" of {limit:.0f} W" if isinstance(limit, (int, float)) else "")
                    + (f", held by the power cap in {100 * capped:.0f}% of {g.get('samples')} samples"
-                      if isinstance(capped, (int, float)) else ""))
+                      if isinstance(capped, (int, float)) else "")
+                   + "".join(f", {name} {g[key]:.0f}{unit}" for key, name, unit in _MORE
+                             if isinstance(g.get(key), (int, float))))
     return out
