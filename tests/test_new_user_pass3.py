@@ -23,7 +23,9 @@ each defect it found pinned here (exit code, one line on stderr, the words that 
 - ``pptl explain run.json run2.json`` (two measured timelines, or a plan beside one) read "run.json: not
   a torch profiler trace or an event list", though it is pptl's own timeline;
 - ``pptl diagnose`` of a gzipped dump, or of JSON under a dump's name, read "refused: opcode b'\\x1f' at
-  byte 0, which builds no plain data" (a bytes repr, and no word of gzip or JSON).
+  byte 0, which builds no plain data" (a bytes repr, and no word of gzip or JSON);
+- ``pptl export PLAN --to chrome -o /dev/full`` (a write that fails) printed its "note: planned timeline,
+  160 events; open it in https://ui.perfetto.dev" before the error: two lines on stderr.
 """
 from __future__ import annotations
 
@@ -224,3 +226,12 @@ def test_diagnose_names_a_gzipped_dump_and_json_under_a_dumps_name(tmp_path: Pat
     assert line == f"error: {gz / 'nccl_trace_rank_0'}: gzip data, not a flight-recorder dump (a pickle); gunzip it first"
     line = _one_error(_pptl("diagnose", js))
     assert line == f"error: {js / 'nccl_trace_rank_0'}: JSON text, not a flight-recorder dump (a pickle, as torch writes it)"
+
+
+# 8. a write that fails is the one line --------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+def test_export_whose_write_fails_prints_no_note_first(plan_file: Path) -> None:
+    line = _one_error(_pptl("export", plan_file, "--to", "chrome", "-o", "/dev/full"))
+    assert line == "error: /dev/full: cannot write: No space left on device"

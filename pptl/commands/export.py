@@ -47,13 +47,14 @@ def export(
         check_writable(out_file)
         _check_name(out_file, to, f"-o {out_file}: --to {to} writes")
     result = export_file(source, to=to, comms=comms, gzip_output=gz, microbatches=microbatches, placement=placement)
+    if out_file is not None:
+        atomic_write(out_file, result.data)  # first: a write that fails is the one line on stderr, after no note
     for note in result.notes:
         say(f"note: {note}", stderr=True)
     if out_file is None:
         sys.stdout.write(result.data.decode("utf-8"))
         sys.stdout.flush()
         return
-    atomic_write(out_file, result.data)
     say(f"wrote {out_file}", stderr=True)
 
 
@@ -69,10 +70,10 @@ def _export_torchtitan(source: Path, toml_path: Path, csv_path: Optional[Path], 
     check_writable(toml_path)
     check_writable(csv_path)
     files = export_torchtitan(source, csv_path=str(csv_path), **options)
-    for note in files.notes:
-        say(f"note: {note}", stderr=True)
     atomic_write(csv_path, files.csv)
     atomic_write(toml_path, files.toml)
+    for note in files.notes:  # after the writes: one that fails is the one line on stderr
+        say(f"note: {note}", stderr=True)
     say(f"wrote {toml_path} and {csv_path}", stderr=True)
 
 
