@@ -4,8 +4,10 @@ the exports, the run's GPU clock record, the memory checks, the config, the simu
 structure rules, the weight update and the spawner that forks the ranks, the schedule assembler, interleaved
 1F1B and zero bubble, the dependency facts, the file readers and the CLI's number options, the MoE figure,
 order grid and close-ups, DualPipe, the MoE layer graph, the measured costs, the hang diagnosis's
-wording, the Chrome trace, the V-shape families and the figure's legend, each with the tests that must
-kill it (docs/testing.md lists them).
+wording, the Chrome trace, the V-shape families and the figure's legend, 1F1B's, GPipe's, inference's,
+looped BFS's and DualPipeV's builders and formulas, the capped V order, the message key, the given issue
+order, the DAG's order, the run's footprint, model, progress board and slow rank, the hang figure and
+the exit codes, each with the tests that must kill it (docs/testing.md lists them).
 
     python tests/hand_mutants.py            # apply each to a copy of the tree, run its tests, report
     python tests/hand_mutants.py --only 3,serve-body-limit
@@ -4498,7 +4500,7 @@ MUTANTS: tuple[Mutant, ...] = (
            'warmup = min(p - r - 1, m)',
            'warmup = min(p - r, m)',
            ('tests/test_core_pins.py::test_1f1b_one_rank_alternates_and_holds_one',),
-           '1F1B warms up with one forward too many on every rank: one rank no longer alternates F and B'),
+           '1F1B warms up with p - r forwards, one too many on every rank: a single rank holds two activations, not one'),
     Mutant('1f1b-memory-min', 'pptl/schedules/one_f_one_b.py',
            'memory=lambda cfg: float(min(cfg.pp, cfg.microbatches)) * cfg.activation,',
            'memory=lambda cfg: float(cfg.pp) * cfg.activation,',
