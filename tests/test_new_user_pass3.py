@@ -25,7 +25,8 @@ each defect it found pinned here (exit code, one line on stderr, the words that 
 - ``pptl diagnose`` of a gzipped dump, or of JSON under a dump's name, read "refused: opcode b'\\x1f' at
   byte 0, which builds no plain data" (a bytes repr, and no word of gzip or JSON);
 - ``pptl export PLAN --to chrome -o /dev/full`` (a write that fails) printed its "note: planned timeline,
-  160 events; open it in https://ui.perfetto.dev" before the error: two lines on stderr.
+  160 events; open it in https://ui.perfetto.dev" before the error: two lines on stderr; ``pptl plan --from
+  sched.csv -o best.png`` (or a write that fails) printed the CSV reader's three notes before the error.
 """
 from __future__ import annotations
 
@@ -235,3 +236,11 @@ def test_diagnose_names_a_gzipped_dump_and_json_under_a_dumps_name(tmp_path: Pat
 def test_export_whose_write_fails_prints_no_note_first(plan_file: Path) -> None:
     line = _one_error(_pptl("export", plan_file, "--to", "chrome", "-o", "/dev/full"))
     assert line == "error: /dev/full: cannot write: No space left on device"
+
+
+def test_plan_from_a_csv_to_a_refused_name_prints_no_note_first(tmp_path: Path) -> None:
+    csv, png = FIXTURES / "csv" / "gpipe_pp4_m6.csv", tmp_path / "best.png"
+    line = _one_error(_pptl("plan", "--from", csv, "-o", png))
+    assert line.startswith(f"error: {png}: a plan is written as .json (or .json.gz)"), line
+    r = _pptl("plan", "--from", csv, "-o", tmp_path / "best.json")  # a write that succeeds keeps its notes
+    assert r.exit_code == 0 and r.stderr.count("note: ") == 3 and r.stderr.splitlines()[-1].startswith("wrote ")

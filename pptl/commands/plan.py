@@ -59,8 +59,6 @@ def plan(
                                  "--costs-from")
             result = planning.plan_from_file(from_, microbatches=microbatches, cost_flags=cost,
                                              comm_latency=comm_latency, memory_limit=memory_limit)
-            for note in result.metrics.get("notes", ()):
-                say(f"note: {note}", stderr=True)
         elif config is None and schedule is None:
             raise InputError("give a config file or --schedule (e.g. pptl plan --schedule 1f1b --pp 4 "
                              "--microbatches 8)")
@@ -73,6 +71,9 @@ def plan(
                 raise _not_a_config(config, e) from None
         if out_file is not None:
             planning.write_plan(result, out_file)
+        if from_ is not None:  # after the write: a name refused or a write that fails is the one line on stderr
+            for note in result.metrics.get("notes", ()):
+                say(f"note: {note}", stderr=True)
     if output == "json":
         print_json(result.metrics)
     else:
