@@ -26,7 +26,9 @@ each defect it found pinned here (exit code, one line on stderr, the words that 
   byte 0, which builds no plain data" (a bytes repr, and no word of gzip or JSON);
 - ``pptl export PLAN --to chrome -o /dev/full`` (a write that fails) printed its "note: planned timeline,
   160 events; open it in https://ui.perfetto.dev" before the error: two lines on stderr; ``pptl plan --from
-  sched.csv -o best.png`` (or a write that fails) printed the CSV reader's three notes before the error.
+  sched.csv -o best.png`` (or a write that fails) printed the CSV reader's three notes before the error;
+- a config's ``pp: 1e30`` read "got 1000000000000000019884624838656, expected at most 1000000" (the float's
+  int), where ``pptl tune`` says "got 1e+30".
 """
 from __future__ import annotations
 
@@ -244,3 +246,14 @@ def test_plan_from_a_csv_to_a_refused_name_prints_no_note_first(tmp_path: Path) 
     assert line.startswith(f"error: {png}: a plan is written as .json (or .json.gz)"), line
     r = _pptl("plan", "--from", csv, "-o", tmp_path / "best.json")  # a write that succeeds keeps its notes
     assert r.exit_code == 0 and r.stderr.count("note: ") == 3 and r.stderr.splitlines()[-1].startswith("wrote ")
+
+
+# 9. a config's number as written --------------------------------------------------------------------------------------
+
+
+def test_a_config_count_past_the_bound_is_quoted_as_written(tmp_path: Path) -> None:
+    c = tmp_path / "c.yaml"
+    c.write_text("schedule: 1f1b\npp: 1e30\nmicrobatches: 8\n")
+    assert _one_error(_pptl("plan", c)) == f"error: {c}: field 'pp': got 1e+30, expected at most 1000000"
+    c.write_text("schedule: 1f1b\npp: 4\nmicrobatches: 2000000\n")  # an int as it is
+    assert _one_error(_pptl("plan", c)) == f"error: {c}: field 'microbatches': got 2000000, expected at most 1000000"
