@@ -5,7 +5,7 @@ from typing import Any, Sequence
 
 from pptl.formats._quote import counted
 from pptl.whatif.spread import Spread
-from pptl.whatif.study import PlanOutcome
+from pptl.whatif.study import SELF_TOLERANCE, PlanOutcome
 
 __all__ = ["QUANTILES", "report_lines", "report_dict"]
 
@@ -44,6 +44,14 @@ def report_lines(outcomes: Sequence[PlanOutcome], spread: Spread, *, top: int = 
             lines.append(f"note: {o.name}: pptl run sends {o.beside_sends} of its SENDs beside compute (sync-send "
                          f"cannot hold them); {BESIDE_WAIT}, which the samples do not draw: its steps may be short "
                          f"(docs/tune.md)")
+    for o in outcomes:
+        err = o.self_error
+        if err is not None and abs(err) > SELF_TOLERANCE and o.run_p50 is not None:
+            lines.append(f"note: {o.name} is the plan the run ran: sampled from the run, its median step is "
+                         f"{_n(_q(o)[0])} {units}, where the run measured {_n(o.run_p50)} ({100 * err:+.1f}%): the "
+                         f"run's steps hold time its ops do not (a host issuing ops no sooner than the GPU ends "
+                         f"them, messages waiting for their issue), and each plan here is likely "
+                         f"{'short' if err < 0 else 'long'} by about as much")
     width = max(12, *(len(o.name) for o in outcomes))
     lines.append(f"{'plan':<{width}}{'planned':>10}{'mean':>10}{'p50':>10}{'p95':>10}{'p99':>10}{'p95/p50':>9}"
                  f"   (makespan, {units})")
@@ -79,6 +87,8 @@ def report_dict(outcomes: Sequence[PlanOutcome], spread: Spread, *, top: int = 5
             "ops": o.schedule.n_ops, "units": o.units, "planned": o.samples.planned,
             "sends_on_compute": o.sends_on_compute,
             "beside_sends": o.beside_sends,
+            # where the --from run ran this plan: its measured median step, and the samples' median over it less 1
+            "run_p50": o.run_p50, "self_error": o.self_error,
             "makespan": {"mean": float(o.samples.makespan.mean()), "std": float(o.samples.makespan.std()),
                          "p50": p50, "p95": p95, "p99": p99,
                          "p25": float(np.quantile(o.samples.makespan, 0.25)),

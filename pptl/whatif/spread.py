@@ -26,7 +26,7 @@ from pptl.whatif.opening import Opening, fit_opening
 
 __all__ = ["QUANTILE_POINTS", "Quantiles", "Jitter", "Straggler", "Spread", "parse_jitter", "parse_straggler",
            "spread_from_timeline", "first_ops", "delay_in", "parse_duty_exponent", "MAX_STEP_RECORDS",
-           "measured_only"]
+           "measured_only", "measured_steps"]
 
 #: Points of every quantile table (0, 1/(Q-1), ..., 1): percentiles, min and max included.
 QUANTILE_POINTS = 101
@@ -440,6 +440,12 @@ def parse_duty_exponent(text: str | float) -> float | None:
         raise InputError(f"--duty-exponent: got {value:g}, expected 0 (off) to 1 (pptl tune fitted 0.25-0.29 on "
                          f"H200s, docs/tune.md)")
     return value
+
+
+def measured_steps(extra: Mapping[str, Any]) -> list[float]:
+    """The timed steps a run recorded (``meta.extra.step_ms``, pptl run's), each finite and positive;
+    [] where there is no such record."""
+    return [x for x in _floats(extra.get("step_ms")) if x > 0]
 
 
 def _floats(v: Any) -> list[float]:

@@ -16,7 +16,53 @@ from pptl.ir import Schedule
 from pptl.whatif.montecarlo import Samples, monte_carlo
 from pptl.whatif.spread import Jitter, Spread, Straggler, spread_from_timeline
 
-__all__ = ["PlanOutcome", "Measured", "load_measured", "study", "study_plans"]
+__all__ = ["PlanOutcome", "Measured", "RunPlan", "SELF_TOLERANCE", "load_measured", "study", "study_plans"]
+
+#: How far the run's own plan, sampled from the run, may stray from the median step the run measured
+#: before the report says so: the issue's 3% on p95. Over the 36 calibrating runs stored under
+#: tests/data/whatif_gpu (2 H200s) it strayed 1.4% at most; a run whose steps hold time its ops do not
+#: (a host issuing ops as late as the GPU ends them, 0.2 ms ops of messages that wait for their issue)
+#: strayed 10.9% (docs/whatif.md "Call 34").
+SELF_TOLERANCE = 0.03
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What tells the plan a measured run ran, and the steps it measured."""
+
+    family: str
+    pp: int
+    microbatches: int
+    compute: frozenset[tuple[int, int, str, int, int]]
+    """(rank, stage, kind, micro-batch, chunk) of every compute op of a step."""
+    step_p50: float
+    """Median of the run's timed steps (``meta.extra.step_ms``), in the timeline's unit."""
+
+    def ran(self, schedule: Schedule) -> bool:
+        """Whether ``schedule`` is this plan: same family, ranks, micro-batches and compute ops."""
+        if (schedule.family, schedule.pp, schedule.microbatches) != (self.family, self.pp, self.microbatches):
+            return False
+        return _compute_ops(schedule) == self.compute
+
+
+def _compute_ops(schedule: Schedule) -> frozenset[tuple[int, int, str, int, int]]:
+    return frozenset((op.rank, op.stage, op.kind, op.mb, op.chunk) for op in schedule.ops
+                     if op.lane == "compute" and op.kind not in ("SEND", "RECV"))
+
+
+def _run_plan(tl: Any) -> RunPlan | None:
+    """The plan ``tl`` (a measured timeline) ran, where its meta and its step record say it."""
+    import statistics
+
+    from pptl.whatif.spread import measured_steps
+
+    steps = measured_steps(tl.meta.extra)
+    m = tl.meta
+    if not steps or not m.family or m.pp is None or m.microbatches is None:
+        return None
+    ops = frozenset((e.rank, e.stage, e.kind, e.mb, e.chunk) for e in tl.events if e.lane == "compute"
+                    and e.kind not in ("SEND", "RECV"))
+    return RunPlan(str(m.family), int(m.pp), int(m.microbatches), ops, float(statistics.median(steps)))
 
 
 @dataclass(frozen=True)
@@ -40,6 +86,8 @@ class Measured:
     free_clock: str | None = None
     """Where the run's clock record shows no rank held by a power or thermal limit
     (:func:`pptl.power.unthrottled`), how they ran: no duty law is learnt from it."""
+    run: RunPlan | None = None
+    """The plan the run ran and its median step, where the run's record says them."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +106,16 @@ class PlanOutcome:
     beside_sends: int = 0
     """Of those, the SENDs ``pptl run`` keeps beside compute (:func:`pptl.run.program.beside_compute`): a wait
     of theirs for the receive slows the compute beside it, which the samples do not draw."""
+    run_p50: float | None = None
+    """Where this plan is the one the ``--from`` run ran: the median step the run measured, to hold the
+    samples' median against (how well the run's ops account for its steps)."""
+
+    @property
+    def self_error(self) -> float | None:
+        """The samples' median over ``run_p50``, less 1 (None unless the run ran this plan)."""
+        if self.run_p50 is None or self.run_p50 <= 0:
+            return None
+        return self.samples.quantiles((0.5,))[0] / self.run_p50 - 1.0
 
     def top_critical(self, k: int) -> list[tuple[str, float]]:
         """The ``k`` ops with time most often on the critical path (ties in op order)."""
@@ -103,7 +161,7 @@ def load_measured(path: Path) -> Measured:
     return Measured(costs_from_mapping(costs, source=str(path)), spread, sync, stage_rank, hold,
                     layers_from_mapping(wl) if isinstance(wl, Mapping) else None,
                     fb if isinstance(fb, str) and len(fb) <= 40 else None,
-                    unthrottled(extra.get("gpu"), len({e.rank for e in tl.events})))
+                    unthrottled(extra.get("gpu"), len({e.rank for e in tl.events})), _run_plan(tl))
 
 
 def _without_first_ops(costs: dict[str, Any], tl: Any) -> dict[str, Any]:
@@ -182,7 +240,9 @@ def study_plans(paths: Sequence[Path], *, measured: Path | None = None, samples:
         if m is not None and schedule is not plan:
             spread_p = replace(spread_p, send_hold=m.send_hold)
         o = study(schedule, str(p), spread_p, costs=costs, samples=samples, seed=seed)
-        out.append(replace(o, sends_on_compute=schedule is not plan, beside_sends=beside))
+        run = m.run if m is not None and m.run is not None and m.run.ran(plan) else None
+        out.append(replace(o, sends_on_compute=schedule is not plan, beside_sends=beside,
+                           run_p50=run.step_p50 if run is not None else None))
     return out
 
 
