@@ -211,6 +211,8 @@ THIRTYSEVENTH_SHAPES = (Shape("h2816-t1280-l13-m6", 2816, 1280, 26, 2, 4, 6),
                         Shape("h2176-t1536-l7-m8", 2176, 1536, 14, 2, 4, 8))
 THIRTYEIGHTH_SHAPES = (Shape("h2304-t3584-l5-m22", 2304, 3584, 10, 2, 2, 22),
                        Shape("h3968-t1536-l7-m9", 3968, 1536, 14, 2, 4, 9))
+THIRTYNINTH_SHAPES = (Shape("h2688-t1792-l7-m14", 2688, 1792, 14, 2, 3, 14),
+                      Shape("h2560-t3584-l9-m13", 2560, 3584, 18, 2, 4, 13))
 #: The held-out groups ``--shapes`` names.
 GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "steady": STEADY_SHAPES,
           "balanced": BALANCED_SHAPES, "user": USER_SHAPES, "sixth": SIXTH_SHAPES, "seventh": SEVENTH_SHAPES,
@@ -228,7 +230,7 @@ GROUPS = {"new": NEW_SHAPES, "fresh": FRESH_SHAPES, "later": LATER_SHAPES, "stea
           "thirtysecond": THIRTYSECOND_SHAPES, "thirtythird": THIRTYTHIRD_SHAPES,
           "thirtyfourth": THIRTYFOURTH_SHAPES, "thirtyfifth": THIRTYFIFTH_SHAPES,
           "thirtysixth": THIRTYSIXTH_SHAPES, "thirtyseventh": THIRTYSEVENTH_SHAPES,
-          "thirtyeighth": THIRTYEIGHTH_SHAPES}
+          "thirtyeighth": THIRTYEIGHTH_SHAPES, "thirtyninth": THIRTYNINTH_SHAPES}
 #: The seed ``bench/draw_shapes.py tune`` drew each script-drawn group from (its size and pp are the group's):
 #: tests/test_draw_shapes.py draws each again.
 DRAWN_SEEDS = {"eleventh": 202611280000, "twelfth": 202611280100, "thirteenth": 202611280200,
@@ -242,7 +244,7 @@ DRAWN_SEEDS = {"eleventh": 202611280000, "twelfth": 202611280100, "thirteenth": 
                "thirtysecond": 202611282100, "thirtythird": 202611282200,
                "thirtyfourth": 202611282300, "thirtyfifth": 202611282400,
                "thirtysixth": 202611282500, "thirtyseventh": 202611282600,
-               "thirtyeighth": 202611282700}
+               "thirtyeighth": 202611282700, "thirtyninth": 202611282800}
 #: CPU smoke shapes (gloo, float32): the script end to end in seconds.
 TINY = (Shape("tiny-a", 64, 16, 8, 1, 3, 4), Shape("tiny-b", 32, 8, 4, 1, 2, 6),
         Shape("tiny-p4", 32, 8, 8, 1, 2, 8, pp=4))
