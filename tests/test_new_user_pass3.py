@@ -28,7 +28,13 @@ each defect it found pinned here (exit code, one line on stderr, the words that 
   160 events; open it in https://ui.perfetto.dev" before the error: two lines on stderr; ``pptl plan --from
   sched.csv -o best.png`` (or a write that fails) printed the CSV reader's three notes before the error;
 - a config's ``pp: 1e30`` read "got 1000000000000000019884624838656, expected at most 1000000" (the float's
-  int), where ``pptl tune`` says "got 1e+30".
+  int), where ``pptl tune`` says "got 1e+30";
+- ``pptl run PLAN --timeout 1e30`` started the ranks, each of which failed with "OverflowError: Python int
+  too large to convert to C int" (torch's timedelta);
+- ``pptl run PLAN --device cpu --hidden 65536 --tokens 1048576`` (both at their largest) ended with
+  "rank 1 failed: RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't
+  allocate memory: you tried to allocate 274877906944 bytes. Error code 12 ..."; a rank that runs out of
+  memory now says so, with what it asked for and the options that size it.
 """
 from __future__ import annotations
 
@@ -257,3 +263,43 @@ def test_a_config_count_past_the_bound_is_quoted_as_written(tmp_path: Path) -> N
     assert _one_error(_pptl("plan", c)) == f"error: {c}: field 'pp': got 1e+30, expected at most 1000000"
     c.write_text("schedule: 1f1b\npp: 4\nmicrobatches: 2000000\n")  # an int as it is
     assert _one_error(_pptl("plan", c)) == f"error: {c}: field 'microbatches': got 2000000, expected at most 1000000"
+
+
+# 10. run's limits: the timeout, a rank out of memory ----------------------------------------------------------
+
+
+def test_run_refuses_a_timeout_past_its_bound_before_any_rank(tmp_path: Path) -> None:
+    plan = tmp_path / "p.json"
+    assert _pptl("plan", "-s", "1f1b", "--pp", "2", "-m", "2", "-o", plan).exit_code == 0
+    out = tmp_path / "m.json"
+    line = _one_error(_pptl("run", plan, "--device", "cpu", "-o", out, "--timeout", "1e30"))
+    assert line == "error: --timeout: got 1e+30, expected at most 1e+06 seconds (about 11 days)"
+    assert not out.exists()
+
+
+def test_a_timeout_of_exactly_the_bound_is_taken() -> None:
+    from pptl.errors import InputError
+    from pptl.run.options import MAX_TIMEOUT, Job, PlanJob
+
+    assert Job(plans=(PlanJob("p.json"),), timeout=MAX_TIMEOUT).validate().timeout == 1e6
+    with pytest.raises(InputError, match=r"--timeout: got 1e\+06, expected at most"):
+        Job(plans=(PlanJob("p.json"),), timeout=MAX_TIMEOUT * (1 + 1e-15)).validate()
+
+
+@pytest.mark.parametrize("error, expected", [
+    (RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you "
+                  "tried to allocate 34359738368 bytes. Error code 12 (Cannot allocate memory)"),
+     "rank 1 ran out of memory allocating 32 GiB; lower --hidden or --tokens (the synthetic model's width and "
+     "micro-batch rows)"),
+    (RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139 GiB"),
+     "rank 1 ran out of memory allocating 2.00 GiB; lower --hidden or --tokens (the synthetic model's width and "
+     "micro-batch rows)"),
+    (MemoryError(), "rank 1 ran out of memory; lower --hidden or --tokens (the synthetic model's width and micro-batch "
+     "rows)"),
+    (ValueError("bad\nsecond line"), "rank 1 failed: ValueError: bad"),
+])
+def test_a_rank_that_runs_out_of_memory_says_so_in_its_own_words(error: BaseException, expected: str) -> None:
+    pytest.importorskip("torch")
+    from pptl.run.worker import _failure_line
+
+    assert _failure_line(1, error) == expected

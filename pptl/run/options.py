@@ -15,8 +15,8 @@ from pptl.errors import InputError
 #: How much slower ``--slow-rank`` may run (the CLI's option type uses it too).
 SLOW_FACTOR_RANGE = (1, 100)
 
-__all__ = ["PlanJob", "Job", "job_from_dict", "read_job", "DEFAULT_TIMEOUT", "MESSAGE_MODES",
-           "DEFAULT_MESSAGES"]
+__all__ = ["PlanJob", "Job", "job_from_dict", "read_job", "DEFAULT_TIMEOUT", "MAX_TIMEOUT",
+           "MESSAGE_MODES", "DEFAULT_MESSAGES"]
 
 #: ``pptl run --messages`` (what each does: :mod:`pptl.run.executor`).
 MESSAGE_MODES = ("sync-send", "overlap", "inline")
@@ -25,6 +25,9 @@ DEFAULT_MESSAGES = "sync-send"
 
 #: Seconds a rank may wait without progress before the run is stopped (minutes, not hours).
 DEFAULT_TIMEOUT = 300.0
+#: The longest ``--timeout`` (about 11.6 days): torch's process-group timeout is a timedelta, which 1e30 s
+#: overflows inside every rank ("OverflowError: Python int too large to convert to C int").
+MAX_TIMEOUT = 1e6
 
 #: CUDA_DEVICE_MAX_CONNECTIONS for the ranks when the user has not set it: the hardware queues CUDA spreads a
 #: process's streams over (its default, 8). A rank runs a stream per lane and per channel, and NCCL one more per
@@ -84,6 +87,8 @@ class Job:
             raise InputError(f"--warmup: got {self.warmup}, expected 0 or more")
         if not self.timeout > 0:
             raise InputError(f"--timeout: got {self.timeout}, expected a number of seconds > 0")
+        if self.timeout > MAX_TIMEOUT:
+            raise InputError(f"--timeout: got {self.timeout:g}, expected at most {MAX_TIMEOUT:g} seconds (about 11 days)")
         if self.messages not in MESSAGE_MODES:
             raise InputError(f"--messages: got '{self.messages}', expected {', '.join(MESSAGE_MODES)}")
         if not self.plans:

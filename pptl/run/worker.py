@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from datetime import timedelta
@@ -382,6 +383,26 @@ def _dump_flight_recorder(rank: int) -> None:
         pass
 
 
+#: How torch says an allocation failed: on CPU "DefaultCPUAllocator: can't allocate memory: you tried to
+#: allocate 34359738368 bytes", on CUDA "CUDA out of memory. Tried to allocate 2.00 GiB".
+_ALLOC_BYTES = re.compile(r"can't allocate memory: you tried to allocate (\d+) bytes")
+_ALLOC_CUDA = re.compile(r"out of memory\. Tried to allocate ([\d.]+ [KMGT]?i?B)")
+
+
+def _failure_line(rank: int, e: BaseException) -> str:
+    """What a rank's unexpected exception says in one line: its type and first line, or for an
+    allocation that failed what was asked and what to change (not torch's "[enforce fail at
+    alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: ...")."""
+    text = str(e).strip()
+    cpu, cuda = _ALLOC_BYTES.search(text), _ALLOC_CUDA.search(text)
+    if cpu or cuda or isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
+        asked = f"{int(cpu.group(1)) / 2**30:.3g} GiB" if cpu else cuda.group(1) if cuda else None
+        return (f"rank {rank} ran out of memory{f' allocating {asked}' if asked else ''}; lower --hidden or --tokens "
+                "(the synthetic model's width and micro-batch rows)")
+    first = text.splitlines()
+    return f"rank {rank} failed: {type(e).__name__}: {first[0][:300] if first else ''}"
+
+
 def _fail(job: Job, rank: int, e: BaseException, state: dict[str, Any], *, quiet: bool = False) -> None:
     _dump_flight_recorder(rank)
     if isinstance(e, OpFailure):
@@ -391,8 +412,7 @@ def _fail(job: Job, rank: int, e: BaseException, state: dict[str, Any], *, quiet
     elif isinstance(e, KeyboardInterrupt):
         line = f"rank {rank}: interrupted"
     else:
-        text = str(e).strip().splitlines()
-        line = f"rank {rank} failed: {type(e).__name__}: {text[0][:300] if text else ''}"
+        line = _failure_line(rank, e)
     ex, payload = state.get("executor"), state.get("payload")
     if ex is not None and payload is not None:
         payload = dict(payload)
