@@ -9,7 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from pptl.cli import app
-from pptl.whatif.study import SELF_TOLERANCE, study_plans
+from pptl.whatif.spread import SELF_TOLERANCE
+from pptl.whatif.study import study_plans
 
 DATA = Path(__file__).parent / "data" / "whatif_gpu"
 CALLS = sorted(p.name for p in DATA.iterdir() if p.is_dir())

@@ -95,6 +95,12 @@ def tune(
         result = run_tune(tc, progress=lambda label: status.update(f"tuning: {escape(label)}"),
                           workers=os.cpu_count() or 1)
         result.notes[:0] = notes
+        if costs_from is not None:
+            from pptl.tune.calibrate import own_plan_note
+
+            own = own_plan_note(tc, result.results, units)
+            if own is not None:
+                result.notes.append(own)
         unbuilt = result.unbuilt(str(config))
         if unbuilt is not None:
             from pptl.errors import InputError

@@ -32,6 +32,7 @@ their weights; each message held to the step's end at ``message_bytes`` (MiB, as
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -41,10 +42,10 @@ from pptl.errors import InputError
 from pptl.formats._quote import counted
 from pptl.planning import b_parts
 from pptl.power import CLOCK_DUTY_EXPONENT, clock_exponent, rank_clocks, unthrottled
-from pptl.tune.model import LayerCost, ModelDesc, TuneConfig, Work
+from pptl.tune.model import LayerCost, MeasuredRun, ModelDesc, TuneConfig, Work
 from pptl.tune.split import even_split
 
-__all__ = ["calibrate_tune", "fit_layer_costs", "fit_duty_exponent", "rank_duty", "short_layer_note",
+__all__ = ["calibrate_tune", "own_plan_note", "fit_layer_costs", "fit_duty_exponent", "rank_duty", "short_layer_note",
            "split_shares"]
 
 #: Least spread of the run's ranks' duty (max / min) for which alpha is fitted. alpha is the stages'
@@ -321,7 +322,39 @@ def calibrate_tune(tc: TuneConfig, measured: Path) -> tuple[TuneConfig, str, lis
         tc, note = _fit_memory(tc, tl.meta, split, memory)
         if note:
             notes.append(note)
+    from pptl.whatif.spread import measured_steps
+
+    steps = measured_steps(tl.meta.extra)
+    if steps and tl.meta.family and tl.meta.microbatches:
+        tc = replace(tc, measured_run=MeasuredRun(family=str(tl.meta.family), microbatches=int(tl.meta.microbatches),
+                                                  vpp=int(tl.meta.vpp or 1), split=tuple(split),
+                                                  step_p50=statistics.median(steps)))
     return tc, tl.meta.units, notes
+
+
+def own_plan_note(tc: TuneConfig, results: Sequence[Any], units: str) -> str | None:
+    """Where the ranking timed the plan the ``--costs-from`` run ran (same family, micro-batches, chunks
+    and split; one candidate only) and its step strays from the run's median step by more than
+    :data:`pptl.whatif.spread.SELF_TOLERANCE`: a note saying so. The costs come from that run's ops, so
+    its own plan should come out as it ran; where it does not, the run's steps held time no op did."""
+    from pptl.whatif.spread import SELF_TOLERANCE
+
+    run = tc.measured_run
+    if run is None or run.step_p50 <= 0:
+        return None
+    own = [r for r in results if r.step is not None and r.split is not None
+           and (r.structure.family, r.structure.microbatches, r.structure.vpp) == (run.family, run.microbatches, run.vpp)
+           and tuple(r.split.layers) == run.split]
+    if len(own) != 1:
+        return None
+    err = own[0].step / run.step_p50 - 1.0
+    if not abs(err) > SELF_TOLERANCE:
+        return None
+    return (f"the run's own plan ({own[0].label}) is ranked at {own[0].step:.4g} {units}, where the run measured "
+            f"{run.step_p50:.4g} ({100 * err:+.1f}%): the run's steps hold time its ops do not (a host issuing ops "
+            f"no sooner than the GPU ends them, receives waiting for their issue), so every step here is likely "
+            f"{'short' if err < 0 else 'long'} by about as much, and plans that issue more ops or messages a rank "
+            f"more so")
 
 
 def _cuda_run(tl: Any) -> bool:

@@ -54,7 +54,7 @@ from pptl.formats.structured import read_structured
 from pptl.tune.memory import MemoryModel
 from pptl.tune.spread import Jitter
 
-__all__ = ["LayerCost", "Work", "ModelDesc", "mlp_block_work", "TuneConfig", "TRAINING_FAMILIES", "SPLIT_FAMILIES", "load_tune_config",
+__all__ = ["LayerCost", "Work", "ModelDesc", "mlp_block_work", "MeasuredRun", "TuneConfig", "TRAINING_FAMILIES", "SPLIT_FAMILIES", "load_tune_config",
            "tune_config_from_mapping"]
 
 #: Families the search covers (``synth`` is the order ``pptl tune`` builds for the model).
@@ -165,6 +165,19 @@ class ModelDesc:
 
 
 @dataclass(frozen=True, kw_only=True)
+class MeasuredRun:
+    """The plan a ``--costs-from`` run ran and the median step it measured: what the ranking's own
+    candidate of that plan is held to (:func:`pptl.tune.calibrate.own_plan_note`)."""
+
+    family: str
+    microbatches: int
+    vpp: int
+    split: tuple[int, ...]
+    """Model layers per stage, the embedding's and head's run blocks left out (as a candidate's split)."""
+    step_p50: float
+
+
+@dataclass(frozen=True, kw_only=True)
 class TuneConfig:
     """What to search: the model, the pipeline size, the micro-batch counts, the memory limit."""
 
@@ -202,6 +215,8 @@ class TuneConfig:
     memory: MemoryModel = field(default_factory=MemoryModel)
     """Coefficients of the per-rank peak memory (:mod:`pptl.tune.memory`): the model as given,
     or fitted by ``--costs-from`` a run that measured memory."""
+    measured_run: MeasuredRun | None = None
+    """What the ``--costs-from`` run ran and measured, where its record says (None: no run, or none said)."""
     source: str = "<config>"
 
     @property

@@ -4,8 +4,8 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from pptl.formats._quote import counted
-from pptl.whatif.spread import Spread
-from pptl.whatif.study import SELF_TOLERANCE, PlanOutcome
+from pptl.whatif.spread import SELF_TOLERANCE, Spread
+from pptl.whatif.study import PlanOutcome
 
 __all__ = ["QUANTILES", "report_lines", "report_dict"]
 

@@ -16,14 +16,7 @@ from pptl.ir import Schedule
 from pptl.whatif.montecarlo import Samples, monte_carlo
 from pptl.whatif.spread import Jitter, Spread, Straggler, spread_from_timeline
 
-__all__ = ["PlanOutcome", "Measured", "RunPlan", "SELF_TOLERANCE", "load_measured", "study", "study_plans"]
-
-#: How far the run's own plan, sampled from the run, may stray from the median step the run measured
-#: before the report says so: the issue's 3% on p95. Over the 36 calibrating runs stored under
-#: tests/data/whatif_gpu (2 H200s) it strayed 1.4% at most; a run whose steps hold time its ops do not
-#: (a host issuing ops as late as the GPU ends them, 0.2 ms ops of messages that wait for their issue)
-#: strayed 10.9% (docs/whatif.md "Call 34").
-SELF_TOLERANCE = 0.03
+__all__ = ["PlanOutcome", "Measured", "RunPlan", "load_measured", "study", "study_plans"]
 
 
 @dataclass(frozen=True)
