@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pptl.errors import InputError
-from pptl.formats._quote import counted
+from pptl.formats._quote import counted, shell_word
 from pptl.op import COMPUTE_KINDS
 from pptl.timeline import Event, Timeline, unit_scale
 
@@ -337,7 +337,7 @@ def compare_files(plan: str | Path, measured: str | Path) -> Comparison:
     second_planned = loaded.kind == "plan" or m.meta.source == "planned"
     if second_planned and p.meta.source == "measured":
         raise InputError(f"{plan}: is a measured run and {measured} a plan: give the plan first "
-                         f"(pptl compare {measured} {plan})")
+                         f"(pptl compare {shell_word(measured)} {shell_word(plan)})")
     cmp = compare_timelines(p, m)
     if second_planned:  # two plans: allowed (what-if against a baseline), but said where it is read
         cmp.notes.insert(0, f"{measured} is a plan, not a measured run: this compares two plans")

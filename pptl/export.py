@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pptl.errors import InputError, InvalidScheduleError
-from pptl.formats._quote import counted
+from pptl.formats._quote import counted, shell_word
 
 if TYPE_CHECKING:
     from pptl.ir import Schedule
@@ -146,7 +146,7 @@ def _ranks_in_range(schedule: Schedule, path: str | Path) -> None:
     if bad.size:
         op = schedule.table.op(int(bad[0]))
         raise InvalidScheduleError(f"{path}: PP001: {op.id} is on rank {op.rank}, outside the plan's ranks "
-                                   f"0-{schedule.pp - 1} ({counted(bad.size, 'op')} in all); 'pptl check {path}' lists every "
+                                   f"0-{schedule.pp - 1} ({counted(bad.size, 'op')} in all); 'pptl check {shell_word(path)}' lists every "
                                    "violation")
 
 

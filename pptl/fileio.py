@@ -79,9 +79,11 @@ def check_json_name(path: str | Path, what: str) -> Path:
 def check_new(path: str | Path, *, option: str = "-o") -> Path:
     """Fail early when ``path`` exists: pptl overwrites only files the user names (``-o``); a name
     pptl makes up itself (``render --html``, ``run``'s default output) never replaces a file."""
+    from pptl.formats._quote import shell_word
+
     p = check_writable(path)
     if p.exists():
-        raise InputError(f"{p}: exists, and pptl does not overwrite a file it named itself; pass {option} {p} "
+        raise InputError(f"{p}: exists, and pptl does not overwrite a file it named itself; pass {option} {shell_word(p)} "
                          "to overwrite it")
     return p
 

@@ -24,7 +24,7 @@ from pptl.config import (
 )
 from pptl.errors import InputError, InvalidScheduleError
 from pptl.fileio import atomic_write, check_json_name, check_writable, is_gz
-from pptl.formats._quote import counted
+from pptl.formats._quote import counted, shell_word
 from pptl.ir import Schedule
 from pptl.timeline import Timeline
 
@@ -113,11 +113,11 @@ def _load_config_or_plan(path: Path, overrides: Mapping[str, Any], data: Any = N
         inner = data.get("config")
         if not isinstance(inner, Mapping):
             raise InputError(f"{path}: the plan holds no config (an imported schedule); re-plan it with "
-                             f"pptl plan --from {path}")
+                             f"pptl plan --from {shell_word(path)}")
         given = _given_order(data)
         if given is not None:
             raise InputError(f"{path}: its order is {given}'s, which its config ({inner.get('schedule')}) does not "
-                             f"build: plan it as it is with 'pptl plan {path}' (--cost, --memory-limit apply), "
+                             f"build: plan it as it is with 'pptl plan {shell_word(path)}' (--cost, --memory-limit apply), "
                              f"not re-planned from its config")
         return config_from_mapping({**inner, **overrides}, source=f"{path}: config")
     return config_from_file(data, str(path), overrides)

@@ -34,7 +34,10 @@ each defect it found pinned here (exit code, one line on stderr, the words that 
 - ``pptl run PLAN --device cpu --hidden 65536 --tokens 1048576`` (both at their largest) ended with
   "rank 1 failed: RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't
   allocate memory: you tried to allocate 274877906944 bytes. Error code 12 ..."; a rank that runs out of
-  memory now says so, with what it asked for and the options that size it.
+  memory now says so, with what it asked for and the options that size it;
+- a command a message suggests named a path with a space bare (``pass -o p10 interleaved.html to
+  overwrite it``, ``(pptl compare my run.json p.json)``): pasted into a shell, it split in two. Such a
+  path is now in double quotes (the suggestions sit inside single quotes).
 """
 from __future__ import annotations
 
@@ -303,3 +306,36 @@ def test_a_rank_that_runs_out_of_memory_says_so_in_its_own_words(error: BaseExce
     from pptl.run.worker import _failure_line
 
     assert _failure_line(1, error) == expected
+
+
+# 11. a suggested command pastes into a shell ---------------------------------------------------------------------
+
+
+def test_suggested_commands_quote_a_path_with_a_space(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my run.json").write_bytes(RUN.read_bytes())
+    (tmp_path / "my sched.csv").write_bytes((FIXTURES / "csv" / "gpipe_pp4_m6.csv").read_bytes())
+    assert _pptl("plan", FIXTURES / "1f1b.yaml", "-o", "my plan.json").exit_code == 0
+    assert _pptl("render", "my plan.json", "--html").exit_code == 0
+    cases = [
+        (["render", "my plan.json", "--html"], "error: my plan.html: exists, and pptl does not overwrite a file it "
+         'named itself; pass -o "my plan.html" to overwrite it'),
+        (["compare", "my run.json", "my plan.json"], "error: my run.json: is a measured run and my plan.json a plan: "
+         'give the plan first (pptl compare "my plan.json" "my run.json")'),
+        (["plan", "my run.json"], "error: my run.json: is a measured timeline, not a config or plan; to take its "
+         'durations, give it to --costs-from (pptl plan CONFIG --costs-from "my run.json")'),
+        (["plan", "my sched.csv"], "error: my sched.csv: is a torch CSV schedule, not a config or plan; plan it with "
+         "'pptl plan --from \"my sched.csv\"'"),
+    ]
+    for args, expected in cases:
+        assert _one_error(_pptl(*args)) == expected
+
+
+def test_shell_word_leaves_a_plain_path_bare_and_quotes_the_rest_safely() -> None:
+    import shlex
+
+    from pptl.formats._quote import shell_word
+
+    assert shell_word("a/b-1.json") == "a/b-1.json"
+    for name in ("my run.json", "it's.json", 'say "hi".json', "$HOME.json", "a`b`.json", "back\\slash.json"):
+        assert shlex.split(shell_word(name)) == [name], name

@@ -89,19 +89,20 @@ def _not_a_config(path: Optional[Path], error: Any) -> Any:
     model file) one line that says what it is and which command or option takes it."""
     from pptl.commands._shared import other_kind
     from pptl.errors import InputError
+    from pptl.formats._quote import shell_word
 
     found = other_kind(path, error) if path is not None else None
     if found is None or found[0] in ("a plan", "a schedule config"):
         return error
     what = found[0]
     if what.startswith("a pptl tune config"):
-        hint = f"rank schedules for it with 'pptl tune {path}'"
+        hint = f"rank schedules for it with 'pptl tune {shell_word(path)}'"
     elif what.startswith("a Chrome trace"):
         hint = "give pptl the plan or timeline it was exported from"
     elif what == "a torch CSV schedule":
-        hint = f"plan it with 'pptl plan --from {path}'"
+        hint = f"plan it with 'pptl plan --from {shell_word(path)}'"
     else:
-        hint = f"to take its durations, give it to --costs-from (pptl plan CONFIG --costs-from {path})"
+        hint = f"to take its durations, give it to --costs-from (pptl plan CONFIG --costs-from {shell_word(path)})"
     return InputError(f"{path}: is {what}, not a config or plan; {hint}")
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-__all__ = ["QUOTE_LIMIT", "quoted", "int_ranges", "counted"]
+__all__ = ["QUOTE_LIMIT", "quoted", "int_ranges", "counted", "shell_word"]
 
 #: Characters of a value's repr an error line shows before cutting it with "...".
 QUOTE_LIMIT = 60
@@ -100,3 +100,21 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
         ('1 rank', '0 ranks', '2 entries')
     """
     return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
+def shell_word(path: Any) -> str:
+    """``path`` as a command a message suggests writes it, to be pasted into a shell: as it is when it
+    needs no quoting, in double quotes when it holds a space or the like (the suggestions sit inside
+    single quotes: ``'pptl plan --from "my sched.csv"'``), else as :func:`shlex.quote` quotes it.
+
+    Example:
+        >>> shell_word("a.json"), shell_word("my run.json")
+        ('a.json', '"my run.json"')
+    """
+    import shlex
+
+    text = str(path)
+    bare = shlex.quote(text)
+    if bare == text or any(c in text for c in '"$`\\!'):
+        return bare
+    return f'"{text}"'

@@ -126,10 +126,10 @@ def refuse_invalid(schedule: Schedule, source: str, *, named: bool = True) -> No
     errors = [v for v in found if v.severity == "error"]
     if not errors:
         return
-    import shlex
+    from pptl.formats._quote import shell_word
 
     first = errors[0]
-    more = f"run 'pptl check {shlex.quote(source)}' for every violation" if named else \
+    more = f"run 'pptl check {shell_word(source)}' for every violation" if named else \
         "'pptl check' on its plan file lists every violation"
     raise InvalidScheduleError(f"{source}: {first.code}: {first.message} ({more})")
 
