@@ -41,7 +41,11 @@ def load_run(paths: Sequence[Path]) -> MeasuredRun:
     name = paths[0].name if len(paths) == 1 else f"{len(paths)} traces"
     if loaded.timeline is None or not loaded.timeline.events:
         raise InputError(f"{name}: has no measured timeline (expected pptl run output or profiler traces)")
-    return MeasuredRun(loaded.timeline, name, tuple(loaded.notes))
+    notes = tuple(loaded.notes)
+    if loaded.timeline.meta.source == "planned":  # allowed (compare takes two plans too), but said where it is read
+        notes += (f"{name} is a plan, not a measured run: its idle is the simulated schedule's (pptl run it to "
+                  "measure one)",)
+    return MeasuredRun(loaded.timeline, name, notes)
 
 
 def plan_that_ran(plan_file: Path, run: MeasuredRun) -> Any:

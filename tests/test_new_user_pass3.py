@@ -37,7 +37,10 @@ each defect it found pinned here (exit code, one line on stderr, the words that 
   memory now says so, with what it asked for and the options that size it;
 - a command a message suggests named a path with a space bare (``pass -o p10 interleaved.html to
   overwrite it``, ``(pptl compare my run.json p.json)``): pasted into a shell, it split in two. Such a
-  path is now in double quotes (the suggestions sit inside single quotes).
+  path is now in double quotes (the suggestions sit inside single quotes);
+- ``pptl explain traces/ --plan other.json`` (or ``-o`` a figure it cannot write) printed the trace
+  reader's notes first, 27 lines for 12 ranks, then the error; and ``pptl explain plan.json`` explained a
+  plan as if it were a measured run, without the word compare says ("is a plan, not a measured run").
 """
 from __future__ import annotations
 
@@ -339,3 +342,24 @@ def test_shell_word_leaves_a_plain_path_bare_and_quotes_the_rest_safely() -> Non
     assert shell_word("a/b-1.json") == "a/b-1.json"
     for name in ("my run.json", "it's.json", 'say "hi".json', "$HOME.json", "a`b`.json", "back\\slash.json"):
         assert shlex.split(shell_word(name)) == [name], name
+
+
+# 12. explain: its notes after the work, and a plan said to be one ------------------------------------------------
+
+
+def test_explain_prints_no_note_before_a_refused_plan_or_a_failed_write(plan_file: Path) -> None:
+    traces = FIXTURES / "traces_cpu_gloo" / "Schedule1F1B"
+    line = _one_error(_pptl("explain", traces, "--plan", plan_file))
+    assert line == f"error: {plan_file}: not the plan that ran Schedule1F1B: the plan has pp 4, the run 12"
+    if Path("/proc").is_dir():
+        assert _one_error(_pptl("explain", traces, "-o", "/proc/x.png")).startswith("error: /proc/x.png: cannot write")
+    r = _pptl("explain", traces)
+    assert r.exit_code == 0 and r.stderr.startswith("note: torch profiler traces: 12 files"), r.stderr
+
+
+def test_explain_of_a_plan_says_it_is_one(plan_file: Path) -> None:
+    r = _pptl("explain", plan_file)
+    assert r.exit_code == 0, r.output
+    assert r.stderr.splitlines() == [f"note: {plan_file.name} is a plan, not a measured run: its idle is the simulated "
+                                     "schedule's (pptl run it to measure one)"]
+    assert _pptl("explain", RUN).stderr == ""

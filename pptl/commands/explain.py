@@ -29,8 +29,6 @@ def explain(
 
     fmt = figure_format(out_file)
     run = load_run(measured)
-    for note in run.notes:
-        say(f"note: {note}", stderr=True)
     plan = plan_that_ran(plan_file, run) if plan_file is not None else None
     x = ex.explain(run.timeline, plan)
     if out_file is not None:
@@ -40,6 +38,8 @@ def explain(
         assert fmt is not None  # figure_format named it for this path
         atomic_write(out_file, explain_bytes(x, fmt, title=f"{run.name}: where each rank's step went "
                                              f"(makespan {shown.makespan:.4g} {shown.units})"))
+    for note in run.notes:  # after --plan and the figure: a refusal or a failed write is the one line on stderr
+        say(f"note: {note}", stderr=True)
     if output == "json":
         print_json(x.to_dict())
     else:
