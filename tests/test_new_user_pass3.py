@@ -40,7 +40,10 @@ each defect it found pinned here (exit code, one line on stderr, the words that 
   path is now in double quotes (the suggestions sit inside single quotes);
 - ``pptl explain traces/ --plan other.json`` (or ``-o`` a figure it cannot write) printed the trace
   reader's notes first, 27 lines for 12 ranks, then the error; and ``pptl explain plan.json`` explained a
-  plan as if it were a measured run, without the word compare says ("is a plan, not a measured run").
+  plan as if it were a measured run, without the word compare says ("is a plan, not a measured run");
+- a ``pptl tune`` model file given to check, render, export, run, whatif, compare or ``--plan`` read "not a
+  pptl plan, timeline or config (expected 'format': 'pptl-plan' or 'pptl-timeline', or a 'schedule'
+  field)", where ``pptl plan`` says what it is and which command takes it.
 """
 from __future__ import annotations
 
@@ -363,3 +366,16 @@ def test_explain_of_a_plan_says_it_is_one(plan_file: Path) -> None:
     assert r.stderr.splitlines() == [f"note: {plan_file.name} is a plan, not a measured run: its idle is the simulated "
                                      "schedule's (pptl run it to measure one)"]
     assert _pptl("explain", RUN).stderr == ""
+
+
+# 13. a tune model file where a plan goes -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [["check", "M"], ["render", "M"], ["export", "M", "--to", "chrome"], ["whatif", "M"],
+                                  ["run", "M", "--device", "cpu"], ["compare", "M", str(RUN)],
+                                  ["explain", str(RUN), "--plan", "M"]])
+def test_a_tune_model_file_where_a_plan_goes_is_named(args: list[str]) -> None:
+    model = FIXTURES / "tune" / "skewed.yaml"
+    line = _one_error(_pptl(*[model if a == "M" else a for a in args]))
+    assert line == (f"error: {model}: is a pptl tune config (a model description), not a plan or schedule config; "
+                    f"rank schedules for it with 'pptl tune {model}'")

@@ -67,5 +67,10 @@ def load_data(data: Any, source: str, **options: Any) -> Loaded:
             if v is not None and k in ("microbatches", "memory_limit", "pp", "vpp"):
                 merged[k] = v
         return Loaded(source, build_schedule(config_from_mapping(merged, source=source)), None, "config")
+    if isinstance(data, Mapping) and "model" in data:  # what pptl tune reads: a model, no schedule to plan
+        from pptl.formats._quote import shell_word
+
+        raise InputError(f"{source}: is a pptl tune config (a model description), not a plan or schedule config; rank "
+                         f"schedules for it with 'pptl tune {shell_word(source)}'")
     raise InputError(f"{source}: not a pptl plan, timeline or config (expected 'format': 'pptl-plan' or "
                      "'pptl-timeline', or a 'schedule' field)")
