@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pptl.errors import InputError
 
-__all__ = ["MAX_FILE_BYTES", "atomic_write", "check_json_name", "is_gz", "check_new", "check_regular", "check_writable", "read_bounded",
+__all__ = ["MAX_FILE_BYTES", "atomic_write", "check_json_name", "is_gz", "is_pickle", "check_new", "check_regular", "check_writable", "read_bounded",
            "read_error", "utf8_text"]
 
 #: Inputs larger than this are refused before parsing (a plan of 400k ops is ~60 MB).
@@ -44,7 +44,15 @@ def utf8_text(raw: bytes, path: str | Path) -> str:
         fix = (f"name it {name}.gz, as pptl reads .json.gz files gunzipped" if name.lower().endswith(".json")
                else "gunzip it first (pptl reads gzip only in .json.gz files)")
         raise InputError(f"{path}: gzip data, not text: {fix}")
+    if is_pickle(raw):
+        raise InputError(f"{path}: a pickle, not text (a flight-recorder dump? pptl diagnose reads those)")
     raise InputError(f"{path}: not UTF-8 text")
+
+
+def is_pickle(raw: bytes) -> bool:
+    """Whether ``raw`` opens as a pickle of protocol 2 to 5 does (PROTO and its number): what torch's
+    flight recorder dumps, which have no file suffix, are."""
+    return raw[:1] == b"\x80" and raw[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05")
 
 
 def check_writable(path: str | Path) -> Path:

@@ -43,7 +43,11 @@ each defect it found pinned here (exit code, one line on stderr, the words that 
   plan as if it were a measured run, without the word compare says ("is a plan, not a measured run");
 - a ``pptl tune`` model file given to check, render, export, run, whatif, compare or ``--plan`` read "not a
   pptl plan, timeline or config (expected 'format': 'pptl-plan' or 'pptl-timeline', or a 'schedule'
-  field)", where ``pptl plan`` says what it is and which command takes it.
+  field)", where ``pptl plan`` says what it is and which command takes it;
+- a flight-recorder dump (a pickle named ``nccl_trace_rank_0``) given to plan, tune or serve read "not
+  UTF-8 text", and to check, render, export, compare, explain, whatif or run "no file suffix; expected a
+  folder of traces, or a .json, .yaml, .toml or .csv file": neither names diagnose, the command that
+  reads it.
 """
 from __future__ import annotations
 
@@ -379,3 +383,25 @@ def test_a_tune_model_file_where_a_plan_goes_is_named(args: list[str]) -> None:
     line = _one_error(_pptl(*[model if a == "M" else a for a in args]))
     assert line == (f"error: {model}: is a pptl tune config (a model description), not a plan or schedule config; "
                     f"rank schedules for it with 'pptl tune {model}'")
+
+
+# 14. a flight-recorder dump where a plan or trace goes ------------------------------------------------------------
+
+
+DUMP = FIXTURES / "flight_recorder" / "hang1_torch_csv" / "nccl_trace_rank_0"
+
+
+@pytest.mark.parametrize("args", [["check", "D"], ["render", "D"], ["export", "D", "--to", "chrome"], ["explain", "D"],
+                                  ["whatif", "D"], ["run", "D", "--device", "cpu"], ["compare", "PLAN", "D"]])
+def test_a_dump_where_a_plan_or_trace_goes_names_diagnose(plan_file: Path, args: list[str]) -> None:
+    line = _one_error(_pptl(*[DUMP if a == "D" else plan_file if a == "PLAN" else a for a in args]))
+    assert line == f"error: {DUMP}: a pickle with no file suffix (a flight-recorder dump? pptl diagnose reads those)"
+
+
+@pytest.mark.parametrize("command", ["plan", "tune", "serve"])
+def test_a_dump_where_a_config_goes_names_diagnose(tmp_path: Path, command: str) -> None:
+    named = tmp_path / "dump.yaml"  # a config's name, a dump's bytes
+    named.write_bytes(DUMP.read_bytes())
+    for given in (DUMP, named):
+        line = _one_error(_pptl(command, given, *(["--port", "0"] if command == "serve" else [])))
+        assert line == f"error: {given}: a pickle, not text (a flight-recorder dump? pptl diagnose reads those)"

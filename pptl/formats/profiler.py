@@ -96,6 +96,15 @@ def read_dir(path: str | Path, **options: Any) -> Any:
     if not p.exists():
         raise InputError(f"{p}: no such file")  # as a missing plan or config is worded, not "no file suffix"
     if not p.is_dir():
+        from pptl.fileio import is_pickle
+
+        try:
+            with open(p, "rb") as f:
+                head = f.read(2)
+        except OSError:
+            head = b""
+        if is_pickle(head):  # torch names its dumps PREFIX<rank>, with no suffix
+            raise InputError(f"{p}: a pickle with no file suffix (a flight-recorder dump? pptl diagnose reads those)")
         raise InputError(f"{p}: no file suffix; expected a folder of traces, or a .json, .yaml, .toml or .csv file")
     files = sorted(f for f in p.iterdir() if f.name.lower().endswith((".json", ".json.gz")))  # as load_any names them
     if not files:
