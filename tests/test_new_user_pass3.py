@@ -47,7 +47,10 @@ each defect it found pinned here (exit code, one line on stderr, the words that 
 - a flight-recorder dump (a pickle named ``nccl_trace_rank_0``) given to plan, tune or serve read "not
   UTF-8 text", and to check, render, export, compare, explain, whatif or run "no file suffix; expected a
   folder of traces, or a .json, .yaml, .toml or .csv file": neither names diagnose, the command that
-  reads it.
+  reads it;
+- a figure pptl drew, given back to it: a .png or .pdf read "not UTF-8 text" where a .svg or .html read
+  "unknown file type '.svg'"; and check, render, export, compare... listed ".yaml, .yml, .toml, .json or
+  .json.gz" as what they take, leaving out the torch CSVs and trace folders they read.
 """
 from __future__ import annotations
 
@@ -405,3 +408,25 @@ def test_a_dump_where_a_config_goes_names_diagnose(tmp_path: Path, command: str)
     for given in (DUMP, named):
         line = _one_error(_pptl(command, given, *(["--port", "0"] if command == "serve" else [])))
         assert line == f"error: {given}: a pickle, not text (a flight-recorder dump? pptl diagnose reads those)"
+
+
+# 15. a figure where a plan goes ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("suffix", [".png", ".pdf", ".svg", ".html"])
+def test_a_figure_where_a_plan_goes_is_named_by_its_suffix(tmp_path: Path, plan_file: Path, suffix: str) -> None:
+    fig = tmp_path / f"fig{suffix}"
+    assert _pptl("render", plan_file, "-o", fig).exit_code == 0
+    line = _one_error(_pptl("plan", fig))
+    assert line == f"error: {fig}: unknown file type '{suffix}', expected .yaml, .yml, .toml, .json or .json.gz"
+    for args in (["check", fig], ["render", fig], ["compare", plan_file, fig], ["explain", fig]):
+        line = _one_error(_pptl(*args))
+        assert line == (f"error: {fig}: unknown file type '{suffix}', expected a plan, config, timeline, torch CSV or "
+                        "traces: .json, .json.gz, .yaml, .yml, .toml, .csv, or a folder"), (args, line)
+
+
+def test_a_missing_file_or_a_folder_with_an_unknown_suffix_keeps_its_own_word(tmp_path: Path) -> None:
+    missing, folder = tmp_path / "nope.png", tmp_path / "runs.v2"
+    folder.mkdir()
+    assert _one_error(_pptl("render", missing)) == f"error: {missing}: no such file"
+    assert _one_error(_pptl("render", folder)) == f"error: {folder}: is a folder, expected a file"

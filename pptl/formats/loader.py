@@ -37,8 +37,11 @@ def load_any(path: str | Path, **options: Any) -> Loaded:
         module, name = READERS[suffix]
         reader: Callable[..., Loaded] = getattr(import_module(module), name)
         loaded = reader(path, **options)
-    else:
+    elif suffix in (".json", ".yaml", ".yml", ".toml") or not path.is_file():  # a missing file or a folder: worded there
         loaded = load_data(read_structured(path), str(path), **options)
+    else:  # a figure, a page, a log: read_structured's list would leave out the CSVs and folders taken here
+        raise InputError(f"{path}: unknown file type '{suffix}', expected a plan, config, timeline, torch CSV or "
+                         "traces: .json, .json.gz, .yaml, .yml, .toml, .csv, or a folder")
     _refuse_ignored(path, loaded, options)
     return loaded
 

@@ -18,6 +18,10 @@ from pptl.formats._quote import quoted
 __all__ = ["read_structured", "parse_json"]
 
 
+#: The suffixes :func:`read_structured` reads (a ``.json.gz`` reads as ``.json``).
+_SUFFIXES = (".toml", ".yaml", ".yml", ".json")
+
+
 def read_structured(path: str | Path) -> Any:
     """Parse a YAML, TOML or JSON (``.json`` or gzipped ``.json.gz``) file by its suffix; raise
     InputError with the file and reason."""
@@ -27,6 +31,8 @@ def read_structured(path: str | Path) -> Any:
     gz = path.name.lower().endswith(".json.gz")
     raw = read_bounded(path, MAX_FILE_BYTES, gunzip=gz)
     suffix = ".json" if gz else path.suffix.lower()
+    if suffix and suffix not in _SUFFIXES:  # a figure (.png, .pdf) is named by its suffix, not as "not UTF-8 text"
+        raise InputError(f"{path}: unknown file type '{suffix}', expected .yaml, .yml, .toml, .json or .json.gz")
     text = utf8_text(raw, path)
     if suffix in (".toml", ".yaml", ".yml", ".json") and not text.strip():
         raise InputError(f"{path}: the file is empty")
