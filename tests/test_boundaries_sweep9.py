@@ -1,7 +1,8 @@
-"""Boundaries of the host's lag ring, the MoE all-to-all's exposure, tune's table and op bounds, the peak
-and limit digits, the DualPipe figure's micro-batch numbers, and the check of a measured run against its
-own plan (whatif's RunPlan and PlanOutcome, tune's MeasuredRun and own-plan note): each against a number
-or a fact worked out by hand (the docstrings say how)."""
+"""Boundaries of the host's lag ring, tune's table and op bounds, the peak and limit digits, the DualPipe
+figure's micro-batch numbers and stacked halves, the MoE close-ups' labels, rows and legend, diagnose's
+alignment limit and its refusal of a timeline with one dump, a run's full_backward name, and the check of
+a measured run against its own plan (whatif's RunPlan and PlanOutcome, tune's MeasuredRun and own-plan
+note): each against a number or a fact worked out by hand (the docstrings say how)."""
 from __future__ import annotations
 
 import copy
@@ -52,27 +53,6 @@ def test_with_a_lag_of_two_the_third_op_waits_for_the_first_ops_event() -> None:
     done.add("e0")  # op 0 has run on the GPU, op 1 not yet
     hold.before()
     assert asked == ["e0"] and hold.waits == 0
-
-
-# --------------------------------------------------------------------------------------------
-# pptl.schedules._moe_metrics: an all-to-all's copy counts from its last member's start
-
-
-def test_a_copy_that_ended_before_its_last_member_joined_counts_no_time() -> None:
-    """Rank 0's copy runs 0-1, rank 1's 2-3: the all-to-all starts when rank 1 joins at 2, after rank 0's
-    copy ended, so rank 0's copy moved nothing in its window: 0 of EP time (not 1 - 2 = -1), rank 1's 1."""
-    from pptl.ir import Schedule, ScheduleBuilder
-    from pptl.op import Op
-    from pptl.schedules._moe_metrics import exposure
-
-    b = ScheduleBuilder()
-    for rank in (0, 1):
-        b.add(Op(kind="A2A_DISPATCH", rank=rank, lane="comm", stage=0, mb=0, direction=rank, flow="F", sub=0))
-    s = Schedule(family="moe-1f1b-overlap", pp=2, num_stages=1, microbatches=1, ops=b.ops, lanes=b.lanes,
-                 meta={"ep_groups": [[0, 1]]})
-    got = exposure(s, [0.0, 2.0], [1.0, 3.0])
-    assert got["per_rank"]["ep_time"] == [0.0, 1.0]
-    assert got["per_rank"]["exposed_ep"] == [0.0, 1.0]
 
 
 # --------------------------------------------------------------------------------------------
