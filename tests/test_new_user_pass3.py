@@ -50,7 +50,9 @@ each defect it found pinned here (exit code, one line on stderr, the words that 
   reads it;
 - a figure pptl drew, given back to it: a .png or .pdf read "not UTF-8 text" where a .svg or .html read
   "unknown file type '.svg'"; and check, render, export, compare... listed ".yaml, .yml, .toml, .json or
-  .json.gz" as what they take, leaving out the torch CSVs and trace folders they read.
+  .json.gz" as what they take, leaving out the torch CSVs and trace folders they read;
+- ``pptl render PLAN -o f.png --dpi 1200 --size 60,60`` (each in its range) ended in a traceback from
+  matplotlib (a 72000 x 72000 canvas: "Image size ... is too large", or MemoryError: std::bad_alloc).
 """
 from __future__ import annotations
 
@@ -430,3 +432,29 @@ def test_a_missing_file_or_a_folder_with_an_unknown_suffix_keeps_its_own_word(tm
     folder.mkdir()
     assert _one_error(_pptl("render", missing)) == f"error: {missing}: no such file"
     assert _one_error(_pptl("render", folder)) == f"error: {folder}: is a folder, expected a file"
+
+
+# 16. a PNG of too many pixels ----------------------------------------------------------------------------------------
+
+
+def test_a_png_of_too_many_pixels_is_one_line_naming_dpi_and_size(tmp_path: Path, plan_file: Path) -> None:
+    png = tmp_path / "big.png"
+    line = _one_error(_pptl("render", plan_file, "-o", png, "--dpi", "1200", "--size", "60,60"))
+    assert line == ("error: a 60 x 60 inch figure at 1200 dpi is a 72,000 x 72,000 pixel PNG, more than the 268,435,456 "
+                    "pixels (or 65,535 a side) pptl draws; lower --dpi or --size, or draw to .svg or .pdf")
+    assert not png.exists()
+
+
+def test_a_png_of_exactly_the_most_pixels_is_drawn(monkeypatch) -> None:
+    import matplotlib.figure
+
+    import pptl.render.mpl
+    from pptl.errors import InputError
+    from pptl.render.mpl import image_bytes
+
+    monkeypatch.setattr(pptl.render.mpl, "MAX_PNG_PIXELS", 100 * 100)  # the bound, small enough to draw
+    fig = matplotlib.figure.Figure(figsize=(1, 1), dpi=100)
+    assert image_bytes(fig, "png")[:4] == b"\x89PNG"
+    fig.set_dpi(101)
+    with pytest.raises(InputError, match="is a 101 x 101 pixel PNG, more than the 10,000 pixels"):
+        image_bytes(fig, "png")

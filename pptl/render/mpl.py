@@ -178,11 +178,28 @@ def figure_from_layout(lay: Layout, options: FigureOptions = FigureOptions()):
     return fig
 
 
+#: The most pixels a PNG may have (a 1 GiB RGBA canvas), and on a side (Agg's own bound is 2**16): --dpi 1200
+#: with --size 60,60, both in range, asked for 72000 x 72000 and ended in a traceback from matplotlib.
+MAX_PNG_PIXELS = 2 ** 28
+MAX_PNG_SIDE = 2 ** 16 - 1
+
+
 def image_bytes(fig, fmt: str) -> bytes:
-    """Encode ``fig`` as png, svg or pdf (no timestamps, so equal figures give equal files)."""
+    """Encode ``fig`` as png, svg or pdf (no timestamps, so equal figures give equal files).
+
+    Raises:
+        InputError: a PNG of more pixels than :data:`MAX_PNG_PIXELS` (or a side over :data:`MAX_PNG_SIDE`).
+    """
     fmt = fmt.lower()
     if fmt not in IMAGE_FORMATS:
         raise ValueError(f"format {fmt!r}: expected one of {IMAGE_FORMATS}")
+    if fmt == "png":
+        w_in, h_in = (float(x) for x in fig.get_size_inches())
+        w, h = round(w_in * fig.dpi), round(h_in * fig.dpi)
+        if w * h > MAX_PNG_PIXELS or max(w, h) > MAX_PNG_SIDE:
+            raise InputError(f"a {w_in:.3g} x {h_in:.3g} inch figure at {fig.dpi:g} dpi is a {w:,} x {h:,} pixel PNG, "
+                             f"more than the {MAX_PNG_PIXELS:,} pixels (or {MAX_PNG_SIDE:,} a side) pptl draws; lower "
+                             "--dpi or --size, or draw to .svg or .pdf")
     import matplotlib
 
     meta = {"png": {"Software": "pptl"}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}[fmt]
