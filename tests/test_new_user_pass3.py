@@ -52,7 +52,9 @@ each defect it found pinned here (exit code, one line on stderr, the words that 
   "unknown file type '.svg'"; and check, render, export, compare... listed ".yaml, .yml, .toml, .json or
   .json.gz" as what they take, leaving out the torch CSVs and trace folders they read;
 - ``pptl render PLAN -o f.png --dpi 1200 --size 60,60`` (each in its range) ended in a traceback from
-  matplotlib (a 72000 x 72000 canvas: "Image size ... is too large", or MemoryError: std::bad_alloc).
+  matplotlib (a 72000 x 72000 canvas: "Image size ... is too large", or MemoryError: std::bad_alloc);
+- ``pptl render PLAN -o f.png --title XXXX...`` (one word of 1000 characters, a pasted hash or path) took
+  48 s, and 5000 characters more than 2 minutes: the title's wrap measured every head of the word.
 """
 from __future__ import annotations
 
@@ -458,3 +460,51 @@ def test_a_png_of_exactly_the_most_pixels_is_drawn(monkeypatch) -> None:
     fig.set_dpi(101)
     with pytest.raises(InputError, match="is a 101 x 101 pixel PNG, more than the 10,000 pixels"):
         image_bytes(fig, "png")
+
+
+# 17. a long one-word title -----------------------------------------------------------------------------------------
+
+
+def _wrap_by_every_length(text: str, width_in: float, fontsize: float) -> list[str]:
+    """The wrap as it was (every head of a long word measured): what the bisection must still give."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    prop, t2p = FontProperties(size=fontsize, weight="bold"), TextToPath()
+
+    def fits(s: str) -> bool:
+        return t2p.get_text_width_height_descent(s, prop, ismath=False)[0] / 72 <= width_in
+
+    lines: list[str] = []
+    for para in text.split("\n"):
+        cur = ""
+        for word in para.split(" "):
+            trial = f"{cur} {word}" if cur else word
+            if fits(trial):
+                cur = trial
+                continue
+            if cur:
+                lines.append(cur)
+            cur = word
+            while len(cur) > 1 and not fits(cur):
+                cut = max(n for n in range(1, len(cur)) if n == 1 or fits(cur[:n]))
+                lines.append(cur[:cut])
+                cur = cur[cut:]
+        lines.append(cur)
+    return lines
+
+
+@pytest.mark.parametrize("text", ["x" * 150, "pipeline " * 5 + "0123456789abcdef" * 8 + " end", "W" * 40 + "\nii" * 3])
+def test_a_long_word_wraps_where_it_did(text: str) -> None:
+    from pptl.render.mpl import _wrap
+
+    assert _wrap(text, 3.0, 9) == _wrap_by_every_length(text, 3.0, 9)
+
+
+def test_a_title_of_one_long_word_is_drawn_in_seconds(tmp_path: Path, plan_file: Path) -> None:
+    import time
+
+    t0 = time.perf_counter()
+    r = _pptl("render", plan_file, "-o", tmp_path / "t.png", "--title", "x" * 1500)
+    assert r.exit_code == 0, r.output
+    assert time.perf_counter() - t0 < 30  # 48 s for 1000 characters before; 1.5 s after
