@@ -287,6 +287,12 @@ def test_calibration_plan_with_a_ranking_output_is_one_line(tmp_path: Path) -> N
     assert r.output.strip() == ("error: --calibration-plan writes the run to measure and ranks nothing; -o, --figure "
                                 "write the ranking's results: give them in a later call (with --costs-from)")
     assert not (tmp_path / "cal.json").exists() and not (tmp_path / "best.json").exists()
+    # one option alone: "-o writes ... give it", not "-o write ... give them"
+    r = invoke(["tune", str(FIX / "uneven.yaml"), "--calibration-plan", str(tmp_path / "cal.json"),
+                "-o", str(tmp_path / "best.json")])
+    assert r.exit_code == 2
+    assert r.output.strip().endswith("nothing; -o writes the ranking's results: give it in a later call "
+                                     "(with --costs-from)"), r.output
 
 
 def test_cli_plan_of_a_synthesised_plan_is_the_order_it_holds(tmp_path: Path) -> None:

@@ -67,7 +67,8 @@ def tune(
             from pptl.errors import InputError
 
             raise InputError(f"--calibration-plan writes the run to measure and ranks nothing; {', '.join(ranked)} "
-                             f"write the ranking's results: give them in a later call (with --costs-from)")
+                             f"{'writes' if len(ranked) == 1 else 'write'} the ranking's results: give "
+                             f"{'it' if len(ranked) == 1 else 'them'} in a later call (with --costs-from)")
     fmt = figure_format(figure, name="--figure")
     for p in (out_file, csv):
         if p is not None:
