@@ -465,46 +465,51 @@ def test_a_png_of_exactly_the_most_pixels_is_drawn(monkeypatch) -> None:
 # 17. a long one-word title -----------------------------------------------------------------------------------------
 
 
-def _wrap_by_every_length(text: str, width_in: float, fontsize: float) -> list[str]:
-    """The wrap as it was (every head of a long word measured): what the bisection must still give."""
+def _fits(s: str, width_in: float = 3.0, fontsize: float = 9) -> bool:
     from matplotlib.font_manager import FontProperties
     from matplotlib.textpath import TextToPath
 
-    prop, t2p = FontProperties(size=fontsize, weight="bold"), TextToPath()
-
-    def fits(s: str) -> bool:
-        return t2p.get_text_width_height_descent(s, prop, ismath=False)[0] / 72 <= width_in
-
-    lines: list[str] = []
-    for para in text.split("\n"):
-        cur = ""
-        for word in para.split(" "):
-            trial = f"{cur} {word}" if cur else word
-            if fits(trial):
-                cur = trial
-                continue
-            if cur:
-                lines.append(cur)
-            cur = word
-            while len(cur) > 1 and not fits(cur):
-                cut = max(n for n in range(1, len(cur)) if n == 1 or fits(cur[:n]))
-                lines.append(cur[:cut])
-                cur = cur[cut:]
-        lines.append(cur)
-    return lines
+    w = TextToPath().get_text_width_height_descent(s, FontProperties(size=fontsize, weight="bold"), ismath=False)[0]
+    return w / 72 <= width_in
 
 
 @pytest.mark.parametrize("text", ["x" * 150, "pipeline " * 5 + "0123456789abcdef" * 8 + " end", "W" * 40 + "\nii" * 3])
-def test_a_long_word_wraps_where_it_did(text: str) -> None:
+def test_a_long_word_is_cut_at_the_longest_head_that_fits(text: str) -> None:
+    # what the wrap owes, measured apart from it: every line fits (or is one character), no character is lost
+    # or added, and a word cut in two is cut late: its head plus the next character would not fit
     from pptl.render.mpl import _wrap
 
-    assert _wrap(text, 3.0, 9) == _wrap_by_every_length(text, 3.0, 9)
+    lines = _wrap(text, 3.0, 9)
+    assert all(_fits(x) or len(x) == 1 for x in lines), lines
+    assert "".join(lines).replace(" ", "") == text.replace(" ", "").replace("\n", "")
+    # where the lines meet inside a word (not at a word's end, counted on the text without spaces)
+    ends, at = set(), 0
+    for w in text.split():
+        at += len(w)
+        ends.add(at)
+    at = 0
+    for a, b in zip(lines, lines[1:]):
+        at += len(a.replace(" ", ""))
+        if at not in ends:  # a head cut from a longer word
+            assert not _fits(a + b[0]), (a, b)
 
 
-def test_a_title_of_one_long_word_is_drawn_in_seconds(tmp_path: Path, plan_file: Path) -> None:
-    import time
+def test_a_long_word_costs_a_few_measures_a_line(monkeypatch) -> None:
+    # a 1500-character word: cut by bisection each line measures about log2(1500) = 11 heads, where measuring
+    # every length measured hundreds a line (a 1000-character title took 48 s to draw)
+    from matplotlib.textpath import TextToPath
 
-    t0 = time.perf_counter()
+    from pptl.render.mpl import _wrap
+
+    calls = []
+    real = TextToPath.get_text_width_height_descent
+    monkeypatch.setattr(TextToPath, "get_text_width_height_descent",
+                        lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    lines = _wrap("x" * 1500, 3.0, 9)
+    assert len(lines) > 10 and len(calls) <= 14 * len(lines), (len(lines), len(calls))
+
+
+def test_a_title_of_one_long_word_is_drawn(tmp_path: Path, plan_file: Path) -> None:
     r = _pptl("render", plan_file, "-o", tmp_path / "t.png", "--title", "x" * 1500)
     assert r.exit_code == 0, r.output
-    assert time.perf_counter() - t0 < 30  # 48 s for 1000 characters before; 1.5 s after
+    assert (tmp_path / "t.png").stat().st_size > 0
