@@ -4,7 +4,6 @@ figure's rows, names, background and arrows: each against a number or a fact wor
 docstrings say how)."""
 from __future__ import annotations
 
-import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -94,14 +93,21 @@ def test_inference_with_one_chunk_has_no_last_group_note() -> None:
 # The run's progress board and slow rank
 
 
-def test_a_slow_factor_of_one_spins_for_nothing() -> None:
+def test_a_slow_factor_of_one_spins_for_nothing(monkeypatch) -> None:
     """--slow-factor 1 means the rank is as fast as it is: the extra hold is (1 - 1) x 300 ms = 0,
-    so the spin returns at once (well under the 300 ms the op took)."""
-    from pptl.run.slow import Stretch
+    so the spin reads the clock once to set its end and once to see it passed (on a clock that moves
+    1 ms a reading; a hold of the op's whole 300 ms would read it about 300 times)."""
+    import pptl.run.slow as slow
 
-    t = time.perf_counter()
-    Stretch(1.0).cpu(300.0)
-    assert time.perf_counter() - t < 0.15
+    now = [0.0]
+
+    def clock() -> float:
+        now[0] += 1e-3
+        return now[0]
+
+    monkeypatch.setattr(slow.time, "perf_counter", clock)
+    slow.Stretch(1.0).cpu(300.0)
+    assert now[0] == pytest.approx(2e-3)
 
 
 def test_holds_that_measured_no_time_keep_the_cycles_per_ms_known() -> None:
