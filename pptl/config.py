@@ -241,8 +241,8 @@ def config_from_mapping(data: Mapping[str, Any], *, source: str = "<flags>") -> 
     for name, value in (("pp", pp), ("microbatches", mbs), ("vpp", vpp)):
         if value > limit:  # a float as written (1e+30), not its 31-digit int of binary noise
             given = data[name]
-            raise InputError(f"{source}: field '{name}': got {given:g}, expected at most {limit}" if isinstance(given, float)
-                             else f"{source}: field '{name}': got {value}, expected at most {limit}")
+            shown = f"{given:g}" if isinstance(given, float) else value
+            raise InputError(f"{source}: field '{name}': got {shown}, expected at most {limit}")
     costs_data = data.get("costs", {})
     if "comm" in data:  # accepted at the top level too, as users write it
         if not isinstance(costs_data, Mapping):

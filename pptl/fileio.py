@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pptl.errors import InputError
 
-__all__ = ["MAX_FILE_BYTES", "atomic_write", "check_json_name", "is_gz", "is_pickle", "check_new", "check_regular", "check_writable", "read_bounded",
+__all__ = ["MAX_FILE_BYTES", "atomic_write", "check_json_name", "named_as", "is_gz", "is_pickle", "check_new", "check_regular", "check_writable", "read_bounded",
            "read_error", "utf8_text"]
 
 #: Inputs larger than this are refused before parsing (a plan of 400k ops is ~60 MB).
@@ -73,13 +73,18 @@ def is_gz(path: str | Path) -> bool:
     return Path(path).name.lower().endswith(".gz")
 
 
+def named_as(path: str | Path, suffixes: tuple[str, ...]) -> bool:
+    """Whether ``path``'s name ends with one of ``suffixes`` (any case), the name a file of that format
+    is written under; an existing non-regular file (/dev/stdout, a pipe) has no name to judge and passes."""
+    p = Path(path)
+    return p.name.lower().endswith(suffixes) or (p.exists() and not p.is_file())
+
+
 def check_json_name(path: str | Path, what: str) -> Path:
     """Refuse a name other than ``.json`` or ``.json.gz`` for a file pptl's commands read back
-    (``what``: "a plan", "a measured timeline"); an existing non-regular file (/dev/stdout, a
-    pipe) has no name to judge and is taken as it is."""
+    (``what``: "a plan", "a measured timeline"): :func:`named_as`."""
     p = Path(path)
-    name = p.name.lower()
-    if not (name.endswith(".json") or name.endswith(".json.gz")) and not (p.exists() and not p.is_file()):
+    if not named_as(p, (".json", ".json.gz")):
         raise InputError(f"{p}: {what} is written as .json (or .json.gz), which is how pptl's commands read it back")
     return p
 

@@ -15,7 +15,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Iterator, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterator, Optional
 
 import typer
 
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["out", "err", "say", "Abort", "BadParameter", "ClickException", "Exit", "MissingParameter",
            "PacifyFlushWrapper", "UsageError", "Whole", "Number", "Choice", "OutputFmt", "OutFile", "MemoryLimit",
            "Microbatches", "Placement", "PlotlyJs", "one_line", "print_json", "print_lines", "typed_options",
-           "figure_format", "progress", "without_cycle_scans", "wide", "IMAGES", "other_kind"]
+           "figure_format", "progress", "without_cycle_scans", "wide", "IMAGES", "other_kind", "not_a_config"]
 
 class _LazyConsole:
     """A rich ``Console`` made on first use: a command that prints only plain lines (``say``)
@@ -341,3 +341,13 @@ def other_kind(path: Path, error: InputError) -> tuple[str, Any] | None:
     if loaded.kind == "timeline":
         return "a timeline", loaded
     return f"a {loaded.kind} file", loaded
+
+
+def not_a_config(path: Path, error: InputError, hint: Callable[[str], str]) -> InputError:
+    """``error``, or for a file that is not a config or plan (what :func:`other_kind` reads it as: a
+    measured timeline, a torch CSV, a tune model file) one line that says what it is and, by
+    ``hint(what)``, which command or option takes it."""
+    found = other_kind(path, error)
+    if found is None or found[0] in ("a plan", "a schedule config"):
+        return error
+    return InputError(f"{path}: is {found[0]}, not a config or plan; {hint(found[0])}")

@@ -82,11 +82,10 @@ _WRITES = {"torch-csv": ("a CSV", (".csv",)), "chrome": ("JSON", (".json", ".jso
 
 
 def _check_name(path: Path, to: str, writes: str) -> None:
-    """Refuse a name that says another format (``-o x.png`` got a CSV); an existing non-regular file
-    (/dev/stdout, a pipe) has no name to judge and is taken as it is."""
+    """Refuse a name that says another format (``-o x.png`` got a CSV): :func:`pptl.fileio.named_as`."""
     from pptl.errors import InputError
+    from pptl.fileio import named_as
 
     what, suffixes = _WRITES[to]
-    if any(path.name.lower().endswith(s) for s in suffixes) or (path.exists() and not path.is_file()):
-        return
-    raise InputError(f"{writes} {what}, expected a {' or '.join(suffixes)} name")
+    if not named_as(path, suffixes):
+        raise InputError(f"{writes} {what}, expected a {' or '.join(suffixes)} name")

@@ -87,23 +87,22 @@ def plan(
 def _not_a_config(path: Optional[Path], error: Any) -> Any:
     """``error``, or for a file that is not a config or plan (a measured timeline, a torch CSV, a tune
     model file) one line that says what it is and which command or option takes it."""
-    from pptl.commands._shared import other_kind
-    from pptl.errors import InputError
+    from pptl.commands._shared import not_a_config
     from pptl.formats._quote import shell_word
 
-    found = other_kind(path, error) if path is not None else None
-    if found is None or found[0] in ("a plan", "a schedule config"):
+    if path is None:
         return error
-    what = found[0]
-    if what.startswith("a pptl tune config"):
-        hint = f"rank schedules for it with 'pptl tune {shell_word(path)}'"
-    elif what.startswith("a Chrome trace"):
-        hint = "give pptl the plan or timeline it was exported from"
-    elif what == "a torch CSV schedule":
-        hint = f"plan it with 'pptl plan --from {shell_word(path)}'"
-    else:
-        hint = f"to take its durations, give it to --costs-from (pptl plan CONFIG --costs-from {shell_word(path)})"
-    return InputError(f"{path}: is {what}, not a config or plan; {hint}")
+
+    def hint(what: str) -> str:
+        if what.startswith("a pptl tune config"):
+            return f"rank schedules for it with 'pptl tune {shell_word(path)}'"
+        if what.startswith("a Chrome trace"):
+            return "give pptl the plan or timeline it was exported from"
+        if what == "a torch CSV schedule":
+            return f"plan it with 'pptl plan --from {shell_word(path)}'"
+        return f"to take its durations, give it to --costs-from (pptl plan CONFIG --costs-from {shell_word(path)})"
+
+    return not_a_config(path, error, hint)
 
 
 #: Ranks a plan table lists in full; past that, the first and last _EDGE_RANKS and one summary row.

@@ -2,14 +2,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import Annotated, Optional
 
 import typer
 
 from pptl.commands._shared import Whole, say
-
-if TYPE_CHECKING:
-    from pptl.errors import InputError
 
 __all__ = ["serve"]
 
@@ -39,7 +36,10 @@ def serve(
         try:
             cfg = load_config_or_plan(config)
         except InputError as e:
-            raise _not_a_config(config, e) from None
+            from pptl.commands._shared import not_a_config
+
+            raise not_a_config(config, e, lambda what: "pptl serve starts from a schedule config or a plan "
+                               "(pptl plan -o)") from None
     server = make_server(host, port, config=cfg, log=lambda line: say(line, stderr=True))
     if host not in ("127.0.0.1", "localhost", "::1"):
         say(f"warning: listening on {host}: other machines on the network can open this page", stderr=True)
@@ -50,16 +50,3 @@ def serve(
     finally:
         server.server_close()
 
-
-def _not_a_config(path: Path, error: InputError) -> InputError:
-    """``error``, or for a file that is not a config or plan (a measured timeline, a torch CSV, a tune
-    model file) one line that says what it is: the config reader's "unknown field 'events'" names a
-    field the user never wrote."""
-    from pptl.commands._shared import other_kind
-    from pptl.errors import InputError
-
-    found = other_kind(path, error)
-    if found is None or found[0] in ("a plan", "a schedule config"):
-        return error
-    return InputError(f"{path}: is {found[0]}, not a config or plan; pptl serve starts from a schedule config or a "
-                      "plan (pptl plan -o)")

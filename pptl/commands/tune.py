@@ -55,7 +55,7 @@ def tune(
     from rich.table import Table
 
     from pptl.errors import InputError, InvalidScheduleError
-    from pptl.fileio import atomic_write, check_writable
+    from pptl.fileio import atomic_write, check_writable, named_as
     from pptl.tune import load_tune_config
     from pptl.tune import tune as run_tune
     from pptl.tune.report import COLUMNS, summary_lines, table_rows, to_dict
@@ -73,7 +73,7 @@ def tune(
     for p in (out_file, csv):
         if p is not None:
             check_writable(p)
-    if csv is not None and not csv.name.lower().endswith(".csv") and not (csv.exists() and not csv.is_file()):
+    if csv is not None and not named_as(csv, (".csv",)):
         # -o best.json --csv best.json wrote the CSV over the plan; --csv best.png a CSV under a figure's name
         raise InputError(f"--csv {csv}: writes the best plan as a torch CSV, expected a .csv name")
     try:

@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping
 
 from pptl.errors import InputError
 from pptl.formats.loaded import Loaded, load_data
-from pptl.formats.structured import read_structured
+from pptl.formats.structured import STRUCTURED_SUFFIXES, read_structured
 
 __all__ = ["Loaded", "READERS", "load_any", "load_data"]
 
@@ -37,7 +37,7 @@ def load_any(path: str | Path, **options: Any) -> Loaded:
         module, name = READERS[suffix]
         reader: Callable[..., Loaded] = getattr(import_module(module), name)
         loaded = reader(path, **options)
-    elif suffix in (".json", ".yaml", ".yml", ".toml") or not path.is_file():  # a missing file or a folder: worded there
+    elif suffix in STRUCTURED_SUFFIXES or not path.is_file():  # a missing file or a folder: worded there
         loaded = load_data(read_structured(path), str(path), **options)
     else:  # a figure, a page, a log: read_structured's list would leave out the CSVs and folders taken here
         raise InputError(f"{path}: unknown file type '{suffix}', expected a plan, config, timeline, torch CSV or "

@@ -15,11 +15,11 @@ from pptl.errors import InputError
 from pptl.fileio import MAX_FILE_BYTES, read_bounded, utf8_text
 from pptl.formats._quote import quoted
 
-__all__ = ["read_structured", "parse_json"]
+__all__ = ["read_structured", "parse_json", "STRUCTURED_SUFFIXES"]
 
 
 #: The suffixes :func:`read_structured` reads (a ``.json.gz`` reads as ``.json``).
-_SUFFIXES = (".toml", ".yaml", ".yml", ".json")
+STRUCTURED_SUFFIXES = (".toml", ".yaml", ".yml", ".json")
 
 
 def read_structured(path: str | Path) -> Any:
@@ -31,10 +31,10 @@ def read_structured(path: str | Path) -> Any:
     gz = path.name.lower().endswith(".json.gz")
     raw = read_bounded(path, MAX_FILE_BYTES, gunzip=gz)
     suffix = ".json" if gz else path.suffix.lower()
-    if suffix and suffix not in _SUFFIXES:  # a figure (.png, .pdf) is named by its suffix, not as "not UTF-8 text"
+    if suffix and suffix not in STRUCTURED_SUFFIXES:  # a figure (.png, .pdf) is named by its suffix, not as "not UTF-8 text"
         raise InputError(f"{path}: unknown file type '{suffix}', expected .yaml, .yml, .toml, .json or .json.gz")
     text = utf8_text(raw, path)
-    if suffix in (".toml", ".yaml", ".yml", ".json") and not text.strip():
+    if suffix in STRUCTURED_SUFFIXES and not text.strip():
         raise InputError(f"{path}: the file is empty")
     try:
         if suffix == ".toml":

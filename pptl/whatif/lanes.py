@@ -54,4 +54,3 @@ def sends_on_compute(schedule: Schedule, beside: frozenset[int] | None = None) -
             out.extend(moved.get(i, ()))
         lanes[key] = out
     return schedule.copy_with(lanes={k: v for k, v in lanes.items() if v})
-
